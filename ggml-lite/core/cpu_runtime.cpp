@@ -1,0 +1,163 @@
+// CPU reference backend: one host allocation per memory category, sized from the plan.
+#include <cstring>
+
+#include "ggml-lite/core/cpu_kernel.h"
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/core/runtime.h"
+
+namespace gl {
+
+// ---- CpuCtx ----
+
+void gather_f32(const TensorRef& t, float* dst) {
+    const int64_t n = t.numel();
+    if (t.dense() && t.dtype == DType::f32) {
+        std::memcpy(dst, static_cast<const float*>(t.data) + t.layout.offset, size_t(n) * 4);
+        return;
+    }
+    if (t.dense()) {
+        const char* base = static_cast<const char*>(t.data) + t.layout.offset * int64_t(dtype_size(t.dtype));
+        for (int64_t i = 0; i < n; i++) dst[i] = load_as_f32(base, t.dtype, i);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) dst[i] = load_as_f32(t.data, t.dtype, t.layout.index_of(i));
+}
+
+void scatter_f32(const float* src, const TensorRef& t) {
+    const int64_t n = t.numel();
+    if (t.dense()) {
+        char* base = static_cast<char*>(t.data) + t.layout.offset * int64_t(dtype_size(t.dtype));
+        if (t.dtype == DType::f32) {
+            std::memcpy(base, src, size_t(n) * 4);
+            return;
+        }
+        for (int64_t i = 0; i < n; i++) store_from_f32(base, t.dtype, i, src[i]);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) store_from_f32(t.data, t.dtype, t.layout.index_of(i), src[i]);
+}
+
+const float* CpuCtx::in_f32(int i) {
+    const TensorRef& t = in[size_t(i)];
+    if (t.dtype == DType::f32 && t.dense()) return static_cast<const float*>(t.data) + t.layout.offset;
+    scratch_.emplace_back(size_t(t.numel()));
+    gather_f32(t, scratch_.back().data());
+    return scratch_.back().data();
+}
+
+const int32_t* CpuCtx::in_i32(int i) {
+    const TensorRef& t = in[size_t(i)];
+    GL_CHECK(t.dtype == DType::i32, op_name(node.op), ": input ", i, " must be i32, got ", dtype_name(t.dtype));
+    if (t.dense()) return static_cast<const int32_t*>(t.data) + t.layout.offset;
+    iscratch_.emplace_back(size_t(t.numel()));
+    auto& buf = iscratch_.back();
+    for (int64_t k = 0; k < t.numel(); k++) buf[size_t(k)] = static_cast<const int32_t*>(t.data)[t.layout.index_of(k)];
+    return buf.data();
+}
+
+float* CpuCtx::out_f32(int k) {
+    const TensorRef& t = out[size_t(k)];
+    if (t.dtype == DType::f32 && t.dense()) return static_cast<float*>(t.data) + t.layout.offset;
+    scratch_.emplace_back(size_t(t.numel()), 0.0f);
+    pending_.emplace_back(k, &scratch_.back());
+    return scratch_.back().data();
+}
+
+void CpuCtx::finish() {
+    for (auto& [k, buf] : pending_) scatter_f32(buf->data(), out[size_t(k)]);
+    pending_.clear();
+}
+
+// ---- Runtime helpers ----
+
+void Runtime::write_f32(ValueId v, const std::vector<float>& x) {
+    GL_CHECK(int64_t(x.size()) == plan_.graph.v(v).numel(), "write_f32: ", plan_.graph.describe(v), " has ",
+             plan_.graph.v(v).numel(), " elements, got ", x.size());
+    write(v, x.data(), DType::f32);
+}
+
+std::vector<float> Runtime::read_f32(ValueId v) const {
+    std::vector<float> x(size_t(plan_.graph.v(v).numel()));
+    read(v, x.data(), DType::f32);
+    return x;
+}
+
+// ---- CPU runtime ----
+
+namespace {
+
+class CpuRuntime final : public Runtime {
+public:
+    explicit CpuRuntime(Plan plan) : Runtime(std::move(plan)) {
+        for (int c = 0; c < kCategoryCount; c++) arenas_[size_t(c)].assign(plan_.arena_bytes[size_t(c)], 0);
+    }
+    const char* backend_name() const override { return "cpu"; }
+
+    TensorRef ref(ValueId id) const {
+        const Graph& g = plan_.graph;
+        const Value& v = g.v(id);
+        const Value& b = g.v(v.base);
+        int64_t off = plan_.offset[size_t(v.base)];
+        GL_CHECK(off >= 0, "cpu runtime: ", g.describe(id), " has no storage in the plan");
+        TensorRef t;
+        t.data = const_cast<unsigned char*>(arenas_[size_t(b.category)].data()) + off;
+        t.dtype = v.dtype;
+        t.layout = v.layout;
+        return t;
+    }
+
+    void write(ValueId id, const void* data, DType t) override {
+        const Value& v = plan_.graph.v(id);
+        GL_CHECK(v.base == id, "write: ", plan_.graph.describe(id), " is a view; write its base value");
+        TensorRef dst = ref(id);
+        char* base = static_cast<char*>(dst.data);
+        for (int64_t i = 0; i < v.numel(); i++) {
+            if (t == v.dtype) {
+                size_t s = dtype_size(t);
+                std::memcpy(base + i * int64_t(s), static_cast<const char*>(data) + i * int64_t(s), s);
+            } else {
+                store_from_f32(base, v.dtype, i, load_as_f32(data, t, i));
+            }
+        }
+    }
+
+    void read(ValueId id, void* data, DType t) const override {
+        TensorRef src = ref(id);
+        for (int64_t i = 0; i < src.numel(); i++) {
+            int64_t si = src.layout.index_of(i);
+            if (t == src.dtype) {
+                size_t s = dtype_size(t);
+                std::memcpy(static_cast<char*>(data) + i * int64_t(s), static_cast<const char*>(src.data) + si * int64_t(s), s);
+            } else {
+                store_from_f32(data, t, i, load_as_f32(src.data, src.dtype, si));
+            }
+        }
+    }
+
+    void run() override {
+        const Graph& g = plan_.graph;
+        for (const Node& n : g.nodes) {
+            const OpDef& def = op_def(n.op);
+            if (def.flags & kOpView) continue;
+            CpuCtx ctx(n);
+            for (ValueId x : n.in) ctx.in.push_back(ref(x));
+            for (ValueId y : n.out) ctx.out.push_back(ref(y));
+            GL_CHECK(def.cpu, "cpu runtime: op ", def.name, " has no CPU kernel");
+            def.cpu(ctx);
+            ctx.finish();
+        }
+    }
+
+    void poison(unsigned char byte) override {
+        for (auto& a : arenas_) std::memset(a.data(), byte, a.size());
+    }
+
+private:
+    std::array<std::vector<unsigned char>, kCategoryCount> arenas_;
+};
+
+}  // namespace
+
+std::unique_ptr<Runtime> make_cpu_runtime(Plan plan) { return std::make_unique<CpuRuntime>(std::move(plan)); }
+
+}  // namespace gl

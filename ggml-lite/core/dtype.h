@@ -1,0 +1,29 @@
+// Element types and exact scalar conversions (round-to-nearest-even for f16 and bf16).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace gl {
+
+enum class DType : uint8_t { f32, f16, bf16, i32, u8, i8 };
+constexpr int kDTypeCount = 6;
+
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+bool dtype_is_float(DType t);  // f32, f16, bf16
+
+// f32 <-> half-precision bit patterns. Rounding is to nearest, ties to even; NaN stays NaN
+// (quiet), overflow rounds to infinity, f16 subnormals are produced and read exactly.
+uint16_t f32_to_f16(float f);
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_bf16(float f);
+float bf16_to_f32(uint16_t b);
+
+// Reads element i of a contiguous buffer of type t as float (integers convert exactly
+// when representable).
+float load_as_f32(const void* data, DType t, int64_t i);
+// Stores v into element i; integer types round to nearest and saturate.
+void store_from_f32(void* data, DType t, int64_t i, float v);
+
+}  // namespace gl

@@ -1,0 +1,85 @@
+// Op identity and the per-op definition table. An op is defined in ONE place: an entry
+// in ops/op_list.h and a `const OpDef def_<name>` in its family file.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "ggml-lite/core/dtype.h"
+#include "ggml-lite/core/shape.h"
+#include "ggml-lite/ops/op_list.h"
+
+namespace gl {
+
+enum class Op : uint16_t {
+#define GL_X(name, family) name,
+    GL_OP_LIST(GL_X)
+#undef GL_X
+};
+constexpr int kOpCount = 0
+#define GL_X(name, family) +1
+    GL_OP_LIST(GL_X)
+#undef GL_X
+    ;
+
+// Small POD parameters of a node (axes, strides, flags, scales). Each op documents its slots.
+struct Params {
+    std::array<int64_t, 8> i{};
+    std::array<float, 4> f{};
+};
+
+class Graph;
+struct Node;
+struct BackwardCtx;
+struct CpuCtx;
+
+// What a shape rule sees: the op's inputs (dtype, layout) and its parameters.
+struct OpCall {
+    Op op;
+    const Graph& g;
+    const std::vector<int32_t>& in;
+    const Params& p;
+
+    DType dtype(int i) const;
+    const Shape& shape(int i) const;
+    const Layout& layout(int i) const;
+    int n_in() const { return int(in.size()); }
+    // Throws gl::Error prefixed with the op name and every input's dtype and shape.
+    [[noreturn]] void fail(const std::string& why) const;
+    void check(bool cond, const std::string& why) const {
+        if (!cond) fail(why);
+    }
+};
+
+// Output of a shape rule. For view ops, layout is expressed in the storage of input 0's base.
+struct OutSpec {
+    DType dtype;
+    Layout layout;
+};
+
+struct Cost {
+    double flops = 0;  // floating-point operations (a multiply-add counts 2)
+    double bytes = 0;  // bytes read + written, assuming each operand is touched once
+};
+
+enum OpFlags : uint32_t {
+    kOpView = 1u << 0,        // output aliases input 0's storage (no kernel runs)
+    kOpInplace = 1u << 1,     // output 0 may take input 0's bytes when input 0 dies here
+    kOpGradHelper = 1u << 2,  // built only by backward rules; verified through its forward op's gradient check
+    kOpNoGrad = 1u << 3,      // no gradient flows through it (ids, constants, random masks' seeds)
+};
+
+struct OpDef {
+    const char* name;
+    const char* family;
+    std::vector<OutSpec> (*infer)(const OpCall&);
+    Cost (*cost)(const OpCall&);
+    void (*backward)(BackwardCtx&);  // nullptr only for kOpNoGrad ops and grad helpers
+    void (*cpu)(CpuCtx&);            // nullptr only for view ops
+    uint32_t flags = 0;
+};
+
+const OpDef& op_def(Op op);
+const char* op_name(Op op);
+
+}  // namespace gl

@@ -1,0 +1,61 @@
+// The static memory planner: decides what to keep, what to recompute (a graph rewrite)
+// and where every byte lives, before anything is allocated.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "ggml-lite/core/graph.h"
+
+namespace gl {
+
+enum class Recompute : uint8_t {
+    none,    // keep every forward value the backward pass needs
+    blocks,  // every checkpoint segment is dropped and recomputed before its backward
+};
+const char* recompute_name(Recompute r);
+Recompute parse_recompute(const std::string& s);  // "none" | "blocks"; throws otherwise
+
+struct PlanOptions {
+    Recompute recompute = Recompute::none;
+    size_t alignment = 256;  // byte alignment of every value's offset
+};
+
+struct Plan {
+    Graph graph;  // the graph that runs: the input graph, rewritten for recompute. Value ids of
+                  // the input graph keep their meaning; recompute clones are appended.
+    PlanOptions options;
+
+    // Per value id. Storage owners get a byte offset in their category's arena; views use
+    // their base's offset plus layout.offset * dtype size. -1 for views.
+    std::vector<int64_t> offset;
+    // Live range in node indices: written at first (-1 for leaves, bound before the run), read
+    // last at last (nodes.size() for outputs and persistent leaves). Only meaningful for
+    // storage owners.
+    std::vector<int> first, last;
+    // For a value placed in-place over an input that dies at its producer: that input.
+    std::vector<ValueId> inplace_of;
+
+    std::array<size_t, kCategoryCount> arena_bytes{};  // what each category's arena holds
+    size_t peak_live_bytes = 0;   // activations: the largest sum of live bytes at one node
+    int peak_node = -1;           // where that peak is reached
+    std::vector<ValueId> live_at_peak;  // activation values alive there, largest first
+    int recompute_nodes = 0;      // nodes added by the recompute rewrite
+    double recompute_flops = 0;   // their cost
+
+    size_t total_bytes() const;
+    // A table by category, the activation peak and the largest values alive at it.
+    std::string report(int top = 8) const;
+};
+
+Plan make_plan(const Graph& g, const PlanOptions& opt = {});
+
+// Returns "" when no two simultaneously live values of one arena share bytes (values placed
+// in-place over an input that dies at that node excepted), else a description of the first clash.
+std::string check_overlaps(const Plan& p);
+
+// The recompute rewrite on its own (make_plan calls it): returns the graph to run.
+Graph rewrite_for_recompute(const Graph& g, Recompute policy, int* added_nodes = nullptr);
+
+}  // namespace gl

@@ -1,0 +1,40 @@
+// A runtime executes a Plan on one backend: it owns one allocation per memory category,
+// binds leaves (inputs, weights, parameters, state) and runs the node list.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ggml-lite/core/planner.h"
+
+namespace gl {
+
+class Runtime {
+public:
+    virtual ~Runtime() = default;
+    virtual const char* backend_name() const = 0;
+    const Plan& plan() const { return plan_; }
+
+    // Copies host data into a value. `data` holds numel elements of type `t`, converted
+    // to the value's dtype. The value must be a storage owner (not a view).
+    virtual void write(ValueId v, const void* data, DType t) = 0;
+    // Reads a value (views included) as numel elements of type t, contiguous.
+    virtual void read(ValueId v, void* data, DType t) const = 0;
+    // Runs every node of the plan once.
+    virtual void run() = 0;
+    // Sets every byte of every arena to `byte` (tests poison memory with it).
+    virtual void poison(unsigned char byte) = 0;
+
+    void write_f32(ValueId v, const std::vector<float>& x);
+    std::vector<float> read_f32(ValueId v) const;
+
+protected:
+    explicit Runtime(Plan plan) : plan_(std::move(plan)) {}
+    Plan plan_;
+};
+
+// The CPU reference backend: computes in f32 (double accumulation where it matters).
+std::unique_ptr<Runtime> make_cpu_runtime(Plan plan);
+
+}  // namespace gl

@@ -1,0 +1,95 @@
+// The builder API: one function per op (plus a few conveniences). Each returns value ids
+// and allocates nothing. Layouts: feature maps are NHWC; linear weights [out, in];
+// conv weights [Cout, kh, kw, Cin]; attention q/k/v [B, L, H, d].
+#pragma once
+#include <vector>
+
+#include "ggml-lite/core/graph.h"
+
+namespace gl {
+
+// ---- views and copies (ops/views.cpp) ----
+// Free when x is contiguous; otherwise copies first.
+ValueId reshape(Graph& g, ValueId x, const Shape& s);
+// out.dim(i) = x.dim(perm[i]); always a view.
+ValueId permute(Graph& g, ValueId x, const std::vector<int>& perm);
+// Elements [start, start+len) along axis; always a view.
+ValueId slice(Graph& g, ValueId x, int axis, int64_t start, int64_t len);
+// Broadcast to s (size-1 or missing leading dims repeat, stride 0); always a view.
+ValueId expand(Graph& g, ValueId x, const Shape& s);
+// Returns x itself when already dense (offset 0, contiguous) unless force_copy.
+ValueId contiguous(Graph& g, ValueId x, bool force_copy = false);
+// Concatenation along axis (all other dims equal, same dtype).
+ValueId concat(Graph& g, const std::vector<ValueId>& xs, int axis);
+ValueId fill(Graph& g, const Shape& s, float value, DType t = DType::f32);
+// Returns x itself when it already has dtype t.
+ValueId cast(Graph& g, ValueId x, DType t);
+
+// ---- elementwise with NumPy broadcasting (ops/elementwise.cpp) ----
+ValueId add(Graph& g, ValueId a, ValueId b);
+ValueId sub(Graph& g, ValueId a, ValueId b);
+ValueId mul(Graph& g, ValueId a, ValueId b);
+ValueId scale(Graph& g, ValueId x, float s);  // s * x
+// y = x * keep / (1 - p), keep = dropout_keep(seed, i, p) (ops/rng.h); identical on every backend.
+ValueId dropout(Graph& g, ValueId x, float p, uint64_t seed);
+
+// ---- activations (ops/activations.cpp) ----
+enum class Act : int { silu = 0, gelu_erf = 1, gelu_tanh = 2, quick_gelu = 3 };
+ValueId silu(Graph& g, ValueId x);
+ValueId gelu(Graph& g, ValueId x, bool tanh_approx = false);
+ValueId quick_gelu(Graph& g, ValueId x);         // x * sigmoid(1.702 x)
+ValueId act_grad(Graph& g, ValueId x, ValueId gy, Act kind);  // gy * f'(x)
+// x [..., 2F] -> x[..., :F] * gelu_erf(x[..., F:])  (diffusers GEGLU after its projection)
+ValueId geglu(Graph& g, ValueId x);
+ValueId geglu_grad(Graph& g, ValueId x, ValueId gy);
+
+// ---- reductions and losses (ops/reductions.cpp) ----
+ValueId sum(Graph& g, ValueId x);                            // all elements -> scalar (nd 0)
+ValueId sum(Graph& g, ValueId x, int axis, bool keepdim);
+ValueId mean(Graph& g, ValueId x);
+ValueId mean(Graph& g, ValueId x, int axis, bool keepdim);
+// Sums x down to shape s, where s broadcasts to x's shape (the backward of broadcasting).
+ValueId sum_to(Graph& g, ValueId x, const Shape& s);
+// mean over samples b of w[b] * mean over sample b's elements of (pred - target)^2; w [B]
+// optional (kNoValue: all ones). Scalar f32 output.
+ValueId mse_loss(Graph& g, ValueId pred, ValueId target, ValueId weights = kNoValue);
+ValueId mse_loss_grad(Graph& g, ValueId gy, ValueId pred, ValueId target, ValueId weights = kNoValue);
+
+// ---- matmul (ops/matmul.cpp) ----
+// a [..., M, K] (trans_a: [..., K, M]) times b [..., K, N] (trans_b: [..., N, K]) -> [..., M, N].
+// Batch dims of a and b are equal, or b is 2-D and shared by every batch.
+ValueId matmul(Graph& g, ValueId a, ValueId b, bool trans_a = false, bool trans_b = false);
+// x [..., in], w [out, in], bias [out] (optional) -> [..., out].
+ValueId linear(Graph& g, ValueId x, ValueId w, ValueId bias = kNoValue);
+
+// ---- convolution and resampling, NHWC (ops/conv.cpp) ----
+// x [N, H, W, Cin], w [Cout, k, k, Cin], bias [Cout] optional -> [N, Ho, Wo, Cout].
+ValueId conv2d(Graph& g, ValueId x, ValueId w, ValueId bias, int stride, int pad);
+ValueId conv2d_grad_input(Graph& g, ValueId gy, ValueId w, int stride, int pad, int64_t H, int64_t W);
+ValueId conv2d_grad_weight(Graph& g, ValueId gy, ValueId x, int stride, int pad, int64_t k);
+ValueId upsample2x(Graph& g, ValueId x);          // nearest, [N, H, W, C] -> [N, 2H, 2W, C]
+ValueId upsample2x_grad(Graph& g, ValueId gy);    // sums each 2x2 block
+
+// ---- normalisation and softmax (ops/norms.cpp) ----
+// x [N, ..., C]: statistics per (sample, group) over all positions and the group's C/G
+// channels; gamma, beta [C]; optionally fused SiLU on the output.
+// Outputs {y, mean [N, G] f32, rstd [N, G] f32}; builder returns y.
+ValueId group_norm(Graph& g, ValueId x, ValueId gamma, ValueId beta, int groups, float eps, bool silu);
+// Over the last dim; outputs {y, mean [rows] f32, rstd [rows] f32}; builder returns y.
+ValueId layer_norm(Graph& g, ValueId x, ValueId gamma, ValueId beta, float eps);
+// Softmax over the last dim of scale * x.
+ValueId softmax(Graph& g, ValueId x, float scale = 1.0f);
+
+// ---- attention (ops/attention.cpp) ----
+// q [B, L, H, d], k [B, S, H, d], v [B, S, H, dv] -> o [B, L, H, dv]; also lse [B, H, L] f32.
+// scale 0 means 1/sqrt(d). causal masks keys j > i (CLIP).
+ValueId attention(Graph& g, ValueId q, ValueId k, ValueId v, float scale = 0.0f, bool causal = false);
+
+// ---- embeddings (ops/embedding.cpp) ----
+ValueId embedding(Graph& g, ValueId table, ValueId ids);  // table [V, D], ids i32 [...] -> [..., D]
+// t [B] (f32) -> [B, dim], as diffusers' Timesteps: exponent -ln(max_period) * i / (half - shift),
+// [sin, cos] (or [cos, sin] when flip_sin_to_cos), zero pad when dim is odd.
+ValueId timestep_embedding(Graph& g, ValueId t, int dim, bool flip_sin_to_cos = true, float shift = 0.0f,
+                           float max_period = 10000.0f);
+
+}  // namespace gl

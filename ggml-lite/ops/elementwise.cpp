@@ -1,0 +1,11 @@
+// PLACEHOLDER family file (being written).
+#include "ggml-lite/ops/family.h"
+namespace gl {
+static std::vector<OutSpec> todo_infer(const OpCall& c) { c.fail("not written yet"); }
+static Cost todo_cost(const OpCall&) { return {}; }
+const OpDef def_add{"add", "elementwise", todo_infer, todo_cost, nullptr, nullptr, 0};
+const OpDef def_sub{"sub", "elementwise", todo_infer, todo_cost, nullptr, nullptr, 0};
+const OpDef def_mul{"mul", "elementwise", todo_infer, todo_cost, nullptr, nullptr, 0};
+const OpDef def_scale{"scale", "elementwise", todo_infer, todo_cost, nullptr, nullptr, 0};
+const OpDef def_dropout{"dropout", "elementwise", todo_infer, todo_cost, nullptr, nullptr, 0};
+}  // namespace gl

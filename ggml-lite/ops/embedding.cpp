@@ -1,0 +1,9 @@
+// PLACEHOLDER family file (being written).
+#include "ggml-lite/ops/family.h"
+namespace gl {
+static std::vector<OutSpec> todo_infer(const OpCall& c) { c.fail("not written yet"); }
+static Cost todo_cost(const OpCall&) { return {}; }
+const OpDef def_embedding{"embedding", "embedding", todo_infer, todo_cost, nullptr, nullptr, 0};
+const OpDef def_embedding_grad{"embedding_grad", "embedding", todo_infer, todo_cost, nullptr, nullptr, 0};
+const OpDef def_timestep_embedding{"timestep_embedding", "embedding", todo_infer, todo_cost, nullptr, nullptr, 0};
+}  // namespace gl

@@ -1,0 +1,57 @@
+// THE op list. Each entry: X(name, family). The family file ops/<family>.cpp defines
+// `const OpDef def_<name>` (shape rule, cost, backward rule, CPU kernel); the CUDA kernel
+// lives in cuda/<family>.cu. Tests iterate this list.
+#pragma once
+
+#define GL_OP_LIST(X)                  \
+    /* views and copies */              \
+    X(reshape, views)                   \
+    X(permute, views)                   \
+    X(slice, views)                     \
+    X(expand, views)                    \
+    X(contiguous, views)                \
+    X(concat, views)                    \
+    X(fill, views)                      \
+    X(cast, views)                      \
+    /* elementwise and broadcast */     \
+    X(add, elementwise)                 \
+    X(sub, elementwise)                 \
+    X(mul, elementwise)                 \
+    X(scale, elementwise)               \
+    X(dropout, elementwise)             \
+    /* activations */                   \
+    X(silu, activations)                \
+    X(gelu, activations)                \
+    X(quick_gelu, activations)          \
+    X(act_grad, activations)            \
+    X(geglu, activations)               \
+    X(geglu_grad, activations)          \
+    /* reductions and losses */         \
+    X(sum, reductions)                  \
+    X(mean, reductions)                 \
+    X(sum_to, reductions)               \
+    X(mse_loss, reductions)             \
+    X(mse_loss_grad, reductions)        \
+    /* matmul and linear */             \
+    X(matmul, matmul)                   \
+    X(linear, matmul)                   \
+    /* convolution and resampling */    \
+    X(conv2d, conv)                     \
+    X(conv2d_grad_input, conv)          \
+    X(conv2d_grad_weight, conv)         \
+    X(upsample2x, conv)                 \
+    X(upsample2x_grad, conv)            \
+    /* normalisation and softmax */     \
+    X(group_norm, norms)                \
+    X(group_norm_grad, norms)           \
+    X(layer_norm, norms)                \
+    X(layer_norm_grad, norms)           \
+    X(softmax, norms)                   \
+    X(softmax_grad, norms)              \
+    /* attention */                     \
+    X(attention, attention)             \
+    X(attention_grad, attention)        \
+    /* embeddings */                    \
+    X(embedding, embedding)             \
+    X(embedding_grad, embedding)        \
+    X(timestep_embedding, embedding)
