@@ -20,6 +20,8 @@ using gl::ValueId;
 
 struct CaseBuilder {
     Graph g;
+    // dtype the case computes in: x() and f32 c() leaves are cast to it (GPU parity runs bf16).
+    DType compute = DType::f32;
     std::mt19937 rng{1234};
     std::vector<std::pair<ValueId, std::vector<float>>> data;  // initial leaf contents
     std::vector<ValueId> outs;
@@ -34,6 +36,10 @@ struct CaseBuilder {
     void set(ValueId v, std::vector<float> values);
     void out(ValueId y) { outs.push_back(y); }
     std::vector<float> random(int64_t n, float lo, float hi);
+
+private:
+    ValueId to_compute(ValueId leaf);
+    std::vector<std::pair<ValueId, ValueId>> alias_;  // cast value -> its leaf
 };
 
 struct OpCase {

@@ -14,16 +14,23 @@ std::vector<float> CaseBuilder::random(int64_t n, float lo, float hi) {
     return v;
 }
 
+ValueId CaseBuilder::to_compute(ValueId leaf) {
+    if (compute == DType::f32) return leaf;
+    ValueId v = gl::cast(g, leaf, compute);
+    alias_.emplace_back(v, leaf);
+    return v;
+}
+
 ValueId CaseBuilder::x(const std::string& name, const Shape& s, float lo, float hi) {
     ValueId v = g.param(name, DType::f32, s);
     data.emplace_back(v, random(s.numel(), lo, hi));
-    return v;
+    return to_compute(v);
 }
 
 ValueId CaseBuilder::c(const std::string& name, const Shape& s, float lo, float hi, DType t) {
     ValueId v = g.weight(name, t, s);
     data.emplace_back(v, random(s.numel(), lo, hi));
-    return v;
+    return t == DType::f32 ? to_compute(v) : v;
 }
 
 ValueId CaseBuilder::ids(const std::string& name, const Shape& s, int n) {
@@ -36,6 +43,8 @@ ValueId CaseBuilder::ids(const std::string& name, const Shape& s, int n) {
 }
 
 void CaseBuilder::set(ValueId v, std::vector<float> values) {
+    for (auto& [cast_id, leaf] : alias_)
+        if (cast_id == v) v = leaf;
     for (auto& [id, d] : data)
         if (id == v) {
             GL_CHECK(values.size() == d.size(), "CaseBuilder::set: size mismatch");
@@ -54,9 +63,10 @@ Register::Register(std::vector<OpCase> cs) {
     for (auto& c : cs) registry().push_back(std::move(c));
 }
 
-std::unique_ptr<BuiltCase> build_case(const OpCase& c, bool with_backward) {
+std::unique_ptr<BuiltCase> build_case(const OpCase& c, bool with_backward, DType compute) {
     auto bc = std::make_unique<BuiltCase>();
     CaseBuilder& b = bc->b;
+    b.compute = compute;
     c.build(b);
     GL_CHECK(!b.outs.empty(), "case ", c.op, "/", c.label, " has no outputs");
     Graph& g = b.g;
@@ -65,7 +75,10 @@ std::unique_ptr<BuiltCase> build_case(const OpCase& c, bool with_backward) {
         ValueId y = b.outs[k];
         if (!gl::dtype_is_float(g.dtype(y))) continue;
         ValueId yf = gl::cast(g, y, DType::f32);
+        DType compute = b.compute;
+        b.compute = DType::f32;  // the projection stays f32
         ValueId r = b.c(gl::cat("proj", k), g.shape(y), -1.0f, 1.0f);
+        b.compute = compute;
         ValueId term = gl::sum(g, gl::mul(g, yf, r));
         loss = loss == gl::kNoValue ? term : gl::add(g, loss, term);
     }

@@ -20,7 +20,7 @@ struct BuiltCase {
 
 // Builds the case and its loss = sum_k sum(out_k * R_k) (R_k fixed random constants),
 // then appends the backward pass when with_backward.
-std::unique_ptr<BuiltCase> build_case(const OpCase& c, bool with_backward);
+std::unique_ptr<BuiltCase> build_case(const OpCase& c, bool with_backward, DType compute = DType::f32);
 // Writes every leaf's initial data.
 void bind_leaves(gl::Runtime& rt, const CaseBuilder& b);
 // max_i |a_i - b_i| / max(floor, max_i |b_i|)

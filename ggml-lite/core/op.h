@@ -67,6 +67,7 @@ enum OpFlags : uint32_t {
     kOpInplace = 1u << 1,     // output 0 may take input 0's bytes when input 0 dies here
     kOpGradHelper = 1u << 2,  // built only by backward rules; verified through its forward op's gradient check
     kOpNoGrad = 1u << 3,      // no gradient flows through it (ids, constants, random masks' seeds)
+    kOpMutates = 1u << 4,     // updates some inputs in place (optimizer steps); has no outputs
 };
 
 struct OpDef {

@@ -25,6 +25,12 @@ public:
     virtual void run() = 0;
     // Sets every byte of every arena to `byte` (tests poison memory with it).
     virtual void poison(unsigned char byte) = 0;
+    // Bytes this runtime allocated for a category's arena (tests hold it to the plan).
+    // Throws gl::Error for a backend that does not report it.
+    virtual size_t allocated_bytes(Category c) const;
+
+    // What the backend holds: the plan's arenas plus backend extras (workspace, context).
+    virtual std::string memory_report() const { return plan_.report(); }
 
     void write_f32(ValueId v, const std::vector<float>& x);
     std::vector<float> read_f32(ValueId v) const;
@@ -36,5 +42,10 @@ protected:
 
 // The CPU reference backend: computes in f32 (double accumulation where it matters).
 std::unique_ptr<Runtime> make_cpu_runtime(Plan plan);
+
+// The CUDA backend (ggml-lite/cuda). Throws gl::Error when the library was built without
+// CUDA or no usable GPU is present; cuda_available says which, without throwing.
+std::unique_ptr<Runtime> make_cuda_runtime(Plan plan);
+bool cuda_available(std::string* why = nullptr);
 
 }  // namespace gl

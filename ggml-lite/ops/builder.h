@@ -92,4 +92,24 @@ ValueId embedding(Graph& g, ValueId table, ValueId ids);  // table [V, D], ids i
 ValueId timestep_embedding(Graph& g, ValueId t, int dim, bool flip_sin_to_cos = true, float shift = 0.0f,
                            float max_period = 10000.0f);
 
+// ---- optimizer steps (ops/optim.cpp): update parameters and state in place, no outputs ----
+// hyper: f32 [8] = {lr, beta1, beta2, eps, weight_decay, step (1-based), grad_scale, unused}, written
+// by the host each step so a schedule never rebuilds the graph. grad_scale multiplies the gradient
+// first (loss-scale undo, clipping).
+enum HyperSlot { kLr = 0, kBeta1, kBeta2, kEps, kWeightDecay, kStep, kGradScale, kHyperSize = 8 };
+// AdamW on fp32 param, m, v. decay_after = false: PyTorch's order (p *= 1 - lr*wd, then the Adam
+// step); true: bitsandbytes' order (Adam step, then decay).
+void adamw_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId hyper, bool decay_after = false);
+// Block-wise 8-bit AdamW (Dettmers et al. 2021, as bitsandbytes): m, v are u8 codes into the signed /
+// unsigned dynamic maps, one fp32 absmax per block of 256 (absmax_m, absmax_v: [ceil(n/256)]).
+// An element whose gradient is NaN/Inf keeps its parameter and moments.
+void adamw8bit_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId absmax_m, ValueId absmax_v,
+                    ValueId hyper);
+constexpr int kAdam8bitBlock = 256;
+constexpr int64_t kAdam8bitMinElements = 4096;  // smaller tensors keep fp32 state
+// The 256-entry dynamic quantisation maps (sorted ascending): signed for m, unsigned for v.
+const float* adam8bit_qmap(bool is_signed);
+// Index of the code nearest to x (ties to the lower index) in a sorted 256-entry map.
+int adam8bit_quantize(const float* qmap, float x);
+
 }  // namespace gl

@@ -54,4 +54,7 @@
     /* embeddings */                    \
     X(embedding, embedding)             \
     X(embedding_grad, embedding)        \
-    X(timestep_embedding, embedding)
+    X(timestep_embedding, embedding)    \
+    /* optimizer steps (update in place) */ \
+    X(adamw_step, optim)                \
+    X(adamw8bit_step, optim)

@@ -1,0 +1,18 @@
+// Stand-ins for a build without CUDA: they say so instead of failing to link.
+#ifndef GL_HAVE_CUDA
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/core/runtime.h"
+
+namespace gl {
+
+bool cuda_available(std::string* why) {
+    if (why) *why = "ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)";
+    return false;
+}
+
+std::unique_ptr<Runtime> make_cuda_runtime(Plan) {
+    fail("make_cuda_runtime: ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)");
+}
+
+}  // namespace gl
+#endif

@@ -1,0 +1,113 @@
+// Elementwise add / sub / mul with broadcasting (dense inputs, up to 4 dims aligned at the
+// last), scale, and seeded dropout (mask from ops/rng.h, identical to the CPU backend).
+// Index-aligned, so safe when the planner places the output over input 0.
+#include "ggml-lite/cuda/kernel.cuh"
+#include "ggml-lite/ops/rng.h"
+
+namespace gl {
+
+struct Bcast {
+    int64_t dim[4];
+    int64_t sa[4], sb[4];
+    int64_t n;
+};
+
+static void bcast_strides(const Shape& in, const Shape& out, int64_t* st) {
+    int64_t s = 1;
+    for (int k = 0; k < 4; k++) st[k] = 0;
+    for (int i = out.nd - 1, j = in.nd - 1; i >= 0; i--, j--) {
+        int64_t d = j >= 0 ? in.d[size_t(j)] : 1;
+        st[4 - out.nd + i] = d == 1 ? 0 : s;
+        s *= d;
+    }
+}
+
+enum class BinOp { add, sub, mul };
+
+template <class T, BinOp OP>
+__device__ __forceinline__ T bin(T a, T b) {
+    float x = to_f32(a), y = to_f32(b);
+    return from_f32<T>(OP == BinOp::add ? x + y : OP == BinOp::sub ? x - y : x * y);
+}
+
+template <class T, BinOp OP>
+__global__ void binary_same_kernel(const T* __restrict__ a, const T* __restrict__ b, T* y, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        y[i] = bin<T, OP>(a[i], b[i]);
+}
+
+template <class T, BinOp OP>
+__global__ void binary_bcast_kernel(const T* __restrict__ a, const T* __restrict__ b, T* y, Bcast d) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.n; i += int64_t(gridDim.x) * blockDim.x) {
+        int64_t r = i, ia = 0, ib = 0;
+        for (int k = 3; k >= 0; k--) {
+            int64_t c = r % d.dim[k];
+            r /= d.dim[k];
+            ia += c * d.sa[k];
+            ib += c * d.sb[k];
+        }
+        y[i] = bin<T, OP>(a[ia], b[ib]);
+    }
+}
+
+template <BinOp OP>
+static void binary_run(CudaCtx& c) {
+    const Shape& out = c.out_shape(0);
+    int64_t n = out.numel();
+    if (n == 0) return;
+    dispatch_float(c.out_dtype(0), op_name(c.node.op), [&](auto tag) {
+        using T = decltype(tag);
+        if (c.in_shape(0) == out && c.in_shape(1) == out) {
+            binary_same_kernel<T, OP><<<grid_for(n, 256), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr<T>(1), c.out_ptr<T>(0), n);
+        } else {
+            Bcast d{};
+            for (int k = 0; k < 4; k++) d.dim[k] = 1;
+            for (int i = 0; i < out.nd; i++) d.dim[4 - out.nd + i] = out.d[size_t(i)];
+            bcast_strides(c.in_shape(0), out, d.sa);
+            bcast_strides(c.in_shape(1), out, d.sb);
+            d.n = n;
+            binary_bcast_kernel<T, OP><<<grid_for(n, 256), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr<T>(1), c.out_ptr<T>(0), d);
+        }
+    });
+    GL_CUDA_LAUNCHED();
+}
+
+const CudaKernel cuda_add{binary_run<BinOp::add>};
+const CudaKernel cuda_sub{binary_run<BinOp::sub>};
+const CudaKernel cuda_mul{binary_run<BinOp::mul>};
+
+template <class T>
+__global__ void scale_kernel(const T* x, T* y, int64_t n, float s) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        y[i] = from_f32<T>(s * to_f32(x[i]));
+}
+static void scale_run(CudaCtx& c) {
+    int64_t n = c.out[0].numel();
+    if (n == 0) return;
+    dispatch_float(c.out_dtype(0), "scale", [&](auto tag) {
+        using T = decltype(tag);
+        scale_kernel<T><<<grid_for(n, 256), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.out_ptr<T>(0), n, c.p().f[0]);
+    });
+    GL_CUDA_LAUNCHED();
+}
+const CudaKernel cuda_scale{scale_run};
+
+template <class T>
+__global__ void dropout_kernel(const T* x, T* y, int64_t n, float p, uint64_t seed) {
+    const float keep_scale = 1.0f / (1.0f - p);
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        y[i] = from_f32<T>(dropout_keep(seed, uint64_t(i), p) ? to_f32(x[i]) * keep_scale : 0.0f);
+}
+static void dropout_run(CudaCtx& c) {
+    int64_t n = c.out[0].numel();
+    if (n == 0) return;
+    dispatch_float(c.out_dtype(0), "dropout", [&](auto tag) {
+        using T = decltype(tag);
+        dropout_kernel<T><<<grid_for(n, 256), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.out_ptr<T>(0), n, c.p().f[0],
+                                                                    uint64_t(c.p().i[0]));
+    });
+    GL_CUDA_LAUNCHED();
+}
+const CudaKernel cuda_dropout{dropout_run};
+
+}  // namespace gl

@@ -1,0 +1,247 @@
+// CUDA backend: one device allocation per memory category sized from the plan, one stream,
+// a workspace sized once for the largest node, and the whole step captured into a CUDA
+// graph after its first (eager) run and replayed from then on.
+#include <cstdlib>
+#include <cstring>
+
+#include "ggml-lite/core/runtime.h"
+#include "ggml-lite/cuda/kernel.cuh"
+
+namespace gl {
+
+static const CudaKernel* const kCudaTable[] = {
+#define GL_X(name, family) &cuda_##name,
+    GL_OP_LIST(GL_X)
+#undef GL_X
+};
+
+const CudaKernel& cuda_kernel(Op op) { return *kCudaTable[int(op)]; }
+
+// ---- densify: strided gather of up to 4 dims, element size 1, 2 or 4 ----
+
+struct StridedDesc {
+    int64_t dim[4], stride[4];
+    int64_t offset, n;
+};
+
+template <class E>
+__global__ void densify_kernel(const E* __restrict__ src, E* __restrict__ dst, StridedDesc d) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.n; i += int64_t(gridDim.x) * blockDim.x) {
+        int64_t r = i, idx = d.offset;
+        for (int k = 3; k >= 0; k--) {
+            idx += (r % d.dim[k]) * d.stride[k];
+            r /= d.dim[k];
+        }
+        dst[i] = src[idx];
+    }
+}
+
+void launch_densify(const TensorRef& t, void* dst, cudaStream_t s) {
+    StridedDesc d{};
+    const Shape& sh = t.layout.shape;
+    for (int k = 0; k < 4; k++) {
+        int j = k - (4 - sh.nd);
+        d.dim[k] = j >= 0 ? sh.d[size_t(j)] : 1;
+        d.stride[k] = j >= 0 ? t.layout.stride[size_t(j)] : 0;
+    }
+    d.offset = t.layout.offset;
+    d.n = t.numel();
+    if (d.n == 0) return;
+    unsigned grid = grid_for(d.n, 256);
+    switch (dtype_size(t.dtype)) {
+        case 1: densify_kernel<uint8_t><<<grid, 256, 0, s>>>((const uint8_t*)t.data, (uint8_t*)dst, d); break;
+        case 2: densify_kernel<uint16_t><<<grid, 256, 0, s>>>((const uint16_t*)t.data, (uint16_t*)dst, d); break;
+        default: densify_kernel<uint32_t><<<grid, 256, 0, s>>>((const uint32_t*)t.data, (uint32_t*)dst, d); break;
+    }
+    GL_CUDA_LAUNCHED();
+}
+
+bool cuda_available(std::string* why) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        if (why) *why = e != cudaSuccess ? cat("no usable CUDA device (", cudaGetErrorString(e), ")") : "no CUDA device found";
+        cudaGetLastError();  // clear the sticky error of a failed probe
+        return false;
+    }
+    return true;
+}
+
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+class CudaRuntime final : public Runtime {
+public:
+    explicit CudaRuntime(Plan plan) : Runtime(std::move(plan)) {
+        std::string why;
+        GL_CHECK(cuda_available(&why), "make_cuda_runtime: ", why);
+        GL_CUDA_CHECK(cudaFree(nullptr));  // creates the context
+        size_t free0 = 0, total = 0;
+        GL_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+        used_before_ = total - free0;
+        GL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+        for (int c = 0; c < kCategoryCount; c++) {
+            size_t b = plan_.arena_bytes[size_t(c)];
+            if (b) GL_CUDA_CHECK(cudaMalloc(&arenas_[size_t(c)], b));
+        }
+        // Workspace: the largest node's need (its kernel's scratch plus densified inputs).
+        const Graph& g = plan_.graph;
+        for (const Node& n : g.nodes) {
+            const CudaKernel& k = cuda_kernel(n.op);
+            if (!k.run) continue;
+            size_t need = k.workspace ? align_up(k.workspace(g, n)) : 0;
+            if (!(k.flags & kCudaStrided))
+                for (ValueId x : n.in)
+                    if (!g.v(x).layout.is_contiguous()) need += align_up(g.v(x).bytes());
+            workspace_bytes_ = std::max(workspace_bytes_, need);
+        }
+        if (workspace_bytes_) GL_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+        size_t free1 = 0;
+        GL_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+        used_after_ = total - free1;
+        if (const char* e = std::getenv("GL_CUDA_GRAPH")) use_graph_ = std::strcmp(e, "0") != 0;
+    }
+
+    ~CudaRuntime() override {
+        if (exec_) cudaGraphExecDestroy(exec_);
+        for (void* a : arenas_)
+            if (a) cudaFree(a);
+        if (workspace_) cudaFree(workspace_);
+        if (stream_) cudaStreamDestroy(stream_);
+    }
+
+    const char* backend_name() const override { return "cuda"; }
+
+    TensorRef ref(ValueId id) const {
+        const Graph& g = plan_.graph;
+        const Value& v = g.v(id);
+        int64_t off = plan_.offset[size_t(v.base)];
+        GL_CHECK(off >= 0, "cuda runtime: ", g.describe(id), " has no storage in the plan");
+        TensorRef t;
+        t.data = static_cast<char*>(arenas_[size_t(g.v(v.base).category)]) + off;
+        t.dtype = v.dtype;
+        t.layout = v.layout;
+        return t;
+    }
+
+    void write(ValueId id, const void* data, DType t) override {
+        const Value& v = plan_.graph.v(id);
+        GL_CHECK(v.base == id, "write: ", plan_.graph.describe(id), " is a view; write its base value");
+        const void* src = data;
+        std::vector<unsigned char> conv;
+        if (t != v.dtype) {
+            conv.resize(v.bytes());
+            for (int64_t i = 0; i < v.numel(); i++) store_from_f32(conv.data(), v.dtype, i, load_as_f32(data, t, i));
+            src = conv.data();
+        }
+        GL_CUDA_CHECK(cudaMemcpyAsync(CudaCtx::elem(ref(id)), src, v.bytes(), cudaMemcpyHostToDevice, stream_));
+        GL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+
+    void read(ValueId id, void* data, DType t) const override {
+        TensorRef src = ref(id);
+        const Value& v = plan_.graph.v(id);
+        void* dense = nullptr;
+        if (!src.dense()) {
+            GL_CUDA_CHECK(cudaMalloc(&dense, v.bytes()));  // explicit reads are outside the step
+            launch_densify(src, dense, stream_);
+        }
+        std::vector<unsigned char> host(v.bytes());
+        cudaError_t e = cudaMemcpyAsync(host.data(), dense ? dense : CudaCtx::elem(src), v.bytes(), cudaMemcpyDeviceToHost, stream_);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+        if (dense) cudaFree(dense);
+        GL_CUDA_CHECK(e);
+        if (t == v.dtype) {
+            std::memcpy(data, host.data(), host.size());
+        } else {
+            for (int64_t i = 0; i < v.numel(); i++) store_from_f32(data, t, i, load_as_f32(host.data(), v.dtype, i));
+        }
+    }
+
+    void run() override {
+        if (use_graph_ && runs_ >= 1) {
+            if (!exec_) {
+                cudaGraph_t graph;
+                GL_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+                try {
+                    launch_all();
+                } catch (...) {
+                    cudaStreamEndCapture(stream_, &graph);
+                    throw;
+                }
+                GL_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+                GL_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph, 0));
+                GL_CUDA_CHECK(cudaGraphDestroy(graph));
+            }
+            GL_CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
+        } else {
+            launch_all();
+        }
+        runs_++;  // no host synchronisation: read() waits for the stream
+    }
+
+    void poison(unsigned char byte) override {
+        for (int c = 0; c < kCategoryCount; c++)
+            if (arenas_[size_t(c)]) GL_CUDA_CHECK(cudaMemsetAsync(arenas_[size_t(c)], byte, plan_.arena_bytes[size_t(c)], stream_));
+        if (workspace_) GL_CUDA_CHECK(cudaMemsetAsync(workspace_, byte, workspace_bytes_, stream_));
+        GL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+
+    std::string memory_report() const override {
+        std::string s = plan_.report();
+        char line[160];
+        auto mib = [](size_t b) { return double(b) / (1024.0 * 1024.0); };
+        size_t arenas = plan_.total_bytes();
+        std::snprintf(line, sizeof line, "  %-20s %10.2f MiB (largest node's scratch)\n", "cuda workspace", mib(workspace_bytes_));
+        s += line;
+        std::snprintf(line, sizeof line, "  %-20s %10.2f MiB (context, libraries, other processes)\n", "device baseline",
+                      mib(used_before_));
+        s += line;
+        std::snprintf(line, sizeof line, "  %-20s %10.2f MiB (cudaMemGetInfo; arenas + workspace = %.2f MiB)\n",
+                      "device in use", mib(used_after_), mib(arenas + workspace_bytes_));
+        s += line;
+        return s;
+    }
+
+private:
+    void launch_all() {
+        const Graph& g = plan_.graph;
+        for (const Node& n : g.nodes) {
+            const CudaKernel& k = cuda_kernel(n.op);
+            if (!k.run) continue;
+            CudaCtx ctx(n, stream_);
+            char* scratch = static_cast<char*>(workspace_);
+            for (ValueId x : n.in) {
+                TensorRef t = ref(x);
+                if (!(k.flags & kCudaStrided) && !t.dense()) {
+                    launch_densify(t, scratch, stream_);
+                    t.data = scratch;
+                    t.layout = Layout::contiguous(t.layout.shape);
+                    scratch += align_up(g.v(x).bytes());
+                }
+                ctx.in.push_back(t);
+            }
+            for (ValueId y : n.out) ctx.out.push_back(ref(y));
+            ctx.workspace = scratch;
+            ctx.workspace_bytes = workspace_bytes_ - size_t(scratch - static_cast<char*>(workspace_));
+            k.run(ctx);
+        }
+    }
+
+    cudaStream_t stream_ = nullptr;
+    std::array<void*, kCategoryCount> arenas_{};
+    void* workspace_ = nullptr;
+    size_t workspace_bytes_ = 0;
+    size_t used_before_ = 0, used_after_ = 0;
+    bool use_graph_ = true;
+    int runs_ = 0;
+    cudaGraphExec_t exec_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Runtime> make_cuda_runtime(Plan plan) { return std::make_unique<CudaRuntime>(std::move(plan)); }
+
+}  // namespace gl
