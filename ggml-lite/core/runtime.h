@@ -21,8 +21,10 @@ public:
     virtual void write(ValueId v, const void* data, DType t) = 0;
     // Reads a value (views included) as numel elements of type t, contiguous.
     virtual void read(ValueId v, void* data, DType t) const = 0;
-    // Runs every node of the plan once.
+    // Runs every node of the plan once. A device backend may return before the work is done;
+    // read() and synchronize() wait for it.
     virtual void run() = 0;
+    virtual void synchronize() {}
     // Sets every byte of every arena to `byte` (tests poison memory with it).
     virtual void poison(unsigned char byte) = 0;
     // Bytes this runtime allocated for a category's arena (tests hold it to the plan).

@@ -182,6 +182,10 @@ public:
         runs_++;  // no host synchronisation: read() waits for the stream
     }
 
+    size_t allocated_bytes(Category c) const override { return arenas_[size_t(c)] ? plan_.arena_bytes[size_t(c)] : 0; }
+
+    void synchronize() override { GL_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
     void poison(unsigned char byte) override {
         for (int c = 0; c < kCategoryCount; c++)
             if (arenas_[size_t(c)]) GL_CUDA_CHECK(cudaMemsetAsync(arenas_[size_t(c)], byte, plan_.arena_bytes[size_t(c)], stream_));
