@@ -1,0 +1,154 @@
+// Activations (SiLU, GELU erf/tanh, QuickGELU), their gradient act_grad, GEGLU and its
+// gradient. Elementwise, index-aligned (safe in place); fp32 math, any float dtype.
+#include "ggml-lite/cuda/kernel.cuh"
+#include "ggml-lite/ops/builder.h"
+
+namespace gl {
+
+namespace {
+
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+constexpr float kSqrt2OverPi = 0.79788456080286536f;
+constexpr float kTanhCubic = 0.044715f;
+constexpr float kQuickGeluScale = 1.702f;
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+template <Act K>
+__device__ __forceinline__ float act_value(float x) {
+    if constexpr (K == Act::silu) return x * sigmoid(x);
+    if constexpr (K == Act::gelu_erf) return 0.5f * x * (1.0f + erff(x * kInvSqrt2));
+    if constexpr (K == Act::gelu_tanh) return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kTanhCubic * x * x * x)));
+    if constexpr (K == Act::quick_gelu) return x * sigmoid(kQuickGeluScale * x);
+    return 0.0f;
+}
+
+template <Act K>
+__device__ __forceinline__ float act_slope(float x) {
+    if constexpr (K == Act::silu) {
+        float s = sigmoid(x);
+        return s * (1.0f + x * (1.0f - s));
+    }
+    if constexpr (K == Act::gelu_erf) return 0.5f * (1.0f + erff(x * kInvSqrt2)) + x * kInvSqrt2Pi * expf(-0.5f * x * x);
+    if constexpr (K == Act::gelu_tanh) {
+        float t = tanhf(kSqrt2OverPi * (x + kTanhCubic * x * x * x));
+        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kTanhCubic * x * x);
+    }
+    if constexpr (K == Act::quick_gelu) {
+        float s = sigmoid(kQuickGeluScale * x);
+        return s + kQuickGeluScale * x * s * (1.0f - s);
+    }
+    return 0.0f;
+}
+
+template <class F>
+void with_act(Act k, F&& f) {
+    switch (k) {
+        case Act::silu: f.template operator()<Act::silu>(); return;
+        case Act::gelu_erf: f.template operator()<Act::gelu_erf>(); return;
+        case Act::gelu_tanh: f.template operator()<Act::gelu_tanh>(); return;
+        case Act::quick_gelu: f.template operator()<Act::quick_gelu>(); return;
+    }
+    fail("activation: invalid kind ", int(k));
+}
+
+Act act_of(Op op, const Params& p) {
+    switch (op) {
+        case Op::silu: return Act::silu;
+        case Op::gelu: return p.i[0] ? Act::gelu_tanh : Act::gelu_erf;
+        case Op::quick_gelu: return Act::quick_gelu;
+        default: return Act(p.i[0]);
+    }
+}
+
+#define GRID_STRIDE(i, n) \
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+template <class T, Act K>
+__global__ void act_kernel(const T* x, T* y, int64_t n) {
+    GRID_STRIDE(i, n) y[i] = from_f32<T>(act_value<K>(to_f32(x[i])));
+}
+
+template <class T, Act K>
+__global__ void act_grad_kernel(const T* gy, const void* x, DType tx, T* gx, int64_t n) {
+    GRID_STRIDE(i, n) gx[i] = from_f32<T>(to_f32(gy[i]) * act_slope<K>(load_any(x, tx, i)));
+}
+
+template <class T>
+__global__ void geglu_kernel(const T* x, T* y, int64_t F, int64_t n) {
+    GRID_STRIDE(i, n) {
+        int64_t r = i / F, j = i - r * F;
+        const T* h = x + r * 2 * F;
+        y[i] = from_f32<T>(to_f32(h[j]) * act_value<Act::gelu_erf>(to_f32(h[F + j])));
+    }
+}
+
+// One thread per pair (j, F + j): both are read before either is written (safe in place).
+template <class T>
+__global__ void geglu_grad_kernel(const T* x, const void* gy, DType tg, T* gx, int64_t F, int64_t n) {
+    GRID_STRIDE(i, n) {
+        int64_t r = i / F, j = i - r * F;
+        float h = to_f32(x[r * 2 * F + j]), gate = to_f32(x[r * 2 * F + F + j]), g = load_any(gy, tg, i);
+        gx[r * 2 * F + j] = from_f32<T>(g * act_value<Act::gelu_erf>(gate));
+        gx[r * 2 * F + F + j] = from_f32<T>(g * h * act_slope<Act::gelu_erf>(gate));
+    }
+}
+
+}  // namespace
+
+static void act_run(CudaCtx& c) {
+    int64_t n = c.out[0].numel();
+    if (n == 0) return;
+    dispatch_float(c.out_dtype(0), op_name(c.node.op), [&](auto tag) {
+        using T = decltype(tag);
+        with_act(act_of(c.node.op, c.p()), [&]<Act K>() {
+            act_kernel<T, K><<<grid_for(n, 256), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.out_ptr<T>(0), n);
+        });
+    });
+    GL_CUDA_LAUNCHED();
+}
+const CudaKernel cuda_silu{act_run};
+const CudaKernel cuda_gelu{act_run};
+const CudaKernel cuda_quick_gelu{act_run};
+
+static void act_grad_run(CudaCtx& c) {
+    int64_t n = c.out[0].numel();
+    if (n == 0) return;
+    GL_CHECK(c.in_dtype(0) == c.out_dtype(0), "act_grad: gy and the output must share a dtype");
+    dispatch_float(c.out_dtype(0), "act_grad", [&](auto tag) {
+        using T = decltype(tag);
+        with_act(Act(c.p().i[0]), [&]<Act K>() {
+            act_grad_kernel<T, K><<<grid_for(n, 256), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr(1), c.in_dtype(1),
+                                                                          c.out_ptr<T>(0), n);
+        });
+    });
+    GL_CUDA_LAUNCHED();
+}
+const CudaKernel cuda_act_grad{act_grad_run};
+
+static void geglu_run(CudaCtx& c) {
+    int64_t n = c.out[0].numel(), F = c.out_shape(0).last();
+    if (n == 0) return;
+    dispatch_float(c.out_dtype(0), "geglu", [&](auto tag) {
+        using T = decltype(tag);
+        geglu_kernel<T><<<grid_for(n, 256), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.out_ptr<T>(0), F, n);
+    });
+    GL_CUDA_LAUNCHED();
+}
+const CudaKernel cuda_geglu{geglu_run};
+
+static void geglu_grad_run(CudaCtx& c) {
+    int64_t n = c.in[1].numel(), F = c.in_shape(1).last();
+    if (n == 0) return;
+    GL_CHECK(c.in_dtype(0) == c.out_dtype(0), "geglu_grad: x and the output must share a dtype");
+    dispatch_float(c.out_dtype(0), "geglu_grad", [&](auto tag) {
+        using T = decltype(tag);
+        geglu_grad_kernel<T><<<grid_for(n, 256), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr(1), c.in_dtype(1),
+                                                                     c.out_ptr<T>(0), F, n);
+    });
+    GL_CUDA_LAUNCHED();
+}
+const CudaKernel cuda_geglu_grad{geglu_grad_run};
+
+}  // namespace gl
