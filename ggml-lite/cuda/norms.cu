@@ -1,0 +1,420 @@
+// Normalisation and softmax.
+// group_norm (NHWC, x [N, P, C] with P all positions): per-channel partial sums over chunks of
+// positions (coalesced along C), combined per (sample, group) into mean / rstd, then an
+// elementwise affine map (+ SiLU). The backward pass needs only two per-(sample, channel)
+// sums, A = sum gh*xhat and B = sum gh, from which dgamma, dbeta and the per-group terms of dx
+// follow. layer_norm and softmax: one block per row (last dim); layer-norm's dgamma/dbeta are
+// column sums over fixed row chunks. All reductions use fixed orders: deterministic.
+#include <algorithm>
+
+#include "ggml-lite/cuda/kernel.cuh"
+
+namespace gl {
+
+namespace {
+
+__device__ __forceinline__ float sigmoidf_(float h) { return 1.0f / (1.0f + expf(-h)); }
+
+// Block-wide sum of doubles (blockDim.x a multiple of 32, at most 1024).
+__device__ double block_sum(double v, double* sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) sh[w] = v;
+    __syncthreads();
+    double r = 0;
+    for (int i = 0; i < nw; i++) r += sh[i];
+    return r;
+}
+__device__ float block_max(float v, float* sh) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) sh[w] = v;
+    __syncthreads();
+    float r = sh[0];
+    for (int i = 1; i < nw; i++) r = fmaxf(r, sh[i]);
+    return r;
+}
+
+struct Gn {
+    int64_t N, P, C, G, Cg, chunks, rows_per_chunk;
+    float eps;
+    bool act;
+};
+
+Gn gn_of(const Shape& x, const Params& p) {
+    Gn d{};
+    d.N = x[0];
+    d.C = x.last();
+    d.P = x.numel() / (d.N * d.C);
+    d.G = p.i[0];
+    d.Cg = d.C / d.G;
+    d.act = p.i[1] != 0;
+    d.eps = p.f[0];
+    d.chunks = std::min<int64_t>(d.P, std::max<int64_t>(1, 512 / d.N));
+    d.rows_per_chunk = (d.P + d.chunks - 1) / d.chunks;
+    d.chunks = (d.P + d.rows_per_chunk - 1) / d.rows_per_chunk;
+    return d;
+}
+
+// part[((n * chunks + k) * C + c) * 2 + {0, 1}] = sums over the chunk's positions of {x, x^2}.
+template <class T>
+__global__ void gn_stats_partial(const T* x, double* part, Gn d) {
+    int64_t n = blockIdx.y, k = blockIdx.x, p0 = k * d.rows_per_chunk, p1 = min(d.P, p0 + d.rows_per_chunk);
+    for (int64_t c = threadIdx.x; c < d.C; c += blockDim.x) {
+        double s = 0, ss = 0;
+        for (int64_t p = p0; p < p1; p++) {
+            double v = to_f32(x[(n * d.P + p) * d.C + c]);
+            s += v;
+            ss += v * v;
+        }
+        double* o = part + ((n * d.chunks + k) * d.C + c) * 2;
+        o[0] = s;
+        o[1] = ss;
+    }
+}
+
+__global__ void gn_stats_final(const double* part, float* mean, float* rstd, Gn d) {
+    int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (t >= d.N * d.G) return;
+    int64_t n = t / d.G, c0 = (t % d.G) * d.Cg;
+    double s = 0, ss = 0;
+    for (int64_t k = 0; k < d.chunks; k++)
+        for (int64_t c = c0; c < c0 + d.Cg; c++) {
+            const double* o = part + ((n * d.chunks + k) * d.C + c) * 2;
+            s += o[0];
+            ss += o[1];
+        }
+    double M = double(d.P * d.Cg), mu = s / M, var = fmax(ss / M - mu * mu, 0.0);
+    mean[t] = float(mu);
+    rstd[t] = float(1.0 / sqrt(var + double(d.eps)));
+}
+
+template <class T>
+__global__ void gn_apply(const T* x, const void* gm, DType tg, const void* bt, DType tb, const float* mean,
+                         const float* rstd, T* y, Gn d) {
+    int64_t total = d.N * d.P * d.C;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        int64_t c = i % d.C, n = i / (d.P * d.C), s = n * d.G + c / d.Cg;
+        float xh = (to_f32(x[i]) - mean[s]) * rstd[s];
+        float h = xh * load_any(gm, tg, c) + load_any(bt, tb, c);
+        y[i] = from_f32<T>(d.act ? h * sigmoidf_(h) : h);
+    }
+}
+
+// Gradient of the pre-activation (the SiLU's derivative folded in when fused).
+template <class T>
+__device__ __forceinline__ float gn_gh(const T* gy, const T* x, int64_t i, float gmc, float btc, float mu, float rs,
+                                       bool act, float* xh_out) {
+    float xh = (to_f32(x[i]) - mu) * rs;
+    float gh = to_f32(gy[i]);
+    if (act) {
+        float h = xh * gmc + btc, s = sigmoidf_(h);
+        gh *= s * (1.0f + h * (1.0f - s));
+    }
+    *xh_out = xh;
+    return gh;
+}
+
+// part[((n * chunks + k) * C + c) * 2 + {0, 1}] = {sum gh * xhat, sum gh} over the chunk.
+template <class T>
+__global__ void gn_bwd_partial(const T* gy, const T* x, const void* gm, DType tg, const void* bt, DType tb,
+                               const float* mean, const float* rstd, double* part, Gn d) {
+    int64_t n = blockIdx.y, k = blockIdx.x, p0 = k * d.rows_per_chunk, p1 = min(d.P, p0 + d.rows_per_chunk);
+    for (int64_t c = threadIdx.x; c < d.C; c += blockDim.x) {
+        int64_t s = n * d.G + c / d.Cg;
+        float gmc = load_any(gm, tg, c), btc = load_any(bt, tb, c), mu = mean[s], rs = rstd[s];
+        double a = 0, b = 0;
+        for (int64_t p = p0; p < p1; p++) {
+            float xh;
+            float gh = gn_gh(gy, x, (n * d.P + p) * d.C + c, gmc, btc, mu, rs, d.act, &xh);
+            a += double(gh) * xh;
+            b += gh;
+        }
+        double* o = part + ((n * d.chunks + k) * d.C + c) * 2;
+        o[0] = a;
+        o[1] = b;
+    }
+}
+
+// coef[(n * G + g) * 2 + {0, 1}] = {sum_c gamma_c B / M, sum_c gamma_c A / M}; dgamma, dbeta per channel.
+template <class TG>
+__global__ void gn_bwd_final(const double* part, const void* gm, DType tg, double* coef, TG* dgamma, TG* dbeta, Gn d) {
+    int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (t < d.N * d.G) {
+        int64_t n = t / d.G, c0 = (t % d.G) * d.Cg;
+        double s1 = 0, s2 = 0;
+        for (int64_t c = c0; c < c0 + d.Cg; c++) {
+            double a = 0, b = 0;
+            for (int64_t k = 0; k < d.chunks; k++) {
+                const double* o = part + ((n * d.chunks + k) * d.C + c) * 2;
+                a += o[0];
+                b += o[1];
+            }
+            double g = load_any(gm, tg, c);
+            s1 += g * b;
+            s2 += g * a;
+        }
+        double M = double(d.P * d.Cg);
+        coef[t * 2] = s1 / M;
+        coef[t * 2 + 1] = s2 / M;
+    }
+    if (t < d.C) {
+        double a = 0, b = 0;
+        for (int64_t n = 0; n < d.N; n++)
+            for (int64_t k = 0; k < d.chunks; k++) {
+                const double* o = part + ((n * d.chunks + k) * d.C + t) * 2;
+                a += o[0];
+                b += o[1];
+            }
+        dgamma[t] = from_f32<TG>(float(a));
+        dbeta[t] = from_f32<TG>(float(b));
+    }
+}
+
+template <class T>
+__global__ void gn_bwd_apply(const T* gy, const T* x, const void* gm, DType tg, const void* bt, DType tb,
+                             const float* mean, const float* rstd, const double* coef, T* dx, Gn d) {
+    int64_t total = d.N * d.P * d.C;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        int64_t c = i % d.C, n = i / (d.P * d.C), s = n * d.G + c / d.Cg;
+        float gmc = load_any(gm, tg, c), rs = rstd[s], xh;
+        float gh = gn_gh(gy, x, i, gmc, load_any(bt, tb, c), mean[s], rs, d.act, &xh);
+        dx[i] = from_f32<T>(float(double(rs) * (double(gh) * gmc - coef[s * 2] - double(xh) * coef[s * 2 + 1])));
+    }
+}
+
+}  // namespace
+
+static size_t gn_ws(const Graph& g, const Node& n) {
+    Gn d = gn_of(g.shape(n.op == Op::group_norm ? n.in[0] : n.in[1]), n.p);
+    return size_t(d.N * d.chunks * d.C * 2) * sizeof(double) + size_t(d.N * d.G * 2) * sizeof(double);
+}
+
+static void group_norm_run(CudaCtx& c) {
+    Gn d = gn_of(c.in_shape(0), c.p());
+    double* part = reinterpret_cast<double*>(c.workspace);
+    float* mean = c.out_ptr<float>(1);
+    float* rstd = c.out_ptr<float>(2);
+    dispatch_float(c.in_dtype(0), "group_norm", [&](auto tag) {
+        using T = decltype(tag);
+        gn_stats_partial<T><<<dim3(unsigned(d.chunks), unsigned(d.N)), 256, 0, c.stream>>>(c.in_ptr<T>(0), part, d);
+        GL_CUDA_LAUNCHED();
+        gn_stats_final<<<unsigned((d.N * d.G + 127) / 128), 128, 0, c.stream>>>(part, mean, rstd, d);
+        GL_CUDA_LAUNCHED();
+        gn_apply<T><<<grid_for(d.N * d.P * d.C, 256), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr(1), c.in_dtype(1),
+                                                                           c.in_ptr(2), c.in_dtype(2), mean, rstd,
+                                                                           c.out_ptr<T>(0), d);
+    });
+    GL_CUDA_LAUNCHED();
+}
+const CudaKernel cuda_group_norm{group_norm_run, gn_ws};
+
+static void group_norm_grad_run(CudaCtx& c) {
+    // inputs (gy, x, gamma, beta, mean, rstd) -> (dx, dgamma, dbeta)
+    Gn d = gn_of(c.in_shape(1), c.p());
+    GL_CHECK(c.in_dtype(0) == c.in_dtype(1), "group_norm_grad: gy and x must share a dtype on CUDA");
+    double* part = reinterpret_cast<double*>(c.workspace);
+    double* coef = part + d.N * d.chunks * d.C * 2;
+    dispatch_float(c.in_dtype(1), "group_norm_grad", [&](auto tag) {
+        using T = decltype(tag);
+        gn_bwd_partial<T><<<dim3(unsigned(d.chunks), unsigned(d.N)), 256, 0, c.stream>>>(
+            c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr(2), c.in_dtype(2), c.in_ptr(3), c.in_dtype(3), c.in_ptr<float>(4),
+            c.in_ptr<float>(5), part, d);
+        GL_CUDA_LAUNCHED();
+        GL_CHECK(c.out_dtype(1) == c.out_dtype(2), "group_norm_grad: gamma and beta must share a dtype on CUDA");
+        dispatch_float(c.out_dtype(1), "group_norm_grad", [&](auto gtag) {
+            using TG = decltype(gtag);
+            int64_t threads = std::max(d.N * d.G, d.C);
+            gn_bwd_final<TG><<<unsigned((threads + 127) / 128), 128, 0, c.stream>>>(
+                part, c.in_ptr(2), c.in_dtype(2), coef, c.out_ptr<TG>(1), c.out_ptr<TG>(2), d);
+        });
+        GL_CUDA_LAUNCHED();
+        gn_bwd_apply<T><<<grid_for(d.N * d.P * d.C, 256), 256, 0, c.stream>>>(
+            c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr(2), c.in_dtype(2), c.in_ptr(3), c.in_dtype(3), c.in_ptr<float>(4),
+            c.in_ptr<float>(5), coef, c.out_ptr<T>(0), d);
+    });
+    GL_CUDA_LAUNCHED();
+}
+const CudaKernel cuda_group_norm_grad{group_norm_grad_run, gn_ws};
+
+// ---------------- layer norm ----------------
+
+namespace {
+
+template <class T>
+__global__ void ln_forward(const T* x, const void* gm, DType tg, const void* bt, DType tb, T* y, float* mean,
+                           float* rstd, int64_t D, float eps) {
+    __shared__ double sh[32];
+    int64_t r = blockIdx.x;
+    const T* xr = x + r * D;
+    double s = 0;
+    for (int64_t k = threadIdx.x; k < D; k += blockDim.x) s += to_f32(xr[k]);
+    double mu_d = block_sum(s, sh) / double(D);
+    double v = 0;
+    for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
+        double e = double(to_f32(xr[k])) - mu_d;
+        v += e * e;
+    }
+    v = block_sum(v, sh);
+    float mu = float(mu_d), rs = float(1.0 / sqrt(v / double(D) + double(eps)));
+    if (threadIdx.x == 0) {
+        mean[r] = mu;
+        rstd[r] = rs;
+    }
+    __syncthreads();  // every thread has read the row before any writes over it (in place)
+    for (int64_t k = threadIdx.x; k < D; k += blockDim.x)
+        y[r * D + k] = from_f32<T>((to_f32(xr[k]) - mu) * rs * load_any(gm, tg, k) + load_any(bt, tb, k));
+}
+
+template <class T>
+__global__ void ln_backward_dx(const T* gy, const T* x, const void* gm, DType tg, const float* mean, const float* rstd,
+                               T* dx, int64_t D) {
+    __shared__ double sh[32];
+    int64_t r = blockIdx.x;
+    float mu = mean[r], rs = rstd[r];
+    double s1 = 0, s2 = 0;
+    for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
+        double dxh = double(to_f32(gy[r * D + k])) * load_any(gm, tg, k);
+        s1 += dxh;
+        s2 += dxh * double((to_f32(x[r * D + k]) - mu) * rs);
+    }
+    double a = block_sum(s1, sh) / double(D);
+    double b = block_sum(s2, sh) / double(D);
+    for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
+        double xh = double((to_f32(x[r * D + k]) - mu) * rs);
+        dx[r * D + k] = from_f32<T>(float(double(rs) * (double(to_f32(gy[r * D + k])) * load_any(gm, tg, k) - a - xh * b)));
+    }
+}
+
+// part[(chunk * D + k) * 2 + {0, 1}] = {sum gy * xhat, sum gy} over the chunk's rows.
+template <class T>
+__global__ void ln_backward_partial(const T* gy, const T* x, const float* mean, const float* rstd, double* part,
+                                    int64_t rows, int64_t D, int64_t rows_per_chunk) {
+    int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, ch = blockIdx.y;
+    if (k >= D) return;
+    int64_t r0 = ch * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
+    double sg = 0, sb = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        double g = to_f32(gy[r * D + k]);
+        sg += g * double((to_f32(x[r * D + k]) - mean[r]) * rstd[r]);
+        sb += g;
+    }
+    part[(ch * D + k) * 2] = sg;
+    part[(ch * D + k) * 2 + 1] = sb;
+}
+
+template <class TG>
+__global__ void ln_backward_final(const double* part, TG* dgamma, TG* dbeta, int64_t D, int64_t chunks) {
+    int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (k >= D) return;
+    double sg = 0, sb = 0;
+    for (int64_t ch = 0; ch < chunks; ch++) {
+        sg += part[(ch * D + k) * 2];
+        sb += part[(ch * D + k) * 2 + 1];
+    }
+    dgamma[k] = from_f32<TG>(float(sg));
+    dbeta[k] = from_f32<TG>(float(sb));
+}
+
+int64_t ln_chunks(int64_t rows) { return std::min<int64_t>(rows, 64); }
+
+}  // namespace
+
+static void layer_norm_run(CudaCtx& c) {
+    const int64_t D = c.in_shape(0).last(), rows = c.in[0].numel() / D;
+    dispatch_float(c.in_dtype(0), "layer_norm", [&](auto tag) {
+        using T = decltype(tag);
+        ln_forward<T><<<unsigned(rows), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr(1), c.in_dtype(1), c.in_ptr(2),
+                                                           c.in_dtype(2), c.out_ptr<T>(0), c.out_ptr<float>(1),
+                                                           c.out_ptr<float>(2), D, c.p().f[0]);
+    });
+    GL_CUDA_LAUNCHED();
+}
+const CudaKernel cuda_layer_norm{layer_norm_run};
+
+static size_t ln_grad_ws(const Graph& g, const Node& n) {
+    const Shape& x = g.shape(n.in[1]);
+    return size_t(ln_chunks(x.numel() / x.last()) * x.last() * 2) * sizeof(double);
+}
+static void layer_norm_grad_run(CudaCtx& c) {
+    const int64_t D = c.in_shape(1).last(), rows = c.in[1].numel() / D, chunks = ln_chunks(rows);
+    const int64_t per = (rows + chunks - 1) / chunks;
+    GL_CHECK(c.in_dtype(0) == c.in_dtype(1), "layer_norm_grad: gy and x must share a dtype on CUDA");
+    GL_CHECK(c.out_dtype(1) == c.out_dtype(2), "layer_norm_grad: gamma and beta must share a dtype on CUDA");
+    double* part = reinterpret_cast<double*>(c.workspace);
+    dispatch_float(c.in_dtype(1), "layer_norm_grad", [&](auto tag) {
+        using T = decltype(tag);
+        ln_backward_dx<T><<<unsigned(rows), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr(2), c.in_dtype(2),
+                                                               c.in_ptr<float>(4), c.in_ptr<float>(5), c.out_ptr<T>(0), D);
+        GL_CUDA_LAUNCHED();
+        ln_backward_partial<T><<<dim3(unsigned((D + 127) / 128), unsigned(chunks)), 128, 0, c.stream>>>(
+            c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr<float>(4), c.in_ptr<float>(5), part, rows, D, per);
+        GL_CUDA_LAUNCHED();
+        dispatch_float(c.out_dtype(1), "layer_norm_grad", [&](auto gtag) {
+            using TG = decltype(gtag);
+            ln_backward_final<TG><<<unsigned((D + 127) / 128), 128, 0, c.stream>>>(part, c.out_ptr<TG>(1),
+                                                                                   c.out_ptr<TG>(2), D, chunks);
+        });
+    });
+    GL_CUDA_LAUNCHED();
+}
+const CudaKernel cuda_layer_norm_grad{layer_norm_grad_run, ln_grad_ws};
+
+// ---------------- softmax ----------------
+
+namespace {
+
+template <class T>
+__global__ void softmax_kernel(const T* x, T* y, int64_t D, float sc) {
+    __shared__ double shd[32];
+    __shared__ float shf[32];
+    int64_t r = blockIdx.x;
+    const T* xr = x + r * D;
+    float m = -INFINITY;
+    for (int64_t k = threadIdx.x; k < D; k += blockDim.x) m = fmaxf(m, sc * to_f32(xr[k]));
+    m = block_max(m, shf);
+    double s = 0;
+    for (int64_t k = threadIdx.x; k < D; k += blockDim.x) s += exp(double(sc) * to_f32(xr[k]) - double(m));
+    double inv = 1.0 / block_sum(s, shd);
+    __syncthreads();  // all reads of the row done before writes (in place)
+    for (int64_t k = threadIdx.x; k < D; k += blockDim.x)
+        y[r * D + k] = from_f32<T>(float(exp(double(sc) * to_f32(xr[k]) - double(m)) * inv));
+}
+
+template <class T>
+__global__ void softmax_grad_kernel(const T* y, const void* gy, DType tg, T* dx, int64_t D, float sc) {
+    __shared__ double sh[32];
+    int64_t r = blockIdx.x;
+    double dot = 0;
+    for (int64_t k = threadIdx.x; k < D; k += blockDim.x) dot += double(to_f32(y[r * D + k])) * load_any(gy, tg, r * D + k);
+    dot = block_sum(dot, sh);
+    for (int64_t k = threadIdx.x; k < D; k += blockDim.x)
+        dx[r * D + k] = from_f32<T>(float(double(sc) * to_f32(y[r * D + k]) * (load_any(gy, tg, r * D + k) - dot)));
+}
+
+}  // namespace
+
+static void softmax_run(CudaCtx& c) {
+    const int64_t D = c.in_shape(0).last(), rows = c.in[0].numel() / D;
+    dispatch_float(c.in_dtype(0), "softmax", [&](auto tag) {
+        using T = decltype(tag);
+        softmax_kernel<T><<<unsigned(rows), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.out_ptr<T>(0), D, c.p().f[0]);
+    });
+    GL_CUDA_LAUNCHED();
+}
+const CudaKernel cuda_softmax{softmax_run};
+
+static void softmax_grad_run(CudaCtx& c) {
+    const int64_t D = c.in_shape(0).last(), rows = c.in[0].numel() / D;
+    dispatch_float(c.in_dtype(0), "softmax_grad", [&](auto tag) {
+        using T = decltype(tag);
+        softmax_grad_kernel<T><<<unsigned(rows), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr(1), c.in_dtype(1),
+                                                                    c.out_ptr<T>(0), D, c.p().f[0]);
+    });
+    GL_CUDA_LAUNCHED();
+}
+const CudaKernel cuda_softmax_grad{softmax_grad_run};
+
+}  // namespace gl
