@@ -21,22 +21,27 @@ ValueId CaseBuilder::to_compute(ValueId leaf) {
     return v;
 }
 
+// Leaf sizes are read back from the graph: s may refer into g.values (g.shape(y)), which
+// creating the leaf reallocates.
 ValueId CaseBuilder::x(const std::string& name, const Shape& s, float lo, float hi) {
     ValueId v = g.param(name, DType::f32, s);
-    data.emplace_back(v, random(s.numel(), lo, hi));
+    data.emplace_back(v, random(g.v(v).numel(), lo, hi));
     return to_compute(v);
 }
 
 ValueId CaseBuilder::c(const std::string& name, const Shape& s, float lo, float hi, DType t) {
     ValueId v = g.weight(name, t, s);
-    data.emplace_back(v, random(s.numel(), lo, hi));
+    std::vector<float> d = random(g.v(v).numel(), lo, hi);
+    if (!gl::dtype_is_float(t))
+        for (auto& e : d) e = std::floor(e);  // integer leaves hold integers, as references expect
+    data.emplace_back(v, std::move(d));
     return t == DType::f32 ? to_compute(v) : v;
 }
 
 ValueId CaseBuilder::ids(const std::string& name, const Shape& s, int n) {
     ValueId v = g.input(name, DType::i32, s);
     std::uniform_int_distribution<int> u(0, n - 1);
-    std::vector<float> d(size_t(s.numel()));
+    std::vector<float> d(static_cast<size_t>(g.v(v).numel()));
     for (auto& e : d) e = float(u(rng));
     data.emplace_back(v, d);
     return v;

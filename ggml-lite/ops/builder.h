@@ -10,18 +10,18 @@ namespace gl {
 
 // ---- views and copies (ops/views.cpp) ----
 // Free when x is contiguous; otherwise copies first.
-ValueId reshape(Graph& g, ValueId x, const Shape& s);
+ValueId reshape(Graph& g, ValueId x, Shape s);  // shapes by value: g.shape() refs dangle as nodes append
 // out.dim(i) = x.dim(perm[i]); always a view.
 ValueId permute(Graph& g, ValueId x, const std::vector<int>& perm);
 // Elements [start, start+len) along axis; always a view.
 ValueId slice(Graph& g, ValueId x, int axis, int64_t start, int64_t len);
 // Broadcast to s (size-1 or missing leading dims repeat, stride 0); always a view.
-ValueId expand(Graph& g, ValueId x, const Shape& s);
+ValueId expand(Graph& g, ValueId x, Shape s);
 // Returns x itself when already dense (offset 0, contiguous) unless force_copy.
 ValueId contiguous(Graph& g, ValueId x, bool force_copy = false);
 // Concatenation along axis (all other dims equal, same dtype).
 ValueId concat(Graph& g, const std::vector<ValueId>& xs, int axis);
-ValueId fill(Graph& g, const Shape& s, float value, DType t = DType::f32);
+ValueId fill(Graph& g, Shape s, float value, DType t = DType::f32);
 // Returns x itself when it already has dtype t.
 ValueId cast(Graph& g, ValueId x, DType t);
 

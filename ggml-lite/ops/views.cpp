@@ -17,7 +17,7 @@ static std::vector<OutSpec> reshape_infer(const OpCall& c) {
 static Cost view_cost(const OpCall&) { return {}; }
 static void reshape_backward(BackwardCtx& b) { b.add(0, reshape(b.g, b.grad(), b.g.shape(b.in(0)))); }
 
-ValueId reshape(Graph& g, ValueId x, const Shape& s) {
+ValueId reshape(Graph& g, ValueId x, Shape s) {
     if (g.shape(x) == s) return x;
     if (!g.v(x).layout.is_contiguous()) x = contiguous(g, x, true);
     Params p;
@@ -81,7 +81,7 @@ static std::vector<OutSpec> slice_infer(const OpCall& c) {
 static void slice_backward(BackwardCtx& b) {
     // Pad the gradient with zeros back to the input's extent along the axis.
     Graph& g = b.g;
-    const Shape& full = g.shape(b.in(0));
+    const Shape full = g.shape(b.in(0));  // a copy: fill() below appends values
     int axis = int(b.p().i[0]);
     int64_t start = b.p().i[1], len = b.p().i[2];
     DType t = g.dtype(b.grad());
@@ -130,7 +130,7 @@ static std::vector<OutSpec> expand_infer(const OpCall& c) {
 }
 static void expand_backward(BackwardCtx& b) { b.add(0, sum_to(b.g, b.grad(), b.g.shape(b.in(0)))); }
 
-ValueId expand(Graph& g, ValueId x, const Shape& s) {
+ValueId expand(Graph& g, ValueId x, Shape s) {
     if (g.shape(x) == s) return x;
     Params p;
     shape_to_params(p, s);
@@ -227,7 +227,7 @@ static void fill_cpu(CpuCtx& c) {
     for (int64_t i = 0; i < c.out[0].numel(); i++) y[i] = v;
 }
 
-ValueId fill(Graph& g, const Shape& s, float value, DType t) {
+ValueId fill(Graph& g, Shape s, float value, DType t) {
     Params p;
     shape_to_params(p, s);
     p.i[5] = int64_t(t);

@@ -24,7 +24,7 @@ struct Net {
 
 std::vector<float> randn(std::mt19937& rng, int64_t n, float s) {
     std::normal_distribution<float> d(0.0f, s);
-    std::vector<float> v(size_t(n));
+    std::vector<float> v(static_cast<size_t>(n));
     for (auto& e : v) e = d(rng);
     return v;
 }
