@@ -160,4 +160,4 @@ BENCHMARK(BM_copy)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+
