@@ -1,8 +1,288 @@
-// PLACEHOLDER family file (being written).
+// Matrix products: batched matmul with transpose flags, and linear (x w^T + bias).
+// CPU kernel: B is packed [K, N] so the innermost loop runs over contiguous columns; each
+// task computes a 4 x 256 tile of C in 64-deep blocks whose 4 x 8 strips of float sums stay
+// in registers (gemm_block, also used by the conv family); the float block sums are folded
+// into double accumulators, in the same order whatever the thread count.
+#include <algorithm>
+
+#include "ggml-lite/ops/cpu_gemm.h"
 #include "ggml-lite/ops/family.h"
+
+// On x86-64 glibc the block is also compiled for AVX2, picked at load time. Without FMA
+// contraction (ISO C++ mode) both versions round every product and sum alike, so the
+// choice never changes a result.
+#if defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && (defined(__GNUC__) || defined(__clang__))
+#define GL_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define GL_SIMD_CLONES
+#endif
+
 namespace gl {
-static std::vector<OutSpec> todo_infer(const OpCall& c) { c.fail("not written yet"); }
-static Cost todo_cost(const OpCall&) { return {}; }
-const OpDef def_matmul{"matmul", "matmul", todo_infer, todo_cost, nullptr, nullptr, 0};
-const OpDef def_linear{"linear", "matmul", todo_infer, todo_cost, nullptr, nullptr, 0};
+
+GL_SIMD_CLONES void gemm_block(const float* a_blk, const float* b, int64_t ldb, int64_t depth, int64_t nc,
+                               float* part, int64_t ldp) {
+    constexpr int64_t R = kGemmRows, W = 8;
+    const int64_t strips = nc / W;
+    for (int64_t s = 0; s < strips; s++) {
+        float c[R][W] = {};
+        const float* bs = b + s * W;
+        for (int64_t k = 0; k < depth; k++) {
+            const float* bk = bs + k * ldb;
+            const float* ak = a_blk + k * R;
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t j = 0; j < W; j++) c[r][j] += ak[r] * bk[j];
+        }
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t j = 0; j < W; j++) part[r * ldp + s * W + j] = c[r][j];
+    }
+    for (int64_t j = strips * W; j < nc; j++)
+        for (int64_t r = 0; r < R; r++) {
+            float sum = 0.0f;
+            for (int64_t k = 0; k < depth; k++) sum += a_blk[k * R + r] * b[k * ldb + j];
+            part[r * ldp + j] = sum;
+        }
+}
+
+namespace {
+
+constexpr int64_t kRowTile = kGemmRows;
+constexpr int64_t kColTile = 256;
+
+// C[b] = A[b] (M x K) * B[b] (K x N) (+ bias[N]); all row-major and dense. A batch stride
+// of 0 shares that operand across the batch.
+struct Gemm {
+    int64_t batch = 1, M = 0, N = 0, K = 0;
+    const float* A = nullptr;
+    int64_t sA = 0;
+    const float* B = nullptr;
+    int64_t sB = 0;
+    float* C = nullptr;
+    int64_t sC = 0;
+    const float* bias = nullptr;
+};
+
+void gemm_tile(const Gemm& g, int64_t b, int64_t m0, int64_t n0) {
+    const int64_t rows = std::min(kRowTile, g.M - m0), nc = std::min(kColTile, g.N - n0);
+    const float* A = g.A + b * g.sA + m0 * g.K;
+    const float* B = g.B + b * g.sB + n0;
+    float a_blk[kGemmDepth][kRowTile];  // k-major; rows past M stay zero
+    float part[kRowTile][kColTile];
+    double acc[kRowTile][kColTile] = {};
+    for (int64_t k0 = 0; k0 < g.K; k0 += kGemmDepth) {
+        const int64_t depth = std::min(g.K - k0, kGemmDepth);
+        for (int64_t k = 0; k < depth; k++)
+            for (int64_t r = 0; r < kRowTile; r++) a_blk[k][r] = r < rows ? A[r * g.K + k0 + k] : 0.0f;
+        gemm_block(&a_blk[0][0], B + k0 * g.N, g.N, depth, nc, &part[0][0], kColTile);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < nc; j++) acc[r][j] += double(part[r][j]);
+    }
+    float* C = g.C + b * g.sC + m0 * g.N + n0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < nc; j++)
+            C[r * g.N + j] = float(acc[r][j] + (g.bias ? double(g.bias[n0 + j]) : 0.0));
+}
+
+void gemm(const Gemm& g) {
+    if (g.M == 0 || g.N == 0) return;
+    const int64_t mt = (g.M + kRowTile - 1) / kRowTile, nt = (g.N + kColTile - 1) / kColTile;
+    const int64_t tile_work = kRowTile * std::min(kColTile, g.N) * std::max<int64_t>(g.K, 1);
+    parallel_for(g.batch * mt * nt, std::max<int64_t>(1, (int64_t(1) << 16) / tile_work), [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; t++) {
+            const int64_t b = t / (mt * nt), rest = t % (mt * nt);
+            gemm_tile(g, b, (rest / nt) * kRowTile, (rest % nt) * kColTile);
+        }
+    });
+}
+
+// dst[b] (cols x rows) = transpose of src[b] (rows x cols), in 32 x 32 blocks.
+std::vector<float> transpose_batched(const float* src, int64_t batch, int64_t rows, int64_t cols) {
+    std::vector<float> dst(size_t(batch * rows * cols));
+    const int64_t bt = (rows + 31) / 32;
+    parallel_for(batch * bt, 4, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; t++) {
+            const int64_t b = t / bt, r0 = (t % bt) * 32, r1 = std::min(rows, r0 + 32);
+            const float* s = src + b * rows * cols;
+            float* d = dst.data() + b * rows * cols;
+            for (int64_t c0 = 0; c0 < cols; c0 += 32)
+                for (int64_t r = r0; r < r1; r++)
+                    for (int64_t c = c0; c < std::min(cols, c0 + 32); c++) d[c * rows + r] = s[r * cols + c];
+        }
+    });
+    return dst;
+}
+
+bool all_float_same(const OpCall& c) {
+    for (int i = 0; i < c.n_in(); i++) {
+        if (!dtype_is_float(c.dtype(i))) return false;
+        if (c.dtype(i) != c.dtype(0)) return false;
+    }
+    return true;
+}
+
+std::vector<int> swap_last2_perm(int nd) {
+    std::vector<int> perm(static_cast<size_t>(nd));
+    for (int k = 0; k < nd; k++) perm[size_t(k)] = k;
+    std::swap(perm[size_t(nd - 2)], perm[size_t(nd - 1)]);
+    return perm;
+}
+
+}  // namespace
+
+// ---------------- matmul: p.i[0] trans_a, p.i[1] trans_b ----------------
+// Inputs {a, b}, same float dtype; output in that dtype. a [..., M, K] (trans_a: [..., K, M]),
+// b [..., K, N] (trans_b: [..., N, K]); b's batch dims equal a's, or b is 2-D and shared.
+
+static std::vector<OutSpec> matmul_infer(const OpCall& c) {
+    c.check(c.n_in() == 2, "takes two inputs");
+    c.check(all_float_same(c), "inputs must share one floating-point dtype");
+    const Shape &a = c.shape(0), &b = c.shape(1);
+    c.check(c.p.i[0] == 0 || c.p.i[0] == 1, "trans_a must be 0 or 1");
+    c.check(c.p.i[1] == 0 || c.p.i[1] == 1, "trans_b must be 0 or 1");
+    c.check(a.nd >= 2 && b.nd >= 2, "inputs need at least 2 dims");
+    c.check(b.nd == 2 || b.nd == a.nd, "b must be 2-D or have a's batch dims");
+    for (int k = 0; b.nd > 2 && k < a.nd - 2; k++)
+        c.check(a.d[size_t(k)] == b.d[size_t(k)], cat("batch dim ", k, " differs"));
+    const bool ta = c.p.i[0] != 0, tb = c.p.i[1] != 0;
+    const int64_t M = ta ? a.dim(-1) : a.dim(-2), Ka = ta ? a.dim(-2) : a.dim(-1);
+    const int64_t Kb = tb ? b.dim(-1) : b.dim(-2), N = tb ? b.dim(-2) : b.dim(-1);
+    c.check(Ka == Kb, cat("inner dims differ: ", Ka, " vs ", Kb));
+    Shape out = a;
+    out.d[size_t(a.nd - 2)] = M;
+    out.d[size_t(a.nd - 1)] = N;
+    return {dense(c.dtype(0), out)};
+}
+
+static Cost matmul_cost(const OpCall& c) {
+    const Shape &a = c.shape(0), &b = c.shape(1);
+    const bool ta = c.p.i[0] != 0, tb = c.p.i[1] != 0;
+    const double m = double(ta ? a.dim(-1) : a.dim(-2)), k = double(ta ? a.dim(-2) : a.dim(-1));
+    const double n = double(tb ? b.dim(-2) : b.dim(-1));
+    double batch = 1;
+    for (int d = 0; d < a.nd - 2; d++) batch *= double(a.d[size_t(d)]);
+    return {2.0 * batch * m * n * k, call_bytes_all_in(c) + batch * m * n * double(dtype_size(c.dtype(0)))};
+}
+
+static void matmul_backward(BackwardCtx& bc) {
+    Graph& g = bc.g;
+    const ValueId A = bc.in(0), B = bc.in(1), gC = bc.grad();
+    const bool ta = bc.p().i[0] != 0, tb = bc.p().i[1] != 0;
+    const Shape as = g.shape(A);
+    const bool shared_b = g.shape(B).nd == 2 && as.nd > 2;
+    // With C = op(A) op(B): d op(A) = gC op(B)^T and d op(B) = op(A)^T gC.
+    if (bc.wants(0)) {
+        if (!ta)
+            bc.add(0, matmul(g, gC, B, false, !tb));
+        else if (!shared_b)
+            bc.add(0, matmul(g, B, gC, tb, true));
+        else  // B cannot lead a batched product, so form d op(A) and transpose it.
+            bc.add(0, contiguous(g, permute(g, matmul(g, gC, B, false, !tb), swap_last2_perm(as.nd))));
+    }
+    if (bc.wants(1)) {
+        if (!shared_b) {
+            bc.add(1, tb ? matmul(g, gC, A, true, ta) : matmul(g, A, gC, !ta, false));
+        } else {
+            // A shared b sums its gradient over a's batch: fold the batch into the rows.
+            const Shape cs = g.shape(gC);
+            const int64_t rows = as.numel() / (as.dim(-1) * as.dim(-2)) * cs.dim(-2);
+            ValueId a_rows = ta ? permute(g, A, swap_last2_perm(as.nd)) : A;
+            a_rows = reshape(g, a_rows, {rows, ta ? as.dim(-2) : as.dim(-1)});
+            ValueId g_rows = reshape(g, gC, {rows, cs.dim(-1)});
+            bc.add(1, tb ? matmul(g, g_rows, a_rows, true, false) : matmul(g, a_rows, g_rows, true, false));
+        }
+    }
+}
+
+static void matmul_cpu(CpuCtx& c) {
+    const Shape &as = c.in_shape(0), &bs = c.in_shape(1), &cs = c.out_shape(0);
+    const bool ta = c.p().i[0] != 0, tb = c.p().i[1] != 0;
+    Gemm g;
+    g.M = cs.dim(-2);
+    g.N = cs.dim(-1);
+    g.K = ta ? as.dim(-2) : as.dim(-1);
+    g.batch = cs.numel() / std::max<int64_t>(1, g.M * g.N);
+    if (g.M * g.N == 0) return;
+    const int64_t b_batch = bs.nd == 2 ? 1 : g.batch;
+    std::vector<float> a_packed, b_packed;
+    g.A = c.in_f32(0);
+    if (ta) {
+        a_packed = transpose_batched(g.A, g.batch, g.K, g.M);
+        g.A = a_packed.data();
+    }
+    g.B = c.in_f32(1);
+    if (tb) {
+        b_packed = transpose_batched(g.B, b_batch, g.N, g.K);
+        g.B = b_packed.data();
+    }
+    g.sA = g.M * g.K;
+    g.sB = b_batch == 1 ? 0 : g.K * g.N;
+    g.C = c.out_f32(0);
+    g.sC = g.M * g.N;
+    gemm(g);
+}
+
+ValueId matmul(Graph& g, ValueId a, ValueId b, bool trans_a, bool trans_b) {
+    Params p;
+    p.i[0] = trans_a ? 1 : 0;
+    p.i[1] = trans_b ? 1 : 0;
+    return g.apply1(Op::matmul, {a, b}, p);
+}
+
+const OpDef def_matmul{"matmul", "matmul", matmul_infer, matmul_cost, matmul_backward, matmul_cpu, 0};
+
+// ---------------- linear: no params ----------------
+// Inputs {x, w} or {x, w, bias}, one float dtype; x [..., in], w [out, in], bias [out] -> [..., out].
+
+static std::vector<OutSpec> linear_infer(const OpCall& c) {
+    c.check(c.n_in() == 2 || c.n_in() == 3, "takes x, w and an optional bias");
+    c.check(all_float_same(c), "inputs must share one floating-point dtype");
+    const Shape &x = c.shape(0), &w = c.shape(1);
+    c.check(x.nd >= 1, "x needs at least 1 dim");
+    c.check(w.nd == 2, "w must be [out, in]");
+    c.check(x.last() == w.d[1], cat("x has ", x.last(), " features, w expects ", w.d[1]));
+    if (c.n_in() == 3) c.check(c.shape(2) == Shape{w.d[0]}, cat("bias must be [", w.d[0], "]"));
+    Shape out = x;
+    out.d[size_t(x.nd - 1)] = w.d[0];
+    return {dense(c.dtype(0), out)};
+}
+
+static Cost linear_cost(const OpCall& c) {
+    const Shape &x = c.shape(0), &w = c.shape(1);
+    const double rows = double(x.numel() / std::max<int64_t>(1, x.last()));
+    const double out = rows * double(w.d[0]);
+    return {2.0 * rows * double(w.d[0]) * double(w.d[1]), call_bytes_all_in(c) + out * double(dtype_size(c.dtype(0)))};
+}
+
+static void linear_backward(BackwardCtx& bc) {
+    Graph& g = bc.g;
+    const ValueId x = bc.in(0), w = bc.in(1), gy = bc.grad();
+    const Shape xs = g.shape(x), ws = g.shape(w);
+    const int64_t rows = xs.numel() / std::max<int64_t>(1, xs.last());
+    const ValueId gy_rows = reshape(g, gy, {rows, ws.d[0]});
+    if (bc.wants(0)) bc.add(0, reshape(g, matmul(g, gy_rows, w), xs));
+    if (bc.wants(1)) bc.add(1, matmul(g, gy_rows, reshape(g, x, {rows, ws.d[1]}), true, false));
+    if (bc.node.in.size() == 3 && bc.wants(2)) bc.add(2, sum_to(g, gy, {ws.d[0]}));
+}
+
+static void linear_cpu(CpuCtx& c) {
+    const Shape &xs = c.in_shape(0), &ws = c.in_shape(1);
+    Gemm g;
+    g.N = ws.d[0];
+    g.K = ws.d[1];
+    g.M = xs.numel() / std::max<int64_t>(1, g.K);
+    if (g.M * g.N == 0) return;
+    g.A = c.in_f32(0);
+    std::vector<float> wt = transpose_batched(c.in_f32(1), 1, g.N, g.K);
+    g.B = wt.data();
+    g.bias = c.n_in() == 3 ? c.in_f32(2) : nullptr;
+    g.C = c.out_f32(0);
+    gemm(g);
+}
+
+ValueId linear(Graph& g, ValueId x, ValueId w, ValueId bias) {
+    if (bias == kNoValue) return g.apply1(Op::linear, {x, w});
+    return g.apply1(Op::linear, {x, w, bias});
+}
+
+const OpDef def_linear{"linear", "matmul", linear_infer, linear_cost, linear_backward, linear_cpu, 0};
+
 }  // namespace gl

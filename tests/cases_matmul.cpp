@@ -1,0 +1,152 @@
+#include "op_cases.h"
+
+namespace gltest {
+namespace {
+
+using namespace gl;
+using Outputs = std::vector<std::vector<float>>;
+
+// Direct definition of (optionally transposed, batched) matmul, independent of the kernel:
+// the gradient checks only prove backward matches forward, so forward is checked here.
+// b_batch is 1 when b is shared by every batch.
+std::vector<float> naive_matmul(const std::vector<float>& a, const std::vector<float>& b, int64_t batch,
+                                int64_t b_batch, int64_t M, int64_t K, int64_t N, bool ta, bool tb) {
+    std::vector<float> c;
+    for (int64_t z = 0; z < batch; z++)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double acc = 0;
+                const int64_t zb = b_batch == 1 ? 0 : z;
+                for (int64_t k = 0; k < K; k++) {
+                    const float av = a[size_t(z * M * K + (ta ? k * M + m : m * K + k))];
+                    const float bv = b[size_t(zb * K * N + (tb ? n * K + k : k * N + n))];
+                    acc += double(av) * double(bv);
+                }
+                c.push_back(float(acc));
+            }
+    return c;
+}
+
+Register r({
+    {"matmul", "2-D [3,5] x [5,4]", [](CaseBuilder& b) {
+         b.out(matmul(b.g, b.x("a", {3, 5}), b.x("b", {5, 4})));
+     },
+     [](Graph& g) { matmul(g, g.input("a", DType::f32, {3, 5}), g.input("b", DType::f32, {4, 4})); }},
+    {"matmul", "trans_a [5,3]^T x [5,4]", [](CaseBuilder& b) {
+         b.out(matmul(b.g, b.x("a", {5, 3}), b.x("b", {5, 4}), true, false));
+     },
+     [](Graph& g) { matmul(g, g.input("a", DType::f32, {3, 5}), g.input("b", DType::f32, {5, 4}), true, false); }},
+    {"matmul", "trans_b [3,5] x [4,5]^T", [](CaseBuilder& b) {
+         b.out(matmul(b.g, b.x("a", {3, 5}), b.x("b", {4, 5}), false, true));
+     },
+     [](Graph& g) { matmul(g, g.input("a", DType::f32, {5}), g.input("b", DType::f32, {5, 4})); }},
+    {"matmul", "both transposed", [](CaseBuilder& b) {
+         b.out(matmul(b.g, b.x("a", {6, 3}), b.x("b", {2, 6}), true, true));
+     },
+     [](Graph& g) { matmul(g, g.input("a", DType::f32, {3, 5}), g.input("b", DType::bf16, {5, 4})); }},
+    {"matmul", "batched [2,3,4,5] x [2,3,5,3]", [](CaseBuilder& b) {
+         b.out(matmul(b.g, b.x("a", {2, 3, 4, 5}), b.x("b", {2, 3, 5, 3})));
+     },
+     [](Graph& g) {
+         matmul(g, g.input("a", DType::f32, {2, 3, 4, 5}), g.input("b", DType::f32, {2, 2, 5, 3}));
+     }},
+    {"matmul", "batched, both transposed (attention-like scores)", [](CaseBuilder& b) {
+         b.out(matmul(b.g, b.x("a", {3, 4, 5}), b.x("b", {3, 6, 4}), true, true));
+     },
+     [](Graph& g) { matmul(g, g.input("a", DType::f32, {2, 4, 5}), g.input("b", DType::f32, {3, 5, 3})); }},
+    {"matmul", "batch-broadcast 2-D b", [](CaseBuilder& b) {
+         b.out(matmul(b.g, b.x("a", {2, 3, 4, 5}), b.x("b", {5, 3})));
+     },
+     [](Graph& g) { matmul(g, g.input("a", DType::f32, {4, 5}), g.input("b", DType::f32, {2, 5, 3})); }},
+    {"matmul", "batch-broadcast, trans_a and trans_b", [](CaseBuilder& b) {
+         b.out(matmul(b.g, b.x("a", {3, 5, 4}), b.x("b", {2, 5}), true, true));
+     },
+     [](Graph& g) {
+         matmul(g, g.input("a", DType::f32, {3, 5, 4}), g.input("b", DType::f32, {2, 4}), true, true);
+     }},
+    {"matmul", "batch-broadcast, trans_a only", [](CaseBuilder& b) {
+         b.out(matmul(b.g, b.x("a", {2, 5, 3}), b.x("b", {5, 4}), true, false));
+     },
+     [](Graph& g) { matmul(g, g.input("i", DType::i32, {3, 5}), g.input("j", DType::i32, {5, 4})); }},
+    {"matmul", "wide output spans several column tiles, deep K", [](CaseBuilder& b) {
+         b.out(matmul(b.g, b.x("a", {5, 130}), b.x("b", {130, 300})));
+     },
+     [](Graph& g) { matmul(g, g.input("a", DType::f32, {3, 5}), g.input("b", DType::f32, {3, 5}), false, false); }},
+    {"matmul", "bf16 inputs", [](CaseBuilder& b) {
+         ValueId a = b.c("a", {3, 4}, -1, 1, DType::bf16);
+         ValueId w = b.c("b", {4, 2}, -1, 1, DType::bf16);
+         b.set(a, {1, 2, 0, -1, 0.5f, 0, 0, 2, 0, 0, 1, 1});
+         b.set(w, {1, 0, 0, 1, 1, 1, 2, -1});
+         b.out(matmul(b.g, a, w));
+     },
+     [](Graph& g) { matmul(g, g.input("a", DType::bf16, {3, 4}), g.input("b", DType::bf16, {3, 2})); },
+     [](const std::vector<std::vector<float>>&) {
+         return std::vector<std::vector<float>>{{-1, 3, 4.5f, -2, 3, 0}};
+     },
+     0.0},
+    {"matmul", "forward matches the direct definition",
+     [](CaseBuilder& b) {
+         ValueId a = b.c("a", {2, 3, 7, 5});
+         ValueId bb = b.c("b", {2, 3, 5, 6});
+         ValueId bt = b.c("bt", {2, 3, 6, 5});
+         ValueId shared = b.c("shared", {6, 5});
+         ValueId wide = b.c("wide", {70, 300});
+         ValueId deep = b.c("deep", {9, 70});
+         ValueId shared_k7 = b.c("shared_k7", {7, 4});
+         b.out(matmul(b.g, a, bb));
+         b.out(matmul(b.g, a, bt, false, true));
+         b.out(matmul(b.g, a, shared_k7, true, false));
+         b.out(matmul(b.g, a, shared, false, true));
+         b.out(matmul(b.g, deep, wide));
+     },
+     [](Graph& g) { matmul(g, g.input("a", DType::f32, {3, 5}), g.input("b", DType::f32, {5, 4}), true, true); },
+     [](const Outputs& d) {
+         return Outputs{naive_matmul(d[0], d[1], 6, 6, 7, 5, 6, false, false),
+                        naive_matmul(d[0], d[2], 6, 6, 7, 5, 6, false, true),
+                        naive_matmul(d[0], d[6], 6, 1, 5, 7, 4, true, false),
+                        naive_matmul(d[0], d[3], 6, 1, 7, 5, 6, false, true),
+                        naive_matmul(d[5], d[4], 1, 1, 9, 70, 300, false, false)};
+     },
+     1e-5},
+
+    {"linear", "[2,3,5] -> [2,3,4] with bias", [](CaseBuilder& b) {
+         b.out(linear(b.g, b.x("x", {2, 3, 5}), b.x("w", {4, 5}), b.x("bias", {4})));
+     },
+     [](Graph& g) { linear(g, g.input("x", DType::f32, {2, 5}), g.input("w", DType::f32, {4, 6})); }},
+    {"linear", "2-D without bias", [](CaseBuilder& b) {
+         b.out(linear(b.g, b.x("x", {7, 6}), b.x("w", {3, 6})));
+     },
+     [](Graph& g) {
+         linear(g, g.input("x", DType::f32, {2, 5}), g.input("w", DType::f32, {4, 5}), g.input("b", DType::f32, {5}));
+     }},
+    {"linear", "1-D x, 4-D x", [](CaseBuilder& b) {
+         ValueId w = b.x("w", {3, 4});
+         ValueId bias = b.x("bias", {3});
+         b.out(linear(b.g, b.x("x1", {4}), w, bias));
+         b.out(linear(b.g, b.x("x4", {2, 2, 3, 4}), w, bias));
+     },
+     [](Graph& g) { linear(g, g.input("x", DType::f32, {2, 5}), g.input("w", DType::f32, {2, 2, 5})); }},
+    {"linear", "frozen weight, gradient to x only", [](CaseBuilder& b) {
+         b.out(linear(b.g, b.x("x", {5, 9}), b.c("w", {6, 9}), b.c("bias", {6})));
+     },
+     [](Graph& g) {
+         linear(g, g.input("x", DType::f32, {2, 5}), g.input("w", DType::bf16, {4, 5}), g.input("b", DType::f32, {4}));
+     }},
+    {"linear", "known values", [](CaseBuilder& b) {
+         ValueId x = b.c("x", {2, 3});
+         ValueId w = b.c("w", {2, 3});
+         ValueId bias = b.c("bias", {2});
+         b.set(x, {1, 2, 3, -1, 0, 1});
+         b.set(w, {1, 0, -1, 2, 1, 0});
+         b.set(bias, {0.5f, -1});
+         b.out(linear(b.g, x, w, bias));
+     },
+     [](Graph& g) { linear(g, g.input("x", DType::f32, {}), g.input("w", DType::f32, {4, 1})); },
+     [](const std::vector<std::vector<float>>&) {
+         return std::vector<std::vector<float>>{{-1.5f, 3, -1.5f, -3}};
+     },
+     0.0},
+});
+
+}  // namespace
+}  // namespace gltest
