@@ -52,6 +52,7 @@ struct OpCase {
     // order of CaseBuilder::data. Left empty for differentiable ops.
     std::function<std::vector<std::vector<float>>(const std::vector<std::vector<float>>&)> reference;
     double tol = 2e-2;  // finite-difference (or reference) tolerance, relative to the largest value
+    float fd_eps = 1e-2f;  // finite-difference step
 };
 
 // Registration: each cases_<family>.cpp holds `static Register r({...});`.

@@ -49,7 +49,7 @@ void check_gradients(const OpCase& c) {
         std::shuffle(idx.begin(), idx.end(), pick);
         if (idx.size() > 48) idx.resize(48);
         std::vector<float> num, ana;
-        const float eps = 1e-2f;
+        const float eps = c.fd_eps;
         for (size_t i : idx) {
             std::vector<float> xp = x;
             xp[i] = x[i] + eps;
