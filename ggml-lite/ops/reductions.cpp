@@ -1,11 +1,265 @@
-// PLACEHOLDER family file (being written).
+// Reductions (sum, mean, sum_to) and the MSE loss. Every sum accumulates in double and adds
+// its terms in an order fixed by the shapes alone, so results are bitwise identical
+// whatever the thread count.
 #include "ggml-lite/ops/family.h"
+
 namespace gl {
-static std::vector<OutSpec> todo_infer(const OpCall& c) { c.fail("not written yet"); }
-static Cost todo_cost(const OpCall&) { return {}; }
-const OpDef def_sum{"sum", "reductions", todo_infer, todo_cost, nullptr, nullptr, 0};
-const OpDef def_mean{"mean", "reductions", todo_infer, todo_cost, nullptr, nullptr, 0};
-const OpDef def_sum_to{"sum_to", "reductions", todo_infer, todo_cost, nullptr, nullptr, 0};
-const OpDef def_mse_loss{"mse_loss", "reductions", todo_infer, todo_cost, nullptr, nullptr, 0};
-const OpDef def_mse_loss_grad{"mse_loss_grad", "reductions", todo_infer, todo_cost, nullptr, nullptr, 0};
+
+namespace {
+
+using Dims4 = std::array<int64_t, 4>;
+
+// Shape padded to 4 dims with leading ones.
+Dims4 pad4(const Shape& s) {
+    Dims4 d{1, 1, 1, 1};
+    for (int i = 0; i < s.nd; i++) d[size_t(4 - s.nd + i)] = s.d[size_t(i)];
+    return d;
+}
+
+// Sum of term(i) over [0, n) in double: fixed-size blocks summed in parallel, then the block
+// partials added in block order (the blocks do not depend on the thread count).
+template <class Term>
+double block_sum(int64_t n, Term term) {
+    constexpr int64_t kBlock = 1 << 13;
+    const int64_t nb = (n + kBlock - 1) / kBlock;
+    std::vector<double> part(size_t(nb), 0.0);
+    parallel_for(nb, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t b = lo; b < hi; b++) {
+            double acc = 0;
+            for (int64_t i = b * kBlock, e = std::min(n, (b + 1) * kBlock); i < e; i++) acc += term(i);
+            part[size_t(b)] = acc;
+        }
+    });
+    double total = 0;
+    for (double p : part) total += p;
+    return total;
+}
+
+// y = mul * (x summed down to os), x dense with padded shape xs; per dim os[k] is xs[k] or 1.
+// Each output adds its inputs in lexicographic order of the reduced indices. When the last
+// dim is kept, outputs go in runs of up to 256 along it so the inner loop reads contiguously.
+void reduce_dense(const float* x, const Dims4& xs, float* y, const Dims4& os, double mul) {
+    const Dims4 st{xs[1] * xs[2] * xs[3], xs[2] * xs[3], xs[3], 1};
+    Dims4 R;
+    for (size_t k = 0; k < 4; k++) R[k] = os[k] == 1 ? xs[k] : 1;
+    constexpr int64_t kRun = 256;
+    const int64_t W = os[3], runs = (W + kRun - 1) / kRun, outer = os[0] * os[1] * os[2];
+    const int64_t per_task = std::max<int64_t>(1, R[0] * R[1] * R[2] * R[3] * std::min(W, kRun));
+    parallel_for(outer * runs, std::max<int64_t>(1, (1 << 15) / per_task), [&](int64_t lo, int64_t hi) {
+        double acc[kRun];
+        for (int64_t t = lo; t < hi; t++) {
+            const int64_t o = t / runs, j0 = (t % runs) * kRun, w = std::min(kRun, W - j0);
+            const int64_t o2 = o % os[2], o1 = (o / os[2]) % os[1], o0 = o / (os[2] * os[1]);
+            const int64_t base = o0 * st[0] + o1 * st[1] + o2 * st[2] + j0;
+            std::fill(acc, acc + w, 0.0);
+            for (int64_t r0 = 0; r0 < R[0]; r0++)
+                for (int64_t r1 = 0; r1 < R[1]; r1++)
+                    for (int64_t r2 = 0; r2 < R[2]; r2++)
+                        for (int64_t r3 = 0; r3 < R[3]; r3++) {
+                            const float* row = x + base + r0 * st[0] + r1 * st[1] + r2 * st[2] + r3;
+                            for (int64_t j = 0; j < w; j++) acc[j] += row[j];
+                        }
+            float* out = y + o * W + j0;
+            for (int64_t j = 0; j < w; j++) out[j] = float(acc[j] * mul);
+        }
+    });
+}
+
+}  // namespace
+
+// ---------------- sum, mean: p.i[0] axis, p.i[1] 1 = along the axis (0 = all elements), p.i[2] keepdim ----------------
+
+static std::vector<OutSpec> reduce_infer(const OpCall& c) {
+    c.check(c.n_in() == 1, "takes one input");
+    c.check(dtype_is_float(c.dtype(0)), "input must be floating point");
+    if (!c.p.i[1]) return {dense(c.dtype(0), Shape{})};
+    Shape s = c.shape(0);
+    int64_t axis = c.p.i[0];
+    c.check(axis >= 0 && axis < s.nd, cat("axis ", axis, " out of range for ", s.nd, " dims"));
+    if (c.p.i[2]) {
+        s.d[size_t(axis)] = 1;
+    } else {
+        for (int k = int(axis); k + 1 < s.nd; k++) s.d[size_t(k)] = s.d[size_t(k + 1)];
+        s.d[size_t(s.nd - 1)] = 1;
+        s.nd--;
+    }
+    return {dense(c.dtype(0), s)};
+}
+static Cost reduce_cost(const OpCall& c) { return {double(c.shape(0).numel()), call_bytes_in(c, 0)}; }
+
+// Number of input elements behind each output element.
+static int64_t reduce_count(const Shape& x, const Params& p) { return p.i[1] ? x.d[size_t(p.i[0])] : x.numel(); }
+
+static void reduce_backward(BackwardCtx& b) {
+    Graph& g = b.g;
+    const Shape xs = g.shape(b.in(0));  // a copy: building nodes below moves g.values
+    ValueId gy = b.grad();
+    if (b.node.op == Op::mean) gy = scale(g, gy, float(1.0 / double(std::max<int64_t>(1, reduce_count(xs, b.p())))));
+    if (b.p().i[1] && !b.p().i[2]) {
+        Shape kept = xs;
+        kept.d[size_t(b.p().i[0])] = 1;
+        gy = reshape(g, gy, kept);
+    }
+    b.add(0, expand(g, gy, xs));
+}
+
+static void reduce_cpu(CpuCtx& c) {
+    const float* x = c.in_f32(0);
+    float* y = c.out_f32(0);
+    const Shape& xs = c.in_shape(0);
+    const int64_t n = reduce_count(xs, c.p());
+    const double mul = c.node.op == Op::mean ? 1.0 / double(std::max<int64_t>(1, n)) : 1.0;
+    if (!c.p().i[1]) {
+        y[0] = float(block_sum(xs.numel(), [&](int64_t i) { return double(x[i]); }) * mul);
+        return;
+    }
+    Shape kept = xs;
+    kept.d[size_t(c.p().i[0])] = 1;
+    reduce_dense(x, pad4(xs), y, pad4(kept), mul);
+}
+
+static ValueId reduce_node(Graph& g, Op op, ValueId x, int axis, bool along, bool keepdim) {
+    Params p;
+    p.i[0] = axis < 0 ? axis + g.shape(x).nd : axis;
+    p.i[1] = along ? 1 : 0;
+    p.i[2] = keepdim ? 1 : 0;
+    return g.apply1(op, {x}, p);
+}
+
+ValueId sum(Graph& g, ValueId x) { return reduce_node(g, Op::sum, x, 0, false, false); }
+ValueId sum(Graph& g, ValueId x, int axis, bool keepdim) { return reduce_node(g, Op::sum, x, axis, true, keepdim); }
+ValueId mean(Graph& g, ValueId x) { return reduce_node(g, Op::mean, x, 0, false, false); }
+ValueId mean(Graph& g, ValueId x, int axis, bool keepdim) { return reduce_node(g, Op::mean, x, axis, true, keepdim); }
+
+const OpDef def_sum{"sum", "reductions", reduce_infer, reduce_cost, reduce_backward, reduce_cpu, 0};
+const OpDef def_mean{"mean", "reductions", reduce_infer, reduce_cost, reduce_backward, reduce_cpu, 0};
+
+// ---------------- sum_to: p.i[0..4] = target shape (broadcasts to x's shape) ----------------
+
+static std::vector<OutSpec> sum_to_infer(const OpCall& c) {
+    c.check(c.n_in() == 1, "takes one input");
+    c.check(dtype_is_float(c.dtype(0)), "input must be floating point");
+    Shape s = shape_from_params(c.p);
+    const Shape& x = c.shape(0);
+    bool ok = s.nd >= 0 && s.nd <= x.nd;
+    for (int i = 0; ok && i < s.nd; i++) {
+        int64_t d = s.d[size_t(i)], xd = x.d[size_t(x.nd - s.nd + i)];
+        ok = d == xd || d == 1;
+    }
+    c.check(ok, cat("target shape ", s.str(), " does not broadcast to the input's shape"));
+    return {dense(c.dtype(0), s)};
+}
+static Cost sum_to_cost(const OpCall& c) { return {double(c.shape(0).numel()), call_bytes_in(c, 0)}; }
+static void sum_to_backward(BackwardCtx& b) { b.add(0, expand(b.g, b.grad(), b.g.shape(b.in(0)))); }
+static void sum_to_cpu(CpuCtx& c) {
+    // A target dim of 1 over an input dim of 1 needs no summing, so aligning both at the end
+    // and padding to 4 dims gives the per-dim "kept or reduced" form reduce_dense wants.
+    reduce_dense(c.in_f32(0), pad4(c.in_shape(0)), c.out_f32(0), pad4(c.out_shape(0)), 1.0);
+}
+
+ValueId sum_to(Graph& g, ValueId x, const Shape& s) {
+    if (g.shape(x) == s) return x;
+    Params p;
+    shape_to_params(p, s);
+    return g.apply1(Op::sum_to, {x}, p);
+}
+
+const OpDef def_sum_to{"sum_to", "reductions", sum_to_infer, sum_to_cost, sum_to_backward, sum_to_cpu, 0};
+
+// ---------------- mse_loss: inputs {pred, target[, weights [B]]} -> scalar f32 ----------------
+// loss = 1/B sum_b w[b] * 1/M sum_{i in sample b} (pred - target)^2, M = numel / B.
+
+static void check_mse_inputs(const OpCall& c, int first) {
+    const Shape& s = c.shape(first);
+    c.check(s.nd >= 1 && s.d[0] > 0, "pred must have a non-empty leading batch dim [B, ...]");
+    c.check(c.shape(first + 1) == s, "pred and target must have the same shape");
+    for (int i = first; i < c.n_in(); i++) c.check(dtype_is_float(c.dtype(i)), "inputs must be floating point");
+    if (c.n_in() == first + 3) c.check(c.shape(first + 2) == Shape{s.d[0]}, cat("weights must have shape [", s.d[0], "]"));
+}
+
+static std::vector<OutSpec> mse_infer(const OpCall& c) {
+    c.check(c.n_in() == 2 || c.n_in() == 3, "takes {pred, target} or {pred, target, weights}");
+    check_mse_inputs(c, 0);
+    return {dense(DType::f32, Shape{})};
+}
+static Cost mse_cost(const OpCall& c) { return {3.0 * double(c.shape(0).numel()), call_bytes_all_in(c)}; }
+
+static void mse_backward(BackwardCtx& b) {
+    Graph& g = b.g;
+    ValueId w = b.node.in.size() > 2 ? b.in(2) : kNoValue;
+    if (b.wants(0) || b.wants(1)) {
+        ValueId gp = mse_loss_grad(g, b.grad(), b.in(0), b.in(1), w);
+        if (b.wants(0)) b.add(0, gp);
+        if (b.wants(1)) b.add(1, scale(g, gp, -1.0f));
+    }
+    if (w != kNoValue && b.wants(2)) {
+        // d loss / d w[b] = 1/B * (mean over sample b of (pred - target)^2).
+        const Shape s = g.shape(b.in(0));  // a copy: building nodes below moves g.values
+        const int64_t B = s.d[0];
+        ValueId d = sub(g, cast(g, b.in(0), DType::f32), cast(g, b.in(1), DType::f32));
+        ValueId per = mean(g, reshape(g, mul(g, d, d), Shape{B, s.numel() / B}), 1, false);
+        b.add(2, scale(g, mul(g, per, expand(g, b.grad(), Shape{B})), float(1.0 / double(B))));
+    }
+}
+
+static void mse_cpu(CpuCtx& c) {
+    const float* p = c.in_f32(0);
+    const float* t = c.in_f32(1);
+    const float* w = c.n_in() > 2 ? c.in_f32(2) : nullptr;
+    const int64_t B = c.in_shape(0).d[0], M = c.in[0].numel() / B;
+    double total = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const float* pb = p + b * M;
+        const float* tb = t + b * M;
+        double se = block_sum(M, [&](int64_t i) {
+            double d = double(pb[i]) - double(tb[i]);
+            return d * d;
+        });
+        total += (w ? double(w[b]) : 1.0) * (M ? se / double(M) : 0.0);
+    }
+    c.out_f32(0)[0] = float(total / double(B));
+}
+
+ValueId mse_loss(Graph& g, ValueId pred, ValueId target, ValueId weights) {
+    if (weights == kNoValue) return g.apply1(Op::mse_loss, {pred, target});
+    return g.apply1(Op::mse_loss, {pred, target, weights});
+}
+
+const OpDef def_mse_loss{"mse_loss", "reductions", mse_infer, mse_cost, mse_backward, mse_cpu, 0};
+
+// ---------------- mse_loss_grad: inputs {gy (scalar), pred, target[, weights]} -> d loss / d pred ----------------
+// gp = gy * w[b] * 2 (pred - target) / (B M), in pred's dtype and shape.
+
+static std::vector<OutSpec> mse_grad_infer(const OpCall& c) {
+    c.check(c.n_in() == 3 || c.n_in() == 4, "takes {gy, pred, target} or {gy, pred, target, weights}");
+    c.check(dtype_is_float(c.dtype(0)) && c.shape(0).numel() == 1, "gy must be a floating-point scalar");
+    check_mse_inputs(c, 1);
+    return {dense(c.dtype(1), c.shape(1))};
+}
+static Cost mse_grad_cost(const OpCall& c) {
+    return {3.0 * double(c.shape(1).numel()), call_bytes_all_in(c) + call_bytes_in(c, 1)};
+}
+static void mse_grad_cpu(CpuCtx& c) {
+    const double gy = double(c.in_f32(0)[0]);
+    const float* p = c.in_f32(1);
+    const float* t = c.in_f32(2);
+    const float* w = c.n_in() > 3 ? c.in_f32(3) : nullptr;
+    float* gp = c.out_f32(0);
+    const int64_t B = c.in_shape(1).d[0], M = c.in[1].numel() / B;
+    for (int64_t b = 0; b < B; b++) {
+        const float k = float(2.0 * gy * (w ? double(w[b]) : 1.0) / (double(B) * double(M)));
+        parallel_for(M, 1 << 14, [&](int64_t lo, int64_t hi) {
+            for (int64_t i = b * M + lo; i < b * M + hi; i++) gp[i] = k * (p[i] - t[i]);
+        });
+    }
+}
+
+ValueId mse_loss_grad(Graph& g, ValueId gy, ValueId pred, ValueId target, ValueId weights) {
+    if (weights == kNoValue) return g.apply1(Op::mse_loss_grad, {gy, pred, target});
+    return g.apply1(Op::mse_loss_grad, {gy, pred, target, weights});
+}
+
+const OpDef def_mse_loss_grad{"mse_loss_grad", "reductions", mse_grad_infer, mse_grad_cost, nullptr, mse_grad_cpu,
+                              kOpGradHelper};
+
 }  // namespace gl
