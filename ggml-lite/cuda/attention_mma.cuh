@@ -1,0 +1,613 @@
+// Flash attention on tensor cores (bf16 / f16 in, fp32 accumulate), mma.sync.m16n8k16 + ldmatrix +
+// cp.async, for sm_80..sm_90. Used by cuda/attention.cu through attention_impl.cuh.
+// Layouts: q, k, v, o, go, dq, dk, dv are dense [B, L|S, H, d] (row of one head = d elements, H*d
+// apart); lse and delta are [B, H, L] f32. d == dv, d % 8 == 0, d <= 256, scale > 0; the head dim is
+// padded to a template D (48, 64, 80, 96, 128, 160, 192, 256) by zero-filled smem columns.
+// Kernels (per (b, h) tile; NW warps of 16*MT rows; tile sizes per head dim in Tiles<D>; smem rows
+// padded by 8 elements so that ldmatrix is conflict-free without a swizzle; K/V or Q/dO tiles
+// double-buffered with cp.async):
+//   fwd_kernel:  FA2 forward, grid (L/BM, H, B). Online softmax in fp32 with exp2 (log2e folded into
+//                the scale); saves lse = max*scale + log(sum) (natural log).
+//   dkdv_kernel: one CTA per 16*NW-key block (and per query split / column split): each warp owns
+//                16 keys and computes S^T = K Q^T directly, so P^T and dS^T sit in registers in
+//                exactly the A-operand layout of dV += P^T dO and dK += dS^T Q: no smem transposes.
+//   dq_kernel:   one CTA per query block, loops over key blocks: dQ += dS K in registers.
+// dQ is a second pass rather than fp32 atomics: every output element is summed by one thread in a
+// fixed order, so results are bitwise deterministic (cost: S and dP are computed twice in backward).
+// Query splits of dkdv (used when there are too few key blocks to fill the GPU, e.g. cross-attention
+// to 77 keys) write fp32 partials that a separate pass sums in split order.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "ggml-lite/cuda/attention_warp.cuh"
+
+namespace gl::attn {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct MmaArgs {
+    const void *q, *k, *v, *go;  // [B, L|S, H, d]
+    const float *lse, *delta;    // [B, H, L]
+    void* o;                     // fwd: o; dq_kernel: dq
+    float* lse_out;              // fwd: lse
+    void *dk, *dv;               // dkdv_kernel when nsplit == 1
+    float* part;                 // dkdv_kernel when nsplit > 1: [2][nsplit][B, S, H, d] (dk, dv)
+    int B, L, S, H, d, causal, nsplit;
+    float scale, scale_log2;     // scale_log2 = scale * log2(e)
+};
+
+// Tile configurations (types, so benches can try alternatives). Every warp owns 16*MT rows.
+// Padded head-dim columns are computed, not skipped: skipping their MMAs with run-time branches
+// measured 25-45% slower on H200 (it breaks the unrolled MMA schedule), even when nothing is skipped.
+// Fwd: NW warps, MT m16 tiles per warp, BN keys per step.
+template <int D_, int NW_, int MT_, int BN_> struct FwdCfg {
+    static constexpr int D = D_, NW = NW_, MT = MT_, BN = BN_, BM = 16 * MT * NW, SD = D + 8;
+    static constexpr int smem = (BM + 4 * BN) * SD * 2;
+};
+// dK/dV: 16*NW keys per CTA; BM queries per stage, processed in QC chunks; DO output columns per
+// CTA (a column split when the dK/dV accumulators would not fit in registers).
+template <int D_, int NW_, int BM_, int QC_, int DO_> struct DkdvCfg {
+    static constexpr int D = D_, NW = NW_, BN = 16 * NW, BM = BM_, QC = QC_, DO = DO_, NCS = D / DO, SD = D + 8;
+    static constexpr int smem = (2 * BN + 4 * BM) * SD * 2 + 4 * BM * 4;
+};
+// dQ: NW warps of 16*MT queries, BN keys per step.
+template <int D_, int NW_, int BN_, int MT_ = 1> struct DqCfg {
+    static constexpr int D = D_, NW = NW_, MT = MT_, BM = 16 * MT * NW, BN = BN_, SD = D + 8;
+    static constexpr int smem = (2 * BM + 4 * BN) * SD * 2;
+};
+// Defaults per padded head dim: the fastest variants of the bench/attention_check.cu sweep on H200.
+template <int D> struct Tiles;
+template <> struct Tiles<48> { using Fwd = FwdCfg<48, 4, 2, 128>; using Dkdv = DkdvCfg<48, 8, 64, 64, 48>; using Dq = DqCfg<48, 4, 32>; };
+template <> struct Tiles<64> { using Fwd = FwdCfg<64, 4, 2, 64>; using Dkdv = DkdvCfg<64, 4, 64, 64, 64>; using Dq = DqCfg<64, 4, 64>; };
+template <> struct Tiles<80> { using Fwd = FwdCfg<80, 4, 2, 64>; using Dkdv = DkdvCfg<80, 4, 64, 64, 80>; using Dq = DqCfg<80, 4, 32>; };
+template <> struct Tiles<96> { using Fwd = FwdCfg<96, 4, 2, 64>; using Dkdv = DkdvCfg<96, 4, 64, 32, 96>; using Dq = DqCfg<96, 4, 64>; };
+template <> struct Tiles<128> { using Fwd = FwdCfg<128, 4, 1, 64>; using Dkdv = DkdvCfg<128, 4, 32, 32, 128>; using Dq = DqCfg<128, 4, 64>; };
+template <> struct Tiles<160> { using Fwd = FwdCfg<160, 4, 1, 32>; using Dkdv = DkdvCfg<160, 2, 32, 32, 80>; using Dq = DqCfg<160, 4, 32>; };
+template <> struct Tiles<192> { using Fwd = FwdCfg<192, 4, 1, 32>; using Dkdv = DkdvCfg<192, 4, 32, 16, 96>; using Dq = DqCfg<192, 4, 32>; };
+template <> struct Tiles<256> { using Fwd = FwdCfg<256, 4, 1, 32>; using Dkdv = DkdvCfg<256, 4, 32, 16, 128>; using Dq = DqCfg<256, 4, 32>; };
+
+// ---------------- forward ----------------
+
+template <class T, class C>
+__global__ void __launch_bounds__(C::NW * 32) fwd_kernel(MmaArgs a) {
+    constexpr int D = C::D, MT = C::MT, BN = C::BN, BM = C::BM, SD = C::SD, NT = C::NW * 32;
+    constexpr int NTN = BN / 8, NTD = D / 8;
+    extern __shared__ __align__(16) unsigned char smem[];
+    T* sQ = reinterpret_cast<T*>(smem);  // [BM][SD], later the staged output
+    T* sK = sQ + BM * SD;                // [2][BN][SD]
+    T* sV = sK + 2 * BN * SD;            // [2][BN][SD]
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int m0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, ld = a.H * a.d;
+    const T* q = static_cast<const T*>(a.q) + (int64_t(b) * a.L * a.H + h) * a.d;
+    const T* k = static_cast<const T*>(a.k) + (int64_t(b) * a.S * a.H + h) * a.d;
+    const T* v = static_cast<const T*>(a.v) + (int64_t(b) * a.S * a.H + h) * a.d;
+    int nkb = (a.S + BN - 1) / BN;
+    if (a.causal) nkb = min(nkb, (min(m0 + BM, a.L) + BN - 1) / BN);
+
+    load_tile<T, BM, D, NT>(sQ, q, m0, a.L, ld, a.d, tid);
+    load_tile<T, BN, D, NT>(sK, k, 0, a.S, ld, a.d, tid);
+    cp_async_commit();
+    load_tile<T, BN, D, NT>(sV, v, 0, a.S, ld, a.d, tid);
+    cp_async_commit();
+
+    const int wrow = warp * 16 * MT;
+    const float sl2 = a.scale_log2;
+    float o[MT][NTD][4], mrow[MT][2], lrow[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int ct = 0; ct < NTD; ++ct) o[mt][ct][0] = o[mt][ct][1] = o[mt][ct][2] = o[mt][ct][3] = 0.f;
+        mrow[mt][0] = mrow[mt][1] = -INFINITY;
+        lrow[mt][0] = lrow[mt][1] = 0.f;
+    }
+
+    for (int nb = 0; nb < nkb; ++nb) {
+        const int cur = nb & 1, n0 = nb * BN;
+        const T* cK = sK + cur * BN * SD;
+        const T* cV = sV + cur * BN * SD;
+        cp_async_wait<1>();
+        __syncthreads();
+
+        float s[MT][NTN][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NTN; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks) {
+            uint32_t qa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) ldsm_x4(qa[mt], sQ + (wrow + mt * 16) * SD + ks * 16 + a_off<SD>(lane));
+#pragma unroll
+            for (int np = 0; np < BN / 16; ++np) {
+                uint32_t kb[4];
+                ldsm_x4(kb, cK + np * 16 * SD + ks * 16 + bn_off<SD>(lane));
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) mma2<T>(s[mt], np, qa[mt], kb);
+            }
+        }
+        if (nb + 1 < nkb) load_tile<T, BN, D, NT>(sK + (cur ^ 1) * BN * SD, k, n0 + BN, a.S, ld, a.d, tid);
+        cp_async_commit();
+
+        if (n0 + BN > a.S || (a.causal && n0 + BN - 1 > m0 + wrow)) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < NTN; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int j = n0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+                        const int i = m0 + wrow + mt * 16 + (lane >> 2) + (e >> 1) * 8;
+                        if (j >= a.S || (a.causal && j > i)) s[mt][nt][e] = -INFINITY;
+                    }
+        }
+        // Online softmax; l stays a per-thread partial sum until the epilogue.
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float mx = mrow[mt][r];
+#pragma unroll
+                for (int nt = 0; nt < NTN; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mb = mx == -INFINITY ? 0.f : mx * sl2;
+                const float alpha = ex2(mrow[mt][r] * sl2 - mb);
+                mrow[mt][r] = mx;
+                float rs = 0.f;
+#pragma unroll
+                for (int nt = 0; nt < NTN; ++nt)
+#pragma unroll
+                    for (int e = 2 * r; e < 2 * r + 2; ++e) {
+                        const float p = ex2(fmaf(s[mt][nt][e], sl2, -mb));
+                        s[mt][nt][e] = p;
+                        rs += p;
+                    }
+                lrow[mt][r] = lrow[mt][r] * alpha + rs;
+#pragma unroll
+                for (int ct = 0; ct < NTD; ++ct) {
+                    o[mt][ct][2 * r] *= alpha;
+                    o[mt][ct][2 * r + 1] *= alpha;
+                }
+            }
+
+        cp_async_wait<1>();
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            uint32_t pa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) acc_to_a<T>(pa[mt], s[mt], kk);
+#pragma unroll
+            for (int cp = 0; cp < D / 16; ++cp) {
+                uint32_t vb[4];
+                ldsm_x4_t(vb, cV + kk * 16 * SD + cp * 16 + bt_off<SD>(lane));
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) mma2<T>(o[mt], cp, pa[mt], vb);
+            }
+        }
+        if (nb + 1 < nkb) load_tile<T, BN, D, NT>(sV + (cur ^ 1) * BN * SD, v, n0 + BN, a.S, ld, a.d, tid);
+        cp_async_commit();
+    }
+    cp_async_wait<0>();
+
+    // Epilogue: normalise, stage this warp's rows in its own part of sQ, store 16-byte chunks.
+    float* lse = a.lse_out + (int64_t(b) * a.H + h) * a.L;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float l = lrow[mt][r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float inv = l > 0.f ? 1.f / l : 0.f;
+            const int row = wrow + mt * 16 + (lane >> 2) + r * 8;
+#pragma unroll
+            for (int ct = 0; ct < NTD; ++ct)
+                *reinterpret_cast<uint32_t*>(sQ + row * SD + ct * 8 + (lane & 3) * 2) =
+                    pack2<T>(o[mt][ct][2 * r] * inv, o[mt][ct][2 * r + 1] * inv);
+            if ((lane & 3) == 0 && m0 + row < a.L) lse[m0 + row] = mrow[mt][r] * a.scale + logf(l);
+        }
+    __syncwarp();
+    T* og = static_cast<T*>(a.o) + (int64_t(b) * a.L * a.H + h) * a.d;
+    store_rows<T, 16 * MT, D, SD>(og, sQ + wrow * SD, m0 + wrow, a.L, ld, 0, a.d, lane);
+}
+
+// ---------------- backward: dK, dV ----------------
+
+template <class T, class C>
+__global__ void __launch_bounds__(C::NW * 32) dkdv_kernel(MmaArgs a) {
+    constexpr int D = C::D, BM = C::BM, QC = C::QC, DO = C::DO, NCS = C::NCS, NT = C::NW * 32;
+    constexpr int BN = C::BN, SD = C::SD, NQC = QC / 8, NTO = DO / 8;
+    constexpr bool KV_REGS = D <= 64;  // keep this warp's K and V rows as A fragments
+    extern __shared__ __align__(16) unsigned char smem[];
+    T* sK = reinterpret_cast<T*>(smem);  // [BN][SD]
+    T* sV = sK + BN * SD;                // [BN][SD]
+    T* sQ = sV + BN * SD;                // [2][BM][SD]
+    T* sG = sQ + 2 * BM * SD;            // [2][BM][SD] (dO)
+    float* sL = reinterpret_cast<float*>(sG + 2 * BM * SD);  // [2][BM] lse
+    float* sDl = sL + 2 * BM;                                 // [2][BM] delta
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int z = blockIdx.z;
+    const int cs = z % NCS;
+    z /= NCS;
+    const int split = z % a.nsplit, b = z / a.nsplit, h = blockIdx.y;
+    const int n0 = blockIdx.x * BN, c0 = cs * DO, ld = a.H * a.d;
+    const int64_t head = int64_t(b) * a.H + h;
+    const T* q = static_cast<const T*>(a.q) + (int64_t(b) * a.L * a.H + h) * a.d;
+    const T* go = static_cast<const T*>(a.go) + (int64_t(b) * a.L * a.H + h) * a.d;
+    const T* k = static_cast<const T*>(a.k) + (int64_t(b) * a.S * a.H + h) * a.d;
+    const T* v = static_cast<const T*>(a.v) + (int64_t(b) * a.S * a.H + h) * a.d;
+    const float* lse = a.lse + head * a.L;
+    const float* delta = a.delta + head * a.L;
+
+    const int nqb = (a.L + BM - 1) / BM, per = (nqb + a.nsplit - 1) / a.nsplit;
+    int qb0 = split * per;
+    const int qb1 = min(nqb, qb0 + per);
+    if (a.causal) qb0 = max(qb0, n0 / BM);  // queries before the first key see none of these keys
+
+    auto load_stage = [&](int st, int qb) {
+        load_tile<T, BM, D, NT>(sQ + st * BM * SD, q, qb * BM, a.L, ld, a.d, tid);
+        load_tile<T, BM, D, NT>(sG + st * BM * SD, go, qb * BM, a.L, ld, a.d, tid);
+        load_vec<BM, NT>(sL + st * BM, lse, qb * BM, a.L, tid);
+        load_vec<BM, NT>(sDl + st * BM, delta, qb * BM, a.L, tid);
+    };
+    load_tile<T, BN, D, NT>(sK, k, n0, a.S, ld, a.d, tid);
+    load_tile<T, BN, D, NT>(sV, v, n0, a.S, ld, a.d, tid);
+    cp_async_commit();
+    if (qb0 < qb1) load_stage(0, qb0);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+
+    const T* wK = sK + warp * 16 * SD;
+    const T* wV = sV + warp * 16 * SD;
+    uint32_t kf[KV_REGS ? D / 16 : 1][4], vf[KV_REGS ? D / 16 : 1][4];
+    if constexpr (KV_REGS) {
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks) {
+            ldsm_x4(kf[ks], wK + ks * 16 + a_off<SD>(lane));
+            ldsm_x4(vf[ks], wV + ks * 16 + a_off<SD>(lane));
+        }
+    }
+    float dk[NTO][4], dv[NTO][4];
+#pragma unroll
+    for (int ct = 0; ct < NTO; ++ct) dk[ct][0] = dk[ct][1] = dk[ct][2] = dk[ct][3] = dv[ct][0] = dv[ct][1] = dv[ct][2] = dv[ct][3] = 0.f;
+    const float sl2 = a.scale_log2;
+    const int jmax = n0 + warp * 16 + 15;  // last key of this warp
+
+    for (int qb = qb0, it = 0; qb < qb1; ++qb, ++it) {
+        const int cur = it & 1, i0 = qb * BM;
+        cp_async_wait<0>();
+        __syncthreads();
+        if (qb + 1 < qb1) load_stage(cur ^ 1, qb + 1);
+        cp_async_commit();
+        const T* cQ = sQ + cur * BM * SD;
+        const T* cG = sG + cur * BM * SD;
+        const float* cL = sL + cur * BM;
+        const float* cDl = sDl + cur * BM;
+
+#pragma unroll
+        for (int qc = 0; qc < BM / QC; ++qc) {
+            const T* qQ = cQ + qc * QC * SD;
+            const T* qG = cG + qc * QC * SD;
+            // S^T = K_w Q^T and dP^T = V_w dO^T for this chunk of queries.
+            float st[NQC][4], dp[NQC][4];
+#pragma unroll
+            for (int nt = 0; nt < NQC; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) st[nt][e] = dp[nt][e] = 0.f;
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ++ks) {
+                uint32_t ka[4], va[4];
+                if constexpr (KV_REGS) {
+#pragma unroll
+                    for (int x = 0; x < 4; ++x) ka[x] = kf[ks][x], va[x] = vf[ks][x];
+                } else {
+                    ldsm_x4(ka, wK + ks * 16 + a_off<SD>(lane));
+                    ldsm_x4(va, wV + ks * 16 + a_off<SD>(lane));
+                }
+#pragma unroll
+                for (int np = 0; np < QC / 16; ++np) {
+                    uint32_t bq[4], bg[4];
+                    ldsm_x4(bq, qQ + np * 16 * SD + ks * 16 + bn_off<SD>(lane));
+                    ldsm_x4(bg, qG + np * 16 * SD + ks * 16 + bn_off<SD>(lane));
+                    mma2<T>(st, np, ka, bq);
+                    mma2<T>(dp, np, va, bg);
+                }
+            }
+            // P^T = exp(S^T * scale - lse[query]); dS^T = P^T * (dP^T - delta[query]).
+            const bool mask = a.causal && jmax > i0 + qc * QC;
+#pragma unroll
+            for (int nt = 0; nt < NQC; ++nt) {
+                const int col = qc * QC + nt * 8 + (lane & 3) * 2;
+                const float l0 = cL[col] * kLog2e, l1 = cL[col + 1] * kLog2e;
+                const float d0 = cDl[col], d1 = cDl[col + 1];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float p = ex2(fmaf(st[nt][e], sl2, -((e & 1) ? l1 : l0)));
+                    if (mask && n0 + warp * 16 + (lane >> 2) + (e >> 1) * 8 > i0 + col + (e & 1)) p = 0.f;
+                    st[nt][e] = p;
+                    dp[nt][e] = p * (dp[nt][e] - ((e & 1) ? d1 : d0));
+                }
+            }
+            // dV += P^T dO, dK += dS^T Q over this warp's output columns.
+#pragma unroll
+            for (int kk = 0; kk < QC / 16; ++kk) {
+                uint32_t pa[4], sa[4];
+                acc_to_a<T>(pa, st, kk);
+                acc_to_a<T>(sa, dp, kk);
+#pragma unroll
+                for (int cp = 0; cp < DO / 16; ++cp) {
+                    uint32_t bg[4], bq[4];
+                    ldsm_x4_t(bg, qG + kk * 16 * SD + c0 + cp * 16 + bt_off<SD>(lane));
+                    ldsm_x4_t(bq, qQ + kk * 16 * SD + c0 + cp * 16 + bt_off<SD>(lane));
+                    mma2<T>(dv, cp, pa, bg);
+                    mma2<T>(dk, cp, sa, bq);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    const int jw = n0 + warp * 16;
+    if (a.nsplit > 1) {  // fp32 partials, summed in split order by reduce_parts
+        const int64_t n = int64_t(a.B) * a.S * a.H * a.d;
+        float* pk = a.part + int64_t(split) * n;
+        float* pv = a.part + int64_t(a.nsplit + split) * n;
+#pragma unroll
+        for (int ct = 0; ct < NTO; ++ct)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int j = jw + (lane >> 2) + r * 8, c = c0 + ct * 8 + (lane & 3) * 2;
+                if (j < a.S && c < a.d) {
+                    const int64_t at = ((int64_t(b) * a.S + j) * a.H + h) * a.d + c;
+                    *reinterpret_cast<float2*>(pk + at) = make_float2(dk[ct][2 * r] * a.scale, dk[ct][2 * r + 1] * a.scale);
+                    *reinterpret_cast<float2*>(pv + at) = make_float2(dv[ct][2 * r], dv[ct][2 * r + 1]);
+                }
+            }
+        return;
+    }
+    // Stage in this warp's own rows of sK / sV (only this warp read them), then store.
+    T* wKs = sK + warp * 16 * SD;
+    T* wVs = sV + warp * 16 * SD;
+#pragma unroll
+    for (int ct = 0; ct < NTO; ++ct)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int off = ((lane >> 2) + r * 8) * SD + c0 + ct * 8 + (lane & 3) * 2;
+            *reinterpret_cast<uint32_t*>(wKs + off) = pack2<T>(dk[ct][2 * r] * a.scale, dk[ct][2 * r + 1] * a.scale);
+            *reinterpret_cast<uint32_t*>(wVs + off) = pack2<T>(dv[ct][2 * r], dv[ct][2 * r + 1]);
+        }
+    __syncwarp();
+    T* dkg = static_cast<T*>(a.dk) + (int64_t(b) * a.S * a.H + h) * a.d;
+    T* dvg = static_cast<T*>(a.dv) + (int64_t(b) * a.S * a.H + h) * a.d;
+    store_rows<T, 16, DO, SD>(dkg, wKs, jw, a.S, ld, c0, a.d, lane);
+    store_rows<T, 16, DO, SD>(dvg, wVs, jw, a.S, ld, c0, a.d, lane);
+}
+
+// ---------------- backward: dQ ----------------
+
+template <class T, class C>
+__global__ void __launch_bounds__(C::NW * 32) dq_kernel(MmaArgs a) {
+    constexpr int D = C::D, MT = C::MT, BN = C::BN, BM = C::BM, SD = C::SD, NT = C::NW * 32, NTN = BN / 8, NTD = D / 8;
+    constexpr bool A_REGS = D * MT <= 96 && D <= 64;  // keep this warp's Q and dO rows as A fragments
+    constexpr int NA = A_REGS ? D / 16 : 1;
+    extern __shared__ __align__(16) unsigned char smem[];
+    T* sQ = reinterpret_cast<T*>(smem);  // [BM][SD], later the staged dQ
+    T* sG = sQ + BM * SD;                // [BM][SD] dO
+    T* sK = sG + BM * SD;                // [2][BN][SD]
+    T* sV = sK + 2 * BN * SD;            // [2][BN][SD]
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int m0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, ld = a.H * a.d;
+    const int64_t head = int64_t(b) * a.H + h;
+    const T* q = static_cast<const T*>(a.q) + (int64_t(b) * a.L * a.H + h) * a.d;
+    const T* go = static_cast<const T*>(a.go) + (int64_t(b) * a.L * a.H + h) * a.d;
+    const T* k = static_cast<const T*>(a.k) + (int64_t(b) * a.S * a.H + h) * a.d;
+    const T* v = static_cast<const T*>(a.v) + (int64_t(b) * a.S * a.H + h) * a.d;
+    int nkb = (a.S + BN - 1) / BN;
+    if (a.causal) nkb = min(nkb, (min(m0 + BM, a.L) + BN - 1) / BN);
+
+    load_tile<T, BM, D, NT>(sQ, q, m0, a.L, ld, a.d, tid);
+    load_tile<T, BM, D, NT>(sG, go, m0, a.L, ld, a.d, tid);
+    cp_async_commit();
+    load_tile<T, BN, D, NT>(sK, k, 0, a.S, ld, a.d, tid);
+    load_tile<T, BN, D, NT>(sV, v, 0, a.S, ld, a.d, tid);
+    cp_async_commit();
+
+    const int wrow = warp * 16 * MT;
+    float lse2[MT][2], dl[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int i = m0 + wrow + mt * 16 + (lane >> 2) + r * 8;
+            lse2[mt][r] = i < a.L ? a.lse[head * a.L + i] * kLog2e : 0.f;
+            dl[mt][r] = i < a.L ? a.delta[head * a.L + i] : 0.f;
+        }
+    cp_async_wait<1>();
+    __syncthreads();
+    const T* wQ = sQ + wrow * SD;
+    const T* wG = sG + wrow * SD;
+    uint32_t qf[MT][NA][4], gf[MT][NA][4];
+    if constexpr (A_REGS) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ++ks) {
+                ldsm_x4(qf[mt][ks], wQ + mt * 16 * SD + ks * 16 + a_off<SD>(lane));
+                ldsm_x4(gf[mt][ks], wG + mt * 16 * SD + ks * 16 + a_off<SD>(lane));
+            }
+    }
+    float dq[MT][NTD][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int ct = 0; ct < NTD; ++ct) dq[mt][ct][0] = dq[mt][ct][1] = dq[mt][ct][2] = dq[mt][ct][3] = 0.f;
+    const float sl2 = a.scale_log2;
+
+    for (int nb = 0; nb < nkb; ++nb) {
+        const int cur = nb & 1, n0 = nb * BN;
+        cp_async_wait<0>();
+        __syncthreads();
+        if (nb + 1 < nkb) {
+            load_tile<T, BN, D, NT>(sK + (cur ^ 1) * BN * SD, k, n0 + BN, a.S, ld, a.d, tid);
+            load_tile<T, BN, D, NT>(sV + (cur ^ 1) * BN * SD, v, n0 + BN, a.S, ld, a.d, tid);
+        }
+        cp_async_commit();
+        const T* cK = sK + cur * BN * SD;
+        const T* cV = sV + cur * BN * SD;
+
+        // S = Q_w K^T and dP = dO_w V^T.
+        float s[MT][NTN][4], dp[MT][NTN][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NTN; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[mt][nt][e] = dp[mt][nt][e] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks) {
+            uint32_t qa[MT][4], ga[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                if constexpr (A_REGS) {
+#pragma unroll
+                    for (int x = 0; x < 4; ++x) qa[mt][x] = qf[mt][ks][x], ga[mt][x] = gf[mt][ks][x];
+                } else {
+                    ldsm_x4(qa[mt], wQ + mt * 16 * SD + ks * 16 + a_off<SD>(lane));
+                    ldsm_x4(ga[mt], wG + mt * 16 * SD + ks * 16 + a_off<SD>(lane));
+                }
+            }
+#pragma unroll
+            for (int np = 0; np < BN / 16; ++np) {
+                uint32_t kb[4], vb[4];
+                ldsm_x4(kb, cK + np * 16 * SD + ks * 16 + bn_off<SD>(lane));
+                ldsm_x4(vb, cV + np * 16 * SD + ks * 16 + bn_off<SD>(lane));
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma2<T>(s[mt], np, qa[mt], kb);
+                    mma2<T>(dp[mt], np, ga[mt], vb);
+                }
+            }
+        }
+        // P = exp(S * scale - lse); dS = P * (dP - delta) (left in dp).
+        const bool mask = n0 + BN > a.S || (a.causal && n0 + BN - 1 > m0 + wrow);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NTN; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float p = ex2(fmaf(s[mt][nt][e], sl2, -lse2[mt][e >> 1]));
+                    if (mask) {
+                        const int j = n0 + nt * 8 + (lane & 3) * 2 + (e & 1);
+                        const int i = m0 + wrow + mt * 16 + (lane >> 2) + (e >> 1) * 8;
+                        if (j >= a.S || (a.causal && j > i)) p = 0.f;
+                    }
+                    dp[mt][nt][e] = p * (dp[mt][nt][e] - dl[mt][e >> 1]);
+                }
+        // dQ += dS K.
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            uint32_t sa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) acc_to_a<T>(sa[mt], dp[mt], kk);
+#pragma unroll
+            for (int cp = 0; cp < D / 16; ++cp) {
+                uint32_t kb[4];
+                ldsm_x4_t(kb, cK + kk * 16 * SD + cp * 16 + bt_off<SD>(lane));
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) mma2<T>(dq[mt], cp, sa[mt], kb);
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    T* wQs = sQ + wrow * SD;  // only this warp read these rows
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int ct = 0; ct < NTD; ++ct)
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+                *reinterpret_cast<uint32_t*>(wQs + (mt * 16 + (lane >> 2) + r * 8) * SD + ct * 8 + (lane & 3) * 2) =
+                    pack2<T>(dq[mt][ct][2 * r] * a.scale, dq[mt][ct][2 * r + 1] * a.scale);
+    __syncwarp();
+    T* dqg = static_cast<T*>(a.o) + (int64_t(b) * a.L * a.H + h) * a.d;
+    store_rows<T, 16 * MT, D, SD>(dqg, wQs, m0 + wrow, a.L, ld, 0, a.d, lane);
+}
+
+// ---------------- host side ----------------
+
+// Opts a kernel into more than 48 KiB of dynamic smem (no sync involved).
+template <class K>
+cudaError_t allow_smem(K kernel, int bytes) {
+    return bytes > 48 * 1024 ? cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) : cudaSuccess;
+}
+
+template <class T, class C>
+cudaError_t launch_fwd(const MmaArgs& a, cudaStream_t s) {
+    static const cudaError_t ready = allow_smem(fwd_kernel<T, C>, C::smem);  // once per instantiation
+    if (ready != cudaSuccess) return ready;
+    fwd_kernel<T, C><<<dim3((a.L + C::BM - 1) / C::BM, a.H, a.B), C::NW * 32, C::smem, s>>>(a);
+    return cudaGetLastError();
+}
+template <class T, class C>
+cudaError_t launch_dkdv(const MmaArgs& a, cudaStream_t s) {
+    static const cudaError_t ready = allow_smem(dkdv_kernel<T, C>, C::smem);
+    if (ready != cudaSuccess) return ready;
+    const dim3 grid((a.S + C::BN - 1) / C::BN, a.H, a.B * a.nsplit * C::NCS);
+    dkdv_kernel<T, C><<<grid, C::NW * 32, C::smem, s>>>(a);
+    return cudaGetLastError();
+}
+template <class T, class C>
+cudaError_t launch_dq(const MmaArgs& a, cudaStream_t s) {
+    static const cudaError_t ready = allow_smem(dq_kernel<T, C>, C::smem);
+    if (ready != cudaSuccess) return ready;
+    dq_kernel<T, C><<<dim3((a.L + C::BM - 1) / C::BM, a.H, a.B), C::NW * 32, C::smem, s>>>(a);
+    return cudaGetLastError();
+}
+
+// Query splits of the dK/dV pass: enough CTAs for ~4 per SM, each split at least 4 query blocks.
+template <class C>
+int dkdv_splits(int B, int L, int S, int H, int sms) {
+    const int64_t ctas = int64_t((S + C::BN - 1) / C::BN) * B * H * C::NCS;
+    const int nqb = (L + C::BM - 1) / C::BM;
+    int want = int((4 * int64_t(sms) + ctas - 1) / ctas);
+    want = want < nqb / 4 ? want : nqb / 4;
+    want = want < 16 ? want : 16;
+    return want > 1 ? want : 1;
+}
+
+template <class T, int D>
+cudaError_t mma_forward(const MmaArgs& a, cudaStream_t s) { return launch_fwd<T, typename Tiles<D>::Fwd>(a, s); }
+
+// dK/dV pass then dQ pass (delta must be ready; partials are reduced by the caller when nsplit > 1).
+template <class T, int D>
+cudaError_t mma_backward(const MmaArgs& a, cudaStream_t s) {
+    const cudaError_t e = launch_dkdv<T, typename Tiles<D>::Dkdv>(a, s);
+    return e != cudaSuccess ? e : launch_dq<T, typename Tiles<D>::Dq>(a, s);
+}
+
+// Calls f(std::integral_constant<int, D>) for the padded head dim D of d; false when d > 256.
+template <class F>
+bool with_head_dim(int d, F&& f) {
+    if (d <= 48) f(std::integral_constant<int, 48>{});
+    else if (d <= 64) f(std::integral_constant<int, 64>{});
+    else if (d <= 80) f(std::integral_constant<int, 80>{});
+    else if (d <= 96) f(std::integral_constant<int, 96>{});
+    else if (d <= 128) f(std::integral_constant<int, 128>{});
+    else if (d <= 160) f(std::integral_constant<int, 160>{});
+    else if (d <= 192) f(std::integral_constant<int, 192>{});
+    else if (d <= 256) f(std::integral_constant<int, 256>{});
+    else return false;
+    return true;
+}
+
+}  // namespace gl::attn

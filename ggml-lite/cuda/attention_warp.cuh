@@ -1,0 +1,118 @@
+// Warp-level building blocks of the tensor-core attention kernels (attention_mma.cuh):
+// mma.sync.m16n8k16 (bf16 / f16 in, f32 accumulate), ldmatrix fragment addressing for tiles whose
+// smem rows are SD = D + 8 elements apart (conflict-free without a swizzle), cp.async tile loads with
+// zero fill, and the staged 16-byte row stores of the epilogues.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace gl::attn {
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
+    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+    const unsigned s = unsigned(__cvta_generic_to_shared(p));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
+    const unsigned s = unsigned(__cvta_generic_to_shared(p));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+
+template <class T> __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <> __device__ __forceinline__ void mma<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <> __device__ __forceinline__ void mma<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <class T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// The A operand of k-step kk from an m16 x n8 accumulator row (C layout -> A layout, rounded to T).
+template <class T, int N>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c)[N][4], int kk) {
+    a[0] = pack2<T>(c[2 * kk][0], c[2 * kk][1]);
+    a[1] = pack2<T>(c[2 * kk][2], c[2 * kk][3]);
+    a[2] = pack2<T>(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[3] = pack2<T>(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+// ldmatrix addresses (elements, relative to a tile with rows SD apart) for one lane:
+// A operand (16 rows x k16, row-major): rows lane%16, k half lane/16.
+template <int SD> __device__ __forceinline__ int a_off(int lane) { return (lane & 15) * SD + (lane >> 4) * 8; }
+// B operand from an [n][k] tile (two n8 tiles x k16), non-transposed.
+template <int SD> __device__ __forceinline__ int bn_off(int lane) { return ((lane >> 4) * 8 + (lane & 7)) * SD + ((lane >> 3) & 1) * 8; }
+// B operand from a [k][n] tile (k16 x two n8 tiles), transposed.
+template <int SD> __device__ __forceinline__ int bt_off(int lane) { return (((lane >> 3) & 1) * 8 + (lane & 7)) * SD + (lane >> 4) * 8; }
+
+// c[2np + x] += A * B for the n16 block np, B fragments b = {b0, b1 of tile 2np, b0, b1 of 2np+1}.
+template <class T, int N>
+__device__ __forceinline__ void mma2(float (&c)[N][4], int np, const uint32_t (&a)[4], const uint32_t (&b)[4]) {
+    mma<T>(c[2 * np], a, b[0], b[1]);
+    mma<T>(c[2 * np + 1], a, b[2], b[3]);
+}
+
+// Rows [r0, r0 + R) of one head's [n, d] matrix (rows ld elements apart) -> smem rows of SD = D + 8
+// elements; rows >= n and columns >= d are zero-filled.
+template <class T, int R, int D, int NT>
+__device__ __forceinline__ void load_tile(T* sm, const T* g, int r0, int n, int ld, int d, int tid) {
+    constexpr int CH = D / 8, SD = D + 8, TOTAL = R * CH;
+#pragma unroll
+    for (int it = 0; it < (TOTAL + NT - 1) / NT; ++it) {
+        const int idx = it * NT + tid;
+        if (TOTAL % NT != 0 && idx >= TOTAL) break;
+        const int r = idx / CH, c = idx % CH;
+        const bool ok = r0 + r < n && c * 8 < d;
+        cp_async16(sm + r * SD + c * 8, ok ? g + int64_t(r0 + r) * ld + c * 8 : g, ok);
+    }
+}
+// Rows [r0, r0 + R) of an f32 [n] vector -> smem (zero past n).
+template <int R, int NT>
+__device__ __forceinline__ void load_vec(float* sm, const float* g, int r0, int n, int tid) {
+    for (int r = tid; r < R; r += NT) cp_async4(sm + r, r0 + r < n ? g + r0 + r : g, r0 + r < n);
+}
+// A warp's rows (staged in smem, rows SD apart) -> global rows [g0, ...) < n, columns [c0, c0+CN) < d.
+template <class T, int ROWS, int CN, int SD>
+__device__ __forceinline__ void store_rows(T* g, const T* sm, int g0, int n, int ld, int c0, int d, int lane) {
+    constexpr int CH = CN / 8;
+    for (int idx = lane; idx < ROWS * CH; idx += 32) {
+        const int r = idx / CH, c = c0 + (idx % CH) * 8;
+        if (g0 + r < n && c < d)
+            *reinterpret_cast<uint4*>(g + int64_t(g0 + r) * ld + c) = *reinterpret_cast<const uint4*>(sm + r * SD + c);
+    }
+}
+
+}  // namespace gl::attn
