@@ -149,8 +149,11 @@ public:
     }
 
     void poison(unsigned char byte) override {
-        for (auto& a : arenas_) std::memset(a.data(), byte, a.size());
+        for (auto& a : arenas_)
+            if (!a.empty()) std::memset(a.data(), byte, a.size());
     }
+
+    size_t allocated_bytes(Category c) const override { return arenas_[size_t(c)].size(); }
 
 private:
     std::array<std::vector<unsigned char>, kCategoryCount> arenas_;

@@ -1,6 +1,9 @@
 // The builder API: one function per op (plus a few conveniences). Each returns value ids
-// and allocates nothing. Layouts: feature maps are NHWC; linear weights [out, in];
-// conv weights [Cout, kh, kw, Cin]; attention q/k/v [B, L, H, d].
+// and allocates nothing. Building appends to g.values, so a reference from g.shape() or g.v()
+// dangles once a node is added: copy shapes into locals before building more nodes in the
+// same expression (argument evaluation order is unspecified).
+// Layouts: feature maps are NHWC; linear weights [out, in]; conv weights [Cout, kh, kw, Cin];
+// attention q/k/v [B, L, H, d].
 #pragma once
 #include <vector>
 
@@ -49,7 +52,7 @@ ValueId sum(Graph& g, ValueId x, int axis, bool keepdim);
 ValueId mean(Graph& g, ValueId x);
 ValueId mean(Graph& g, ValueId x, int axis, bool keepdim);
 // Sums x down to shape s, where s broadcasts to x's shape (the backward of broadcasting).
-ValueId sum_to(Graph& g, ValueId x, const Shape& s);
+ValueId sum_to(Graph& g, ValueId x, Shape s);
 // mean over samples b of w[b] * mean over sample b's elements of (pred - target)^2; w [B]
 // optional (kNoValue: all ones). Scalar f32 output.
 ValueId mse_loss(Graph& g, ValueId pred, ValueId target, ValueId weights = kNoValue);

@@ -68,8 +68,11 @@ static void sub_backward(BackwardCtx& b) {
     if (b.wants(1)) b.add(1, scale(b.g, sum_to(b.g, b.grad(), b.g.shape(b.in(1))), -1.0f));
 }
 static void mul_backward(BackwardCtx& b) {
-    if (b.wants(0)) b.add(0, sum_to(b.g, mul(b.g, b.grad(), b.in(1)), b.g.shape(b.in(0))));
-    if (b.wants(1)) b.add(1, sum_to(b.g, mul(b.g, b.grad(), b.in(0)), b.g.shape(b.in(1))));
+    // Copies taken first: GCC may read a g.shape() reference after mul() has moved g.values,
+    // even when the parameter is a by-value Shape.
+    const Shape s0 = b.g.shape(b.in(0)), s1 = b.g.shape(b.in(1));
+    if (b.wants(0)) b.add(0, sum_to(b.g, mul(b.g, b.grad(), b.in(1)), s0));
+    if (b.wants(1)) b.add(1, sum_to(b.g, mul(b.g, b.grad(), b.in(0)), s1));
 }
 
 static void add_cpu(CpuCtx& c) { binary_cpu(c, [](float x, float y) { return x + y; }); }

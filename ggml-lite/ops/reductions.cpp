@@ -157,7 +157,7 @@ static void sum_to_cpu(CpuCtx& c) {
     reduce_dense(c.in_f32(0), pad4(c.in_shape(0)), c.out_f32(0), pad4(c.out_shape(0)), 1.0);
 }
 
-ValueId sum_to(Graph& g, ValueId x, const Shape& s) {
+ValueId sum_to(Graph& g, ValueId x, Shape s) {
     if (g.shape(x) == s) return x;
     Params p;
     shape_to_params(p, s);
