@@ -88,13 +88,14 @@ Plan make_plan(const Graph& input, const PlanOptions& opt) {
     P.last.assign(V, -1);
     P.inplace_of.assign(V, kNoValue);
 
-    // Liveness of storage owners: readers of a view keep its base alive.
+    // Liveness of storage owners: readers of a view keep its base alive. Leaves live to the
+    // end: they are bound once and a runtime may run the plan again without binding them anew.
     for (ValueId v = 0; v < ValueId(V); v++) {
         const Value& x = g.v(v);
         if (!is_owner(g, v)) continue;
         P.first[size_t(v)] = x.producer;
         P.last[size_t(v)] = x.producer;  // a value nobody reads still needs bytes while written
-        if (x.output || x.category != Category::activations) P.last[size_t(v)] = N;
+        if (x.output || x.producer < 0 || x.category != Category::activations) P.last[size_t(v)] = N;
     }
     for (int i = 0; i < N; i++)
         for (ValueId x : g.nodes[size_t(i)].in) {
@@ -126,6 +127,7 @@ Plan make_plan(const Graph& input, const PlanOptions& opt) {
             P.offset[size_t(v)] = int64_t(arena.alloc(g.v(v).bytes()));
             live += g.v(v).bytes();
         }
+    P.peak_live_bytes = live;  // a graph without nodes still holds its bound inputs
     std::vector<bool> handed_over(V, false);
     for (int i = 0; i < N; i++) {
         const Node& n = g.nodes[size_t(i)];
@@ -228,11 +230,20 @@ std::string check_overlaps(const Plan& P) {
         int cat;
         size_t lo, hi;
     };
+    GL_CHECK(P.offset.size() == size_t(g.value_count()) && P.first.size() == P.offset.size() &&
+                 P.last.size() == P.offset.size() && P.inplace_of.size() == P.offset.size(),
+             "check_overlaps: plan tables do not match its graph");
     std::vector<Item> items;
     for (ValueId v = 0; v < g.value_count(); v++) {
         const Value& x = g.v(v);
-        if (x.base != v || P.offset[size_t(v)] < 0 || x.bytes() == 0) continue;
-        items.push_back({v, int(x.category), size_t(P.offset[size_t(v)]), size_t(P.offset[size_t(v)]) + x.bytes()});
+        if (x.base != v) continue;
+        if (P.offset[size_t(v)] < 0) return cat(category_name(x.category), ": ", g.describe(v), " has no offset");
+        size_t lo = size_t(P.offset[size_t(v)]), hi = lo + x.bytes();
+        if (hi > P.arena_bytes[size_t(x.category)])
+            return cat(category_name(x.category), ": ", g.describe(v), " [", lo, ", ", hi, ") ends past the arena (",
+                       P.arena_bytes[size_t(x.category)], " bytes)");
+        if (x.bytes() == 0) continue;
+        items.push_back({v, int(x.category), lo, hi});
     }
     std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
         return a.cat != b.cat ? a.cat < b.cat : a.lo < b.lo;

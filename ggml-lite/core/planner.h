@@ -31,8 +31,8 @@ struct Plan {
     // their base's offset plus layout.offset * dtype size. -1 for views.
     std::vector<int64_t> offset;
     // Live range in node indices: written at first (-1 for leaves, bound before the run), read
-    // last at last (nodes.size() for outputs and persistent leaves). Only meaningful for
-    // storage owners.
+    // last at last (nodes.size() for outputs, leaves and persistent categories). Only
+    // meaningful for storage owners.
     std::vector<int> first, last;
     // For a value placed in-place over an input that dies at its producer: that input.
     std::vector<ValueId> inplace_of;
@@ -52,10 +52,13 @@ struct Plan {
 Plan make_plan(const Graph& g, const PlanOptions& opt = {});
 
 // Returns "" when no two simultaneously live values of one arena share bytes (values placed
-// in-place over an input that dies at that node excepted), else a description of the first clash.
+// in-place over an input that dies at that node excepted) and every value lies inside its
+// arena, else a description of the first fault.
 std::string check_overlaps(const Plan& p);
 
-// The recompute rewrite on its own (make_plan calls it): returns the graph to run.
+// The recompute rewrite on its own (make_plan calls it): returns the graph to run. Clones
+// are backward nodes with recompute_of = the index of the node they repeat; rewriting a
+// graph that already holds clones throws.
 Graph rewrite_for_recompute(const Graph& g, Recompute policy, int* added_nodes = nullptr);
 
 }  // namespace gl

@@ -28,8 +28,7 @@ public:
     // Sets every byte of every arena to `byte` (tests poison memory with it).
     virtual void poison(unsigned char byte) = 0;
     // Bytes this runtime allocated for a category's arena (tests hold it to the plan).
-    // Throws gl::Error for a backend that does not report it.
-    virtual size_t allocated_bytes(Category c) const;
+    virtual size_t allocated_bytes(Category c) const = 0;
 
     // What the backend holds: the plan's arenas plus backend extras (workspace, context).
     virtual std::string memory_report() const { return plan_.report(); }
