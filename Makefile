@@ -1,0 +1,102 @@
+# The developer loop. CMakeLists.txt is the real build; this file only drives it.
+#   make          configure (Ninja, into build/) and build everything
+#   make test     install missing Debian packages, build, run every test (ctest)
+#   make demo     install missing Debian packages, build and run the demo (tools/demo.cpp)
+#   make bench    build and run the Google Benchmark programs (bench/*.cpp)
+#   make deps     install the Debian packages the build needs, those that are missing
+#   make install  install the library, headers and CMake package under PREFIX
+# Variables (make VAR=value): BUILD=build  BUILD_TYPE=Release  JOBS=<cores>
+#   GL_CUDA=AUTO|ON|OFF  GL_CUDA_ARCHS="80;90a"  (both are remembered in the build folder's cache)
+#   CMAKE_ARGS=...  CTEST_ARGS=...  DEMO_ARGS=...  BENCH_ARGS=...  PREFIX=/usr/local
+
+BUILD         ?= build
+BUILD_TYPE    ?= Release
+JOBS          ?= $(shell nproc 2>/dev/null || echo 2)
+GL_CUDA       ?=
+GL_CUDA_ARCHS ?=
+CMAKE_ARGS    ?=
+CTEST_ARGS    ?=
+DEMO_ARGS     ?=
+BENCH_ARGS    ?=
+PREFIX        ?= /usr/local
+
+CONFIGURE_FLAGS := -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	$(if $(GL_CUDA),-DGL_CUDA=$(GL_CUDA)) \
+	$(if $(GL_CUDA_ARCHS),"-DGL_CUDA_ARCHS=$(GL_CUDA_ARCHS)") \
+	$(CMAKE_ARGS)
+
+# Packages the build needs. "pkg:cmd" entries count as present when cmd is on PATH
+# (a cmake or compiler installed some other way will do).
+DEB_PACKAGES := cmake:cmake ninja-build:ninja g++:g++ doctest-dev nlohmann-json3-dev libstb-dev \
+	libbenchmark-dev libtomlplusplus-dev
+
+.PHONY: all build configure test demo bench deps install clean distclean
+.NOTPARALLEL:
+
+all: build
+
+configure:
+	@command -v cmake >/dev/null 2>&1 || { echo "make: cmake not found; run 'make deps'" >&2; exit 1; }
+	@if [ -f $(BUILD)/CMakeCache.txt ]; then gen=""; else \
+	  command -v ninja >/dev/null 2>&1 || { echo "make: ninja not found; run 'make deps'" >&2; exit 1; }; \
+	  gen="-G Ninja"; fi; \
+	cmake -S . -B $(BUILD) $$gen $(CONFIGURE_FLAGS)
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test:
+	@$(MAKE) --no-print-directory deps
+	@$(MAKE) --no-print-directory build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 900 $(CTEST_ARGS)
+
+demo:
+	@$(MAKE) --no-print-directory deps
+	@$(MAKE) --no-print-directory configure
+	cmake --build $(BUILD) -j $(JOBS) --target gl-demo
+	$(BUILD)/gl-demo $(DEMO_ARGS)
+
+bench:
+	@$(MAKE) --no-print-directory deps
+	@$(MAKE) --no-print-directory configure
+	cmake --build $(BUILD) -j $(JOBS) --target bench
+	@found=0; for b in $(BUILD)/bench/*; do \
+	  [ -x "$$b" ] || continue; found=1; echo "== $$b"; "$$b" $(BENCH_ARGS) || exit 1; done; \
+	[ $$found = 1 ] || echo "bench: no benchmark programs were built (bench/*.cpp, Google Benchmark)"
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+clean:
+	@if [ -f $(BUILD)/CMakeCache.txt ]; then cmake --build $(BUILD) --target clean; fi
+
+distclean:
+	rm -rf $(BUILD)
+
+deps:
+	@missing=""; \
+	if ! command -v dpkg >/dev/null 2>&1; then \
+	  echo "make deps: not a Debian system (no dpkg), so nothing is installed. The build needs: cmake >= 3.20," \
+	       "ninja, g++ >= 12, doctest, nlohmann-json, stb, toml++ and (for 'make bench') Google Benchmark."; \
+	  exit 0; \
+	fi; \
+	for entry in $(DEB_PACKAGES); do \
+	  pkg=$${entry%%:*}; cmd=$${entry#*:}; \
+	  if [ "$$cmd" != "$$entry" ] && command -v "$$cmd" >/dev/null 2>&1; then continue; fi; \
+	  dpkg -s "$$pkg" 2>/dev/null | grep -q '^Status: install ok installed' && continue; \
+	  missing="$$missing $$pkg"; \
+	done; \
+	[ -z "$$missing" ] && exit 0; \
+	echo "make deps: missing Debian packages:$$missing"; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "make deps: apt-get is not available; install these packages yourself:$$missing" >&2; exit 1; \
+	fi; \
+	if [ "$$(id -u)" = 0 ]; then sudo=""; \
+	elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; \
+	else \
+	  echo "make deps: not root and no sudo. Ask an administrator to run:" >&2; \
+	  echo "  apt-get update && apt-get install -y$$missing" >&2; exit 1; \
+	fi; \
+	echo "make deps: running $${sudo:+sudo }apt-get update && $${sudo:+sudo }apt-get install -y$$missing"; \
+	$$sudo apt-get update && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing \
+	  || { echo "make deps: installing$$missing failed (see above)" >&2; exit 1; }

@@ -1,0 +1,67 @@
+# The test executables and their CTest registration (included from the top CMakeLists.txt).
+#   gl-tests      tests/*.cpp, the CPU suite; one CTest test per doctest test case (label cpu)
+#   gl-gpu-tests  tests/gpu/*.cpp, *.cu; built with CUDA only; one CTest test (label gpu)
+#   embed         installs the library and builds tests/embed/ against it (label embed)
+# The op case table (op_harness.cpp, cases_*.cpp) is shared by the CPU and GPU suites.
+
+# doctest: the Debian package's config, else a bare header (for a machine without the package,
+# pass -DGL_DOCTEST_INCLUDE_DIR=<folder holding doctest/doctest.h>).
+find_package(doctest QUIET CONFIG)
+if(NOT TARGET doctest::doctest)
+  find_path(GL_DOCTEST_INCLUDE_DIR doctest/doctest.h)
+  if(NOT GL_DOCTEST_INCLUDE_DIR)
+    message(FATAL_ERROR "doctest not found: run `make deps` (Debian package doctest-dev), pass "
+                        "-DGL_DOCTEST_INCLUDE_DIR=<folder holding doctest/doctest.h>, or -DGL_BUILD_TESTS=OFF")
+  endif()
+  add_library(doctest::doctest INTERFACE IMPORTED)
+  set_target_properties(doctest::doctest PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${GL_DOCTEST_INCLUDE_DIR}")
+endif()
+if(doctest_DIR AND EXISTS "${doctest_DIR}/doctest.cmake")
+  include("${doctest_DIR}/doctest.cmake")
+endif()
+
+set(GL_TEST_DIR ${PROJECT_SOURCE_DIR}/tests)
+file(GLOB GL_TEST_CASE_SOURCES CONFIGURE_DEPENDS ${GL_TEST_DIR}/op_harness.cpp ${GL_TEST_DIR}/cases_*.cpp)
+file(GLOB GL_TEST_SOURCES CONFIGURE_DEPENDS ${GL_TEST_DIR}/*.cpp)
+list(REMOVE_ITEM GL_TEST_SOURCES ${GL_TEST_CASE_SOURCES})
+
+# Case files register themselves from static initialisers, so they must be linked as objects,
+# never through a static archive that would drop them.
+add_library(gl-test-cases OBJECT ${GL_TEST_CASE_SOURCES})
+target_include_directories(gl-test-cases PUBLIC ${GL_TEST_DIR})
+target_link_libraries(gl-test-cases PUBLIC ggml-lite)
+
+add_executable(gl-tests ${GL_TEST_SOURCES} $<TARGET_OBJECTS:gl-test-cases>)
+target_link_libraries(gl-tests PRIVATE gl-test-cases ggml-lite doctest::doctest)
+if(COMMAND doctest_discover_tests)
+  doctest_discover_tests(gl-tests PROPERTIES LABELS cpu)
+else()
+  add_test(NAME gl-tests COMMAND gl-tests)
+  set_tests_properties(gl-tests PROPERTIES LABELS cpu)
+endif()
+
+# GPU suite. Its executable prints "GPU tests skipped: <reason>" and exits 0 when no usable GPU
+# is present; CTest then reports the test as skipped rather than passed.
+file(GLOB GL_GPU_TEST_SOURCES CONFIGURE_DEPENDS ${GL_TEST_DIR}/gpu/*.cpp ${GL_TEST_DIR}/gpu/*.cu)
+if(GL_GPU_TEST_SOURCES AND GL_HAVE_CUDA)
+  add_executable(gl-gpu-tests ${GL_GPU_TEST_SOURCES} $<TARGET_OBJECTS:gl-test-cases>)
+  target_link_libraries(gl-gpu-tests PRIVATE gl-test-cases ggml-lite doctest::doctest CUDA::cudart)
+  add_test(NAME gpu COMMAND gl-gpu-tests)
+  set_tests_properties(gpu PROPERTIES LABELS gpu SKIP_REGULAR_EXPRESSION "GPU tests skipped:")
+elseif(GL_GPU_TEST_SOURCES)
+  add_test(NAME gpu COMMAND ${CMAKE_COMMAND} -E echo
+           "GPU tests skipped: ggml-lite was configured without CUDA (GL_CUDA=${GL_CUDA})")
+  set_tests_properties(gpu PROPERTIES LABELS gpu SKIP_REGULAR_EXPRESSION "GPU tests skipped:")
+endif()
+
+# Out-of-tree embedding: install to a scratch prefix, then find_package(ggml-lite) from tests/embed/.
+add_test(NAME embed
+         COMMAND ${CMAKE_COMMAND}
+                 -DGL_BUILD_DIR=${PROJECT_BINARY_DIR}
+                 -DGL_EMBED_SOURCE=${GL_TEST_DIR}/embed
+                 -DGL_WORK_DIR=${PROJECT_BINARY_DIR}/embed-test
+                 -DGL_GENERATOR=${CMAKE_GENERATOR}
+                 -DGL_CXX_COMPILER=${CMAKE_CXX_COMPILER}
+                 -DGL_BUILD_TYPE=${CMAKE_BUILD_TYPE}
+                 -P ${GL_TEST_DIR}/embed/run.cmake)
+set_tests_properties(embed PROPERTIES LABELS embed TIMEOUT 600)
