@@ -1,0 +1,292 @@
+// GEMM for the CUDA backend: one entry, gemm(), that picks a kernel by arch, dtype, layout and
+// shape. Used by cuda/matmul.cu; bench/gemm_check.cu checks and times it against cuBLAS.
+//   C[b] = alpha * op(A[b]) op(B[b])  (+ bias[N]) (+ residual[b]),  C row-major M x N (ldc).
+//   A: stored M x K row-major (lda >= K) or, ta, K x M (lda >= M).
+//   B: stored K x N row-major (ldb >= N) or, tb, N x K (ldb >= K; linear weights [out, in]).
+//   Batch strides sA, sB, sC (sB = 0 shares B); indices are 64-bit, M, N, K < 2^31.
+// Kernels (all fp32 accumulation, one rounding to C's dtype after the epilogue):
+//   sm_90a, bf16/f16 (gemm_sm90.cuh): wgmma from 128-B-swizzled smem filled by cp.async, tiles
+//     128 x {64, 128, 160}, all four layouts. H200: 0.55-0.8x cuBLAS on the SD1.5 shapes.
+//   sm_80+, bf16/f16 (gemm_kernels.cuh): mma.sync m16n8k16 + ldmatrix + cp.async pipeline.
+//   The 16-byte paths need the contiguous dims, leading dims and batch strides to be multiples of
+//   8 and 16-byte aligned pointers; otherwise a mma.sync kernel with scalar predicated loads runs.
+//   f32: exact FFMA tiled kernel (no TF32), for parity tests.
+// Few output tiles and a long K: split-K with fp32 partials in the caller's workspace, summed in
+//   a fixed order (deterministic: no atomics anywhere).
+// GL_GEMM=cublas routes everything to cuBLAS (comparison; f32 uses CUBLAS_COMPUTE_32F).
+// A TMA / warp-specialised Hopper kernel would be one more GemmKernel value in plan_gemm().
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "ggml-lite/core/dtype.h"
+#include "ggml-lite/core/error.h"
+
+#ifndef GL_CUDA_CHECK
+#define GL_CUDA_CHECK(expr)                                                                            \
+    do {                                                                                               \
+        cudaError_t err_ = (expr);                                                                     \
+        if (err_ != cudaSuccess)                                                                       \
+            ::gl::fail("CUDA error ", cudaGetErrorString(err_), " in ", #expr, " at ", __FILE__, ":", \
+                       __LINE__);                                                                      \
+    } while (0)
+#define GL_CUDA_LAUNCHED() GL_CUDA_CHECK(cudaGetLastError())
+#endif
+
+namespace gl::gemm {
+
+// What happens to the fp32 product before the single rounding to C's dtype. Applied in order:
+// alpha scale, + bias[n], + residual[b][m][n]. Future fusions (GEGLU gate, time-embedding bias
+// per sample) are new fields here plus a line in apply_epilogue().
+struct Epilogue {
+    float alpha = 1.0f;
+    const void* bias = nullptr;      // [N], C's dtype
+    const void* residual = nullptr;  // C's dtype and shape; may alias C exactly
+    int64_t ldr = 0, sr = 0;         // its row and batch strides
+};
+
+struct GemmArgs {
+    DType dtype = DType::bf16;  // of A, B, C, bias and residual
+    int64_t M = 0, N = 0, K = 0, batch = 1;
+    const void* A = nullptr;
+    int64_t lda = 0, sA = 0;
+    bool ta = false;
+    const void* B = nullptr;
+    int64_t ldb = 0, sB = 0;
+    bool tb = false;
+    void* C = nullptr;
+    int64_t ldc = 0, sC = 0;
+    Epilogue epi;
+};
+
+}  // namespace gl::gemm
+
+#include "ggml-lite/cuda/gemm_kernels.cuh"
+#include "ggml-lite/cuda/gemm_sm90.cuh"
+
+namespace gl::gemm {
+
+// ---------------- host side: configurations and dispatch ----------------
+
+// mma.sync tiles (sm_80+, and the unaligned fallback). Chosen from a sweep on H200
+// (bench/gemm_check.cu); each must fit the device's shared memory (sm_86/89: 99 KB).
+using CfgWide = TileCfg<256, 160, 32, 4, 2, 3, 1>;  // N = 320-like, mid-size problems
+using CfgK64 = TileCfg<128, 128, 64, 2, 4, 3, 2>;   // large N
+using CfgW4 = TileCfg<128, 128, 32, 2, 2, 4, 2>;    // 4 warps of 64 x 64
+using CfgSmall = TileCfg<64, 64, 32, 2, 2, 4, 4>;   // few tiles; the unaligned fallback
+
+// sm_90a wgmma tiles 128 x BN with their pipeline depth (2 blocks per SM for all three).
+constexpr int kWg64Stages = 4, kWg128Stages = 3, kWg160Stages = 3;
+
+enum class GemmKernel { mma_wide, mma_k64, mma_w4, mma_small, wg128, wg160, wg64, ffma_f32, cublas };
+
+struct DeviceInfo {
+    int sms = 0, smem_optin = 0;
+};
+inline DeviceInfo device_info() {
+    static thread_local int cached_dev = -1;
+    static thread_local DeviceInfo info;
+    int dev = 0;
+    GL_CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev != cached_dev) {
+        GL_CUDA_CHECK(cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, dev));
+        GL_CUDA_CHECK(cudaDeviceGetAttribute(&info.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        cached_dev = dev;
+    }
+    return info;
+}
+
+inline bool use_cublas() {
+    static const bool on = [] {
+        const char* e = std::getenv("GL_GEMM");
+        return e && std::strcmp(e, "cublas") == 0;
+    }();
+    return on;
+}
+
+// Kernel and split count for a problem; the same answer for gemm_workspace_bytes() and gemm().
+struct GemmPlan {
+    GemmKernel kernel = GemmKernel::mma_small;
+    int splits = 1;
+};
+
+inline int64_t tiles_of(int64_t M, int64_t N, int64_t batch, int bm, int bn) {
+    return ((M + bm - 1) / bm) * ((N + bn - 1) / bn) * batch;
+}
+
+// Predicted time (arbitrary units): waves of (sms * blocks-per-SM) tiles, each wave costing its
+// blocks' padded tile area over the kernel's relative throughput.
+inline double predict(int64_t M, int64_t N, int64_t batch, int sms, int bm, int bn, int per_sm, double eff) {
+    const int64_t tiles = tiles_of(M, N, batch, bm, bn), slots = int64_t(sms) * per_sm;
+    return double((tiles + slots - 1) / slots) * per_sm * bm * bn / eff;
+}
+
+template <class Cfg>
+constexpr int mma_smem(bool ta, bool tb) { return Cfg::smem_bytes(ta, tb); }
+
+inline GemmPlan plan_gemm(const GemmArgs& a, bool vec) {
+    if (use_cublas()) return {GemmKernel::cublas, 1};
+    if (a.dtype == DType::f32) return {GemmKernel::ffma_f32, 1};
+    const int64_t M = a.M, N = a.N, K = a.K, batch = a.batch;
+    const DeviceInfo dev = device_info();
+    struct Cand {
+        GemmKernel k;
+        int bm, bn, per_sm;
+        double eff;
+        bool ok;
+    };
+    // Relative throughputs from the H200 sweep: wgmma ~1.9x mma.sync at equal wave counts; the
+    // 64-wide wgmma tile pays ~25 % for its short N. Earlier entries win ties.
+    const bool wg = vec && wgmma_usable();
+    const bool ta = a.ta, tb = a.tb;
+    const Cand cands[] = {
+        {GemmKernel::wg128, 128, 128, 2, 1.90, wg},
+        {GemmKernel::wg160, 128, 160, 2, 2.00, wg && tb},  // an N-major B needs 64-wide atoms
+        {GemmKernel::wg64, 128, 64, 2, 1.40, wg},
+        {GemmKernel::mma_k64, 128, 128, 2, 1.00, vec && !wg && mma_smem<CfgK64>(ta, tb) <= dev.smem_optin},
+        {GemmKernel::mma_w4, 128, 128, 2, 1.00, vec && !wg && mma_smem<CfgW4>(ta, tb) <= dev.smem_optin},
+        {GemmKernel::mma_wide, 256, 160, 1, 1.00, vec && !wg && mma_smem<CfgWide>(ta, tb) <= dev.smem_optin},
+        {GemmKernel::mma_small, 64, 64, 4, 0.60, !wg},
+    };
+    const Cand* best = nullptr;
+    double best_t = 0;
+    for (const Cand& c : cands) {
+        if (!c.ok) continue;
+        const double t = predict(M, N, batch, dev.sms, c.bm, c.bn, c.per_sm, c.eff);
+        if (!best || t < best_t) best = &c, best_t = t;
+    }
+    GemmPlan pl{best->k, 1};
+    // Too few tiles for one per SM and a long K: split K so that the blocks fill about one
+    // full wave, each split keeping >= 512 of K.
+    const int64_t tiles = tiles_of(M, N, batch, best->bm, best->bn), slots = int64_t(dev.sms) * best->per_sm;
+    if (tiles < dev.sms && K >= 1024) {
+        int64_t s = slots / tiles;
+        s = s < K / 512 ? s : K / 512;
+        s = s < 32 ? s : 32;
+        pl.splits = int(s < 2 ? 1 : s);
+    }
+    return pl;
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// Whether the 16-byte cp.async paths apply: contiguous dims, leading dims and strides in whole
+// 16-byte chunks, and aligned base pointers (null pointers count as aligned: planning only).
+inline bool vec_ok(const GemmArgs& a) {
+    const int64_t lead_a = a.ta ? a.M : a.K, lead_b = a.tb ? a.K : a.N;
+    bool ok = lead_a % 8 == 0 && lead_b % 8 == 0 && a.N % 8 == 0;
+    ok = ok && a.lda % 8 == 0 && a.ldb % 8 == 0 && a.ldc % 8 == 0;
+    ok = ok && a.sA % 8 == 0 && a.sB % 8 == 0 && a.sC % 8 == 0;
+    ok = ok && aligned16(a.A) && aligned16(a.B) && aligned16(a.C);
+    if (a.epi.residual) ok = ok && aligned16(a.epi.residual) && a.epi.ldr % 8 == 0 && a.epi.sr % 8 == 0;
+    return ok;
+}
+
+// Workspace (bytes) gemm() may use for this problem (split-K partials). Pointers may be unset:
+// a runtime sizes its workspace before any exist.
+inline size_t gemm_workspace_bytes(const GemmArgs& a) {
+    if (a.M == 0 || a.N == 0 || a.batch == 0) return 0;
+    GemmPlan pl = plan_gemm(a, a.dtype != DType::f32 && vec_ok(a));
+    return pl.splits > 1 ? size_t(pl.splits) * size_t(a.batch * a.M * a.N) * sizeof(float) : 0;
+}
+
+template <class T, class Cfg, bool VEC>
+void launch_mma_layout(const GemmArgs& a, int splits, float* partial, cudaStream_t s) {
+    if (!a.ta && !a.tb) launch_mma<T, Cfg, false, false, VEC>(a, splits, partial, s);
+    else if (!a.ta && a.tb) launch_mma<T, Cfg, false, true, VEC>(a, splits, partial, s);
+    else if (a.ta && !a.tb) launch_mma<T, Cfg, true, false, VEC>(a, splits, partial, s);
+    else launch_mma<T, Cfg, true, true, VEC>(a, splits, partial, s);
+}
+
+// gemm's tb (B stored N x K) is the wgmma kernel's K-major B; !tb is its N-major B.
+template <class T, int BN, int STAGES>
+void launch_wgmma_layout(const GemmArgs& a, int splits, float* partial, cudaStream_t s) {
+    if (a.tb) {
+        if (!a.ta) launch_wgmma<T, BN, STAGES, false, false>(a, splits, partial, s);
+        else launch_wgmma<T, BN, STAGES, true, false>(a, splits, partial, s);
+        return;
+    }
+    if constexpr (BN % 64 == 0) {
+        if (!a.ta) launch_wgmma<T, BN, STAGES, false, true>(a, splits, partial, s);
+        else launch_wgmma<T, BN, STAGES, true, true>(a, splits, partial, s);
+    } else {
+        fail("gemm: wgmma tile N = ", BN, " cannot take an N-major B");
+    }
+}
+
+template <class T>
+void launch_tc(GemmKernel k, bool vec, const GemmArgs& a, int splits, float* partial, cudaStream_t s) {
+    if (!vec) return launch_mma_layout<T, CfgSmall, false>(a, splits, partial, s);
+    switch (k) {
+        case GemmKernel::wg128: return launch_wgmma_layout<T, 128, kWg128Stages>(a, splits, partial, s);
+        case GemmKernel::wg160: return launch_wgmma_layout<T, 160, kWg160Stages>(a, splits, partial, s);
+        case GemmKernel::wg64: return launch_wgmma_layout<T, 64, kWg64Stages>(a, splits, partial, s);
+        case GemmKernel::mma_wide: return launch_mma_layout<T, CfgWide, true>(a, splits, partial, s);
+        case GemmKernel::mma_k64: return launch_mma_layout<T, CfgK64, true>(a, splits, partial, s);
+        case GemmKernel::mma_w4: return launch_mma_layout<T, CfgW4, true>(a, splits, partial, s);
+        default: return launch_mma_layout<T, CfgSmall, true>(a, splits, partial, s);
+    }
+}
+
+inline cublasHandle_t cublas_handle() {
+    static thread_local cublasHandle_t h[64] = {};
+    int dev = 0;
+    GL_CUDA_CHECK(cudaGetDevice(&dev));
+    GL_CHECK(dev < 64, "gemm: device index ", dev, " out of range");
+    if (!h[dev]) GL_CHECK(cublasCreate(&h[dev]) == CUBLAS_STATUS_SUCCESS, "gemm: cublasCreate failed");
+    return h[dev];
+}
+
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so B goes first.
+inline void launch_cublas(const GemmArgs& a, cudaStream_t s) {
+    cublasHandle_t h = cublas_handle();
+    GL_CHECK(cublasSetStream(h, s) == CUBLAS_STATUS_SUCCESS, "gemm: cublasSetStream failed");
+    cudaDataType_t ty = a.dtype == DType::f32 ? CUDA_R_32F : a.dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const float alpha = a.epi.alpha, beta = 0.0f;
+    cublasStatus_t st = cublasGemmStridedBatchedEx(
+        h, a.tb ? CUBLAS_OP_T : CUBLAS_OP_N, a.ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(a.N), int(a.M), int(a.K), &alpha,
+        a.B, ty, int(a.ldb), a.sB, a.A, ty, int(a.lda), a.sA, &beta, a.C, ty, int(a.ldc), a.sC, int(a.batch),
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    GL_CHECK(st == CUBLAS_STATUS_SUCCESS, "gemm: cublasGemmStridedBatchedEx failed (status ", int(st), ")");
+    if (a.epi.bias || a.epi.residual) {
+        const int64_t total = a.batch * a.M * a.N;
+        const unsigned grid = unsigned(total / 256 + 1 < 65535LL * 8 ? total / 256 + 1 : 65535LL * 8);
+        auto go = [&](auto tag) {
+            using T = decltype(tag);
+            cublas_epilogue_kernel<T><<<grid, 256, 0, s>>>(static_cast<T*>(a.C), int(a.batch), int(a.M), int(a.N), a.ldc,
+                                                           a.sC, a.epi);
+        };
+        if (a.dtype == DType::f32) go(float{});
+        else if (a.dtype == DType::bf16) go(__nv_bfloat16{});
+        else go(__half{});
+        GL_CUDA_LAUNCHED();
+    }
+}
+
+// The entry point. ws: scratch of at least gemm_workspace_bytes() for split-K (with less, or
+// none, the split is dropped). No allocation, no host synchronisation (cuBLAS: its handle is
+// created on the first call).
+inline void gemm(const GemmArgs& a, void* ws, size_t ws_bytes, cudaStream_t s) {
+    GL_CHECK(a.dtype == DType::f32 || a.dtype == DType::bf16 || a.dtype == DType::f16,
+             "gemm: unsupported dtype");
+    GL_CHECK(a.M < (int64_t(1) << 31) && a.N < (int64_t(1) << 31) && a.K < (int64_t(1) << 31),
+             "gemm: dims must be < 2^31");
+    if (a.M == 0 || a.N == 0 || a.batch == 0) return;
+    const bool vec = a.dtype != DType::f32 && vec_ok(a);
+    GemmPlan pl = plan_gemm(a, vec);
+    if (pl.kernel == GemmKernel::cublas) return launch_cublas(a, s);
+    if (pl.kernel == GemmKernel::ffma_f32) return launch_ffma(a, s);
+    if (pl.splits > 1 && (!ws || ws_bytes < size_t(pl.splits) * size_t(a.batch * a.M * a.N) * sizeof(float)))
+        pl.splits = 1;
+    float* part = static_cast<float*>(ws);
+    if (a.dtype == DType::bf16) launch_tc<__nv_bfloat16>(pl.kernel, vec, a, pl.splits, part, s);
+    else launch_tc<__half>(pl.kernel, vec, a, pl.splits, part, s);
+}
+
+}  // namespace gl::gemm
