@@ -87,6 +87,9 @@ struct Model {
     ValueId x = kNoValue, target = kNoValue, loss = kNoValue;
     std::vector<ParamInit> params;
     Gradients grads;
+    // Optimizer hyper-parameters, written each step: matrices decay, biases and gains do not.
+    ValueId hyper_decay = kNoValue, hyper_plain = kNoValue;
+    std::vector<ValueId> state;  // AdamW moments, zeroed before the first step
 
     ValueId param(const std::string& name, const Shape& s, ParamInit::Kind k, float gain = 1.0f) {
         ValueId p = g.param(name, DType::f32, s);
@@ -142,6 +145,20 @@ void build(Model& m, const Options& o) {
     m.loss = mse_loss(g, out, m.target);
     g.mark_output(m.loss);
     m.grads = backward(g, m.loss);
+
+    // The optimizer is part of the step's graph: one adamw_step node per parameter updates it
+    // and its moments in place, on whichever backend runs the plan.
+    m.hyper_decay = g.input("adamw.hyper", DType::f32, {kHyperSize});
+    m.hyper_plain = g.input("adamw.hyper_no_decay", DType::f32, {kHyperSize});
+    for (const ParamInit& p : m.params) {
+        const Value& v = g.v(p.id);
+        const Shape s = v.shape();
+        const std::string name = v.name;
+        ValueId mom1 = g.state(name + ".exp_avg", DType::f32, s), mom2 = g.state(name + ".exp_avg_sq", DType::f32, s);
+        m.state.push_back(mom1);
+        m.state.push_back(mom2);
+        adamw_step(g, p.id, m.grads[p.id], mom1, mom2, s.nd > 1 ? m.hyper_decay : m.hyper_plain);
+    }
 }
 
 // ---- data: a batch of colour waves with random frequency and phase, plus Gaussian noise ----
@@ -164,31 +181,6 @@ void make_batch(const Options& o, std::mt19937& rng, std::vector<float>& noisy, 
                 }
     }
 }
-
-// ---- host-side AdamW, demo only (in a graph, the adamw_step op does this on the backend) ----
-
-struct HostAdamW {
-    float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
-    int t = 0;
-    std::vector<std::vector<float>> m, v;
-
-    // Decoupled weight decay on matrices only (not on biases and norm gains), as usual.
-    void step(std::vector<std::vector<float>>& w, const std::vector<std::vector<float>>& grad,
-              const std::vector<bool>& decay) {
-        if (m.empty())
-            for (auto& p : w) m.emplace_back(p.size(), 0.0f), v.emplace_back(p.size(), 0.0f);
-        t++;
-        const float c1 = 1.0f - std::pow(beta1, float(t)), c2 = 1.0f - std::pow(beta2, float(t));
-        for (size_t k = 0; k < w.size(); k++)
-            for (size_t i = 0; i < w[k].size(); i++) {
-                float gi = grad[k][i];
-                m[k][i] = beta1 * m[k][i] + (1 - beta1) * gi;
-                v[k][i] = beta2 * v[k][i] + (1 - beta2) * gi * gi;
-                if (decay[k]) w[k][i] -= lr * weight_decay * w[k][i];
-                w[k][i] -= lr * (m[k][i] / c1) / (std::sqrt(v[k][i] / c2) + eps);
-            }
-    }
-};
 
 // ---- output ----
 
@@ -237,13 +229,12 @@ int run(const Options& o) {
                 blocks.recompute_nodes, blocks.recompute_flops / 1e6);
 
     auto rt = make_runtime(o, parse_recompute(o.recompute) == Recompute::none ? std::move(none) : std::move(blocks));
-    std::printf("training on %s with recompute %s, parameters updated by a host-side AdamW (demo only), lr %g\n",
+    std::printf("training on %s with recompute %s, AdamW in the graph (adamw_step), lr %g\n",
                 rt->backend_name(), o.recompute.c_str(), double(o.lr));
 
     // Parameter initialisation: fan-in scaled uniform for weights, zeros for biases, ones for gains.
     std::mt19937 rng(uint32_t(o.seed));
-    std::vector<std::vector<float>> w, grad(m.params.size());
-    std::vector<bool> decay;
+    // Parameters and optimizer state go to the backend once; the steps below only feed data.
     for (const ParamInit& p : m.params) {
         const Shape& s = m.g.shape(p.id);
         std::vector<float> d(size_t(s.numel()), p.kind == ParamInit::ones ? 1.0f : 0.0f);
@@ -252,11 +243,9 @@ int run(const Options& o) {
             std::uniform_real_distribution<float> u(-bound, bound);
             for (float& e : d) e = u(rng);
         }
-        w.push_back(std::move(d));
-        decay.push_back(s.nd > 1);
+        rt->write_f32(p.id, d);
     }
-    HostAdamW opt;
-    opt.lr = o.lr;
+    for (ValueId st : m.state) rt->write_f32(st, std::vector<float>(size_t(m.g.v(st).numel()), 0.0f));
 
     std::vector<float> noisy, clean;
     double window = 0, first_mean = -1, last_mean = -1;
@@ -266,13 +255,13 @@ int run(const Options& o) {
         make_batch(o, rng, noisy, clean);
         rt->write_f32(m.x, noisy);
         rt->write_f32(m.target, clean);
-        for (size_t k = 0; k < m.params.size(); k++) rt->write_f32(m.params[k].id, w[k]);
+        // lr, beta1, beta2, eps, weight decay, step, gradient scale
+        rt->write_f32(m.hyper_decay, {o.lr, 0.9f, 0.999f, 1e-8f, 0.01f, float(step), 1.0f, 0.0f});
+        rt->write_f32(m.hyper_plain, {o.lr, 0.9f, 0.999f, 1e-8f, 0.0f, float(step), 1.0f, 0.0f});
         rt->run();
         const float loss = rt->read_f32(m.loss)[0];
         if (!std::isfinite(loss)) fail("loss is ", loss, " at step ", step);
         window += loss;
-        for (size_t k = 0; k < m.params.size(); k++) grad[k] = rt->read_f32(m.grads[m.params[k].id]);
-        opt.step(w, grad, decay);
         if (step % o.log_every == 0 || step == o.steps) {
             const int n = step % o.log_every ? step % o.log_every : o.log_every;
             const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
