@@ -1,0 +1,293 @@
+// Convolution, part 3: tile-configuration table, the planner (tile shape and split-K count from
+// the shapes alone, so the runtime can size the workspace once) and the raw launchers used by
+// cuda/conv.cu and bench/conv_check.cu. Launchers allocate nothing and never synchronize.
+#pragma once
+#include <algorithm>
+#include <cmath>
+
+#include "ggml-lite/cuda/conv_simt.cuh"
+
+namespace gl::convk {
+
+// Tensor-core tile configurations: block tile BMxBNxBK, warps WMxWN, pipeline stages. Each one
+// wins on some SD1.5 shape (bench/conv_check.cu --sweep, H200).
+using Cfg0 = MmaCfg<128, 128, 64, 2, 2, 3>;
+using Cfg1 = MmaCfg<256, 128, 32, 4, 2, 4>;
+using Cfg2 = MmaCfg<256, 128, 64, 4, 2, 3>;
+using Cfg3 = MmaCfg<128, 64, 64, 2, 2, 3>;
+using Cfg4 = MmaCfg<128, 64, 32, 2, 2, 4>;
+using Cfg5 = MmaCfg<64, 128, 64, 2, 2, 3>;
+using Cfg6 = MmaCfg<64, 64, 64, 2, 2, 4>;
+using Cfg7 = MmaCfg<128, 128, 64, 2, 4, 3>;
+constexpr int kNumCfg = 8;
+constexpr int kMaxSplits = 8;
+
+struct MmaEntry {
+    int bm, bn, bk, threads, smem;
+    double eff;  // fitted relative per-SM throughput (see est_seconds)
+    void (*launch)(const Args&, dim3, cudaStream_t);
+    int (*occupancy)();  // resident blocks per SM
+};
+
+template <class T, int MODE, class Cfg>
+struct MmaKernel {
+    static void set_attr() {
+        // Once per kernel (raising the dynamic shared-memory limit is not a stream operation).
+        static const cudaError_t e = cudaFuncSetAttribute(conv_mma_kernel<T, MODE, Cfg>,
+                                                          cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem);
+        (void)e;
+    }
+    static void launch(const Args& a, dim3 grid, cudaStream_t s) {
+        set_attr();
+        conv_mma_kernel<T, MODE, Cfg><<<grid, Cfg::kThreads, Cfg::kSmem, s>>>(a);
+    }
+    static int occupancy() {
+        static const int occ = [] {
+            set_attr();
+            int n = 0;
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, conv_mma_kernel<T, MODE, Cfg>, Cfg::kThreads,
+                                                              Cfg::kSmem) != cudaSuccess)
+                n = 1;
+            return std::max(n, 1);
+        }();
+        return occ;
+    }
+    static MmaEntry entry(double eff) {
+        return {Cfg::kBM, Cfg::kBN, Cfg::kBK, Cfg::kThreads, Cfg::kSmem, eff, &launch, &occupancy};
+    }
+};
+
+template <class T, int MODE>
+const MmaEntry* mma_table() {
+    static const MmaEntry t[kNumCfg] = {
+        MmaKernel<T, MODE, Cfg0>::entry(1.062), MmaKernel<T, MODE, Cfg1>::entry(0.992),
+        MmaKernel<T, MODE, Cfg2>::entry(1.135), MmaKernel<T, MODE, Cfg3>::entry(0.877),
+        MmaKernel<T, MODE, Cfg4>::entry(0.591), MmaKernel<T, MODE, Cfg5>::entry(0.859),
+        MmaKernel<T, MODE, Cfg6>::entry(0.773), MmaKernel<T, MODE, Cfg7>::entry(1.030),
+    };
+    return t;
+}
+
+template <class T>
+const MmaEntry* mma_table_for(int mode) {
+    return mode == kFwd ? mma_table<T, kFwd>() : mode == kDgrad ? mma_table<T, kDgrad>() : mma_table<T, kWgrad>();
+}
+
+inline int num_sms() {
+    static const int n = [] {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0)
+            v = 132;
+        return v;
+    }();
+    return n;
+}
+
+constexpr size_t kMaxSplitWorkspace = size_t(32) << 20;
+
+struct ConvPlan {
+    bool mma = false;
+    int cfg = -1, splits = 1, phases = 1, m_tiles = 1, n_tiles = 1;
+    int64_t out_elems = 0;
+    size_t ws_bytes = 0;
+};
+
+inline int64_t out_elems_of(int mode, const Geom& g) {
+    if (mode == kFwd) return int64_t(g.N) * g.Ho * g.Wo * g.Co;
+    if (mode == kDgrad) return int64_t(g.N) * g.H * g.W * g.C;
+    return int64_t(g.Co) * g.k * g.k * g.C;
+}
+
+inline int max_splits_for(int64_t out_elems, int cap) {
+    int64_t by_ws = int64_t(kMaxSplitWorkspace / 4) / std::max<int64_t>(1, out_elems);
+    return int(std::max<int64_t>(1, std::min<int64_t>(cap, by_ws)));
+}
+
+// Shape-only eligibility for the tensor-core path (pointer alignment is checked at launch).
+inline bool mma_shape_ok(int mode, const Geom& g, int elem_bytes) {
+    if (elem_bytes != 2 || g.C % 8 != 0) return false;
+    return mode == kFwd || g.Co % 8 == 0;
+}
+
+// Estimated time (arbitrary units, only compared) of a tile shape and split count. Blocks run in
+// waves of `occ` per SM; an SM holding fewer warps gets a lower rate; every block pays a fixed
+// prologue/epilogue of a few K tiles; splits add their fp32 partial traffic. Constants fitted to
+// the bf16 sweep of the SD1.5 shapes on an H200 (worst choice within 10% of the best measured).
+struct ModelConst {
+    static constexpr double rate = 600e12 / 132, util0 = 0.781, tiles_fixed = 3.044;
+    static constexpr double split_bytes = 3.068, split_fixed = 2.6e-7;
+    static constexpr double mode_scale[3] = {1.0, 1.298, 0.602};
+};
+
+inline double est_seconds(int mode, const Geom& g, const MmaEntry& e, int occ, int splits, int sms) {
+    const int phases = mode == kDgrad ? g.S * g.S : 1, warps = e.threads / 32;
+    int64_t blocks = 0;
+    double flops_block_max = 0;
+    for (int ph = 0; ph < phases; ph++) {
+        Prob p = make_prob(g, mode, ph);
+        if (p.M == 0) continue;
+        int64_t tiles = int64_t((p.M + e.bm - 1) / e.bm) * ((p.NG + e.bn - 1) / e.bn);
+        blocks += tiles * splits;
+        int kt = ((p.K + e.bk - 1) / e.bk + splits - 1) / splits;
+        flops_block_max = std::max(flops_block_max, 2.0 * e.bm * e.bn * (kt + ModelConst::tiles_fixed) * e.bk);
+    }
+    if (blocks == 0) return 0;
+    const double sm_rate = ModelConst::rate * e.eff * ModelConst::mode_scale[mode];
+    auto wave = [&](int j) {
+        double util = std::min(1.0, ModelConst::util0 + (1.0 - ModelConst::util0) * j * warps / 8.0);
+        return j * flops_block_max / (sm_rate * util);
+    };
+    const int64_t slots = int64_t(occ) * sms, full = blocks / slots, rem = blocks % slots;
+    double t = double(full) * wave(occ) + (rem ? wave(int((rem + sms - 1) / sms)) : 0.0);
+    if (splits > 1)
+        t += (splits * ModelConst::split_bytes + 2.0) * double(out_elems_of(mode, g)) / 3.0e12 + ModelConst::split_fixed;
+    return t;
+}
+
+// The (config, splits) with the least estimate; splits must win by 3 %. occ[c]: blocks per SM.
+// force_cfg / force_splits: bench overrides (-1 / 0 = choose).
+inline void choose_mma(int mode, const Geom& g, const MmaEntry* tab, const int* occ, int sms, int force_cfg,
+                       int force_splits, int* cfg, int* splits) {
+    const Prob p0 = make_prob(g, mode, 0);
+    const int max_s = max_splits_for(out_elems_of(mode, g), kMaxSplits);
+    double best = 1e300;
+    *cfg = -1;
+    *splits = 1;
+    for (int c = 0; c < kNumCfg; c++) {
+        if (force_cfg >= 0 && c != force_cfg) continue;
+        const int kt_total = (p0.K + tab[c].bk - 1) / tab[c].bk;
+        for (int s = 1; s <= max_s; s++) {
+            if (force_splits > 0 && s != force_splits) continue;
+            if (force_splits == 0 && s > 1 && kt_total / s < 4) break;
+            double t = est_seconds(mode, g, tab[c], occ[c], s, sms) * (s > 1 ? 1.03 : 1.0);
+            if (t < best) { best = t; *cfg = c; *splits = s; }
+        }
+    }
+    if (*cfg < 0) { *cfg = force_cfg >= 0 && force_cfg < kNumCfg ? force_cfg : 0; *splits = 1; }
+}
+
+template <class T>
+ConvPlan plan_conv(int mode, const Geom& g, int force_cfg = -1, int force_splits = 0) {
+    ConvPlan pl;
+    pl.phases = mode == kDgrad ? g.S * g.S : 1;
+    pl.out_elems = out_elems_of(mode, g);
+    const Prob p0 = make_prob(g, mode, 0);  // phase 0 has the most rows
+    pl.mma = mma_shape_ok(mode, g, int(sizeof(T)));
+    if constexpr (sizeof(T) == 2) {
+        if (pl.mma) {
+            const MmaEntry* tab = mma_table_for<T>(mode);
+            int occ[kNumCfg];
+            for (int c = 0; c < kNumCfg; c++) occ[c] = tab[c].occupancy();
+            choose_mma(mode, g, tab, occ, num_sms(), force_cfg, force_splits, &pl.cfg, &pl.splits);
+            pl.m_tiles = (p0.M + tab[pl.cfg].bm - 1) / tab[pl.cfg].bm;
+            pl.n_tiles = (p0.NG + tab[pl.cfg].bn - 1) / tab[pl.cfg].bn;
+        }
+    }
+    if (!pl.mma) {
+        const int max_s = max_splits_for(pl.out_elems, 16);
+        int64_t tiles = int64_t((p0.M + kSimtBM - 1) / kSimtBM) * ((p0.NG + kSimtBN - 1) / kSimtBN) * pl.phases;
+        int kts = (p0.K + kSimtBK - 1) / kSimtBK;
+        int s = 1;
+        if (force_splits > 0) s = std::min(force_splits, max_s);
+        else
+            while (s < max_s && tiles * s < 2 * num_sms() && kts / (s * 2) >= 16) s *= 2;
+        pl.splits = std::min(s, max_s);
+        pl.m_tiles = (p0.M + kSimtBM - 1) / kSimtBM;
+        pl.n_tiles = (p0.NG + kSimtBN - 1) / kSimtBN;
+    }
+    pl.ws_bytes = pl.splits > 1 ? size_t(pl.splits) * size_t(pl.out_elems) * 4 : 0;
+    return pl;
+}
+
+template <class T, int MODE>
+void launch_simt(const Args& a, dim3 grid, cudaStream_t s) {
+    conv_simt_kernel<T, MODE><<<grid, 256, 0, s>>>(a);
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// Runs one convolution. a/b per Args; out dense; ws at least plan.ws_bytes. Returns an error
+// message (nullptr on success); launch errors are left for the caller's cudaGetLastError.
+template <class T>
+const char* launch_conv(int mode, const Geom& g, const void* a, const void* b, const void* bias, void* out,
+                        void* ws, size_t ws_bytes, cudaStream_t st, int force_cfg = -1, int force_splits = 0,
+                        int linear_k = 0) {
+    const int64_t lim = int64_t(1) << 31;
+    if (int64_t(g.N) * g.H * g.W * g.C >= lim || int64_t(g.N) * g.Ho * g.Wo * g.Co >= lim ||
+        int64_t(g.Co) * g.k * g.k * g.C >= lim)
+        return "tensor too large for 32-bit indexing";
+    ConvPlan pl = plan_conv<T>(mode, g, force_cfg, force_splits);
+    if (pl.out_elems == 0) return nullptr;
+    if (pl.ws_bytes > ws_bytes) return "workspace too small";
+    if (int64_t(pl.phases) * pl.splits > 65535) return "stride too large (grid z limit)";
+    Args args{g, a, b, mode == kFwd ? bias : nullptr, out, static_cast<float*>(ws), pl.out_elems, pl.splits, 1, 1, linear_k};
+    bool mma = pl.mma && aligned16(a) && aligned16(b) && (reinterpret_cast<uintptr_t>(out) & 3) == 0;
+    if constexpr (sizeof(T) == 2) {
+        if (mma) {
+            args.m_tiles = pl.m_tiles;
+            args.n_tiles = pl.n_tiles;
+            dim3 grid(unsigned(int64_t(pl.m_tiles) * pl.n_tiles), 1, unsigned(pl.phases * pl.splits));
+            mma_table_for<T>(mode)[pl.cfg].launch(args, grid, st);
+        }
+    } else {
+        mma = false;
+    }
+    if (!mma) {
+        const Prob p0 = make_prob(g, mode, 0);
+        args.m_tiles = (p0.M + kSimtBM - 1) / kSimtBM;
+        args.n_tiles = (p0.NG + kSimtBN - 1) / kSimtBN;
+        dim3 grid(unsigned(int64_t(args.m_tiles) * args.n_tiles), 1, unsigned(pl.phases * pl.splits));
+        if (mode == kFwd) launch_simt<T, kFwd>(args, grid, st);
+        else if (mode == kDgrad) launch_simt<T, kDgrad>(args, grid, st);
+        else launch_simt<T, kWgrad>(args, grid, st);
+    }
+    if (pl.splits > 1) {
+        int64_t n = pl.out_elems;
+        unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 132 * 16));
+        splitk_reduce_kernel<T><<<blocks, 256, 0, st>>>(static_cast<const float*>(ws), pl.splits, n,
+                                                        static_cast<T*>(out), static_cast<const T*>(args.bias), g.Co);
+    }
+    return nullptr;
+}
+
+template <class T>
+size_t conv_workspace(int mode, const Geom& g) {
+    return plan_conv<T>(mode, g).ws_bytes;
+}
+
+// ---- upsample launchers: x [N,H,W,C] -> y [N,2H,2W,C] and back ----
+
+template <class Wd>
+void launch_up_words(const void* x, void* y, int64_t pixels, int W, int64_t row_bytes, cudaStream_t s) {
+    int CV = int(row_bytes / int64_t(sizeof(Wd)));
+    int64_t n = pixels * CV;
+    unsigned blocks = unsigned(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, 132 * 32)));
+    upsample2x_kernel<Wd><<<blocks, 256, 0, s>>>(static_cast<const Wd*>(x), static_cast<Wd*>(y), pixels, W, CV);
+}
+
+inline void launch_upsample2x(const void* x, void* y, int N, int H, int W, int64_t row_bytes, cudaStream_t s) {
+    const int64_t pixels = int64_t(N) * H * W;
+    if (pixels == 0 || row_bytes == 0) return;
+    uintptr_t al = reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y) | uintptr_t(row_bytes);
+    if (al % 16 == 0) launch_up_words<uint4>(x, y, pixels, W, row_bytes, s);
+    else if (al % 8 == 0) launch_up_words<uint2>(x, y, pixels, W, row_bytes, s);
+    else if (al % 4 == 0) launch_up_words<uint32_t>(x, y, pixels, W, row_bytes, s);
+    else if (al % 2 == 0) launch_up_words<uint16_t>(x, y, pixels, W, row_bytes, s);
+    else launch_up_words<uint8_t>(x, y, pixels, W, row_bytes, s);
+}
+
+// gy [N,2H,2W,C] -> dx [N,H,W,C].
+template <class T>
+void launch_upsample2x_grad(const T* gy, T* dx, int N, int H, int W, int C, cudaStream_t s) {
+    const int64_t pixels = int64_t(N) * H * W;
+    if (pixels == 0 || C == 0) return;
+    constexpr int V = 16 / int(sizeof(T));
+    const bool vec = C % V == 0 && aligned16(gy) && aligned16(dx);
+    const int64_t n = pixels * (vec ? C / V : C);
+    unsigned blocks = unsigned(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, 132 * 32)));
+    if (vec) upsample2x_grad_kernel<T, V><<<blocks, 256, 0, s>>>(gy, dx, pixels, W, C);
+    else upsample2x_grad_kernel<T, 1><<<blocks, 256, 0, s>>>(gy, dx, pixels, W, C);
+}
+
+}  // namespace gl::convk
