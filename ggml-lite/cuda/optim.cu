@@ -1,8 +1,9 @@
 // Optimizer steps, in place: AdamW on fp32 state (grid-stride, one element per thread) and
-// block-wise 8-bit AdamW (one CUDA block of 256 threads per quantisation block of 256
-// elements; shared-memory copies of both dynamic maps; block max via warp shuffles).
+// block-wise 8-bit AdamW (one warp per quantisation block of 256 elements, 8 per lane;
+// shared-memory copies of both dynamic maps; the block max is a warp max).
 // Arithmetic uses explicit round-to-nearest intrinsics (no FMA contraction) so results
 // match the CPU reference bit for bit on the same inputs.
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 
@@ -77,51 +78,92 @@ __device__ __forceinline__ int quantize(const float* q, float x) {
     return (__fsub_rn(x, q[lo]) <= __fsub_rn(q[hi], x)) ? lo : hi;
 }
 
-__device__ __forceinline__ float block_max(float x, float* red) {
-    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-    int w = threadIdx.x >> 5;
-    if ((threadIdx.x & 31) == 0) red[w] = x;
-    __syncthreads();
-    float r = red[0];
-    for (int i = 1; i < int(blockDim.x >> 5); i++) r = fmaxf(r, red[i]);
-    __syncthreads();
-    return r;
-}
+// One warp per quantisation block of 256 elements, 8 consecutive elements per lane (16- and
+// 8-byte loads); the block's new absmax is a warp max. Each CTA copies the two maps to shared
+// memory once and walks quantisation blocks in a grid-stride loop.
+constexpr int kWarps8bit = 8;
 
 __global__ void __launch_bounds__(256) adamw8bit_kernel(float* p, const float* g, uint8_t* cm, uint8_t* cv, float* am,
                                                         float* av, const float* hyper, int64_t n) {
-    __shared__ float qs[256], qu[256], red[8];
+    __shared__ float qs[256], qu[256];
     qs[threadIdx.x] = g_qmaps[threadIdx.x];
     qu[threadIdx.x] = g_qmaps[256 + threadIdx.x];
     __syncthreads();
-    AdamConsts k = adam_consts(hyper, true);
-    const int64_t b = blockIdx.x, i = b * 256 + threadIdx.x;
-    const bool in = i < n;
-    float m = 0.0f, v = 0.0f;
-    bool ok = false;
-    if (in) {
-        float gi = __fmul_rn(g[i], k.gs);
-        m = __fmul_rn(qs[cm[i]], am[b]);
-        v = __fmul_rn(qu[cv[i]], av[b]);
-        ok = isfinite(gi);
-        if (ok) {
-            v = __fadd_rn(__fmul_rn(k.b2, v), __fmul_rn(__fsub_rn(1.0f, k.b2), __fmul_rn(gi, gi)));
-            m = __fadd_rn(__fmul_rn(k.b1, m), __fmul_rn(__fsub_rn(1.0f, k.b1), gi));
+    const AdamConsts k = adam_consts(hyper, true);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t blocks = (n + 255) / 256;
+    for (int64_t b = int64_t(blockIdx.x) * kWarps8bit + warp; b < blocks; b += int64_t(gridDim.x) * kWarps8bit) {
+        const int64_t base = b * 256 + lane * 8;
+        const bool full = base + 8 <= n;
+        float gv[8], pv[8];
+        uint8_t c1[8], c2[8];
+        if (full) {
+            *reinterpret_cast<float4*>(gv) = *reinterpret_cast<const float4*>(g + base);
+            *reinterpret_cast<float4*>(gv + 4) = *reinterpret_cast<const float4*>(g + base + 4);
+            *reinterpret_cast<float4*>(pv) = *reinterpret_cast<const float4*>(p + base);
+            *reinterpret_cast<float4*>(pv + 4) = *reinterpret_cast<const float4*>(p + base + 4);
+            *reinterpret_cast<uint2*>(c1) = *reinterpret_cast<const uint2*>(cm + base);
+            *reinterpret_cast<uint2*>(c2) = *reinterpret_cast<const uint2*>(cv + base);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                bool in = base + j < n;
+                gv[j] = in ? g[base + j] : 0.0f;
+                pv[j] = in ? p[base + j] : 0.0f;
+                c1[j] = in ? cm[base + j] : uint8_t(127);
+                c2[j] = in ? cv[base + j] : uint8_t(0);
+            }
         }
-    }
-    float new_am = block_max(in ? fabsf(m) : 0.0f, red);
-    float new_av = block_max(in ? v : 0.0f, red);
-    if (in) {
-        if (ok) {
-            float upd = __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), __fmul_rn(k.corr2, k.eps)));
-            p[i] = __fmul_rn(__fadd_rn(p[i], __fmul_rn(k.step_size, upd)), k.decay);
+        const float am_old = am[b], av_old = av[b];
+        float m[8], v[8], mmax = 0.0f, vmax = 0.0f;
+        bool ok[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const bool in = full || base + j < n;
+            float gi = __fmul_rn(gv[j], k.gs);
+            m[j] = __fmul_rn(qs[c1[j]], am_old);
+            v[j] = __fmul_rn(qu[c2[j]], av_old);
+            ok[j] = in && isfinite(gi);
+            if (ok[j]) {
+                v[j] = __fadd_rn(__fmul_rn(k.b2, v[j]), __fmul_rn(__fsub_rn(1.0f, k.b2), __fmul_rn(gi, gi)));
+                m[j] = __fadd_rn(__fmul_rn(k.b1, m[j]), __fmul_rn(__fsub_rn(1.0f, k.b1), gi));
+            }
+            if (in) {
+                mmax = fmaxf(mmax, fabsf(m[j]));
+                vmax = fmaxf(vmax, v[j]);
+            }
         }
-        cm[i] = uint8_t(quantize(qs, new_am > 0.0f ? __fdiv_rn(m, new_am) : 0.0f));
-        cv[i] = uint8_t(quantize(qu, new_av > 0.0f ? __fdiv_rn(v, new_av) : 0.0f));
-    }
-    if (threadIdx.x == 0) {
-        am[b] = new_am;
-        av[b] = new_av;
+        for (int o = 16; o > 0; o >>= 1) {
+            mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, o));
+            vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            if (ok[j]) {
+                float upd = __fdiv_rn(m[j], __fadd_rn(__fsqrt_rn(v[j]), __fmul_rn(k.corr2, k.eps)));
+                pv[j] = __fmul_rn(__fadd_rn(pv[j], __fmul_rn(k.step_size, upd)), k.decay);
+            }
+            c1[j] = uint8_t(quantize(qs, mmax > 0.0f ? __fdiv_rn(m[j], mmax) : 0.0f));
+            c2[j] = uint8_t(quantize(qu, vmax > 0.0f ? __fdiv_rn(v[j], vmax) : 0.0f));
+        }
+        if (full) {
+            *reinterpret_cast<float4*>(p + base) = *reinterpret_cast<float4*>(pv);
+            *reinterpret_cast<float4*>(p + base + 4) = *reinterpret_cast<float4*>(pv + 4);
+            *reinterpret_cast<uint2*>(cm + base) = *reinterpret_cast<uint2*>(c1);
+            *reinterpret_cast<uint2*>(cv + base) = *reinterpret_cast<uint2*>(c2);
+        } else {
+            for (int j = 0; j < 8; j++)
+                if (base + j < n) {
+                    p[base + j] = pv[j];
+                    cm[base + j] = c1[j];
+                    cv[base + j] = c2[j];
+                }
+        }
+        __syncwarp();  // every lane has read the old absmax before lane 0 replaces it
+        if (lane == 0) {
+            am[b] = mmax;
+            av[b] = vmax;
+        }
     }
 }
 
@@ -136,7 +178,8 @@ static void adamw8bit_run(CudaCtx& c) {
     int64_t n = c.in[0].numel();
     if (n == 0) return;
     int64_t blocks = (n + 255) / 256;
-    adamw8bit_kernel<<<unsigned(blocks), 256, 0, c.stream>>>(
+    unsigned grid = unsigned(std::min<int64_t>((blocks + kWarps8bit - 1) / kWarps8bit, 132 * 16));
+    adamw8bit_kernel<<<grid, 256, 0, c.stream>>>(
         const_cast<float*>(c.in_ptr<float>(0)), c.in_ptr<float>(1), const_cast<uint8_t*>(c.in_ptr<uint8_t>(2)),
         const_cast<uint8_t*>(c.in_ptr<uint8_t>(3)), const_cast<float*>(c.in_ptr<float>(4)),
         const_cast<float*>(c.in_ptr<float>(5)), c.in_ptr<float>(6), n);
