@@ -16,7 +16,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGL_CUDA=ON -DGL_CU
   -DCMAKE_PREFIX_PATH="$prefix" -DGL_DOCTEST_INCLUDE_DIR="$prefix/include" >"$OUT/configure.log" 2>&1 \
   || { tail -30 "$OUT/configure.log"; exit 1; }
 targets="gl-gpu-tests gl-tests"
-case "$what" in *bench*|*all*) targets="$targets bench_kernels";; esac
+case "$what" in *bench*|*all*) targets="$targets bench_kernels gl-demo";; esac
 ninja -C build-gpu $targets >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 
@@ -35,8 +35,12 @@ case "$what" in *sanitize*|*all*)
 esac
 case "$what" in *bench*|*all*)
   ./build-gpu/bench/bench_kernels --benchmark_out="$OUT/ours.json" --benchmark_out_format=json \
-    --benchmark_min_time=0.2 >"$OUT/bench.log" 2>&1 || tail -20 "$OUT/bench.log"
-  PYTHONUNBUFFERED=1 python3 bench/compare_torch.py --ours "$OUT/ours.json" 2>&1 | tee "$OUT/compare.log"
+    --benchmark_min_time=0.2 --benchmark_filter="${BENCH_FILTER:-.}" >"$OUT/bench.log" 2>&1 || tail -20 "$OUT/bench.log"
+  if [ -z "${BENCH_FILTER:-}" ]; then
+    PYTHONUNBUFFERED=1 python3 bench/compare_torch.py --ours "$OUT/ours.json" 2>&1 | tee "$OUT/compare.log"
+  else
+    grep -E "^BM_" "$OUT/bench.log"
+  fi
   ;;
 esac
 echo "total: $(( $(date +%s) - t0 )) s"

@@ -64,18 +64,23 @@ const CudaKernel cuda_adamw_step{adamw_run};
 
 __device__ float g_qmaps[512];  // [0, 256): signed map, [256, 512): unsigned map
 
+// The maps live in shared memory padded by one word every 32, so the midpoints a binary search
+// visits (all multiples of a power of two) fall in different banks instead of one.
+__device__ __forceinline__ int qpad(int i) { return i + (i >> 5); }
+constexpr int kQPadded = 256 + 8;
+
 __device__ __forceinline__ int quantize(const float* q, float x) {
-    if (!(x > q[0])) return 0;
-    if (!(x < q[255])) return 255;
+    if (!(x > q[qpad(0)])) return 0;
+    if (!(x < q[qpad(255)])) return 255;
     int lo = 0, hi = 255;
 #pragma unroll
     for (int it = 0; it < 8; it++) {
         if (hi - lo > 1) {
             int mid = (lo + hi) >> 1;
-            if (q[mid] <= x) lo = mid; else hi = mid;
+            if (q[qpad(mid)] <= x) lo = mid; else hi = mid;
         }
     }
-    return (__fsub_rn(x, q[lo]) <= __fsub_rn(q[hi], x)) ? lo : hi;
+    return (__fsub_rn(x, q[qpad(lo)]) <= __fsub_rn(q[qpad(hi)], x)) ? lo : hi;
 }
 
 // One warp per quantisation block of 256 elements, 8 consecutive elements per lane (16- and
@@ -85,9 +90,9 @@ constexpr int kWarps8bit = 8;
 
 __global__ void __launch_bounds__(256) adamw8bit_kernel(float* p, const float* g, uint8_t* cm, uint8_t* cv, float* am,
                                                         float* av, const float* hyper, int64_t n) {
-    __shared__ float qs[256], qu[256];
-    qs[threadIdx.x] = g_qmaps[threadIdx.x];
-    qu[threadIdx.x] = g_qmaps[256 + threadIdx.x];
+    __shared__ float qs[kQPadded], qu[kQPadded];
+    qs[qpad(threadIdx.x)] = g_qmaps[threadIdx.x];
+    qu[qpad(threadIdx.x)] = g_qmaps[256 + threadIdx.x];
     __syncthreads();
     const AdamConsts k = adam_consts(hyper, true);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -121,8 +126,8 @@ __global__ void __launch_bounds__(256) adamw8bit_kernel(float* p, const float* g
         for (int j = 0; j < 8; j++) {
             const bool in = full || base + j < n;
             float gi = __fmul_rn(gv[j], k.gs);
-            m[j] = __fmul_rn(qs[c1[j]], am_old);
-            v[j] = __fmul_rn(qu[c2[j]], av_old);
+            m[j] = __fmul_rn(qs[qpad(c1[j])], am_old);
+            v[j] = __fmul_rn(qu[qpad(c2[j])], av_old);
             ok[j] = in && isfinite(gi);
             if (ok[j]) {
                 v[j] = __fadd_rn(__fmul_rn(k.b2, v[j]), __fmul_rn(__fsub_rn(1.0f, k.b2), __fmul_rn(gi, gi)));
