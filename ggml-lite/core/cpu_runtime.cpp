@@ -76,6 +76,18 @@ void Runtime::write_f32(ValueId v, const std::vector<float>& x) {
     write(v, x.data(), DType::f32);
 }
 
+TensorRef Runtime::locate(ValueId id, const std::array<void*, kCategoryCount>& arena_base) const {
+    const Graph& g = plan_.graph;
+    const Value& v = g.v(id);
+    int64_t off = plan_.offset[size_t(v.base)];
+    GL_CHECK(off >= 0, backend_name(), " runtime: ", g.describe(id), " has no storage in the plan");
+    TensorRef t;
+    t.data = static_cast<char*>(arena_base[size_t(g.v(v.base).category)]) + off;
+    t.dtype = v.dtype;
+    t.layout = v.layout;
+    return t;
+}
+
 std::vector<float> Runtime::read_f32(ValueId v) const {
     std::vector<float> x(size_t(plan_.graph.v(v).numel()));
     read(v, x.data(), DType::f32);
@@ -94,16 +106,9 @@ public:
     const char* backend_name() const override { return "cpu"; }
 
     TensorRef ref(ValueId id) const {
-        const Graph& g = plan_.graph;
-        const Value& v = g.v(id);
-        const Value& b = g.v(v.base);
-        int64_t off = plan_.offset[size_t(v.base)];
-        GL_CHECK(off >= 0, "cpu runtime: ", g.describe(id), " has no storage in the plan");
-        TensorRef t;
-        t.data = const_cast<unsigned char*>(arenas_[size_t(b.category)].data()) + off;
-        t.dtype = v.dtype;
-        t.layout = v.layout;
-        return t;
+        std::array<void*, kCategoryCount> base{};
+        for (int c = 0; c < kCategoryCount; c++) base[size_t(c)] = const_cast<unsigned char*>(arenas_[size_t(c)].data());
+        return locate(id, base);
     }
 
     void write(ValueId id, const void* data, DType t) override {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ggml-lite/core/cpu_kernel.h"
 #include "ggml-lite/core/planner.h"
 
 namespace gl {
@@ -37,6 +38,9 @@ public:
     std::vector<float> read_f32(ValueId v) const;
 
 protected:
+    // Where value id lives, given each category's arena base: the base value's offset, with the
+    // value's own dtype and layout (views included).
+    TensorRef locate(ValueId id, const std::array<void*, kCategoryCount>& arena_base) const;
     explicit Runtime(Plan plan) : plan_(std::move(plan)) {}
     Plan plan_;
 };

@@ -1,78 +1,23 @@
 // Activations (SiLU, GELU erf/tanh, QuickGELU), their gradient act_grad, GEGLU and its
 // gradient. Elementwise, index-aligned (safe in place); fp32 math, any float dtype.
 #include "ggml-lite/cuda/kernel.cuh"
-#include "ggml-lite/ops/builder.h"
+#include "ggml-lite/ops/act_math.h"
 
 namespace gl {
 
 namespace {
-
-constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-constexpr float kSqrt2OverPi = 0.79788456080286536f;
-constexpr float kTanhCubic = 0.044715f;
-constexpr float kQuickGeluScale = 1.702f;
-
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-template <Act K>
-__device__ __forceinline__ float act_value(float x) {
-    if constexpr (K == Act::silu) return x * sigmoid(x);
-    if constexpr (K == Act::gelu_erf) return 0.5f * x * (1.0f + erff(x * kInvSqrt2));
-    if constexpr (K == Act::gelu_tanh) return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kTanhCubic * x * x * x)));
-    if constexpr (K == Act::quick_gelu) return x * sigmoid(kQuickGeluScale * x);
-    return 0.0f;
-}
-
-template <Act K>
-__device__ __forceinline__ float act_slope(float x) {
-    if constexpr (K == Act::silu) {
-        float s = sigmoid(x);
-        return s * (1.0f + x * (1.0f - s));
-    }
-    if constexpr (K == Act::gelu_erf) return 0.5f * (1.0f + erff(x * kInvSqrt2)) + x * kInvSqrt2Pi * expf(-0.5f * x * x);
-    if constexpr (K == Act::gelu_tanh) {
-        float t = tanhf(kSqrt2OverPi * (x + kTanhCubic * x * x * x));
-        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kTanhCubic * x * x);
-    }
-    if constexpr (K == Act::quick_gelu) {
-        float s = sigmoid(kQuickGeluScale * x);
-        return s + kQuickGeluScale * x * s * (1.0f - s);
-    }
-    return 0.0f;
-}
-
-template <class F>
-void with_act(Act k, F&& f) {
-    switch (k) {
-        case Act::silu: f.template operator()<Act::silu>(); return;
-        case Act::gelu_erf: f.template operator()<Act::gelu_erf>(); return;
-        case Act::gelu_tanh: f.template operator()<Act::gelu_tanh>(); return;
-        case Act::quick_gelu: f.template operator()<Act::quick_gelu>(); return;
-    }
-    fail("activation: invalid kind ", int(k));
-}
-
-Act act_of(Op op, const Params& p) {
-    switch (op) {
-        case Op::silu: return Act::silu;
-        case Op::gelu: return p.i[0] ? Act::gelu_tanh : Act::gelu_erf;
-        case Op::quick_gelu: return Act::quick_gelu;
-        default: return Act(p.i[0]);
-    }
-}
 
 #define GRID_STRIDE(i, n) \
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
 template <class T, Act K>
 __global__ void act_kernel(const T* x, T* y, int64_t n) {
-    GRID_STRIDE(i, n) y[i] = from_f32<T>(act_value<K>(to_f32(x[i])));
+    GRID_STRIDE(i, n) y[i] = from_f32<T>(act::value<K>(to_f32(x[i])));
 }
 
 template <class T, Act K>
 __global__ void act_grad_kernel(const T* gy, const void* x, DType tx, T* gx, int64_t n) {
-    GRID_STRIDE(i, n) gx[i] = from_f32<T>(to_f32(gy[i]) * act_slope<K>(load_any(x, tx, i)));
+    GRID_STRIDE(i, n) gx[i] = from_f32<T>(to_f32(gy[i]) * act::slope<K>(load_any(x, tx, i)));
 }
 
 template <class T>
@@ -80,7 +25,7 @@ __global__ void geglu_kernel(const T* x, T* y, int64_t F, int64_t n) {
     GRID_STRIDE(i, n) {
         int64_t r = i / F, j = i - r * F;
         const T* h = x + r * 2 * F;
-        y[i] = from_f32<T>(to_f32(h[j]) * act_value<Act::gelu_erf>(to_f32(h[F + j])));
+        y[i] = from_f32<T>(to_f32(h[j]) * act::value<Act::gelu_erf>(to_f32(h[F + j])));
     }
 }
 
@@ -90,8 +35,8 @@ __global__ void geglu_grad_kernel(const T* x, const void* gy, DType tg, T* gx, i
     GRID_STRIDE(i, n) {
         int64_t r = i / F, j = i - r * F;
         float h = to_f32(x[r * 2 * F + j]), gate = to_f32(x[r * 2 * F + F + j]), g = load_any(gy, tg, i);
-        gx[r * 2 * F + j] = from_f32<T>(g * act_value<Act::gelu_erf>(gate));
-        gx[r * 2 * F + F + j] = from_f32<T>(g * h * act_slope<Act::gelu_erf>(gate));
+        gx[r * 2 * F + j] = from_f32<T>(g * act::value<Act::gelu_erf>(gate));
+        gx[r * 2 * F + F + j] = from_f32<T>(g * h * act::slope<Act::gelu_erf>(gate));
     }
 }
 
@@ -102,7 +47,7 @@ static void act_run(CudaCtx& c) {
     if (n == 0) return;
     dispatch_float(c.out_dtype(0), op_name(c.node.op), [&](auto tag) {
         using T = decltype(tag);
-        with_act(act_of(c.node.op, c.p()), [&]<Act K>() {
+        act::dispatch(act::kind_of(c.node.op, c.p()), [&]<Act K>() {
             act_kernel<T, K><<<grid_for(n, 256), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.out_ptr<T>(0), n);
         });
     });
@@ -118,7 +63,7 @@ static void act_grad_run(CudaCtx& c) {
     GL_CHECK(c.in_dtype(0) == c.out_dtype(0), "act_grad: gy and the output must share a dtype");
     dispatch_float(c.out_dtype(0), "act_grad", [&](auto tag) {
         using T = decltype(tag);
-        with_act(Act(c.p().i[0]), [&]<Act K>() {
+        act::dispatch(Act(c.p().i[0]), [&]<Act K>() {
             act_grad_kernel<T, K><<<grid_for(n, 256), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr(1), c.in_dtype(1),
                                                                           c.out_ptr<T>(0), n);
         });

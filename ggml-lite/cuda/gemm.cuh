@@ -28,16 +28,7 @@
 #include "ggml-lite/core/dtype.h"
 #include "ggml-lite/core/error.h"
 
-#ifndef GL_CUDA_CHECK
-#define GL_CUDA_CHECK(expr)                                                                            \
-    do {                                                                                               \
-        cudaError_t err_ = (expr);                                                                     \
-        if (err_ != cudaSuccess)                                                                       \
-            ::gl::fail("CUDA error ", cudaGetErrorString(err_), " in ", #expr, " at ", __FILE__, ":", \
-                       __LINE__);                                                                      \
-    } while (0)
-#define GL_CUDA_LAUNCHED() GL_CUDA_CHECK(cudaGetLastError())
-#endif
+#include "ggml-lite/cuda/check.cuh"
 
 namespace gl::gemm {
 

@@ -9,19 +9,9 @@
 #include <vector>
 
 #include "ggml-lite/core/cpu_kernel.h"
+#include "ggml-lite/cuda/check.cuh"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/graph.h"
-
-#define GL_CUDA_CHECK(expr)                                                                            \
-    do {                                                                                               \
-        cudaError_t err_ = (expr);                                                                     \
-        if (err_ != cudaSuccess)                                                                       \
-            ::gl::fail("CUDA error ", cudaGetErrorString(err_), " in ", #expr, " at ", __FILE__, ":", \
-                       __LINE__);                                                                      \
-    } while (0)
-
-// After a launch: reports configuration errors at once (asynchronous faults surface at the next sync).
-#define GL_CUDA_LAUNCHED() GL_CUDA_CHECK(cudaGetLastError())
 
 namespace gl {
 

@@ -120,17 +120,7 @@ public:
 
     const char* backend_name() const override { return "cuda"; }
 
-    TensorRef ref(ValueId id) const {
-        const Graph& g = plan_.graph;
-        const Value& v = g.v(id);
-        int64_t off = plan_.offset[size_t(v.base)];
-        GL_CHECK(off >= 0, "cuda runtime: ", g.describe(id), " has no storage in the plan");
-        TensorRef t;
-        t.data = static_cast<char*>(arenas_[size_t(g.v(v.base).category)]) + off;
-        t.dtype = v.dtype;
-        t.layout = v.layout;
-        return t;
-    }
+    TensorRef ref(ValueId id) const { return locate(id, arenas_); }
 
     void write(ValueId id, const void* data, DType t) override {
         const Value& v = plan_.graph.v(id);

@@ -1,71 +1,13 @@
 // Activations: SiLU, GELU (erf and tanh forms), QuickGELU (CLIP), their shared gradient
 // op act_grad, and GEGLU (diffusers' feed-forward gate) with its gradient.
+#include "ggml-lite/ops/act_math.h"
 #include "ggml-lite/ops/family.h"
 
 namespace gl {
 
 namespace {
 
-constexpr float kInvSqrt2 = 0.70710678118654752f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;  // 1 / sqrt(2 pi): the normal density's scale
-constexpr float kSqrt2OverPi = 0.79788456080286536f;
-constexpr float kTanhCubic = 0.044715f;
-constexpr float kQuickGeluScale = 1.702f;
-
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-
-template <Act K>
-inline float act_value(float x) {
-    if constexpr (K == Act::silu) return x * sigmoid(x);
-    if constexpr (K == Act::gelu_erf) return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
-    if constexpr (K == Act::gelu_tanh) {
-        return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + kTanhCubic * x * x * x)));
-    }
-    if constexpr (K == Act::quick_gelu) return x * sigmoid(kQuickGeluScale * x);
-}
-
-template <Act K>
-inline float act_slope(float x) {
-    if constexpr (K == Act::silu) {
-        float s = sigmoid(x);
-        return s * (1.0f + x * (1.0f - s));
-    }
-    if constexpr (K == Act::gelu_erf) {
-        return 0.5f * (1.0f + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(-0.5f * x * x);
-    }
-    if constexpr (K == Act::gelu_tanh) {
-        float t = std::tanh(kSqrt2OverPi * (x + kTanhCubic * x * x * x));
-        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kTanhCubic * x * x);
-    }
-    if constexpr (K == Act::quick_gelu) {
-        float s = sigmoid(kQuickGeluScale * x);
-        return s + kQuickGeluScale * x * s * (1.0f - s);
-    }
-}
-
-// Calls f.template operator()<K>() for the runtime kind k (one dispatch per kernel, not per element).
-template <class F>
-void with_act(Act k, F&& f) {
-    switch (k) {
-        case Act::silu: f.template operator()<Act::silu>(); return;
-        case Act::gelu_erf: f.template operator()<Act::gelu_erf>(); return;
-        case Act::gelu_tanh: f.template operator()<Act::gelu_tanh>(); return;
-        case Act::quick_gelu: f.template operator()<Act::quick_gelu>(); return;
-    }
-    fail("activation: invalid kind ", int(k));
-}
-
 constexpr int64_t kGrain = 1 << 14;
-
-// The kind an activation node computes.
-Act act_of(Op op, const Params& p) {
-    switch (op) {
-        case Op::silu: return Act::silu;
-        case Op::gelu: return p.i[0] ? Act::gelu_tanh : Act::gelu_erf;
-        case Op::quick_gelu: return Act::quick_gelu;
-        default: return Act(p.i[0]);  // act_grad
-    }
-}
 
 }  // namespace
 
@@ -78,14 +20,14 @@ static std::vector<OutSpec> act_infer(const OpCall& c) {
     return {dense(c.dtype(0), c.shape(0))};
 }
 static Cost act_cost(const OpCall& c) { return {10.0 * double(c.shape(0).numel()), 2 * call_bytes_in(c, 0)}; }
-static void act_backward(BackwardCtx& b) { b.add(0, act_grad(b.g, b.in(0), b.grad(), act_of(b.node.op, b.p()))); }
+static void act_backward(BackwardCtx& b) { b.add(0, act_grad(b.g, b.in(0), b.grad(), act::kind_of(b.node.op, b.p()))); }
 static void act_cpu(CpuCtx& c) {
     // Element i is read before it is written, so running in place over x is safe.
     const float* x = c.in_f32(0);
     float* y = c.out_f32(0);
-    with_act(act_of(c.node.op, c.p()), [&]<Act K>() {
+    act::dispatch(act::kind_of(c.node.op, c.p()), [&]<Act K>() {
         parallel_for(c.out[0].numel(), kGrain, [&](int64_t lo, int64_t hi) {
-            for (int64_t i = lo; i < hi; i++) y[i] = act_value<K>(x[i]);
+            for (int64_t i = lo; i < hi; i++) y[i] = act::value<K>(x[i]);
         });
     });
 }
@@ -117,9 +59,9 @@ static void act_grad_cpu(CpuCtx& c) {
     const float* gy = c.in_f32(0);
     const float* x = c.in_f32(1);
     float* gx = c.out_f32(0);
-    with_act(Act(c.p().i[0]), [&]<Act K>() {
+    act::dispatch(Act(c.p().i[0]), [&]<Act K>() {
         parallel_for(c.out[0].numel(), kGrain, [&](int64_t lo, int64_t hi) {
-            for (int64_t i = lo; i < hi; i++) gx[i] = gy[i] * act_slope<K>(x[i]);
+            for (int64_t i = lo; i < hi; i++) gx[i] = gy[i] * act::slope<K>(x[i]);
         });
     });
 }
@@ -155,7 +97,7 @@ static void geglu_cpu(CpuCtx& c) {
     parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(F, 1)), [&](int64_t lo, int64_t hi) {
         for (int64_t r = lo; r < hi; r++) {
             const float* h = x + r * 2 * F;
-            for (int64_t j = 0; j < F; j++) y[r * F + j] = h[j] * act_value<Act::gelu_erf>(h[F + j]);
+            for (int64_t j = 0; j < F; j++) y[r * F + j] = h[j] * act::value<Act::gelu_erf>(h[F + j]);
         }
     });
 }
@@ -194,8 +136,8 @@ static void geglu_grad_cpu(CpuCtx& c) {
             float* out = gx + r * 2 * F;
             for (int64_t j = 0; j < F; j++) {
                 float h = xr[j], gate = xr[F + j], g = gr[j];
-                out[j] = g * act_value<Act::gelu_erf>(gate);
-                out[F + j] = g * h * act_slope<Act::gelu_erf>(gate);
+                out[j] = g * act::value<Act::gelu_erf>(gate);
+                out[F + j] = g * h * act::slope<Act::gelu_erf>(gate);
             }
         }
     });
