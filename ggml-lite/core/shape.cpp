@@ -84,16 +84,22 @@ int64_t Layout::index_of(int64_t i) const {
     return idx;
 }
 
+bool try_broadcast(const Shape& a, const Shape& b, Shape* out) {
+    Shape r;
+    r.nd = a.nd > b.nd ? a.nd : b.nd;
+    for (int i = 0; i < r.nd; i++) {
+        int ia = a.nd - r.nd + i, ib = b.nd - r.nd + i;
+        int64_t da = ia >= 0 ? a.d[size_t(ia)] : 1, db = ib >= 0 ? b.d[size_t(ib)] : 1;
+        if (da != db && da != 1 && db != 1) return false;
+        r.d[size_t(i)] = da == 1 ? db : da;
+    }
+    *out = r;
+    return true;
+}
+
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
     Shape out;
-    out.nd = a.nd > b.nd ? a.nd : b.nd;
-    for (int i = 0; i < out.nd; i++) {
-        int ia = a.nd - out.nd + i, ib = b.nd - out.nd + i;
-        int64_t da = ia >= 0 ? a.d[ia] : 1, db = ib >= 0 ? b.d[ib] : 1;
-        GL_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", a.str(), " and ", b.str(),
-                 " do not broadcast");
-        out.d[i] = da == 1 ? db : da;
-    }
+    GL_CHECK(try_broadcast(a, b, &out), op, ": shapes ", a.str(), " and ", b.str(), " do not broadcast");
     return out;
 }
 

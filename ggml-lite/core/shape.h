@@ -46,6 +46,8 @@ struct Layout {
 
 // Shape of broadcasting a and b (NumPy rules, aligned at the last dim); throws on mismatch.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+// The same without throwing: false when a and b do not broadcast.
+bool try_broadcast(const Shape& a, const Shape& b, Shape* out);
 // Normalises axis (negative counts from the end) and checks range.
 int norm_axis(int axis, int nd, const char* op);
 

@@ -10,7 +10,9 @@ static std::vector<OutSpec> binary_infer(const OpCall& c) {
     c.check(c.n_in() == 2, "takes two inputs");
     c.check(c.dtype(0) == c.dtype(1), "inputs must share a dtype");
     c.check(dtype_is_float(c.dtype(0)), "inputs must be floating point");
-    return {dense(c.dtype(0), broadcast_shapes(c.shape(0), c.shape(1), op_name(c.op)))};
+    Shape out;
+    c.check(try_broadcast(c.shape(0), c.shape(1), &out), "shapes do not broadcast");
+    return {dense(c.dtype(0), out)};
 }
 
 static Cost binary_cost(const OpCall& c) {
