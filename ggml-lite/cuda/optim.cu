@@ -69,18 +69,36 @@ __device__ float g_qmaps[512];  // [0, 256): signed map, [256, 512): unsigned ma
 __device__ __forceinline__ int qpad(int i) { return i + (i >> 5); }
 constexpr int kQPadded = 256 + 8;
 
-__device__ __forceinline__ int quantize(const float* q, float x) {
-    if (!(x > q[qpad(0)])) return 0;
-    if (!(x < q[qpad(255)])) return 255;
-    int lo = 0, hi = 255;
+// Nearest code (ties to the lower index) for 8 values of m (signed map) and 8 of v (unsigned map)
+// at once. The 16 binary searches advance level by level together, so each level issues 16
+// independent shared-memory loads instead of one dependent chain per value.
+__device__ __forceinline__ void quantize16(const float* qs, const float* qu, const float (&x)[16], uint8_t (&code)[16]) {
+    int lo[16], hi[16];
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        lo[j] = 0;
+        hi[j] = 255;
+    }
 #pragma unroll
     for (int it = 0; it < 8; it++) {
-        if (hi - lo > 1) {
-            int mid = (lo + hi) >> 1;
-            if (q[qpad(mid)] <= x) lo = mid; else hi = mid;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const float* q = j < 8 ? qs : qu;
+            if (hi[j] - lo[j] > 1) {
+                int mid = (lo[j] + hi[j]) >> 1;
+                if (q[qpad(mid)] <= x[j]) lo[j] = mid; else hi[j] = mid;
+            }
         }
     }
-    return (__fsub_rn(x, q[qpad(lo)]) <= __fsub_rn(q[qpad(hi)], x)) ? lo : hi;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        const float* q = j < 8 ? qs : qu;
+        const float xj = x[j], ql = q[qpad(lo[j])], qh = q[qpad(hi[j])];
+        int c = (__fsub_rn(xj, ql) <= __fsub_rn(qh, xj)) ? lo[j] : hi[j];
+        if (!(xj < q[qpad(255)])) c = 255;  // at or above its top: the last code
+        if (!(xj > q[qpad(0)])) c = 0;      // at or below its bottom, and NaN: the first code
+        code[j] = uint8_t(c);
+    }
 }
 
 // One warp per quantisation block of 256 elements, 8 consecutive elements per lane (16- and
@@ -148,8 +166,19 @@ __global__ void __launch_bounds__(256) adamw8bit_kernel(float* p, const float* g
                 float upd = __fdiv_rn(m[j], __fadd_rn(__fsqrt_rn(v[j]), __fmul_rn(k.corr2, k.eps)));
                 pv[j] = __fmul_rn(__fadd_rn(pv[j], __fmul_rn(k.step_size, upd)), k.decay);
             }
-            c1[j] = uint8_t(quantize(qs, mmax > 0.0f ? __fdiv_rn(m[j], mmax) : 0.0f));
-            c2[j] = uint8_t(quantize(qu, vmax > 0.0f ? __fdiv_rn(v[j], vmax) : 0.0f));
+        }
+        float norm[16];
+        uint8_t codes[16];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            norm[j] = mmax > 0.0f ? __fdiv_rn(m[j], mmax) : 0.0f;
+            norm[8 + j] = vmax > 0.0f ? __fdiv_rn(v[j], vmax) : 0.0f;
+        }
+        quantize16(qs, qu, norm, codes);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            c1[j] = codes[j];
+            c2[j] = codes[8 + j];
         }
         if (full) {
             *reinterpret_cast<float4*>(p + base) = *reinterpret_cast<float4*>(pv);
