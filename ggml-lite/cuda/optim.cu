@@ -70,31 +70,26 @@ __device__ __forceinline__ int qpad(int i) { return i + (i >> 5); }
 constexpr int kQPadded = 256 + 8;
 
 // Nearest code (ties to the lower index) for 8 values of m (signed map) and 8 of v (unsigned map)
-// at once. The 16 binary searches advance level by level together, so each level issues 16
-// independent shared-memory loads instead of one dependent chain per value.
+// at once: a branchless search with power-of-two steps finds the last code <= x (8 loads, no
+// range bookkeeping), the 16 searches advancing level by level so their loads are independent.
 __device__ __forceinline__ void quantize16(const float* qs, const float* qu, const float (&x)[16], uint8_t (&code)[16]) {
-    int lo[16], hi[16];
+    int lo[16];
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
-        lo[j] = 0;
-        hi[j] = 255;
-    }
+    for (int j = 0; j < 16; j++) lo[j] = 0;
 #pragma unroll
-    for (int it = 0; it < 8; it++) {
+    for (int step = 128; step > 0; step >>= 1) {
 #pragma unroll
         for (int j = 0; j < 16; j++) {
             const float* q = j < 8 ? qs : qu;
-            if (hi[j] - lo[j] > 1) {
-                int mid = (lo[j] + hi[j]) >> 1;
-                if (q[qpad(mid)] <= x[j]) lo[j] = mid; else hi[j] = mid;
-            }
+            lo[j] += q[qpad(lo[j] + step)] <= x[j] ? step : 0;
         }
     }
 #pragma unroll
     for (int j = 0; j < 16; j++) {
         const float* q = j < 8 ? qs : qu;
-        const float xj = x[j], ql = q[qpad(lo[j])], qh = q[qpad(hi[j])];
-        int c = (__fsub_rn(xj, ql) <= __fsub_rn(qh, xj)) ? lo[j] : hi[j];
+        const int hi = min(lo[j] + 1, 255);
+        const float xj = x[j], ql = q[qpad(lo[j])], qh = q[qpad(hi)];
+        int c = (__fsub_rn(xj, ql) <= __fsub_rn(qh, xj)) ? lo[j] : hi;
         if (!(xj < q[qpad(255)])) c = 255;  // at or above its top: the last code
         if (!(xj > q[qpad(0)])) c = 0;      // at or below its bottom, and NaN: the first code
         code[j] = uint8_t(c);
