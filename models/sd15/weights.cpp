@@ -1,0 +1,105 @@
+#include "models/sd15/weights.h"
+
+#include <cstring>
+#include <set>
+
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/core/runtime.h"
+
+namespace sd {
+
+using gl::fail;
+
+gl::ValueId Weights::get(const std::string& local, const gl::Shape& shape, WeightLayout layout) {
+    std::string name = full(local);
+    auto it = index_.find(name);
+    if (it != index_.end()) {
+        const WeightEntry& e = entries_[it->second];
+        GL_CHECK(g_.shape(e.id) == shape, "weights: ", name, " requested as ", shape.str(), " but exists as ",
+                 g_.shape(e.id).str());
+        return e.id;
+    }
+    gl::ValueId id = g_.weight(name, dtype_, shape);
+    g_.set_name(id, name);  // exactly the key, whatever graph scope is open
+    index_[name] = entries_.size();
+    entries_.push_back({name, id, layout});
+    return id;
+}
+
+void Weights::push(const std::string& scope) { scope_.push_back(scope); }
+
+void Weights::pop() {
+    GL_CHECK(!scope_.empty(), "weights: pop without push");
+    scope_.pop_back();
+}
+
+std::string Weights::full(const std::string& local) const {
+    std::string s;
+    for (const std::string& p : scope_) s += p + ".";
+    return s + local;
+}
+
+LoadReport load_weights(const Weights& w, const gl::io::TensorSource& src,
+                        const std::function<std::string(const std::string&)>& key_of, gl::Runtime& rt,
+                        const std::vector<std::string>& ignore_prefixes, bool allow_missing) {
+    LoadReport r;
+    std::set<std::string> used;
+    const gl::Graph& g = rt.plan().graph;
+    std::vector<unsigned char> buf, perm;
+    for (const WeightEntry& e : w.entries()) {
+        std::string key = key_of(e.name);
+        if (key.empty() || !src.has(key)) {
+            r.missing.push_back(e.name + (key.empty() ? "" : " (" + key + ")"));
+            continue;
+        }
+        used.insert(key);
+        gl::io::TensorInfo info = src.info(key);
+        const gl::Value& v = g.v(e.id);
+        const gl::Shape& s = v.shape();
+        // The checkpoint shape this leaf expects: OIHW for conv leaves, else the leaf's own,
+        // with trailing 1s allowed (1x1 conv weights feeding linear leaves).
+        std::vector<int64_t> want = s.vec();
+        if (e.layout == WeightLayout::conv_ohwi) want = {s[0], s[3], s[1], s[2]};
+        std::vector<int64_t> got = info.shape;
+        while (got.size() > want.size() && got.back() == 1) got.pop_back();
+        if (got != want) {
+            std::string ws, gs;
+            for (int64_t d : want) ws += std::to_string(d) + " ";
+            for (int64_t d : info.shape) gs += std::to_string(d) + " ";
+            fail(src.origin(), ": tensor ", key, " has shape [", gs, "], ", e.name, " needs [", ws, "]");
+        }
+        const size_t es = gl::dtype_size(v.dtype), n = size_t(info.numel());
+        buf.resize(n * es);
+        src.read(key, buf.data(), v.dtype);
+        if (e.layout == WeightLayout::conv_ohwi) {
+            // [O][I][kh][kw] -> [O][kh][kw][I]
+            const int64_t O = s[0], kh = s[1], kw = s[2], I = s[3];
+            perm.resize(buf.size());
+            for (int64_t o = 0; o < O; o++)
+                for (int64_t i = 0; i < I; i++)
+                    for (int64_t y = 0; y < kh; y++)
+                        for (int64_t x = 0; x < kw; x++)
+                            std::memcpy(&perm[size_t(((o * kh + y) * kw + x) * I + i) * es],
+                                        &buf[size_t(((o * I + i) * kh + y) * kw + x) * es], es);
+            buf.swap(perm);
+        }
+        rt.write(e.id, buf.data(), v.dtype);
+        r.tensors++;
+        r.bytes += buf.size();
+    }
+    for (const gl::io::TensorInfo& t : src.list()) {
+        if (used.count(t.name)) continue;
+        bool ignored = false;
+        for (const std::string& p : ignore_prefixes) ignored = ignored || t.name.rfind(p, 0) == 0;
+        if (!ignored) r.unexpected.push_back(t.name);
+    }
+    if (!r.missing.empty() && !allow_missing) {
+        std::string list;
+        for (size_t i = 0; i < r.missing.size() && i < 20; i++) list += "\n  " + r.missing[i];
+        if (r.missing.size() > 20) list += gl::cat("\n  ... and ", r.missing.size() - 20, " more");
+        fail(src.origin(), ": ", r.missing.size(), " weights missing:", list);
+    }
+    return r;
+}
+
+}  // namespace sd

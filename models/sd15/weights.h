@@ -1,0 +1,82 @@
+// Model weights as graph leaves named after their internal keys (diffusers module paths, e.g.
+// "down_blocks.0.resnets.0.conv1.weight"), so that loading is a lookup. Each leaf remembers how
+// its checkpoint tensor maps onto it (conv weights go from PyTorch's OIHW to our NHWC-friendly
+// OHWI once, at load).
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ggml-lite/core/graph.h"
+#include "ggml-lite/io/tensor_source.h"
+
+namespace sd {
+
+enum class WeightLayout : uint8_t {
+    plain,      // same element order as the checkpoint (linear [out, in], norms, biases, embeddings)
+    conv_ohwi,  // checkpoint [O, I, kh, kw] -> leaf [O, kh, kw, I]
+};
+
+struct WeightEntry {
+    std::string name;  // internal key, full dotted path
+    gl::ValueId id;
+    WeightLayout layout;
+};
+
+// Creates weight leaves under a dotted scope. Frozen weights by default; `trainable` makes
+// parameters (LoRA masters, f32).
+class Weights {
+public:
+    Weights(gl::Graph& g, gl::DType dtype) : g_(g), dtype_(dtype) {}
+
+    gl::ValueId get(const std::string& local, const gl::Shape& shape, WeightLayout layout = WeightLayout::plain);
+    gl::ValueId conv(const std::string& local, int64_t cout, int64_t cin, int64_t k) {
+        return get(local, gl::Shape{cout, k, k, cin}, WeightLayout::conv_ohwi);
+    }
+    void push(const std::string& scope);
+    void pop();
+    std::string full(const std::string& local) const;
+
+    gl::Graph& graph() { return g_; }
+    gl::DType dtype() const { return dtype_; }
+    const std::vector<WeightEntry>& entries() const { return entries_; }
+
+private:
+    gl::Graph& g_;
+    gl::DType dtype_;
+    std::vector<std::string> scope_;
+    std::vector<WeightEntry> entries_;
+    std::map<std::string, size_t> index_;
+};
+
+struct WeightScope {
+    Weights& w;
+    WeightScope(Weights& w_, const std::string& s) : w(w_) { w.push(s); }
+    ~WeightScope() { w.pop(); }
+};
+
+}  // namespace sd
+
+namespace gl {
+class Runtime;
+}
+
+namespace sd {
+
+struct LoadReport {
+    std::vector<std::string> missing;     // internal names whose checkpoint key is absent
+    std::vector<std::string> unexpected;  // checkpoint keys nothing used (ignored prefixes excepted)
+    size_t tensors = 0, bytes = 0;        // what was loaded
+};
+
+// Reads every weight from src (checkpoint key = key_of(internal name); "" means "not in this
+// checkpoint": reported missing), checks its shape (a [O, I, 1, 1] conv tensor may feed an [O, I]
+// linear weight, as in the original VAE's attention), converts it to the leaf's dtype and
+// layout one tensor at a time and writes it into the runtime. Missing weights throw gl::Error
+// listing them (all of them) unless allow_missing; unexpected keys are only reported.
+LoadReport load_weights(const Weights& w, const gl::io::TensorSource& src,
+                        const std::function<std::string(const std::string&)>& key_of, gl::Runtime& rt,
+                        const std::vector<std::string>& ignore_prefixes = {}, bool allow_missing = false);
+
+}  // namespace sd
