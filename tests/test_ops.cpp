@@ -89,6 +89,7 @@ void check_reference(const OpCase& c) {
 }  // namespace
 
 TEST_CASE("every op in the op list has test cases") {
+    MESSAGE(kOpCount, " ops in the op list, ", registry().size(), " cases");
     for (int i = 0; i < kOpCount; i++) {
         const OpDef& def = op_def(Op(i));
         if (def.flags & kOpGradHelper) continue;  // covered through its forward op's gradient check
