@@ -34,7 +34,8 @@ void VaeConfig::validate() const {
 namespace {
 
 // Builds the blocks; weight names follow diffusers' module paths, graph scopes and segments the
-// same paths, so a value or a segment in a plan report reads like the module it belongs to.
+// same paths, so a value or a segment in a plan report reads like the module it belongs to
+// ("decoder.up_blocks.3.resnets.0.norm1.group_norm").
 struct Builder {
     Weights& w;
     Graph& g;
@@ -51,6 +52,7 @@ struct Builder {
         const int64_t cin = g.shape(x)[3];
         ValueId wt = w.conv(name + ".weight", cout, cin, k);
         ValueId b = w.get(name + ".bias", gl::Shape{cout});
+        gl::Scope gs(g, name);
         return gl::conv2d(g, x, wt, b, stride, pad);
     }
 
@@ -58,6 +60,7 @@ struct Builder {
         const int64_t ch = g.shape(x).last();
         ValueId gamma = w.get(name + ".weight", gl::Shape{ch});
         ValueId beta = w.get(name + ".bias", gl::Shape{ch});
+        gl::Scope gs(g, name);
         return gl::group_norm(g, x, gamma, beta, c.norm_groups, c.eps, silu);
     }
 
@@ -65,6 +68,7 @@ struct Builder {
         const int64_t in = g.shape(x).last();
         ValueId wt = w.get(name + ".weight", gl::Shape{out, in});
         ValueId b = w.get(name + ".bias", gl::Shape{out});
+        gl::Scope gs(g, name);
         return gl::linear(g, x, wt, b);
     }
 
@@ -126,11 +130,13 @@ struct Builder {
     }
 };
 
-void check_input(const Graph& g, ValueId x, int64_t channels, int64_t multiple, const char* what) {
+void check_input(const Graph& g, gl::DType weights, ValueId x, int64_t channels, int64_t multiple, const char* what) {
     const gl::Shape s = g.shape(x);
     GL_CHECK(s.nd == 4 && s[3] == channels, "vae: ", what, " must be [B, H, W, ", channels, "] (NHWC), got ",
              g.describe(x));
-    GL_CHECK(gl::dtype_is_float(g.dtype(x)), "vae: ", what, " must be floating point, got ", g.describe(x));
+    // Every op takes one dtype, so the input must already be in the weights' (cast it first).
+    GL_CHECK(g.dtype(x) == weights, "vae: ", what, " ", g.describe(x), " must have the weights' dtype ",
+             gl::dtype_name(weights));
     GL_CHECK(s[1] > 0 && s[2] > 0 && s[1] % multiple == 0 && s[2] % multiple == 0, "vae: ", what, " height and width (",
              s[1], "x", s[2], ") must be positive multiples of ", multiple);
 }
@@ -142,7 +148,7 @@ std::string idx(size_t i) { return std::to_string(i); }
 VaeEncoded vae_encode(Weights& w, const VaeConfig& c, ValueId x) {
     c.validate();
     Graph& g = w.graph();
-    check_input(g, x, c.in_channels, c.downscale(), "encoder input");
+    check_input(g, w.dtype(), x, c.in_channels, c.downscale(), "encoder input");
     Builder b{w, g, c};
     const size_t n = c.block_out.size();
     const int64_t L = c.latent_channels;
@@ -171,7 +177,7 @@ VaeEncoded vae_encode(Weights& w, const VaeConfig& c, ValueId x) {
 ValueId vae_decode(Weights& w, const VaeConfig& c, ValueId z) {
     c.validate();
     Graph& g = w.graph();
-    check_input(g, z, c.latent_channels, 1, "decoder input");
+    check_input(g, w.dtype(), z, c.latent_channels, 1, "decoder input");
     Builder b{w, g, c};
     const size_t n = c.block_out.size();
     ValueId h = gl::scale(g, z, 1.0f / c.scaling_factor);
