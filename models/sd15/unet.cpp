@@ -1,0 +1,235 @@
+// UNet2DConditionModel forward graph (see unet.h). The structure follows diffusers'
+// unet_2d_condition.py / unet_2d_blocks.py so that names and numerics line up with it.
+#include "models/sd15/unet.h"
+
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/ops/builder.h"
+
+namespace sd {
+
+using gl::Graph;
+using gl::Shape;
+using gl::ValueId;
+
+void UnetConfig::validate() const {
+    const size_t n = block_out.size();
+    GL_CHECK(n >= 1, "unet config: block_out is empty");
+    GL_CHECK(down.size() == n && up.size() == n, "unet config: ", n, " blocks but ", down.size(), " down and ",
+             up.size(), " up block types");
+    GL_CHECK(in_channels >= 1 && out_channels >= 1, "unet config: in/out channels must be positive");
+    GL_CHECK(layers_per_block >= 1 && transformer_layers >= 1, "unet config: layers_per_block (", layers_per_block,
+             ") and transformer_layers (", transformer_layers, ") must be positive");
+    GL_CHECK(norm_groups >= 1 && heads >= 1 && cross_attention_dim >= 1,
+             "unet config: norm_groups, heads and cross_attention_dim must be positive");
+    GL_CHECK(n <= 16, "unet config: ", n, " blocks is more than any UNet has");
+    for (size_t i = 0; i < n; i++) {
+        const int ch = block_out[i];
+        GL_CHECK(ch >= 1 && ch % norm_groups == 0, "unet config: block_out[", i, "] = ", ch,
+                 " is not a positive multiple of norm_groups ", norm_groups);
+        GL_CHECK(ch % heads == 0, "unet config: block_out[", i, "] = ", ch, " is not divisible by ", heads, " heads");
+    }
+    GL_CHECK((block_out[0] / 2) != 0 && float(block_out[0] / 2) != freq_shift,
+             "unet config: time embedding width ", block_out[0], " does not fit freq_shift ", freq_shift);
+}
+
+UnetConfig UnetConfig::sd15() { return UnetConfig{}; }
+
+UnetConfig UnetConfig::tiny() {
+    UnetConfig c;
+    c.block_out = {16, 32};
+    c.down = {UnetBlock::cross_attn, UnetBlock::plain};
+    c.up = {UnetBlock::plain, UnetBlock::cross_attn};
+    c.layers_per_block = 1;
+    c.heads = 2;
+    c.cross_attention_dim = 16;
+    c.norm_groups = 8;
+    return c;
+}
+
+namespace {
+
+// Builds with one weight store, one graph and one config; scopes weights and values alike.
+struct Builder {
+    Weights& w;
+    Graph& g;
+    const UnetConfig& c;
+    ValueId temb_act = gl::kNoValue;  // silu(time embedding) [B, time_embed_dim], shared by every resnet
+    ValueId context = gl::kNoValue;   // [B, S, cross_attention_dim]
+};
+
+// Opens a name in both the weight store and the graph, so that "down_blocks.0.resnets.1" names
+// the weights ("...conv1.weight") and the values computed there.
+struct Sub {
+    WeightScope ws;
+    gl::Scope gs;
+    Sub(Builder& b, const std::string& name) : ws(b.w, name), gs(b.g, name) {}
+};
+
+std::string idx(const std::string& s, size_t i) { return s + "." + std::to_string(i); }
+
+int64_t channels(const Builder& b, ValueId x) { return b.g.shape(x).last(); }
+
+// Conv2d with bias, weight [cout, k, k, cin] from the checkpoint's [cout, cin, k, k].
+ValueId conv(Builder& b, const std::string& name, ValueId x, int64_t cout, int k, int stride, int pad) {
+    Sub s(b, name);
+    const int64_t cin = channels(b, x);
+    ValueId wt = b.w.conv("weight", cout, cin, k);
+    ValueId bias = b.w.get("bias", Shape{cout});
+    return gl::conv2d(b.g, x, wt, bias, stride, pad);
+}
+
+// Linear over the last dim. Also serves SD1.5's 1x1-conv proj_in/proj_out: the same math on
+// [B, hw, C] tokens; load_weights accepts their [out, in, 1, 1] tensors for an [out, in] leaf.
+ValueId linear(Builder& b, const std::string& name, ValueId x, int64_t out, bool bias = true) {
+    Sub s(b, name);
+    const int64_t in = channels(b, x);
+    ValueId wt = b.w.get("weight", Shape{out, in});
+    ValueId bi = bias ? b.w.get("bias", Shape{out}) : gl::kNoValue;
+    return gl::linear(b.g, x, wt, bi);
+}
+
+ValueId group_norm(Builder& b, const std::string& name, ValueId x, float eps, bool silu) {
+    Sub s(b, name);
+    const int64_t ch = channels(b, x);
+    ValueId gamma = b.w.get("weight", Shape{ch}), beta = b.w.get("bias", Shape{ch});
+    return gl::group_norm(b.g, x, gamma, beta, b.c.norm_groups, eps, silu);
+}
+
+ValueId layer_norm(Builder& b, const std::string& name, ValueId x) {
+    Sub s(b, name);
+    const int64_t ch = channels(b, x);
+    ValueId gamma = b.w.get("weight", Shape{ch}), beta = b.w.get("bias", Shape{ch});
+    return gl::layer_norm(b.g, x, gamma, beta, b.c.layer_norm_eps);
+}
+
+// ResnetBlock2D: GN+SiLU, conv3x3, + time_emb_proj(silu(temb)) per channel, GN+SiLU,
+// (dropout 0), conv3x3, + x (through a 1x1 conv_shortcut when the width changes).
+ValueId resnet(Builder& b, const std::string& name, ValueId x, int64_t cout) {
+    gl::Segment seg(b.g, name);  // opened before the scope: named by the full path
+    Sub s(b, name);
+    const Shape xs = b.g.shape(x);
+    ValueId h = group_norm(b, "norm1", x, b.c.norm_eps, true);
+    h = conv(b, "conv1", h, cout, 3, 1, 1);
+    ValueId te = linear(b, "time_emb_proj", b.temb_act, cout);  // [B, cout]
+    h = gl::add(b.g, h, gl::reshape(b.g, te, Shape{xs[0], 1, 1, cout}));
+    h = group_norm(b, "norm2", h, b.c.norm_eps, true);
+    h = conv(b, "conv2", h, cout, 3, 1, 1);
+    ValueId shortcut = xs[3] == cout ? x : conv(b, "conv_shortcut", x, cout, 1, 1, 0);
+    return gl::add(b.g, shortcut, h);
+}
+
+// diffusers Attention with heads = c.heads: q from x, k and v from kv ([B, S, *]); no bias on
+// q/k/v, bias on to_out.0; softmax scale 1/sqrt(head dim).
+ValueId attention(Builder& b, const std::string& name, ValueId x, ValueId kv) {
+    Sub s(b, name);
+    const Shape xs = b.g.shape(x), ks = b.g.shape(kv);
+    const int64_t B = xs[0], L = xs[1], S = ks[1], C = xs[2], H = b.c.heads, d = C / H;
+    ValueId q = gl::reshape(b.g, linear(b, "to_q", x, C, false), Shape{B, L, H, d});
+    ValueId k = gl::reshape(b.g, linear(b, "to_k", kv, C, false), Shape{B, S, H, d});
+    ValueId v = gl::reshape(b.g, linear(b, "to_v", kv, C, false), Shape{B, S, H, d});
+    ValueId o = gl::reshape(b.g, gl::attention(b.g, q, k, v), Shape{B, L, C});
+    return linear(b, "to_out.0", o, C);
+}
+
+// BasicTransformerBlock on tokens [B, L, C]: pre-LN self-attention, cross-attention to the
+// context, GEGLU feed-forward (C -> 2 x 4C -> 4C -> C), each with a residual.
+ValueId transformer_block(Builder& b, const std::string& name, ValueId h) {
+    Sub s(b, name);
+    const int64_t C = channels(b, h);
+    ValueId n = layer_norm(b, "norm1", h);
+    h = gl::add(b.g, h, attention(b, "attn1", n, n));
+    n = layer_norm(b, "norm2", h);
+    h = gl::add(b.g, h, attention(b, "attn2", n, b.context));
+    n = layer_norm(b, "norm3", h);
+    ValueId f = gl::geglu(b.g, linear(b, "ff.net.0.proj", n, 8 * C));
+    return gl::add(b.g, h, linear(b, "ff.net.2", f, C));
+}
+
+// Transformer2DModel (SD1.5 flavour: 1x1-conv projections): GN, proj_in, blocks, proj_out, + x.
+ValueId transformer(Builder& b, const std::string& name, ValueId x) {
+    gl::Segment seg(b.g, name);  // opened before the scope: named by the full path
+    Sub s(b, name);
+    const Shape xs = b.g.shape(x);
+    const int64_t B = xs[0], H = xs[1], W = xs[2], C = xs[3];
+    ValueId h = group_norm(b, "norm", x, b.c.transformer_norm_eps, false);
+    h = linear(b, "proj_in", gl::reshape(b.g, h, Shape{B, H * W, C}), C);
+    for (int l = 0; l < b.c.transformer_layers; l++) h = transformer_block(b, idx("transformer_blocks", size_t(l)), h);
+    h = linear(b, "proj_out", h, C);
+    return gl::add(b.g, gl::reshape(b.g, h, Shape{B, H, W, C}), x);
+}
+
+// Timesteps (sinusoidal, width block_out[0]) -> TimestepEmbedding (linear_1, SiLU, linear_2);
+// returns silu(emb), the only form the resnets use.
+ValueId time_embedding(Builder& b, ValueId t) {
+    ValueId e;
+    {
+        gl::Scope gs(b.g, "time_proj");
+        e = gl::timestep_embedding(b.g, t, b.c.time_proj_dim(), b.c.flip_sin_to_cos, b.c.freq_shift);
+        e = gl::cast(b.g, e, b.w.dtype());
+    }
+    Sub s(b, "time_embedding");
+    e = gl::silu(b.g, linear(b, "linear_1", e, b.c.time_embed_dim()));
+    return gl::silu(b.g, linear(b, "linear_2", e, b.c.time_embed_dim()));
+}
+
+}  // namespace
+
+ValueId unet_forward(Weights& w, const UnetConfig& c, ValueId x, ValueId t, ValueId context) {
+    c.validate();
+    Graph& g = w.graph();
+    const Shape xs = g.shape(x), ts = g.shape(t), cs = g.shape(context);
+    GL_CHECK(xs.nd == 4 && xs[3] == c.in_channels, "unet: x must be NHWC [B, h, w, ", c.in_channels, "], got ",
+             xs.str());
+    GL_CHECK(xs[1] % c.size_multiple() == 0 && xs[2] % c.size_multiple() == 0, "unet: latent size ", xs[1], "x",
+             xs[2], " is not a multiple of ", c.size_multiple());
+    GL_CHECK(ts == Shape{xs[0]}, "unet: t must be [", xs[0], "], got ", ts.str());
+    GL_CHECK(cs.nd == 3 && cs[0] == xs[0] && cs[2] == c.cross_attention_dim, "unet: context must be [", xs[0],
+             ", S, ", c.cross_attention_dim, "], got ", cs.str());
+
+    Builder b{w, g, c};
+    b.context = gl::cast(g, context, w.dtype());
+    b.temb_act = time_embedding(b, t);
+    ValueId h = conv(b, "conv_in", gl::cast(g, x, w.dtype()), c.block_out[0], 3, 1, 1);
+
+    // Down path: every resnet/transformer output and every downsample is saved for a skip.
+    std::vector<ValueId> skips{h};
+    const size_t n = c.block_out.size();
+    for (size_t i = 0; i < n; i++) {
+        Sub blk(b, idx("down_blocks", i));
+        for (size_t j = 0; j < size_t(c.layers_per_block); j++) {
+            h = resnet(b, idx("resnets", j), h, c.block_out[i]);
+            if (c.down[i] == UnetBlock::cross_attn) h = transformer(b, idx("attentions", j), h);
+            skips.push_back(h);
+        }
+        if (i + 1 < n) {
+            h = conv(b, "downsamplers.0.conv", h, c.block_out[i], 3, 2, 1);
+            skips.push_back(h);
+        }
+    }
+
+    {
+        Sub mid(b, "mid_block");
+        h = resnet(b, "resnets.0", h, c.block_out[n - 1]);
+        h = transformer(b, "attentions.0", h);
+        h = resnet(b, "resnets.1", h, c.block_out[n - 1]);
+    }
+
+    // Up path: layers_per_block + 1 resnets per block, each eating the latest skip (concatenated
+    // after h along channels); nearest 2x upsample + conv between blocks.
+    for (size_t i = 0; i < n; i++) {
+        Sub blk(b, idx("up_blocks", i));
+        const int64_t out = c.block_out[n - 1 - i];
+        for (size_t j = 0; j <= size_t(c.layers_per_block); j++) {
+            h = gl::concat(g, {h, skips.back()}, 3);
+            skips.pop_back();
+            h = resnet(b, idx("resnets", j), h, out);
+            if (c.up[i] == UnetBlock::cross_attn) h = transformer(b, idx("attentions", j), h);
+        }
+        if (i + 1 < n) h = conv(b, "upsamplers.0.conv", gl::upsample2x(g, h), out, 3, 1, 1);
+    }
+
+    h = group_norm(b, "conv_norm_out", h, c.norm_eps, true);
+    return conv(b, "conv_out", h, c.out_channels, 3, 1, 1);
+}
+
+}  // namespace sd
