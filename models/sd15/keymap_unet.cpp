@@ -11,6 +11,7 @@
 // skip_connection); transformers keep diffusers' names.
 #include <string_view>
 
+#include "ggml-lite/core/error.h"
 #include "models/sd15/unet.h"
 
 namespace sd {
@@ -95,6 +96,28 @@ std::string map_name(const UnetConfig& c, std::string_view s) {
 }  // namespace
 
 std::string unet_key_diffusers(const std::string& name) { return name; }
+
+const char* unet_layout_name(UnetLayout l) { return l == UnetLayout::diffusers ? "diffusers" : "original"; }
+
+UnetLayout detect_unet_layout(const gl::io::TensorSource& src) {
+    const std::string probe = "conv_in.weight";
+    if (src.has(probe)) return UnetLayout::diffusers;
+    if (src.has(kUnetOriginalPrefix + map_name(UnetConfig::sd15(), probe))) return UnetLayout::original;
+    gl::fail(src.origin(), ": no UNet found (looked for ", probe, " and ", kUnetOriginalPrefix,
+             map_name(UnetConfig::sd15(), probe), ")");
+}
+
+LoadReport load_unet(const Weights& w, const UnetConfig& c, const gl::io::TensorSource& src, gl::Runtime& rt) {
+    const UnetLayout l = detect_unet_layout(src);
+    if (l == UnetLayout::diffusers) return load_weights(w, src, unet_key_diffusers, rt);
+    // A single file holds the whole pipeline: everything outside model.diffusion_model. is some
+    // other model's business. Those keys are passed whole (a shorter prefix such as "model."
+    // could hide a stray UNet key).
+    std::vector<std::string> others;
+    for (const gl::io::TensorInfo& t : src.list())
+        if (t.name.rfind(kUnetOriginalPrefix, 0) != 0) others.push_back(t.name);
+    return load_weights(w, src, [&c](const std::string& name) { return unet_key_original(c, name); }, rt, others);
+}
 
 std::string unet_key_original(const UnetConfig& c, const std::string& name) {
     c.validate();

@@ -72,4 +72,17 @@ std::string unet_key_original(const UnetConfig& c, const std::string& name);
 // The prefix of the UNet's tensors in an original single file.
 inline constexpr const char* kUnetOriginalPrefix = "model.diffusion_model.";
 
+enum class UnetLayout : uint8_t {
+    diffusers,  // unet/diffusion_pytorch_model[.fp16].safetensors: internal names
+    original,   // SD single file: model.diffusion_model.* (with the text encoder and VAE beside it)
+};
+const char* unet_layout_name(UnetLayout l);
+// Which layout src holds, found by conv_in's weight; throws gl::Error naming the source when it
+// holds no UNet.
+UnetLayout detect_unet_layout(const gl::io::TensorSource& src);
+// Loads the UNet's weights from src (layout detected) into rt; w holds the UNet alone (built
+// by unet_forward with config c). Tensors outside the UNet (a single file's text encoder, VAE,
+// EMA copy, schedule buffers) are not reported as unexpected.
+LoadReport load_unet(const Weights& w, const UnetConfig& c, const gl::io::TensorSource& src, gl::Runtime& rt);
+
 }  // namespace sd
