@@ -130,13 +130,11 @@ struct Builder {
     }
 };
 
-void check_input(const Graph& g, gl::DType weights, ValueId x, int64_t channels, int64_t multiple, const char* what) {
+void check_input(const Graph& g, ValueId x, int64_t channels, int64_t multiple, const char* what) {
     const gl::Shape s = g.shape(x);
     GL_CHECK(s.nd == 4 && s[3] == channels, "vae: ", what, " must be [B, H, W, ", channels, "] (NHWC), got ",
              g.describe(x));
-    // Every op takes one dtype, so the input must already be in the weights' (cast it first).
-    GL_CHECK(g.dtype(x) == weights, "vae: ", what, " ", g.describe(x), " must have the weights' dtype ",
-             gl::dtype_name(weights));
+    GL_CHECK(gl::dtype_is_float(g.dtype(x)), "vae: ", what, " must be floating point, got ", g.describe(x));
     GL_CHECK(s[1] > 0 && s[2] > 0 && s[1] % multiple == 0 && s[2] % multiple == 0, "vae: ", what, " height and width (",
              s[1], "x", s[2], ") must be positive multiples of ", multiple);
 }
@@ -148,7 +146,8 @@ std::string idx(size_t i) { return std::to_string(i); }
 VaeEncoded vae_encode(Weights& w, const VaeConfig& c, ValueId x) {
     c.validate();
     Graph& g = w.graph();
-    check_input(g, w.dtype(), x, c.in_channels, c.downscale(), "encoder input");
+    check_input(g, x, c.in_channels, c.downscale(), "encoder input");
+    x = gl::cast(g, x, w.dtype());  // every op takes one dtype: the weights'
     Builder b{w, g, c};
     const size_t n = c.block_out.size();
     const int64_t L = c.latent_channels;
@@ -177,7 +176,8 @@ VaeEncoded vae_encode(Weights& w, const VaeConfig& c, ValueId x) {
 ValueId vae_decode(Weights& w, const VaeConfig& c, ValueId z) {
     c.validate();
     Graph& g = w.graph();
-    check_input(g, w.dtype(), z, c.latent_channels, 1, "decoder input");
+    check_input(g, z, c.latent_channels, 1, "decoder input");
+    z = gl::cast(g, z, w.dtype());
     Builder b{w, g, c};
     const size_t n = c.block_out.size();
     ValueId h = gl::scale(g, z, 1.0f / c.scaling_factor);
@@ -316,6 +316,43 @@ VaeKeyFn vae_keys_diffusers(const gl::io::TensorSource& src) {
         }
         return name;
     };
+}
+
+VaeFormat detect_vae_layout(const gl::io::TensorSource& src) {
+    for (const char* part : {"decoder.", "encoder."}) {
+        if (src.has(part + std::string("mid_block.resnets.0.conv1.weight"))) return {VaeLayout::diffusers, ""};
+        for (const char* prefix : {kVaeOriginalPrefix, ""})
+            if (src.has(prefix + (part + std::string("mid.block_1.conv1.weight")))) return {VaeLayout::original, prefix};
+    }
+    gl::fail(src.origin(), ": no VAE found (looked for [", kVaeOriginalPrefix,
+             "]{decoder,encoder}.mid.block_1.conv1.weight and {decoder,encoder}.mid_block.resnets.0.conv1.weight)");
+}
+
+LoadReport load_vae(const Weights& w, const VaeConfig& c, const gl::io::TensorSource& src, gl::Runtime& rt) {
+    const VaeFormat f = detect_vae_layout(src);
+    // The two halves by their first name parts (the same in both layouts); a half w does not
+    // hold is not loaded, so its tensors are not unexpected either.
+    const std::vector<std::string> encoder = {"encoder.", "quant_conv."}, decoder = {"decoder.", "post_quant_conv."};
+    auto starts = [](const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; };
+    bool has_encoder = false, has_decoder = false;
+    for (const WeightEntry& e : w.entries()) {
+        for (const std::string& p : encoder) has_encoder = has_encoder || starts(e.name, p);
+        for (const std::string& p : decoder) has_decoder = has_decoder || starts(e.name, p);
+    }
+    std::vector<std::string> ignore;
+    if (!has_encoder)
+        for (const std::string& p : encoder) ignore.push_back(f.prefix + p);
+    if (!has_decoder)
+        for (const std::string& p : decoder) ignore.push_back(f.prefix + p);
+    // Tensors outside the VAE are passed by whole name: a shorter prefix could hide a stray VAE key.
+    for (const gl::io::TensorInfo& t : src.list()) {
+        bool vae = false;
+        for (const auto* half : {&encoder, &decoder})
+            for (const std::string& p : *half) vae = vae || starts(t.name, f.prefix + p);
+        if (!vae) ignore.push_back(t.name);
+    }
+    if (f.layout == VaeLayout::diffusers) return load_weights(w, src, vae_keys_diffusers(src), rt, ignore);
+    return load_weights(w, src, vae_keys_original(c, f.prefix), rt, ignore);
 }
 
 }  // namespace sd

@@ -66,4 +66,25 @@ VaeKeyFn vae_keys_diffusers(const gl::io::TensorSource& src);
 // for a name it does not know (load_weights then reports it missing).
 VaeKeyFn vae_keys_original(const VaeConfig& c, const std::string& prefix = "first_stage_model.");
 
+// The prefix of the VAE's tensors in an original single file.
+inline constexpr const char* kVaeOriginalPrefix = "first_stage_model.";
+
+enum class VaeLayout : uint8_t {
+    diffusers,  // vae/diffusion_pytorch_model[.fp16].safetensors: internal names
+    original,   // original names: in a single file under first_stage_model., or a standalone VAE
+                // file (sd-vae-ft-mse-original and the like) without a prefix
+};
+struct VaeFormat {
+    VaeLayout layout = VaeLayout::diffusers;
+    std::string prefix;  // of the original names: kVaeOriginalPrefix or ""
+};
+// Which layout src holds, found by the mid-block's first ResNet of the decoder or the encoder;
+// throws gl::Error naming the source when it holds no VAE.
+VaeFormat detect_vae_layout(const gl::io::TensorSource& src);
+// Loads the VAE weights w holds (built by vae_encode and/or vae_decode with config c) from src
+// (layout detected) into rt. Not reported as unexpected: tensors outside the VAE (a single
+// file's UNet and text encoder, a standalone file's training leftovers) and the half of the VAE
+// that w does not use (the encoder's tensors when only decoding).
+LoadReport load_vae(const Weights& w, const VaeConfig& c, const gl::io::TensorSource& src, gl::Runtime& rt);
+
 }  // namespace sd
