@@ -44,16 +44,6 @@ static float float_of(uint32_t u) {
     return f;
 }
 
-uint16_t f32_to_bf16(float f) {
-    uint32_t u = bits_of(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x0040u);  // quiet NaN
-    uint32_t lsb = (u >> 16) & 1u;
-    u += 0x7fffu + lsb;  // ties to even; carries into the exponent give inf correctly
-    return uint16_t(u >> 16);
-}
-
-float bf16_to_f32(uint16_t b) { return float_of(uint32_t(b) << 16); }
-
 uint16_t f32_to_f16(float f) {
     uint32_t u = bits_of(f);
     uint16_t sign = uint16_t((u >> 16) & 0x8000u);

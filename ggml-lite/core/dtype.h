@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace gl {
@@ -17,8 +18,20 @@ bool dtype_is_float(DType t);  // f32, f16, bf16
 // (quiet), overflow rounds to infinity, f16 subnormals are produced and read exactly.
 uint16_t f32_to_f16(float f);
 float f16_to_f32(uint16_t h);
-uint16_t f32_to_bf16(float f);
-float bf16_to_f32(uint16_t b);
+// bf16 is the top half of an f32: inline, since checkpoint loading converts every weight.
+inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x0040u);  // quiet NaN
+    u += 0x7fffu + ((u >> 16) & 1u);  // ties to even; a carry into the exponent gives inf correctly
+    return uint16_t(u >> 16);
+}
+inline float bf16_to_f32(uint16_t b) {
+    uint32_t u = uint32_t(b) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
 
 // Reads element i of a contiguous buffer of type t as float (integers convert exactly
 // when representable).
