@@ -37,7 +37,8 @@ ValueId layer_norm(Weights& w, Graph& g, ValueId x, const std::string& name, con
 ValueId linear(Weights& w, Graph& g, ValueId x, const std::string& name, int64_t out, int64_t in) {
     WeightScope ws(w, name);
     ValueId wt = w.get("weight", {out, in}), b = w.get("bias", {out});
-    return gl::linear(g, x, wt, b);
+    ValueId y = gl::linear(g, x, wt, b);
+    return w.linear_hook ? w.linear_hook(g, w.module_path(), x, y) : y;
 }
 
 // One pre-LN encoder layer: x + attn(ln1(x)), then + mlp(ln2(.)). x [N, L, D].

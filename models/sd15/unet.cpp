@@ -85,7 +85,8 @@ ValueId linear(Builder& b, const std::string& name, ValueId x, int64_t out, bool
     const int64_t in = channels(b, x);
     ValueId wt = b.w.get("weight", Shape{out, in});
     ValueId bi = bias ? b.w.get("bias", Shape{out}) : gl::kNoValue;
-    return gl::linear(b.g, x, wt, bi);
+    ValueId y = gl::linear(b.g, x, wt, bi);
+    return b.w.linear_hook ? b.w.linear_hook(b.g, b.w.module_path(), x, y) : y;
 }
 
 ValueId group_norm(Builder& b, const std::string& name, ValueId x, float eps, bool silu) {

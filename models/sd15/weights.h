@@ -42,6 +42,18 @@ public:
     gl::DType dtype() const { return dtype_; }
     const std::vector<WeightEntry>& entries() const { return entries_; }
 
+    // Called by the models for every Linear (and every 1x1 conv run as one) with the module's
+    // full path ("down_blocks.0.attentions.0.proj_in"), its input and its output; returns the
+    // output to use. Adapters (lora/) add their branch here without the models knowing them.
+    using LinearHook = std::function<gl::ValueId(gl::Graph&, const std::string& module, gl::ValueId x, gl::ValueId y)>;
+    LinearHook linear_hook;
+    // The module path of the open scope (full("") without its trailing dot).
+    std::string module_path() const {
+        std::string s = full("");
+        if (!s.empty()) s.pop_back();
+        return s;
+    }
+
 private:
     gl::Graph& g_;
     gl::DType dtype_;

@@ -1,0 +1,253 @@
+#include "lora/kohya.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <set>
+
+#include "ggml-lite/core/dtype.h"
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/core/runtime.h"
+#include "ggml-lite/io/safetensors.h"
+
+namespace lora {
+
+const char* save_precision_name(SavePrecision p) {
+    switch (p) {
+        case SavePrecision::fp16: return "fp16";
+        case SavePrecision::bf16: return "bf16";
+        case SavePrecision::fp32: return "float";
+    }
+    return "?";
+}
+
+const char* lora_format_name(LoraFormat f) {
+    switch (f) {
+        case LoraFormat::kohya: return "kohya";
+        case LoraFormat::kohya_ldm: return "kohya (LDM names)";
+        case LoraFormat::diffusers: return "diffusers";
+        case LoraFormat::peft: return "peft";
+    }
+    return "?";
+}
+
+namespace {
+
+// Python's str(float) for the values kohya writes ("1.0", "0.5", "16.0").
+std::string py_float(float f) {
+    char buf[64];
+    if (std::floor(f) == f && std::fabs(f) < 1e15f) {
+        std::snprintf(buf, sizeof buf, "%.1f", double(f));
+    } else {
+        // The shortest form that reads back as the same float.
+        for (int prec = 6; prec <= 9; prec++) {
+            std::snprintf(buf, sizeof buf, "%.*g", prec, double(f));
+            if (std::strtof(buf, nullptr) == f) break;
+        }
+    }
+    return buf;
+}
+
+std::string utc_now_iso() {
+    std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    return buf;
+}
+
+gl::DType save_dtype(SavePrecision p) {
+    return p == SavePrecision::fp16 ? gl::DType::f16 : p == SavePrecision::bf16 ? gl::DType::bf16 : gl::DType::f32;
+}
+
+// f32 values as the bytes of dtype t.
+std::vector<uint8_t> encode(const std::vector<float>& x, gl::DType t) {
+    std::vector<uint8_t> out(x.size() * gl::dtype_size(t));
+    for (size_t i = 0; i < x.size(); i++) {
+        if (t == gl::DType::f32) {
+            std::memcpy(&out[i * 4], &x[i], 4);
+        } else {
+            const uint16_t h = t == gl::DType::f16 ? gl::f32_to_f16(x[i]) : gl::f32_to_bf16(x[i]);
+            std::memcpy(&out[i * 2], &h, 2);
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const SaveOptions& opt) {
+    const LoraConfig& c = net.config();
+    bool has_te = false, has_unet = false;
+    for (const LoraModule& m : net.modules()) (m.part == Part::unet ? has_unet : has_te) = true;
+    const std::string reso = std::to_string(opt.resolution_w) + "x" + std::to_string(opt.resolution_h);
+    std::map<std::string, std::string> md = {
+        {"ss_network_module", "networks.lora"},
+        {"ss_network_dim", std::to_string(c.rank)},
+        {"ss_network_alpha", py_float(c.effective_alpha())},
+        {"ss_network_args", "null"},
+        {"ss_base_model_version", "sd_v1"},
+        {"ss_v2", "False"},
+        {"ss_resolution", "(" + std::to_string(opt.resolution_w) + ", " + std::to_string(opt.resolution_h) + ")"},
+        {"ss_clip_skip", opt.clip_skip > 0 ? std::to_string(opt.clip_skip) : "None"},
+        {"ss_tag_frequency", opt.tag_frequency_json},
+        {"ss_output_name", opt.title},
+        {"ss_save_precision", save_precision_name(opt.precision)},
+        // kohya's markers of UNet-only / text-encoder-only training.
+        {"ss_network_train_unet_only", has_te ? "False" : "True"},
+        {"ss_network_train_text_encoder_only", has_unet ? "False" : "True"},
+        {"modelspec.sai_model_spec", "1.0.0"},
+        {"modelspec.architecture", "stable-diffusion-v1/lora"},
+        {"modelspec.implementation", "https://github.com/Stability-AI/generative-models"},
+        {"modelspec.title", opt.title},
+        {"modelspec.date", utc_now_iso()},
+        {"modelspec.resolution", reso},
+        {"modelspec.prediction_type", opt.prediction_type},
+    };
+    for (const auto& [k, v] : opt.training) md[k] = v;
+    return md;
+}
+
+size_t save_kohya(const std::string& path, const LoraNetwork& net, const gl::Runtime& rt, const SaveOptions& opt) {
+    return save_kohya(path, net, [&rt](gl::ValueId v) { return rt.read_f32(v); }, opt);
+}
+
+size_t save_kohya(const std::string& path, const LoraNetwork& net, const ReadFn& read, const SaveOptions& opt) {
+    GL_CHECK(!net.modules().empty(), "lora save ", path, ": the network has no modules (was the model built?)");
+    const gl::DType t = save_dtype(opt.precision);
+    const int64_t r = net.config().rank;
+    // Owned bytes first, then the descriptors pointing into them (no reallocation after).
+    std::vector<std::vector<uint8_t>> bytes;
+    bytes.reserve(net.modules().size() * 3);
+    std::vector<gl::io::TensorToWrite> out;
+    for (const LoraModule& m : net.modules()) {
+        const bool conv = m.kind == ModuleKind::conv1x1;
+        bytes.push_back(encode(read(m.down), t));
+        out.push_back({m.key + ".lora_down.weight", t,
+                       conv ? std::vector<int64_t>{r, m.in, 1, 1} : std::vector<int64_t>{r, m.in}, nullptr});
+        bytes.push_back(encode(read(m.up), t));
+        out.push_back({m.key + ".lora_up.weight", t,
+                       conv ? std::vector<int64_t>{m.out, r, 1, 1} : std::vector<int64_t>{m.out, r}, nullptr});
+        bytes.push_back(encode({net.config().effective_alpha()}, t));
+        out.push_back({m.key + ".alpha", t, {}, nullptr});
+    }
+    for (size_t i = 0; i < out.size(); i++) out[i].data = bytes[i].data();
+    gl::io::write_safetensors(path, out, kohya_metadata(net, opt));
+    return out.size();
+}
+
+namespace {
+
+struct Keys {
+    std::string down, up, alpha;  // alpha "" when the format has none
+};
+
+// The keys of module m in format f; down "" when the format cannot name it.
+Keys keys_for(LoraFormat f, const LoraModule& m, const sd::UnetConfig* ucfg) {
+    const std::string pre = m.part == Part::unet ? "unet." : "text_encoder.";
+    switch (f) {
+        case LoraFormat::kohya: return {m.key + ".lora_down.weight", m.key + ".lora_up.weight", m.key + ".alpha"};
+        case LoraFormat::kohya_ldm: {
+            if (m.part != Part::unet || ucfg == nullptr) return {};
+            std::string k = sd::unet_key_original(*ucfg, m.path + ".weight");
+            const std::string p = sd::kUnetOriginalPrefix, s = ".weight";
+            if (k.size() <= p.size() + s.size() || k.compare(0, p.size(), p) != 0) return {};
+            k = k.substr(p.size(), k.size() - p.size() - s.size());
+            const std::string key = kohya_key(Part::unet, k);
+            return {key + ".lora_down.weight", key + ".lora_up.weight", key + ".alpha"};
+        }
+        case LoraFormat::diffusers:
+            return {pre + m.path + ".lora.down.weight", pre + m.path + ".lora.up.weight", ""};
+        case LoraFormat::peft: return {pre + m.path + ".lora_A.weight", pre + m.path + ".lora_B.weight", ""};
+    }
+    return {};
+}
+
+// [a, b] or [a, b, 1, 1].
+bool matrix_shape(const std::vector<int64_t>& s, int64_t a, int64_t b) {
+    return (s.size() == 2 || (s.size() == 4 && s[2] == 1 && s[3] == 1)) && s[0] == a && s[1] == b;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+    std::string r = "[";
+    for (size_t i = 0; i < s.size(); i++) r += (i ? ", " : "") + std::to_string(s[i]);
+    return r + "]";
+}
+
+}  // namespace
+
+LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, gl::Runtime& rt,
+                     const sd::UnetConfig* unet_cfg) {
+    return load_lora(
+        src, net, [&rt](gl::ValueId v, const std::vector<float>& x) { rt.write_f32(v, x); }, unet_cfg);
+}
+
+LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, const WriteFn& write,
+                     const sd::UnetConfig* unet_cfg) {
+    LoadReport rep;
+    const int64_t r = net.config().rank;
+    const float net_alpha = net.config().effective_alpha();
+
+    // The format naming the most of the network's modules.
+    size_t best = 0;
+    for (LoraFormat f : {LoraFormat::kohya, LoraFormat::kohya_ldm, LoraFormat::diffusers, LoraFormat::peft}) {
+        size_t n = 0;
+        for (const LoraModule& m : net.modules()) {
+            const Keys k = keys_for(f, m, unet_cfg);
+            if (!k.down.empty() && src.has(k.down)) n++;
+        }
+        if (n > best) best = n, rep.format = f;
+    }
+    GL_CHECK(best > 0, "lora load ", src.origin(), ": holds none of the network's ", net.modules().size(),
+             " modules in any known layout (kohya, diffusers, peft)");
+
+    std::set<std::string> used;
+    bool first = true;
+    for (const LoraModule& m : net.modules()) {
+        const Keys k = keys_for(rep.format, m, unet_cfg);
+        if (k.down.empty() || !src.has(k.down)) {
+            rep.missing.push_back(m.key);
+            continue;
+        }
+        GL_CHECK(src.has(k.up), "lora load ", src.origin(), ": ", k.down, " has no ", k.up);
+        const gl::io::TensorInfo di = src.info(k.down), ui = src.info(k.up);
+        GL_CHECK(!di.shape.empty() && di.shape[0] == r, "lora load ", src.origin(), ": ", k.down, " is ",
+                 shape_str(di.shape), ", rank ", di.shape.empty() ? 0 : di.shape[0], " where the network has rank ", r);
+        GL_CHECK(matrix_shape(di.shape, r, m.in), "lora load ", src.origin(), ": ", k.down, " is ", shape_str(di.shape),
+                 ", expected [", r, ", ", m.in, "]");
+        GL_CHECK(matrix_shape(ui.shape, m.out, r), "lora load ", src.origin(), ": ", k.up, " is ", shape_str(ui.shape),
+                 ", expected [", m.out, ", ", r, "]");
+        float alpha = float(r);  // formats without alpha mean scale 1
+        if (!k.alpha.empty() && src.has(k.alpha)) {
+            const gl::io::TensorInfo ai = src.info(k.alpha);
+            GL_CHECK(ai.numel() == 1, "lora load ", src.origin(), ": ", k.alpha, " is ", shape_str(ai.shape),
+                     ", expected a scalar");
+            src.read(k.alpha, &alpha, gl::DType::f32);
+            GL_CHECK(std::isfinite(alpha), "lora load ", src.origin(), ": ", k.alpha, " is not finite");
+            if (alpha == 0.0f) alpha = float(r);  // kohya: alpha 0 means alpha = rank
+            used.insert(k.alpha);
+        }
+        if (first) rep.file_alpha = alpha, first = false;
+
+        std::vector<float> down(size_t(di.numel())), up(size_t(ui.numel()));
+        src.read(k.down, down.data(), gl::DType::f32);
+        src.read(k.up, up.data(), gl::DType::f32);
+        if (alpha != net_alpha) {
+            const float f = alpha / net_alpha;
+            for (float& e : up) e *= f;
+        }
+        write(m.down, down);
+        write(m.up, up);
+        used.insert(k.down);
+        used.insert(k.up);
+        rep.modules++;
+    }
+    for (const gl::io::TensorInfo& t : src.list())
+        if (!used.count(t.name)) rep.unexpected.push_back(t.name);
+    return rep;
+}
+
+}  // namespace lora

@@ -1,0 +1,73 @@
+// LoRA files other tools load: kohya's flat safetensors layout (what A1111, ComfyUI and
+// stable-diffusion.cpp read for SD1.5), written with its ss_* / modelspec.* metadata, and read
+// back from kohya files (diffusers-named or LDM-named keys) and diffusers/PEFT files.
+//
+// kohya layout, per module: "<key>.lora_down.weight" [r, in] ([r, in, 1, 1] for a 1x1 conv),
+// "<key>.lora_up.weight" [out, r] ([out, r, 1, 1]), "<key>.alpha" 0-D; every tensor, alpha
+// included, in the save precision.
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ggml-lite/io/tensor_source.h"
+#include "lora/lora.h"
+#include "models/sd15/unet.h"
+
+namespace lora {
+
+enum class SavePrecision : uint8_t { fp16, bf16, fp32 };
+const char* save_precision_name(SavePrecision p);
+
+struct SaveOptions {
+    SavePrecision precision = SavePrecision::fp16;
+    std::string title = "lora";            // modelspec.title and ss_output_name
+    int resolution_w = 512, resolution_h = 512;
+    int clip_skip = 0;                     // 0: not set ("None")
+    std::string prediction_type = "epsilon";
+    std::string tag_frequency_json = "{}";  // ss_tag_frequency: {"dataset dir": {"tag": count}}
+    // Training settings (ss_learning_rate, ss_optimizer, ss_steps, ...), written as given; they
+    // override the defaults this writer derives.
+    std::map<std::string, std::string> training;
+};
+
+// The metadata save_kohya writes (exposed so a tool can show it).
+std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const SaveOptions& opt);
+
+// Where parameter values come from and go to: a runtime, or (tests, tools without the model's
+// weights in memory) any host store.
+using ReadFn = std::function<std::vector<float>(gl::ValueId)>;
+using WriteFn = std::function<void(gl::ValueId, const std::vector<float>&)>;
+
+// Writes every module of net (values read from rt) atomically to path. Returns the tensor count.
+size_t save_kohya(const std::string& path, const LoraNetwork& net, const gl::Runtime& rt, const SaveOptions& opt = {});
+size_t save_kohya(const std::string& path, const LoraNetwork& net, const ReadFn& read, const SaveOptions& opt = {});
+
+enum class LoraFormat : uint8_t {
+    kohya,            // lora_unet_<diffusers path> / lora_te_<path>, lora_down/lora_up/alpha
+    kohya_ldm,        // lora_unet_<original LDM path> (old extractors), same suffixes
+    diffusers,        // unet.<path>.lora.down.weight / text_encoder.<path>.lora.up.weight, no alpha
+    peft,             // <prefix><path>.lora_A.weight / .lora_B.weight, no alpha
+};
+const char* lora_format_name(LoraFormat f);
+
+struct LoadReport {
+    LoraFormat format = LoraFormat::kohya;
+    size_t modules = 0;                   // modules found and loaded
+    std::vector<std::string> missing;     // network modules the file does not hold (left as they were)
+    std::vector<std::string> unexpected;  // file tensors nothing used
+    float file_alpha = 0.0f;              // alpha of the first module loaded (rank when the file has none)
+};
+
+// Loads a LoRA file into net's parameters in rt. The rank must match the network's; a file
+// alpha other than the network's is folded into up (up * file_alpha / net_alpha) so that the
+// applied delta is the file's. unet_cfg enables LDM-named kohya keys (nullptr: not tried).
+// Throws gl::Error naming the source and tensor on a shape or rank mismatch, or when the file
+// holds none of the network's modules.
+LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, gl::Runtime& rt,
+                     const sd::UnetConfig* unet_cfg = nullptr);
+LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, const WriteFn& write,
+                     const sd::UnetConfig* unet_cfg = nullptr);
+
+}  // namespace lora

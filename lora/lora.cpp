@@ -1,0 +1,149 @@
+#include "lora/lora.h"
+
+#include <cmath>
+#include <random>
+
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/core/runtime.h"
+#include "ggml-lite/ops/builder.h"
+
+namespace lora {
+
+using gl::ValueId;
+
+namespace {
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+    return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+}  // namespace
+
+bool is_unet_target(const std::string& path) {
+    // Transformer2DModels are "<block>.attentions.N"; everything under them that is a Linear
+    // or 1x1 conv reaches the hook (norms and attention itself do not).
+    const bool in_block = starts_with(path, "down_blocks.") || starts_with(path, "mid_block.") ||
+                          starts_with(path, "up_blocks.");
+    return in_block && path.find(".attentions.") != std::string::npos;
+}
+
+bool is_text_encoder_target(const std::string& path) {
+    return starts_with(path, "text_model.encoder.layers.") &&
+           (path.find(".self_attn.") != std::string::npos || path.find(".mlp.") != std::string::npos);
+}
+
+ModuleKind unet_module_kind(const std::string& path) {
+    return ends_with(path, ".proj_in") || ends_with(path, ".proj_out") ? ModuleKind::conv1x1 : ModuleKind::linear;
+}
+
+std::string kohya_key(Part part, const std::string& path) {
+    std::string s = (part == Part::unet ? "lora_unet_" : "lora_te_") + path;
+    for (char& c : s)
+        if (c == '.') c = '_';
+    return s;
+}
+
+LoraNetwork::LoraNetwork(LoraConfig cfg) : cfg_(cfg) {
+    GL_CHECK(cfg_.rank >= 1, "lora: rank must be positive, got ", cfg_.rank);
+    GL_CHECK(std::isfinite(cfg_.alpha) && cfg_.alpha >= 0.0f, "lora: alpha must be finite and >= 0, got ", cfg_.alpha);
+    GL_CHECK(std::isfinite(cfg_.multiplier), "lora: multiplier must be finite");
+}
+
+void LoraNetwork::attach_unet(sd::Weights& w) {
+    w.linear_hook = [this](gl::Graph& g, const std::string& path, ValueId x, ValueId y) {
+        return is_unet_target(path) ? apply(g, Part::unet, path, x, y) : y;
+    };
+}
+
+void LoraNetwork::attach_text_encoder(sd::Weights& w) {
+    w.linear_hook = [this](gl::Graph& g, const std::string& path, ValueId x, ValueId y) {
+        return is_text_encoder_target(path) ? apply(g, Part::text_encoder, path, x, y) : y;
+    };
+}
+
+ValueId LoraNetwork::apply(gl::Graph& g, Part part, const std::string& path, ValueId x, ValueId y) {
+    GL_CHECK(graph_ == nullptr || graph_ == &g, "lora: ", path, ": the network's parameters live in another graph");
+    graph_ = &g;
+    const std::string key = kohya_key(part, path);
+    GL_CHECK(find(key) == nullptr, "lora: module ", path, " was built twice (one network serves one graph build)");
+    LoraModule m;
+    m.key = key;
+    m.path = path;
+    m.part = part;
+    m.kind = part == Part::unet ? unet_module_kind(path) : ModuleKind::linear;
+    m.in = g.shape(x).last();
+    m.out = g.shape(y).last();
+    const int64_t r = cfg_.rank;
+    m.down = g.param(key + ".lora_down.weight", gl::DType::f32, gl::Shape{r, m.in});
+    g.set_name(m.down, key + ".lora_down.weight");  // exactly the key, whatever scope is open
+    m.up = g.param(key + ".lora_up.weight", gl::DType::f32, gl::Shape{m.out, r});
+    g.set_name(m.up, key + ".lora_up.weight");
+    modules_.push_back(m);
+
+    // The branch runs in the activations' dtype (bf16/fp16 training casts the f32 masters).
+    const gl::DType dt = g.dtype(x);
+    ValueId h = gl::linear(g, x, gl::cast(g, m.down, dt));
+    h = gl::linear(g, h, gl::cast(g, m.up, dt));
+    return gl::add(g, y, gl::scale(g, h, cfg_.scale()));
+}
+
+const LoraModule* LoraNetwork::find(const std::string& key) const {
+    for (const LoraModule& m : modules_)
+        if (m.key == key) return &m;
+    return nullptr;
+}
+
+std::vector<ValueId> LoraNetwork::parameters() const {
+    std::vector<ValueId> p;
+    for (const LoraModule& m : modules_) {
+        p.push_back(m.down);
+        p.push_back(m.up);
+    }
+    return p;
+}
+
+void LoraNetwork::init(gl::Runtime& rt, uint64_t seed) const {
+    std::mt19937_64 rng(seed);
+    for (const LoraModule& m : modules_) {
+        // kaiming_uniform_(a = sqrt 5): gain sqrt(2 / (1 + a^2)) = sqrt(1/3), bound gain *
+        // sqrt(3 / fan_in) = 1 / sqrt(fan_in).
+        const float bound = 1.0f / std::sqrt(float(m.in));
+        std::uniform_real_distribution<float> u(-bound, bound);
+        std::vector<float> d(size_t(cfg_.rank * m.in));
+        for (float& e : d) e = u(rng);
+        rt.write_f32(m.down, d);
+        rt.write_f32(m.up, std::vector<float>(size_t(m.out * cfg_.rank), 0.0f));
+    }
+}
+
+size_t merge_into(const LoraNetwork& net, const gl::Runtime& lora_rt, Part part, const sd::Weights& base,
+                  gl::Runtime& base_rt) {
+    const float s = net.config().scale();
+    const int64_t r = net.config().rank;
+    size_t changed = 0;
+    for (const LoraModule& m : net.modules()) {
+        if (m.part != part) continue;
+        const std::string wname = m.path + ".weight";
+        const sd::WeightEntry* e = nullptr;
+        for (const sd::WeightEntry& x : base.entries())
+            if (x.name == wname) e = &x;
+        GL_CHECK(e != nullptr, "lora merge: the base model has no weight ", wname, " for ", m.key);
+        const gl::Shape ws = base_rt.plan().graph.shape(e->id);
+        GL_CHECK((ws == gl::Shape{m.out, m.in}), "lora merge: ", wname, " is ", ws.str(), ", the LoRA expects [", m.out,
+                 ", ", m.in, "]");
+        std::vector<float> w = base_rt.read_f32(e->id);
+        const std::vector<float> down = lora_rt.read_f32(m.down), up = lora_rt.read_f32(m.up);
+        for (int64_t o = 0; o < m.out; o++)
+            for (int64_t i = 0; i < m.in; i++) {
+                double acc = 0.0;
+                for (int64_t k = 0; k < r; k++) acc += double(up[size_t(o * r + k)]) * down[size_t(k * m.in + i)];
+                w[size_t(o * m.in + i)] += float(s * acc);
+            }
+        base_rt.write_f32(e->id, w);
+        changed++;
+    }
+    return changed;
+}
+
+}  // namespace lora

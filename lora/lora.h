@@ -1,0 +1,89 @@
+// LoRA (Hu et al. 2021) on the SD1.5 models, the way kohya's sd-scripts `networks.lora` does it:
+// for a targeted Linear (weight [out, in]; SD1.5's 1x1-conv proj_in/proj_out count as Linear)
+//     y = W x + multiplier * (alpha / rank) * up(down(x)),
+// down [rank, in] Kaiming-uniform (torch's kaiming_uniform_(a = sqrt 5): bound 1/sqrt(in)), up
+// [out, rank] zero, so a fresh network changes nothing. The masters are f32 parameters, cast to
+// the activations' dtype where they are used.
+//
+// A network attaches to the models' Weights through their linear hook before the model graph is
+// built; building the model then creates one (down, up) parameter pair per targeted module,
+// named by its kohya key ("lora_unet_down_blocks_0_attentions_0_proj_in.lora_down.weight").
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ggml-lite/core/graph.h"
+#include "models/sd15/weights.h"
+
+namespace gl {
+class Runtime;
+}
+
+namespace lora {
+
+struct LoraConfig {
+    int rank = 4;            // kohya's network_dim
+    float alpha = 1.0f;      // kohya's network_alpha; 0 means alpha = rank (scale 1)
+    float multiplier = 1.0f;
+    float effective_alpha() const { return alpha == 0.0f ? float(rank) : alpha; }
+    float scale() const { return multiplier * effective_alpha() / float(rank); }
+};
+
+enum class ModuleKind : uint8_t {
+    linear,   // nn.Linear: kohya saves down [r, in], up [out, r]
+    conv1x1,  // nn.Conv2d 1x1 run as a Linear: kohya saves down [r, in, 1, 1], up [out, r, 1, 1]
+};
+
+enum class Part : uint8_t { unet, text_encoder };
+
+struct LoraModule {
+    std::string key;   // kohya name without suffix: "lora_unet_mid_block_attentions_0_proj_in"
+    std::string path;  // the model's module path: "mid_block.attentions.0.proj_in"
+    Part part = Part::unet;
+    ModuleKind kind = ModuleKind::linear;
+    int64_t in = 0, out = 0;
+    gl::ValueId down = gl::kNoValue, up = gl::kNoValue;  // f32 parameters [rank, in], [out, rank]
+};
+
+// kohya's default SD1.5 targets: in the UNet every Linear/1x1 conv inside a Transformer2DModel
+// (the "attentions.N" blocks); in the text encoder the CLIPAttention q/k/v/out_proj and the
+// CLIPMLP fc1/fc2 of every layer. `path` is the model's module path.
+bool is_unet_target(const std::string& path);
+bool is_text_encoder_target(const std::string& path);
+// SD1.5's Transformer2DModel uses 1x1 convs for proj_in/proj_out (use_linear_projection false).
+ModuleKind unet_module_kind(const std::string& path);
+// "lora_unet_" / "lora_te_" + path with '.' -> '_'.
+std::string kohya_key(Part part, const std::string& path);
+
+class LoraNetwork {
+public:
+    explicit LoraNetwork(LoraConfig cfg);
+    // Installs the hook on a model's Weights; attach before building that model's graph.
+    // Building the graph again (or another graph on the same network) is not supported: each
+    // network's parameters live in one graph.
+    void attach_unet(sd::Weights& w);
+    void attach_text_encoder(sd::Weights& w);
+
+    const LoraConfig& config() const { return cfg_; }
+    const std::vector<LoraModule>& modules() const { return modules_; }
+    const LoraModule* find(const std::string& key) const;
+    std::vector<gl::ValueId> parameters() const;  // down, up of every module, in module order
+
+    // Writes the initial values: down Kaiming-uniform from a seeded generator, up zero.
+    void init(gl::Runtime& rt, uint64_t seed) const;
+
+private:
+    gl::ValueId apply(gl::Graph& g, Part part, const std::string& path, gl::ValueId x, gl::ValueId y);
+    LoraConfig cfg_;
+    std::vector<LoraModule> modules_;
+    gl::Graph* graph_ = nullptr;
+};
+
+// Host-side merge: W' = W + scale * up @ down for every module of `net` whose path is a Linear
+// of `base` (path + ".weight"); up/down read from lora_rt, W read from and written to base_rt.
+// Returns the number of weights changed.
+size_t merge_into(const LoraNetwork& net, const gl::Runtime& lora_rt, Part part, const sd::Weights& base,
+                  gl::Runtime& base_rt);
+
+}  // namespace lora

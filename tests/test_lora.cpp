@@ -1,0 +1,352 @@
+// LoRA (lora/): gradients against finite differences, kohya's SD1.5 targets (192 + 72 modules)
+// and names, the saved file (792 tensors, shapes, metadata), save -> load round trips in fp32 /
+// fp16 / bf16, the other key layouts, and runtime LoRA = LoRA merged into the weights.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "ggml-lite/core/autodiff.h"
+#include "ggml-lite/core/dtype.h"
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/core/runtime.h"
+#include "ggml-lite/io/safetensors.h"
+#include "ggml-lite/ops/builder.h"
+#include "lora/kohya.h"
+#include "lora/lora.h"
+#include "models/sd15/clip.h"
+#include "models/sd15/unet.h"
+
+using namespace gl;
+using lora::LoraConfig;
+using lora::LoraNetwork;
+using lora::Part;
+
+namespace {
+
+std::vector<float> random_vec(size_t n, float s, std::mt19937& rng) {
+    std::uniform_real_distribution<float> u(-s, s);
+    std::vector<float> v(n);
+    for (float& e : v) e = u(rng);
+    return v;
+}
+
+std::string tmp_path(const std::string& name) {
+    return (std::filesystem::temp_directory_path() / ("gl_test_lora_" + name)).string();
+}
+
+// SD1.5's UNet and text encoder graphs with a LoRA attached (built, never run).
+struct Sd15Graphs {
+    Graph g;
+    sd::Weights wu{g, DType::bf16}, wt{g, DType::bf16};
+    LoraNetwork net;
+    // One graph holds both models, as in training: a network's parameters live in one graph.
+    explicit Sd15Graphs(LoraConfig c) : net(c) {
+        net.attach_unet(wu);
+        net.attach_text_encoder(wt);
+        sd::unet_forward(wu, sd::UnetConfig::sd15(), g.input("x", DType::bf16, {1, 8, 8, 4}),
+                         g.input("t", DType::f32, {1}), g.input("c", DType::bf16, {1, 77, 768}));
+        sd::build_clip(wt, g, g.input("ids", DType::i32, {1, 77}), sd::ClipConfig::vit_l14());
+    }
+};
+
+size_t count(const LoraNetwork& n, Part p) {
+    size_t k = 0;
+    for (const lora::LoraModule& m : n.modules()) k += m.part == p;
+    return k;
+}
+
+}  // namespace
+
+TEST_CASE("lora: gradients of a LoRA-wrapped linear match finite differences") {
+    Graph g;
+    sd::Weights w(g, DType::f32);
+    LoraNetwork net(LoraConfig{3, 1.5f, 0.7f});
+    net.attach_unet(w);
+    const std::string path = "mid_block.attentions.0.transformer_blocks.0.attn1.to_q";
+    ValueId x = g.param("x", DType::f32, {2, 4, 6});
+    ValueId W, y;
+    {
+        sd::WeightScope s(w, path);
+        W = w.get("weight", {5, 6});
+        y = w.linear_hook(g, w.module_path(), x, gl::linear(g, x, W));
+    }
+    ValueId r = g.input("r", DType::f32, {2, 4, 5});
+    ValueId loss = sum(g, mul(g, y, r));
+    g.mark_output(loss);
+    Gradients gr = backward(g, loss);
+    REQUIRE(net.modules().size() == 1);
+    const lora::LoraModule& m = net.modules()[0];
+    CHECK(m.key == "lora_unet_mid_block_attentions_0_transformer_blocks_0_attn1_to_q");
+
+    std::mt19937 rng(3);
+    std::map<ValueId, std::vector<float>> data;
+    for (ValueId v : {x, W, r, m.down, m.up}) data[v] = random_vec(size_t(g.shape(v).numel()), 1.0f, rng);
+    auto rt = make_cpu_runtime(make_plan(g));
+    auto eval = [&]() {
+        for (auto& [v, d] : data) rt->write_f32(v, d);
+        rt->run();
+        return double(rt->read_f32(loss)[0]);
+    };
+    eval();
+    std::map<ValueId, std::vector<float>> analytic;  // read before any finite-difference run
+    for (ValueId p : {x, m.down, m.up}) analytic[p] = rt->read_f32(gr[p]);
+    for (ValueId p : {x, m.down, m.up}) {
+        const std::vector<float>& an = analytic[p];
+        double worst = 0.0;
+        for (size_t i = 0; i < an.size(); i++) {
+            const float keep = data[p][i], h = 0.25f;  // the loss is linear in each of x, down, up: no truncation error
+            data[p][i] = keep + h;
+            const double lp = eval();
+            data[p][i] = keep - h;
+            const double lm = eval();
+            data[p][i] = keep;
+            const double fd = (lp - lm) / (2.0 * h);
+            worst = std::max(worst, std::fabs(fd - an[i]) / (1.0 + std::fabs(fd)));
+        }
+        MESSAGE(g.v(p).name, ": worst rel. error ", worst);
+        CHECK(worst < 1e-4);
+    }
+}
+
+TEST_CASE("lora: init is Kaiming-uniform down, zero up") {
+    Graph g;
+    sd::Weights w(g, DType::f32);
+    LoraNetwork net(LoraConfig{8, 4.0f, 1.0f});
+    net.attach_text_encoder(w);
+    sd::build_clip(w, g, g.input("ids", DType::i32, {1, 5}), sd::ClipConfig::tiny());
+    CHECK(net.modules().size() == 12);  // 2 layers x (q, k, v, out, fc1, fc2)
+    auto rt = make_cpu_runtime(make_plan(g));
+    net.init(*rt, 1);
+    const lora::LoraModule& m = *net.find("lora_te_text_model_encoder_layers_1_mlp_fc2");
+    CHECK(m.in == 64);
+    const std::vector<float> d = rt->read_f32(m.down), u = rt->read_f32(m.up);
+    float mx = 0.0f;
+    for (float e : d) mx = std::max(mx, std::fabs(e));
+    CHECK(mx <= 1.0f / 8.0f);  // 1/sqrt(64)
+    CHECK(mx > 0.9f / 8.0f);
+    for (float e : u) CHECK(e == 0.0f);
+}
+
+TEST_CASE("lora: SD1.5 has kohya's 192 UNet and 72 text encoder modules; the file has 792 tensors") {
+    Sd15Graphs s(LoraConfig{16, 8.0f, 1.0f});
+    CHECK(count(s.net, Part::unet) == 192);
+    CHECK(count(s.net, Part::text_encoder) == 72);
+
+    std::mt19937 rng(11);
+    std::map<ValueId, std::vector<float>> store;
+    for (ValueId p : s.net.parameters()) store[p] = random_vec(size_t(s.g.shape(p).numel()), 0.1f, rng);
+    auto read = [&](ValueId v) { return store.at(v); };
+    lora::SaveOptions opt;
+    opt.title = "test";
+    opt.clip_skip = 2;
+    opt.tag_frequency_json = R"({"10_cat": {"cat": 3}})";
+    opt.training["ss_learning_rate"] = "0.0001";
+    const std::string path = tmp_path("sd15.safetensors");
+    CHECK(lora::save_kohya(path, s.net, read, opt) == 792);
+
+    io::SafetensorsFile f(path);
+    const std::vector<io::TensorInfo> list = f.list();
+    CHECK(list.size() == 792);
+    const std::map<std::string, std::vector<int64_t>> expect = {
+        {"lora_unet_down_blocks_0_attentions_0_proj_in.lora_down.weight", {16, 320, 1, 1}},
+        {"lora_unet_down_blocks_0_attentions_0_proj_in.lora_up.weight", {320, 16, 1, 1}},
+        {"lora_unet_up_blocks_3_attentions_2_proj_out.lora_up.weight", {320, 16, 1, 1}},
+        {"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q.lora_down.weight", {16, 320}},
+        {"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q.lora_up.weight", {320, 16}},
+        {"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q.alpha", {}},
+        {"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn2_to_k.lora_down.weight", {16, 768}},
+        {"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_out_0.lora_up.weight", {320, 16}},
+        {"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_ff_net_0_proj.lora_up.weight", {2560, 16}},
+        {"lora_unet_mid_block_attentions_0_transformer_blocks_0_ff_net_2.lora_down.weight", {16, 5120}},
+        {"lora_te_text_model_encoder_layers_0_self_attn_q_proj.lora_down.weight", {16, 768}},
+        {"lora_te_text_model_encoder_layers_11_mlp_fc1.lora_up.weight", {3072, 16}},
+    };
+    for (const auto& [name, shape] : expect) {
+        REQUIRE_MESSAGE(f.has(name), name);
+        CHECK_MESSAGE(f.info(name).shape == shape, name);
+        CHECK(f.info(name).dtype == DType::f16);
+    }
+    for (const io::TensorInfo& t : list) {
+        CHECK_MESSAGE((t.name.rfind("lora_unet_", 0) == 0 || t.name.rfind("lora_te_text_model_encoder_layers_", 0) == 0),
+                      t.name);
+        CHECK(t.name.find("resnets") == std::string::npos);
+    }
+    float alpha = 0.0f;
+    f.read("lora_te_text_model_encoder_layers_3_mlp_fc2.alpha", &alpha, DType::f32);
+    CHECK(alpha == 8.0f);
+    const auto& md = f.metadata();
+    CHECK(md.at("ss_network_module") == "networks.lora");
+    CHECK(md.at("ss_network_dim") == "16");
+    CHECK(md.at("ss_network_alpha") == "8.0");
+    CHECK(md.at("ss_base_model_version") == "sd_v1");
+    CHECK(md.at("ss_resolution") == "(512, 512)");
+    CHECK(md.at("ss_clip_skip") == "2");
+    CHECK(md.at("ss_tag_frequency") == opt.tag_frequency_json);
+    CHECK(md.at("ss_learning_rate") == "0.0001");
+    CHECK(md.at("modelspec.sai_model_spec") == "1.0.0");
+    CHECK(md.at("modelspec.architecture") == "stable-diffusion-v1/lora");
+    CHECK(md.at("modelspec.title") == "test");
+
+    // fp16 round trip: every value is exactly its fp16 rounding.
+    std::map<ValueId, std::vector<float>> back;
+    lora::LoadReport rep = lora::load_lora(f, s.net, [&](ValueId v, const std::vector<float>& x) { back[v] = x; });
+    CHECK(rep.format == lora::LoraFormat::kohya);
+    CHECK(rep.modules == 264);
+    CHECK(rep.missing.empty());
+    CHECK(rep.unexpected.empty());
+    CHECK(rep.file_alpha == 8.0f);
+    size_t bad = 0, n = 0;
+    double worst = 0.0;
+    for (auto& [v, x] : store) {
+        REQUIRE(back.count(v));
+        for (size_t i = 0; i < x.size(); i++, n++) {
+            bad += back[v][i] != f16_to_f32(f32_to_f16(x[i]));
+            if (std::fabs(x[i]) >= 6.2e-5f) worst = std::max(worst, double(std::fabs(back[v][i] - x[i]) / std::fabs(x[i])));
+        }
+    }
+    MESSAGE("fp16 round trip of ", n, " values: worst rel. error (normals) ", worst);
+    CHECK(bad == 0);
+    CHECK(worst <= 1.0 / 2048.0);  // half an ulp of an 11-bit significand
+    std::filesystem::remove(path);
+}
+
+TEST_CASE("lora: save -> load is exact in fp32, rounds as bf16 in bf16, and reads other layouts") {
+    Graph g;
+    sd::Weights w(g, DType::f32);
+    const sd::UnetConfig c = sd::UnetConfig::tiny();
+    LoraNetwork net(LoraConfig{4, 2.0f, 1.0f});
+    net.attach_unet(w);
+    sd::unet_forward(w, c, g.input("x", DType::f32, {1, 4, 4, 4}), g.input("t", DType::f32, {1}),
+                     g.input("c", DType::f32, {1, 3, 16}));
+    CHECK(net.modules().size() == 4 * 12);  // transformers: one down, one mid, two up
+    std::mt19937 rng(5);
+    std::map<ValueId, std::vector<float>> store;
+    for (ValueId p : net.parameters()) store[p] = random_vec(size_t(g.shape(p).numel()), 0.5f, rng);
+    auto read = [&](ValueId v) { return store.at(v); };
+    const std::string path = tmp_path("tiny.safetensors");
+
+    for (lora::SavePrecision prec : {lora::SavePrecision::fp32, lora::SavePrecision::bf16}) {
+        lora::SaveOptions opt;
+        opt.precision = prec;
+        lora::save_kohya(path, net, read, opt);
+        io::SafetensorsFile f(path);
+        std::map<ValueId, std::vector<float>> back;
+        lora::load_lora(f, net, [&](ValueId v, const std::vector<float>& x) { back[v] = x; });
+        for (auto& [v, x] : store)
+            for (size_t i = 0; i < x.size(); i++) {
+                const float want = prec == lora::SavePrecision::fp32 ? x[i] : bf16_to_f32(f32_to_bf16(x[i]));
+                if (back[v][i] != want) FAIL_CHECK(g.v(v).name, "[", i, "] ", back[v][i], " != ", want);
+            }
+    }
+
+    // The same tensors under the other layouts' names (diffusers, PEFT, kohya with LDM names),
+    // with alpha 4 where the network has 2 (up doubles on load) or none (alpha = rank = 4).
+    for (lora::LoraFormat fmt : {lora::LoraFormat::diffusers, lora::LoraFormat::peft, lora::LoraFormat::kohya_ldm}) {
+        std::vector<io::TensorToWrite> ts;
+        std::vector<float> four{4.0f};
+        for (const lora::LoraModule& m : net.modules()) {
+            std::string d, u, a;
+            const std::string pre = "unet." + m.path;
+            if (fmt == lora::LoraFormat::diffusers) d = pre + ".lora.down.weight", u = pre + ".lora.up.weight";
+            if (fmt == lora::LoraFormat::peft) d = pre + ".lora_A.weight", u = pre + ".lora_B.weight";
+            if (fmt == lora::LoraFormat::kohya_ldm) {
+                std::string k = sd::unet_key_original(c, m.path + ".weight");
+                k = k.substr(std::string(sd::kUnetOriginalPrefix).size());
+                k = lora::kohya_key(Part::unet, k.substr(0, k.size() - 7));
+                d = k + ".lora_down.weight", u = k + ".lora_up.weight", a = k + ".alpha";
+                CHECK(k.rfind("lora_unet_input_blocks_1_1_", 0) + k.rfind("lora_unet_middle_block_1_", 0) +
+                          k.rfind("lora_unet_output_blocks_", 0) <
+                      std::string::npos);
+            }
+            ts.push_back({d, DType::f32, {4, m.in}, store[m.down].data()});
+            ts.push_back({u, DType::f32, {m.out, 4}, store[m.up].data()});
+            if (!a.empty()) ts.push_back({a, DType::f32, {}, four.data()});
+        }
+        io::write_safetensors(path, ts);
+        io::SafetensorsFile f(path);
+        std::map<ValueId, std::vector<float>> back;
+        lora::LoadReport rep =
+            lora::load_lora(f, net, [&](ValueId v, const std::vector<float>& x) { back[v] = x; }, &c);
+        CHECK(rep.format == fmt);
+        CHECK(rep.modules == net.modules().size());
+        CHECK(rep.unexpected.empty());
+        CHECK(rep.file_alpha == 4.0f);
+        for (const lora::LoraModule& m : net.modules()) {
+            CHECK(back[m.down] == store[m.down]);
+            for (size_t i = 0; i < store[m.up].size(); i++) CHECK(back[m.up][i] == 2.0f * store[m.up][i]);
+        }
+    }
+
+    // A rank other than the network's is refused by name.
+    LoraNetwork other(LoraConfig{8, 2.0f, 1.0f});
+    Graph g2;
+    sd::Weights w2(g2, DType::f32);
+    other.attach_unet(w2);
+    sd::unet_forward(w2, c, g2.input("x", DType::f32, {1, 4, 4, 4}), g2.input("t", DType::f32, {1}),
+                     g2.input("c", DType::f32, {1, 3, 16}));
+    lora::save_kohya(path, net, read);
+    io::SafetensorsFile f(path);
+    CHECK_THROWS_WITH_AS(lora::load_lora(f, other, [](ValueId, const std::vector<float>&) {}),
+                         doctest::Contains("rank 4 where the network has rank 8"), gl::Error);
+    std::filesystem::remove(path);
+}
+
+TEST_CASE("lora: a LoRA applied at runtime equals the LoRA merged into the weights (tiny UNet)") {
+    const sd::UnetConfig c = sd::UnetConfig::tiny();
+    auto build = [&](Graph& g, sd::Weights& w) {
+        ValueId eps = sd::unet_forward(w, c, g.input("x", DType::f32, {2, 4, 4, 4}), g.input("t", DType::f32, {2}),
+                                       g.input("c", DType::f32, {2, 3, 16}));
+        g.mark_output(eps);
+        return eps;
+    };
+    Graph g1, g2;
+    sd::Weights w1(g1, DType::f32), w2(g2, DType::f32);
+    LoraNetwork net(LoraConfig{4, 3.0f, 0.8f});
+    net.attach_unet(w1);
+    ValueId e1 = build(g1, w1), e2 = build(g2, w2);
+    auto rt1 = make_cpu_runtime(make_plan(g1)), rt2 = make_cpu_runtime(make_plan(g2));
+
+    std::mt19937 rng(9);
+    std::map<std::string, std::vector<float>> by_name;
+    for (const sd::WeightEntry& e : w1.entries()) {
+        const Shape s = g1.shape(e.id);
+        const bool gain = e.name.find("norm") != std::string::npos && e.name.ends_with(".weight");
+        std::vector<float> v = random_vec(size_t(s.numel()), s.nd == 1 ? 0.1f : 1.0f / std::sqrt(float(s.last())), rng);
+        if (gain)
+            for (float& x : v) x += 1.0f;
+        by_name[e.name] = v;
+        rt1->write_f32(e.id, v);
+    }
+    for (const sd::WeightEntry& e : w2.entries()) rt2->write_f32(e.id, by_name.at(e.name));
+    for (const char* in : {"x", "t", "c"}) {
+        ValueId a = kNoValue, b = kNoValue;
+        for (ValueId v = 0; v < g1.value_count(); v++)
+            if (g1.v(v).role == Role::input && g1.v(v).name == in) a = v;
+        for (ValueId v = 0; v < g2.value_count(); v++)
+            if (g2.v(v).role == Role::input && g2.v(v).name == in) b = v;
+        std::vector<float> d = random_vec(size_t(g1.shape(a).numel()), 1.0f, rng);
+        if (std::string(in) == "t") d = {17.0f, 503.0f};
+        rt1->write_f32(a, d);
+        rt2->write_f32(b, d);
+    }
+    net.init(*rt1, 4);
+    for (const lora::LoraModule& m : net.modules())  // up nonzero, or the LoRA changes nothing
+        rt1->write_f32(m.up, random_vec(size_t(m.out * 4), 0.3f, rng));
+    rt1->run();
+    rt2->run();
+    const std::vector<float> base = rt2->read_f32(e2);
+    CHECK(lora::merge_into(net, *rt1, Part::unet, w2, *rt2) == 48);
+    rt2->run();
+    const std::vector<float> a = rt1->read_f32(e1), b = rt2->read_f32(e2);
+    double worst = 0.0, moved = 0.0;
+    for (size_t i = 0; i < a.size(); i++) {
+        worst = std::max(worst, double(std::fabs(a[i] - b[i])));
+        moved = std::max(moved, double(std::fabs(a[i] - base[i])));
+    }
+    MESSAGE("runtime vs merged: max abs diff ", worst, " (the LoRA moved outputs by up to ", moved, ")");
+    CHECK(moved > 1e-2);
+    CHECK(worst < 1e-5);
+}
