@@ -350,3 +350,111 @@ TEST_CASE("lora: a LoRA applied at runtime equals the LoRA merged into the weigh
     CHECK(moved > 1e-2);
     CHECK(worst < 1e-5);
 }
+
+TEST_CASE("lora: text encoder LoRA at runtime equals merged (tiny CLIP), and bf16 training graphs give f32 gradients") {
+    const sd::ClipConfig c = sd::ClipConfig::tiny();
+    Graph g1, g2;
+    sd::Weights w1(g1, DType::f32), w2(g2, DType::f32);
+    LoraNetwork net(LoraConfig{2, 0.0f, 1.3f});  // alpha 0: alpha = rank
+    net.attach_text_encoder(w1);
+    ValueId h1 = sd::build_clip(w1, g1, g1.input("ids", DType::i32, {2, 7}), c);
+    ValueId h2 = sd::build_clip(w2, g2, g2.input("ids", DType::i32, {2, 7}), c);
+    g1.mark_output(h1);
+    g2.mark_output(h2);
+    auto rt1 = make_cpu_runtime(make_plan(g1)), rt2 = make_cpu_runtime(make_plan(g2));
+    std::mt19937 rng(21);
+    for (size_t i = 0; i < w1.entries().size(); i++) {
+        const sd::WeightEntry &a = w1.entries()[i], &b = w2.entries()[i];
+        REQUIRE(a.name == b.name);
+        std::vector<float> v = random_vec(size_t(g1.shape(a.id).numel()), 0.2f, rng);
+        if (a.name.find("layer_norm") != std::string::npos && a.name.ends_with(".weight"))
+            for (float& e : v) e += 1.0f;
+        rt1->write_f32(a.id, v);
+        rt2->write_f32(b.id, v);
+    }
+    const std::vector<int32_t> ids = {49406, 5, 17, 900, 3, 999, 2, 49406, 1, 2, 3, 4, 5, 6};
+    std::vector<int32_t> ids_small(ids.size());
+    for (size_t i = 0; i < ids.size(); i++) ids_small[i] = ids[i] % int32_t(c.vocab);
+    for (auto* rt : {rt1.get(), rt2.get()}) {
+        const Graph& g = rt->plan().graph;
+        for (ValueId v = 0; v < g.value_count(); v++)
+            if (g.v(v).role == Role::input) rt->write(v, ids_small.data(), DType::i32);
+    }
+    net.init(*rt1, 2);
+    for (const lora::LoraModule& m : net.modules()) rt1->write_f32(m.up, random_vec(size_t(m.out * 2), 0.3f, rng));
+    rt1->run();
+    CHECK(lora::merge_into(net, *rt1, Part::text_encoder, w2, *rt2) == 12);
+    rt2->run();
+    const std::vector<float> a = rt1->read_f32(h1), b = rt2->read_f32(h2);
+    double worst = 0.0;
+    for (size_t i = 0; i < a.size(); i++) worst = std::max(worst, double(std::fabs(a[i] - b[i])));
+    MESSAGE("text encoder runtime vs merged: max abs diff ", worst);
+    CHECK(worst < 1e-5);
+
+    // bf16 frozen weights and activations, f32 masters: the branch runs in bf16, the gradients
+    // reach the masters in f32; with up = 0 only up gets a gradient (kohya's starting point).
+    Graph g;
+    sd::Weights w(g, DType::bf16);
+    LoraNetwork n16(LoraConfig{4, 1.0f, 1.0f});
+    n16.attach_unet(w);
+    const sd::UnetConfig uc = sd::UnetConfig::tiny();
+    ValueId eps = sd::unet_forward(w, uc, g.input("x", DType::f32, {1, 4, 4, 4}), g.input("t", DType::f32, {1}),
+                                   g.input("c", DType::f32, {1, 3, 16}));
+    ValueId loss = mse_loss(g, eps, g.input("target", DType::bf16, {1, 4, 4, 4}));
+    g.mark_output(loss);
+    Gradients gr = backward(g, loss);
+    auto rt = make_cpu_runtime(make_plan(g));
+    for (const sd::WeightEntry& e : w.entries()) rt->write_f32(e.id, random_vec(size_t(g.shape(e.id).numel()), 0.2f, rng));
+    for (ValueId v = 0; v < g.value_count(); v++)
+        if (g.v(v).role == Role::input) rt->write_f32(v, random_vec(size_t(g.shape(v).numel()), 1.0f, rng));
+    n16.init(*rt, 3);
+    rt->run();
+    double up_norm = 0.0, down_norm = 0.0;
+    for (const lora::LoraModule& m : n16.modules()) {
+        REQUIRE(gr[m.down] != kNoValue);
+        REQUIRE(gr[m.up] != kNoValue);
+        CHECK(g.dtype(gr[m.up]) == DType::f32);
+        for (float e : rt->read_f32(gr[m.up])) up_norm += double(e) * e;
+        for (float e : rt->read_f32(gr[m.down])) down_norm += double(e) * e;
+    }
+    CHECK(std::isfinite(up_norm));
+    CHECK(up_norm > 0.0);
+    CHECK(down_norm == 0.0);
+}
+
+TEST_CASE("lora: malformed files are refused by name") {
+    Graph g;
+    sd::Weights w(g, DType::f32);
+    LoraNetwork net(LoraConfig{2, 1.0f, 1.0f});
+    net.attach_text_encoder(w);
+    sd::build_clip(w, g, g.input("ids", DType::i32, {1, 3}), sd::ClipConfig::tiny());
+    const lora::LoraModule& m = net.modules()[0];
+    const std::string k = m.key, path = tmp_path("bad.safetensors");
+    std::vector<float> buf(4096, 0.5f);
+    auto try_load = [&](std::vector<io::TensorToWrite> ts) {
+        io::write_safetensors(path, ts);
+        io::SafetensorsFile f(path);
+        lora::load_lora(f, net, [](ValueId, const std::vector<float>&) {});
+    };
+    CHECK_THROWS_WITH_AS(try_load({{"something_else", DType::f32, {2}, buf.data()}}),
+                         doctest::Contains("holds none of the network's 12 modules"), gl::Error);
+    CHECK_THROWS_WITH_AS(try_load({{k + ".lora_down.weight", DType::f32, {2, m.in}, buf.data()}}),
+                         doctest::Contains(("has no " + k + ".lora_up.weight").c_str()), gl::Error);
+    CHECK_THROWS_WITH_AS(try_load({{k + ".lora_down.weight", DType::f32, {2, m.in + 1}, buf.data()},
+                                   {k + ".lora_up.weight", DType::f32, {m.out, 2}, buf.data()}}),
+                         doctest::Contains("expected [2, 32]"), gl::Error);
+    CHECK_THROWS_WITH_AS(try_load({{k + ".lora_down.weight", DType::f32, {2, m.in}, buf.data()},
+                                   {k + ".lora_up.weight", DType::f32, {m.out, 2}, buf.data()},
+                                   {k + ".alpha", DType::f32, {2}, buf.data()}}),
+                         doctest::Contains("expected a scalar"), gl::Error);
+    // One module present: loaded, the other 11 reported missing.
+    io::write_safetensors(path, {{k + ".lora_down.weight", DType::f32, {2, m.in}, buf.data()},
+                                 {k + ".lora_up.weight", DType::f32, {m.out, 2}, buf.data()},
+                                 {"extra", DType::f32, {1}, buf.data()}});
+    io::SafetensorsFile f(path);
+    lora::LoadReport rep = lora::load_lora(f, net, [](ValueId, const std::vector<float>&) {});
+    CHECK(rep.modules == 1);
+    CHECK(rep.missing.size() == 11);
+    CHECK(rep.unexpected == std::vector<std::string>{"extra"});
+    std::filesystem::remove(path);
+}
