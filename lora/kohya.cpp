@@ -77,6 +77,22 @@ std::vector<uint8_t> encode(const std::vector<float>& x, gl::DType t) {
     return out;
 }
 
+// [O, k, k, I] <-> [O, I, k, k] (ours <-> PyTorch's conv layout).
+std::vector<float> ohwi_to_oihw(const std::vector<float>& x, int64_t O, int64_t k, int64_t I) {
+    std::vector<float> y(x.size());
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t p = 0; p < k * k; p++)
+            for (int64_t i = 0; i < I; i++) y[size_t((o * I + i) * k * k + p)] = x[size_t((o * k * k + p) * I + i)];
+    return y;
+}
+std::vector<float> oihw_to_ohwi(const std::vector<float>& x, int64_t O, int64_t k, int64_t I) {
+    std::vector<float> y(x.size());
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t p = 0; p < k * k; p++)
+            for (int64_t i = 0; i < I; i++) y[size_t((o * k * k + p) * I + i)] = x[size_t((o * I + i) * k * k + p)];
+    return y;
+}
+
 }  // namespace
 
 std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const SaveOptions& opt) {
@@ -88,7 +104,6 @@ std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const 
         {"ss_network_module", "networks.lora"},
         {"ss_network_dim", std::to_string(c.rank)},
         {"ss_network_alpha", py_float(c.effective_alpha())},
-        {"ss_network_args", "null"},
         {"ss_base_model_version", "sd_v1"},
         {"ss_v2", "False"},
         {"ss_resolution", "(" + std::to_string(opt.resolution_w) + ", " + std::to_string(opt.resolution_h) + ")"},
@@ -107,6 +122,9 @@ std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const 
         {"modelspec.resolution", reso},
         {"modelspec.prediction_type", opt.prediction_type},
     };
+    if (c.conv_dim > 0)  // kohya writes the network args it was given as a JSON object of strings
+        md["ss_network_args"] = "{\"conv_dim\": \"" + std::to_string(c.conv_dim) + "\", \"conv_alpha\": \"" +
+                                py_float(c.effective_conv_alpha()) + "\"}";
     for (const auto& [k, v] : opt.training) md[k] = v;
     return md;
 }
@@ -118,20 +136,24 @@ size_t save_kohya(const std::string& path, const LoraNetwork& net, const gl::Run
 size_t save_kohya(const std::string& path, const LoraNetwork& net, const ReadFn& read, const SaveOptions& opt) {
     GL_CHECK(!net.modules().empty(), "lora save ", path, ": the network has no modules (was the model built?)");
     const gl::DType t = save_dtype(opt.precision);
-    const int64_t r = net.config().rank;
     // Owned bytes first, then the descriptors pointing into them (no reallocation after).
     std::vector<std::vector<uint8_t>> bytes;
     bytes.reserve(net.modules().size() * 3);
     std::vector<gl::io::TensorToWrite> out;
     for (const LoraModule& m : net.modules()) {
-        const bool conv = m.kind == ModuleKind::conv1x1;
-        bytes.push_back(encode(read(m.down), t));
-        out.push_back({m.key + ".lora_down.weight", t,
-                       conv ? std::vector<int64_t>{r, m.in, 1, 1} : std::vector<int64_t>{r, m.in}, nullptr});
+        const int64_t r = m.rank;
+        std::vector<int64_t> dshape = {r, m.in}, ushape = {m.out, r};
+        std::vector<float> down = read(m.down);
+        if (m.kind == ModuleKind::conv1x1) dshape = {r, m.in, 1, 1}, ushape = {m.out, r, 1, 1};
+        if (m.kind == ModuleKind::conv) {
+            dshape = {r, m.in, m.k, m.k}, ushape = {m.out, r, 1, 1};
+            down = ohwi_to_oihw(down, r, m.k, m.in);
+        }
+        bytes.push_back(encode(down, t));
+        out.push_back({m.key + ".lora_down.weight", t, dshape, nullptr});
         bytes.push_back(encode(read(m.up), t));
-        out.push_back({m.key + ".lora_up.weight", t,
-                       conv ? std::vector<int64_t>{m.out, r, 1, 1} : std::vector<int64_t>{m.out, r}, nullptr});
-        bytes.push_back(encode({net.config().effective_alpha()}, t));
+        out.push_back({m.key + ".lora_up.weight", t, ushape, nullptr});
+        bytes.push_back(encode({m.alpha}, t));
         out.push_back({m.key + ".alpha", t, {}, nullptr});
     }
     for (size_t i = 0; i < out.size(); i++) out[i].data = bytes[i].data();
@@ -188,8 +210,6 @@ LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, gl
 LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, const WriteFn& write,
                      const sd::UnetConfig* unet_cfg) {
     LoadReport rep;
-    const int64_t r = net.config().rank;
-    const float net_alpha = net.config().effective_alpha();
 
     // The format naming the most of the network's modules.
     size_t best = 0;
@@ -208,6 +228,7 @@ LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, co
     bool first = true;
     for (const LoraModule& m : net.modules()) {
         const Keys k = keys_for(rep.format, m, unet_cfg);
+        const int64_t r = m.rank;
         if (k.down.empty() || !src.has(k.down)) {
             rep.missing.push_back(m.key);
             continue;
@@ -216,8 +237,10 @@ LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, co
         const gl::io::TensorInfo di = src.info(k.down), ui = src.info(k.up);
         GL_CHECK(!di.shape.empty() && di.shape[0] == r, "lora load ", src.origin(), ": ", k.down, " is ",
                  shape_str(di.shape), ", rank ", di.shape.empty() ? 0 : di.shape[0], " where the network has rank ", r);
-        GL_CHECK(matrix_shape(di.shape, r, m.in), "lora load ", src.origin(), ": ", k.down, " is ", shape_str(di.shape),
-                 ", expected [", r, ", ", m.in, "]");
+        const bool conv = m.kind == ModuleKind::conv;
+        const bool down_ok = conv ? di.shape == std::vector<int64_t>{r, m.in, m.k, m.k} : matrix_shape(di.shape, r, m.in);
+        GL_CHECK(down_ok, "lora load ", src.origin(), ": ", k.down, " is ", shape_str(di.shape), ", expected [", r, ", ",
+                 m.in, conv ? ", " + std::to_string(m.k) + ", " + std::to_string(m.k) : std::string(), "]");
         GL_CHECK(matrix_shape(ui.shape, m.out, r), "lora load ", src.origin(), ": ", k.up, " is ", shape_str(ui.shape),
                  ", expected [", m.out, ", ", r, "]");
         float alpha = float(r);  // formats without alpha mean scale 1
@@ -235,8 +258,9 @@ LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, co
         std::vector<float> down(size_t(di.numel())), up(size_t(ui.numel()));
         src.read(k.down, down.data(), gl::DType::f32);
         src.read(k.up, up.data(), gl::DType::f32);
-        if (alpha != net_alpha) {
-            const float f = alpha / net_alpha;
+        if (conv) down = oihw_to_ohwi(down, r, m.k, m.in);
+        if (alpha != m.alpha) {
+            const float f = alpha / m.alpha;
             for (float& e : up) e *= f;
         }
         write(m.down, down);

@@ -33,6 +33,13 @@ bool is_text_encoder_target(const std::string& path) {
            (path.find(".self_attn.") != std::string::npos || path.find(".mlp.") != std::string::npos);
 }
 
+bool is_unet_conv_target(const std::string& path) {
+    const bool in_block = starts_with(path, "down_blocks.") || starts_with(path, "mid_block.") ||
+                          starts_with(path, "up_blocks.");
+    return in_block && (path.find(".resnets.") != std::string::npos || path.find(".downsamplers.") != std::string::npos ||
+                        path.find(".upsamplers.") != std::string::npos);
+}
+
 ModuleKind unet_module_kind(const std::string& path) {
     return ends_with(path, ".proj_in") || ends_with(path, ".proj_out") ? ModuleKind::conv1x1 : ModuleKind::linear;
 }
@@ -48,21 +55,32 @@ LoraNetwork::LoraNetwork(LoraConfig cfg) : cfg_(cfg) {
     GL_CHECK(cfg_.rank >= 1, "lora: rank must be positive, got ", cfg_.rank);
     GL_CHECK(std::isfinite(cfg_.alpha) && cfg_.alpha >= 0.0f, "lora: alpha must be finite and >= 0, got ", cfg_.alpha);
     GL_CHECK(std::isfinite(cfg_.multiplier), "lora: multiplier must be finite");
+    GL_CHECK(cfg_.conv_dim >= 0 && std::isfinite(cfg_.conv_alpha) && cfg_.conv_alpha >= 0.0f,
+             "lora: conv_dim and conv_alpha must be >= 0, got ", cfg_.conv_dim, " and ", cfg_.conv_alpha);
 }
 
 void LoraNetwork::attach_unet(sd::Weights& w) {
     w.linear_hook = [this](gl::Graph& g, const std::string& path, ValueId x, ValueId y) {
-        return is_unet_target(path) ? apply(g, Part::unet, path, x, y) : y;
+        if (is_unet_target(path)) return apply(g, Part::unet, path, x, y, unet_module_kind(path));
+        if (cfg_.conv_dim > 0 && is_unet_conv_target(path)) return apply(g, Part::unet, path, x, y, ModuleKind::linear);
+        return y;
+    };
+    w.conv_hook = [this](gl::Graph& g, const std::string& path, ValueId x, ValueId y, int k, int stride, int pad) {
+        if (cfg_.conv_dim <= 0 || !is_unet_conv_target(path)) return y;
+        // A 1x1 stride-1 conv on NHWC is a Linear over channels (conv_shortcut).
+        if (k == 1 && stride == 1 && pad == 0) return apply(g, Part::unet, path, x, y, ModuleKind::conv1x1);
+        return apply(g, Part::unet, path, x, y, ModuleKind::conv, k, stride, pad);
     };
 }
 
 void LoraNetwork::attach_text_encoder(sd::Weights& w) {
     w.linear_hook = [this](gl::Graph& g, const std::string& path, ValueId x, ValueId y) {
-        return is_text_encoder_target(path) ? apply(g, Part::text_encoder, path, x, y) : y;
+        return is_text_encoder_target(path) ? apply(g, Part::text_encoder, path, x, y, ModuleKind::linear) : y;
     };
 }
 
-ValueId LoraNetwork::apply(gl::Graph& g, Part part, const std::string& path, ValueId x, ValueId y) {
+ValueId LoraNetwork::apply(gl::Graph& g, Part part, const std::string& path, ValueId x, ValueId y, ModuleKind kind,
+                           int k, int stride, int pad) {
     GL_CHECK(graph_ == nullptr || graph_ == &g, "lora: ", path, ": the network's parameters live in another graph");
     graph_ = &g;
     const std::string key = kohya_key(part, path);
@@ -71,11 +89,15 @@ ValueId LoraNetwork::apply(gl::Graph& g, Part part, const std::string& path, Val
     m.key = key;
     m.path = path;
     m.part = part;
-    m.kind = part == Part::unet ? unet_module_kind(path) : ModuleKind::linear;
+    m.kind = kind;
     m.in = g.shape(x).last();
     m.out = g.shape(y).last();
-    const int64_t r = cfg_.rank;
-    m.down = g.param(key + ".lora_down.weight", gl::DType::f32, gl::Shape{r, m.in});
+    const bool conv = kind == ModuleKind::conv;
+    m.rank = conv ? cfg_.conv_dim : cfg_.rank;
+    m.alpha = conv ? cfg_.effective_conv_alpha() : cfg_.effective_alpha();
+    m.k = k, m.stride = stride, m.pad = pad;
+    const int64_t r = m.rank;
+    m.down = g.param(key + ".lora_down.weight", gl::DType::f32, conv ? gl::Shape{r, k, k, m.in} : gl::Shape{r, m.in});
     g.set_name(m.down, key + ".lora_down.weight");  // exactly the key, whatever scope is open
     m.up = g.param(key + ".lora_up.weight", gl::DType::f32, gl::Shape{m.out, r});
     g.set_name(m.up, key + ".lora_up.weight");
@@ -83,9 +105,10 @@ ValueId LoraNetwork::apply(gl::Graph& g, Part part, const std::string& path, Val
 
     // The branch runs in the activations' dtype (bf16/fp16 training casts the f32 masters).
     const gl::DType dt = g.dtype(x);
-    ValueId h = gl::linear(g, x, gl::cast(g, m.down, dt));
+    ValueId h = conv ? gl::conv2d(g, x, gl::cast(g, m.down, dt), gl::kNoValue, stride, pad)
+                     : gl::linear(g, x, gl::cast(g, m.down, dt));
     h = gl::linear(g, h, gl::cast(g, m.up, dt));
-    return gl::add(g, y, gl::scale(g, h, cfg_.scale()));
+    return gl::add(g, y, gl::scale(g, h, m.scale(cfg_.multiplier)));
 }
 
 const LoraModule* LoraNetwork::find(const std::string& key) const {
@@ -108,19 +131,19 @@ void LoraNetwork::init(gl::Runtime& rt, uint64_t seed) const {
     for (const LoraModule& m : modules_) {
         // kaiming_uniform_(a = sqrt 5): gain sqrt(2 / (1 + a^2)) = sqrt(1/3), bound gain *
         // sqrt(3 / fan_in) = 1 / sqrt(fan_in).
-        const float bound = 1.0f / std::sqrt(float(m.in));
+        // fan_in of a conv is in * k * k.
+        const int64_t fan_in = m.in * m.k * m.k;
+        const float bound = 1.0f / std::sqrt(float(fan_in));
         std::uniform_real_distribution<float> u(-bound, bound);
-        std::vector<float> d(size_t(cfg_.rank * m.in));
+        std::vector<float> d(size_t(m.rank * fan_in));
         for (float& e : d) e = u(rng);
         rt.write_f32(m.down, d);
-        rt.write_f32(m.up, std::vector<float>(size_t(m.out * cfg_.rank), 0.0f));
+        rt.write_f32(m.up, std::vector<float>(size_t(m.out * m.rank), 0.0f));
     }
 }
 
 size_t merge_into(const LoraNetwork& net, const gl::Runtime& lora_rt, Part part, const sd::Weights& base,
                   gl::Runtime& base_rt) {
-    const float s = net.config().scale();
-    const int64_t r = net.config().rank;
     size_t changed = 0;
     for (const LoraModule& m : net.modules()) {
         if (m.part != part) continue;
@@ -130,15 +153,19 @@ size_t merge_into(const LoraNetwork& net, const gl::Runtime& lora_rt, Part part,
             if (x.name == wname) e = &x;
         GL_CHECK(e != nullptr, "lora merge: the base model has no weight ", wname, " for ", m.key);
         const gl::Shape ws = base_rt.plan().graph.shape(e->id);
-        GL_CHECK((ws == gl::Shape{m.out, m.in}), "lora merge: ", wname, " is ", ws.str(), ", the LoRA expects [", m.out,
-                 ", ", m.in, "]");
+        // Linear [out, in]; conv [out, k, k, in], the same element order as down [r, k, k, in].
+        const int64_t inner = m.in * m.k * m.k;
+        GL_CHECK(ws.numel() == m.out * inner && ws[0] == m.out && ws.last() == m.in, "lora merge: ", wname, " is ",
+                 ws.str(), ", which ", m.key, " (", m.out, " x ", inner, ") does not fit");
+        const float s = m.scale(net.config().multiplier);
+        const int64_t r = m.rank;
         std::vector<float> w = base_rt.read_f32(e->id);
         const std::vector<float> down = lora_rt.read_f32(m.down), up = lora_rt.read_f32(m.up);
         for (int64_t o = 0; o < m.out; o++)
-            for (int64_t i = 0; i < m.in; i++) {
+            for (int64_t i = 0; i < inner; i++) {
                 double acc = 0.0;
-                for (int64_t k = 0; k < r; k++) acc += double(up[size_t(o * r + k)]) * down[size_t(k * m.in + i)];
-                w[size_t(o * m.in + i)] += float(s * acc);
+                for (int64_t k = 0; k < r; k++) acc += double(up[size_t(o * r + k)]) * down[size_t(k * inner + i)];
+                w[size_t(o * inner + i)] += float(s * acc);
             }
         base_rt.write_f32(e->id, w);
         changed++;

@@ -26,13 +26,21 @@ struct LoraConfig {
     int rank = 4;            // kohya's network_dim
     float alpha = 1.0f;      // kohya's network_alpha; 0 means alpha = rank (scale 1)
     float multiplier = 1.0f;
+    // LoCon: with conv_dim > 0 the UNet's ResnetBlock2D / Downsample2D / Upsample2D children get
+    // LoRAs too: their Linear and 1x1 convs with rank/alpha, their 3x3 convs with conv_dim /
+    // conv_alpha (0 means conv_dim), as kohya's conv_dim / conv_alpha network args.
+    int conv_dim = 0;
+    float conv_alpha = 0.0f;
     float effective_alpha() const { return alpha == 0.0f ? float(rank) : alpha; }
+    float effective_conv_alpha() const { return conv_alpha == 0.0f ? float(conv_dim) : conv_alpha; }
     float scale() const { return multiplier * effective_alpha() / float(rank); }
 };
 
 enum class ModuleKind : uint8_t {
     linear,   // nn.Linear: kohya saves down [r, in], up [out, r]
     conv1x1,  // nn.Conv2d 1x1 run as a Linear: kohya saves down [r, in, 1, 1], up [out, r, 1, 1]
+    conv,     // LoCon on a k x k conv: down a conv [r, k, k, in] with the layer's stride and padding
+              // (saved [r, in, k, k]), up a 1x1 conv [out, r] (saved [out, r, 1, 1])
 };
 
 enum class Part : uint8_t { unet, text_encoder };
@@ -43,7 +51,11 @@ struct LoraModule {
     Part part = Part::unet;
     ModuleKind kind = ModuleKind::linear;
     int64_t in = 0, out = 0;
-    gl::ValueId down = gl::kNoValue, up = gl::kNoValue;  // f32 parameters [rank, in], [out, rank]
+    int rank = 0;
+    float alpha = 0.0f;            // effective alpha (never 0)
+    int k = 1, stride = 1, pad = 0;  // the conv's geometry (kind conv)
+    float scale(float multiplier) const { return multiplier * alpha / float(rank); }
+    gl::ValueId down = gl::kNoValue, up = gl::kNoValue;  // f32 parameters [rank, in] or [rank, k, k, in]; [out, rank]
 };
 
 // kohya's default SD1.5 targets: in the UNet every Linear/1x1 conv inside a Transformer2DModel
@@ -51,6 +63,8 @@ struct LoraModule {
 // CLIPMLP fc1/fc2 of every layer. `path` is the model's module path.
 bool is_unet_target(const std::string& path);
 bool is_text_encoder_target(const std::string& path);
+// With conv_dim: ResnetBlock2D / Downsample2D / Upsample2D children (kohya's LoCon targets).
+bool is_unet_conv_target(const std::string& path);
 // SD1.5's Transformer2DModel uses 1x1 convs for proj_in/proj_out (use_linear_projection false).
 ModuleKind unet_module_kind(const std::string& path);
 // "lora_unet_" / "lora_te_" + path with '.' -> '_'.
@@ -74,14 +88,15 @@ public:
     void init(gl::Runtime& rt, uint64_t seed) const;
 
 private:
-    gl::ValueId apply(gl::Graph& g, Part part, const std::string& path, gl::ValueId x, gl::ValueId y);
+    gl::ValueId apply(gl::Graph& g, Part part, const std::string& path, gl::ValueId x, gl::ValueId y,
+                      ModuleKind kind, int k = 1, int stride = 1, int pad = 0);
     LoraConfig cfg_;
     std::vector<LoraModule> modules_;
     gl::Graph* graph_ = nullptr;
 };
 
-// Host-side merge: W' = W + scale * up @ down for every module of `net` whose path is a Linear
-// of `base` (path + ".weight"); up/down read from lora_rt, W read from and written to base_rt.
+// Host-side merge: W' = W + scale * up @ down (down flattened to [rank, k*k*in] for a conv) for
+// every module of `net` in `part`, W = base's path + ".weight"; up/down read from lora_rt, W read from and written to base_rt.
 // Returns the number of weights changed.
 size_t merge_into(const LoraNetwork& net, const gl::Runtime& lora_rt, Part part, const sd::Weights& base,
                   gl::Runtime& base_rt);

@@ -294,7 +294,11 @@ TEST_CASE("lora: save -> load is exact in fp32, rounds as bf16 in bf16, and read
     std::filesystem::remove(path);
 }
 
-TEST_CASE("lora: a LoRA applied at runtime equals the LoRA merged into the weights (tiny UNet)") {
+namespace {
+
+// Runs the tiny UNet with the LoRA at runtime and with it merged into a second copy of the
+// weights; returns the largest output difference (and checks the LoRA moved the outputs).
+double runtime_vs_merged(LoraConfig cfg, size_t expect_modules) {
     const sd::UnetConfig c = sd::UnetConfig::tiny();
     auto build = [&](Graph& g, sd::Weights& w) {
         ValueId eps = sd::unet_forward(w, c, g.input("x", DType::f32, {2, 4, 4, 4}), g.input("t", DType::f32, {2}),
@@ -304,7 +308,7 @@ TEST_CASE("lora: a LoRA applied at runtime equals the LoRA merged into the weigh
     };
     Graph g1, g2;
     sd::Weights w1(g1, DType::f32), w2(g2, DType::f32);
-    LoraNetwork net(LoraConfig{4, 3.0f, 0.8f});
+    LoraNetwork net(cfg);
     net.attach_unet(w1);
     ValueId e1 = build(g1, w1), e2 = build(g2, w2);
     auto rt1 = make_cpu_runtime(make_plan(g1)), rt2 = make_cpu_runtime(make_plan(g2));
@@ -334,11 +338,11 @@ TEST_CASE("lora: a LoRA applied at runtime equals the LoRA merged into the weigh
     }
     net.init(*rt1, 4);
     for (const lora::LoraModule& m : net.modules())  // up nonzero, or the LoRA changes nothing
-        rt1->write_f32(m.up, random_vec(size_t(m.out * 4), 0.3f, rng));
+        rt1->write_f32(m.up, random_vec(size_t(m.out * m.rank), 0.3f, rng));
     rt1->run();
     rt2->run();
     const std::vector<float> base = rt2->read_f32(e2);
-    CHECK(lora::merge_into(net, *rt1, Part::unet, w2, *rt2) == 48);
+    CHECK(lora::merge_into(net, *rt1, Part::unet, w2, *rt2) == expect_modules);
     rt2->run();
     const std::vector<float> a = rt1->read_f32(e1), b = rt2->read_f32(e2);
     double worst = 0.0, moved = 0.0;
@@ -348,7 +352,19 @@ TEST_CASE("lora: a LoRA applied at runtime equals the LoRA merged into the weigh
     }
     MESSAGE("runtime vs merged: max abs diff ", worst, " (the LoRA moved outputs by up to ", moved, ")");
     CHECK(moved > 1e-2);
-    CHECK(worst < 1e-5);
+    return worst;
+}
+
+}  // namespace
+
+TEST_CASE("lora: a LoRA applied at runtime equals the LoRA merged into the weights (tiny UNet)") {
+    CHECK(runtime_vs_merged(LoraConfig{4, 3.0f, 0.8f}, 48) < 1e-5);
+    // LoCon adds 8 resnets x (conv1, conv2, time_emb_proj), 5 conv_shortcuts (down_blocks.1's
+    // widening resnet and the 4 up resnets on concatenated skips), 1 downsampler, 1 upsampler.
+    LoraConfig locon{4, 3.0f, 0.8f};
+    locon.conv_dim = 3;
+    locon.conv_alpha = 1.5f;
+    CHECK(runtime_vs_merged(locon, 48 + 24 + 5 + 2) < 1e-5);
 }
 
 TEST_CASE("lora: text encoder LoRA at runtime equals merged (tiny CLIP), and bf16 training graphs give f32 gradients") {
@@ -456,5 +472,62 @@ TEST_CASE("lora: malformed files are refused by name") {
     CHECK(rep.modules == 1);
     CHECK(rep.missing.size() == 11);
     CHECK(rep.unexpected == std::vector<std::string>{"extra"});
+    std::filesystem::remove(path);
+}
+
+TEST_CASE("lora: LoCon on SD1.5 (conv_dim) adds kohya's 86 ResnetBlock2D / sampler modules, saved in PyTorch's conv layout") {
+    LoraConfig c{16, 8.0f, 1.0f};
+    c.conv_dim = 8;
+    c.conv_alpha = 4.0f;
+    Sd15Graphs s(c);
+    CHECK(count(s.net, Part::unet) == 192 + 86);  // 22 resnets x 3 + 14 conv_shortcuts + 3 down + 3 upsamplers
+    CHECK(count(s.net, Part::text_encoder) == 72);
+    const lora::LoraModule* conv1 = s.net.find("lora_unet_down_blocks_0_resnets_0_conv1");
+    REQUIRE(conv1 != nullptr);
+    CHECK(conv1->kind == lora::ModuleKind::conv);
+    CHECK(s.g.shape(conv1->down) == Shape{8, 3, 3, 320});
+
+    std::mt19937 rng(13);
+    std::map<ValueId, std::vector<float>> store;
+    for (ValueId p : s.net.parameters()) store[p] = random_vec(size_t(s.g.shape(p).numel()), 0.1f, rng);
+    const std::string path = tmp_path("locon.safetensors");
+    lora::SaveOptions opt;
+    opt.precision = lora::SavePrecision::fp32;
+    CHECK(lora::save_kohya(path, s.net, [&](ValueId v) { return store.at(v); }, opt) == 3 * (278 + 72));
+    io::SafetensorsFile f(path);
+    const std::map<std::string, std::vector<int64_t>> expect = {
+        {"lora_unet_down_blocks_0_resnets_0_conv1.lora_down.weight", {8, 320, 3, 3}},
+        {"lora_unet_down_blocks_0_resnets_0_conv1.lora_up.weight", {320, 8, 1, 1}},
+        {"lora_unet_down_blocks_0_resnets_0_time_emb_proj.lora_down.weight", {16, 1280}},
+        {"lora_unet_down_blocks_1_resnets_0_conv_shortcut.lora_down.weight", {16, 320, 1, 1}},
+        {"lora_unet_down_blocks_1_resnets_0_conv_shortcut.lora_up.weight", {640, 16, 1, 1}},
+        {"lora_unet_down_blocks_0_downsamplers_0_conv.lora_down.weight", {8, 320, 3, 3}},
+        {"lora_unet_up_blocks_0_upsamplers_0_conv.lora_up.weight", {1280, 8, 1, 1}},
+        {"lora_unet_up_blocks_3_resnets_2_conv_shortcut.lora_down.weight", {16, 640, 1, 1}},
+    };
+    for (const auto& [name, shape] : expect) {
+        REQUIRE_MESSAGE(f.has(name), name);
+        CHECK_MESSAGE(f.info(name).shape == shape, name);
+    }
+    CHECK(!f.has("lora_unet_conv_in.lora_down.weight"));
+    CHECK(!f.has("lora_unet_time_embedding_linear_1.lora_down.weight"));
+    float a3 = 0.0f, a1 = 0.0f;
+    f.read("lora_unet_mid_block_resnets_1_conv2.alpha", &a3, DType::f32);
+    f.read("lora_unet_mid_block_resnets_1_time_emb_proj.alpha", &a1, DType::f32);
+    CHECK(a3 == 4.0f);
+    CHECK(a1 == 8.0f);
+    CHECK(f.metadata().at("ss_network_args") == R"({"conv_dim": "8", "conv_alpha": "4.0"})");
+    // PyTorch's [r, in, kh, kw] element (0, 1, 0, 2) is our [r, kh, kw, in] element (0, 0, 2, 1).
+    std::vector<float> d(size_t(8 * 320 * 9));
+    f.read("lora_unet_down_blocks_0_resnets_0_conv1.lora_down.weight", d.data(), DType::f32);
+    CHECK(d[size_t((0 * 320 + 1) * 9 + 0 * 3 + 2)] == store[conv1->down][size_t(((0 * 3 + 0) * 3 + 2) * 320 + 1)]);
+    // fp32 round trip exact, conv modules included.
+    std::map<ValueId, std::vector<float>> back;
+    lora::LoadReport rep = lora::load_lora(f, s.net, [&](ValueId v, const std::vector<float>& x) { back[v] = x; });
+    CHECK(rep.modules == 350);
+    CHECK(rep.unexpected.empty());
+    size_t bad = 0;
+    for (auto& [v, x] : store) bad += back[v] != x;
+    CHECK(bad == 0);
     std::filesystem::remove(path);
 }

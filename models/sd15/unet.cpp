@@ -75,7 +75,8 @@ ValueId conv(Builder& b, const std::string& name, ValueId x, int64_t cout, int k
     const int64_t cin = channels(b, x);
     ValueId wt = b.w.conv("weight", cout, cin, k);
     ValueId bias = b.w.get("bias", Shape{cout});
-    return gl::conv2d(b.g, x, wt, bias, stride, pad);
+    ValueId y = gl::conv2d(b.g, x, wt, bias, stride, pad);
+    return b.w.conv_hook ? b.w.conv_hook(b.g, b.w.module_path(), x, y, k, stride, pad) : y;
 }
 
 // Linear over the last dim. Also serves SD1.5's 1x1-conv proj_in/proj_out: the same math on

@@ -47,6 +47,10 @@ public:
     // output to use. Adapters (lora/) add their branch here without the models knowing them.
     using LinearHook = std::function<gl::ValueId(gl::Graph&, const std::string& module, gl::ValueId x, gl::ValueId y)>;
     LinearHook linear_hook;
+    // The same for every Conv2d (y = conv(x) with kernel k, stride, pad; NHWC): LoCon hooks here.
+    using ConvHook = std::function<gl::ValueId(gl::Graph&, const std::string& module, gl::ValueId x, gl::ValueId y,
+                                               int k, int stride, int pad)>;
+    ConvHook conv_hook;
     // The module path of the open scope (full("") without its trailing dot).
     std::string module_path() const {
         std::string s = full("");
