@@ -122,9 +122,13 @@ std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const 
         {"modelspec.resolution", reso},
         {"modelspec.prediction_type", opt.prediction_type},
     };
-    if (c.conv_dim > 0)  // kohya writes the network args it was given as a JSON object of strings
-        md["ss_network_args"] = "{\"conv_dim\": \"" + std::to_string(c.conv_dim) + "\", \"conv_alpha\": \"" +
-                                py_float(c.effective_conv_alpha()) + "\"}";
+    // kohya writes the network args it was given as a JSON object of strings.
+    std::string args;
+    auto arg = [&](const std::string& k, const std::string& v) { args += (args.empty() ? "" : ", ") + ("\"" + k + "\": \"" + v + "\""); };
+    if (c.conv_dim > 0) arg("conv_dim", std::to_string(c.conv_dim)), arg("conv_alpha", py_float(c.effective_conv_alpha()));
+    if (c.rank_dropout > 0.0f) arg("rank_dropout", py_float(c.rank_dropout));
+    if (c.module_dropout > 0.0f) arg("module_dropout", py_float(c.module_dropout));
+    if (!args.empty()) md["ss_network_args"] = "{" + args + "}";
     for (const auto& [k, v] : opt.training) md[k] = v;
     return md;
 }

@@ -57,6 +57,13 @@ LoraNetwork::LoraNetwork(LoraConfig cfg) : cfg_(cfg) {
     GL_CHECK(std::isfinite(cfg_.multiplier), "lora: multiplier must be finite");
     GL_CHECK(cfg_.conv_dim >= 0 && std::isfinite(cfg_.conv_alpha) && cfg_.conv_alpha >= 0.0f,
              "lora: conv_dim and conv_alpha must be >= 0, got ", cfg_.conv_dim, " and ", cfg_.conv_alpha);
+    GL_CHECK(cfg_.rank_dropout >= 0.0f && cfg_.rank_dropout < 1.0f && cfg_.module_dropout >= 0.0f &&
+                 cfg_.module_dropout <= 1.0f,
+             "lora: rank_dropout must be in [0, 1) and module_dropout in [0, 1], got ", cfg_.rank_dropout, " and ",
+             cfg_.module_dropout);
+    GL_CHECK(cfg_.dropout == 0.0f, "lora: network dropout (", cfg_.dropout,
+             ") is not supported yet: it needs a per-step dropout seed in the runtime; rank_dropout and module_dropout "
+             "are");
 }
 
 void LoraNetwork::attach_unet(sd::Weights& w) {
@@ -107,6 +114,14 @@ ValueId LoraNetwork::apply(gl::Graph& g, Part part, const std::string& path, Val
     const gl::DType dt = g.dtype(x);
     ValueId h = conv ? gl::conv2d(g, x, gl::cast(g, m.down, dt), gl::kNoValue, stride, pad)
                      : gl::linear(g, x, gl::cast(g, m.down, dt));
+    if (cfg_.has_gates()) {
+        // [B, 1, .., rank]: one draw per sample and rank, broadcast over positions (kohya).
+        gl::Shape gs = g.shape(h);
+        for (int i = 1; i + 1 < gs.nd; i++) gs.d[i] = 1;
+        modules_.back().gate = g.input(key + ".gate", dt, gs);
+        g.set_name(modules_.back().gate, key + ".gate");
+        h = gl::mul(g, h, modules_.back().gate);
+    }
     h = gl::linear(g, h, gl::cast(g, m.up, dt));
     return gl::add(g, y, gl::scale(g, h, m.scale(cfg_.multiplier)));
 }
@@ -139,6 +154,27 @@ void LoraNetwork::init(gl::Runtime& rt, uint64_t seed) const {
         for (float& e : d) e = u(rng);
         rt.write_f32(m.down, d);
         rt.write_f32(m.up, std::vector<float>(size_t(m.out * m.rank), 0.0f));
+    }
+}
+
+void LoraNetwork::sample_dropout(gl::Runtime& rt, uint64_t seed, bool training) const {
+    if (!cfg_.has_gates()) return;
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    const gl::Graph& g = rt.plan().graph;
+    for (const LoraModule& m : modules_) {
+        const int64_t n = g.shape(m.gate).numel(), r = m.rank;
+        std::vector<float> gate(size_t(n), 1.0f);
+        if (training) {
+            const bool skip = cfg_.module_dropout > 0.0f && u(rng) < cfg_.module_dropout;
+            const float keep_scale = 1.0f / (1.0f - cfg_.rank_dropout);
+            for (int64_t i = 0; i < n; i++) {
+                if (skip) gate[size_t(i)] = 0.0f;
+                else if (cfg_.rank_dropout > 0.0f) gate[size_t(i)] = u(rng) >= cfg_.rank_dropout ? keep_scale : 0.0f;
+            }
+        }
+        GL_CHECK(n % r == 0, "lora: gate of ", m.key, " is not a multiple of its rank");
+        rt.write_f32(m.gate, gate);
     }
 }
 

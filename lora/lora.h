@@ -31,6 +31,15 @@ struct LoraConfig {
     // conv_alpha (0 means conv_dim), as kohya's conv_dim / conv_alpha network args.
     int conv_dim = 0;
     float conv_alpha = 0.0f;
+    // kohya's rank_dropout (per sample, per rank: kept ranks scaled by 1 / (1 - p)) and
+    // module_dropout (per step, the whole module skipped), drawn on the host each step by
+    // sample_dropout() into one gate input per module. kohya's network_dropout (elementwise on
+    // down's output) is refused: it needs a dropout seed that changes per step without
+    // rebuilding the graph, which the runtime's dropout op does not have yet.
+    float rank_dropout = 0.0f;
+    float module_dropout = 0.0f;
+    float dropout = 0.0f;
+    bool has_gates() const { return rank_dropout > 0.0f || module_dropout > 0.0f; }
     float effective_alpha() const { return alpha == 0.0f ? float(rank) : alpha; }
     float effective_conv_alpha() const { return conv_alpha == 0.0f ? float(conv_dim) : conv_alpha; }
     float scale() const { return multiplier * effective_alpha() / float(rank); }
@@ -55,6 +64,7 @@ struct LoraModule {
     float alpha = 0.0f;            // effective alpha (never 0)
     int k = 1, stride = 1, pad = 0;  // the conv's geometry (kind conv)
     float scale(float multiplier) const { return multiplier * alpha / float(rank); }
+    gl::ValueId gate = gl::kNoValue;  // input [B, 1.., rank] multiplying down's output (dropouts), or none
     gl::ValueId down = gl::kNoValue, up = gl::kNoValue;  // f32 parameters [rank, in] or [rank, k, k, in]; [out, rank]
 };
 
@@ -86,6 +96,9 @@ public:
 
     // Writes the initial values: down Kaiming-uniform from a seeded generator, up zero.
     void init(gl::Runtime& rt, uint64_t seed) const;
+    // Writes every module's gate (when the config has dropouts): training draws this step's rank
+    // and module dropout from seed; otherwise all gates are 1 (inference, validation).
+    void sample_dropout(gl::Runtime& rt, uint64_t seed, bool training = true) const;
 
 private:
     gl::ValueId apply(gl::Graph& g, Part part, const std::string& path, gl::ValueId x, gl::ValueId y,

@@ -531,3 +531,80 @@ TEST_CASE("lora: LoCon on SD1.5 (conv_dim) adds kohya's 86 ResnetBlock2D / sampl
     CHECK(bad == 0);
     std::filesystem::remove(path);
 }
+
+TEST_CASE("lora: rank and module dropout gates (kohya's rank_dropout / module_dropout)") {
+    const sd::ClipConfig c = sd::ClipConfig::tiny();
+    LoraConfig plain{4, 2.0f, 1.0f}, drop = plain, skip = plain;
+    drop.rank_dropout = 0.5f;
+    skip.module_dropout = 1.0f;
+    struct Net {
+        Graph g;
+        sd::Weights w{g, DType::f32};
+        LoraNetwork net;
+        ValueId h;
+        std::unique_ptr<Runtime> rt;
+        explicit Net(LoraConfig cfg, const sd::ClipConfig& c) : net(cfg) {
+            net.attach_text_encoder(w);
+            ids = g.input("ids", DType::i32, {2, 5});
+            h = sd::build_clip(w, g, ids, c);
+            g.mark_output(h);
+            rt = make_cpu_runtime(make_plan(g));
+        }
+        ValueId ids;
+    };
+    Net a(plain, c), b(drop, c), s(skip, c);
+    std::mt19937 rng(31);
+    const std::vector<int32_t> ids = {0, 5, 17, 900, 3, 999, 2, 1, 4, 6};
+    for (Net* n : {&a, &b, &s}) n->rt->write(n->ids, ids.data(), DType::i32);
+    for (size_t i = 0; i < a.w.entries().size(); i++) {
+        std::vector<float> v = random_vec(size_t(a.g.shape(a.w.entries()[i].id).numel()), 0.2f, rng);
+        for (Net* n : {&a, &b, &s}) n->rt->write_f32(n->w.entries()[i].id, v);
+    }
+    for (size_t i = 0; i < a.net.parameters().size(); i++) {
+        std::vector<float> v = random_vec(size_t(a.g.shape(a.net.parameters()[i]).numel()), 0.3f, rng);
+        for (Net* n : {&a, &b, &s}) n->rt->write_f32(n->net.parameters()[i], v);
+    }
+    CHECK(a.net.modules()[0].gate == kNoValue);
+    REQUIRE(b.net.modules()[0].gate != kNoValue);
+    CHECK(b.g.shape(b.net.modules()[0].gate) == Shape{2, 1, 4});
+    auto diff = [](const std::vector<float>& x, const std::vector<float>& y) {
+        double m = 0.0;
+        for (size_t i = 0; i < x.size(); i++) m = std::max(m, double(std::fabs(x[i] - y[i])));
+        return m;
+    };
+    a.rt->run();
+    const std::vector<float> with_lora = a.rt->read_f32(a.h);
+    // Gates at 1 (not training): the same as no dropout at all.
+    b.net.sample_dropout(*b.rt, 1, /*training=*/false);
+    b.rt->run();
+    CHECK(diff(b.rt->read_f32(b.h), with_lora) < 1e-6);
+    // Training: gates are 0 or 1 / (1 - p), about half each, and a pure function of the seed.
+    b.net.sample_dropout(*b.rt, 7);
+    size_t zeros = 0, twos = 0, n = 0;
+    std::vector<float> first;
+    for (const lora::LoraModule& m : b.net.modules())
+        for (float e : b.rt->read_f32(m.gate)) {
+            zeros += e == 0.0f, twos += e == 2.0f, n++;
+            first.push_back(e);
+        }
+    CHECK(zeros + twos == n);
+    CHECK(zeros > n / 4);
+    CHECK(twos > n / 4);
+    b.rt->run();
+    CHECK(diff(b.rt->read_f32(b.h), with_lora) > 1e-3);
+    b.net.sample_dropout(*b.rt, 7);
+    size_t i = 0, same = 0;
+    for (const lora::LoraModule& m : b.net.modules())
+        for (float e : b.rt->read_f32(m.gate)) same += e == first[i++];
+    CHECK(same == n);
+    // module_dropout 1: every module skipped, the base model's output (up = 0 in `a`).
+    s.net.sample_dropout(*s.rt, 3);
+    s.rt->run();
+    for (const lora::LoraModule& m : a.net.modules()) a.rt->write_f32(m.up, std::vector<float>(size_t(m.out * 4), 0.0f));
+    a.rt->run();
+    CHECK(diff(s.rt->read_f32(s.h), a.rt->read_f32(a.h)) < 1e-6);
+    // Network dropout is refused by name until the runtime has per-step dropout seeds.
+    LoraConfig nd = plain;
+    nd.dropout = 0.1f;
+    CHECK_THROWS_WITH_AS(LoraNetwork{nd}, doctest::Contains("network dropout"), gl::Error);
+}
