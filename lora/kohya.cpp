@@ -124,8 +124,13 @@ std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const 
     };
     // kohya writes the network args it was given as a JSON object of strings.
     std::string args;
-    auto arg = [&](const std::string& k, const std::string& v) { args += (args.empty() ? "" : ", ") + ("\"" + k + "\": \"" + v + "\""); };
-    if (c.conv_dim > 0) arg("conv_dim", std::to_string(c.conv_dim)), arg("conv_alpha", py_float(c.effective_conv_alpha()));
+    auto arg = [&](const std::string& k, const std::string& v) {
+        args += (args.empty() ? "" : ", ") + ("\"" + k + "\": \"" + v + "\"");
+    };
+    if (c.conv_dim > 0) {
+        arg("conv_dim", std::to_string(c.conv_dim));
+        arg("conv_alpha", py_float(c.effective_conv_alpha()));
+    }
     if (c.rank_dropout > 0.0f) arg("rank_dropout", py_float(c.rank_dropout));
     if (c.module_dropout > 0.0f) arg("module_dropout", py_float(c.module_dropout));
     if (!args.empty()) md["ss_network_args"] = "{" + args + "}";
@@ -242,8 +247,10 @@ LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, co
         GL_CHECK(!di.shape.empty() && di.shape[0] == r, "lora load ", src.origin(), ": ", k.down, " is ",
                  shape_str(di.shape), ", rank ", di.shape.empty() ? 0 : di.shape[0], " where the network has rank ", r);
         const bool conv = m.kind == ModuleKind::conv;
-        const bool down_ok = conv ? di.shape == std::vector<int64_t>{r, m.in, m.k, m.k} : matrix_shape(di.shape, r, m.in);
-        GL_CHECK(down_ok, "lora load ", src.origin(), ": ", k.down, " is ", shape_str(di.shape), ", expected [", r, ", ",
+        const bool down_ok =
+            conv ? di.shape == std::vector<int64_t>{r, m.in, m.k, m.k} : matrix_shape(di.shape, r, m.in);
+        GL_CHECK(down_ok, "lora load ", src.origin(), ": ", k.down, " is ", shape_str(di.shape), ", expected [", r,
+                 ", ",
                  m.in, conv ? ", " + std::to_string(m.k) + ", " + std::to_string(m.k) : std::string(), "]");
         GL_CHECK(matrix_shape(ui.shape, m.out, r), "lora load ", src.origin(), ": ", k.up, " is ", shape_str(ui.shape),
                  ", expected [", m.out, ", ", r, "]");

@@ -36,8 +36,8 @@ bool is_text_encoder_target(const std::string& path) {
 bool is_unet_conv_target(const std::string& path) {
     const bool in_block = starts_with(path, "down_blocks.") || starts_with(path, "mid_block.") ||
                           starts_with(path, "up_blocks.");
-    return in_block && (path.find(".resnets.") != std::string::npos || path.find(".downsamplers.") != std::string::npos ||
-                        path.find(".upsamplers.") != std::string::npos);
+    const auto has = [&](const char* s) { return path.find(s) != std::string::npos; };
+    return in_block && (has(".resnets.") || has(".downsamplers.") || has(".upsamplers."));
 }
 
 ModuleKind unet_module_kind(const std::string& path) {

@@ -109,7 +109,8 @@ private:
 };
 
 // Host-side merge: W' = W + scale * up @ down (down flattened to [rank, k*k*in] for a conv) for
-// every module of `net` in `part`, W = base's path + ".weight"; up/down read from lora_rt, W read from and written to base_rt.
+// every module of `net` in `part`, W = base's path + ".weight"; up/down read from lora_rt, W
+// read from and written to base_rt.
 // Returns the number of weights changed.
 size_t merge_into(const LoraNetwork& net, const gl::Runtime& lora_rt, Part part, const sd::Weights& base,
                   gl::Runtime& base_rt);

@@ -170,7 +170,8 @@ TEST_CASE("lora: SD1.5 has kohya's 192 UNet and 72 text encoder modules; the fil
         CHECK(f.info(name).dtype == DType::f16);
     }
     for (const io::TensorInfo& t : list) {
-        CHECK_MESSAGE((t.name.rfind("lora_unet_", 0) == 0 || t.name.rfind("lora_te_text_model_encoder_layers_", 0) == 0),
+        CHECK_MESSAGE(
+            (t.name.rfind("lora_unet_", 0) == 0 || t.name.rfind("lora_te_text_model_encoder_layers_", 0) == 0),
                       t.name);
         CHECK(t.name.find("resnets") == std::string::npos);
     }
@@ -204,7 +205,8 @@ TEST_CASE("lora: SD1.5 has kohya's 192 UNet and 72 text encoder modules; the fil
         REQUIRE(back.count(v));
         for (size_t i = 0; i < x.size(); i++, n++) {
             bad += back[v][i] != f16_to_f32(f32_to_f16(x[i]));
-            if (std::fabs(x[i]) >= 6.2e-5f) worst = std::max(worst, double(std::fabs(back[v][i] - x[i]) / std::fabs(x[i])));
+            if (std::fabs(x[i]) >= 6.2e-5f)
+                worst = std::max(worst, double(std::fabs(back[v][i] - x[i]) / std::fabs(x[i])));
         }
     }
     MESSAGE("fp16 round trip of ", n, " values: worst rel. error (normals) ", worst);
@@ -420,7 +422,8 @@ TEST_CASE("lora: text encoder LoRA at runtime equals merged (tiny CLIP), and bf1
     g.mark_output(loss);
     Gradients gr = backward(g, loss);
     auto rt = make_cpu_runtime(make_plan(g));
-    for (const sd::WeightEntry& e : w.entries()) rt->write_f32(e.id, random_vec(size_t(g.shape(e.id).numel()), 0.2f, rng));
+    for (const sd::WeightEntry& e : w.entries())
+        rt->write_f32(e.id, random_vec(size_t(g.shape(e.id).numel()), 0.2f, rng));
     for (ValueId v = 0; v < g.value_count(); v++)
         if (g.v(v).role == Role::input) rt->write_f32(v, random_vec(size_t(g.shape(v).numel()), 1.0f, rng));
     n16.init(*rt, 3);
@@ -475,7 +478,7 @@ TEST_CASE("lora: malformed files are refused by name") {
     std::filesystem::remove(path);
 }
 
-TEST_CASE("lora: LoCon on SD1.5 (conv_dim) adds kohya's 86 ResnetBlock2D / sampler modules, saved in PyTorch's conv layout") {
+TEST_CASE("lora: LoCon on SD1.5 adds kohya's 86 ResnetBlock2D/sampler modules, saved in PyTorch's conv layout") {
     LoraConfig c{16, 8.0f, 1.0f};
     c.conv_dim = 8;
     c.conv_alpha = 4.0f;
@@ -600,7 +603,8 @@ TEST_CASE("lora: rank and module dropout gates (kohya's rank_dropout / module_dr
     // module_dropout 1: every module skipped, the base model's output (up = 0 in `a`).
     s.net.sample_dropout(*s.rt, 3);
     s.rt->run();
-    for (const lora::LoraModule& m : a.net.modules()) a.rt->write_f32(m.up, std::vector<float>(size_t(m.out * 4), 0.0f));
+    for (const lora::LoraModule& m : a.net.modules())
+        a.rt->write_f32(m.up, std::vector<float>(size_t(m.out * 4), 0.0f));
     a.rt->run();
     CHECK(diff(s.rt->read_f32(s.h), a.rt->read_f32(a.h)) < 1e-6);
     // Network dropout is refused by name until the runtime has per-step dropout seeds.
