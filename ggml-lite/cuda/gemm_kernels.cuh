@@ -407,12 +407,8 @@ void launch_splitk_reduce(const GemmArgs& a, int splits, const float* partial, c
     GL_CUDA_LAUNCHED();
 }
 
-template <class T, class Cfg, bool TA, bool TB, bool VEC>
-void launch_mma(const GemmArgs& a, int splits, float* partial, cudaStream_t s) {
-    auto kern = mma_gemm_kernel<T, Cfg, TA, TB, VEC>;
-    constexpr int smem = Cfg::smem_bytes(TA, TB);
-    static thread_local uint64_t smem_set = 0;
-    allow_smem(reinterpret_cast<const void*>(kern), smem, smem_set);
+// The problem as every kernel takes it; launchers add tiling, splits and the batch window.
+inline MmaParams params_of(const GemmArgs& a) {
     MmaParams p{};
     p.A = a.A;
     p.B = a.B;
@@ -426,15 +422,25 @@ void launch_mma(const GemmArgs& a, int splits, float* partial, cudaStream_t s) {
     p.sA = a.sA;
     p.sB = a.sB;
     p.sC = a.sC;
+    p.batch = int(a.batch);
+    p.epi = a.epi;
+    return p;
+}
+
+template <class T, class Cfg, bool TA, bool TB, bool VEC>
+void launch_mma(const GemmArgs& a, int splits, float* partial, cudaStream_t s) {
+    auto kern = mma_gemm_kernel<T, Cfg, TA, TB, VEC>;
+    constexpr int smem = Cfg::smem_bytes(TA, TB);
+    static thread_local uint64_t smem_set = 0;
+    allow_smem(reinterpret_cast<const void*>(kern), smem, smem_set);
+    MmaParams p = params_of(a);
     p.tiles_n = int((a.N + Cfg::BN - 1) / Cfg::BN);
     const int64_t tiles = ((a.M + Cfg::BM - 1) / Cfg::BM) * p.tiles_n;
     int kps = int((a.K + splits - 1) / splits);
     kps = (kps + Cfg::BK - 1) / Cfg::BK * Cfg::BK;
     const int ysplits = splits > 1 && kps > 0 ? int((a.K + kps - 1) / kps) : 1;
     p.k_per_split = ysplits > 1 ? kps : int(a.K > 0 ? a.K : 1);
-    p.batch = int(a.batch);
     p.partial = ysplits > 1 ? partial : nullptr;
-    p.epi = a.epi;
     for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
         p.batch0 = int(b0);
         const unsigned nz = unsigned(a.batch - b0 < 65535 ? a.batch - b0 : 65535);
@@ -446,21 +452,8 @@ void launch_mma(const GemmArgs& a, int splits, float* partial, cudaStream_t s) {
 
 
 inline void launch_ffma(const GemmArgs& a, cudaStream_t s) {
-    MmaParams p{};
-    p.A = a.A;
-    p.B = a.B;
-    p.C = a.C;
-    p.M = int(a.M);
-    p.N = int(a.N);
-    p.K = int(a.K);
-    p.lda = a.lda;
-    p.ldb = a.ldb;
-    p.ldc = a.ldc;
-    p.sA = a.sA;
-    p.sB = a.sB;
-    p.sC = a.sC;
+    MmaParams p = params_of(a);
     p.tiles_n = int((a.N + 63) / 64);
-    p.epi = a.epi;
     const unsigned tiles = unsigned(((a.M + 63) / 64) * p.tiles_n);
     for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
         p.batch0 = int(b0);
