@@ -105,14 +105,16 @@ static void group_norm_cpu(CpuCtx& c) {
     });
 }
 
-static void group_norm_backward(BackwardCtx& b) {
-    // Only y's gradient flows; mean and rstd are saved statistics, not differentiable outputs.
+// group_norm and layer_norm share one backward shape: their grad op takes (gy, x, gamma, beta,
+// mean, rstd) and returns (dx, dgamma, dbeta). Only y's gradient flows; mean and rstd are saved
+// statistics, not differentiable outputs.
+static void affine_norm_backward(BackwardCtx& b, Op grad_op) {
     if (b.grad(0) == kNoValue) return;
-    auto r = b.g.apply(Op::group_norm_grad, {b.grad(0), b.in(0), b.in(1), b.in(2), b.out(1), b.out(2)}, b.p());
-    b.add(0, r[0]);
-    b.add(1, r[1]);
-    b.add(2, r[2]);
+    auto r = b.g.apply(grad_op, {b.grad(0), b.in(0), b.in(1), b.in(2), b.out(1), b.out(2)}, b.p());
+    for (int i = 0; i < 3; i++) b.add(i, r[size_t(i)]);
 }
+
+static void group_norm_backward(BackwardCtx& b) { affine_norm_backward(b, Op::group_norm_grad); }
 
 ValueId group_norm(Graph& g, ValueId x, ValueId gamma, ValueId beta, int groups, float eps, bool silu) {
     Params p;
@@ -258,13 +260,7 @@ static void layer_norm_cpu(CpuCtx& c) {
     });
 }
 
-static void layer_norm_backward(BackwardCtx& b) {
-    if (b.grad(0) == kNoValue) return;  // mean and rstd are not differentiable outputs
-    auto r = b.g.apply(Op::layer_norm_grad, {b.grad(0), b.in(0), b.in(1), b.in(2), b.out(1), b.out(2)}, b.p());
-    b.add(0, r[0]);
-    b.add(1, r[1]);
-    b.add(2, r[2]);
-}
+static void layer_norm_backward(BackwardCtx& b) { affine_norm_backward(b, Op::layer_norm_grad); }
 
 ValueId layer_norm(Graph& g, ValueId x, ValueId gamma, ValueId beta, float eps) {
     Params p;
