@@ -44,76 +44,6 @@ void build_adamw(CaseBuilder& b, bool after) {
     b.out(v);
 }
 
-// Block-wise 8-bit AdamW, one step, written as plainly as possible.
-std::vector<std::vector<float>> adamw8bit_reference(const std::vector<std::vector<float>>& in) {
-    std::vector<float> p = in[0], cm = in[2], cv = in[3], am = in[4], av = in[5];
-    const auto& g = in[1];
-    const auto& h = in[6];
-    const float* qs = adam8bit_qmap(true);
-    const float* qu = adam8bit_qmap(false);
-    float lr = h[0], b1 = h[1], b2 = h[2], eps = h[3], wd = h[4], gs = h[6];
-    double t = h[5];
-    float corr2 = float(std::sqrt(1.0 - std::pow(double(b2), t)));
-    float step = float(-double(lr) * corr2 / (1.0 - std::pow(double(b1), t)));
-    size_t n = p.size();
-    for (size_t b0 = 0; b0 < n; b0 += 256) {
-        size_t b = b0 / 256, e = std::min(n, b0 + 256);
-        std::vector<float> m(e - b0), v(e - b0);
-        std::vector<bool> ok(e - b0);
-        float nm = 0, nv = 0;
-        for (size_t i = b0; i < e; i++) {
-            float gi = g[i] * gs;
-            float mi = qs[int(cm[i])] * am[b], vi = qu[int(cv[i])] * av[b];
-            ok[i - b0] = std::isfinite(gi);
-            if (ok[i - b0]) {
-                vi = b2 * vi + (1.0f - b2) * (gi * gi);
-                mi = b1 * mi + (1.0f - b1) * gi;
-            }
-            m[i - b0] = mi;
-            v[i - b0] = vi;
-            nm = std::max(nm, std::fabs(mi));
-            nv = std::max(nv, vi);
-        }
-        for (size_t i = b0; i < e; i++) {
-            float mi = m[i - b0], vi = v[i - b0];
-            if (ok[i - b0]) p[i] = (p[i] + step * (mi / (std::sqrt(vi) + corr2 * eps))) * (1.0f - lr * wd);
-            // nearest code by exhaustive search (ties to the lower index)
-            auto nearest = [](const float* q, float x) {
-                int best = 0;
-                for (int k = 1; k < 256; k++)
-                    if (std::fabs(x - q[k]) < std::fabs(x - q[best])) best = k;
-                return best;
-            };
-            cm[i] = float(nearest(qs, nm > 0 ? mi / nm : 0.0f));
-            cv[i] = float(nearest(qu, nv > 0 ? vi / nv : 0.0f));
-        }
-        am[b] = nm;
-        av[b] = nv;
-    }
-    return {p, cm, cv, am, av};
-}
-
-void build_adamw8bit(CaseBuilder& b, int64_t n, bool with_nan) {
-    b.compute = DType::f32;
-    int64_t blocks = (n + 255) / 256;
-    ValueId p = b.c("param", {n});
-    ValueId g = b.c("grad", {n}, -0.05f, 0.05f);
-    ValueId m = b.c("m", {n}, 0.0f, 255.0f, DType::u8);
-    ValueId v = b.c("v", {n}, 0.0f, 255.0f, DType::u8);
-    ValueId am = b.c("absmax_m", {blocks}, 0.001f, 0.01f);
-    ValueId av = b.c("absmax_v", {blocks}, 1e-6f, 1e-5f);
-    ValueId h = b.c("hyper", {kHyperSize});
-    b.set(h, hyper_values(7.0f));
-    if (with_nan) {
-        std::vector<float> gd = b.random(n, -0.05f, 0.05f);
-        gd[3] = NAN;
-        gd[300] = INFINITY;
-        b.set(g, gd);
-    }
-    adamw8bit_step(b.g, p, g, m, v, am, av, h);
-    for (ValueId x : {p, m, v, am, av}) b.out(x);
-}
-
 Register r({
     {"adamw_step", "PyTorch order, one step",
      [](CaseBuilder& b) { build_adamw(b, false); },
@@ -131,14 +61,6 @@ Register r({
                     g.input("h", DType::f32, {8}));
      },
      [](const std::vector<std::vector<float>>& in) { return adamw_reference(in, true); }, 1e-5},
-    {"adamw8bit_step", "ragged last block, NaN/Inf gradients skipped",
-     [](CaseBuilder& b) { build_adamw8bit(b, 4096 + 300, true); },
-     [](Graph& g) {
-         ValueId p = g.param("p", DType::f32, {512});
-         adamw8bit_step(g, p, g.input("g", DType::f32, {512}), g.state("m", DType::u8, {512}), g.state("v", DType::u8, {512}),
-                        g.state("am", DType::f32, {1}), g.state("av", DType::f32, {2}), g.input("h", DType::f32, {8}));
-     },
-     adamw8bit_reference, 1e-6},
 });
 
 }  // namespace

@@ -103,7 +103,7 @@ enum HyperSlot { kLr = 0, kBeta1, kBeta2, kEps, kWeightDecay, kStep, kGradScale,
 // AdamW on fp32 param, m, v. decay_after = false: PyTorch's order (p *= 1 - lr*wd, then the Adam
 // step); true: bitsandbytes' order (Adam step, then decay).
 void adamw_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId hyper, bool decay_after = false);
-// Block-wise 8-bit AdamW (Dettmers et al. 2021, as bitsandbytes): m, v are u8 codes into the signed /
+// (ops/adam8bit.cpp) Block-wise 8-bit AdamW (Dettmers et al. 2021, as bitsandbytes): m, v are u8 codes into the signed /
 // unsigned dynamic maps, one fp32 absmax per block of 256 (absmax_m, absmax_v: [ceil(n/256)]).
 // An element whose gradient is NaN/Inf keeps its parameter and moments.
 void adamw8bit_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId absmax_m, ValueId absmax_v,

@@ -57,4 +57,4 @@
     X(timestep_embedding, embedding)    \
     /* optimizer steps (update in place) */ \
     X(adamw_step, optim)                \
-    X(adamw8bit_step, optim)
+    X(adamw8bit_step, adam8bit)

@@ -1,0 +1,128 @@
+// Block-wise 8-bit AdamW (Dettmers et al. 2021, as bitsandbytes) as an in-place op: the two
+// dynamic quantisation maps, the nearest-code search and the CPU reference step.
+#include <algorithm>
+
+#include "ggml-lite/ops/optim_common.h"
+
+namespace gl {
+
+// ---------------- the 8-bit dynamic maps ----------------
+// Dettmers' dynamic tree code with 7 exponent bits: for exponent i in 0..6 the fraction grid
+// linspace(0.1, 1, F) (F = 2^i + 1 signed, 2^(i+1) + 1 unsigned) gives the midpoints of adjacent
+// boundaries, scaled by 10^(i-6) (and negated too when signed); then 0 and 1.0; sorted.
+
+static std::vector<float> make_dynamic_map(bool is_signed) {
+    std::vector<float> q;
+    for (int i = 0; i < 7; i++) {
+        int items = is_signed ? (1 << i) + 1 : (1 << (i + 1)) + 1;
+        std::vector<float> bounds(static_cast<size_t>(items));
+        for (int k = 0; k < items; k++) bounds[size_t(k)] = float(0.1 + 0.9 * double(k) / double(items - 1));
+        for (int k = 0; k + 1 < items; k++) {
+            float mean = (bounds[size_t(k)] + bounds[size_t(k + 1)]) / 2.0f;
+            float scaled = float(std::pow(10.0, double(i - 6))) * mean;
+            q.push_back(scaled);
+            if (is_signed) q.push_back(-scaled);
+        }
+    }
+    q.push_back(0.0f);
+    q.push_back(1.0f);
+    GL_CHECK(q.size() == 256, "adam8bit: dynamic map has ", q.size(), " entries");
+    std::sort(q.begin(), q.end());
+    return q;
+}
+
+const float* adam8bit_qmap(bool is_signed) {
+    static const std::vector<float> s = make_dynamic_map(true), u = make_dynamic_map(false);
+    return is_signed ? s.data() : u.data();
+}
+
+int adam8bit_quantize(const float* q, float x) {
+    int lo = 0, hi = 255;  // q[lo] <= x <= q[hi] after clamping
+    if (!(x > q[0])) return 0;
+    if (!(x < q[255])) return 255;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (q[mid] <= x) lo = mid; else hi = mid;
+    }
+    return (x - q[lo] <= q[hi] - x) ? lo : hi;
+}
+
+// ------ adamw8bit_step(param, grad, m u8, v u8, absmax_m, absmax_v, hyper) ------
+
+static std::vector<OutSpec> adamw8bit_infer(const OpCall& c) {
+    c.check(c.n_in() == 7, "takes param, grad, m, v, absmax_m, absmax_v, hyper");
+    check_state_f32(c, 0, "param");
+    check_state_f32(c, 1, "grad");
+    int64_t n = c.shape(0).numel(), blocks = (n + kAdam8bitBlock - 1) / kAdam8bitBlock;
+    c.check(c.shape(1).numel() == n, "grad must have the parameter's element count");
+    for (int i = 2; i < 4; i++) {
+        c.check(c.dtype(i) == DType::u8, "m and v must be u8 codes");
+        c.check(c.shape(i).numel() == n, "m and v must have the parameter's element count");
+    }
+    for (int i = 4; i < 6; i++) {
+        check_state_f32(c, i, "absmax");
+        c.check(c.shape(i).numel() == blocks, cat("absmax must hold one float per block of ", kAdam8bitBlock, " (", blocks, ")"));
+    }
+    check_hyper_input(c, 6);
+    return {};
+}
+
+static void adamw8bit_cpu(CpuCtx& c) {
+    float* p = static_cast<float*>(c.in[0].data) + c.in[0].layout.offset;
+    const float* g = c.in_f32(1);
+    uint8_t* cm = static_cast<uint8_t*>(c.in[2].data) + c.in[2].layout.offset;
+    uint8_t* cv = static_cast<uint8_t*>(c.in[3].data) + c.in[3].layout.offset;
+    float* am = static_cast<float*>(c.in[4].data) + c.in[4].layout.offset;
+    float* av = static_cast<float*>(c.in[5].data) + c.in[5].layout.offset;
+    const float* h = c.in_f32(6);
+    const float* qs = adam8bit_qmap(true);
+    const float* qu = adam8bit_qmap(false);
+    const float lr = h[kLr], b1 = h[kBeta1], b2 = h[kBeta2], eps = h[kEps], wd = h[kWeightDecay], gs = h[kGradScale];
+    const double t = h[kStep];
+    const float corr2 = float(std::sqrt(1.0 - std::pow(double(b2), t)));
+    const float step_size = float(-double(lr) * double(corr2) / (1.0 - std::pow(double(b1), t)));
+    const float decay = 1.0f - lr * wd;
+    const int64_t n = c.in[0].numel(), blocks = (n + kAdam8bitBlock - 1) / kAdam8bitBlock;
+    parallel_for(blocks, 16, [&](int64_t lo, int64_t hi) {
+        float m[kAdam8bitBlock], v[kAdam8bitBlock];
+        bool ok[kAdam8bitBlock];
+        for (int64_t b = lo; b < hi; b++) {
+            int64_t base = b * kAdam8bitBlock, len = std::min<int64_t>(kAdam8bitBlock, n - base);
+            float new_am = 0.0f, new_av = 0.0f;
+            for (int64_t k = 0; k < len; k++) {
+                int64_t i = base + k;
+                float gi = g[i] * gs;
+                m[k] = qs[cm[i]] * am[b];
+                v[k] = qu[cv[i]] * av[b];
+                ok[k] = std::isfinite(gi);
+                if (ok[k]) {
+                    v[k] = b2 * v[k] + (1.0f - b2) * (gi * gi);
+                    m[k] = b1 * m[k] + (1.0f - b1) * gi;
+                }
+                new_am = std::max(new_am, std::fabs(m[k]));
+                new_av = std::max(new_av, v[k]);
+            }
+            for (int64_t k = 0; k < len; k++) {
+                int64_t i = base + k;
+                if (ok[k]) {
+                    float pi = p[i] + step_size * (m[k] / (std::sqrt(v[k]) + corr2 * eps));
+                    p[i] = pi * decay;
+                }
+                cm[i] = uint8_t(adam8bit_quantize(qs, new_am > 0.0f ? m[k] / new_am : 0.0f));
+                cv[i] = uint8_t(adam8bit_quantize(qu, new_av > 0.0f ? v[k] / new_av : 0.0f));
+            }
+            am[b] = new_am;
+            av[b] = new_av;
+        }
+    });
+}
+
+void adamw8bit_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId absmax_m, ValueId absmax_v,
+                    ValueId hyper) {
+    g.apply(Op::adamw8bit_step, {param, grad, m, v, absmax_m, absmax_v, hyper});
+}
+
+const OpDef def_adamw8bit_step{"adamw8bit_step", "adam8bit", adamw8bit_infer, step_cost, nullptr, adamw8bit_cpu,
+                               kOpNoGrad | kOpMutates};
+
+}  // namespace gl
