@@ -51,8 +51,14 @@ std::vector<std::vector<float>> adamw8bit_reference(const std::vector<std::vecto
                     if (std::fabs(x - q[k]) < std::fabs(x - q[best])) best = k;
                 return best;
             };
-            cm[i] = float(nearest(qs, nm > 0 ? mi / nm : 0.0f));
-            cv[i] = float(nearest(qu, nv > 0 ? vi / nv : 0.0f));
+            // scaled by the reciprocal of the new absmax (divided when that reciprocal overflows)
+            auto scaled = [](float x, float mx) {
+                if (!(mx > 0)) return 0.0f;
+                float r = 1.0f / mx;
+                return std::isinf(r) ? x / mx : x * r;
+            };
+            cm[i] = float(nearest(qs, scaled(mi, nm)));
+            cv[i] = float(nearest(qu, scaled(vi, nv)));
         }
         am[b] = nm;
         av[b] = nv;

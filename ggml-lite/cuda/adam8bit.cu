@@ -1,61 +1,41 @@
 // Block-wise 8-bit AdamW, in place (CPU reference: ops/adam8bit.cpp): one warp per quantisation
-// block of 256 elements, 8 per lane; shared-memory copies of both dynamic maps; the block max is a
-// warp max. Arithmetic uses explicit round-to-nearest intrinsics (no FMA contraction) so results
-// match the CPU reference bit for bit on the same inputs.
+// block of 256 elements, 8 per lane; shared-memory copies of both dynamic maps and of the O(1)
+// code-search tables (ops/adam8bit_codes.h); the block max is a warp max; one reciprocal of it
+// per block scales the moments for requantisation. Arithmetic uses explicit round-to-nearest
+// intrinsics (no FMA contraction) so results match the CPU reference bit for bit.
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "ggml-lite/cuda/kernel.cuh"
 #include "ggml-lite/cuda/optim_common.cuh"
+#include "ggml-lite/ops/adam8bit_codes.h"
 
 namespace gl {
 
 __device__ float g_qmaps[512];  // [0, 256): signed map, [256, 512): unsigned map
-
-// The maps live in shared memory padded by one word every 32, so the midpoints a binary search
-// visits (all multiples of a power of two) fall in different banks instead of one.
-__device__ __forceinline__ int qpad(int i) { return i + (i >> 5); }
-constexpr int kQPadded = 256 + 8;
-
-// Nearest code (ties to the lower index) for 8 values of m (signed map) and 8 of v (unsigned map)
-// at once: a branchless search with power-of-two steps finds the last code <= x (8 loads, no
-// range bookkeeping), the 16 searches advancing level by level so their loads are independent.
-__device__ __forceinline__ void quantize16(const float* qs, const float* qu, const float (&x)[16], uint8_t (&code)[16]) {
-    int lo[16];
-#pragma unroll
-    for (int j = 0; j < 16; j++) lo[j] = 0;
-#pragma unroll
-    for (int step = 128; step > 0; step >>= 1) {
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            const float* q = j < 8 ? qs : qu;
-            lo[j] += q[qpad(lo[j] + step)] <= x[j] ? step : 0;
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < 16; j++) {
-        const float* q = j < 8 ? qs : qu;
-        const int hi = min(lo[j] + 1, 255);
-        const float xj = x[j], ql = q[qpad(lo[j])], qh = q[qpad(hi)];
-        int c = (__fsub_rn(xj, ql) <= __fsub_rn(qh, xj)) ? lo[j] : hi;
-        if (!(xj < q[qpad(255)])) c = 255;  // at or above its top: the last code
-        if (!(xj > q[qpad(0)])) c = 0;      // at or below its bottom, and NaN: the first code
-        code[j] = uint8_t(c);
-    }
-}
+__device__ uint32_t g_code_tables[kAdam8bitSignedEntries + kAdam8bitUnsignedEntries];
 
 // One warp per quantisation block of 256 elements, 8 consecutive elements per lane (16- and
-// 8-byte loads); the block's new absmax is a warp max. Each CTA copies the two maps to shared
+// 8-byte loads); the block's new absmax is a warp max. Each CTA copies both maps (for
+// dequantisation) and both code tables (for the O(1) nearest-code search, 24 KiB) to shared
 // memory once and walks quantisation blocks in a grid-stride loop.
 constexpr int kWarps8bit = 8;
+constexpr int kTableWords = kAdam8bitSignedEntries + kAdam8bitUnsignedEntries;
+static_assert(kTableWords % 4 == 0, "tables are copied as uint4");
 
 __global__ void __launch_bounds__(256) adamw8bit_kernel(float* p, const float* g, uint8_t* cm, uint8_t* cv, float* am,
                                                         float* av, const float* hyper, int64_t n) {
-    __shared__ float qs[kQPadded], qu[kQPadded];
-    qs[qpad(threadIdx.x)] = g_qmaps[threadIdx.x];
-    qu[qpad(threadIdx.x)] = g_qmaps[256 + threadIdx.x];
+    __shared__ float qs[256], qu[256];
+    __shared__ __align__(16) uint32_t tables[kTableWords];
+    qs[threadIdx.x] = g_qmaps[threadIdx.x];
+    qu[threadIdx.x] = g_qmaps[256 + threadIdx.x];
+    for (int i = threadIdx.x; i < kTableWords / 4; i += blockDim.x)
+        reinterpret_cast<uint4*>(tables)[i] = reinterpret_cast<const uint4*>(g_code_tables)[i];
     __syncthreads();
+    const uint32_t* ts = tables;
+    const uint32_t* tu = tables + kAdam8bitSignedEntries;
     const AdamConsts k = adam_consts(hyper, true);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t blocks = (n + 255) / 256;
@@ -88,8 +68,8 @@ __global__ void __launch_bounds__(256) adamw8bit_kernel(float* p, const float* g
         for (int j = 0; j < 8; j++) {
             const bool in = full || base + j < n;
             float gi = __fmul_rn(gv[j], k.gs);
-            m[j] = __fmul_rn(qs[qpad(c1[j])], am_old);
-            v[j] = __fmul_rn(qu[qpad(c2[j])], av_old);
+            m[j] = __fmul_rn(qs[c1[j]], am_old);
+            v[j] = __fmul_rn(qu[c2[j]], av_old);
             ok[j] = in && isfinite(gi);
             if (ok[j]) {
                 v[j] = __fadd_rn(__fmul_rn(k.b2, v[j]), __fmul_rn(__fsub_rn(1.0f, k.b2), __fmul_rn(gi, gi)));
@@ -104,25 +84,15 @@ __global__ void __launch_bounds__(256) adamw8bit_kernel(float* p, const float* g
             mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, o));
             vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
         }
+        const float inv_m = adam8bit_inverse(mmax), inv_v = adam8bit_inverse(vmax);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             if (ok[j]) {
                 float upd = __fdiv_rn(m[j], __fadd_rn(__fsqrt_rn(v[j]), __fmul_rn(k.corr2, k.eps)));
                 pv[j] = __fmul_rn(__fadd_rn(pv[j], __fmul_rn(k.step_size, upd)), k.decay);
             }
-        }
-        float norm[16];
-        uint8_t codes[16];
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            norm[j] = mmax > 0.0f ? __fdiv_rn(m[j], mmax) : 0.0f;
-            norm[8 + j] = vmax > 0.0f ? __fdiv_rn(v[j], vmax) : 0.0f;
-        }
-        quantize16(qs, qu, norm, codes);
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            c1[j] = codes[j];
-            c2[j] = codes[8 + j];
+            c1[j] = uint8_t(adam8bit_code<true>(ts, adam8bit_normalize(m[j], mmax, inv_m)));
+            c2[j] = uint8_t(adam8bit_code<false>(tu, adam8bit_normalize(v[j], vmax, inv_v)));
         }
         if (full) {
             *reinterpret_cast<float4*>(p + base) = *reinterpret_cast<float4*>(pv);
@@ -152,6 +122,11 @@ static void adamw8bit_run(CudaCtx& c) {
         std::memcpy(host, adam8bit_qmap(true), 256 * sizeof(float));
         std::memcpy(host + 256, adam8bit_qmap(false), 256 * sizeof(float));
         GL_CUDA_CHECK(cudaMemcpyToSymbol(g_qmaps, host, sizeof host));  // once, during the first (eager) run
+        std::vector<uint32_t> tables(kTableWords);
+        std::memcpy(tables.data(), adam8bit_code_table(true), kAdam8bitSignedEntries * sizeof(uint32_t));
+        std::memcpy(tables.data() + kAdam8bitSignedEntries, adam8bit_code_table(false),
+                    kAdam8bitUnsignedEntries * sizeof(uint32_t));
+        GL_CUDA_CHECK(cudaMemcpyToSymbol(g_code_tables, tables.data(), tables.size() * sizeof(uint32_t)));
     });
     int64_t n = c.in[0].numel();
     if (n == 0) return;

@@ -2,6 +2,7 @@
 // dynamic quantisation maps, the nearest-code search and the CPU reference step.
 #include <algorithm>
 
+#include "ggml-lite/ops/adam8bit_codes.h"
 #include "ggml-lite/ops/optim_common.h"
 
 namespace gl {
@@ -45,6 +46,82 @@ int adam8bit_quantize(const float* q, float x) {
         if (q[mid] <= x) lo = mid; else hi = mid;
     }
     return (x - q[lo] <= q[hi] - x) ? lo : hi;
+}
+
+// ---- the O(1) search tables (ops/adam8bit_codes.h says why they are exact) ----
+
+namespace {
+
+// An integer key that orders floats like their values (-0 just below +0); NaN excluded.
+int64_t float_order(float x) {
+    uint32_t b = adam8bit_float_bits(x);
+    return (b >> 31) ? -int64_t(b & 0x7fffffffu) - 1 : int64_t(b);
+}
+float float_from_order(int64_t k) {
+    uint32_t b = k >= 0 ? uint32_t(k) : (uint32_t(-(k + 1)) | 0x80000000u);
+    float x;
+    std::memcpy(&x, &b, 4);
+    return x;
+}
+float float_from_bits(uint32_t b) {
+    float x;
+    std::memcpy(&x, &b, 4);
+    return x;
+}
+
+// s_j: the last float x in [q[j], q[j+1]) for which the search still picks j.
+std::vector<float> code_thresholds(const float* q) {
+    std::vector<float> s;
+    for (int j = 0; j < 255; j++) {
+        const float a = q[j], b = q[j + 1];
+        int64_t lo = float_order(a), hi = float_order(b);  // picks j at lo, not at hi
+        while (hi - lo > 1) {
+            int64_t mid = lo + (hi - lo) / 2;
+            float x = float_from_order(mid);
+            if (x - a <= b - x) lo = mid; else hi = mid;
+        }
+        s.push_back(float_from_order(lo));
+    }
+    return s;
+}
+
+template <int M>
+void fill_buckets(const std::vector<float>& s, bool negative, uint32_t* out) {
+    using B = Adam8bitBuckets<M>;
+    for (int k = 0; k < B::kCount; k++) {
+        const uint32_t first = (uint32_t(k) + B::kFirst) << B::kLowBits;
+        const float amin = k == 0 ? 0.0f : float_from_bits(first);
+        const float amax = k == B::kCount - 1 ? INFINITY : float_from_bits(first + B::kLowMask);
+        const float lo = negative ? -amax : amin, hi = negative ? -amin : amax;
+        uint32_t below = 0, inside = 0, low = 0;
+        for (float t : s) {
+            if (t < lo) below++;
+            else if (t <= hi) inside++, low = adam8bit_float_bits(std::fabs(t)) & B::kLowMask;
+        }
+        // One threshold per bucket at most, and none in the clamped end buckets (whose members
+        // do not share their mantissa's top bits).
+        GL_CHECK(inside <= 1 && (inside == 0 || (k > 0 && k < B::kCount - 1)), "adam8bit: bucket ", k,
+                 " of the code table holds ", inside, " thresholds");
+        out[k] = below << 24 | inside << 23 | low;
+    }
+}
+
+}  // namespace
+
+const uint32_t* adam8bit_code_table(bool is_signed) {
+    static const std::vector<uint32_t> signed_table = [] {
+        std::vector<uint32_t> t(kAdam8bitSignedEntries);
+        std::vector<float> s = code_thresholds(adam8bit_qmap(true));
+        fill_buckets<6>(s, true, t.data());
+        fill_buckets<6>(s, false, t.data() + Adam8bitSignedBuckets::kCount);
+        return t;
+    }();
+    static const std::vector<uint32_t> unsigned_table = [] {
+        std::vector<uint32_t> t(kAdam8bitUnsignedEntries);
+        fill_buckets<7>(code_thresholds(adam8bit_qmap(false)), false, t.data());
+        return t;
+    }();
+    return is_signed ? signed_table.data() : unsigned_table.data();
 }
 
 // ------ adamw8bit_step(param, grad, m u8, v u8, absmax_m, absmax_v, hyper) ------
@@ -102,14 +179,15 @@ static void adamw8bit_cpu(CpuCtx& c) {
                 new_am = std::max(new_am, std::fabs(m[k]));
                 new_av = std::max(new_av, v[k]);
             }
+            const float inv_am = adam8bit_inverse(new_am), inv_av = adam8bit_inverse(new_av);
             for (int64_t k = 0; k < len; k++) {
                 int64_t i = base + k;
                 if (ok[k]) {
                     float pi = p[i] + step_size * (m[k] / (std::sqrt(v[k]) + corr2 * eps));
                     p[i] = pi * decay;
                 }
-                cm[i] = uint8_t(adam8bit_quantize(qs, new_am > 0.0f ? m[k] / new_am : 0.0f));
-                cv[i] = uint8_t(adam8bit_quantize(qu, new_av > 0.0f ? v[k] / new_av : 0.0f));
+                cm[i] = uint8_t(adam8bit_quantize(qs, adam8bit_normalize(m[k], new_am, inv_am)));
+                cv[i] = uint8_t(adam8bit_quantize(qu, adam8bit_normalize(v[k], new_av, inv_av)));
             }
             am[b] = new_am;
             av[b] = new_av;
