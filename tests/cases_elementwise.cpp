@@ -1,5 +1,9 @@
-#include "op_cases.h"
+#include <doctest/doctest.h>
+
+#include "ggml-lite/core/planner.h"
+#include "ggml-lite/core/runtime.h"
 #include "ggml-lite/ops/rng.h"
+#include "op_cases.h"
 
 namespace gltest {
 namespace {
@@ -46,7 +50,53 @@ Register r({
          return std::vector<std::vector<float>>{y};
      },
      1e-6},
+    {"dropout", "p = 0.25 with a per-step seed input; gradient uses the same mask", [](CaseBuilder& b) {
+         b.out(dropout(b.g, b.x("x", {5, 8}), 0.25f, 77, b.ids("step_seed", Shape{}, 1 << 20)));
+     },
+     // a float seed input
+     [](Graph& g) { dropout(g, g.input("x", DType::f32, {4}), 0.5f, 1, g.input("s", DType::f32, {})); }},
+    {"dropout", "mask from dropout_step_seed(seed, input), bf16 input", [](CaseBuilder& b) {
+         ValueId s = b.ids("step_seed", Shape{1}, 1 << 20);
+         b.out(cast(b.g, dropout(b.g, b.c("x", {96}, 1.0f, 1.0001f, DType::bf16), 0.4f, 5, s), DType::f32));
+     },
+     // a seed input with two elements
+     [](Graph& g) { dropout(g, g.input("x", DType::f32, {4}), 0.5f, 1, g.input("s", DType::i32, {2})); },
+     [](const std::vector<std::vector<float>>& in) {
+         const uint64_t seed = dropout_step_seed(5, int32_t(in[0][0]));
+         std::vector<float> y(in[1].size());
+         for (size_t i = 0; i < y.size(); i++) y[i] = dropout_keep(seed, i, 0.4f) ? 1.0f / 0.6f : 0.0f;
+         return std::vector<std::vector<float>>{y};
+     },
+     1e-2},
 });
+
+// The point of the seed input: one built graph, a new mask per step.
+TEST_CASE("dropout with a seed input draws a new mask when the input changes and repeats it for the same value") {
+    Graph g;
+    ValueId x = g.input("x", DType::f32, {4096});
+    ValueId seed = g.input("seed", DType::i32, {});
+    ValueId y = dropout(g, x, 0.5f, 3, seed);
+    g.mark_output(y);
+    auto rt = make_cpu_runtime(make_plan(g));
+    rt->write_f32(x, std::vector<float>(4096, 1.0f));
+    auto run = [&](float s) {
+        rt->write_f32(seed, {s});
+        rt->run();
+        return rt->read_f32(y);
+    };
+    const auto a = run(1), b = run(2), a2 = run(1);
+    CHECK(a == a2);
+    size_t differ = 0, kept = 0;
+    for (size_t i = 0; i < a.size(); i++) {
+        differ += a[i] != b[i];
+        kept += a[i] != 0.0f;
+    }
+    // Independent masks with p = 0.5 differ in about half the elements.
+    CHECK(differ > 1600);
+    CHECK(differ < 2500);
+    CHECK(kept > 1800);
+    CHECK(kept < 2300);
+}
 
 }  // namespace
 }  // namespace gltest

@@ -28,6 +28,41 @@ std::vector<float> ref_mse(const std::vector<float>& p, const std::vector<float>
     return {float(total / B)};
 }
 
+// Expected weighted_loss outputs {loss, per-sample}: mean_b w[b] * mean_i l(p - t), in double,
+// l written out separately from ops/loss_math.h.
+Leaves ref_wloss(LossKind k, const std::vector<float>& p, const std::vector<float>& t, const std::vector<float>* w,
+                 const std::vector<float>* c, int B) {
+    const size_t M = p.size() / size_t(B);
+    std::vector<float> per;
+    double total = 0;
+    for (size_t b = 0; b < size_t(B); b++) {
+        double s = 0;
+        for (size_t i = b * M; i < (b + 1) * M; i++) {
+            const double d = double(p[i]) - double(t[i]);
+            if (k == LossKind::l2) s += d * d;
+            else if (k == LossKind::l1) s += std::fabs(d);
+            else s += 2.0 * (*c)[b] * (std::sqrt(d * d + double((*c)[b]) * (*c)[b]) - (*c)[b]);
+        }
+        per.push_back(float(s / double(M)));
+        total += (w ? double((*w)[b]) : 1.0) * s / double(M);
+    }
+    return {{float(total / B)}, per};
+}
+
+// A differentiable pred and target whose differences stay at least 0.1 away from 0 (l1's kink
+// and finite differences do not mix), with both signs.
+std::pair<ValueId, ValueId> separated(CaseBuilder& b, const Shape& s) {
+    ValueId p = b.x("pred", s);
+    std::vector<float> pv = b.data.back().second;
+    ValueId t = b.x("target", s);
+    std::vector<float> tv = b.random(int64_t(pv.size()), 0.1f, 0.6f);
+    for (size_t i = 0; i < tv.size(); i++) tv[i] = pv[i] + (i % 3 == 1 ? tv[i] : -tv[i]);
+    b.set(t, tv);
+    return {p, t};
+}
+
+ValueId f32b(Graph& g, const std::string& name, int64_t B) { return g.input(name, DType::f32, {B}); }
+
 Register r({
     // ---- sum ----
     {"sum", "all elements of [2,3,4] -> scalar", [](CaseBuilder& b) { b.out(sum(b.g, b.x("x", {2, 3, 4}))); },
@@ -114,6 +149,79 @@ Register r({
      [](Graph& g) { mse_loss(g, f32(g, {3, 4}), g.input("t", DType::i32, {3, 4})); },
      [](const Leaves& in) { return Leaves{ref_mse(in[0], in[1], nullptr, 3), ref_mse(in[0], in[1], &in[2], 3)}; },
      1e-6},
+    // ---- weighted_loss (l2 / l1 / pseudo-Huber, per-sample weights and outputs) ----
+    {"weighted_loss", "l2, no weights, [2,3,4]", [](CaseBuilder& b) {
+         b.out(weighted_loss(b.g, LossKind::l2, b.x("pred", {2, 3, 4}), b.x("target", {2, 3, 4})));
+     },
+     [](Graph& g) { weighted_loss(g, LossKind::l2, f32(g, {2, 3}), g.input("t", DType::f32, {3, 2})); }},
+    {"weighted_loss", "l1, trainable weights [3] over NHWC [3,2,2,2]", [](CaseBuilder& b) {
+         auto [p, t] = separated(b, {3, 2, 2, 2});
+         b.out(weighted_loss(b.g, LossKind::l1, p, t, b.x("w", {3}, 0.5f, 1.5f)));
+     },
+     [](Graph& g) {
+         weighted_loss(g, LossKind::l1, f32(g, {3, 2}), g.input("t", DType::f32, {3, 2}), f32b(g, "w", 2));
+     }},
+    {"weighted_loss", "huber, per-sample huber_c and weights", [](CaseBuilder& b) {
+         ValueId p = b.x("pred", {2, 4, 3}, -2.0f, 2.0f);
+         ValueId t = b.x("target", {2, 4, 3});
+         ValueId c = b.c("huber_c", {2}, 0.1f, 0.8f);
+         b.out(weighted_loss(b.g, LossKind::huber, p, t, b.c("w", {2}, 0.5f, 2.0f), c));
+     },
+     // huber without its huber_c
+     [](Graph& g) { weighted_loss(g, LossKind::huber, f32(g, {2, 3}), g.input("t", DType::f32, {2, 3})); }},
+    {"weighted_loss", "huber without weights; the per-sample output carries a gradient too", [](CaseBuilder& b) {
+         ValueId p = b.x("pred", {3, 5}, -2.0f, 2.0f);
+         ValueId loss = weighted_loss(b.g, LossKind::huber, p, b.c("target", {3, 5}), kNoValue,
+                                      b.c("huber_c", {3}, 0.05f, 1.0f));
+         b.out(loss);
+         b.out(weighted_loss_per_sample(b.g, loss));
+     },
+     // huber_c of the wrong length
+     [](Graph& g) {
+         weighted_loss(g, LossKind::huber, f32(g, {2, 3}), g.input("t", DType::f32, {2, 3}), kNoValue, f32b(g, "c", 3));
+     }},
+    {"weighted_loss", "l2 with trainable weights, both outputs", [](CaseBuilder& b) {
+         ValueId loss = weighted_loss(b.g, LossKind::l2, b.x("pred", {2, 6}), b.c("target", {2, 6}),
+                                      b.x("w", {2}, 0.5f, 1.5f));
+         b.out(loss);
+         b.out(weighted_loss_per_sample(b.g, loss));
+     },
+     // a huber_c given to l2
+     [](Graph& g) {
+         weighted_loss(g, LossKind::l2, f32(g, {2, 3}), g.input("t", DType::f32, {2, 3}), kNoValue, f32b(g, "c", 2));
+     }},
+    {"weighted_loss", "values of every kind, with and without weights", [](CaseBuilder& b) {
+         ValueId p = b.c("pred", {3, 2, 2, 2}, -2.0f, 2.0f);
+         ValueId t = b.c("target", {3, 2, 2, 2});
+         ValueId w = b.c("w", {3}, 0.0f, 2.0f);
+         ValueId c = b.c("huber_c", {3}, 0.05f, 1.0f);
+         for (LossKind k : {LossKind::l2, LossKind::l1, LossKind::huber}) {
+             for (ValueId wk : {kNoValue, w}) {
+                 ValueId loss = weighted_loss(b.g, k, p, t, wk, k == LossKind::huber ? c : kNoValue);
+                 b.out(loss);
+                 b.out(weighted_loss_per_sample(b.g, loss));
+             }
+         }
+     },
+     [](Graph& g) { weighted_loss(g, LossKind::l1, g.input("p", DType::i32, {2, 3}), g.input("t", DType::i32, {2, 3})); },
+     [](const Leaves& in) {
+         Leaves r;
+         for (LossKind k : {LossKind::l2, LossKind::l1, LossKind::huber})
+             for (const std::vector<float>* w : {static_cast<const std::vector<float>*>(nullptr), &in[2]})
+                 for (auto& v : ref_wloss(k, in[0], in[1], w, &in[3], 3)) r.push_back(v);
+         return r;
+     },
+     1e-6},
+    {"weighted_loss", "pseudo-Huber is ~l2 for small d and ~2c|d| for large d", [](CaseBuilder& b) {
+         ValueId p = b.c("pred", {2, 2});
+         ValueId c = b.c("huber_c", {2});
+         b.set(p, {1e-3f, -2e-3f, 100.0f, -300.0f});
+         b.set(c, {1.0f, 0.1f});
+         b.out(weighted_loss_per_sample(b.g, weighted_loss(b.g, LossKind::huber, p, fill(b.g, {2, 2}, 0.0f), kNoValue, c)));
+     },
+     [](Graph& g) { weighted_loss(g, LossKind(7), f32(g, {2, 3}), g.input("t", DType::f32, {2, 3})); },
+     // sample 0: (1e-6 + 4e-6) / 2 (to 1e-6 relative); sample 1: 2 * 0.1 * (|d| - 0.1) averaged
+     [](const Leaves&) { return Leaves{{2.5e-6f, float(0.2 * ((100.0 - 0.1) + (300.0 - 0.1)) / 2)}}; }, 1e-6},
 });
 
 // Runs `build` once per thread count and returns its output's bytes.

@@ -1,5 +1,6 @@
 // Elementwise add / sub / mul with broadcasting (dense inputs, up to 4 dims aligned at the
-// last), scale, and seeded dropout (mask from ops/rng.h, identical to the CPU backend).
+// last), scale, and seeded dropout (mask from ops/rng.h, identical to the CPU backend; the seed
+// optionally mixed with a per-step i32 seed input read on the device).
 // Index-aligned, so safe when the planner places the output over input 0.
 #include "ggml-lite/cuda/kernel.cuh"
 #include "ggml-lite/ops/rng.h"
@@ -92,19 +93,23 @@ static void scale_run(CudaCtx& c) {
 }
 const CudaKernel cuda_scale{scale_run};
 
+// seed_input (nullable): the per-step i32 seed, read on the device so a replayed CUDA graph
+// picks up the value the host wrote for this step.
 template <class T>
-__global__ void dropout_kernel(const T* x, T* y, int64_t n, float p, uint64_t seed) {
+__global__ void dropout_kernel(const T* x, T* y, int64_t n, float p, uint64_t seed, const int32_t* seed_input) {
     const float keep_scale = 1.0f / (1.0f - p);
+    if (seed_input) seed = dropout_step_seed(seed, *seed_input);
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         y[i] = from_f32<T>(dropout_keep(seed, uint64_t(i), p) ? to_f32(x[i]) * keep_scale : 0.0f);
 }
 static void dropout_run(CudaCtx& c) {
     int64_t n = c.out[0].numel();
     if (n == 0) return;
+    const int32_t* seed_input = c.in.size() > 1 ? c.in_ptr<int32_t>(1) : nullptr;
     dispatch_float(c.out_dtype(0), "dropout", [&](auto tag) {
         using T = decltype(tag);
         dropout_kernel<T><<<grid_for(n, 256), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.out_ptr<T>(0), n, c.p().f[0],
-                                                                    uint64_t(c.p().i[0]));
+                                                                    uint64_t(c.p().i[0]), seed_input);
     });
     GL_CUDA_LAUNCHED();
 }

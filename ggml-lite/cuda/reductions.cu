@@ -1,4 +1,5 @@
-// Reductions (sum, mean, sum_to) and the MSE loss with its gradient.
+// Reductions (sum, mean, sum_to), the MSE loss and the weighted diffusion loss (l2 / l1 /
+// pseudo-Huber, per-sample weights) with their gradients.
 // A reduction maps a dense input (padded to 4 dims) onto an output whose every dim is kept
 // or 1. Work splits into a fixed number of chunks along the reduced extent (a function of
 // the shapes only), each writing a double partial to the workspace; a final pass adds the
@@ -6,6 +7,7 @@
 #include <algorithm>
 
 #include "ggml-lite/cuda/kernel.cuh"
+#include "ggml-lite/ops/loss_math.h"
 
 namespace gl {
 
@@ -212,5 +214,98 @@ static void mse_grad_run(CudaCtx& c) {
     GL_CUDA_LAUNCHED();
 }
 const CudaKernel cuda_mse_loss_grad{mse_grad_run};
+
+// ---- weighted loss: partial sums of l(d) per (sample, chunk) in double, then one thread adds
+// them in chunk order (deterministic), writing per [B] and the weighted mean ----
+
+namespace {
+
+constexpr int kLossChunks = 64;
+
+template <class T>
+__global__ void wloss_partial(const T* p, const T* t, const void* hc, DType thc, LossKind kind, double* part,
+                              int64_t M) {
+    __shared__ double sh[256];
+    const int64_t b = blockIdx.y, c = blockIdx.x, per = (M + kLossChunks - 1) / kLossChunks;
+    const int64_t lo = c * per, hi = min(M, lo + per);
+    const double cb = hc ? double(load_any(hc, thc, b)) : 0.0;
+    double acc = 0;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+        acc += loss::value(kind, double(to_f32(p[b * M + i])) - double(to_f32(t[b * M + i])), cb);
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if (int(threadIdx.x) < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) part[b * kLossChunks + c] = sh[0];
+}
+
+__global__ void wloss_finish(const double* part, const void* w, DType tw, float* loss, float* per, int64_t B,
+                             int64_t M) {
+    double total = 0;
+    for (int64_t b = 0; b < B; b++) {
+        double s = 0;
+        for (int c = 0; c < kLossChunks; c++) s += part[b * kLossChunks + c];
+        const double mean = M ? s / double(M) : 0.0;
+        per[b] = float(mean);
+        total += (w ? double(load_any(w, tw, b)) : 1.0) * mean;
+    }
+    loss[0] = float(total / double(B));
+}
+
+template <class T>
+__global__ void wloss_grad_kernel(const void* coef, DType tcoef, const T* p, const T* t, const void* hc, DType thc,
+                                  LossKind kind, T* gp, int64_t B, int64_t M) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < B * M; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t b = i / M;
+        const float k = float(double(load_any(coef, tcoef, b)) / double(M));
+        const float cb = hc ? load_any(hc, thc, b) : 0.0f;
+        gp[i] = from_f32<T>(k * loss::slope(kind, to_f32(p[i]) - to_f32(t[i]), cb));
+    }
+}
+
+}  // namespace
+
+static size_t wloss_ws(const Graph& g, const Node& n) {
+    return size_t(g.shape(n.in[0]).d[0]) * kLossChunks * sizeof(double);
+}
+static void wloss_run(CudaCtx& c) {
+    const LossKind kind = LossKind(c.p().i[0]);
+    const bool has_w = c.p().i[1] != 0;
+    const int64_t B = c.in_shape(0).d[0], M = c.in[0].numel() / B;
+    GL_CHECK(c.in_dtype(0) == c.in_dtype(1), "weighted_loss: pred and target must share a dtype on CUDA");
+    const int ic = has_w ? 3 : 2;
+    const void* hc = kind == LossKind::huber ? c.in_ptr(ic) : nullptr;
+    const DType thc = kind == LossKind::huber ? c.in_dtype(ic) : DType::f32;
+    double* part = reinterpret_cast<double*>(c.workspace);
+    dispatch_float(c.in_dtype(0), "weighted_loss", [&](auto tag) {
+        using T = decltype(tag);
+        wloss_partial<T><<<dim3(kLossChunks, unsigned(B)), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr<T>(1), hc,
+                                                                               thc, kind, part, M);
+    });
+    GL_CUDA_LAUNCHED();
+    wloss_finish<<<1, 1, 0, c.stream>>>(part, has_w ? c.in_ptr(2) : nullptr, has_w ? c.in_dtype(2) : DType::f32,
+                                        c.out_ptr<float>(0), c.out_ptr<float>(1), B, M);
+    GL_CUDA_LAUNCHED();
+}
+const CudaKernel cuda_weighted_loss{wloss_run, wloss_ws};
+
+static void wloss_grad_run(CudaCtx& c) {
+    const LossKind kind = LossKind(c.p().i[0]);
+    const int64_t B = c.in_shape(1).d[0], M = c.in[1].numel() / B;
+    if (B * M == 0) return;
+    GL_CHECK(c.in_dtype(1) == c.in_dtype(2), "weighted_loss_grad: pred and target must share a dtype on CUDA");
+    const void* hc = kind == LossKind::huber ? c.in_ptr(3) : nullptr;
+    const DType thc = kind == LossKind::huber ? c.in_dtype(3) : DType::f32;
+    dispatch_float(c.out_dtype(0), "weighted_loss_grad", [&](auto tag) {
+        using T = decltype(tag);
+        wloss_grad_kernel<T><<<grid_for(B * M, 256), 256, 0, c.stream>>>(c.in_ptr(0), c.in_dtype(0), c.in_ptr<T>(1),
+                                                                         c.in_ptr<T>(2), hc, thc, kind,
+                                                                         c.out_ptr<T>(0), B, M);
+    });
+    GL_CUDA_LAUNCHED();
+}
+const CudaKernel cuda_weighted_loss_grad{wloss_grad_run};
 
 }  // namespace gl

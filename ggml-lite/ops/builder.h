@@ -37,6 +37,9 @@ ValueId scale(Graph& g, ValueId x, float s);  // s * x
 ValueId dropout(Graph& g, ValueId x, float p, uint64_t seed);
 
 // ---- activations (ops/activations.cpp) ----
+// The same with a per-step seed: seed_input is an i32 scalar input the host writes each step (a
+// captured step then draws a new mask per replay); the mask uses dropout_step_seed(seed, value).
+ValueId dropout(Graph& g, ValueId x, float p, uint64_t seed, ValueId seed_input);
 enum class Act : int { silu = 0, gelu_erf = 1, gelu_tanh = 2, quick_gelu = 3 };
 ValueId silu(Graph& g, ValueId x);
 ValueId gelu(Graph& g, ValueId x, bool tanh_approx = false);
@@ -59,6 +62,21 @@ ValueId mse_loss(Graph& g, ValueId pred, ValueId target, ValueId weights = kNoVa
 ValueId mse_loss_grad(Graph& g, ValueId gy, ValueId pred, ValueId target, ValueId weights = kNoValue);
 
 // ---- matmul (ops/matmul.cpp) ----
+// The diffusion training loss, as kohya's sd-scripts reduces it: loss = mean_b(w[b] * per[b]) with
+// per[b] = mean over sample b's elements of l(pred - target); l2: d^2, l1: |d|, huber (kohya's
+// pseudo-Huber): 2 c (sqrt(d^2 + c^2) - c) with c = huber_c[b]. w [B] optional (kNoValue: ones),
+// huber_c [B] required for huber only. Outputs {loss scalar f32, per [B] f32}; returns loss
+// (the per-sample losses are the node's second output). No gradient flows to huber_c.
+enum class LossKind : int { l2 = 0, l1 = 1, huber = 2 };
+const char* loss_kind_name(LossKind k);
+ValueId weighted_loss(Graph& g, LossKind kind, ValueId pred, ValueId target, ValueId weights = kNoValue,
+                      ValueId huber_c = kNoValue);
+// The per-sample losses [B] of a weighted_loss result.
+ValueId weighted_loss_per_sample(const Graph& g, ValueId loss);
+// d loss / d pred = coef[b] / M * l'(pred - target) for coef [B] (the backward rule folds the
+// incoming gradient, the weights and 1/B into coef), in pred's dtype.
+ValueId weighted_loss_grad(Graph& g, LossKind kind, ValueId coef, ValueId pred, ValueId target,
+                           ValueId huber_c = kNoValue);
 // a [..., M, K] (trans_a: [..., K, M]) times b [..., K, N] (trans_b: [..., N, K]) -> [..., M, N].
 // Batch dims of a and b are equal, or b is 2-D and shared by every batch.
 ValueId matmul(Graph& g, ValueId a, ValueId b, bool trans_a = false, bool trans_b = false);

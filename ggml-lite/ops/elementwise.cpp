@@ -1,4 +1,5 @@
-// Elementwise arithmetic with NumPy broadcasting (add, sub, mul), scale and seeded dropout.
+// Elementwise arithmetic with NumPy broadcasting (add, sub, mul), scale and seeded dropout
+// (build-time seed, optionally mixed with a per-step seed input).
 #include "ggml-lite/ops/family.h"
 #include "ggml-lite/ops/rng.h"
 
@@ -118,20 +119,30 @@ ValueId scale(Graph& g, ValueId x, float s) {
 
 const OpDef def_scale{"scale", "elementwise", unary_infer, unary_cost, scale_backward, scale_cpu, kOpInplace};
 
-// ---------------- dropout: p.f[0] = drop probability, p.i[0] = seed ----------------
-// The mask is a pure function of (seed, element index), so the backward pass (dropout of
-// the gradient with the same seed) and a recomputed forward see the same mask.
+// ---------------- dropout: {x[, seed_input i32 scalar]}; p.f[0] = drop probability, p.i[0] = seed ----------------
+// The mask is a pure function of (seed, element index), so the backward pass (dropout of the
+// gradient with the same seed) and a recomputed forward see the same mask. With a seed input the
+// seed is dropout_step_seed(p.i[0], value): the host changes it per step without a rebuild.
 
 static std::vector<OutSpec> dropout_infer(const OpCall& c) {
     c.check(c.p.f[0] >= 0.0f && c.p.f[0] < 1.0f, cat("drop probability ", c.p.f[0], " not in [0, 1)"));
-    return unary_infer(c);
+    c.check(c.n_in() == 1 || c.n_in() == 2, "takes x or {x, seed_input}");
+    if (c.n_in() == 2)
+        c.check(c.dtype(1) == DType::i32 && c.shape(1).numel() == 1, "seed_input must be an i32 scalar");
+    c.check(dtype_is_float(c.dtype(0)), "input must be floating point");
+    return {dense(c.dtype(0), c.shape(0))};
 }
-static void dropout_backward(BackwardCtx& b) { b.add(0, dropout(b.g, b.grad(), b.p().f[0], uint64_t(b.p().i[0]))); }
+static void dropout_backward(BackwardCtx& b) {
+    const uint64_t seed = uint64_t(b.p().i[0]);
+    b.add(0, b.node.in.size() > 1 ? dropout(b.g, b.grad(), b.p().f[0], seed, b.in(1))
+                                  : dropout(b.g, b.grad(), b.p().f[0], seed));
+}
 static void dropout_cpu(CpuCtx& c) {
     const float* x = c.in_f32(0);
     float* y = c.out_f32(0);
     const float p = c.p().f[0], keep_scale = 1.0f / (1.0f - p);
-    const uint64_t seed = uint64_t(c.p().i[0]);
+    uint64_t seed = uint64_t(c.p().i[0]);
+    if (c.n_in() > 1) seed = dropout_step_seed(seed, c.in_i32(1)[0]);
     parallel_for(c.out[0].numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
         for (int64_t i = lo; i < hi; i++) y[i] = dropout_keep(seed, uint64_t(i), p) ? x[i] * keep_scale : 0.0f;
     });
@@ -143,6 +154,14 @@ ValueId dropout(Graph& g, ValueId x, float p, uint64_t seed) {
     prm.f[0] = p;
     prm.i[0] = int64_t(seed);
     return g.apply1(Op::dropout, {x}, prm);
+}
+
+ValueId dropout(Graph& g, ValueId x, float p, uint64_t seed, ValueId seed_input) {
+    if (p == 0.0f) return x;
+    Params prm;
+    prm.f[0] = p;
+    prm.i[0] = int64_t(seed);
+    return g.apply1(Op::dropout, {x, seed_input}, prm);
 }
 
 const OpDef def_dropout{"dropout", "elementwise", dropout_infer, unary_cost, dropout_backward, dropout_cpu, kOpInplace};

@@ -32,6 +32,8 @@
     X(sum_to, reductions)               \
     X(mse_loss, reductions)             \
     X(mse_loss_grad, reductions)        \
+    X(weighted_loss, reductions)        \
+    X(weighted_loss_grad, reductions)   \
     /* matmul and linear */             \
     X(matmul, matmul)                   \
     X(linear, matmul)                   \

@@ -1,7 +1,8 @@
-// Reductions (sum, mean, sum_to) and the MSE loss. Every sum accumulates in double and adds
+// Reductions (sum, mean, sum_to), the MSE loss and the weighted diffusion loss. Every sum accumulates in double and adds
 // its terms in an order fixed by the shapes alone, so results are bitwise identical
 // whatever the thread count.
 #include "ggml-lite/ops/family.h"
+#include "ggml-lite/ops/loss_math.h"
 
 namespace gl {
 
@@ -261,5 +262,149 @@ ValueId mse_loss_grad(Graph& g, ValueId gy, ValueId pred, ValueId target, ValueI
 
 const OpDef def_mse_loss_grad{"mse_loss_grad", "reductions", mse_grad_infer, mse_grad_cost, nullptr, mse_grad_cpu,
                               kOpGradHelper};
+
+// ---------------- weighted_loss: {pred, target[, weights][, huber_c]} -> {loss, per [B]} ----------------
+// p.i[0] = LossKind, p.i[1] = 1 when weights are given. per[b] = 1/M sum_i l(d_i), d = pred - target
+// over sample b's M elements; loss = 1/B sum_b w[b] per[b].
+
+const char* loss_kind_name(LossKind k) {
+    switch (k) {
+        case LossKind::l2: return "l2";
+        case LossKind::l1: return "l1";
+        case LossKind::huber: return "huber";
+    }
+    return "?";
+}
+
+namespace {
+
+// Checks pred, target (inputs first, first + 1) and the [B] side inputs after them; returns B.
+int64_t check_loss_inputs(const OpCall& c, int first, int64_t kind, int side_inputs) {
+    c.check(kind >= 0 && kind <= int64_t(LossKind::huber), cat("unknown loss kind ", kind));
+    c.check(c.n_in() == first + 2 + side_inputs,
+            cat("takes ", first + 2 + side_inputs, " inputs here (", first ? "coef, " : "", "pred, target",
+                side_inputs ? ", then [B] weights and/or huber_c as the flags say" : "", ")"));
+    const Shape& s = c.shape(first);
+    c.check(s.nd >= 1 && s.d[0] > 0, "pred must have a non-empty leading batch dim [B, ...]");
+    c.check(c.shape(first + 1) == s, "pred and target must have the same shape");
+    for (int i = 0; i < c.n_in(); i++) c.check(dtype_is_float(c.dtype(i)), "inputs must be floating point");
+    for (int i = first + 2; i < c.n_in(); i++)
+        c.check(c.shape(i) == Shape{s.d[0]}, cat("weights and huber_c must have shape [", s.d[0], "]"));
+    return s.d[0];
+}
+
+int loss_side_inputs(const Params& p) { return int(p.i[1] != 0) + int(LossKind(p.i[0]) == LossKind::huber); }
+
+}  // namespace
+
+static std::vector<OutSpec> wloss_infer(const OpCall& c) {
+    const int64_t B = check_loss_inputs(c, 0, c.p.i[0], loss_side_inputs(c.p));
+    return {dense(DType::f32, Shape{}), dense(DType::f32, Shape{B})};
+}
+static Cost wloss_cost(const OpCall& c) { return {4.0 * double(c.shape(0).numel()), call_bytes_all_in(c)}; }
+
+static void wloss_backward(BackwardCtx& b) {
+    Graph& g = b.g;
+    const LossKind kind = LossKind(b.p().i[0]);
+    const bool has_w = b.p().i[1] != 0;
+    const ValueId w = has_w ? b.in(2) : kNoValue;
+    const ValueId c = kind == LossKind::huber ? b.in(has_w ? 3 : 2) : kNoValue;
+    GL_CHECK(c == kNoValue || !b.wants(has_w ? 3 : 2), "weighted_loss: huber_c gets no gradient (it is a per-step "
+             "constant); ", g.describe(c), " leads to a parameter");
+    const int64_t B = g.shape(b.in(0)).d[0];
+    const float inv_b = float(1.0 / double(B));
+    // coef[b] = d total / d per[b]: gy w[b] / B from the loss, plus the per-sample output's own gradient.
+    ValueId gy_b = b.grad(0) == kNoValue ? kNoValue : expand(g, b.grad(0), Shape{B});
+    ValueId coef = kNoValue;
+    if (gy_b != kNoValue) coef = scale(g, has_w ? mul(g, gy_b, cast(g, w, DType::f32)) : gy_b, inv_b);
+    if (b.grad(1) != kNoValue) coef = coef == kNoValue ? b.grad(1) : add(g, coef, b.grad(1));
+    if (b.wants(0) || b.wants(1)) {
+        ValueId gp = weighted_loss_grad(g, kind, coef, b.in(0), b.in(1), c);
+        if (b.wants(0)) b.add(0, gp);
+        if (b.wants(1)) b.add(1, scale(g, gp, -1.0f));
+    }
+    if (has_w && b.wants(2) && gy_b != kNoValue) b.add(2, scale(g, mul(g, gy_b, b.out(1)), inv_b));
+}
+
+static void wloss_cpu(CpuCtx& c) {
+    const LossKind kind = LossKind(c.p().i[0]);
+    const bool has_w = c.p().i[1] != 0;
+    const float* p = c.in_f32(0);
+    const float* t = c.in_f32(1);
+    const float* w = has_w ? c.in_f32(2) : nullptr;
+    const float* hc = kind == LossKind::huber ? c.in_f32(has_w ? 3 : 2) : nullptr;
+    float* per = c.out_f32(1);
+    const int64_t B = c.in_shape(0).d[0], M = c.in[0].numel() / B;
+    double total = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const float* pb = p + b * M;
+        const float* tb = t + b * M;
+        const double cb = hc ? double(hc[b]) : 0.0;
+        const double s = block_sum(M, [&](int64_t i) { return loss::value(kind, double(pb[i]) - double(tb[i]), cb); });
+        const double mean = M ? s / double(M) : 0.0;
+        per[b] = float(mean);
+        total += (w ? double(w[b]) : 1.0) * mean;
+    }
+    c.out_f32(0)[0] = float(total / double(B));
+}
+
+ValueId weighted_loss(Graph& g, LossKind kind, ValueId pred, ValueId target, ValueId weights, ValueId huber_c) {
+    GL_CHECK((kind == LossKind::huber) == (huber_c != kNoValue), "weighted_loss: huber_c is required for the huber "
+             "loss and only for it (kind ", loss_kind_name(kind), ")");
+    Params p;
+    p.i[0] = int64_t(kind);
+    p.i[1] = weights != kNoValue;
+    std::vector<ValueId> in{pred, target};
+    if (weights != kNoValue) in.push_back(weights);
+    if (huber_c != kNoValue) in.push_back(huber_c);
+    return g.apply(Op::weighted_loss, in, p)[0];
+}
+
+ValueId weighted_loss_per_sample(const Graph& g, ValueId loss) {
+    const int n = g.v(loss).producer;
+    GL_CHECK(n >= 0 && g.nodes[size_t(n)].op == Op::weighted_loss && g.nodes[size_t(n)].out[0] == loss,
+             "weighted_loss_per_sample: ", g.describe(loss), " is not a weighted_loss output");
+    return g.nodes[size_t(n)].out[1];
+}
+
+const OpDef def_weighted_loss{"weighted_loss", "reductions", wloss_infer, wloss_cost, wloss_backward, wloss_cpu, 0};
+
+// ---------------- weighted_loss_grad: {coef [B], pred, target[, huber_c]} -> gp; p.i[0] = LossKind ----------------
+
+static std::vector<OutSpec> wloss_grad_infer(const OpCall& c) {
+    c.check(c.n_in() >= 1 && c.shape(0).nd == 1, "coef must be a [B] vector");
+    const int64_t B = check_loss_inputs(c, 1, c.p.i[0], LossKind(c.p.i[0]) == LossKind::huber ? 1 : 0);
+    c.check(c.shape(0) == Shape{B}, cat("coef must have shape [", B, "]"));
+    return {dense(c.dtype(1), c.shape(1))};
+}
+static Cost wloss_grad_cost(const OpCall& c) {
+    return {4.0 * double(c.shape(1).numel()), call_bytes_all_in(c) + call_bytes_in(c, 1)};
+}
+static void wloss_grad_cpu(CpuCtx& c) {
+    const LossKind kind = LossKind(c.p().i[0]);
+    const float* coef = c.in_f32(0);
+    const float* p = c.in_f32(1);
+    const float* t = c.in_f32(2);
+    const float* hc = kind == LossKind::huber ? c.in_f32(3) : nullptr;
+    float* gp = c.out_f32(0);
+    const int64_t B = c.in_shape(1).d[0], M = c.in[1].numel() / B;
+    for (int64_t b = 0; b < B; b++) {
+        const float k = float(double(coef[b]) / double(M)), cb = hc ? hc[b] : 0.0f;
+        parallel_for(M, 1 << 14, [&](int64_t lo, int64_t hi) {
+            for (int64_t i = b * M + lo; i < b * M + hi; i++) gp[i] = k * loss::slope(kind, p[i] - t[i], cb);
+        });
+    }
+}
+
+ValueId weighted_loss_grad(Graph& g, LossKind kind, ValueId coef, ValueId pred, ValueId target, ValueId huber_c) {
+    Params p;
+    p.i[0] = int64_t(kind);
+    std::vector<ValueId> in{coef, pred, target};
+    if (huber_c != kNoValue) in.push_back(huber_c);
+    return g.apply1(Op::weighted_loss_grad, in, p);
+}
+
+const OpDef def_weighted_loss_grad{"weighted_loss_grad", "reductions", wloss_grad_infer, wloss_grad_cost, nullptr,
+                                   wloss_grad_cpu, kOpGradHelper};
 
 }  // namespace gl

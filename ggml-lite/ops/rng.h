@@ -24,4 +24,10 @@ GL_HD float rng_uniform(uint64_t seed, uint64_t i) { return float(rng_hash(seed,
 
 GL_HD bool dropout_keep(uint64_t seed, uint64_t i, float p) { return rng_uniform(seed, i) >= p; }
 
+// The seed a dropout node uses when it also takes a per-step seed input: its build-time seed
+// mixed with the step's value, so modules sharing one step input still draw different masks.
+GL_HD uint64_t dropout_step_seed(uint64_t build_seed, int32_t step_value) {
+    return rng_hash(build_seed, uint64_t(uint32_t(step_value)));
+}
+
 }  // namespace gl
