@@ -61,9 +61,8 @@ LoraNetwork::LoraNetwork(LoraConfig cfg) : cfg_(cfg) {
                  cfg_.module_dropout <= 1.0f,
              "lora: rank_dropout must be in [0, 1) and module_dropout in [0, 1], got ", cfg_.rank_dropout, " and ",
              cfg_.module_dropout);
-    GL_CHECK(cfg_.dropout == 0.0f, "lora: network dropout (", cfg_.dropout,
-             ") is not supported yet: it needs a per-step dropout seed in the runtime; rank_dropout and module_dropout "
-             "are");
+    GL_CHECK(cfg_.dropout >= 0.0f && cfg_.dropout < 1.0f, "lora: network dropout must be in [0, 1), got ",
+             cfg_.dropout);
 }
 
 void LoraNetwork::attach_unet(sd::Weights& w) {
@@ -114,6 +113,15 @@ ValueId LoraNetwork::apply(gl::Graph& g, Part part, const std::string& path, Val
     const gl::DType dt = g.dtype(x);
     ValueId h = conv ? gl::conv2d(g, x, gl::cast(g, m.down, dt), gl::kNoValue, stride, pad)
                      : gl::linear(g, x, gl::cast(g, m.down, dt));
+    if (cfg_.dropout > 0.0f) {
+        // kohya's network_dropout: F.dropout on down's output. One seed input for the network; the
+        // module's index keeps the masks of different modules independent.
+        if (dropout_seed_ == gl::kNoValue) {
+            dropout_seed_ = g.input("lora.dropout_seed", gl::DType::i32, gl::Shape{});
+            g.set_name(dropout_seed_, "lora.dropout_seed");
+        }
+        h = gl::dropout(g, h, cfg_.dropout, uint64_t(modules_.size()), dropout_seed_);
+    }
     if (cfg_.has_gates()) {
         // [B, 1, .., rank]: one draw per sample and rank, broadcast over positions (kohya).
         gl::Shape gs = g.shape(h);
@@ -158,8 +166,14 @@ void LoraNetwork::init(gl::Runtime& rt, uint64_t seed) const {
 }
 
 void LoraNetwork::sample_dropout(gl::Runtime& rt, uint64_t seed, bool training) const {
-    if (!cfg_.has_gates()) return;
     std::mt19937_64 rng(seed);
+    if (dropout_seed_ != gl::kNoValue) {
+        GL_CHECK(training, "lora: this network's graph has network dropout (", cfg_.dropout,
+                 ") built in, which cannot be switched off; build evaluation graphs from a network without it");
+        const int32_t s = int32_t(uint32_t(rng()));
+        rt.write(dropout_seed_, &s, gl::DType::i32);
+    }
+    if (!cfg_.has_gates()) return;
     std::uniform_real_distribution<float> u(0.0f, 1.0f);
     const gl::Graph& g = rt.plan().graph;
     for (const LoraModule& m : modules_) {

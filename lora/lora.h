@@ -33,9 +33,11 @@ struct LoraConfig {
     float conv_alpha = 0.0f;
     // kohya's rank_dropout (per sample, per rank: kept ranks scaled by 1 / (1 - p)) and
     // module_dropout (per step, the whole module skipped), drawn on the host each step by
-    // sample_dropout() into one gate input per module. kohya's network_dropout (elementwise on
-    // down's output) is refused: it needs a dropout seed that changes per step without
-    // rebuilding the graph, which the runtime's dropout op does not have yet.
+    // sample_dropout() into one gate input per module. `dropout` is kohya's network_dropout:
+    // elementwise dropout on down's output (before the rank gate), a dropout node per module
+    // whose mask follows a per-step seed input that sample_dropout() writes, so a captured step
+    // draws new masks without a rebuild. A graph built with it is a training graph: its dropout
+    // cannot be switched off (sample_dropout(training = false) refuses).
     float rank_dropout = 0.0f;
     float module_dropout = 0.0f;
     float dropout = 0.0f;
@@ -96,9 +98,13 @@ public:
 
     // Writes the initial values: down Kaiming-uniform from a seeded generator, up zero.
     void init(gl::Runtime& rt, uint64_t seed) const;
-    // Writes every module's gate (when the config has dropouts): training draws this step's rank
-    // and module dropout from seed; otherwise all gates are 1 (inference, validation).
+    // Writes every module's gate (when the config has rank or module dropout) and the network
+    // dropout's seed input (when it has network dropout): training draws this step's dropouts
+    // from seed; otherwise all gates are 1 (inference, validation), which a network with network
+    // dropout refuses (gl::Error).
     void sample_dropout(gl::Runtime& rt, uint64_t seed, bool training = true) const;
+    // The i32 scalar input holding the network dropout's per-step seed (kNoValue without it).
+    gl::ValueId dropout_seed_input() const { return dropout_seed_; }
 
 private:
     gl::ValueId apply(gl::Graph& g, Part part, const std::string& path, gl::ValueId x, gl::ValueId y,
@@ -106,6 +112,7 @@ private:
     LoraConfig cfg_;
     std::vector<LoraModule> modules_;
     gl::Graph* graph_ = nullptr;
+    gl::ValueId dropout_seed_ = gl::kNoValue;
 };
 
 // Host-side merge: W' = W + scale * up @ down (down flattened to [rank, k*k*in] for a conv) for
