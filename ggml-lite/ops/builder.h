@@ -5,6 +5,8 @@
 // Layouts: feature maps are NHWC; linear weights [out, in]; conv weights [Cout, kh, kw, Cin];
 // attention q/k/v [B, L, H, d].
 #pragma once
+#include <cmath>
+#include <utility>
 #include <vector>
 
 #include "ggml-lite/core/graph.h"
@@ -120,7 +122,63 @@ ValueId timestep_embedding(Graph& g, ValueId t, int dim, bool flip_sin_to_cos = 
 enum HyperSlot { kLr = 0, kBeta1, kBeta2, kEps, kWeightDecay, kStep, kGradScale, kHyperSize = 8 };
 // AdamW on fp32 param, m, v. decay_after = false: PyTorch's order (p *= 1 - lr*wd, then the Adam
 // step); true: bitsandbytes' order (Adam step, then decay).
-void adamw_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId hyper, bool decay_after = false);
+// gstat (optional trailing input of every optimizer step): see grad_stats below.
+void adamw_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId hyper, bool decay_after = false,
+                ValueId gstat = kNoValue);
+
+// gstat: f32 [kGstatSize], written by grad_stats over ALL trainable gradients of a step, read by every
+// optimizer step op given it as its optional trailing input:
+//   kGsMul        the factor each op applies to its gradient (after hyper's grad_scale):
+//                 min(1, max_norm / (norm + 1e-6)) / loss_scale (torch's clip_grad_norm_ after
+//                 GradScaler.unscale_); 1 / loss_scale without clipping; 0 when non-finite.
+//   kGsNonfinite  1 when any gradient element (or their sum of squares) is inf/NaN, else 0. An op
+//                 given gstat with this set changes NOTHING (parameter and state bit-identical): the
+//                 fp16 overflow skip of GradScaler, inside a captured graph.
+//   kGsNorm       global L2 norm of the unscaled gradients (raw norm / loss_scale; inf/NaN if non-finite).
+//   kGsLossScale  the loss scale that was read (1 without a loss-scale input).
+enum GstatSlot { kGsMul = 0, kGsNonfinite, kGsNorm, kGsLossScale, kGstatSize = 4 };
+// (ops/optim.cpp) grads: f32 dense gradients (any count >= 1); loss_scale: f32 [1] input or kNoValue;
+// max_norm <= 0: no clipping. Deterministic (fixed-order double sums on every backend).
+ValueId grad_stats(Graph& g, const std::vector<ValueId>& grads, ValueId loss_scale, float max_norm);
+
+// (ops/optim_lion.cpp) Lion (Chen et al. 2023, as lion-pytorch): c = b1*m + (1-b1)*g;
+// p = p*(1 - lr*wd) - lr*sign(c); m = b2*m + (1-b2)*g. hyper: lr, beta1, beta2, weight_decay,
+// grad_scale (eps and step unused). sign(0) = 0; a NaN gradient gives a NaN moment (use gstat).
+void lion_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId hyper, ValueId gstat = kNoValue);
+
+// (ops/optim_adafactor.cpp) Adafactor as transformers.optimization.Adafactor. Params with >= 2 dims are
+// factored over their last two dims (row means v_row [.., R], column means v_col [.., C]); a 4-D param
+// is a conv weight [Cout, kh, kw, Cin] and is factored as PyTorch factors [Cout, Cin, kh, kw] (rows kh,
+// cols kw, v_row [Cout*Cin*kh], v_col [Cout*Cin*kw]); 1-D params keep a full v (pass v_col = kNoValue).
+// m: the first moment (kNoValue: beta1 None). hyper: lr (ignored with relative_step), beta1, eps (eps1,
+// 1e-30), weight_decay, step, grad_scale (beta2 unused: beta2_t = 1 - step^decay_rate). The RMS of the
+// parameter and of the update are reduced inside the op.
+struct AdafactorOptions {
+    bool relative_step = true, scale_parameter = true, warmup_init = false;
+    float decay_rate = -0.8f, eps2 = 1e-3f, clip_threshold = 1.0f;
+};
+void adafactor_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v_row, ValueId v_col, ValueId hyper,
+                    const AdafactorOptions& o, ValueId gstat = kNoValue);
+// Element counts of Adafactor's factored state for a param shape ({n, 0} when unfactored).
+std::pair<int64_t, int64_t> adafactor_state_sizes(const Shape& param);
+
+// (ops/optim_prodigy.cpp) Prodigy (Mishchenko & Defazio 2023, as prodigyopt 1.1). One step over all params
+// is: prodigy_accum for every param (in node order; updates m, v, s with the old d and writes the param's
+// dot(g, p0 - p) and sum|s| into acc[2*slot], acc[2*slot+1]), then ONE prodigy_d (new d from all slots,
+// fixed order), then prodigy_step for every param. pstate f32 [kProdigyStateSize] is shared by all params
+// (initialise d = d_max = d0, the rest 0); acc f32 [2 * slots] is scratch. hyper: lr (equal for all
+// params), beta1, beta2, eps, weight_decay, step (bias correction), grad_scale.
+enum ProdigySlot { kPdD = 0, kPdDMax, kPdNumerator, kPdDenom, kPdDHat, kPdDlr, kPdApplied, kProdigyStateSize = 8 };
+struct ProdigyOptions {
+    float beta3 = -1.0f;  // < 0: sqrt(beta2) (prodigyopt's None)
+    float d0 = 1e-6f, d_coef = 1.0f, growth_rate = INFINITY;
+    bool decouple = true, use_bias_correction = false, safeguard_warmup = false;
+};
+void prodigy_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId s, ValueId p0, ValueId hyper,
+                   ValueId pstate, ValueId acc, int slot, const ProdigyOptions& o, ValueId gstat = kNoValue);
+void prodigy_d(Graph& g, ValueId pstate, ValueId acc, ValueId hyper, const ProdigyOptions& o, ValueId gstat = kNoValue);
+void prodigy_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId hyper, ValueId pstate,
+                  const ProdigyOptions& o, ValueId gstat = kNoValue);
 // (ops/adam8bit.cpp) Block-wise 8-bit AdamW (Dettmers et al. 2021, as bitsandbytes): m, v are u8 codes into the signed /
 // unsigned dynamic maps, one fp32 absmax per block of 256 (absmax_m, absmax_v: [ceil(n/256)]).
 // An element whose gradient is NaN/Inf keeps its parameter and moments.

@@ -59,4 +59,10 @@
     X(timestep_embedding, embedding)    \
     /* optimizer steps (update in place) */ \
     X(adamw_step, optim)                \
+    X(grad_stats, optim)                \
+    X(lion_step, optim_lion)            \
+    X(adafactor_step, optim_adafactor)  \
+    X(prodigy_accum, optim_prodigy)     \
+    X(prodigy_d, optim_prodigy)         \
+    X(prodigy_step, optim_prodigy)      \
     X(adamw8bit_step, adam8bit)
