@@ -377,6 +377,7 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // logs go to files: keep what was printed if a run dies
     try {
         return run(parse(argc, argv));
     } catch (const std::exception& e) {
