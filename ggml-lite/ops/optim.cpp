@@ -1,17 +1,20 @@
-// Optimizer steps as ops (8-bit AdamW lives in ops/adam8bit.cpp). They update the
-// parameter and its state in place and have no outputs, so a training step (forward,
-// backward, update) is one graph that a backend can capture whole.
+// Optimizer steps as ops: AdamW and grad_stats, the global gradient statistics (norm for clipping,
+// loss-scale undo, inf/NaN detection) that every step op can take as an optional trailing input.
+// (Lion, Adafactor, Prodigy: ops/optim_<name>.cpp; 8-bit AdamW: ops/adam8bit.cpp.) The steps update
+// the parameter and its state in place and have no outputs, so a training step (forward, backward,
+// update) is one graph that a backend can capture whole.
 #include <algorithm>
-#include <mutex>
 
 #include "ggml-lite/ops/optim_common.h"
+#include "ggml-lite/ops/optim_math.h"
 
 namespace gl {
 
-// ---------------- adamw_step(param, grad, m, v, hyper); p.i[0] = decay_after ----------------
+// ---------------- adamw_step(param, grad, m, v, hyper[, gstat]); p.i[0] = decay_after ----------------
+// A non-finite gradient element makes its parameter and moments NaN; pass gstat to skip such steps.
 
 static std::vector<OutSpec> adamw_infer(const OpCall& c) {
-    c.check(c.n_in() == 5, "takes param, grad, m, v, hyper");
+    check_gstat_input(c, 5);
     check_state_f32(c, 0, "param");
     check_state_f32(c, 1, "grad");
     check_state_f32(c, 2, "m");
@@ -23,10 +26,12 @@ static std::vector<OutSpec> adamw_infer(const OpCall& c) {
 }
 
 static void adamw_cpu(CpuCtx& c) {
-    float* p = static_cast<float*>(c.in[0].data) + c.in[0].layout.offset;
+    const GradGate gate = grad_gate(c, 5);
+    if (gate.skip) return;
+    float* p = mut_f32(c, 0);
     const float* g = c.in_f32(1);
-    float* m = static_cast<float*>(c.in[2].data) + c.in[2].layout.offset;
-    float* v = static_cast<float*>(c.in[3].data) + c.in[3].layout.offset;
+    float* m = mut_f32(c, 2);
+    float* v = mut_f32(c, 3);
     const float* h = c.in_f32(4);
     const float lr = h[kLr], b1 = h[kBeta1], b2 = h[kBeta2], eps = h[kEps], wd = h[kWeightDecay], gs = h[kGradScale];
     const double t = h[kStep];
@@ -36,7 +41,7 @@ static void adamw_cpu(CpuCtx& c) {
     const bool after = c.p().i[0] != 0;
     parallel_for(c.in[0].numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
         for (int64_t i = lo; i < hi; i++) {
-            float gi = g[i] * gs;
+            float gi = (g[i] * gs) * gate.mul;
             float pi = after ? p[i] : p[i] * decay;
             float mi = m[i] + (1.0f - b1) * (gi - m[i]);
             float vi = v[i] * b2 + (1.0f - b2) * (gi * gi);
@@ -49,12 +54,61 @@ static void adamw_cpu(CpuCtx& c) {
     });
 }
 
-void adamw_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId hyper, bool decay_after) {
+void adamw_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId hyper, bool decay_after,
+                ValueId gstat) {
     Params p;
     p.i[0] = decay_after ? 1 : 0;
-    g.apply(Op::adamw_step, {param, grad, m, v, hyper}, p);
+    g.apply(Op::adamw_step, present({param, grad, m, v, hyper, gstat}), p);
 }
 
 const OpDef def_adamw_step{"adamw_step", "optim", adamw_infer, step_cost, nullptr, adamw_cpu, kOpNoGrad | kOpMutates};
+
+// ------- grad_stats(grads...[, loss_scale]) -> gstat f32[4]; p.i[0] = has loss scale, p.f[0] = max_norm -------
+
+static std::vector<OutSpec> grad_stats_infer(const OpCall& c) {
+    const bool has_ls = c.p.i[0] != 0;
+    const int n_grads = c.n_in() - (has_ls ? 1 : 0);
+    c.check(n_grads >= 1, "needs at least one gradient");
+    for (int i = 0; i < n_grads; i++) c.check(c.dtype(i) == DType::f32, "gradients must be f32");
+    if (has_ls) {
+        c.check(c.dtype(n_grads) == DType::f32 && c.shape(n_grads).numel() == 1, "loss_scale must be one f32");
+    }
+    c.check(std::isfinite(c.p.f[0]), "max_norm must be finite (<= 0: no clipping)");
+    return {dense(DType::f32, Shape{kGstatSize})};
+}
+
+static Cost grad_stats_cost(const OpCall& c) {
+    double n = 0;
+    for (int i = 0; i < c.n_in(); i++) n += double(c.shape(i).numel());
+    return {2.0 * n, 4.0 * n};
+}
+
+// Sum of squares in double, tensor by tensor in input order, element by element: the order the
+// CUDA kernel's fixed partition reproduces up to double rounding.
+static void grad_stats_cpu(CpuCtx& c) {
+    const bool has_ls = c.p().i[0] != 0;
+    const int n_grads = c.n_in() - (has_ls ? 1 : 0);
+    double sumsq = 0.0;
+    for (int k = 0; k < n_grads; k++) {
+        const float* x = c.in_f32(k);
+        const int64_t n = c.in[size_t(k)].numel();
+        double s = 0.0;
+        for (int64_t i = 0; i < n; i++) s += double(x[i]) * double(x[i]);
+        sumsq += s;
+    }
+    const float ls = has_ls ? c.in_f32(n_grads)[0] : 1.0f;
+    gstat_finish(sumsq, ls, c.p().f[0], c.out_f32(0));
+}
+
+ValueId grad_stats(Graph& g, const std::vector<ValueId>& grads, ValueId loss_scale, float max_norm) {
+    Params p;
+    p.i[0] = loss_scale != kNoValue ? 1 : 0;
+    p.f[0] = max_norm;
+    std::vector<ValueId> in = grads;
+    if (loss_scale != kNoValue) in.push_back(loss_scale);
+    return g.apply1(Op::grad_stats, in, p);
+}
+
+const OpDef def_grad_stats{"grad_stats", "optim", grad_stats_infer, grad_stats_cost, nullptr, grad_stats_cpu, kOpNoGrad};
 
 }  // namespace gl

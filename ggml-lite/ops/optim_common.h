@@ -1,4 +1,5 @@
-// Input checks and cost shared by the optimizer-step families (ops/optim.cpp, ops/adam8bit.cpp).
+// Input checks, cost and the gstat gate shared by the optimizer-step families (ops/optim*.cpp,
+// ops/adam8bit.cpp).
 #pragma once
 #include "ggml-lite/ops/family.h"
 
@@ -14,6 +15,37 @@ inline void check_hyper_input(const OpCall& c, int i) {
     c.check(c.shape(i).numel() == kHyperSize, cat("hyper must hold ", int(kHyperSize), " floats"));
 }
 
+// gstat is optional: present when the call has one input more than `n_fixed`.
+inline void check_gstat_input(const OpCall& c, int n_fixed) {
+    c.check(c.n_in() == n_fixed || c.n_in() == n_fixed + 1, cat("takes ", n_fixed, " inputs plus an optional gstat"));
+    if (c.n_in() == n_fixed + 1) {
+        check_state_f32(c, n_fixed, "gstat");
+        c.check(c.shape(n_fixed).numel() == kGstatSize, cat("gstat must hold ", int(kGstatSize), " floats"));
+    }
+}
+
+// Inputs in builder order, dropping kNoValue (optional state and gstat).
+inline std::vector<ValueId> present(std::initializer_list<ValueId> ids) {
+    std::vector<ValueId> r;
+    for (ValueId v : ids)
+        if (v != kNoValue) r.push_back(v);
+    return r;
+}
+
 inline Cost step_cost(const OpCall& c) { return {12.0 * double(c.shape(0).numel()), call_bytes_all_in(c) * 1.6}; }
+
+// Mutable dense f32 view of input i (the ops update leaves in place).
+inline float* mut_f32(CpuCtx& c, int i) { return static_cast<float*>(c.in[size_t(i)].data) + c.in[size_t(i)].layout.offset; }
+
+// What gstat (input `at`, when present) asks of a step: the gradient factor and whether to skip.
+struct GradGate {
+    float mul = 1.0f;
+    bool skip = false;
+};
+inline GradGate grad_gate(CpuCtx& c, int at) {
+    if (at >= c.n_in()) return {};
+    const float* s = c.in_f32(at);
+    return {s[kGsMul], s[kGsNonfinite] != 0.0f};
+}
 
 }  // namespace gl
