@@ -1,0 +1,167 @@
+// The optimizer of a training step, host side: parses kohya-style settings, appends the update ops
+// (ops/optim*.cpp, ops/adam8bit.cpp) to the step's graph after gl::backward, owns their state
+// leaves, writes the per-step hyper tensors, and saves / restores the state for resume.
+//
+// Use (after gl::backward, before planning):
+//     optim::OptimizerConfig cfg = optim::parse_optimizer("AdamW8bit", {"weight_decay=0.01", "betas=0.9,0.99"});
+//     optim::Optimizer opt(cfg);
+//     opt.add_group(g, "unet", unet_params, unet_grads, 1e-4);      // grads parallel to params
+//     opt.add_group(g, "text_encoder", te_params, te_grads, 5e-5);  // its own lr (and weight decay)
+//     opt.finish(g, loss_scale_input, /*max_grad_norm*/ 1.0f);      // grad_stats + update nodes
+//     ... plan, make the runtime, write the params ...
+//     opt.init_state(rt);                                            // zeros (Prodigy: p0 = params)
+//     each step:  scaler.write(rt, loss_scale_input);                // fp16 only
+//                 opt.set_step(rt, opt.next_step(), schedule.multiplier(global_step));
+//                 rt.run();
+//                 optim::StepResult r = opt.after_step(rt);           // one 16-byte read
+//                 scaler.update(r.nonfinite);
+//     opt.save_state(path, rt, &scaler, {{"ss_steps", "..."}}); opt.load_state(path, rt, &scaler);
+//
+// Every update op takes the step's gstat (ops/builder.h): gradients are unscaled by the loss scale
+// and clipped by global norm inside the graph, and a step whose gradients hold inf/NaN changes no
+// parameter and no state (after_step reports it skipped; the optimizer's own step count, used for
+// bias corrections, then does not advance, as torch's GradScaler skipping optimizer.step()).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ggml-lite/core/graph.h"
+#include "ggml-lite/core/runtime.h"
+#include "ggml-lite/ops/builder.h"
+
+namespace optim {
+
+enum class OptimizerKind { AdamW, AdamW8bit, Lion, Adafactor, Prodigy };
+const char* optimizer_kind_name(OptimizerKind k);
+
+// The settings of one optimizer, defaults as the Python class kohya instantiates for that name
+// (torch.optim.AdamW, bitsandbytes.optim.AdamW8bit, lion_pytorch.Lion,
+// transformers.optimization.Adafactor, prodigyopt.Prodigy).
+struct OptimizerConfig {
+    OptimizerKind kind = OptimizerKind::AdamW;
+    float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+    float weight_decay = 0.01f;  // default for groups that do not give their own
+    gl::AdafactorOptions adafactor;
+    bool adafactor_first_moment = false;  // Adafactor's beta1 (beta1 = None: false)
+    gl::ProdigyOptions prodigy;
+    std::vector<std::string> args;  // the optimizer_args as given (recorded in state files)
+};
+
+// optimizer_type: "AdamW", "AdamW8bit", "Lion", "Adafactor", "Prodigy" (case-insensitive).
+// optimizer_args: "name=value" (kohya's --optimizer_args): weight_decay, betas ("0.9,0.99"), eps,
+// and per kind relative_step / scale_parameter / warmup_init / beta1 / clip_threshold / decay_rate
+// (Adafactor; eps as "1e-30,1e-3"), beta3 / d0 / d_coef / growth_rate / decouple /
+// use_bias_correction / safeguard_warmup / slice_p=1 (Prodigy). Booleans True/False, None where
+// Python accepts it. Throws gl::Error naming an unknown type, an unknown or repeated argument, or a
+// bad value.
+OptimizerConfig parse_optimizer(const std::string& type, const std::vector<std::string>& args);
+
+struct StepResult {
+    bool skipped = false;    // the update ops changed nothing (non-finite gradients)
+    bool nonfinite = false;  // gradients (as scaled by the loss scale) held inf/NaN
+    float grad_norm = 0;     // global L2 norm of the unscaled gradients, before clipping
+};
+
+class LossScaler;
+
+class Optimizer {
+public:
+    explicit Optimizer(OptimizerConfig cfg);
+
+    // A parameter group: params (f32 leaves made with g.param) and their gradients (same order;
+    // kNoValue: the param gets no update, as a None .grad in PyTorch). weight_decay < 0: the
+    // config's. Before finish().
+    void add_group(gl::Graph& g, const std::string& name, const std::vector<gl::ValueId>& params,
+                   const std::vector<gl::ValueId>& grads, double lr, float weight_decay = -1.0f);
+    // Appends grad_stats over every group's gradients (loss_scale: an f32 [1] input the loss was
+    // multiplied by, or kNoValue; max_grad_norm <= 0: no clipping) and the update nodes, creating the
+    // state leaves ("optim.<param>.<slot>") and one hyper input per group. Throws for Prodigy when
+    // groups have different non-zero learning rates (prodigyopt refuses them too).
+    void finish(gl::Graph& g, gl::ValueId loss_scale = gl::kNoValue, float max_grad_norm = 0.0f);
+
+    // Zeroes the state (8-bit: the code of zero, absmax 0). Prodigy copies each param into its p0,
+    // so write the params first. Resets the step count.
+    void init_state(gl::Runtime& rt);
+    // Writes every group's hyper for optimizer step `step` (1-based; bias corrections and Adafactor's
+    // schedule use it) with lr = group lr * lr_multiplier. Call before each run.
+    void set_step(gl::Runtime& rt, int64_t step, double lr_multiplier = 1.0);
+    // After each run: reads gstat once; counts the step when it was applied.
+    StepResult after_step(gl::Runtime& rt);
+    bool last_step_skipped() const { return last_.skipped; }
+    int64_t steps_applied() const { return steps_applied_; }
+    int64_t next_step() const { return steps_applied_ + 1; }
+
+    // Every state tensor by name, the step count, the loss scaler's state (when given), the kind and
+    // args, plus `extra` metadata; written atomically (temporary file + rename).
+    void save_state(const std::string& path, const gl::Runtime& rt, const LossScaler* scaler = nullptr,
+                    const std::map<std::string, std::string>& extra = {}) const;
+    // Validates the file against this optimizer (kind, names, shapes, dtypes: every mismatch is a
+    // gl::Error naming it) and restores the state bytes exactly, the step count and the scaler.
+    void load_state(const std::string& path, gl::Runtime& rt, LossScaler* scaler = nullptr);
+
+    const OptimizerConfig& config() const { return cfg_; }
+    gl::ValueId gstat() const { return gstat_; }
+    // The state leaves that save_state writes (scratch excluded).
+    std::vector<gl::ValueId> state_values() const;
+
+private:
+    struct Group {
+        std::string name;
+        std::vector<gl::ValueId> params, grads;
+        double lr;
+        float weight_decay;
+        gl::ValueId hyper = gl::kNoValue;
+    };
+    struct Slot {
+        gl::ValueId id;
+        enum Init { zero, zero_code_signed, zero_code_unsigned, copy_param, prodigy_state } init;
+        gl::ValueId param = gl::kNoValue;  // copy_param: its source
+        bool saved = true;                 // false: per-step scratch
+        std::string name;
+        gl::DType dtype;
+        gl::Shape shape;
+    };
+    gl::ValueId add_state(gl::Graph& g, const std::string& name, gl::DType t, const gl::Shape& s, Slot::Init init,
+                          gl::ValueId param = gl::kNoValue, bool saved = true);
+    void append_updates(gl::Graph& g, const Group& grp, gl::ValueId param, gl::ValueId grad, int& prodigy_slot,
+                        std::vector<gl::ValueId>& prodigy_params);
+
+    OptimizerConfig cfg_;
+    std::vector<Group> groups_;
+    std::vector<Slot> slots_;
+    gl::ValueId gstat_ = gl::kNoValue, pstate_ = gl::kNoValue, acc_ = gl::kNoValue;
+    bool finished_ = false;
+    int64_t steps_applied_ = 0;
+    StepResult last_;
+};
+
+// fp16 dynamic loss scaling as torch.cuda.amp.GradScaler: the loss is multiplied by scale() (the
+// graph reads it from an f32 [1] input written each step); a step whose gradients overflow is
+// skipped (the optimizer ops see gstat's flag) and the scale multiplied by backoff_factor; after
+// growth_interval consecutive good steps it is multiplied by growth_factor.
+class LossScaler {
+public:
+    struct Options {
+        double init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5;
+        int64_t growth_interval = 2000;
+    };
+    LossScaler() : LossScaler(Options{}) {}
+    explicit LossScaler(Options o);
+    double scale() const { return scale_; }
+    int64_t growth_tracker() const { return tracker_; }
+    // Writes the scale into the graph's loss-scale input (before each run).
+    void write(gl::Runtime& rt, gl::ValueId loss_scale_input) const;
+    // After each run, with StepResult::nonfinite.
+    void update(bool found_nonfinite);
+    // Resume: throws gl::Error unless scale is positive and finite and tracker in [0, interval).
+    void restore(double scale, int64_t tracker);
+
+private:
+    Options o_;
+    double scale_;
+    int64_t tracker_ = 0;
+};
+
+}  // namespace optim
