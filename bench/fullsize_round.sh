@@ -20,6 +20,7 @@ die() { echo "FAILED: $*" >&2; exit 1; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 compgen -G ".whl/diffusers-*.whl" >/dev/null || die "no .whl/diffusers-*.whl (download it as the README says)"
+rm -rf /tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || die "pip install of .whl/"
 export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 python3 -c "import torch, diffusers, transformers, safetensors; assert torch.cuda.is_available()" \
@@ -48,7 +49,7 @@ check() {  # log name, then gl-sd15check's arguments
   local rc=0
   ./build-gpu/gl-sd15check "$@" >"$log" 2>&1 || rc=$?
   stamp "gl-sd15check $* -> exit $rc"
-  grep -E "^(open|load|forward|memory|tokenizer|runs)|cudaMemGetInfo|device in use|error" "$log" | sed 's/^/    /' || true
+  grep -E "^(==|open|load|forward|memory|tokenizer|runs)|cudaMemGetInfo|device in use|error" "$log" | sed 's/^/    /' || true
   sed -n '/^summary/,$p' "$log"
   [ "$rc" -eq 0 ] || status=1
 }

@@ -221,7 +221,7 @@ void check_model(Ctx& c, const char* name, const std::function<ModelGraph(sd::We
     rt->synchronize();
     const double load_ms = ms_since(t0);
     GL_CHECK(rep.missing.empty(), name, ": ", rep.missing.size(), " weights missing, first ", rep.missing.front());
-    std::printf("load: graph + plan %.0f ms (%zu nodes), allocate %.0f ms, weights %.0f ms (%zu tensors, %.1f MiB "
+    std::printf("load: graph + plan %.0f ms (%zu nodes), allocate + poison %.0f ms, weights %.0f ms (%zu tensors, %.1f MiB "
                 "on the device, %.2f GB/s)%s\n",
                 plan_ms, rt->plan().graph.nodes.size(), alloc_ms, load_ms, rep.tensors, mib(double(rep.bytes)),
                 double(rep.bytes) / (load_ms * 1e6), rep.unexpected.empty() ? "" : cat("; ", rep.unexpected.size(),
