@@ -19,6 +19,11 @@ std::vector<std::vector<float>> adamw8bit_reference(const std::vector<std::vecto
     const float* qs = adam8bit_qmap(true);
     const float* qu = adam8bit_qmap(false);
     float lr = h[0], b1 = h[1], b2 = h[2], eps = h[3], wd = h[4], gs = h[6];
+    // optional gstat (multiplier, non-finite flag): a set flag leaves everything as it was
+    // (the harness appends its projection leaves after the case's own)
+    const bool has_gstat = in.size() > 7 && in[7].size() == size_t(kGstatSize);
+    const float gmul = has_gstat ? in[7][kGsMul] : 1.0f;
+    if (has_gstat && in[7][kGsNonfinite] != 0.0f) return {p, cm, cv, am, av};
     double t = h[5];
     float corr2 = float(std::sqrt(1.0 - std::pow(double(b2), t)));
     float step = float(-double(lr) * corr2 / (1.0 - std::pow(double(b1), t)));
@@ -29,7 +34,7 @@ std::vector<std::vector<float>> adamw8bit_reference(const std::vector<std::vecto
         std::vector<bool> ok(e - b0);
         float nm = 0, nv = 0;
         for (size_t i = b0; i < e; i++) {
-            float gi = g[i] * gs;
+            float gi = (g[i] * gs) * gmul;
             float mi = qs[int(cm[i])] * am[b], vi = qu[int(cv[i])] * av[b];
             ok[i - b0] = std::isfinite(gi);
             if (ok[i - b0]) {
@@ -66,7 +71,8 @@ std::vector<std::vector<float>> adamw8bit_reference(const std::vector<std::vecto
     return {p, cm, cv, am, av};
 }
 
-void build_adamw8bit(CaseBuilder& b, int64_t n, bool with_nan) {
+// gate: 0 no gstat, 1 gstat scaling the gradient, 2 gstat with its non-finite flag set.
+void build_adamw8bit(CaseBuilder& b, int64_t n, bool with_nan, int gate = 0) {
     b.compute = DType::f32;
     int64_t blocks = (n + 255) / 256;
     ValueId p = b.c("param", {n});
@@ -83,7 +89,12 @@ void build_adamw8bit(CaseBuilder& b, int64_t n, bool with_nan) {
         gd[300] = INFINITY;
         b.set(g, gd);
     }
-    adamw8bit_step(b.g, p, g, m, v, am, av, h);
+    ValueId gs = kNoValue;
+    if (gate > 0) {
+        gs = b.c("gstat", {kGstatSize});
+        b.set(gs, {0.25f, gate == 2 ? 1.0f : 0.0f, 3.0f, 4.0f});
+    }
+    adamw8bit_step(b.g, p, g, m, v, am, av, h, gs);
     for (ValueId x : {p, m, v, am, av}) b.out(x);
 }
 
@@ -94,6 +105,24 @@ Register r({
          ValueId p = g.param("p", DType::f32, {512});
          adamw8bit_step(g, p, g.input("g", DType::f32, {512}), g.state("m", DType::u8, {512}), g.state("v", DType::u8, {512}),
                         g.state("am", DType::f32, {1}), g.state("av", DType::f32, {2}), g.input("h", DType::f32, {8}));
+     },
+     adamw8bit_reference, 1e-6},
+    {"adamw8bit_step", "gstat multiplies the gradient",
+     [](CaseBuilder& b) { build_adamw8bit(b, 4096 + 77, false, 1); },
+     [](Graph& g) {
+         ValueId p = g.param("p", DType::f32, {512});
+         adamw8bit_step(g, p, g.input("g", DType::f32, {512}), g.state("m", DType::u8, {512}), g.state("v", DType::u8, {512}),
+                        g.state("am", DType::f32, {2}), g.state("av", DType::f32, {2}), g.input("h", DType::f32, {8}),
+                        g.input("gstat", DType::f32, {3}));
+     },
+     adamw8bit_reference, 1e-6},
+    {"adamw8bit_step", "gstat's non-finite flag skips the step",
+     [](CaseBuilder& b) { build_adamw8bit(b, 4096, true, 2); },
+     [](Graph& g) {
+         ValueId p = g.param("p", DType::f32, {512});
+         adamw8bit_step(g, p, g.input("g", DType::f32, {512}), g.state("m", DType::u8, {512}), g.state("v", DType::u8, {512}),
+                        g.state("am", DType::f32, {2}), g.state("av", DType::f32, {2}), g.input("h", DType::f32, {8}),
+                        g.input("gstat", DType::i32, {kGstatSize}));
      },
      adamw8bit_reference, 1e-6},
 });

@@ -127,7 +127,7 @@ const uint32_t* adam8bit_code_table(bool is_signed) {
 // ------ adamw8bit_step(param, grad, m u8, v u8, absmax_m, absmax_v, hyper) ------
 
 static std::vector<OutSpec> adamw8bit_infer(const OpCall& c) {
-    c.check(c.n_in() == 7, "takes param, grad, m, v, absmax_m, absmax_v, hyper");
+    check_gstat_input(c, 7);  // param, grad, m, v, absmax_m, absmax_v, hyper[, gstat]
     check_state_f32(c, 0, "param");
     check_state_f32(c, 1, "grad");
     int64_t n = c.shape(0).numel(), blocks = (n + kAdam8bitBlock - 1) / kAdam8bitBlock;
@@ -145,6 +145,8 @@ static std::vector<OutSpec> adamw8bit_infer(const OpCall& c) {
 }
 
 static void adamw8bit_cpu(CpuCtx& c) {
+    const GradGate gate = grad_gate(c, 7);
+    if (gate.skip) return;
     float* p = static_cast<float*>(c.in[0].data) + c.in[0].layout.offset;
     const float* g = c.in_f32(1);
     uint8_t* cm = static_cast<uint8_t*>(c.in[2].data) + c.in[2].layout.offset;
@@ -168,7 +170,7 @@ static void adamw8bit_cpu(CpuCtx& c) {
             float new_am = 0.0f, new_av = 0.0f;
             for (int64_t k = 0; k < len; k++) {
                 int64_t i = base + k;
-                float gi = g[i] * gs;
+                float gi = (g[i] * gs) * gate.mul;
                 m[k] = qs[cm[i]] * am[b];
                 v[k] = qu[cv[i]] * av[b];
                 ok[k] = std::isfinite(gi);
@@ -196,8 +198,8 @@ static void adamw8bit_cpu(CpuCtx& c) {
 }
 
 void adamw8bit_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId absmax_m, ValueId absmax_v,
-                    ValueId hyper) {
-    g.apply(Op::adamw8bit_step, {param, grad, m, v, absmax_m, absmax_v, hyper});
+                    ValueId hyper, ValueId gstat) {
+    g.apply(Op::adamw8bit_step, present({param, grad, m, v, absmax_m, absmax_v, hyper, gstat}));
 }
 
 const OpDef def_adamw8bit_step{"adamw8bit_step", "adam8bit", adamw8bit_infer, step_cost, nullptr, adamw8bit_cpu,

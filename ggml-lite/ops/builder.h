@@ -182,8 +182,9 @@ void prodigy_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, V
 // (ops/adam8bit.cpp) Block-wise 8-bit AdamW (Dettmers et al. 2021, as bitsandbytes): m, v are u8 codes into the signed /
 // unsigned dynamic maps, one fp32 absmax per block of 256 (absmax_m, absmax_v: [ceil(n/256)]).
 // An element whose gradient is NaN/Inf keeps its parameter and moments.
+// gstat: as adamw_step's (a set non-finite flag skips the whole op).
 void adamw8bit_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId absmax_m, ValueId absmax_v,
-                    ValueId hyper);
+                    ValueId hyper, ValueId gstat = kNoValue);
 constexpr int kAdam8bitBlock = 256;
 constexpr int64_t kAdam8bitMinElements = 4096;  // smaller tensors keep fp32 state
 // The 256-entry dynamic quantisation maps (sorted ascending): signed for m, unsigned for v.
