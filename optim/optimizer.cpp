@@ -119,7 +119,7 @@ void Optimizer::append_updates(gl::Graph& g, const Group& grp, ValueId p, ValueI
             ValueId v = add_state(g, base + "exp_avg_sq.q8", DType::u8, s, Slot::zero_code_unsigned);
             ValueId am = add_state(g, base + "exp_avg.absmax", DType::f32, gl::Shape{blocks}, Slot::zero);
             ValueId av = add_state(g, base + "exp_avg_sq.absmax", DType::f32, gl::Shape{blocks}, Slot::zero);
-            g.apply(gl::Op::adamw8bit_step, {p, grad, m, v, am, av, h, gstat_});  // gstat: the optional 8th input
+            gl::adamw8bit_step(g, p, grad, m, v, am, av, h, gstat_);
             break;
         }
         case OptimizerKind::Lion: {
