@@ -68,6 +68,44 @@ Register r({
          return std::vector<std::vector<float>>{y};
      },
      1e-2},
+    // ---- accumulate (in place; the case outputs are the updated accumulators) ----
+    {"accumulate", "add 0.5 x into acc", [](CaseBuilder& b) {
+         b.compute = DType::f32;
+         ValueId acc = b.c("acc", {3, 7});
+         ValueId ctl = b.c("ctl", {2});
+         b.set(ctl, {0.0f, 0.5f});
+         accumulate(b.g, acc, b.c("x", {3, 7}), ctl);
+         b.out(acc);
+     },
+     // acc in bf16
+     [](Graph& g) {
+         accumulate(g, g.state("acc", DType::bf16, {4}), g.input("x", DType::f32, {4}), g.input("c", DType::f32, {2}));
+     },
+     [](const std::vector<std::vector<float>>& in) {
+         std::vector<float> y = in[0];
+         for (size_t i = 0; i < y.size(); i++) y[i] += 0.5f * in[2][i];
+         return std::vector<std::vector<float>>{y};
+     },
+     1e-6},
+    {"accumulate", "reset ignores a NaN left in acc; bf16 x", [](CaseBuilder& b) {
+         b.compute = DType::f32;
+         ValueId acc = b.c("acc", {40});
+         b.set(acc, std::vector<float>(40, NAN));
+         ValueId ctl = b.c("ctl", {2});
+         b.set(ctl, {1.0f, 0.25f});
+         accumulate(b.g, acc, b.c("x", {5, 8}, -1.0f, 1.0f, DType::bf16), ctl);
+         b.out(acc);
+     },
+     // x with another element count
+     [](Graph& g) {
+         accumulate(g, g.state("acc", DType::f32, {4}), g.input("x", DType::f32, {5}), g.input("c", DType::f32, {2}));
+     },
+     [](const std::vector<std::vector<float>>& in) {
+         std::vector<float> y(in[2].size());
+         for (size_t i = 0; i < y.size(); i++) y[i] = 0.25f * in[2][i];
+         return std::vector<std::vector<float>>{y};
+     },
+     1e-2},  // x was rounded to bf16
 });
 
 // The point of the seed input: one built graph, a new mask per step.

@@ -1,6 +1,7 @@
 // Elementwise add / sub / mul with broadcasting (dense inputs, up to 4 dims aligned at the
 // last), scale, and seeded dropout (mask from ops/rng.h, identical to the CPU backend; the seed
-// optionally mixed with a per-step i32 seed input read on the device).
+// optionally mixed with a per-step i32 seed input read on the device), and the in-place
+// accumulate (ctl read on the device).
 // Index-aligned, so safe when the planner places the output over input 0.
 #include "ggml-lite/cuda/kernel.cuh"
 #include "ggml-lite/ops/rng.h"
@@ -114,5 +115,26 @@ static void dropout_run(CudaCtx& c) {
     GL_CUDA_LAUNCHED();
 }
 const CudaKernel cuda_dropout{dropout_run};
+
+// acc = (ctl[0] != 0 ? 0 : acc) + ctl[1] * x; ctl is read on the device (written per micro-step).
+template <class T>
+__global__ void accumulate_kernel(float* acc, const T* x, const float* ctl, int64_t n) {
+    const bool reset = ctl[0] != 0.0f;
+    const float w = ctl[1];
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        acc[i] = (reset ? 0.0f : acc[i]) + w * to_f32(x[i]);
+}
+static void accumulate_run(CudaCtx& c) {
+    const int64_t n = c.in[0].numel();
+    if (n == 0) return;
+    GL_CHECK(c.in_dtype(2) == DType::f32, "accumulate: ctl must be f32");
+    dispatch_float(c.in_dtype(1), "accumulate", [&](auto tag) {
+        using T = decltype(tag);
+        accumulate_kernel<T><<<grid_for(n, 256), 256, 0, c.stream>>>(const_cast<float*>(c.in_ptr<float>(0)),
+                                                                       c.in_ptr<T>(1), c.in_ptr<float>(2), n);
+    });
+    GL_CUDA_LAUNCHED();
+}
+const CudaKernel cuda_accumulate{accumulate_run};
 
 }  // namespace gl

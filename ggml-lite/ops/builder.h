@@ -37,11 +37,14 @@ ValueId mul(Graph& g, ValueId a, ValueId b);
 ValueId scale(Graph& g, ValueId x, float s);  // s * x
 // y = x * keep / (1 - p), keep = dropout_keep(seed, i, p) (ops/rng.h); identical on every backend.
 ValueId dropout(Graph& g, ValueId x, float p, uint64_t seed);
-
-// ---- activations (ops/activations.cpp) ----
 // The same with a per-step seed: seed_input is an i32 scalar input the host writes each step (a
 // captured step then draws a new mask per replay); the mask uses dropout_step_seed(seed, value).
 ValueId dropout(Graph& g, ValueId x, float p, uint64_t seed, ValueId seed_input);
+// In place, no outputs: acc = (ctl[0] != 0 ? 0 : acc) + ctl[1] * x, ctl f32 [2] = {reset, weight}
+// written per step (gradient accumulation over micro-batches); acc a dense f32 storage owner.
+void accumulate(Graph& g, ValueId acc, ValueId x, ValueId ctl);
+
+// ---- activations (ops/activations.cpp) ----
 enum class Act : int { silu = 0, gelu_erf = 1, gelu_tanh = 2, quick_gelu = 3 };
 ValueId silu(Graph& g, ValueId x);
 ValueId gelu(Graph& g, ValueId x, bool tanh_approx = false);
@@ -62,8 +65,6 @@ ValueId sum_to(Graph& g, ValueId x, Shape s);
 // optional (kNoValue: all ones). Scalar f32 output.
 ValueId mse_loss(Graph& g, ValueId pred, ValueId target, ValueId weights = kNoValue);
 ValueId mse_loss_grad(Graph& g, ValueId gy, ValueId pred, ValueId target, ValueId weights = kNoValue);
-
-// ---- matmul (ops/matmul.cpp) ----
 // The diffusion training loss, as kohya's sd-scripts reduces it: loss = mean_b(w[b] * per[b]) with
 // per[b] = mean over sample b's elements of l(pred - target); l2: d^2, l1: |d|, huber (kohya's
 // pseudo-Huber): 2 c (sqrt(d^2 + c^2) - c) with c = huber_c[b]. w [B] optional (kNoValue: ones),
@@ -79,6 +80,8 @@ ValueId weighted_loss_per_sample(const Graph& g, ValueId loss);
 // incoming gradient, the weights and 1/B into coef), in pred's dtype.
 ValueId weighted_loss_grad(Graph& g, LossKind kind, ValueId coef, ValueId pred, ValueId target,
                            ValueId huber_c = kNoValue);
+
+// ---- matmul (ops/matmul.cpp) ----
 // a [..., M, K] (trans_a: [..., K, M]) times b [..., K, N] (trans_b: [..., N, K]) -> [..., M, N].
 // Batch dims of a and b are equal, or b is 2-D and shared by every batch.
 ValueId matmul(Graph& g, ValueId a, ValueId b, bool trans_a = false, bool trans_b = false);

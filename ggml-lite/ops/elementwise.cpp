@@ -1,5 +1,5 @@
-// Elementwise arithmetic with NumPy broadcasting (add, sub, mul), scale and seeded dropout
-// (build-time seed, optionally mixed with a per-step seed input).
+// Elementwise arithmetic with NumPy broadcasting (add, sub, mul), scale, seeded dropout
+// (build-time seed, optionally mixed with a per-step seed input) and the in-place accumulate.
 #include "ggml-lite/ops/family.h"
 #include "ggml-lite/ops/rng.h"
 
@@ -165,5 +165,41 @@ ValueId dropout(Graph& g, ValueId x, float p, uint64_t seed, ValueId seed_input)
 }
 
 const OpDef def_dropout{"dropout", "elementwise", dropout_infer, unary_cost, dropout_backward, dropout_cpu, kOpInplace};
+
+}  // namespace gl
+
+namespace gl {
+
+// ---------------- accumulate(acc, x, ctl): acc = (ctl[0] != 0 ? 0 : acc) + ctl[1] * x, in place ----------------
+// Gradient accumulation over micro-batches: ctl f32 [2] = {reset, weight} is written by the host
+// per micro-step, so one graph serves the first micro-step (reset, which also clears a NaN left in
+// acc) and the others. acc: a dense f32 storage owner (persistent state); x: any float, acc's
+// element count.
+
+static std::vector<OutSpec> accumulate_infer(const OpCall& c) {
+    c.check(c.n_in() == 3, "takes acc, x, ctl");
+    c.check(c.dtype(0) == DType::f32 && c.layout(0).is_contiguous() && c.g.v(c.in[0]).base == c.in[0],
+            "acc must be a dense f32 storage owner");
+    c.check(dtype_is_float(c.dtype(1)) && c.shape(1).numel() == c.shape(0).numel(),
+            "x must be floating point with acc's element count");
+    c.check(c.dtype(2) == DType::f32 && c.shape(2).numel() == 2, "ctl must be f32 [2] = {reset, weight}");
+    return {};
+}
+static Cost accumulate_cost(const OpCall& c) { return {2.0 * double(c.shape(0).numel()), 2 * call_bytes_all_in(c)}; }
+static void accumulate_cpu(CpuCtx& c) {
+    float* acc = static_cast<float*>(c.in[0].data) + c.in[0].layout.offset;
+    const float* x = c.in_f32(1);
+    const float* ctl = c.in_f32(2);
+    const bool reset = ctl[0] != 0.0f;
+    const float w = ctl[1];
+    parallel_for(c.in[0].numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; i++) acc[i] = (reset ? 0.0f : acc[i]) + w * x[i];
+    });
+}
+
+void accumulate(Graph& g, ValueId acc, ValueId x, ValueId ctl) { g.apply(Op::accumulate, {acc, x, ctl}); }
+
+const OpDef def_accumulate{"accumulate", "elementwise", accumulate_infer, accumulate_cost, nullptr, accumulate_cpu,
+                           kOpNoGrad | kOpMutates};
 
 }  // namespace gl

@@ -19,6 +19,7 @@
     X(mul, elementwise)                 \
     X(scale, elementwise)               \
     X(dropout, elementwise)             \
+    X(accumulate, elementwise)          \
     /* activations */                   \
     X(silu, activations)                \
     X(gelu, activations)                \

@@ -1,0 +1,87 @@
+#include "train/objective.h"
+
+#include <cmath>
+
+#include "ggml-lite/core/error.h"
+
+namespace train {
+
+const char* precision_name(Precision p) {
+    switch (p) {
+        case Precision::bf16: return "bf16";
+        case Precision::fp16: return "fp16";
+        case Precision::fp32: return "fp32";
+    }
+    return "?";
+}
+
+Precision parse_precision(const std::string& s) {
+    if (s == "bf16") return Precision::bf16;
+    if (s == "fp16") return Precision::fp16;
+    if (s == "fp32" || s == "no") return Precision::fp32;
+    gl::fail("precision '", s, "' is not one of bf16, fp16, fp32");
+}
+
+gl::DType activation_dtype(Precision p) {
+    return p == Precision::bf16 ? gl::DType::bf16 : p == Precision::fp16 ? gl::DType::f16 : gl::DType::f32;
+}
+
+HuberSchedule parse_huber_schedule(const std::string& s) {
+    if (s == "constant") return HuberSchedule::constant;
+    if (s == "exponential") return HuberSchedule::exponential;
+    if (s == "snr") return HuberSchedule::snr;
+    gl::fail("huber schedule '", s, "' is not one of constant, exponential, snr");
+}
+
+void Objective::validate(const sd::DdpmSchedule& s) const {
+    GL_CHECK(0 <= min_timestep && min_timestep < max_timestep && max_timestep <= s.num_steps, "objective: timesteps [",
+             min_timestep, ", ", max_timestep, ") must lie in [0, ", s.num_steps, ") and be non-empty");
+    GL_CHECK(std::isfinite(min_snr_gamma) && min_snr_gamma >= 0, "objective: min_snr_gamma ", min_snr_gamma,
+             " must be >= 0 (0: off)");
+    GL_CHECK(std::isfinite(noise_offset) && noise_offset >= 0, "objective: noise_offset ", noise_offset,
+             " must be >= 0");
+    if (loss == gl::LossKind::huber) {
+        GL_CHECK(std::isfinite(huber_c) && huber_c > 0 && huber_c <= 1, "objective: huber_c ", huber_c,
+                 " must be in (0, 1]");
+        GL_CHECK(std::isfinite(huber_scale) && huber_scale > 0, "objective: huber_scale ", huber_scale,
+                 " must be > 0");
+    }
+}
+
+double huber_c_at(const Objective& o, const sd::DdpmSchedule& s, int t) {
+    s.check_t(t);
+    switch (o.huber_schedule) {
+        case HuberSchedule::constant: return o.huber_c * o.huber_scale;
+        case HuberSchedule::exponential: {
+            const double alpha = -std::log(o.huber_c) / double(s.num_steps);
+            return std::exp(-alpha * double(t)) * o.huber_scale;
+        }
+        case HuberSchedule::snr: {
+            const double ac = s.alphas_cumprod[size_t(t)];
+            const double sigma = std::sqrt((1.0 - ac) / ac);
+            return (1.0 - o.huber_c) / ((1.0 + sigma) * (1.0 + sigma)) + o.huber_c;
+        }
+    }
+    return o.huber_c;
+}
+
+MicroBatch draw_micro_batch(const Objective& o, const sd::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
+                            int64_t channels, sd::NoiseRng& rng) {
+    GL_CHECK(batch > 0 && channels > 0 && latent_numel % (batch * channels) == 0, "draw_micro_batch: ",
+             latent_numel, " latent elements do not split into ", batch, " samples of ", channels, " channels");
+    MicroBatch m;
+    m.noise.resize(size_t(latent_numel));
+    sd::fill_normal(m.noise, rng);
+    if (o.noise_offset > 0) sd::apply_noise_offset(m.noise, batch, channels, o.noise_offset, rng);
+    m.t = sd::sample_timesteps(batch, o.min_timestep, o.max_timestep, s.num_steps, rng);
+    for (int32_t t : m.t) {
+        m.timesteps.push_back(float(t));
+        m.sqrt_ac.push_back(float(s.sqrt_alphas_cumprod[size_t(t)]));
+        m.sqrt_1m_ac.push_back(float(s.sqrt_one_minus_alphas_cumprod[size_t(t)]));
+        m.weights.push_back(o.min_snr_gamma > 0 ? float(s.min_snr_weight(t, o.min_snr_gamma, o.prediction)) : 1.0f);
+        if (o.loss == gl::LossKind::huber) m.huber_c.push_back(float(huber_c_at(o, s, t)));
+    }
+    return m;
+}
+
+}  // namespace train

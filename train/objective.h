@@ -1,0 +1,63 @@
+// The training objective's per-step host work, as kohya's sd-scripts trains SD1.5 LoRAs: draw the
+// timesteps (uniform in [min_timestep, max_timestep)), the noise (with optional offset noise), and
+// from the DDPM schedule (models/sd15/noise.h) the per-sample coefficients the step graph takes:
+// sqrt(alpha_bar), sqrt(1 - alpha_bar), the loss weights (min-SNR-gamma or 1) and the Huber
+// thresholds. The graph does the tensor work (noisy = a x0 + b noise, the target, the loss).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ggml-lite/core/dtype.h"
+#include "ggml-lite/ops/builder.h"
+#include "models/sd15/noise.h"
+
+namespace train {
+
+// Precision of the frozen weights and the activations; LoRA masters and optimizer state are f32
+// in every mode, the loss and its reduction f32. fp16 needs dynamic loss scaling (Trainer does it).
+// bf16 is the default: every GPU the CUDA backend targets (sm_80 and newer) runs it natively, and
+// the CPU backend computes in f32 whatever the storage type.
+enum class Precision : uint8_t { bf16, fp16, fp32 };
+const char* precision_name(Precision p);
+Precision parse_precision(const std::string& s);  // "bf16" | "fp16" | "fp32"; throws otherwise
+gl::DType activation_dtype(Precision p);
+
+// kohya's --huber_schedule: how huber_c depends on the timestep.
+enum class HuberSchedule : uint8_t { constant, exponential, snr };
+HuberSchedule parse_huber_schedule(const std::string& s);
+
+struct Objective {
+    sd::Prediction prediction = sd::Prediction::epsilon;
+    gl::LossKind loss = gl::LossKind::l2;
+    double min_snr_gamma = 0.0;  // 0: off (every weight 1)
+    double noise_offset = 0.0;   // 0: off
+    int min_timestep = 0, max_timestep = 1000;
+    HuberSchedule huber_schedule = HuberSchedule::snr;  // kohya's defaults
+    double huber_c = 0.1, huber_scale = 1.0;
+
+    // Throws gl::Error naming the field when a value is out of range for schedule s.
+    void validate(const sd::DdpmSchedule& s) const;
+};
+
+// kohya's huber_c for timestep t (train_util.get_huber_threshold_if_needed):
+// constant: huber_c * huber_scale; exponential: exp(-alpha t) * huber_scale with
+// alpha = -ln(huber_c) / num_steps; snr: (1 - huber_c) / (1 + sigma)^2 + huber_c with
+// sigma = sqrt((1 - ac) / ac).
+double huber_c_at(const Objective& o, const sd::DdpmSchedule& s, int t);
+
+// One micro-batch's random draws and the per-sample values derived from them.
+struct MicroBatch {
+    std::vector<int32_t> t;            // [B] timesteps
+    std::vector<float> noise;          // [B, h, w, C] N(0, 1) (+ offset noise)
+    std::vector<float> timesteps;      // [B] t as the UNet takes it (f32)
+    std::vector<float> sqrt_ac, sqrt_1m_ac;  // [B] noising coefficients
+    std::vector<float> weights;        // [B] loss weights
+    std::vector<float> huber_c;        // [B] (huber only; empty otherwise)
+};
+
+// Draws noise (then offset noise), then timesteps, from rng. `latent_numel` is B * h * w * C.
+MicroBatch draw_micro_batch(const Objective& o, const sd::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
+                            int64_t channels, sd::NoiseRng& rng);
+
+}  // namespace train

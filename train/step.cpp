@@ -1,0 +1,107 @@
+#include "train/step.h"
+
+#include <cmath>
+
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/ops/builder.h"
+
+namespace train {
+
+using gl::DType;
+using gl::Shape;
+using gl::ValueId;
+
+void StepOptions::validate() const {
+    unet.validate();
+    GL_CHECK(batch >= 1 && latent_h >= 1 && latent_w >= 1, "step: batch ", batch, " and latent size ", latent_h, "x",
+             latent_w, " must be positive");
+    const int m = unet.size_multiple();
+    GL_CHECK(latent_h % m == 0 && latent_w % m == 0, "step: latent size ", latent_h, "x", latent_w,
+             " must be a multiple of ", m, " (", 8 * m, " pixels)");
+    GL_CHECK(grad_accum >= 1, "step: grad_accum ", grad_accum, " must be >= 1");
+    GL_CHECK(clip_chunks >= 1 && clip_skip >= 1, "step: clip_chunks and clip_skip must be >= 1");
+    GL_CHECK(train_text_encoder || context_tokens >= 1, "step: context_tokens must be >= 1");
+    GL_CHECK(!train_text_encoder || clip.width == unet.cross_attention_dim, "step: the text encoder's width ",
+             clip.width, " is not the UNet's cross-attention width ", unet.cross_attention_dim);
+    GL_CHECK(unet_lr >= 0 && text_encoder_lr >= 0, "step: learning rates must be >= 0");
+    GL_CHECK(std::isfinite(max_grad_norm), "step: max_grad_norm must be finite (<= 0: no clipping)");
+}
+
+int64_t StepGraph::context_numel() const { return opt.batch * opt.context_tokens * opt.unet.cross_attention_dim; }
+int64_t StepGraph::ids_numel() const { return opt.batch * opt.clip_chunks * 77; }
+
+std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
+    opt.validate();
+    auto s = std::make_unique<StepGraph>();
+    s->opt = opt;
+    gl::Graph& g = s->g;
+    const DType act = activation_dtype(opt.precision);
+    const int64_t B = opt.batch, C = opt.unet.in_channels;
+    const Shape lat{B, opt.latent_h, opt.latent_w, C}, per{B}, col{B, 1, 1, 1};
+
+    s->unet_weights = std::make_unique<sd::Weights>(g, act);
+    s->net = std::make_unique<lora::LoraNetwork>(opt.lora);
+    s->net->attach_unet(*s->unet_weights);
+
+    s->latents = g.input("latents", DType::f32, lat);
+    s->noise = g.input("noise", DType::f32, lat);
+    s->timesteps = g.input("timesteps", DType::f32, per);
+    s->sqrt_ac = g.input("sqrt_alpha_bar", DType::f32, per);
+    s->sqrt_1m_ac = g.input("sqrt_one_minus_alpha_bar", DType::f32, per);
+    s->loss_weights = g.input("loss_weights", DType::f32, per);
+    if (opt.loss == gl::LossKind::huber) s->huber_c = g.input("huber_c", DType::f32, per);
+    s->loss_scale = g.input("loss_scale", DType::f32, {1});
+
+    if (opt.train_text_encoder) {
+        s->text_weights = std::make_unique<sd::Weights>(g, act);
+        s->net->attach_text_encoder(*s->text_weights);
+        s->ids = g.input("ids", DType::i32, {B * opt.clip_chunks, 77});
+        s->context = sd::build_clip_chunked(*s->text_weights, g, s->ids, opt.clip_chunks, opt.clip, opt.clip_skip);
+    } else {
+        s->context = g.input("context", act, {B, opt.context_tokens, opt.unet.cross_attention_dim});
+    }
+
+    ValueId a = gl::reshape(g, s->sqrt_ac, col), b = gl::reshape(g, s->sqrt_1m_ac, col);
+    ValueId noisy = gl::add(g, gl::mul(g, s->latents, a), gl::mul(g, s->noise, b));
+    s->pred = sd::unet_forward(*s->unet_weights, opt.unet, noisy, s->timesteps, s->context);
+    s->target = opt.prediction == sd::Prediction::epsilon
+                    ? s->noise
+                    : gl::sub(g, gl::mul(g, s->noise, a), gl::mul(g, s->latents, b));
+    s->loss = gl::weighted_loss(g, opt.loss, gl::cast(g, s->pred, DType::f32), s->target, s->loss_weights, s->huber_c);
+    s->per_sample = gl::weighted_loss_per_sample(g, s->loss);
+    g.set_name(s->loss, "train.loss");
+    g.set_name(s->per_sample, "train.loss_per_sample");
+    g.mark_output(s->loss);
+    g.mark_output(s->per_sample);
+    ValueId scaled = gl::mul(g, s->loss, s->loss_scale);
+    s->grads = gl::backward(g, scaled);
+
+    ParamGroup unet{"unet", {}, {}, opt.unet_lr}, te{"text_encoder", {}, {}, opt.text_encoder_lr};
+    for (const lora::LoraModule& m : s->net->modules()) {
+        ParamGroup& grp = m.part == lora::Part::unet ? unet : te;
+        for (ValueId p : {m.down, m.up}) {
+            grp.params.push_back(p);
+            grp.grads.push_back(s->grads[p]);
+        }
+    }
+    std::vector<ParamGroup> groups;
+    for (ParamGroup* grp : {&unet, &te})
+        if (!grp->params.empty()) groups.push_back(std::move(*grp));
+    GL_CHECK(!groups.empty(), "step: the LoRA targets no module of the model (nothing to train)");
+    s->update = std::make_unique<Update>(g, std::move(groups), opt.optimizer, opt.max_grad_norm, opt.grad_accum,
+                                         s->loss_scale, s->loss);
+    return s;
+}
+
+std::unique_ptr<TextEncoderGraph> build_text_encoder(const sd::ClipConfig& c, Precision p, int64_t batch, int chunks,
+                                                     int clip_skip) {
+    GL_CHECK(batch >= 1 && chunks >= 1, "text encoder: batch and chunks must be >= 1");
+    auto t = std::make_unique<TextEncoderGraph>();
+    t->weights = std::make_unique<sd::Weights>(t->g, activation_dtype(p));
+    t->ids = t->g.input("ids", DType::i32, {batch * chunks, 77});
+    t->context = sd::build_clip_chunked(*t->weights, t->g, t->ids, chunks, c, clip_skip);
+    t->g.mark_output(t->context);
+    return t;
+}
+
+}  // namespace train

@@ -1,0 +1,87 @@
+// The diffusion training step as one graph: noising, the UNet (and the CLIP text encoder when it
+// is trained), the target, the weighted loss times the loss scale, the backward pass and the
+// optimizer update. The host writes per-step inputs (train/trainer.h does it):
+//
+//   latents, noise      f32 [B, h, w, C] (NHWC)   x0 and its noise
+//   timesteps           f32 [B]                    t as the UNet's time embedding takes it
+//   sqrt_ac, sqrt_1m_ac f32 [B]                    sqrt(alpha_bar_t), sqrt(1 - alpha_bar_t)
+//   loss_weights        f32 [B]                    min-SNR-gamma weights (or ones)
+//   huber_c             f32 [B]                    huber loss only
+//   loss_scale          f32 [1]                    1, or the fp16 dynamic loss scale
+//   context             act [B, T, cross_dim]      frozen text encoder: its output, computed apart
+//   ids                 i32 [B * chunks, 77]       trained text encoder: the token ids
+//
+// In graph: noisy = sqrt_ac x0 + sqrt_1m_ac noise; target = noise (epsilon) or
+// sqrt_ac noise - sqrt_1m_ac x0 (v); loss = weighted_loss(pred in f32, target) (kohya computes the
+// loss in f32 as well); the backward pass of loss * loss_scale reaches only the LoRA masters.
+#pragma once
+#include <memory>
+
+#include "ggml-lite/core/autodiff.h"
+#include "lora/lora.h"
+#include "models/sd15/clip.h"
+#include "models/sd15/unet.h"
+#include "train/objective.h"
+#include "train/update.h"
+
+namespace train {
+
+struct StepOptions {
+    sd::UnetConfig unet = sd::UnetConfig::sd15();
+    int64_t batch = 1, latent_h = 64, latent_w = 64;  // per micro-batch; latent sides (pixels / 8)
+    Precision precision = Precision::bf16;
+    // Frozen text encoder: `context_tokens` context rows are an input (77 per 75-token chunk, as
+    // build_clip_chunked joins them: 77, 152, 227). Trained text encoder: CLIP is in the graph.
+    bool train_text_encoder = false;
+    int64_t context_tokens = 77;
+    sd::ClipConfig clip = sd::ClipConfig::vit_l14();
+    int clip_chunks = 1, clip_skip = 1;
+    lora::LoraConfig lora;
+    sd::Prediction prediction = sd::Prediction::epsilon;
+    gl::LossKind loss = gl::LossKind::l2;
+    int grad_accum = 1;
+    float unet_lr = 1e-4f, text_encoder_lr = 5e-5f;
+    optim::OptimizerConfig optimizer;  // AdamW (torch defaults) unless set, e.g. by optim::parse_optimizer
+    float max_grad_norm = 1.0f;        // kohya's default; <= 0: no clipping
+
+    void validate() const;  // throws gl::Error naming the field
+};
+
+struct StepGraph {
+    StepOptions opt;
+    gl::Graph g;
+    // Frozen weights (leaves named by diffusers / transformers keys); load them into the runtime
+    // with sd::load_unet / sd::load_clip, or write random ones for benchmarks.
+    std::unique_ptr<sd::Weights> unet_weights, text_weights;  // text_weights: trained TE only
+    std::unique_ptr<lora::LoraNetwork> net;
+    gl::ValueId latents = gl::kNoValue, noise = gl::kNoValue, timesteps = gl::kNoValue;
+    gl::ValueId sqrt_ac = gl::kNoValue, sqrt_1m_ac = gl::kNoValue, loss_weights = gl::kNoValue;
+    gl::ValueId huber_c = gl::kNoValue, loss_scale = gl::kNoValue;
+    gl::ValueId context = gl::kNoValue, ids = gl::kNoValue;
+    gl::ValueId pred = gl::kNoValue, target = gl::kNoValue;
+    gl::ValueId loss = gl::kNoValue, per_sample = gl::kNoValue;  // unscaled loss [], per-sample [B]
+    gl::Gradients grads;
+    std::unique_ptr<Update> update;
+
+    int64_t latent_channels() const { return opt.unet.in_channels; }
+    int64_t latent_numel() const { return opt.batch * opt.latent_h * opt.latent_w * latent_channels(); }
+    int64_t context_numel() const;  // of one micro-batch (frozen text encoder)
+    int64_t ids_numel() const;      // of one micro-batch (trained text encoder)
+};
+
+// Builds the whole step (forward, backward, update). Returned by pointer: Weights hold a reference
+// to the graph.
+std::unique_ptr<StepGraph> build_step(const StepOptions& opt);
+
+// The frozen text encoder as its own graph (UNet-only training): ids i32 [B * chunks, 77] ->
+// context [B, chunks * 75 + 2, width] in the precision's dtype. Run it once per batch (or cache
+// its outputs) and write the result into StepGraph::context.
+struct TextEncoderGraph {
+    gl::Graph g;
+    std::unique_ptr<sd::Weights> weights;
+    gl::ValueId ids = gl::kNoValue, context = gl::kNoValue;
+};
+std::unique_ptr<TextEncoderGraph> build_text_encoder(const sd::ClipConfig& c, Precision p, int64_t batch,
+                                                     int chunks = 1, int clip_skip = 1);
+
+}  // namespace train

@@ -1,0 +1,138 @@
+#include "train/trainer.h"
+
+#include <cmath>
+
+#include "ggml-lite/core/error.h"
+
+namespace train {
+
+namespace {
+// bf16 / fp32: the loss scale stays 1 (update() is never called for them).
+optim::LossScaler::Options unit_scale() {
+    optim::LossScaler::Options o;
+    o.init_scale = 1.0;
+    return o;
+}
+}  // namespace
+
+Trainer::Trainer(StepGraph& s, gl::Runtime& rt, const TrainerOptions& o)
+    : s_(s), rt_(rt), o_(o), sched_(sd::DdpmSchedule::sd15()), rng_{o.seed, 0},
+      scaler_(s.opt.precision == Precision::fp16 ? o.loss_scale : unit_scale()) {
+    o_.objective.validate(sched_);
+    GL_CHECK(o_.objective.prediction == s.opt.prediction && o_.objective.loss == s.opt.loss,
+             "trainer: the objective's prediction type and loss must be the ones the step graph was built with");
+    const gl::Graph& pg = rt.plan().graph;
+    GL_CHECK(pg.value_count() >= s.g.value_count() && pg.v(s.latents).name == s.g.v(s.latents).name &&
+                 pg.shape(s.latents) == s.g.shape(s.latents),
+             "trainer: the runtime does not run this step graph");
+}
+
+void Trainer::init(uint64_t lora_seed) {
+    s_.net->init(rt_, lora_seed);
+    s_.update->init_state(rt_);
+}
+
+StepReport Trainer::step(std::span<const float> latents, std::span<const float> context, double lr_factor) {
+    GL_CHECK(!s_.opt.train_text_encoder, "trainer: this step graph trains the text encoder; pass token ids");
+    const int64_t per = s_.context_numel();
+    GL_CHECK(int64_t(context.size()) == per * s_.opt.grad_accum, "trainer: context holds ", context.size(),
+             " values, expected ", s_.opt.grad_accum, " micro-batches of ", per);
+    return run(latents, context.data(), gl::DType::f32, per, lr_factor);
+}
+
+StepReport Trainer::step(std::span<const float> latents, std::span<const int32_t> ids, double lr_factor) {
+    GL_CHECK(s_.opt.train_text_encoder, "trainer: the text encoder is frozen in this step graph; pass its context");
+    const int64_t per = s_.ids_numel();
+    GL_CHECK(int64_t(ids.size()) == per * s_.opt.grad_accum, "trainer: ids hold ", ids.size(), " values, expected ",
+             s_.opt.grad_accum, " micro-batches of ", per);
+    return run(latents, ids.data(), gl::DType::i32, per, lr_factor);
+}
+
+float Trainer::run_micro(const float* latents, const void* cond, gl::DType cond_type, const MicroBatch& mb,
+                         int64_t report_step, int k) {
+    const gl::ValueId cond_value = cond_type == gl::DType::i32 ? s_.ids : s_.context;
+    rt_.write(s_.latents, latents, gl::DType::f32);
+    rt_.write_f32(s_.noise, mb.noise);
+    rt_.write_f32(s_.timesteps, mb.timesteps);
+    rt_.write_f32(s_.sqrt_ac, mb.sqrt_ac);
+    rt_.write_f32(s_.sqrt_1m_ac, mb.sqrt_1m_ac);
+    rt_.write_f32(s_.loss_weights, mb.weights);
+    if (s_.huber_c != gl::kNoValue) rt_.write_f32(s_.huber_c, mb.huber_c);
+    rt_.write(cond_value, cond, cond_type);
+    scaler_.write(rt_, s_.loss_scale);
+    rt_.run();
+    const float loss = rt_.read_f32(s_.loss)[0];
+    if (!std::isfinite(loss)) {
+        std::string ts;
+        for (int32_t v : mb.t) ts += gl::cat(ts.empty() ? "" : " ", v);
+        gl::fail("training step ", report_step, ": the loss is ", loss, " (micro-batch ", k + 1, " of ",
+                 s_.opt.grad_accum, ", timesteps ", ts, "); the LoRA and optimizer state were not updated by this step");
+    }
+    return loss;
+}
+
+StepReport Trainer::run(std::span<const float> latents, const void* cond, gl::DType cond_type, int64_t cond_numel,
+                        double lr_factor) {
+    const int accum = s_.opt.grad_accum;
+    const int64_t n = s_.latent_numel();
+    GL_CHECK(int64_t(latents.size()) == n * accum, "trainer: latents hold ", latents.size(), " values, expected ",
+             accum, " micro-batches of ", n);
+    StepReport r;
+    r.step = step_ + 1;
+    r.loss_scale = scaler_.scale();
+    const size_t cond_bytes = size_t(cond_numel) * gl::dtype_size(cond_type);
+    for (int k = 0; k < accum; k++) {
+        last_ = draw_micro_batch(o_.objective, sched_, s_.opt.batch, n, s_.latent_channels(), rng_);
+        s_.net->sample_dropout(rt_, rng_.next_u64());
+        s_.update->prepare(rt_, k, lr_factor);
+        const float loss = run_micro(latents.data() + k * n, static_cast<const char*>(cond) + size_t(k) * cond_bytes,
+                                     cond_type, last_, r.step, k);
+        const UpdateReport u = s_.update->finish_run(rt_, k + 1 == accum);
+        r.loss += double(loss) / accum;
+        for (float e : rt_.read_f32(s_.per_sample)) r.per_sample.push_back(e);
+        if (k + 1 == accum) {
+            r.applied = u.applied;
+            r.grad_norm = u.grad_norm;
+        }
+    }
+    step_++;
+    // bf16 / fp32 gradients do not overflow at scale 1; a non-finite one there is a real fault.
+    if (s_.opt.precision == Precision::fp16) scaler_.update(!r.applied);
+    else if (!r.applied)
+        gl::fail("training step ", r.step, ": the gradients hold inf/NaN with a finite loss (", r.loss,
+                 "); the LoRA and optimizer state were not updated by this step");
+    return r;
+}
+
+StepReport Trainer::evaluate(std::span<const float> latents, std::span<const float> context, uint64_t seed) {
+    GL_CHECK(!s_.opt.train_text_encoder, "trainer: this step graph trains the text encoder; pass token ids");
+    GL_CHECK(int64_t(context.size()) == s_.context_numel(), "trainer: evaluate takes one micro-batch's context (",
+             s_.context_numel(), " values), got ", context.size());
+    return eval(latents, context.data(), gl::DType::f32, s_.context_numel(), seed);
+}
+
+StepReport Trainer::evaluate(std::span<const float> latents, std::span<const int32_t> ids, uint64_t seed) {
+    GL_CHECK(s_.opt.train_text_encoder, "trainer: the text encoder is frozen in this step graph; pass its context");
+    GL_CHECK(int64_t(ids.size()) == s_.ids_numel(), "trainer: evaluate takes one micro-batch's ids (",
+             s_.ids_numel(), " values), got ", ids.size());
+    return eval(latents, ids.data(), gl::DType::i32, s_.ids_numel(), seed);
+}
+
+StepReport Trainer::eval(std::span<const float> latents, const void* cond, gl::DType cond_type, int64_t, uint64_t seed) {
+    const int64_t n = s_.latent_numel();
+    GL_CHECK(int64_t(latents.size()) == n, "trainer: evaluate takes one micro-batch of latents (", n, " values), got ",
+             latents.size());
+    sd::NoiseRng rng{seed, 0};
+    const MicroBatch mb = draw_micro_batch(o_.objective, sched_, s_.opt.batch, n, s_.latent_channels(), rng);
+    s_.net->sample_dropout(rt_, 0, /*training=*/false);
+    s_.update->prepare(rt_, s_.opt.grad_accum - 1, 0.0, /*skip=*/true);
+    StepReport r;
+    r.step = step_;
+    r.loss_scale = scaler_.scale();
+    r.loss = run_micro(latents.data(), cond, cond_type, mb, step_, 0);
+    r.per_sample = rt_.read_f32(s_.per_sample);
+    s_.update->finish_run(rt_, false);
+    return r;
+}
+
+}  // namespace train

@@ -1,0 +1,80 @@
+// The host side of a training step: per micro-batch it draws timesteps and noise, writes the
+// step graph's inputs, runs it, reads the loss and the update's gradient statistics. A NaN/inf
+// loss stops training with a gl::Error naming the step; the update of that run is skipped in the
+// graph (train/update.h), so the LoRA and the optimizer state stay as they were. fp16 runs use a
+// dynamic loss scale (optim::LossScaler, torch.amp.GradScaler's rule): an overflowing step is
+// skipped and the scale halves; after growth_interval clean steps it doubles.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "ggml-lite/core/runtime.h"
+#include "train/step.h"
+
+namespace train {
+
+struct TrainerOptions {
+    Objective objective;
+    uint64_t seed = 0;              // noise and timestep draws (sd::NoiseRng), LoRA dropout
+    optim::LossScaler::Options loss_scale;  // fp16 only; bf16 and fp32 run with scale 1
+};
+
+struct StepReport {
+    int64_t step = 0;               // 1-based optimizer step this report is about
+    double loss = 0.0;              // mean of the micro-batches' (unscaled) losses
+    std::vector<float> per_sample;  // every micro-batch's per-sample losses, in order
+    bool applied = false;           // the update ran (false: fp16 overflow, skipped)
+    double grad_norm = 0.0;         // of the (accumulated) unscaled gradients
+    double loss_scale = 1.0;        // the scale this step ran with
+};
+
+class Trainer {
+public:
+    // The runtime must run a plan of s.g (CPU or CUDA, any recompute policy).
+    Trainer(StepGraph& s, gl::Runtime& rt, const TrainerOptions& o);
+
+    // Initialises the LoRA (down Kaiming-uniform from lora_seed, up zero) and zeroes the optimizer
+    // state. Skip it when loading a LoRA / optimizer state instead.
+    void init(uint64_t lora_seed);
+
+    // One optimizer step over opt.grad_accum micro-batches. latents: grad_accum * B samples
+    // ([B, h, w, C] each, f32, NHWC); cond: the frozen text encoder's context for each micro-batch
+    // (f32, grad_accum * context_numel) or, when the text encoder is trained, the token ids
+    // (grad_accum * ids_numel). lr_factor multiplies the groups' learning rates (LR schedules).
+    // Throws gl::Error naming the step and micro-batch when a loss is NaN or inf.
+    StepReport step(std::span<const float> latents, std::span<const float> context, double lr_factor = 1.0);
+    StepReport step(std::span<const float> latents, std::span<const int32_t> ids, double lr_factor = 1.0);
+
+    // The loss of one micro-batch at draws fixed by `seed` (validation, and a loss curve without
+    // the sampling noise): LoRA dropouts off, the update skipped, nothing changes but the
+    // accumulators (reset by the next step anyway). cond: one micro-batch's context or ids.
+    // Refused for a network with network dropout (its graph cannot switch it off).
+    StepReport evaluate(std::span<const float> latents, std::span<const float> context, uint64_t seed);
+    StepReport evaluate(std::span<const float> latents, std::span<const int32_t> ids, uint64_t seed);
+
+    int64_t steps_done() const { return step_; }  // optimizer steps run (applied or skipped)
+    int64_t updates_applied() const { return s_.update->optimizer().steps_applied(); }
+    const MicroBatch& last_draw() const { return last_; }
+    const optim::LossScaler& loss_scaler() const { return scaler_; }
+    optim::LossScaler& loss_scaler() { return scaler_; }  // resume: Optimizer::load_state restores it
+
+private:
+    StepReport run(std::span<const float> latents, const void* cond, gl::DType cond_type, int64_t cond_numel,
+                   double lr_factor);
+    // Writes micro-batch k's inputs and runs the graph; returns the loss (checked finite).
+    float run_micro(const float* latents, const void* cond, gl::DType cond_type, const MicroBatch& mb,
+                    int64_t report_step, int k);
+    StepReport eval(std::span<const float> latents, const void* cond, gl::DType cond_type, int64_t cond_numel,
+                    uint64_t seed);
+    StepGraph& s_;
+    gl::Runtime& rt_;
+    TrainerOptions o_;
+    sd::DdpmSchedule sched_;
+    sd::NoiseRng rng_;
+    optim::LossScaler scaler_;
+    MicroBatch last_;
+    int64_t step_ = 0;
+};
+
+}  // namespace train
