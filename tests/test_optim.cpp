@@ -160,10 +160,10 @@ const char* const kAllKinds[] = {"AdamW", "AdamW8bit", "Lion", "Adafactor", "Pro
 constexpr int64_t kBig = 5000;  // over kAdam8bitMinElements: 8-bit state, several reduction blocks
 
 // A net of every golden param plus "big", initialised deterministically.
-std::unique_ptr<Net> make_net(const std::string& kind, int64_t big = kBig, double lr = 1e-2) {
+std::unique_ptr<Net> make_net(const std::string& kind, int64_t big = kBig, double lr = 1e-2, float max_norm = 1.0f) {
     io::SafetensorsFile prob(kGolden + "problem.safetensors");
     optim::OptimizerConfig cfg = optim::parse_optimizer(kind, {"weight_decay=0.01"});
-    auto net = std::make_unique<Net>(prob, cfg, lr, kind == "Prodigy" ? lr : lr / 2, 1.0f, big);
+    auto net = std::make_unique<Net>(prob, cfg, lr, kind == "Prodigy" ? lr : lr / 2, max_norm, big);
     for (const char* n : kNames) net->rt->write_f32(net->p[n], read_all(prob, std::string("init.") + n));
     if (big > 0) {
         std::vector<float> b(static_cast<size_t>(big));
@@ -347,4 +347,84 @@ TEST_CASE("Optimizer refuses what its algorithm cannot do") {
               .find("trainable parameter") != std::string::npos);
     CHECK(error_of([&] { opt.finish(g); }).find("no parameter has a gradient") != std::string::npos);
     CHECK_THROWS_AS(optim::LossScaler({65536.0, 2.0, 1.5, 2000}), gl::Error);
+}
+
+// The 8-bit maps against bitsandbytes' create_dynamic_map (golden, made with torch ops in its order),
+// then 30 steps of the "big" param against a plain port of block-wise 8-bit Adam (Dettmers et al.
+// 2021, bitsandbytes' blockwise kernel: dequantise, Adam in f32, new block absmax, nearest code by
+// exhaustive search, bitsandbytes' decay after the step) using those golden maps.
+TEST_CASE("AdamW8bit: bitsandbytes' dynamic maps, and 30 steps against a scalar port") {
+    io::SafetensorsFile maps(kGolden + "adam8bit_maps.safetensors");
+    const std::vector<float> qs = read_all(maps, "signed"), qu = read_all(maps, "unsigned");
+    // torch's linspace (and its float32 midpoints) may round an entry differently from ours: allow
+    // 4e-7 relative (a few ulp; a code gap is >= 3e-3 relative), report how many are not identical.
+    int differ = 0, far = 0;
+    for (int i = 0; i < 512; i++) {
+        const float ours = adam8bit_qmap(i < 256)[i % 256], ref = (i < 256 ? qs : qu)[size_t(i % 256)];
+        differ += ours != ref;
+        far += std::fabs(double(ours) - ref) > 4e-7 * std::fabs(double(ref));
+    }
+    MESSAGE(differ, " of 512 8-bit map entries are not bit-identical to bitsandbytes'");
+    CHECK_MESSAGE(far == 0, far, " of 512 map entries differ from bitsandbytes' by more than 4e-7 relative");
+
+    auto net = make_net("AdamW8bit", kBig, 1e-2, 0.0f);  // no clipping: the gradient reaches the op as fed
+    optim::LossScaler unit({1.0, 2.0, 0.5, 1000});
+    std::vector<float> p = net->rt->read_f32(net->p.at("big")), m(p.size(), 0.0f), v(p.size(), 0.0f);
+    std::vector<int> cm(p.size(), 0), cv(p.size(), 0);
+    auto nearest = [](const std::vector<float>& q, float x) {
+        int best = 0;
+        for (int k = 1; k < 256; k++)
+            if (std::fabs(x - q[size_t(k)]) < std::fabs(x - q[size_t(best)])) best = k;
+        return best;
+    };
+    for (size_t i = 0; i < p.size(); i++) cm[i] = nearest(qs, 0.0f), cv[i] = nearest(qu, 0.0f);
+    std::vector<float> am((p.size() + 255) / 256, 0.0f), av(am.size(), 0.0f);
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f;
+    double worst = 0;
+    size_t code_diff = 0;
+    for (int k = 0; k < 30; k++) {
+        step(*net, unit, k);
+        const std::vector<float> g = net->rt->read_f32(net->grad.at("big"));
+        const double t = k + 1;
+        const float corr2 = float(std::sqrt(1.0 - std::pow(double(b2), t)));
+        const float step_size = float(-double(lr) * corr2 / (1.0 - std::pow(double(b1), t)));
+        for (size_t b = 0; b < am.size(); b++) {
+            const size_t lo = b * 256, hi = std::min(p.size(), lo + 256);
+            float nm = 0, nv = 0;
+            for (size_t i = lo; i < hi; i++) {
+                m[i] = b1 * (qs[size_t(cm[i])] * am[b]) + (1.0f - b1) * g[i];
+                v[i] = b2 * (qu[size_t(cv[i])] * av[b]) + (1.0f - b2) * (g[i] * g[i]);
+                nm = std::max(nm, std::fabs(m[i]));
+                nv = std::max(nv, v[i]);
+            }
+            for (size_t i = lo; i < hi; i++) {
+                p[i] = (p[i] + step_size * (m[i] / (std::sqrt(v[i]) + corr2 * eps))) * (1.0f - lr * wd);
+                cm[i] = nearest(qs, nm > 0 ? m[i] / nm : 0.0f);
+                cv[i] = nearest(qu, nv > 0 ? v[i] / nv : 0.0f);
+            }
+            am[b] = nm;
+            av[b] = nv;
+        }
+        std::vector<float> got = net->rt->read_f32(net->p.at("big"));
+        for (size_t i = 0; i < p.size(); i++) worst = std::max(worst, std::fabs(double(got[i]) - p[i]));
+    }
+    const Graph& gr = net->rt->plan().graph;
+    for (ValueId id : net->opt->state_values()) {
+        const std::string& nm = gr.v(id).name;
+        if (nm != "optim.big.exp_avg.q8" && nm != "optim.big.exp_avg_sq.q8") continue;
+        std::vector<float> codes = net->rt->read_f32(id);
+        const std::vector<int>& want = nm == "optim.big.exp_avg.q8" ? cm : cv;
+        for (size_t i = 0; i < codes.size(); i++) code_diff += int(codes[i]) != want[i];
+    }
+    std::vector<float> got = net->rt->read_f32(net->p.at("big"));
+    size_t off = 0;  // elements whose trajectory left the port's by more than f32 rounding
+    for (size_t i = 0; i < p.size(); i++) off += std::fabs(got[i] - p[i]) > 1e-6f;
+    MESSAGE("8-bit AdamW vs the port over 30 steps: params max abs. difference ", worst, "; ", off, " of ", p.size(),
+            " params off by more than 1e-6; final m and v codes differing: ", code_diff, " of ", 2 * p.size());
+    // A moment on a midpoint between two codes may round either way (float order, the maps' last bits);
+    // that moves its param by a few percent of one step (lr = 1e-2). A slip in the algorithm would move
+    // nearly all of them, by whole steps.
+    CHECK(worst <= 0.1 * lr);
+    CHECK(off <= p.size() / 100);
+    CHECK(code_diff <= p.size() / 100);
 }

@@ -8,6 +8,9 @@ Writes tests/golden/data/optim/:
                         stored here in ggml-lite's layout [Cout, kh, kw, Cin]) and b [5] (1-D); per param
                         init.*, target.*, noise.* [STEPS, ...]. The gradient at step k (0-based) is
                         g = (p - target) * 0.5 + noise[k], computed in f32 from the current params.
+  adam8bit_maps.safetensors  signed / unsigned [256]: bitsandbytes' dynamic quantisation maps for 8-bit
+                        Adam (create_dynamic_map(signed, max_exponent_bits=7, total_bits=8)), rebuilt
+                        here with torch ops in the same order (bitsandbytes needs CUDA to install).
   <case>.safetensors    traj.* [STEPS, ...]: the params after each step (ggml-lite layout); for Prodigy
                         also d [STEPS] (the d estimate after each step). Metadata: optimizer_type and
                         optimizer_args (kohya's spelling, args joined by ';'), lr_unet (w, conv) and
@@ -20,18 +23,35 @@ prodigyopt.Prodigy. Learning-rate schedules from diffusers.optimization.get_sche
 Run with the golden venv: /work/venv-golden/bin/python tests/golden/make_optim_golden.py
 (needs torch, transformers, diffusers, safetensors, lion-pytorch, prodigyopt). Deterministic (seeded, CPU).
 """
+import json
 import pathlib
 
 import torch
 from diffusers.optimization import get_scheduler
 from lion_pytorch import Lion
 from prodigyopt import Prodigy
-from safetensors.torch import save_file
 from transformers.optimization import Adafactor
 
 OUT = pathlib.Path(__file__).resolve().parent / "data" / "optim"
 STEPS = 60
 SHAPES = {"w": (4, 6), "conv": (2, 3, 2, 2), "b": (5,)}
+
+
+def save_file(tensors, path, metadata=None):
+    """safetensors with sorted header keys (safetensors' own writer orders metadata by hash, so its
+    files would differ from run to run)."""
+    header, blobs, offset = {}, [], 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name in sorted(tensors):
+        data = tensors[name].detach().to(torch.float32).contiguous().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
 
 
 def to_ours(name, t):
@@ -107,12 +127,32 @@ def run_case(prob, factory, lr_unet, lr_te, scheduler, warmup, max_norm):
     return out
 
 
+def dynamic_map(signed, max_exponent_bits=7, total_bits=8):
+    """bitsandbytes.functional.create_dynamic_map: for exponent i the midpoints of linspace(0.1, 1, F)
+    scaled by 10^(i - max_exponent_bits + 1) (and negated when signed), then 0 and 1, sorted."""
+    data = []
+    non_sign_bits = total_bits - 1
+    for i in range(max_exponent_bits):
+        items = 2 ** (i + non_sign_bits - max_exponent_bits) + 1 if signed else 2 ** (i + non_sign_bits - max_exponent_bits + 1) + 1
+        boundaries = torch.linspace(0.1, 1, items)
+        means = (boundaries[:-1] + boundaries[1:]) / 2.0
+        data += ((10 ** (-(max_exponent_bits - 1) + i)) * means).tolist()
+        if signed:
+            data += (-(10 ** (-(max_exponent_bits - 1) + i)) * means).tolist()
+    data.append(0)
+    data.append(1.0)
+    assert len(data) == 2 ** total_bits
+    data.sort()
+    return torch.tensor(data)
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     prob = make_problem()
     save_file({k: to_ours(k.split(".")[1], v) for k, v in prob.items()}, str(OUT / "problem.safetensors"),
               metadata={"steps": str(STEPS), "groups": "unet=w,conv;te=b"})
+    save_file({"signed": dynamic_map(True), "unsigned": dynamic_map(False)}, str(OUT / "adam8bit_maps.safetensors"))
     for name, otype, args, factory, lr_unet, lr_te, scheduler, warmup, max_norm in CASES:
         tensors = run_case(prob, factory, lr_unet, lr_te, scheduler, warmup, max_norm)
         meta = {"optimizer_type": otype, "optimizer_args": ";".join(args), "lr_unet": repr(lr_unet),
