@@ -274,3 +274,23 @@ TEST_CASE("train: fp32, bf16 and fp16 runs of the tiny model agree over 5 steps"
         CHECK(pe < (m == 1 ? 8e-2 : 4e-2));
     }
 }
+
+TEST_CASE("train step: the full-size SD1.5 LoRA step (512x512, kohya targets, rank 16, bf16) builds and plans") {
+    train::StepOptions o;  // SD1.5 UNet, 64x64 latents, batch 1, bf16, frozen text encoder
+    o.lora = lora::LoraConfig{16, 16.0f, 1.0f};
+    auto s = train::build_step(o);
+    CHECK(s->net->modules().size() == 192);
+    CHECK(s->g.dtype(s->context) == DType::bf16);
+    CHECK(s->g.shape(s->context) == Shape{1, 77, 768});
+    PlanOptions blocks;
+    blocks.recompute = Recompute::blocks;
+    const Plan keep = make_plan(s->g), rec = make_plan(s->g, blocks);
+    CHECK(check_overlaps(keep) == "");
+    CHECK(check_overlaps(rec) == "");
+    const double mib = 1024.0 * 1024.0;
+    MESSAGE("SD1.5 LoRA step, batch 1: planned total ", keep.total_bytes() / mib, " MiB (activations ",
+            keep.arena_bytes[int(Category::activations)] / mib, "), with recompute blocks ", rec.total_bytes() / mib,
+            " MiB (activations ", rec.arena_bytes[int(Category::activations)] / mib, ")");
+    CHECK(keep.arena_bytes[int(Category::frozen)] >= size_t(859520964) * 2);
+    CHECK(rec.peak_live_bytes < keep.peak_live_bytes);
+}

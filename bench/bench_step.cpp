@@ -1,0 +1,239 @@
+// bench_step: times whole SD1.5 LoRA training steps (train::build_step + train::Trainer), the way
+// /work/shared/TARGETS.md measures PyTorch: UNet with random bf16 weights, frozen text encoder
+// (random 77 x 768 context), LoRA rank 16 on kohya's default targets, AdamW, MSE on epsilon, at
+// 512 x 512 (64 x 64 latents), batch 1 and 8, recompute none and blocks. For each configuration it
+// prints the planned memory (plan report), the runtime's memory report, cudaMemGetInfo's device
+// memory in use, and the median time of a trainer step (host draws + input writes + the captured
+// CUDA graph replay + the loss / statistics reads) and of a bare graph replay, over >= 20 steps
+// after warm-up. --tiny runs the golden tests' tiny UNet instead (on the CPU too).
+// A plain program (no Google Benchmark); built by `ninja bench_step`, not by `make bench`.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/core/planner.h"
+#include "ggml-lite/ops/rng.h"
+#include "train/trainer.h"
+#if GL_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+    bool tiny = false;
+    std::string backend = "auto";
+    std::vector<int64_t> batches;
+    std::vector<gl::Recompute> recompute = {gl::Recompute::none, gl::Recompute::blocks};
+    int steps = 20, warmup = 3, rank = 16, size = 512;
+    train::Precision precision = train::Precision::bf16;
+};
+
+const char* kUsage =
+    "usage: bench_step [--tiny] [--backend auto|cpu|cuda] [--batch 1,8] [--recompute none,blocks]\n"
+    "                  [--steps N (>= 20 counts)] [--warmup N] [--rank R] [--size PIXELS] [--precision bf16|fp16|fp32]\n";
+
+std::vector<std::string> split(const std::string& s) {
+    std::vector<std::string> r;
+    size_t a = 0;
+    for (size_t b; (b = s.find(',', a)) != std::string::npos; a = b + 1) r.push_back(s.substr(a, b - a));
+    r.push_back(s.substr(a));
+    return r;
+}
+
+int to_int(const std::string& flag, const std::string& v, int lo) {
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end || n < lo) gl::fail(flag, " wants an integer >= ", lo, ", got '", v, "'");
+    return int(n);
+}
+
+Options parse(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; i++) {
+        const std::string a = argv[i];
+        if (a == "-h" || a == "--help") {
+            std::fputs(kUsage, stdout);
+            std::exit(0);
+        }
+        if (a == "--tiny") {
+            o.tiny = true;
+            continue;
+        }
+        if (i + 1 >= argc) gl::fail("missing value after ", a, "\n", kUsage);
+        const std::string v = argv[++i];
+        if (a == "--backend") o.backend = v;
+        else if (a == "--batch") {
+            o.batches.clear();
+            for (const std::string& b : split(v)) o.batches.push_back(to_int(a, b, 1));
+        } else if (a == "--recompute") {
+            o.recompute.clear();
+            for (const std::string& r : split(v)) o.recompute.push_back(gl::parse_recompute(r));
+        } else if (a == "--steps") o.steps = to_int(a, v, 1);
+        else if (a == "--warmup") o.warmup = to_int(a, v, 1);
+        else if (a == "--rank") o.rank = to_int(a, v, 1);
+        else if (a == "--size") o.size = to_int(a, v, 8);
+        else if (a == "--precision") o.precision = train::parse_precision(v);
+        else gl::fail("unknown option ", a, "\n", kUsage);
+    }
+    if (o.backend != "auto" && o.backend != "cpu" && o.backend != "cuda")
+        gl::fail("--backend must be auto, cpu or cuda, got '", o.backend, "'");
+    if (o.batches.empty()) o.batches = o.tiny ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1, 8};
+    if (o.tiny && o.size == 512) o.size = 64;
+    return o;
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+// Device memory in use (all processes), MiB; 0 without CUDA.
+double device_used_mib() {
+#if GL_HAVE_CUDA
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) return mib(double(total - free));
+#endif
+    return 0.0;
+}
+
+// Random frozen weights in the leaf's dtype, quickly: PyTorch-default-like uniform(-1/sqrt(fan_in),
+// 1/sqrt(fan_in)) for matrices and convs, ones for norm gains, zeros for biases. One buffer per
+// (fan_in, dtype) is drawn once (counter-based, so it is cheap) and reused for every tensor.
+void write_random_weights(const sd::Weights& w, gl::Runtime& rt) {
+    const gl::Graph& g = rt.plan().graph;
+    std::map<std::pair<int64_t, int>, std::vector<uint8_t>> pool;
+    std::vector<uint8_t> buf;
+    for (const sd::WeightEntry& e : w.entries()) {
+        const gl::Shape s = g.shape(e.id);
+        const gl::DType t = g.dtype(e.id);
+        const size_t n = size_t(s.numel()), es = gl::dtype_size(t);
+        const bool vec = s.nd == 1;
+        const bool gain = vec && e.name.find("norm") != std::string::npos && e.name.ends_with(".weight");
+        if (vec) {
+            buf.assign(n * es, 0);
+            for (size_t i = 0; i < n; i++) gl::store_from_f32(buf.data(), t, int64_t(i), gain ? 1.0f : 0.0f);
+            rt.write(e.id, buf.data(), t);
+            continue;
+        }
+        const int64_t fan_in = s.numel() / s[0];
+        std::vector<uint8_t>& r = pool[{fan_in, int(t)}];
+        if (r.size() < n * es) {
+            const size_t old = r.size() / es;
+            r.resize(n * es);
+            const float bound = 1.0f / std::sqrt(float(fan_in));
+            for (size_t i = old; i < n; i++)
+                gl::store_from_f32(r.data(), t, int64_t(i), bound * (2.0f * gl::rng_uniform(uint64_t(fan_in), i) - 1.0f));
+        }
+        rt.write(e.id, r.data(), t);
+    }
+}
+
+std::vector<float> randn(size_t n, uint64_t seed) {
+    sd::NoiseRng rng{seed, 0};
+    std::vector<float> v(n);
+    sd::fill_normal(v, rng);
+    return v;
+}
+
+// PyTorch figures of TARGETS.md (H200, eager / torch.compile with CUDA graphs), ms per step and
+// peak MiB, for batch 1 and 8 with recompute none and full ("blocks").
+std::string torch_figures(int64_t batch, gl::Recompute rc) {
+    const bool none = rc == gl::Recompute::none;
+    if (batch == 1)
+        return none ? "PyTorch eager 152 ms / 3100 MiB; compiled 149 ms / 2686 MiB; compiled + CUDA graphs 33.7 ms / 2640 MiB"
+                    : "PyTorch eager 279 ms / 2124 MiB (3680 reserved)";
+    if (batch == 8)
+        return none ? "PyTorch eager 21.1 ms/image / 12184 MiB; compiled 13.9 ms/image / 8644 MiB; compiled + CUDA graphs "
+                      "9.2 ms/image / 8603 MiB"
+                    : "PyTorch eager 35.0 ms/image / 4451 MiB";
+    return "no PyTorch figure for this batch";
+}
+
+void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc) {
+    train::StepOptions so;
+    so.unet = o.tiny ? sd::UnetConfig::tiny() : sd::UnetConfig::sd15();
+    so.batch = batch;
+    so.latent_h = so.latent_w = o.size / 8;
+    so.context_tokens = o.tiny ? 8 : 77;
+    so.precision = o.precision;
+    so.lora = lora::LoraConfig{o.rank, float(o.rank), 1.0f};
+    const auto t0 = Clock::now();
+    auto s = train::build_step(so);
+    gl::PlanOptions po;
+    po.recompute = rc;
+    gl::Plan plan = gl::make_plan(s->g, po);
+    const double plan_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::printf("\n== %s, batch %lld, %dx%d, recompute %s, %s, LoRA rank %d on %zu modules (%zu nodes, planned in %.1f s)\n",
+                o.tiny ? "tiny UNet" : "SD1.5 UNet", (long long)batch, o.size, o.size, gl::recompute_name(rc),
+                train::precision_name(o.precision), o.rank, s->net->modules().size(), plan.graph.nodes.size(), plan_s);
+    std::printf("planned total %.1f MiB\n%s", mib(double(plan.total_bytes())), plan.report(6).c_str());
+    const double base = device_used_mib();
+    auto rt = cuda ? gl::make_cuda_runtime(std::move(plan)) : gl::make_cpu_runtime(std::move(plan));
+    write_random_weights(*s->unet_weights, *rt);
+    train::Trainer tr(*s, *rt, train::TrainerOptions{});
+    tr.init(1);
+    const int64_t n = s->latent_numel(), c = s->context_numel();
+    const std::vector<float> lat = randn(size_t(n), 7), ctx = randn(size_t(c), 8);
+    std::vector<double> step_ms, replay_ms;
+    double loss = 0;
+    for (int k = 0; k < o.warmup + o.steps; k++) {
+        const auto a = Clock::now();
+        const train::StepReport r = tr.step(lat, ctx);
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - a).count();
+        if (k >= o.warmup) step_ms.push_back(ms);
+        loss = r.loss;
+    }
+    // The graph alone: the same inputs replayed (what the step costs the device).
+    for (int k = 0; k < o.steps; k++) {
+        const auto a = Clock::now();
+        rt->run();
+        rt->synchronize();
+        replay_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - a).count());
+    }
+    const double used = device_used_mib();
+    std::printf("%s", rt->memory_report().c_str());
+    if (cuda)
+        std::printf("device memory in use (cudaMemGetInfo): %.1f MiB, %.1f MiB more than before the runtime\n", used,
+                    used - base);
+    const double sm = median(step_ms), rm = median(replay_ms);
+    std::printf("RESULT %s batch %lld recompute %s: step %.2f ms (%.2f ms/image), graph replay %.2f ms; "
+                "min step %.2f ms over %d steps; last loss %.4f\n",
+                o.tiny ? "tiny" : "sd15", (long long)batch, gl::recompute_name(rc), sm, sm / double(batch), rm,
+                *std::min_element(step_ms.begin(), step_ms.end()), o.steps, loss);
+    if (!o.tiny && o.size == 512 && o.precision == train::Precision::bf16)
+        std::printf("beside: %s\n", torch_figures(batch, rc).c_str());
+}
+
+int run(const Options& o) {
+    std::string why;
+    const bool have_cuda = gl::cuda_available(&why);
+    if (o.backend == "cuda" && !have_cuda) gl::fail("--backend cuda: ", why);
+    const bool cuda = o.backend == "cuda" || (o.backend == "auto" && have_cuda);
+    if (!cuda && !o.tiny) gl::fail("the full-size benchmark needs CUDA (", why, "); --tiny runs on the CPU");
+    std::printf("bench_step: backend %s\n", cuda ? "cuda" : ("cpu (" + why + ")").c_str());
+    for (int64_t b : o.batches)
+        for (gl::Recompute rc : o.recompute) run_one(o, cuda, b, rc);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(parse(argc, argv));
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_step: error: %s\n", e.what());
+        return 1;
+    }
+}
