@@ -58,7 +58,8 @@ struct TinyVae {
     sd::VaeEncoded enc;
     Gradients grads;
 
-    TinyVae(int64_t B, int64_t H, int64_t W) {
+    TinyVae(int64_t B, int64_t H, int64_t W, int max_fused_attention_width = 256) {
+        c.max_fused_attention_width = max_fused_attention_width;
         const int64_t h = H / c.downscale(), wd = W / c.downscale();
         x = g.param("x", DType::f32, {B, H, W, c.in_channels});
         z = g.param("z", DType::f32, {B, h, wd, c.latent_channels});
@@ -118,9 +119,11 @@ struct Results {
 };
 
 // Loads with load_vae (layout detected), runs forward and backward once.
-Results run_tiny(const io::TensorSource& weights, const io::TensorSource& io, Recompute rc = Recompute::none) {
+// fused_width: the config's max_fused_attention_width (0: attention as matmul, softmax, matmul).
+Results run_tiny(const io::TensorSource& weights, const io::TensorSource& io, Recompute rc = Recompute::none,
+                 int fused_width = 256) {
     const io::TensorInfo xi = io.info("x");
-    TinyVae net(xi.shape[0], xi.shape[1], xi.shape[2]);
+    TinyVae net(xi.shape[0], xi.shape[1], xi.shape[2], fused_width);
     PlanOptions o;
     o.recompute = rc;
     auto rt = make_cpu_runtime(make_plan(net.g, o));
@@ -256,6 +259,12 @@ TEST_CASE("vae: tiny encoder and decoder match diffusers in both checkpoint layo
         CHECK(a.grad_x == b.grad_x);
         CHECK(a.grad_z == b.grad_z);
     }
+}
+
+TEST_CASE("vae: attention wider than the fused kernels (matmul, softmax, matmul) matches diffusers too") {
+    io::SafetensorsFile io(data_dir() + "io.safetensors");
+    io::SafetensorsFile diffusers(data_dir() + "weights_diffusers.safetensors");
+    check_golden(run_tiny(diffusers, io, Recompute::none, 0), io, VaeConfig::tiny());
 }
 
 TEST_CASE("vae: bf16 weights and activations stay near diffusers' f64 numbers") {

@@ -95,7 +95,15 @@ struct Builder {
         ValueId h = norm("group_norm", x, false);
         h = gl::reshape(g, h, gl::Shape{s[0], s[1] * s[2], 1, C});  // [B, L, heads 1, C]
         ValueId q = linear("to_q", h, C), k = linear("to_k", h, C), v = linear("to_v", h, C);
-        ValueId o = gl::attention(g, q, k, v);  // scale 1/sqrt(C)
+        ValueId o;  // softmax(q k^T / sqrt(C)) v
+        if (C <= c.max_fused_attention_width) {
+            o = gl::attention(g, q, k, v);
+        } else {
+            auto tokens = [&](ValueId t) { return gl::reshape(g, t, gl::Shape{s[0], s[1] * s[2], C}); };
+            ValueId scores = gl::matmul(g, tokens(q), tokens(k), false, true);  // [B, L, L]
+            ValueId probs = gl::softmax(g, scores, 1.0f / std::sqrt(float(C)));
+            o = gl::matmul(g, probs, tokens(v));  // [B, L, C]
+        }
         o = linear("to_out.0", o, C);
         return gl::add(g, x, gl::reshape(g, o, s));
     }

@@ -22,6 +22,10 @@ struct VaeConfig {
     int norm_groups = 32;
     float eps = 1e-6f;
     float scaling_factor = 0.18215f;
+    // The mid-block attention is one head as wide as the channels (512 in SD1.5), wider than the
+    // fused attention kernels take (d <= 256): above this width it runs as matmul, softmax,
+    // matmul, holding the [B, L, L] scores (32 MiB per image in bf16 at 64x64 latents).
+    int max_fused_attention_width = 256;
 
     static VaeConfig sd15() { return {}; }
     // What the golden tests use: two levels of 8 and 16 channels.
