@@ -294,3 +294,51 @@ TEST_CASE("train step: the full-size SD1.5 LoRA step (512x512, kohya targets, ra
     CHECK(keep.arena_bytes[int(Category::frozen)] >= size_t(859520964) * 2);
     CHECK(rec.peak_live_bytes < keep.peak_live_bytes);
 }
+
+TEST_CASE("train step: a trained text encoder is in the graph and its LoRA learns at its own lr; network dropout") {
+    train::StepOptions o = tiny_options(Precision::fp32);
+    o.train_text_encoder = true;
+    o.clip = sd::ClipConfig{1000, 16, 2, 2, 32, 77, Act::quick_gelu, 1e-5f};  // width = the UNet's cross-attention
+    o.text_encoder_lr = 5e-4f;
+    o.lora.dropout = 0.1f;  // kohya's network_dropout, on both models' LoRAs
+    auto s = train::build_step(o);
+    REQUIRE(s->text_weights);
+    CHECK(s->ids != kNoValue);
+    CHECK(s->g.shape(s->context) == Shape{2, 77, 16});
+    size_t te = 0;
+    for (const lora::LoraModule& m : s->net->modules()) te += m.part == lora::Part::text_encoder;
+    CHECK(te == 12);  // q, k, v, out_proj, fc1, fc2 of 2 layers
+    REQUIRE(s->update->groups().size() == 2);
+    CHECK(s->update->groups()[1].name == "text_encoder");
+    CHECK(s->update->groups()[1].lr == 5e-4f);
+    auto rt = make_cpu_runtime(make_plan(s->g));
+    io::SafetensorsFile f(kTinyUnet);
+    sd::load_unet(*s->unet_weights, o.unet, f, *rt);
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-0.2f, 0.2f);
+    for (const sd::WeightEntry& e : s->text_weights->entries()) {
+        std::vector<float> v(size_t(s->g.shape(e.id).numel()));
+        const bool gain = e.name.find("norm") != std::string::npos && e.name.ends_with(".weight");
+        for (float& x : v) x = gain ? 1.0f : u(rng);
+        rt->write_f32(e.id, v);
+    }
+    train::Trainer tr(*s, *rt, {});
+    tr.init(9);
+    std::vector<float> before;
+    for (const lora::LoraModule& m : s->net->modules())
+        if (m.part == lora::Part::text_encoder)
+            for (float x : rt->read_f32(m.up)) before.push_back(x);
+    std::vector<int32_t> ids(size_t(s->ids_numel()));
+    for (size_t i = 0; i < ids.size(); i++) ids[i] = int32_t((i * 37) % 1000);
+    const std::vector<float> x0 = tiny_latents(2, 4);
+    for (int k = 0; k < 2; k++) CHECK(tr.step(x0, std::span<const int32_t>(ids)).applied);
+    std::vector<float> after;
+    for (const lora::LoraModule& m : s->net->modules())
+        if (m.part == lora::Part::text_encoder)
+            for (float x : rt->read_f32(m.up)) after.push_back(x);
+    CHECK(max_rel(after, before) > 0);  // up started at 0 and moved: gradients reached the text encoder
+    // Frozen-context calls are refused for this graph; evaluation refuses network dropout.
+    CHECK_THROWS_AS(tr.step(x0, std::span<const float>(tiny_context(2, 1))), gl::Error);
+    CHECK_THROWS_WITH_AS(tr.evaluate(x0, std::span<const int32_t>(ids), 1), doctest::Contains("network dropout"),
+                         gl::Error);
+}
