@@ -131,7 +131,7 @@ void BM_adamw8bit(benchmark::State& st) {
     adamw8bit_step(b.g, p, gr, m, v, am, av, h);
     b.bytes = double(n) * (4 + 4 + 1 + 1 + 4 + 1 + 1) + double(blocks) * 16;
     // The kernel variants of cuda/adam8bit.cu (chosen when the step is recorded).
-    static const char* const variants[] = {"prefetch", "prefetch3", "plain"};
+    static const char* const variants[] = {"late", "late5", "plain"};
     const char* variant = variants[st.range(0)];
     setenv("GL_ADAM8BIT_KERNEL", variant, 1);
     st.SetLabel(variant);

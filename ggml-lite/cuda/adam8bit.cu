@@ -22,43 +22,31 @@ __device__ uint32_t g_code_tables[kAdam8bitSignedEntries + kAdam8bitUnsignedEntr
 // One warp per quantisation block of 256 elements, 8 consecutive elements per lane (16- and
 // 8-byte loads); the block's new absmax is a warp max. Each CTA copies both maps (for
 // dequantisation) and both code tables (for the O(1) nearest-code search, 24 KiB) to shared
-// memory once and walks quantisation blocks in a grid-stride loop. With Prefetch, a warp loads
-// its next block before working on the current one, so its loads stay in flight meanwhile.
+// memory once and walks quantisation blocks in a grid-stride loop. LateParam loads the parameter
+// only after the warp max (8 fewer live registers across the first phase).
 constexpr int kWarps8bit = 8;
 constexpr int kTableWords = kAdam8bitSignedEntries + kAdam8bitUnsignedEntries;
 static_assert(kTableWords % 4 == 0, "tables are copied as uint4");
 
-struct Chunk8bit {  // one lane's share of a quantisation block
-    float g[8], p[8];
-    uint8_t cm[8], cv[8];
-    float am, av;
-};
-
-__device__ __forceinline__ void load_chunk(Chunk8bit& c, const float* p, const float* g, const uint8_t* cm,
-                                           const uint8_t* cv, const float* am, const float* av, int64_t b,
-                                           int64_t base, int64_t n) {
+__device__ __forceinline__ void load8(float (&dst)[8], const float* src, int64_t base, int64_t n) {
     if (base + 8 <= n) {
-        *reinterpret_cast<float4*>(c.g) = *reinterpret_cast<const float4*>(g + base);
-        *reinterpret_cast<float4*>(c.g + 4) = *reinterpret_cast<const float4*>(g + base + 4);
-        *reinterpret_cast<float4*>(c.p) = *reinterpret_cast<const float4*>(p + base);
-        *reinterpret_cast<float4*>(c.p + 4) = *reinterpret_cast<const float4*>(p + base + 4);
-        *reinterpret_cast<uint2*>(c.cm) = *reinterpret_cast<const uint2*>(cm + base);
-        *reinterpret_cast<uint2*>(c.cv) = *reinterpret_cast<const uint2*>(cv + base);
+        *reinterpret_cast<float4*>(dst) = *reinterpret_cast<const float4*>(src + base);
+        *reinterpret_cast<float4*>(dst + 4) = *reinterpret_cast<const float4*>(src + base + 4);
     } else {
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            bool in = base + j < n;
-            c.g[j] = in ? g[base + j] : 0.0f;
-            c.p[j] = in ? p[base + j] : 0.0f;
-            c.cm[j] = in ? cm[base + j] : uint8_t(127);
-            c.cv[j] = in ? cv[base + j] : uint8_t(0);
-        }
+        for (int j = 0; j < 8; j++) dst[j] = base + j < n ? src[base + j] : 0.0f;
     }
-    c.am = am[b];
-    c.av = av[b];
+}
+__device__ __forceinline__ void load8(uint8_t (&dst)[8], const uint8_t* src, int64_t base, int64_t n, uint8_t pad) {
+    if (base + 8 <= n) {
+        *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(src + base);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++) dst[j] = base + j < n ? src[base + j] : pad;
+    }
 }
 
-template <bool Prefetch, int MinBlocks>
+template <int MinBlocks, bool LateParam>
 __global__ void __launch_bounds__(256, MinBlocks) adamw8bit_kernel(float* p, const float* g, uint8_t* cm, uint8_t* cv,
                                                                    float* am, float* av, const float* hyper,
                                                                    const float* gstat, int64_t n) {
@@ -75,22 +63,24 @@ __global__ void __launch_bounds__(256, MinBlocks) adamw8bit_kernel(float* p, con
     const uint32_t* tu = tables + kAdam8bitSignedEntries;
     const AdamConsts k = adam_consts(hyper, true);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t blocks = (n + 255) / 256, stride = int64_t(gridDim.x) * kWarps8bit;
-    int64_t b = int64_t(blockIdx.x) * kWarps8bit + warp;
-    Chunk8bit cur;
-    if (b < blocks) load_chunk(cur, p, g, cm, cv, am, av, b, b * 256 + lane * 8, n);
-    for (; b < blocks; b += stride) {
+    const int64_t blocks = (n + 255) / 256;
+    for (int64_t b = int64_t(blockIdx.x) * kWarps8bit + warp; b < blocks; b += int64_t(gridDim.x) * kWarps8bit) {
         const int64_t base = b * 256 + lane * 8;
-        Chunk8bit next;
-        if (Prefetch && b + stride < blocks) load_chunk(next, p, g, cm, cv, am, av, b + stride, base + stride * 256, n);
+        float gv[8], pv[8];
+        uint8_t c1[8], c2[8];
+        load8(gv, g, base, n);
+        load8(c1, cm, base, n, 127);
+        load8(c2, cv, base, n, 0);
+        if (!LateParam) load8(pv, p, base, n);
+        const float am_old = am[b], av_old = av[b];
         float m[8], v[8], mmax = 0.0f, vmax = 0.0f;
         bool ok[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const bool in = base + j < n;
-            float gi = __fmul_rn(__fmul_rn(cur.g[j], k.gs), gate.mul);
-            m[j] = __fmul_rn(qs[cur.cm[j]], cur.am);
-            v[j] = __fmul_rn(qu[cur.cv[j]], cur.av);
+            float gi = __fmul_rn(__fmul_rn(gv[j], k.gs), gate.mul);
+            m[j] = __fmul_rn(qs[c1[j]], am_old);
+            v[j] = __fmul_rn(qu[c2[j]], av_old);
             ok[j] = in && isfinite(gi);
             if (ok[j]) {
                 v[j] = __fadd_rn(__fmul_rn(k.b2, v[j]), __fmul_rn(__fsub_rn(1.0f, k.b2), __fmul_rn(gi, gi)));
@@ -105,12 +95,10 @@ __global__ void __launch_bounds__(256, MinBlocks) adamw8bit_kernel(float* p, con
             mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, o));
             vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
         }
+        if (LateParam) load8(pv, p, base, n);
         const float inv_m = adam8bit_inverse(mmax), inv_v = adam8bit_inverse(vmax);
-        uint8_t c1[8], c2[8];
-        float pv[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            pv[j] = cur.p[j];
             if (ok[j]) {
                 float upd = __fdiv_rn(m[j], __fadd_rn(__fsqrt_rn(v[j]), __fmul_rn(k.corr2, k.eps)));
                 pv[j] = __fmul_rn(__fadd_rn(pv[j], __fmul_rn(k.step_size, upd)), k.decay);
@@ -131,15 +119,11 @@ __global__ void __launch_bounds__(256, MinBlocks) adamw8bit_kernel(float* p, con
                     cv[base + j] = c2[j];
                 }
         }
-        // Every lane has read the old absmax (at its load) before lane 0 replaces it; a prefetched
-        // block is another block, never this one.
-        __syncwarp();
+        __syncwarp();  // every lane has read the old absmax before lane 0 replaces it
         if (lane == 0) {
             am[b] = mmax;
             av[b] = vmax;
         }
-        if (Prefetch) cur = next;
-        else if (b + stride < blocks) load_chunk(cur, p, g, cm, cv, am, av, b + stride, base + stride * 256, n);
     }
 }
 
@@ -160,10 +144,11 @@ static void adamw8bit_run(CudaCtx& c) {
     if (n == 0) return;
     int64_t blocks = (n + 255) / 256;
     unsigned grid = unsigned(std::min<int64_t>((blocks + kWarps8bit - 1) / kWarps8bit, 132 * 16));
-    // GL_ADAM8BIT_KERNEL picks a variant for measurement: "prefetch" (default; 2 CTAs per SM),
-    // "prefetch3" (registers capped for 3 CTAs per SM), "plain" (no prefetch, 4 CTAs per SM). Read when the step is recorded, not per replay.
+    // GL_ADAM8BIT_KERNEL picks a variant for measurement: "late" (default: parameter loaded after
+    // the block max, 4 CTAs per SM), "late5" (the same, registers capped for 5 CTAs per SM),
+    // "plain" (parameter loaded with the gradient). Read when the step is recorded, not per replay.
     const char* env = std::getenv("GL_ADAM8BIT_KERNEL");
-    const std::string variant = env ? env : "prefetch";
+    const std::string variant = env ? env : "late";
     auto launch = [&](auto kernel) {
         kernel<<<grid, 256, 0, c.stream>>>(const_cast<float*>(c.in_ptr<float>(0)), c.in_ptr<float>(1),
                                            const_cast<uint8_t*>(c.in_ptr<uint8_t>(2)),
@@ -171,10 +156,10 @@ static void adamw8bit_run(CudaCtx& c) {
                                            const_cast<float*>(c.in_ptr<float>(4)), const_cast<float*>(c.in_ptr<float>(5)),
                                            c.in_ptr<float>(6), gstat_ptr(c, 7), n);
     };
-    if (variant == "plain") launch(adamw8bit_kernel<false, 4>);
-    else if (variant == "prefetch3") launch(adamw8bit_kernel<true, 3>);
-    else if (variant == "prefetch") launch(adamw8bit_kernel<true, 2>);
-    else throw Error(cat("GL_ADAM8BIT_KERNEL=", variant, ": expected prefetch, prefetch3 or plain"));
+    if (variant == "late") launch(adamw8bit_kernel<4, true>);
+    else if (variant == "late5") launch(adamw8bit_kernel<5, true>);
+    else if (variant == "plain") launch(adamw8bit_kernel<4, false>);
+    else throw Error(cat("GL_ADAM8BIT_KERNEL=", variant, ": expected late, late5 or plain"));
     GL_CUDA_LAUNCHED();
 }
 const CudaKernel cuda_adamw8bit_step{adamw8bit_run};
