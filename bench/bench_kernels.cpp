@@ -6,7 +6,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <random>
 
 #include "ggml-lite/core/planner.h"
@@ -130,15 +129,9 @@ void BM_adamw8bit(benchmark::State& st) {
     b.leaves = {p, gr, h};
     adamw8bit_step(b.g, p, gr, m, v, am, av, h);
     b.bytes = double(n) * (4 + 4 + 1 + 1 + 4 + 1 + 1) + double(blocks) * 16;
-    // The kernel variants of cuda/adam8bit.cu (chosen when the step is recorded).
-    static const char* const variants[] = {"late", "late5", "plain"};
-    const char* variant = variants[st.range(0)];
-    setenv("GL_ADAM8BIT_KERNEL", variant, 1);
-    st.SetLabel(variant);
     time_it(st, b);
-    unsetenv("GL_ADAM8BIT_KERNEL");
 }
-BENCHMARK(BM_adamw8bit)->Arg(0)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_adamw8bit)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 void BM_adamw_fp32(benchmark::State& st) {
     int64_t n = 256LL << 20;

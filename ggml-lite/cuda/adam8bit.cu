@@ -4,8 +4,6 @@
 // per block scales the moments for requantisation. Arithmetic uses explicit round-to-nearest
 // intrinsics (no FMA contraction) so results match the CPU reference bit for bit.
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -22,8 +20,7 @@ __device__ uint32_t g_code_tables[kAdam8bitSignedEntries + kAdam8bitUnsignedEntr
 // One warp per quantisation block of 256 elements, 8 consecutive elements per lane (16- and
 // 8-byte loads); the block's new absmax is a warp max. Each CTA copies both maps (for
 // dequantisation) and both code tables (for the O(1) nearest-code search, 24 KiB) to shared
-// memory once and walks quantisation blocks in a grid-stride loop. LateParam loads the parameter
-// only after the warp max (8 fewer live registers across the first phase).
+// memory once and walks quantisation blocks in a grid-stride loop (64 registers: 4 CTAs per SM).
 constexpr int kWarps8bit = 8;
 constexpr int kTableWords = kAdam8bitSignedEntries + kAdam8bitUnsignedEntries;
 static_assert(kTableWords % 4 == 0, "tables are copied as uint4");
@@ -46,8 +43,7 @@ __device__ __forceinline__ void load8(uint8_t (&dst)[8], const uint8_t* src, int
     }
 }
 
-template <int MinBlocks, bool LateParam>
-__global__ void __launch_bounds__(256, MinBlocks) adamw8bit_kernel(float* p, const float* g, uint8_t* cm, uint8_t* cv,
+__global__ void __launch_bounds__(256, 4) adamw8bit_kernel(float* p, const float* g, uint8_t* cm, uint8_t* cv,
                                                                    float* am, float* av, const float* hyper,
                                                                    const float* gstat, int64_t n) {
     const Gate gate = load_gate(gstat);
@@ -71,7 +67,7 @@ __global__ void __launch_bounds__(256, MinBlocks) adamw8bit_kernel(float* p, con
         load8(gv, g, base, n);
         load8(c1, cm, base, n, 127);
         load8(c2, cv, base, n, 0);
-        if (!LateParam) load8(pv, p, base, n);
+        load8(pv, p, base, n);
         const float am_old = am[b], av_old = av[b];
         float m[8], v[8], mmax = 0.0f, vmax = 0.0f;
         bool ok[8];
@@ -95,7 +91,6 @@ __global__ void __launch_bounds__(256, MinBlocks) adamw8bit_kernel(float* p, con
             mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, o));
             vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
         }
-        if (LateParam) load8(pv, p, base, n);
         const float inv_m = adam8bit_inverse(mmax), inv_v = adam8bit_inverse(vmax);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -144,22 +139,10 @@ static void adamw8bit_run(CudaCtx& c) {
     if (n == 0) return;
     int64_t blocks = (n + 255) / 256;
     unsigned grid = unsigned(std::min<int64_t>((blocks + kWarps8bit - 1) / kWarps8bit, 132 * 16));
-    // GL_ADAM8BIT_KERNEL picks a variant for measurement: "late" (default: parameter loaded after
-    // the block max, 4 CTAs per SM), "late5" (the same, registers capped for 5 CTAs per SM),
-    // "plain" (parameter loaded with the gradient). Read when the step is recorded, not per replay.
-    const char* env = std::getenv("GL_ADAM8BIT_KERNEL");
-    const std::string variant = env ? env : "late";
-    auto launch = [&](auto kernel) {
-        kernel<<<grid, 256, 0, c.stream>>>(const_cast<float*>(c.in_ptr<float>(0)), c.in_ptr<float>(1),
-                                           const_cast<uint8_t*>(c.in_ptr<uint8_t>(2)),
-                                           const_cast<uint8_t*>(c.in_ptr<uint8_t>(3)),
-                                           const_cast<float*>(c.in_ptr<float>(4)), const_cast<float*>(c.in_ptr<float>(5)),
-                                           c.in_ptr<float>(6), gstat_ptr(c, 7), n);
-    };
-    if (variant == "late") launch(adamw8bit_kernel<4, true>);
-    else if (variant == "late5") launch(adamw8bit_kernel<5, true>);
-    else if (variant == "plain") launch(adamw8bit_kernel<4, false>);
-    else throw Error(cat("GL_ADAM8BIT_KERNEL=", variant, ": expected late, late5 or plain"));
+    adamw8bit_kernel<<<grid, 256, 0, c.stream>>>(
+        const_cast<float*>(c.in_ptr<float>(0)), c.in_ptr<float>(1), const_cast<uint8_t*>(c.in_ptr<uint8_t>(2)),
+        const_cast<uint8_t*>(c.in_ptr<uint8_t>(3)), const_cast<float*>(c.in_ptr<float>(4)),
+        const_cast<float*>(c.in_ptr<float>(5)), c.in_ptr<float>(6), gstat_ptr(c, 7), n);
     GL_CUDA_LAUNCHED();
 }
 const CudaKernel cuda_adamw8bit_step{adamw8bit_run};
