@@ -34,12 +34,14 @@ struct Options {
     std::vector<int64_t> batches;
     std::vector<gl::Recompute> recompute = {gl::Recompute::none, gl::Recompute::blocks};
     int steps = 20, warmup = 3, rank = 16, size = 512;
+    int profile = 0;  // > 0: after timing, that many more steps with per-node timing, then the report
     train::Precision precision = train::Precision::bf16;
 };
 
 const char* kUsage =
     "usage: bench_step [--tiny] [--backend auto|cpu|cuda] [--batch 1,8] [--recompute none,blocks]\n"
-    "                  [--steps N (>= 20 counts)] [--warmup N] [--rank R] [--size PIXELS] [--precision bf16|fp16|fp32]\n";
+    "                  [--steps N (>= 20 counts)] [--warmup N] [--rank R] [--size PIXELS] [--precision bf16|fp16|fp32]\n"
+    "                  [--profile N (N more steps timed node by node, then where the time went)]\n";
 
 std::vector<std::string> split(const std::string& s) {
     std::vector<std::string> r;
@@ -82,6 +84,7 @@ Options parse(int argc, char** argv) {
         else if (a == "--rank") o.rank = to_int(a, v, 1);
         else if (a == "--size") o.size = to_int(a, v, 8);
         else if (a == "--precision") o.precision = train::parse_precision(v);
+        else if (a == "--profile") o.profile = to_int(a, v, 1);
         else gl::fail("unknown option ", a, "\n", kUsage);
     }
     if (o.backend != "auto" && o.backend != "cpu" && o.backend != "cuda")
@@ -213,6 +216,12 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc) {
                 *std::min_element(step_ms.begin(), step_ms.end()), o.steps, loss);
     if (!o.tiny && o.size == 512 && o.precision == train::Precision::bf16)
         std::printf("beside: %s\n", torch_figures(batch, rc).c_str());
+    if (o.profile > 0) {  // node by node (eagerly on CUDA), after the figures above
+        rt->set_profiling(true);
+        for (int k = 0; k < o.profile; k++) tr.step(lat, ctx);
+        rt->set_profiling(false);
+        std::printf("%s", rt->profile_report(30).c_str());
+    }
 }
 
 int run(const Options& o) {

@@ -1,4 +1,5 @@
 // CPU reference backend: one host allocation per memory category, sized from the plan.
+#include <chrono>
 #include <cstring>
 
 #include "ggml-lite/core/cpu_kernel.h"
@@ -141,16 +142,22 @@ public:
 
     void run() override {
         const Graph& g = plan_.graph;
-        for (const Node& n : g.nodes) {
+        const bool timed = profiling();
+        for (size_t i = 0; i < g.nodes.size(); i++) {
+            const Node& n = g.nodes[i];
             const OpDef& def = op_def(n.op);
             if (def.flags & kOpView) continue;
+            const auto t0 = std::chrono::steady_clock::now();
             CpuCtx ctx(n);
             for (ValueId x : n.in) ctx.in.push_back(ref(x));
             for (ValueId y : n.out) ctx.out.push_back(ref(y));
             GL_CHECK(def.cpu, "cpu runtime: op ", def.name, " has no CPU kernel");
             def.cpu(ctx);
             ctx.finish();
+            if (timed)
+                add_node_time(i, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         }
+        if (timed) end_profiled_run();
     }
 
     void poison(unsigned char byte) override {

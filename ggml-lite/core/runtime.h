@@ -37,12 +37,31 @@ public:
     void write_f32(ValueId v, const std::vector<float>& x);
     std::vector<float> read_f32(ValueId v) const;
 
+    // Per-node timing. While on, every run() times each node and adds it up (CPU: wall clock;
+    // CUDA: events around each node's kernels, the step run eagerly rather than replayed from its
+    // captured graph, and waited for at the end of run()). profile_report() lists where the time
+    // went: by op, by forward / backward / recompute / optimizer, and the `top` slowest nodes.
+    void set_profiling(bool on);
+    bool profiling() const { return profiling_; }
+    void reset_profile();
+    std::string profile_report(size_t top = 20) const;
+    int profiled_runs() const { return profiled_runs_; }
+    double profiled_ms(size_t node) const { return node < node_ms_.size() ? node_ms_[node] : 0.0; }
+
 protected:
+    // Backends report each node's time of a profiled run, then close the run.
+    void add_node_time(size_t node, double ms) { node_ms_[node] += ms; }
+    void end_profiled_run() { profiled_runs_++; }
     // Where value id lives, given each category's arena base: the base value's offset, with the
     // value's own dtype and layout (views included).
     TensorRef locate(ValueId id, const std::array<void*, kCategoryCount>& arena_base) const;
     explicit Runtime(Plan plan) : plan_(std::move(plan)) {}
     Plan plan_;
+
+private:
+    bool profiling_ = false;
+    std::vector<double> node_ms_;
+    int profiled_runs_ = 0;
 };
 
 // The CPU reference backend: computes in f32 (double accumulation where it matters).

@@ -111,6 +111,7 @@ public:
     }
 
     ~CudaRuntime() override {
+        for (cudaEvent_t e : timing_) cudaEventDestroy(e);
         if (exec_) cudaGraphExecDestroy(exec_);
         for (void* a : arenas_)
             if (a) cudaFree(a);
@@ -157,6 +158,19 @@ public:
     }
 
     void run() override {
+        if (profiling()) {  // eagerly, an event pair around every node, waited for here
+            launch_all(true);
+            GL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+            for (size_t i = 0; i < timing_.size(); i += 2) {
+                if (!timed_[i / 2]) continue;
+                float ms = 0.0f;
+                GL_CUDA_CHECK(cudaEventElapsedTime(&ms, timing_[i], timing_[i + 1]));
+                add_node_time(i / 2, double(ms));
+            }
+            end_profiled_run();
+            runs_++;
+            return;
+        }
         if (use_graph_ && runs_ >= 1) {
             if (!exec_) {
                 cudaGraph_t graph;
@@ -206,11 +220,22 @@ public:
     }
 
 private:
-    void launch_all() {
+    // timed: record an event before and after each node (profiling; never under capture).
+    void launch_all(bool timed = false) {
         const Graph& g = plan_.graph;
-        for (const Node& n : g.nodes) {
+        if (timed && timing_.empty()) {
+            timing_.resize(2 * g.nodes.size());
+            for (cudaEvent_t& e : timing_) GL_CUDA_CHECK(cudaEventCreate(&e));
+            timed_.assign(g.nodes.size(), false);
+        }
+        for (size_t i = 0; i < g.nodes.size(); i++) {
+            const Node& n = g.nodes[i];
             const CudaKernel& k = cuda_kernel(n.op);
             if (!k.run) continue;
+            if (timed) {
+                GL_CUDA_CHECK(cudaEventRecord(timing_[2 * i], stream_));
+                timed_[i] = true;
+            }
             CudaCtx ctx(n, stream_);
             char* scratch = static_cast<char*>(workspace_);
             for (ValueId x : n.in) {
@@ -227,6 +252,7 @@ private:
             ctx.workspace = scratch;
             ctx.workspace_bytes = workspace_bytes_ - size_t(scratch - static_cast<char*>(workspace_));
             k.run(ctx);
+            if (timed) GL_CUDA_CHECK(cudaEventRecord(timing_[2 * i + 1], stream_));
         }
     }
 
@@ -238,6 +264,8 @@ private:
     bool use_graph_ = true;
     int runs_ = 0;
     cudaGraphExec_t exec_ = nullptr;
+    std::vector<cudaEvent_t> timing_;  // profiling: start and stop event of every node
+    std::vector<bool> timed_;          // nodes that launched work (views launch none)
 };
 
 }  // namespace
