@@ -1,7 +1,7 @@
 // Normalisation and softmax.
 // group_norm (NHWC, x [N, P, C] with P all positions): per-channel partial sums over chunks of
-// positions (coalesced along C), combined per (sample, group) into mean / rstd, then an
-// elementwise affine map (+ SiLU). The backward pass needs only two per-(sample, channel)
+// positions (coalesced along C), combined per (sample, group) by one block each into mean /
+// rstd, then an elementwise affine map (+ SiLU). The backward pass needs only two per-(sample, channel)
 // sums, A = sum gh*xhat and B = sum gh, from which dgamma, dbeta and the per-group terms of dx
 // follow. layer_norm and softmax: one block per row (last dim); layer-norm's dgamma/dbeta are
 // column sums over fixed row chunks. All reductions use fixed orders: deterministic.
@@ -52,8 +52,10 @@ Gn gn_of(const Shape& x, const Params& p) {
     d.Cg = d.C / d.G;
     d.act = p.i[1] != 0;
     d.eps = p.f[0];
-    d.chunks = std::min<int64_t>(d.P, std::max<int64_t>(1, 512 / d.N));
-    d.rows_per_chunk = (d.P + d.chunks - 1) / d.chunks;
+    // About 512 chunks over the batch, of at least 8 positions: enough blocks to fill the GPU,
+    // few enough partials that combining them is cheap.
+    const int64_t target = std::max<int64_t>(1, 512 / d.N);
+    d.rows_per_chunk = std::max<int64_t>((d.P + target - 1) / target, std::min<int64_t>(d.P, 8));
     d.chunks = (d.P + d.rows_per_chunk - 1) / d.rows_per_chunk;
     return d;
 }
@@ -75,20 +77,24 @@ __global__ void gn_stats_partial(const T* x, double* part, Gn d) {
     }
 }
 
+// One block per (sample, group): the group's chunk partials, thread t taking items t, t + 256,
+// ... and a fixed tree after (deterministic).
 __global__ void gn_stats_final(const double* part, float* mean, float* rstd, Gn d) {
-    int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-    if (t >= d.N * d.G) return;
-    int64_t n = t / d.G, c0 = (t % d.G) * d.Cg;
+    __shared__ double sh[32];
+    const int64_t t = blockIdx.x, n = t / d.G, c0 = (t % d.G) * d.Cg, items = d.chunks * d.Cg;
     double s = 0, ss = 0;
-    for (int64_t k = 0; k < d.chunks; k++)
-        for (int64_t c = c0; c < c0 + d.Cg; c++) {
-            const double* o = part + ((n * d.chunks + k) * d.C + c) * 2;
-            s += o[0];
-            ss += o[1];
-        }
-    double M = double(d.P * d.Cg), mu = s / M, var = fmax(ss / M - mu * mu, 0.0);
-    mean[t] = float(mu);
-    rstd[t] = float(1.0 / sqrt(var + double(d.eps)));
+    for (int64_t i = threadIdx.x; i < items; i += blockDim.x) {
+        const double* o = part + ((n * d.chunks + i / d.Cg) * d.C + c0 + i % d.Cg) * 2;
+        s += o[0];
+        ss += o[1];
+    }
+    s = block_sum(s, sh);
+    ss = block_sum(ss, sh);
+    if (threadIdx.x == 0) {
+        double M = double(d.P * d.Cg), mu = s / M, var = fmax(ss / M - mu * mu, 0.0);
+        mean[t] = float(mu);
+        rstd[t] = float(1.0 / sqrt(var + double(d.eps)));
+    }
 }
 
 template <class T>
@@ -138,38 +144,51 @@ __global__ void gn_bwd_partial(const T* gy, const T* x, const void* gm, DType tg
     }
 }
 
-// coef[(n * G + g) * 2 + {0, 1}] = {sum_c gamma_c B / M, sum_c gamma_c A / M}; dgamma, dbeta per channel.
-template <class TG>
-__global__ void gn_bwd_final(const double* part, const void* gm, DType tg, double* coef, TG* dgamma, TG* dbeta, Gn d) {
-    int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-    if (t < d.N * d.G) {
-        int64_t n = t / d.G, c0 = (t % d.G) * d.Cg;
-        double s1 = 0, s2 = 0;
-        for (int64_t c = c0; c < c0 + d.Cg; c++) {
-            double a = 0, b = 0;
-            for (int64_t k = 0; k < d.chunks; k++) {
-                const double* o = part + ((n * d.chunks + k) * d.C + c) * 2;
-                a += o[0];
-                b += o[1];
-            }
-            double g = load_any(gm, tg, c);
-            s1 += g * b;
-            s2 += g * a;
-        }
-        double M = double(d.P * d.Cg);
+// coef[(n * G + g) * 2 + {0, 1}] = {sum_c gamma_c B_c / M, sum_c gamma_c A_c / M}: one block per
+// (sample, group), summed as gn_stats_final does.
+__global__ void gn_bwd_coef(const double* part, const void* gm, DType tg, double* coef, Gn d) {
+    __shared__ double sh[32];
+    const int64_t t = blockIdx.x, n = t / d.G, c0 = (t % d.G) * d.Cg, items = d.chunks * d.Cg;
+    double s1 = 0, s2 = 0;
+    for (int64_t i = threadIdx.x; i < items; i += blockDim.x) {
+        const int64_t c = c0 + i % d.Cg;
+        const double* o = part + ((n * d.chunks + i / d.Cg) * d.C + c) * 2;
+        const double g = load_any(gm, tg, c);
+        s1 += g * o[1];
+        s2 += g * o[0];
+    }
+    s1 = block_sum(s1, sh);
+    s2 = block_sum(s2, sh);
+    if (threadIdx.x == 0) {
+        const double M = double(d.P * d.Cg);
         coef[t * 2] = s1 / M;
         coef[t * 2 + 1] = s2 / M;
     }
-    if (t < d.C) {
-        double a = 0, b = 0;
-        for (int64_t n = 0; n < d.N; n++)
-            for (int64_t k = 0; k < d.chunks; k++) {
-                const double* o = part + ((n * d.chunks + k) * d.C + t) * 2;
-                a += o[0];
-                b += o[1];
-            }
-        dgamma[t] = from_f32<TG>(float(a));
-        dbeta[t] = from_f32<TG>(float(b));
+}
+
+// dgamma_c = sum A_c, dbeta_c = sum B_c over samples and chunks: blocks of 32 channels x 8 rows of
+// partials, each row's sums added in row order (deterministic).
+template <class TG>
+__global__ void gn_bwd_channels(const double* part, TG* dgamma, TG* dbeta, Gn d) {
+    __shared__ double sa[8][33], sb[8][33];
+    const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
+    double a = 0, b = 0;
+    if (c < d.C)
+        for (int64_t r = threadIdx.y; r < d.N * d.chunks; r += 8) {  // r = n * chunks + k
+            const double* o = part + (r * d.C + c) * 2;
+            a += o[0];
+            b += o[1];
+        }
+    sa[threadIdx.y][threadIdx.x] = a;
+    sb[threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < d.C) {
+        for (int y = 1; y < 8; y++) {
+            a += sa[y][threadIdx.x];
+            b += sb[y][threadIdx.x];
+        }
+        dgamma[c] = from_f32<TG>(float(a));
+        dbeta[c] = from_f32<TG>(float(b));
     }
 }
 
@@ -201,7 +220,7 @@ static void group_norm_run(CudaCtx& c) {
         using T = decltype(tag);
         gn_stats_partial<T><<<dim3(unsigned(d.chunks), unsigned(d.N)), 256, 0, c.stream>>>(c.in_ptr<T>(0), part, d);
         GL_CUDA_LAUNCHED();
-        gn_stats_final<<<unsigned((d.N * d.G + 127) / 128), 128, 0, c.stream>>>(part, mean, rstd, d);
+        gn_stats_final<<<unsigned(d.N * d.G), 256, 0, c.stream>>>(part, mean, rstd, d);
         GL_CUDA_LAUNCHED();
         gn_apply<T><<<grid_for(d.N * d.P * d.C, 256), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr(1), c.in_dtype(1),
                                                                            c.in_ptr(2), c.in_dtype(2), mean, rstd,
@@ -224,11 +243,12 @@ static void group_norm_grad_run(CudaCtx& c) {
             c.in_ptr<float>(5), part, d);
         GL_CUDA_LAUNCHED();
         GL_CHECK(c.out_dtype(1) == c.out_dtype(2), "group_norm_grad: gamma and beta must share a dtype on CUDA");
+        gn_bwd_coef<<<unsigned(d.N * d.G), 256, 0, c.stream>>>(part, c.in_ptr(2), c.in_dtype(2), coef, d);
+        GL_CUDA_LAUNCHED();
         dispatch_float(c.out_dtype(1), "group_norm_grad", [&](auto gtag) {
             using TG = decltype(gtag);
-            int64_t threads = std::max(d.N * d.G, d.C);
-            gn_bwd_final<TG><<<unsigned((threads + 127) / 128), 128, 0, c.stream>>>(
-                part, c.in_ptr(2), c.in_dtype(2), coef, c.out_ptr<TG>(1), c.out_ptr<TG>(2), d);
+            gn_bwd_channels<TG><<<unsigned((d.C + 31) / 32), dim3(32, 8), 0, c.stream>>>(part, c.out_ptr<TG>(1),
+                                                                                          c.out_ptr<TG>(2), d);
         });
         GL_CUDA_LAUNCHED();
         gn_bwd_apply<T><<<grid_for(d.N * d.P * d.C, 256), 256, 0, c.stream>>>(
