@@ -4,6 +4,7 @@
 
 #include "ggml-lite/core/cpu_kernel.h"
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/core/parallel.h"
 #include "ggml-lite/core/runtime.h"
 
 namespace gl {
@@ -116,15 +117,14 @@ public:
         const Value& v = plan_.graph.v(id);
         GL_CHECK(v.base == id, "write: ", plan_.graph.describe(id), " is a view; write its base value");
         TensorRef dst = ref(id);
-        char* base = static_cast<char*>(dst.data);
-        for (int64_t i = 0; i < v.numel(); i++) {
-            if (t == v.dtype) {
-                size_t s = dtype_size(t);
-                std::memcpy(base + i * int64_t(s), static_cast<const char*>(data) + i * int64_t(s), s);
-            } else {
-                store_from_f32(base, v.dtype, i, load_as_f32(data, t, i));
-            }
+        char* base = static_cast<char*>(dst.data);  // a storage owner: dense from here
+        if (t == v.dtype) {
+            std::memcpy(base, data, v.bytes());
+            return;
         }
+        parallel_for(v.numel(), int64_t(1) << 16, [&](int64_t lo, int64_t hi) {
+            for (int64_t i = lo; i < hi; i++) store_from_f32(base, v.dtype, i, load_as_f32(data, t, i));
+        });
     }
 
     void read(ValueId id, void* data, DType t) const override {

@@ -70,19 +70,6 @@ uint16_t f32_to_f16(float f) {
     return uint16_t(sign | (r >> 13));
 }
 
-float f16_to_f32(uint16_t h) {
-    uint32_t sign = uint32_t(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t mant = h & 0x3ffu;
-    if (exp == 0) {
-        // zero or subnormal: exactly mant * 2^-24
-        float v = std::ldexp(float(mant), -24);
-        return sign ? -v : v;
-    }
-    if (exp == 31) return float_of(sign | 0x7f800000u | (mant << 13));
-    return float_of(sign | ((exp + 112u) << 23) | (mant << 13));
-}
-
 float load_as_f32(const void* data, DType t, int64_t i) {
     switch (t) {
         case DType::f32: return static_cast<const float*>(data)[i];

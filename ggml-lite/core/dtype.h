@@ -17,7 +17,23 @@ bool dtype_is_float(DType t);  // f32, f16, bf16
 // f32 <-> half-precision bit patterns. Rounding is to nearest, ties to even; NaN stays NaN
 // (quiet), overflow rounds to infinity, f16 subnormals are produced and read exactly.
 uint16_t f32_to_f16(float f);
-float f16_to_f32(uint16_t h);
+// f16 -> f32 is exact: inline, since SD1.5 checkpoints mostly ship in f16.
+inline float f16_to_f32(uint16_t h) {
+    const uint32_t sign = uint32_t(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    uint32_t u;
+    if (exp == 0) {  // zero or subnormal: exactly mant * 2^-24 (a power-of-two scale, exact)
+        const float v = float(mant) * 5.9604644775390625e-8f;
+        std::memcpy(&u, &v, 4);
+        u |= sign;
+    } else if (exp == 31) {
+        u = sign | 0x7f800000u | (mant << 13);
+    } else {
+        u = sign | ((exp + 112u) << 23) | (mant << 13);
+    }
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
 // bf16 is the top half of an f32: inline, since checkpoint loading converts every weight.
 inline uint16_t f32_to_bf16(float f) {
     uint32_t u;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/core/parallel.h"
 
 namespace gl::io {
 
@@ -181,8 +182,16 @@ void check_convertible(StoredType from, DType to, const std::string& what) {
 
 void convert_elements(const void* src, StoredType from, void* dst, DType to, int64_t n, const std::string& what) {
     check_convertible(from, to, what);
-    convert_run(static_cast<const uint8_t*>(src), int64_t(stored_size(from)), from, static_cast<uint8_t*>(dst), to,
-                n, what);
+    const auto* s = static_cast<const uint8_t*>(src);
+    auto* d = static_cast<uint8_t*>(dst);
+    const size_t es = stored_size(from), ds = dtype_size(to);
+    if (stored_is_float(from)) {  // float conversions cannot throw: split big tensors over threads
+        parallel_for(n, int64_t(1) << 18, [&](int64_t lo, int64_t hi) {
+            convert_run(s + size_t(lo) * es, int64_t(es), from, d + size_t(lo) * ds, to, hi - lo, what);
+        });
+        return;
+    }
+    convert_run(s, int64_t(es), from, d, to, n, what);
 }
 
 void gather_elements(const void* src, StoredType from, int64_t offset, const int64_t* sizes, const int64_t* strides,

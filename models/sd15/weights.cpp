@@ -4,6 +4,7 @@
 #include <set>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/core/parallel.h"
 #include "ggml-lite/core/runtime.h"
 
 namespace sd {
@@ -39,6 +40,32 @@ std::string Weights::full(const std::string& local) const {
     return s + local;
 }
 
+namespace {
+
+// [O][I][kh][kw] -> [O][kh][kw][I] (s: the leaf's [O, kh, kw, I]); output channels over threads.
+template <class E>
+void to_ohwi_typed(const E* in, E* out, int64_t O, int64_t kh, int64_t kw, int64_t I) {
+    gl::parallel_for(O, 4, [&](int64_t o0, int64_t o1) {
+        for (int64_t o = o0; o < o1; o++)
+            for (int64_t i = 0; i < I; i++)
+                for (int64_t y = 0; y < kh; y++)
+                    for (int64_t x = 0; x < kw; x++)
+                        out[((o * kh + y) * kw + x) * I + i] = in[((o * I + i) * kh + y) * kw + x];
+    });
+}
+
+void to_ohwi(const unsigned char* in, unsigned char* out, const gl::Shape& s, size_t es) {
+    const int64_t O = s[0], kh = s[1], kw = s[2], I = s[3];
+    switch (es) {
+        case 1: return to_ohwi_typed(in, out, O, kh, kw, I);
+        case 2: return to_ohwi_typed(reinterpret_cast<const uint16_t*>(in), reinterpret_cast<uint16_t*>(out), O, kh, kw, I);
+        case 4: return to_ohwi_typed(reinterpret_cast<const uint32_t*>(in), reinterpret_cast<uint32_t*>(out), O, kh, kw, I);
+        default: fail("conv weight layout: element size ", es, " not supported");
+    }
+}
+
+}  // namespace
+
 LoadReport load_weights(const Weights& w, const gl::io::TensorSource& src,
                         const std::function<std::string(const std::string&)>& key_of, gl::Runtime& rt,
                         const std::vector<std::string>& ignore_prefixes, bool allow_missing) {
@@ -72,15 +99,8 @@ LoadReport load_weights(const Weights& w, const gl::io::TensorSource& src,
         buf.resize(n * es);
         src.read(key, buf.data(), v.dtype);
         if (e.layout == WeightLayout::conv_ohwi) {
-            // [O][I][kh][kw] -> [O][kh][kw][I]
-            const int64_t O = s[0], kh = s[1], kw = s[2], I = s[3];
             perm.resize(buf.size());
-            for (int64_t o = 0; o < O; o++)
-                for (int64_t i = 0; i < I; i++)
-                    for (int64_t y = 0; y < kh; y++)
-                        for (int64_t x = 0; x < kw; x++)
-                            std::memcpy(&perm[size_t(((o * kh + y) * kw + x) * I + i) * es],
-                                        &buf[size_t(((o * I + i) * kh + y) * kw + x) * es], es);
+            to_ohwi(buf.data(), perm.data(), s, es);
             buf.swap(perm);
         }
         rt.write(e.id, buf.data(), v.dtype);
