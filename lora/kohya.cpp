@@ -104,6 +104,7 @@ std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const 
         {"ss_network_module", "networks.lora"},
         {"ss_network_dim", std::to_string(c.rank)},
         {"ss_network_alpha", py_float(c.effective_alpha())},
+        {"ss_network_dropout", c.dropout > 0.0f ? py_float(c.dropout) : "None"},  // kohya's --network_dropout
         {"ss_base_model_version", "sd_v1"},
         {"ss_v2", "False"},
         {"ss_resolution", "(" + std::to_string(opt.resolution_w) + ", " + std::to_string(opt.resolution_h) + ")"},

@@ -57,6 +57,7 @@ TEST_CASE("lora: SD1.5 has kohya's 192 UNet and 72 text encoder modules; the fil
     CHECK(md.at("ss_network_module") == "networks.lora");
     CHECK(md.at("ss_network_dim") == "16");
     CHECK(md.at("ss_network_alpha") == "8.0");
+    CHECK(md.at("ss_network_dropout") == "None");
     CHECK(md.at("ss_base_model_version") == "sd_v1");
     CHECK(md.at("ss_resolution") == "(512, 512)");
     CHECK(md.at("ss_clip_skip") == "2");
@@ -263,4 +264,15 @@ TEST_CASE("lora: LoCon on SD1.5 adds kohya's 86 ResnetBlock2D/sampler modules, s
     for (auto& [v, x] : store) bad += back[v] != x;
     CHECK(bad == 0);
     std::filesystem::remove(path);
+}
+
+TEST_CASE("lora: kohya metadata names the network dropouts as kohya writes them") {
+    lora::LoraConfig c;
+    c.rank = 8;
+    c.dropout = 0.1f;
+    c.rank_dropout = 0.25f;
+    lora::LoraNetwork net(c);
+    const auto md = lora::kohya_metadata(net, lora::SaveOptions{});
+    CHECK(md.at("ss_network_dropout") == "0.1");
+    CHECK(md.at("ss_network_args") == "{\"rank_dropout\": \"0.25\"}");
 }
