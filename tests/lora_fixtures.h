@@ -6,6 +6,8 @@
 #include <map>
 #include <random>
 
+#include <unistd.h>
+
 #include "ggml-lite/core/autodiff.h"
 #include "ggml-lite/core/dtype.h"
 #include "ggml-lite/core/error.h"
@@ -33,8 +35,9 @@ inline std::vector<float> random_vec(size_t n, float s, std::mt19937& rng) {
     return v;
 }
 
+// Per process: ctest runs test cases in parallel, and two suites may run at once on one machine.
 inline std::string tmp_path(const std::string& name) {
-    return (std::filesystem::temp_directory_path() / ("gl_test_lora_" + name)).string();
+    return (std::filesystem::temp_directory_path() / ("gl_test_lora_" + std::to_string(getpid()) + "_" + name)).string();
 }
 
 // SD1.5's UNet and text encoder graphs with a LoRA attached (built, never run).

@@ -9,6 +9,8 @@
 #include <functional>
 #include <map>
 
+#include <unistd.h>
+
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/safetensors.h"
@@ -248,7 +250,8 @@ TEST_CASE("fp16 loss scaling: an injected overflow skips the step bit-exactly, h
 }
 
 TEST_CASE("optimizer state: save, run, restore into a fresh graph, run again: identical bits") {
-    const std::string path = (std::filesystem::temp_directory_path() / "gl_test_optim_state.safetensors").string();
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("gl_test_optim_" + std::to_string(getpid()) + "_state.safetensors")).string();
     for (const char* kind : kAllKinds) {
         SUBCASE(kind) {
             auto a = make_net(kind);
@@ -276,7 +279,8 @@ TEST_CASE("optimizer state: save, run, restore into a fresh graph, run again: id
 }
 
 TEST_CASE("optimizer state files are validated before anything is restored") {
-    const std::string path = (std::filesystem::temp_directory_path() / "gl_test_optim_bad.safetensors").string();
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("gl_test_optim_" + std::to_string(getpid()) + "_bad.safetensors")).string();
     auto adamw = make_net("AdamW");
     adamw->opt->save_state(path, *adamw->rt);
     auto lion = make_net("Lion");
