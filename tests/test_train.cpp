@@ -11,6 +11,7 @@
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/safetensors.h"
 #include "train/trainer.h"
+#include "op_harness.h"
 
 using namespace gl;
 using train::Precision;
@@ -79,14 +80,8 @@ std::vector<float> tiny_context(int64_t n, uint64_t seed) {
     return v;
 }
 
-double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
-    double num = 0, den = 1e-6;
-    for (size_t i = 0; i < a.size(); i++) {
-        num = std::max(num, std::fabs(double(a[i]) - b[i]));
-        den = std::max(den, std::fabs(double(b[i])));
-    }
-    return num / den;
-}
+// Largest difference relative to the largest reference value (at least 1e-6).
+double max_rel(const std::vector<float>& a, const std::vector<float>& b) { return gltest::rel_err(a, b, 1e-6); }
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/safetensors.h"
 #include "train/trainer.h"
+#include "op_harness.h"
 
 using namespace gl;
 using train::Precision;
@@ -61,14 +62,8 @@ std::vector<float> part(const std::vector<float>& v, size_t i, size_t n) {
     return {v.begin() + std::ptrdiff_t(i * n), v.begin() + std::ptrdiff_t((i + 1) * n)};
 }
 
-double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
-    double num = 0, den = 1e-12;
-    for (size_t i = 0; i < a.size(); i++) {
-        num = std::max(num, std::fabs(double(a[i]) - b[i]));
-        den = std::max(den, std::fabs(double(b[i])));
-    }
-    return num / den;
-}
+// Largest difference relative to the largest reference value (at least 1e-12).
+double max_rel(const std::vector<float>& a, const std::vector<float>& b) { return gltest::rel_err(a, b, 1e-12); }
 
 }  // namespace
 
