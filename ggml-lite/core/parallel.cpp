@@ -14,6 +14,9 @@ namespace {
 
 thread_local bool t_in_worker = false;
 
+// One parallel region at a time. Its state lives in a Run on the caller's stack; a worker joins a
+// region only under the mutex (so it sees the whole Run), and the caller returns only once every
+// worker that joined has left, so no worker ever touches a finished region or a half-set-up one.
 class Pool {
 public:
     explicit Pool(int n) {
@@ -27,42 +30,40 @@ public:
         cv_.notify_all();
         for (auto& t : workers_) t.join();
     }
-    int size() const { return int(workers_.size()) + 1; }
 
     void run(int64_t chunks, const std::function<void(int64_t)>& job) {
-        std::unique_lock<std::mutex> run_lock(run_mu_);  // one parallel region at a time
+        std::unique_lock<std::mutex> run_lock(run_mu_);
+        Run r(&job, chunks);
         {
             std::lock_guard<std::mutex> lk(mu_);
-            job_ = &job;
-            next_ = 0;
-            chunks_ = chunks;
-            pending_ = chunks;
-            error_ = nullptr;
+            run_ = &r;
             generation_++;
         }
         cv_.notify_all();
-        work();
+        work(r);  // the caller takes chunks too
         std::unique_lock<std::mutex> lk(mu_);
-        done_cv_.wait(lk, [this] { return pending_ == 0; });
-        job_ = nullptr;
-        if (error_) std::rethrow_exception(error_);
+        run_ = nullptr;  // no worker joins from here on
+        done_cv_.wait(lk, [this] { return active_ == 0; });
+        if (r.error) std::rethrow_exception(r.error);
     }
 
 private:
-    void work() {
+    struct Run {
+        Run(const std::function<void(int64_t)>* j, int64_t n) : job(j), chunks(n) {}
+        const std::function<void(int64_t)>* job;
+        int64_t chunks;
+        std::atomic<int64_t> next{0};
+        std::exception_ptr error;  // the first exception of a chunk (guarded by mu_)
+    };
+
+    void work(Run& r) {
         t_in_worker = true;
-        for (;;) {
-            int64_t c = next_.fetch_add(1);
-            if (c >= chunks_) break;
+        for (int64_t c; (c = r.next.fetch_add(1)) < r.chunks;) {
             try {
-                (*job_)(c);
+                (*r.job)(c);
             } catch (...) {
                 std::lock_guard<std::mutex> lk(mu_);
-                if (!error_) error_ = std::current_exception();
-            }
-            if (pending_.fetch_sub(1) == 1) {
-                std::lock_guard<std::mutex> lk(mu_);
-                done_cv_.notify_all();
+                if (!r.error) r.error = std::current_exception();
             }
         }
         t_in_worker = false;
@@ -70,25 +71,28 @@ private:
     void loop() {
         uint64_t seen = 0;
         for (;;) {
+            Run* r = nullptr;
             {
                 std::unique_lock<std::mutex> lk(mu_);
-                cv_.wait(lk, [&] { return stop_ || (generation_ != seen && job_); });
+                cv_.wait(lk, [&] { return stop_ || (generation_ != seen && run_); });
                 if (stop_) return;
                 seen = generation_;
+                r = run_;
+                active_++;
             }
-            work();
+            work(*r);
+            std::lock_guard<std::mutex> lk(mu_);
+            if (--active_ == 0) done_cv_.notify_all();
         }
     }
 
     std::vector<std::thread> workers_;
     std::mutex mu_, run_mu_;
     std::condition_variable cv_, done_cv_;
-    const std::function<void(int64_t)>* job_ = nullptr;
-    std::atomic<int64_t> next_{0}, pending_{0};
-    int64_t chunks_ = 0;
+    Run* run_ = nullptr;  // the region workers may join (guarded by mu_)
+    int active_ = 0;      // workers inside run_ (guarded by mu_)
     uint64_t generation_ = 0;
     bool stop_ = false;
-    std::exception_ptr error_;
 };
 
 int g_threads = 0;
