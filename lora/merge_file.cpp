@@ -1,0 +1,208 @@
+#include "lora/merge_file.h"
+
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/core/planner.h"
+#include "ggml-lite/core/runtime.h"
+#include "ggml-lite/io/safetensors.h"
+#include "lora/lora.h"
+#include "models/sd15/clip.h"
+#include "models/sd15/unet.h"
+
+namespace lora {
+
+namespace fs = std::filesystem;
+using gl::DType;
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The file's rank (Linear / 1x1 modules) and conv rank (3x3 LoCon modules), from the down matrices
+// of every format load_lora reads. Mixed ranks within one kind are refused.
+std::pair<int, int> file_ranks(const gl::io::TensorSource& f) {
+    int rank = 0, conv = 0;
+    for (const gl::io::TensorInfo& t : f.list()) {
+        if (!ends_with(t.name, "lora_down.weight") && !ends_with(t.name, "lora.down.weight") &&
+            !ends_with(t.name, "lora_A.weight"))
+            continue;
+        GL_CHECK(!t.shape.empty(), "lora merge: ", f.origin(), ": ", t.name, " has no dimensions");
+        const bool is_conv = t.shape.size() == 4 && (t.shape[2] > 1 || t.shape[3] > 1);
+        int& r = is_conv ? conv : rank;
+        const int here = int(t.shape[0]);
+        GL_CHECK(r == 0 || r == here, "lora merge: ", f.origin(), " mixes ranks ", r, " and ", here, " (", t.name,
+                 "); merging needs one rank per module kind");
+        r = here;
+    }
+    GL_CHECK(rank > 0 || conv > 0, "lora merge: ", f.origin(), " holds no LoRA down matrices");
+    return {rank, conv};
+}
+
+// A merged weight: its leaf and how the checkpoint stores it.
+struct Merged {
+    gl::ValueId id;
+    sd::WeightLayout layout;
+};
+
+// Writes every tensor of src to path: merged ones from rt (back to PyTorch's layout and the
+// stored dtype), the others copied.
+size_t write_source(const gl::io::TensorSource& src, const std::map<std::string, Merged>& merged, const gl::Runtime& rt,
+                    const std::string& path, std::map<std::string, std::string> metadata) {
+    const gl::Graph& g = rt.plan().graph;
+    std::vector<gl::io::TensorToWrite> out;
+    std::vector<std::vector<unsigned char>> data;
+    const std::vector<gl::io::TensorInfo> list = src.list();
+    data.reserve(list.size());
+    for (const gl::io::TensorInfo& t : list) {
+        const size_t es = gl::dtype_size(t.dtype), n = size_t(t.numel());
+        data.emplace_back(n * es);
+        auto it = merged.find(t.name);
+        if (it == merged.end()) {
+            src.read(t.name, data.back().data(), t.dtype);
+        } else {
+            std::vector<float> w = rt.read_f32(it->second.id);
+            GL_CHECK(w.size() == n, "lora merge: ", src.origin(), ": ", t.name, " holds ", n, " values, the model ",
+                     w.size());
+            if (it->second.layout == sd::WeightLayout::conv_ohwi) {  // [O][kh][kw][I] -> [O][I][kh][kw]
+                const gl::Shape s = g.shape(it->second.id);
+                const int64_t O = s[0], kh = s[1], kw = s[2], I = s[3];
+                std::vector<float> oihw(w.size());
+                for (int64_t o = 0; o < O; o++)
+                    for (int64_t y = 0; y < kh; y++)
+                        for (int64_t x = 0; x < kw; x++)
+                            for (int64_t i = 0; i < I; i++)
+                                oihw[size_t(((o * I + i) * kh + y) * kw + x)] = w[size_t(((o * kh + y) * kw + x) * I + i)];
+                w.swap(oihw);
+            }
+            for (size_t i = 0; i < n; i++) gl::store_from_f32(data.back().data(), t.dtype, int64_t(i), w[i]);
+        }
+        out.push_back({t.name, t.dtype, t.shape, data.back().data()});
+    }
+    if (const auto* st = dynamic_cast<const gl::io::SafetensorsFile*>(&src))
+        for (const auto& [k, v] : st->metadata()) metadata.emplace(k, v);  // ours first: they win
+    gl::io::write_safetensors(path, out, metadata);
+    return out.size();
+}
+
+// The folder copy's path of a file inside the base folder.
+fs::path in_copy(const std::string& base_dir, const std::string& file, const std::string& out_dir) {
+    return fs::path(out_dir) / fs::relative(fs::path(file), fs::path(base_dir));
+}
+
+// Leaves only `keep` among the model weight files of its folder (so no unmerged variant remains).
+void drop_other_variants(const fs::path& keep) {
+    for (const fs::directory_entry& e : fs::directory_iterator(keep.parent_path())) {
+        const std::string name = e.path().filename().string();
+        const bool weights = ends_with(name, ".safetensors") || ends_with(name, ".bin") || ends_with(name, ".ckpt");
+        if (weights && e.path() != keep) fs::remove(e.path());
+    }
+}
+
+}  // namespace
+
+MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::string& base_path,
+                                       const gl::io::TensorSource& lora_file, const std::string& out,
+                                       const MergeOptions& opt) {
+    MergeReport rep;
+    std::tie(rep.rank, rep.conv_rank) = file_ranks(lora_file);
+    const bool folder = base.layout == "diffusers";
+    if (folder) {
+        GL_CHECK(!fs::exists(out), "lora merge: ", out, " exists; the merged diffusers folder must be a new path");
+        for (const std::string* f : {&base.unet_path, &base.text_encoder_path})
+            GL_CHECK(ends_with(*f, ".safetensors"), "lora merge: ", *f,
+                     " is not a safetensors file; the merged folder is written as safetensors only");
+    }
+
+    // The base models in f32 with the network on them (tiny inputs: only the weights matter).
+    gl::Graph g;
+    sd::Weights wu{g, DType::f32}, wc{g, DType::f32};
+    LoraConfig cfg;
+    cfg.rank = rep.rank > 0 ? rep.rank : rep.conv_rank;
+    cfg.alpha = 0.0f;  // alpha = rank: load_lora folds the file's alphas into up
+    cfg.multiplier = opt.multiplier;
+    cfg.conv_dim = rep.conv_rank;
+    LoraNetwork net(cfg);
+    net.attach_unet(wu);
+    net.attach_text_encoder(wc);
+    const sd::UnetConfig& uc = base.unet_cfg;
+    const int64_t side = int64_t(1) << (uc.block_out.size() - 1);
+    gl::ValueId x = g.input("x", DType::f32, {1, side, side, uc.in_channels});
+    gl::ValueId t = g.input("t", DType::f32, {1});
+    gl::ValueId ctx = g.input("context", DType::f32, {1, 77, uc.cross_attention_dim});
+    g.mark_output(sd::unet_forward(wu, uc, x, t, ctx));
+    gl::ValueId ids = g.input("ids", DType::i32, {1, base.clip_cfg.max_pos});
+    g.mark_output(sd::build_clip(wc, g, ids, base.clip_cfg));
+    auto rt = gl::make_cpu_runtime(gl::make_plan(g));
+    sd::load_unet(wu, uc, *base.unet, *rt);
+    sd::load_clip(wc, *base.text_encoder, *rt);
+
+    const LoadReport lr = load_lora(lora_file, net, *rt, &uc);
+    rep.format = lr.format;
+    if (!lr.unexpected.empty()) {
+        std::string list;
+        for (size_t i = 0; i < lr.unexpected.size() && i < 10; i++) list += "\n  " + lr.unexpected[i];
+        gl::fail("lora merge: ", lora_file.origin(), " holds ", lr.unexpected.size(),
+                 " tensors this SD1.5 network does not use; merging would drop them:", list);
+    }
+    size_t missing_unet = 0, missing_te = 0;
+    for (const std::string& k : lr.missing) (k.rfind("lora_unet_", 0) == 0 ? missing_unet : missing_te)++;
+    merge_into(net, *rt, Part::unet, wu, *rt);
+    merge_into(net, *rt, Part::text_encoder, wc, *rt);
+
+    // Checkpoint key of every weight a module changed.
+    std::map<std::string, Merged> unet_keys, te_keys;
+    const sd::UnetLayout ul = sd::detect_unet_layout(*base.unet);
+    const sd::ClipLayout cl = sd::detect_clip_layout(*base.text_encoder);
+    size_t n_unet = 0, n_te = 0;
+    for (const LoraModule& m : net.modules()) {
+        const bool unet = m.part == Part::unet;
+        (unet ? n_unet : n_te)++;
+        const std::string name = m.path + ".weight";
+        for (const sd::WeightEntry& e : (unet ? wu : wc).entries()) {
+            if (e.name != name) continue;
+            const std::string key = unet ? (ul == sd::UnetLayout::diffusers ? sd::unet_key_diffusers(name)
+                                                                              : sd::unet_key_original(uc, name))
+                                         : sd::clip_key(cl, name);
+            GL_CHECK(!key.empty(), "lora merge: no checkpoint key for ", name);
+            (unet ? unet_keys : te_keys)[key] = Merged{e.id, e.layout};
+        }
+    }
+    rep.unet_modules = n_unet - missing_unet;
+    rep.text_encoder_modules = n_te - missing_te;
+
+    const std::map<std::string, std::string> md = {
+        {"gl.merged_lora", fs::path(lora_file.origin()).filename().string()},
+        {"gl.merged_lora_multiplier", gl::cat(opt.multiplier)},
+    };
+    if (!folder) {
+        std::map<std::string, Merged> all = unet_keys;
+        all.insert(te_keys.begin(), te_keys.end());
+        rep.tensors_written = write_source(*base.unet, all, *rt, out, md);
+        return rep;
+    }
+    // Built beside the target and renamed when complete: a failure leaves no half-merged folder.
+    const std::string partial = out + ".partial";
+    GL_CHECK(!fs::exists(partial), "lora merge: ", partial, " exists (left by an interrupted merge?); remove it first");
+    try {
+        fs::copy(base_path, partial, fs::copy_options::recursive);
+        const fs::path unet_file = in_copy(base_path, base.unet_path, partial),
+                       te_file = in_copy(base_path, base.text_encoder_path, partial);
+        rep.tensors_written += write_source(*base.unet, unet_keys, *rt, unet_file.string(), md);
+        rep.tensors_written += write_source(*base.text_encoder, te_keys, *rt, te_file.string(), md);
+        drop_other_variants(unet_file);
+        drop_other_variants(te_file);
+        fs::rename(partial, out);
+    } catch (...) {
+        std::error_code ec;
+        fs::remove_all(partial, ec);
+        throw;
+    }
+    return rep;
+}
+
+}  // namespace lora
