@@ -4,7 +4,6 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <filesystem>
 #include <random>
 
 #include "ggml-lite/core/error.h"
@@ -12,26 +11,17 @@
 #include "ggml-lite/io/safetensors.h"
 #include "train/trainer.h"
 #include "op_harness.h"
+#include "train_fixtures.h"
 
 using namespace gl;
 using train::Precision;
 
 namespace {
 
-const std::string kTinyUnet =
-    (std::filesystem::path(__FILE__).parent_path() / "golden" / "data" / "unet" / "unet_diffusers.safetensors").string();
-
-constexpr int64_t kSide = 8, kTokens = 8;
+using namespace train_test;
 
 train::StepOptions tiny_options(Precision p, int64_t batch = 2, float lr = 1e-3f) {
-    train::StepOptions o;
-    o.unet = sd::UnetConfig::tiny();
-    o.batch = batch;
-    o.latent_h = o.latent_w = kSide;
-    o.context_tokens = kTokens;
-    o.precision = p;
-    o.lora = lora::LoraConfig{4, 4.0f, 1.0f};
-    o.unet_lr = lr;
+    train::StepOptions o = train_test::tiny_options(p, batch, 1, lr);
     o.optimizer.weight_decay = 0.0f;
     return o;
 }

@@ -3,7 +3,6 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <filesystem>
 #include <random>
 
 #include "ggml-lite/core/error.h"
@@ -11,34 +10,25 @@
 #include "ggml-lite/io/safetensors.h"
 #include "train/trainer.h"
 #include "op_harness.h"
+#include "train_fixtures.h"
 
 using namespace gl;
 using train::Precision;
 
 namespace {
 
-const std::string kTinyUnet =
-    (std::filesystem::path(__FILE__).parent_path() / "golden" / "data" / "unet" / "unet_diffusers.safetensors").string();
-constexpr int64_t kSide = 8, kTokens = 8, kLatent = kSide * kSide * 4, kCtx = kTokens * 16;
+using namespace train_test;
+constexpr int64_t kLatent = kSide * kSide * 4, kCtx = kTokens * 16;
 
 struct Tiny {
     std::unique_ptr<train::StepGraph> s;
     std::unique_ptr<Runtime> rt;
     Tiny(Precision p, int64_t batch, int accum) {
-        train::StepOptions o;
-        o.unet = sd::UnetConfig::tiny();
-        o.batch = batch;
-        o.latent_h = o.latent_w = kSide;
-        o.context_tokens = kTokens;
-        o.precision = p;
-        o.lora = lora::LoraConfig{4, 4.0f, 1.0f};
-        o.grad_accum = accum;
-        o.unet_lr = 1e-3f;
-        s = train::build_step(o);
+        s = train::build_step(tiny_options(p, batch, accum, 1e-3f));
         rt = make_cpu_runtime(make_plan(s->g));
         rt->poison(0xff);
         io::SafetensorsFile f(kTinyUnet);
-        sd::load_unet(*s->unet_weights, o.unet, f, *rt);
+        sd::load_unet(*s->unet_weights, s->opt.unet, f, *rt);
     }
     std::vector<float> read_all(const std::vector<ValueId>& vs) const {
         std::vector<float> all;

@@ -5,36 +5,22 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <filesystem>
 #include <random>
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/safetensors.h"
 #include "train/trainer.h"
+#include "../train_fixtures.h"
 
 using namespace gl;
 using train::Precision;
 
 namespace {
 
-const std::string kTinyUnet = (std::filesystem::path(__FILE__).parent_path().parent_path() / "golden" / "data" /
-                               "unet" / "unet_diffusers.safetensors")
-                                  .string();
-constexpr int64_t kSide = 8, kTokens = 8;
+using train_test::kTinyUnet;
 
-train::StepOptions tiny_options(Precision p, int accum) {
-    train::StepOptions o;
-    o.unet = sd::UnetConfig::tiny();
-    o.batch = 2;
-    o.latent_h = o.latent_w = kSide;
-    o.context_tokens = kTokens;
-    o.precision = p;
-    o.lora = lora::LoraConfig{4, 4.0f, 1.0f};
-    o.grad_accum = accum;
-    o.unet_lr = 4e-3f;
-    return o;
-}
+train::StepOptions tiny_options(Precision p, int accum) { return train_test::tiny_options(p, 2, accum, 4e-3f); }
 
 std::vector<float> normal(size_t n, uint32_t seed) {
     std::mt19937 rng(seed);
