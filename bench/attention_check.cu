@@ -333,7 +333,7 @@ struct Bench {
     }
     template <class C> void dkdv_variant() {
         MmaArgs a = args();
-        a.nsplit = dkdv_splits<C>(B, L, S, H, sm_count());
+        a.nsplit = dkdv_splits<C>(B, L, S, H, gl::sm_count());
         const int64_t n = int64_t(nk);
         float t = time_ms([&] {
             CK(launch_dkdv<__nv_bfloat16, C>(a, 0));

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One round on the GPU machine: build for sm_90a, run the GPU tests, compute-sanitizer over a
 # slice of them, the kernel benchmarks and the PyTorch side-by-side. Logs go to $OUT.
-# Usage (device): bash bench/device_round.sh [tests|sanitize|bench|all]...
+# Usage (device): bash bench/device_round.sh [tests|sanitize|bench|adam8bit|step|all]...
+#   adam8bit: the 8-bit AdamW benchmark once per kernel variant (GL_ADAM8BIT), with fp32 AdamW and copy
+#   step:     bench_step's table (batch 1 / 8, recompute none / blocks), a per-node profile of batch 1,
+#             and bench_load on CUDA
 # Build dependencies the device image lacks (doctest, Google Benchmark) come from a prefix
 # carried along in .carry/prefix (copied from this machine's Debian packages).
 set -uo pipefail
@@ -16,7 +19,8 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGL_CUDA=ON -DGL_CU
   -DCMAKE_PREFIX_PATH="$prefix" -DGL_DOCTEST_INCLUDE_DIR="$prefix/include" >"$OUT/configure.log" 2>&1 \
   || { tail -30 "$OUT/configure.log"; exit 1; }
 targets="gl-gpu-tests gl-tests"
-case "$what" in *bench*|*all*) targets="$targets bench_kernels gl-demo";; esac
+case "$what" in *bench*|*adam8bit*|*all*) targets="$targets bench_kernels gl-demo";; esac
+case "$what" in *step*|*all*) targets="$targets bench_step bench_load";; esac
 ninja -C build-gpu $targets >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 
@@ -41,6 +45,20 @@ case "$what" in *bench*|*all*)
   else
     grep -E "^BM_" "$OUT/bench.log"
   fi
+  ;;
+esac
+case "$what" in *adam8bit*)
+  for v in sync 8x2 16x2 8x3 8x4; do
+    GL_ADAM8BIT=$v ./build-gpu/bench/bench_kernels --benchmark_min_time=0.5 --benchmark_filter='adamw|copy' \
+      2>&1 | grep -E "^BM_" | sed "s/^/$v  /" | tee -a "$OUT/adam8bit.log"
+  done
+  ;;
+esac
+case "$what" in *step*|*all*)
+  ./build-gpu/bench_step --batch 1 --recompute none --profile 2 >"$OUT/step-profile.log" 2>&1 || tail -5 "$OUT/step-profile.log"
+  sed -n '/by phase/,$p' "$OUT/step-profile.log" | head -50
+  ./build-gpu/bench_step 2>&1 | tee "$OUT/step.log" | tail -12
+  ./build-gpu/bench_load --backend cuda 2>&1 | tee "$OUT/load.log" | tail -6
   ;;
 esac
 echo "total: $(( $(date +%s) - t0 )) s"

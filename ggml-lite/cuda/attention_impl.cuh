@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "ggml-lite/cuda/attention_mma.cuh"
+#include "ggml-lite/cuda/device.cuh"
 
 namespace gl::attn {
 
@@ -259,14 +260,6 @@ inline unsigned blocks_for(int64_t n, int threads) {
 inline size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 inline size_t elt_size(Elt t) { return t == Elt::f32 ? 4 : 2; }
 inline bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-inline int sm_count() {
-    static const int n = [] {
-        int dev = 0, v = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) v = 132;
-        return v;
-    }();
-    return n;
-}
 
 // The shape allows the tensor-core path (pointer alignment is checked at launch).
 inline bool mma_shape(const Problem& p) {

@@ -9,18 +9,9 @@
 
 #include <cstdint>
 
-namespace gl::attn {
+#include "ggml-lite/cuda/async_copy.cuh"
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
-    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+namespace gl::attn {
 
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
     const unsigned s = unsigned(__cvta_generic_to_shared(p));
@@ -96,13 +87,13 @@ __device__ __forceinline__ void load_tile(T* sm, const T* g, int r0, int n, int 
         if (TOTAL % NT != 0 && idx >= TOTAL) break;
         const int r = idx / CH, c = idx % CH;
         const bool ok = r0 + r < n && c * 8 < d;
-        cp_async16(sm + r * SD + c * 8, ok ? g + int64_t(r0 + r) * ld + c * 8 : g, ok);
+        cp_async<16>(sm + r * SD + c * 8, ok ? g + int64_t(r0 + r) * ld + c * 8 : g, ok);
     }
 }
 // Rows [r0, r0 + R) of an f32 [n] vector -> smem (zero past n).
 template <int R, int NT>
 __device__ __forceinline__ void load_vec(float* sm, const float* g, int r0, int n, int tid) {
-    for (int r = tid; r < R; r += NT) cp_async4(sm + r, r0 + r < n ? g + r0 + r : g, r0 + r < n);
+    for (int r = tid; r < R; r += NT) cp_async<4>(sm + r, r0 + r < n ? g + r0 + r : g, r0 + r < n);
 }
 // A warp's rows (staged in smem, rows SD apart) -> global rows [g0, ...) < n, columns [c0, c0+CN) < d.
 template <class T, int ROWS, int CN, int SD>

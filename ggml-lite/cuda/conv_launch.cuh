@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "ggml-lite/cuda/conv_simt.cuh"
+#include "ggml-lite/cuda/device.cuh"
 
 namespace gl::convk {
 
@@ -71,17 +72,6 @@ const MmaEntry* mma_table() {
 template <class T>
 const MmaEntry* mma_table_for(int mode) {
     return mode == kFwd ? mma_table<T, kFwd>() : mode == kDgrad ? mma_table<T, kDgrad>() : mma_table<T, kWgrad>();
-}
-
-inline int num_sms() {
-    static const int n = [] {
-        int dev = 0, v = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0)
-            v = 132;
-        return v;
-    }();
-    return n;
 }
 
 constexpr size_t kMaxSplitWorkspace = size_t(32) << 20;
@@ -179,7 +169,7 @@ ConvPlan plan_conv(int mode, const Geom& g, int force_cfg = -1, int force_splits
             const MmaEntry* tab = mma_table_for<T>(mode);
             int occ[kNumCfg];
             for (int c = 0; c < kNumCfg; c++) occ[c] = tab[c].occupancy();
-            choose_mma(mode, g, tab, occ, num_sms(), force_cfg, force_splits, &pl.cfg, &pl.splits);
+            choose_mma(mode, g, tab, occ, sm_count(), force_cfg, force_splits, &pl.cfg, &pl.splits);
             pl.m_tiles = (p0.M + tab[pl.cfg].bm - 1) / tab[pl.cfg].bm;
             pl.n_tiles = (p0.NG + tab[pl.cfg].bn - 1) / tab[pl.cfg].bn;
         }
@@ -191,7 +181,7 @@ ConvPlan plan_conv(int mode, const Geom& g, int force_cfg = -1, int force_splits
         int s = 1;
         if (force_splits > 0) s = std::min(force_splits, max_s);
         else
-            while (s < max_s && tiles * s < 2 * num_sms() && kts / (s * 2) >= 16) s *= 2;
+            while (s < max_s && tiles * s < 2 * sm_count() && kts / (s * 2) >= 16) s *= 2;
         pl.splits = std::min(s, max_s);
         pl.m_tiles = (p0.M + kSimtBM - 1) / kSimtBM;
         pl.n_tiles = (p0.NG + kSimtBN - 1) / kSimtBN;

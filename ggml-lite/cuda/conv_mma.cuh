@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ggml-lite/cuda/async_copy.cuh"
+
 namespace gl::convk {
 
 enum Mode : int { kFwd = 0, kDgrad = 1, kWgrad = 2 };
@@ -136,19 +138,6 @@ __device__ __forceinline__ void store_pair(const Args& a, const Prob& p, int mod
 }
 
 // ---- PTX wrappers ----
-
-// L1 = true keeps the line in L1 (.ca): the tap-first gather re-reads it for the next taps.
-template <bool L1 = false>
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-    unsigned s = unsigned(__cvta_generic_to_shared(smem));
-    int n = valid ? 16 : 0;  // 0 source bytes: zero-fill (padding, tails)
-    if constexpr (L1)
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-    else
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 template <bool TRANS>
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* smem) {
@@ -299,14 +288,15 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
             for (int i = 0; i < A_ROWS; i++) {
                 int y = a_y[i] + dy, x = a_x[i] + dx;
                 bool v = kval && unsigned(y) < unsigned(Hs) && unsigned(x) < unsigned(Ws);
-                cp_async16<true>(sA + off_k<BK>(a_r0 + i * A_RSTEP, a_cc), v ? A + (a_off[i] + koff) : A, v);
+                // .ca: the tap-first gather re-reads these lines for the next taps
+                cp_async<16, true>(sA + off_k<BK>(a_r0 + i * A_RSTEP, a_cc), v ? A + (a_off[i] + koff) : A, v);
             }
         } else {
 #pragma unroll
             for (int i = 0; i < A_ROWS; i++) {
                 int row = a_r0 + i * A_RSTEP, pix = k0 + row;
                 bool v = a_col_ok && pix < p.K;
-                cp_async16(sA + off_mn<BM>(row, a_cc), v ? A + (pix * g.Co + m0 + a_cc * 8) : A, v);
+                cp_async<16>(sA + off_mn<BM>(row, a_cc), v ? A + (pix * g.Co + m0 + a_cc * 8) : A, v);
             }
         }
         if constexpr (B_KMAJ) {
@@ -316,7 +306,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
 #pragma unroll
             for (int i = 0; i < B_ROWS; i++) {
                 bool v = kval && b_off[i] >= 0;
-                cp_async16(sB + off_k<BK>(b_r0 + i * B_RSTEP, b_cc), v ? B + (b_off[i] + kk) : B, v);
+                cp_async<16>(sB + off_k<BK>(b_r0 + i * B_RSTEP, b_cc), v ? B + (b_off[i] + kk) : B, v);
             }
         } else if constexpr (MODE == kDgrad) {
             const int ci = n0 + b_cc * 8;
@@ -326,7 +316,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
 #pragma unroll
                 for (int i = 0; i < B_ROWS; i++) {
                     int row = b_r0 + i * B_RSTEP;
-                    cp_async16(sB + off_mn<BN>(row, b_cc), b_col_ok ? B + (base + row * co_stride) : B, b_col_ok);
+                    cp_async<16>(sB + off_mn<BN>(row, b_cc), b_col_ok ? B + (base + row * co_stride) : B, b_col_ok);
                 }
             } else {
 #pragma unroll
@@ -336,7 +326,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
                     q.step_linear(row, p.Cg, p.ns);
                     bool v = b_col_ok && k0 + row < p.K;
                     int o = ((q.c * g.k + p.r0 + q.r * g.S) * g.k + p.s0 + q.s * g.S) * g.C + ci;
-                    cp_async16(sB + off_mn<BN>(row, b_cc), v ? B + o : B, v);
+                    cp_async<16>(sB + off_mn<BN>(row, b_cc), v ? B + o : B, v);
                 }
             }
         } else {
@@ -352,7 +342,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
                     v = unsigned(y) < unsigned(g.H) && unsigned(x) < unsigned(g.W);
                     o = ((b * g.H + y) * g.W + x) * g.C + wb_c;
                 }
-                cp_async16(sB + off_mn<BN>(row, b_cc), v ? B + o : B, v);
+                cp_async<16>(sB + off_mn<BN>(row, b_cc), v ? B + o : B, v);
             }
         }
         if (MODE != kWgrad) {

@@ -28,7 +28,9 @@
 #include "ggml-lite/core/dtype.h"
 #include "ggml-lite/core/error.h"
 
+#include "ggml-lite/cuda/async_copy.cuh"
 #include "ggml-lite/cuda/check.cuh"
+#include "ggml-lite/cuda/device.cuh"
 
 namespace gl::gemm {
 
@@ -76,22 +78,6 @@ using CfgSmall = TileCfg<64, 64, 32, 2, 2, 4, 4>;   // few tiles; the unaligned 
 constexpr int kWg64Stages = 4, kWg128Stages = 3, kWg160Stages = 3;
 
 enum class GemmKernel { mma_wide, mma_k64, mma_w4, mma_small, wg128, wg160, wg64, ffma_f32, cublas };
-
-struct DeviceInfo {
-    int sms = 0, smem_optin = 0;
-};
-inline DeviceInfo device_info() {
-    static thread_local int cached_dev = -1;
-    static thread_local DeviceInfo info;
-    int dev = 0;
-    GL_CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev != cached_dev) {
-        GL_CUDA_CHECK(cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, dev));
-        GL_CUDA_CHECK(cudaDeviceGetAttribute(&info.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        cached_dev = dev;
-    }
-    return info;
-}
 
 inline bool use_cublas() {
     static const bool on = [] {

@@ -14,17 +14,6 @@ template <class T> __device__ __forceinline__ T cvt_out(float x) { return T(x); 
 template <> __device__ __forceinline__ __nv_bfloat16 cvt_out(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half cvt_out(float x) { return __float2half_rn(x); }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-    return uint32_t(__cvta_generic_to_shared(p));
-}
-// 16-byte async copy; src_bytes = 0 zero-fills the destination without reading src.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
@@ -179,7 +168,7 @@ struct TileLoader {
             T* d = sm + dst[it];
             if constexpr (VEC) {
                 const bool ok = fixed[it] > 0 && kk < kend;
-                cp_async16(smem_u32(d), ok ? g : base0, ok ? 16 : 0);
+                cp_async<16>(smem_u32(d), ok ? g : base0, ok ? 16 : 0);
             } else {
                 alignas(16) T v[8];
 #pragma unroll

@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(256, (WgCfg<BN, STAGES>::smem_bytes * 2 <= 227
                 const int i = tid + it * NTH, r = i >> 3, c = i & 7;
                 const bool ok = m0 + r < p.M && kr + c * 8 < kend;
                 const T* g = A + int64_t(m0 + r) * p.lda + kbeg + kr + c * 8;
-                cp_async16(sa + r * 128 + ((c ^ (r & 7)) << 4), ok ? g : A, ok ? 16 : 0);
+                cp_async<16>(sa + r * 128 + ((c ^ (r & 7)) << 4), ok ? g : A, ok ? 16 : 0);
             }
         } else {
 #pragma unroll
@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(256, (WgCfg<BN, STAGES>::smem_bytes * 2 <= 227
                 const int i = tid + it * NTH, k = i / (BM / 8), cc = i % (BM / 8), c = cc & 7;
                 const bool ok = kr + k < kend && m0 + cc * 8 < p.M;
                 const T* g = A + int64_t(kbeg + kr + k) * p.lda + m0 + cc * 8;
-                cp_async16(sa + (cc >> 3) * (BK * 128) + k * 128 + ((c ^ (k & 7)) << 4), ok ? g : A, ok ? 16 : 0);
+                cp_async<16>(sa + (cc >> 3) * (BK * 128) + k * 128 + ((c ^ (k & 7)) << 4), ok ? g : A, ok ? 16 : 0);
             }
         }
         if constexpr (!B_MN) {
@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(256, (WgCfg<BN, STAGES>::smem_bytes * 2 <= 227
                 if ((BN * 8) % NTH != 0 && i >= BN * 8) break;
                 const bool ok = n0 + r < p.N && kr + c * 8 < kend;
                 const T* g = B + int64_t(n0 + r) * p.ldb + kbeg + kr + c * 8;
-                cp_async16(sb + r * 128 + ((c ^ (r & 7)) << 4), ok ? g : B, ok ? 16 : 0);
+                cp_async<16>(sb + r * 128 + ((c ^ (r & 7)) << 4), ok ? g : B, ok ? 16 : 0);
             }
         } else {
 #pragma unroll
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(256, (WgCfg<BN, STAGES>::smem_bytes * 2 <= 227
                 const int i = tid + it * NTH, k = i / (BN / 8), cc = i % (BN / 8), c = cc & 7;
                 const bool ok = kr + k < kend && n0 + cc * 8 < p.N;
                 const T* g = B + int64_t(kbeg + kr + k) * p.ldb + n0 + cc * 8;
-                cp_async16(sb + (cc >> 3) * (BK * 128) + k * 128 + ((c ^ (k & 7)) << 4), ok ? g : B, ok ? 16 : 0);
+                cp_async<16>(sb + (cc >> 3) * (BK * 128) + k * 128 + ((c ^ (k & 7)) << 4), ok ? g : B, ok ? 16 : 0);
             }
         }
     };

@@ -31,7 +31,7 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, const
 static void adamw_run(CudaCtx& c) {
     int64_t n = c.in[0].numel();
     if (n == 0) return;
-    adamw_kernel<<<grid_for(n, 256, 132 * 16), 256, 0, c.stream>>>(mut_ptr<float>(c, 0), c.in_ptr<float>(1),
+    adamw_kernel<<<grid_for(n, 256, sm_count() * 16), 256, 0, c.stream>>>(mut_ptr<float>(c, 0), c.in_ptr<float>(1),
                                                                    mut_ptr<float>(c, 2), mut_ptr<float>(c, 3),
                                                                    c.in_ptr<float>(4), gstat_ptr(c, 5), n,
                                                                    c.p().i[0] != 0);

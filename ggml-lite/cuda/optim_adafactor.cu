@@ -196,7 +196,7 @@ static void af_run(CudaCtx& c) {
     } else {
         af_full_kernel<<<a.parts, 256, 0, s>>>(a);
     }
-    af_apply_kernel<<<grid_for(a.n, 256, 132 * 16), 256, 0, s>>>(a);
+    af_apply_kernel<<<grid_for(a.n, 256, sm_count() * 16), 256, 0, s>>>(a);
     GL_CUDA_LAUNCHED();
 }
 const CudaKernel cuda_adafactor_step{af_run, af_workspace};

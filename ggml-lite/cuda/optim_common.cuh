@@ -2,6 +2,7 @@
 // the hyper tensor (so a captured graph picks up each step's learning rate and step count), the
 // gstat gate, and a fixed-order block sum (deterministic: no float atomics anywhere).
 #pragma once
+#include "ggml-lite/cuda/device.cuh"
 #include "ggml-lite/cuda/kernel.cuh"
 #include "ggml-lite/ops/builder.h"
 

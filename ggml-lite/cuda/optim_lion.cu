@@ -24,7 +24,7 @@ __global__ void lion_kernel(float* p, const float* g, float* m, const float* h, 
 static void lion_run(CudaCtx& c) {
     const int64_t n = c.in[0].numel();
     if (n == 0) return;
-    lion_kernel<<<grid_for(n, 256, 132 * 16), 256, 0, c.stream>>>(mut_ptr<float>(c, 0), c.in_ptr<float>(1),
+    lion_kernel<<<grid_for(n, 256, sm_count() * 16), 256, 0, c.stream>>>(mut_ptr<float>(c, 0), c.in_ptr<float>(1),
                                                                   mut_ptr<float>(c, 2), c.in_ptr<float>(3),
                                                                   gstat_ptr(c, 4), n);
     GL_CUDA_LAUNCHED();

@@ -161,7 +161,7 @@ static void pd_step_run(CudaCtx& c) {
     const int has_m = (p.i[0] & kPdHasM) ? 1 : 0;
     const int64_t n = c.in[0].numel();
     if (n == 0) return;
-    pd_step_kernel<<<grid_for(n, 256, 132 * 16), 256, 0, c.stream>>>(
+    pd_step_kernel<<<grid_for(n, 256, sm_count() * 16), 256, 0, c.stream>>>(
         mut_ptr<float>(c, 0), c.in_ptr<float>(1), has_m ? c.in_ptr<float>(2) : nullptr, c.in_ptr<float>(2 + has_m),
         c.in_ptr<float>(3 + has_m), c.in_ptr<float>(4 + has_m), gstat_ptr(c, 5 + has_m), n,
         (p.i[0] & kPdDecouple) != 0);
