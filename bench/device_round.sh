@@ -25,7 +25,7 @@ ninja -C build-gpu $targets >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "
 echo "build: $(( $(date +%s) - t0 )) s"
 
 case "$what" in *tests*|*all*)
-  ./build-gpu/gl-gpu-tests 2>&1 | tee "$OUT/gpu-tests.log" | grep -E "ERROR|FAIL|relative error|test cases|assertions" | head -60
+  timeout 300 ./build-gpu/gl-gpu-tests 2>&1 | tee "$OUT/gpu-tests.log" | grep -E "ERROR|FAIL|relative error|test cases|assertions" | head -60
   ;;
 esac
 case "$what" in *sanitize*|*all*)
