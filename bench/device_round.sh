@@ -3,6 +3,7 @@
 # slice of them, the kernel benchmarks and the PyTorch side-by-side. Logs go to $OUT.
 # Usage (device): bash bench/device_round.sh [tests|sanitize|bench|adam8bit|step|all]...
 #   adam8bit: the 8-bit AdamW benchmark once per kernel variant (GL_ADAM8BIT), with fp32 AdamW and copy
+#   ncu:      Nsight Compute sections for one 8-bit AdamW launch per variant in $NCU_VARIANTS
 #   step:     bench_step's table (batch 1 / 8, recompute none / blocks), a per-node profile of batch 1,
 #             and bench_load on CUDA
 # Build dependencies the device image lacks (doctest, Google Benchmark) come from a prefix
@@ -15,13 +16,20 @@ prefix="$PWD/.carry/prefix"
 export LD_LIBRARY_PATH="$prefix/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 t0=$(date +%s)
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGL_CUDA=ON -DGL_CUDA_ARCHS=90a \
-  -DCMAKE_PREFIX_PATH="$prefix" -DGL_DOCTEST_INCLUDE_DIR="$prefix/include" >"$OUT/configure.log" 2>&1 \
-  || { tail -30 "$OUT/configure.log"; exit 1; }
 targets="gl-gpu-tests gl-tests"
 case "$what" in *bench*|*adam8bit*|*all*) targets="$targets bench_kernels gl-demo";; esac
 case "$what" in *step*|*all*) targets="$targets bench_step bench_load";; esac
-ninja -C build-gpu $targets >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
+if [ -d .carry/bin ]; then
+  # Binaries built elsewhere for this GPU (cmake -DGL_CUDA_ARCHS=90a, Release), carried as
+  # .carry/bin/bin.tar.xz: saves the build's device time.
+  mkdir -p build-gpu/bench && tar -xJf .carry/bin/bin.tar.xz -C build-gpu || exit 1
+  echo "prebuilt: $(ls build-gpu build-gpu/bench | tr '\n' ' ')"
+else
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGL_CUDA=ON -DGL_CUDA_ARCHS=90a \
+    -DCMAKE_PREFIX_PATH="$prefix" -DGL_DOCTEST_INCLUDE_DIR="$prefix/include" >"$OUT/configure.log" 2>&1 \
+    || { tail -30 "$OUT/configure.log"; exit 1; }
+  ninja -C build-gpu $targets >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; exit 1; }
+fi
 echo "build: $(( $(date +%s) - t0 )) s"
 
 case "$what" in *tests*|*all*)
@@ -48,9 +56,21 @@ case "$what" in *bench*|*all*)
   ;;
 esac
 case "$what" in *adam8bit*)
-  for v in sync 8x2 16x2 8x3 8x4; do
+  for v in sync lean4 lean5 lean6 8x2 16x2 8x3 8x4; do
     GL_ADAM8BIT=$v ./build-gpu/bench/bench_kernels --benchmark_min_time=0.5 --benchmark_filter='adamw|copy' \
       2>&1 | grep -E "^BM_" | sed "s/^/$v  /" | tee -a "$OUT/adam8bit.log"
+  done
+  ;;
+esac
+case "$what" in *ncu*)  # Nsight Compute on one 8-bit AdamW launch per variant in NCU_VARIANTS
+  for v in ${NCU_VARIANTS:-sync}; do
+    GL_ADAM8BIT=$v timeout 200 ncu --kernel-name regex:adamw8bit --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+      --section InstructionStats ./build-gpu/bench/bench_kernels --benchmark_filter=adamw8bit \
+      --benchmark_min_time=0.001 >"$OUT/ncu-$v.log" 2>&1
+    echo "== ncu $v (exit $?)"
+    grep -E "Duration|Throughput|Issue|Occupancy|Registers|Warp Cycles|Executed Ipc|Active Warps|Eligible|No Eligible|Stall|stall" \
+      "$OUT/ncu-$v.log" | head -30
   done
   ;;
 esac

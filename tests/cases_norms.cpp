@@ -59,6 +59,12 @@ Register r(tight({
          group_norm(g, g.input("x", DType::i32, {1, 2, 2, 4}), g.input("g", DType::f32, {4}),
                     g.input("b", DType::f32, {4}), 2, 1e-5f, false);
      }},
+    {"group_norm", "SD1.5 channels: [1,3,5,320], 32 groups of 10, fused SiLU (CUDA's 8-channel vector path)",
+     [](CaseBuilder& b) { b.out(gn(b, {1, 3, 5, 320}, 32, true)); },
+     [](Graph& g) {  // beta of the wrong length
+         group_norm(g, g.input("x", DType::f32, {1, 2, 2, 320}), g.input("g", DType::f32, {320}),
+                    g.input("b", DType::f32, {321}), 32, 1e-5f, true);
+     }},
     {"layer_norm", "[2,3,8]", [](CaseBuilder& b) {
          ValueId x = b.x("x", {2, 3, 8});
          b.out(layer_norm(b.g, x, b.x("gamma", {8}, 0.5f, 1.5f), b.x("beta", {8}), 1e-5f));

@@ -52,6 +52,7 @@ struct Consts8bit {
     AdamConsts k;
     Gate gate;
 };
+template <bool Full = false>  // Full: all 8 elements exist (no bounds checks)
 __device__ __forceinline__ void update8(const Consts8bit& kc, const float* qs, const float* qu, const uint32_t* ts,
                                         const uint32_t* tu, int64_t base, int64_t n, float am_old, float av_old,
                                         const float (&gv)[8], float (&pv)[8], uint8_t (&c1)[8], uint8_t (&c2)[8],
@@ -63,7 +64,7 @@ __device__ __forceinline__ void update8(const Consts8bit& kc, const float* qs, c
     vmax = 0.0f;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
-        const bool in = base + j < n;
+        const bool in = Full || base + j < n;
         float gi = __fmul_rn(__fmul_rn(gv[j], k.gs), kc.gate.mul);
         m[j] = __fmul_rn(qs[c1[j]], am_old);
         v[j] = __fmul_rn(qu[c2[j]], av_old);
@@ -161,6 +162,46 @@ __global__ void __launch_bounds__(256, 4) adamw8bit_sync_kernel(float* p, const 
     }
 }
 
+// Lean version: full quantisation blocks only (a tensor's last partial block goes to the sync
+// kernel in a second launch), 32-bit indices (tensors under 2^31 elements), no bounds checks, the
+// parameter loaded only after the block max: fewer registers, so more warps per SM hide the
+// latency of each element's dependent chain (dequantise, update, warp max, requantise).
+template <int MinBlocks>
+__global__ void __launch_bounds__(256, MinBlocks)
+    adamw8bit_lean_kernel(float* __restrict__ p, const float* __restrict__ g, uint8_t* __restrict__ cm,
+                          uint8_t* __restrict__ cv, float* __restrict__ am, float* __restrict__ av,
+                          const float* hyper, const float* gstat, int blocks) {
+    const Gate gate = load_gate(gstat);
+    if (gate.skip) return;
+    __shared__ Tables8bit t;
+    t.fill();
+    const Consts8bit kc{adam_consts(hyper, true), gate};
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int b = blockIdx.x * kWarps8bit + warp; b < blocks; b += gridDim.x * kWarps8bit) {
+        const int base = b * 256 + lane * 8;
+        float gv[8], pv[8];
+        uint8_t c1[8], c2[8];
+        *reinterpret_cast<float4*>(gv) = *reinterpret_cast<const float4*>(g + base);
+        *reinterpret_cast<float4*>(gv + 4) = *reinterpret_cast<const float4*>(g + base + 4);
+        *reinterpret_cast<uint2*>(c1) = *reinterpret_cast<const uint2*>(cm + base);
+        *reinterpret_cast<uint2*>(c2) = *reinterpret_cast<const uint2*>(cv + base);
+        *reinterpret_cast<float4*>(pv) = *reinterpret_cast<const float4*>(p + base);
+        *reinterpret_cast<float4*>(pv + 4) = *reinterpret_cast<const float4*>(p + base + 4);
+        const float am_old = am[b], av_old = av[b];
+        float mmax, vmax;
+        update8<true>(kc, t.qs, t.qu, t.ts(), t.tu(), base, base + 8, am_old, av_old, gv, pv, c1, c2, mmax, vmax);
+        *reinterpret_cast<float4*>(p + base) = *reinterpret_cast<const float4*>(pv);
+        *reinterpret_cast<float4*>(p + base + 4) = *reinterpret_cast<const float4*>(pv + 4);
+        *reinterpret_cast<uint2*>(cm + base) = *reinterpret_cast<const uint2*>(c1);
+        *reinterpret_cast<uint2*>(cv + base) = *reinterpret_cast<const uint2*>(c2);
+        __syncwarp();  // every lane has read the old absmax before lane 0 replaces it
+        if (lane == 0) {
+            am[b] = mmax;
+            av[b] = vmax;
+        }
+    }
+}
+
 // Pipelined version: each warp walks its quantisation blocks with the next Stages-1 blocks' bytes
 // already on their way into shared memory by cp.async, so loads stay in flight while the warp does
 // its arithmetic, and without the registers a prefetch into registers costs. A lane copies and
@@ -250,19 +291,38 @@ __global__ void __launch_bounds__(Warps * 32, MinBlocks)
     cp_async_wait<0>();
 }
 
-// Launch configurations of the pipelined kernel: warps per CTA, stages per warp, CTAs per SM (what
-// the shared memory allows: Warps * Stages * 2.5 KiB + 26 KiB of tables each). GL_ADAM8BIT picks
-// one by name for benchmarking ("sync" = the synchronous kernel); unset, the default.
-using Launch8bit = void (*)(unsigned, cudaStream_t, float*, const float*, uint8_t*, uint8_t*, float*, float*,
-                            const float*, const float*, int64_t);
+// The kernel variants, by name; GL_ADAM8BIT picks one for benchmarking and tests, unset the default.
+// sync: the synchronous kernel; leanK: the lean kernel at K CTAs of 8 warps per SM (registers for
+// 4: 56, 5: 48, 6: 40 with a 16-byte spill); WxS: the pipelined kernel with W warps per CTA and S
+// stages per warp (CTAs per SM as the shared memory allows: W * S * 2.5 KiB + 26 KiB of tables).
+using Launch8bit = void (*)(cudaStream_t, float*, const float*, uint8_t*, uint8_t*, float*, float*, const float*,
+                            const float*, int64_t);
 struct Variant8bit {
     const char* name;
-    int warps, ctas_per_sm;
     Launch8bit launch;
 };
+void launch_sync(cudaStream_t s, float* p, const float* g, uint8_t* cm, uint8_t* cv, float* am, float* av,
+                 const float* hyper, const float* gstat, int64_t n) {
+    const int64_t blocks = (n + 255) / 256;
+    const unsigned grid = unsigned(std::min<int64_t>((blocks + kWarps8bit - 1) / kWarps8bit, sm_count() * 16));
+    adamw8bit_sync_kernel<<<grid, 256, 0, s>>>(p, g, cm, cv, am, av, hyper, gstat, n);
+}
+template <int MinBlocks>
+void launch_lean(cudaStream_t s, float* p, const float* g, uint8_t* cm, uint8_t* cv, float* am, float* av,
+                 const float* hyper, const float* gstat, int64_t n) {
+    if (n >= (int64_t(1) << 31)) return launch_sync(s, p, g, cm, cv, am, av, hyper, gstat, n);
+    const int64_t full = n / 256, done = full * 256;
+    if (full > 0) {
+        const unsigned grid = unsigned(std::min<int64_t>((full + kWarps8bit - 1) / kWarps8bit, sm_count() * MinBlocks));
+        adamw8bit_lean_kernel<MinBlocks><<<grid, 256, 0, s>>>(p, g, cm, cv, am, av, hyper, gstat, int(full));
+    }
+    if (done < n)  // the partial last block
+        adamw8bit_sync_kernel<<<1, 32, 0, s>>>(p + done, g + done, cm + done, cv + done, am + full, av + full, hyper,
+                                               gstat, n - done);
+}
 template <int Warps, int Stages, int MinBlocks>
-void launch_pipe(unsigned grid, cudaStream_t s, float* p, const float* g, uint8_t* cm, uint8_t* cv, float* am,
-                 float* av, const float* hyper, const float* gstat, int64_t n) {
+void launch_pipe(cudaStream_t s, float* p, const float* g, uint8_t* cm, uint8_t* cv, float* am, float* av,
+                 const float* hyper, const float* gstat, int64_t n) {
     constexpr int bytes = Warps * Stages * int(sizeof(Stage8bit));
     static const cudaError_t set = [] {
         cudaError_t e = cudaFuncSetAttribute(adamw8bit_pipe_kernel<Warps, Stages, MinBlocks>,
@@ -273,22 +333,22 @@ void launch_pipe(unsigned grid, cudaStream_t s, float* p, const float* g, uint8_
         return e;
     }();
     GL_CUDA_CHECK(set);
+    const int64_t blocks = (n + 255) / 256;
+    const unsigned grid = unsigned(std::min<int64_t>((blocks + Warps - 1) / Warps, int64_t(sm_count()) * MinBlocks));
     adamw8bit_pipe_kernel<Warps, Stages, MinBlocks><<<grid, Warps * 32, bytes, s>>>(p, g, cm, cv, am, av, hyper,
                                                                                    gstat, n);
 }
 constexpr Variant8bit kVariants8bit[] = {
-    {"8x2", 8, 3, launch_pipe<8, 2, 3>},
-    {"16x2", 16, 2, launch_pipe<16, 2, 2>},
-    {"8x3", 8, 2, launch_pipe<8, 3, 2>},
-    {"8x4", 8, 2, launch_pipe<8, 4, 2>},
-    {"sync", 0, 0, nullptr},
+    {"sync", launch_sync},          {"lean4", launch_lean<4>},      {"lean5", launch_lean<5>},
+    {"lean6", launch_lean<6>},      {"8x2", launch_pipe<8, 2, 3>},  {"16x2", launch_pipe<16, 2, 2>},
+    {"8x3", launch_pipe<8, 3, 2>},  {"8x4", launch_pipe<8, 4, 2>},
 };
 Variant8bit variant_8bit() {
     const char* want = std::getenv("GL_ADAM8BIT");
     if (want == nullptr || *want == 0) return kVariants8bit[0];
     for (const Variant8bit& v : kVariants8bit)
         if (std::strcmp(v.name, want) == 0) return v;
-    fail("GL_ADAM8BIT=", want, ": not a kernel variant (8x2, 16x2, 8x3, 8x4, sync)");
+    fail("GL_ADAM8BIT=", want, ": not a kernel variant (sync, lean4, lean5, lean6, 8x2, 16x2, 8x3, 8x4)");
 }
 
 static void adamw8bit_run(CudaCtx& c) {
@@ -311,16 +371,7 @@ static void adamw8bit_run(CudaCtx& c) {
     uint8_t *cm = mut_ptr<uint8_t>(c, 2), *cv = mut_ptr<uint8_t>(c, 3);
     float *am = mut_ptr<float>(c, 4), *av = mut_ptr<float>(c, 5);
     const float *hyper = c.in_ptr<float>(6), *gstat = gstat_ptr(c, 7);
-    const int64_t blocks = (n + 255) / 256;
-    static const Variant8bit variant = variant_8bit();
-    if (variant.warps == 0) {
-        const unsigned grid = unsigned(std::min<int64_t>((blocks + kWarps8bit - 1) / kWarps8bit, sm_count() * 16));
-        adamw8bit_sync_kernel<<<grid, 256, 0, c.stream>>>(p, g, cm, cv, am, av, hyper, gstat, n);
-    } else {
-        const unsigned grid = unsigned(
-            std::min<int64_t>((blocks + variant.warps - 1) / variant.warps, int64_t(sm_count()) * variant.ctas_per_sm));
-        variant.launch(grid, c.stream, p, g, cm, cv, am, av, hyper, gstat, n);
-    }
+    variant_8bit().launch(c.stream, p, g, cm, cv, am, av, hyper, gstat, n);  // read per launch: tests switch it
     GL_CUDA_LAUNCHED();
 }
 const CudaKernel cuda_adamw8bit_step{adamw8bit_run};

@@ -166,7 +166,7 @@ static void adam8bit_vs_cpu(int64_t n, int steps, const char* variant) {
 TEST_CASE("AdamW8bit matches the CPU reference bit for bit") {
     // Every kernel variant: a few blocks with a ragged tail over 100 steps, then enough blocks that
     // every warp walks several of them (the pipelined kernels' ring of stages wraps) with a tail.
-    for (const char* variant : {"", "sync", "8x2", "16x2", "8x3", "8x4"}) {
+    for (const char* variant : {"", "sync", "lean4", "lean5", "lean6", "8x2", "16x2", "8x3", "8x4"}) {
         adam8bit_vs_cpu(3 * 4096 + 123, 100, variant);
         adam8bit_vs_cpu(4'000'000 + 77, 12, variant);
     }
