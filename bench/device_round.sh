@@ -37,11 +37,15 @@ case "$what" in *tests*|*all*)
   ;;
 esac
 case "$what" in *sanitize*|*all*)
+  # memcheck over the parity suite, the whole-step test and the 8-bit kernels (every variant);
+  # racecheck (shared memory) over the same minus the parity suite's many small graphs
   for tool in memcheck racecheck; do
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 ./build-gpu/gl-gpu-tests \
-      -tc='*UNet-like*,*AdamW8bit*' >"$OUT/sanitize-$tool.log" 2>&1
+    cases='*UNet-like*,*bit for bit*'
+    [ $tool = memcheck ] && cases="$cases,*GPU parity*"
+    timeout "${SANITIZE_TIMEOUT:-200}" compute-sanitizer --tool $tool --error-exitcode 9 ./build-gpu/gl-gpu-tests \
+      -tc="$cases" >"$OUT/sanitize-$tool.log" 2>&1
     echo "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY' "$OUT/sanitize-$tool.log") summaries)"
-    grep -E "ERROR SUMMARY|Invalid|Race" "$OUT/sanitize-$tool.log" | head -5
+    grep -E "ERROR SUMMARY|Invalid|Race|test cases" "$OUT/sanitize-$tool.log" | head -5
   done
   ;;
 esac
@@ -56,9 +60,12 @@ case "$what" in *bench*|*all*)
   ;;
 esac
 case "$what" in *adam8bit*)
-  for v in sync lean4 lean5 lean6 8x2 16x2 8x3 8x4; do
+  for v in ${ADAM8BIT_VARIANTS:-sync lean4 lean5 lean6 16x2}; do
     GL_ADAM8BIT=$v ./build-gpu/bench/bench_kernels --benchmark_min_time=0.5 --benchmark_filter='adamw|copy' \
-      2>&1 | grep -E "^BM_" | sed "s/^/$v  /" | tee -a "$OUT/adam8bit.log"
+      --benchmark_out=/tmp/adam8bit-$v.json --benchmark_out_format=json 2>&1 | grep -E "^BM_" | sed "s/^/$v  /" \
+      | tee -a "$OUT/adam8bit.log"
+    PYTHONUNBUFFERED=1 python3 bench/compare_torch.py --only optim --ours /tmp/adam8bit-$v.json 2>&1 \
+      | grep -E "^BM_|8-bit" | sed "s/^/$v  /" | tee -a "$OUT/adam8bit.log"
   done
   ;;
 esac

@@ -30,6 +30,12 @@ int64_t count_mismatches(const std::vector<float>& xs) {
     for (float x : xs) {
         int want = adam8bit_quantize(q, x), got = adam8bit_code<Signed>(t, x);
         if (want != got && bad++ < 5) MESSAGE("x = ", x, " (bits ", adam8bit_float_bits(x), "): search ", want, ", table ", got);
+        // the requantisation fast path's search, inside its domain
+        if (std::isfinite(x) && std::fabs(x) < 2.0f && (Signed || !std::signbit(x))) {
+            got = adam8bit_code_in_range<Signed>(t, x);
+            if (want != got && bad++ < 5)
+                MESSAGE("x = ", x, " (bits ", adam8bit_float_bits(x), "): search ", want, ", in-range table ", got);
+        }
     }
     return bad;
 }

@@ -82,15 +82,30 @@ __device__ __forceinline__ void update8(const Consts8bit& kc, const float* qs, c
         mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, o));
         vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
     }
-    const float inv_m = adam8bit_inverse(mmax), inv_v = adam8bit_inverse(vmax);
+    const float eps = __fmul_rn(k.corr2, k.eps);
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-        if (ok[j]) {
-            float upd = __fdiv_rn(m[j], __fadd_rn(__fsqrt_rn(v[j]), __fmul_rn(k.corr2, k.eps)));
-            pv[j] = __fmul_rn(__fadd_rn(pv[j], __fmul_rn(k.step_size, upd)), k.decay);
+    for (int j = 0; j < 8; j++) {  // computed for every element, kept where the gradient was finite
+        const float upd = __fdiv_rn(m[j], __fadd_rn(__fsqrt_rn(v[j]), eps));
+        const float np = __fmul_rn(__fadd_rn(pv[j], __fmul_rn(k.step_size, upd)), k.decay);
+        pv[j] = ok[j] ? np : pv[j];
+    }
+    // Requantisation. When both reciprocals are finite and positive (always, but for an all-zero
+    // block or an overflowed moment) every scaled moment is finite, below 2 in magnitude and, for
+    // v, >= +0: one multiply and the in-range search each (ops/adam8bit_codes.h); else the
+    // general path, which is what the CPU reference does in every case.
+    const float inv_m = adam8bit_inverse(mmax), inv_v = adam8bit_inverse(vmax);
+    if (inv_m > 0.0f && inv_v > 0.0f && !isinf(inv_m) && !isinf(inv_v)) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            c1[j] = uint8_t(adam8bit_code_in_range<true>(ts, __fmul_rn(m[j], inv_m)));
+            c2[j] = uint8_t(adam8bit_code_in_range<false>(tu, __fmul_rn(v[j], inv_v)));
         }
-        c1[j] = uint8_t(adam8bit_code<true>(ts, adam8bit_normalize(m[j], mmax, inv_m)));
-        c2[j] = uint8_t(adam8bit_code<false>(tu, adam8bit_normalize(v[j], vmax, inv_v)));
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            c1[j] = uint8_t(adam8bit_code<true>(ts, adam8bit_normalize(m[j], mmax, inv_m)));
+            c2[j] = uint8_t(adam8bit_code<false>(tu, adam8bit_normalize(v[j], vmax, inv_v)));
+        }
     }
 }
 

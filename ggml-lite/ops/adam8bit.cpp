@@ -102,7 +102,8 @@ void fill_buckets(const std::vector<float>& s, bool negative, uint32_t* out) {
         // do not share their mantissa's top bits).
         GL_CHECK(inside <= 1 && (inside == 0 || (k > 0 && k < B::kCount - 1)), "adam8bit: bucket ", k,
                  " of the code table holds ", inside, " thresholds");
-        out[k] = below << 24 | inside << 23 | low;
+        // Entry format: ops/adam8bit_codes.h (for x < 0 the threshold's low bits are complemented).
+        out[k] = below << 24 | (inside ? (negative ? low ^ B::kLowMask : low) : B::kNone);
     }
 }
 
@@ -112,8 +113,8 @@ const uint32_t* adam8bit_code_table(bool is_signed) {
     static const std::vector<uint32_t> signed_table = [] {
         std::vector<uint32_t> t(kAdam8bitSignedEntries);
         std::vector<float> s = code_thresholds(adam8bit_qmap(true));
-        fill_buckets<6>(s, true, t.data());
-        fill_buckets<6>(s, false, t.data() + Adam8bitSignedBuckets::kCount);
+        fill_buckets<6>(s, false, t.data());
+        fill_buckets<6>(s, true, t.data() + Adam8bitSignedBuckets::kCount);
         return t;
     }();
     static const std::vector<uint32_t> unsigned_table = [] {

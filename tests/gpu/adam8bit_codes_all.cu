@@ -1,5 +1,6 @@
 // Every one of the 2^32 float bit patterns through the O(1) code search (ops/adam8bit_codes.h)
-// and through a plain binary search over the sorted map, on the GPU, counting disagreements.
+// and through a plain binary search over the sorted map, on the GPU, counting disagreements (the
+// in-range search too, on every float of its domain).
 #include <cstdint>
 #include <vector>
 
@@ -26,7 +27,10 @@ __global__ void compare_all(const float* q, const uint32_t* table, unsigned long
     unsigned long long bad = 0;
     for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < (1ull << 32); i += uint64_t(gridDim.x) * blockDim.x) {
         float x = __uint_as_float(uint32_t(i));
-        if (gl::adam8bit_code<Signed>(table, x) != binary_search_code(q, x)) {
+        const int want = binary_search_code(q, x);
+        const bool in_range = isfinite(x) && fabsf(x) < 2.0f && (Signed || !signbit(x));  // the fast path's domain
+        if (gl::adam8bit_code<Signed>(table, x) != want ||
+            (in_range && gl::adam8bit_code_in_range<Signed>(table, x) != want)) {
             if (bad == 0) atomicMin(first, uint32_t(i));
             bad++;
         }
