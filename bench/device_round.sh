@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One round on the GPU machine: build for sm_90a, run the GPU tests, compute-sanitizer over a
 # slice of them, the kernel benchmarks and the PyTorch side-by-side. Logs go to $OUT.
-# Usage (device): bash bench/device_round.sh [tests|sanitize|bench|adam8bit|step|all]...
-#   adam8bit: the 8-bit AdamW benchmark once per kernel variant (GL_ADAM8BIT), with fp32 AdamW and copy
-#   ncu:      Nsight Compute sections for one 8-bit AdamW launch per variant in $NCU_VARIANTS
+# Usage (device): bash bench/device_round.sh [tests|sanitize|bench|adam8bit|ncu|step|all]...
+#   adam8bit: the 8-bit AdamW benchmark with fp32 AdamW and copy, beside PyTorch's (compare_torch --only optim)
+#   ncu:      Nsight Compute sections for one 8-bit AdamW launch
 #   step:     bench_step's table (batch 1 / 8, recompute none / blocks), a per-node profile of batch 1,
 #             and bench_load on CUDA
 # Build dependencies the device image lacks (doctest, Google Benchmark) come from a prefix
@@ -60,25 +60,20 @@ case "$what" in *bench*|*all*)
   ;;
 esac
 case "$what" in *adam8bit*)
-  for v in ${ADAM8BIT_VARIANTS:-sync lean4 lean5 lean6 16x2}; do
-    GL_ADAM8BIT=$v ./build-gpu/bench/bench_kernels --benchmark_min_time=0.5 --benchmark_filter='adamw|copy' \
-      --benchmark_out=/tmp/adam8bit-$v.json --benchmark_out_format=json 2>&1 | grep -E "^BM_" | sed "s/^/$v  /" \
-      | tee -a "$OUT/adam8bit.log"
-    PYTHONUNBUFFERED=1 python3 bench/compare_torch.py --only optim --ours /tmp/adam8bit-$v.json 2>&1 \
-      | grep -E "^BM_|8-bit" | sed "s/^/$v  /" | tee -a "$OUT/adam8bit.log"
-  done
+  ./build-gpu/bench/bench_kernels --benchmark_min_time=0.5 --benchmark_filter='adamw|copy' \
+    --benchmark_out=/tmp/adam8bit.json --benchmark_out_format=json 2>&1 | grep -E "^BM_" | tee -a "$OUT/adam8bit.log"
+  PYTHONUNBUFFERED=1 python3 bench/compare_torch.py --only optim --ours /tmp/adam8bit.json 2>&1 \
+    | grep -E "^BM_|8-bit" | tee -a "$OUT/adam8bit.log"
   ;;
 esac
-case "$what" in *ncu*)  # Nsight Compute on one 8-bit AdamW launch per variant in NCU_VARIANTS
-  for v in ${NCU_VARIANTS:-sync}; do
-    GL_ADAM8BIT=$v timeout 200 ncu --kernel-name regex:adamw8bit --launch-skip 2 --launch-count 1 \
-      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
-      --section InstructionStats ./build-gpu/bench/bench_kernels --benchmark_filter=adamw8bit \
-      --benchmark_min_time=0.001 >"$OUT/ncu-$v.log" 2>&1
-    echo "== ncu $v (exit $?)"
-    grep -E "Duration|Throughput|Issue|Occupancy|Registers|Warp Cycles|Executed Ipc|Active Warps|Eligible|No Eligible|Stall|stall" \
-      "$OUT/ncu-$v.log" | head -30
-  done
+case "$what" in *ncu*)  # Nsight Compute on one 8-bit AdamW launch
+  timeout 200 ncu --kernel-name regex:adamw8bit --launch-skip 2 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+    --section InstructionStats ./build-gpu/bench/bench_kernels --benchmark_filter=adamw8bit \
+    --benchmark_min_time=0.001 >"$OUT/ncu-adam8bit.log" 2>&1
+  echo "== ncu (exit $?)"
+  grep -E "Duration|Throughput|Issue|Occupancy|Registers|Warp Cycles|Executed Ipc|Active Warps|Eligible|Stall|stall" \
+    "$OUT/ncu-adam8bit.log" | head -30
   ;;
 esac
 case "$what" in *step*|*all*)
