@@ -3,6 +3,7 @@
 // GradScaler policy on the host.
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -203,6 +204,23 @@ std::vector<ValueId> Optimizer::state_values() const {
     return r;
 }
 
+// The optimizer args as saved in state files: ';'-joined, in the order given.
+static std::string join_args(const std::vector<std::string>& args) {
+    std::string s;
+    for (const std::string& a : args) s += (s.empty() ? "" : ";") + a;
+    return s;
+}
+static std::multiset<std::string> split_args(const std::string& s) {
+    std::multiset<std::string> out;
+    size_t start = 0;
+    while (start <= s.size() && !s.empty()) {
+        const size_t end = std::min(s.find(';', start), s.size());
+        out.insert(s.substr(start, end - start));
+        start = end + 1;
+    }
+    return out;
+}
+
 void Optimizer::save_state(const std::string& path, const gl::Runtime& rt, const LossScaler* scaler,
                            const std::map<std::string, std::string>& extra) const {
     GL_CHECK(finished_, "Optimizer::save_state: call finish() first");
@@ -220,11 +238,9 @@ void Optimizer::save_state(const std::string& path, const gl::Runtime& rt, const
         GL_CHECK(k.rfind("optim.", 0) != 0, "Optimizer::save_state: metadata key '", k, "' is reserved");
         meta[k] = v;
     }
-    std::string args;
-    for (const std::string& a : cfg_.args) args += (args.empty() ? "" : ";") + a;
     meta["optim.format"] = kFormat;
     meta["optim.kind"] = optimizer_kind_name(cfg_.kind);
-    meta["optim.args"] = args;
+    meta["optim.args"] = join_args(cfg_.args);
     meta["optim.steps_applied"] = std::to_string(steps_applied_);
     if (scaler) {
         char buf[64];
@@ -235,7 +251,7 @@ void Optimizer::save_state(const std::string& path, const gl::Runtime& rt, const
     gl::io::write_safetensors(path, tensors, meta);
 }
 
-void Optimizer::load_state(const std::string& path, gl::Runtime& rt, LossScaler* scaler) {
+std::string Optimizer::load_state(const std::string& path, gl::Runtime& rt, LossScaler* scaler) {
     GL_CHECK(finished_, "Optimizer::load_state: call finish() first");
     gl::io::SafetensorsFile f(path);
     const auto& meta = f.metadata();
@@ -247,6 +263,7 @@ void Optimizer::load_state(const std::string& path, gl::Runtime& rt, LossScaler*
     GL_CHECK(get("optim.format") == kFormat, path, ": unknown optimizer state format '", get("optim.format"), "'");
     GL_CHECK(get("optim.kind") == optimizer_kind_name(cfg_.kind), path, ": optimizer state of ", get("optim.kind"),
              ", but this run uses ", optimizer_kind_name(cfg_.kind));
+    const std::string saved_args = get("optim.args");
     std::set<std::string> expected;
     for (const Slot& sl : slots_) {
         if (!sl.saved) continue;
@@ -284,6 +301,10 @@ void Optimizer::load_state(const std::string& path, gl::Runtime& rt, LossScaler*
     if (acc_ != gl::kNoValue) rt.write_f32(acc_, std::vector<float>(size_t(rt.plan().graph.v(acc_).numel()), 0.0f));
     steps_applied_ = n_steps;
     last_ = {};
+    const std::string now = join_args(cfg_.args);
+    if (split_args(saved_args) == split_args(now)) return {};
+    return gl::cat(path, ": the optimizer state was saved with optimizer_args '", saved_args, "'; this run uses '", now,
+                   "' (the state is restored as saved)");
 }
 
 // ---------------- LossScaler ----------------

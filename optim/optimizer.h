@@ -99,7 +99,10 @@ public:
                     const std::map<std::string, std::string>& extra = {}) const;
     // Validates the file against this optimizer (kind, names, shapes, dtypes: every mismatch is a
     // gl::Error naming it) and restores the state bytes exactly, the step count and the scaler.
-    void load_state(const std::string& path, gl::Runtime& rt, LossScaler* scaler = nullptr);
+    // Optimizer args may change on resume (betas, weight decay, ...: the state still fits), so a
+    // difference is not an error; the return value names it ("" when the args are the same, in
+    // any order) for the caller to show.
+    std::string load_state(const std::string& path, gl::Runtime& rt, LossScaler* scaler = nullptr);
 
     const OptimizerConfig& config() const { return cfg_; }
     gl::ValueId gstat() const { return gstat_; }

@@ -162,9 +162,10 @@ const char* const kAllKinds[] = {"AdamW", "AdamW8bit", "Lion", "Adafactor", "Pro
 constexpr int64_t kBig = 5000;  // over kAdam8bitMinElements: 8-bit state, several reduction blocks
 
 // A net of every golden param plus "big", initialised deterministically.
-std::unique_ptr<Net> make_net(const std::string& kind, int64_t big = kBig, double lr = 1e-2, float max_norm = 1.0f) {
+std::unique_ptr<Net> make_net(const std::string& kind, int64_t big = kBig, double lr = 1e-2, float max_norm = 1.0f,
+                              const std::vector<std::string>& args = {"weight_decay=0.01"}) {
     io::SafetensorsFile prob(kGolden + "problem.safetensors");
-    optim::OptimizerConfig cfg = optim::parse_optimizer(kind, {"weight_decay=0.01"});
+    optim::OptimizerConfig cfg = optim::parse_optimizer(kind, args);
     auto net = std::make_unique<Net>(prob, cfg, lr, kind == "Prodigy" ? lr : lr / 2, max_norm, big);
     for (const char* n : kNames) net->rt->write_f32(net->p[n], read_all(prob, std::string("init.") + n));
     if (big > 0) {
@@ -266,7 +267,7 @@ TEST_CASE("optimizer state: save, run, restore into a fresh graph, run again: id
             auto b = make_net(kind);
             optim::LossScaler sb;
             for (auto& [n, id] : b->p) b->rt->write_f32(id, params[n]);
-            b->opt->load_state(path, *b->rt, &sb);
+            CHECK(b->opt->load_state(path, *b->rt, &sb) == "");  // same args: nothing to say
             CHECK(b->opt->steps_applied() == 3);
             CHECK(sb.scale() == 2048.0);
             for (int k = 4; k < 7; k++) step(*b, sb, k);
@@ -275,6 +276,24 @@ TEST_CASE("optimizer state: save, run, restore into a fresh graph, run again: id
             CHECK(io::SafetensorsFile(path).metadata().at("ss_steps") == "4");
         }
     }
+    std::filesystem::remove(path);
+}
+
+TEST_CASE("optimizer state: args changed on resume are restored anyway and named; their order does not matter") {
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("gl_test_optim_" + std::to_string(getpid()) + "_args.safetensors")).string();
+    auto a = make_net("AdamW", kBig, 1e-2, 1.0f, {"weight_decay=0.01", "betas=0.9,0.99"});
+    optim::LossScaler sa;
+    step(*a, sa, 0);
+    a->opt->save_state(path, *a->rt);
+    auto reordered = make_net("AdamW", kBig, 1e-2, 1.0f, {"betas=0.9,0.99", "weight_decay=0.01"});
+    CHECK(reordered->opt->load_state(path, *reordered->rt) == "");
+    auto other = make_net("AdamW", kBig, 1e-2, 1.0f, {"weight_decay=0.1"});
+    const std::string note = other->opt->load_state(path, *other->rt);
+    CHECK(note.find("'weight_decay=0.01;betas=0.9,0.99'") != std::string::npos);
+    CHECK(note.find("'weight_decay=0.1'") != std::string::npos);
+    CHECK(other->opt->steps_applied() == 1);
+    for (const ValueId id : a->opt->state_values()) CHECK(other->rt->read_f32(id) == a->rt->read_f32(id));
     std::filesystem::remove(path);
 }
 

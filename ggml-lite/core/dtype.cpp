@@ -38,11 +38,6 @@ static uint32_t bits_of(float f) {
     std::memcpy(&u, &f, 4);
     return u;
 }
-static float float_of(uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
 
 uint16_t f32_to_f16(float f) {
     uint32_t u = bits_of(f);
