@@ -151,14 +151,10 @@ size_t save_kohya(const std::string& path, const LoraNetwork& net, const ReadFn&
     bytes.reserve(net.modules().size() * 3);
     std::vector<gl::io::TensorToWrite> out;
     for (const LoraModule& m : net.modules()) {
-        const int64_t r = m.rank;
-        std::vector<int64_t> dshape = {r, m.in}, ushape = {m.out, r};
+        const auto [ds, us] = kohya_shapes(m);
+        const std::vector<int64_t> dshape(ds.d.begin(), ds.d.begin() + ds.nd), ushape(us.d.begin(), us.d.begin() + us.nd);
         std::vector<float> down = read(m.down);
-        if (m.kind == ModuleKind::conv1x1) dshape = {r, m.in, 1, 1}, ushape = {m.out, r, 1, 1};
-        if (m.kind == ModuleKind::conv) {
-            dshape = {r, m.in, m.k, m.k}, ushape = {m.out, r, 1, 1};
-            down = ohwi_to_oihw(down, r, m.k, m.in);
-        }
+        if (m.kind == ModuleKind::conv) down = ohwi_to_oihw(down, m.rank, m.k, m.in);
         bytes.push_back(encode(down, t));
         out.push_back({m.key + ".lora_down.weight", t, dshape, nullptr});
         bytes.push_back(encode(read(m.up), t));

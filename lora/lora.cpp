@@ -51,6 +51,16 @@ std::string kohya_key(Part part, const std::string& path) {
     return s;
 }
 
+std::pair<gl::Shape, gl::Shape> kohya_shapes(const LoraModule& m) {
+    const int64_t r = m.rank;
+    switch (m.kind) {
+        case ModuleKind::linear: return {gl::Shape{r, m.in}, gl::Shape{m.out, r}};
+        case ModuleKind::conv1x1: return {gl::Shape{r, m.in, 1, 1}, gl::Shape{m.out, r, 1, 1}};
+        case ModuleKind::conv: return {gl::Shape{r, m.in, int64_t(m.k), int64_t(m.k)}, gl::Shape{m.out, r, 1, 1}};
+    }
+    gl::fail("lora: unknown module kind");
+}
+
 LoraNetwork::LoraNetwork(LoraConfig cfg) : cfg_(cfg) {
     GL_CHECK(cfg_.rank >= 1, "lora: rank must be positive, got ", cfg_.rank);
     GL_CHECK(std::isfinite(cfg_.alpha) && cfg_.alpha >= 0.0f, "lora: alpha must be finite and >= 0, got ", cfg_.alpha);

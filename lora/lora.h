@@ -70,6 +70,11 @@ struct LoraModule {
     gl::ValueId down = gl::kNoValue, up = gl::kNoValue;  // f32 parameters [rank, in] or [rank, k, k, in]; [out, rank]
 };
 
+// The shapes kohya's files (and PyTorch's modules) hold a module's weights in, down then up:
+// linear [r, in] / [out, r]; 1x1 conv [r, in, 1, 1] / [out, r, 1, 1]; conv [r, in, k, k] / [out, r, 1, 1].
+// Only the conv down weight's element order differs from the graph's ([r, k, k, in] here).
+std::pair<gl::Shape, gl::Shape> kohya_shapes(const LoraModule& m);
+
 // kohya's default SD1.5 targets: in the UNet every Linear/1x1 conv inside a Transformer2DModel
 // (the "attentions.N" blocks); in the text encoder the CLIPAttention q/k/v/out_proj and the
 // CLIPMLP fc1/fc2 of every layer. `path` is the model's module path.

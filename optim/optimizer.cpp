@@ -32,21 +32,28 @@ ValueId as_update_grad(gl::Graph& g, ValueId grad) {
 Optimizer::Optimizer(OptimizerConfig cfg) : cfg_(std::move(cfg)) {}
 
 void Optimizer::add_group(gl::Graph& g, const std::string& name, const std::vector<ValueId>& params,
-                          const std::vector<ValueId>& grads, double lr, float weight_decay) {
+                          const std::vector<ValueId>& grads, double lr, float weight_decay,
+                          const std::vector<gl::Shape>& torch_shapes) {
     GL_CHECK(!finished_, "Optimizer::add_group('", name, "'): the optimizer is already finished");
     GL_CHECK(params.size() == grads.size(), "Optimizer::add_group('", name, "'): ", params.size(), " params but ",
              grads.size(), " gradients");
     GL_CHECK(std::isfinite(lr) && lr >= 0.0, "Optimizer::add_group('", name, "'): lr ", lr, " must be finite and >= 0");
     GL_CHECK(weight_decay < 0.0f || std::isfinite(weight_decay), "Optimizer::add_group('", name, "'): bad weight decay");
     for (const Group& o : groups_) GL_CHECK(o.name != name, "Optimizer::add_group: group '", name, "' added twice");
+    GL_CHECK(torch_shapes.empty() || torch_shapes.size() == params.size(), "Optimizer::add_group('", name, "'): ",
+             torch_shapes.size(), " torch shapes for ", params.size(), " params");
     Group grp{name, {}, {}, lr, weight_decay < 0.0f ? cfg_.weight_decay : weight_decay};
     for (size_t i = 0; i < params.size(); i++) {
         const gl::Value& p = g.v(params[i]);
         GL_CHECK(p.role == gl::Role::param && p.dtype == DType::f32, "Optimizer::add_group('", name, "'): ",
                  g.describe(params[i]), " is not an f32 trainable parameter (g.param)");
+        const gl::Shape ts = torch_shapes.empty() ? gl::Shape{} : torch_shapes[i];
+        GL_CHECK(ts.nd == 0 || ts.numel() == p.numel(), "Optimizer::add_group('", name, "'): torch shape ",
+                 ts.str(), " of ", g.describe(params[i]), " holds another element count");
         if (grads[i] == gl::kNoValue) continue;
         grp.params.push_back(params[i]);
         grp.grads.push_back(as_update_grad(g, grads[i]));
+        grp.torch_shapes.push_back(ts);
     }
     groups_.push_back(std::move(grp));
 }
@@ -86,7 +93,7 @@ void Optimizer::finish(gl::Graph& g, ValueId loss_scale, float max_grad_norm) {
     int slot = 0;
     std::vector<ValueId> pd;  // Prodigy: param, grad, m, v, hyper per param, for the second loop
     for (const Group& grp : groups_)
-        for (size_t i = 0; i < grp.params.size(); i++) append_updates(g, grp, grp.params[i], grp.grads[i], slot, pd);
+        for (size_t i = 0; i < grp.params.size(); i++) append_updates(g, grp, i, slot, pd);
     if (cfg_.kind == OptimizerKind::Prodigy) {
         gl::prodigy_d(g, pstate_, acc_, groups_[0].hyper, cfg_.prodigy, gstat_);
         for (size_t k = 0; k < pd.size(); k += 5)
@@ -95,8 +102,8 @@ void Optimizer::finish(gl::Graph& g, ValueId loss_scale, float max_grad_norm) {
     finished_ = true;
 }
 
-void Optimizer::append_updates(gl::Graph& g, const Group& grp, ValueId p, ValueId grad, int& slot,
-                               std::vector<ValueId>& pd) {
+void Optimizer::append_updates(gl::Graph& g, const Group& grp, size_t index, int& slot, std::vector<ValueId>& pd) {
+    const ValueId p = grp.params[index], grad = grp.grads[index];
     const gl::Shape s = g.shape(p);
     const std::string base = "optim." + g.v(p).name + ".";
     const ValueId h = grp.hyper;
@@ -131,7 +138,9 @@ void Optimizer::append_updates(gl::Graph& g, const Group& grp, ValueId p, ValueI
         case OptimizerKind::Adafactor: {
             ValueId m = cfg_.adafactor_first_moment ? add_state(g, base + "exp_avg", DType::f32, s, Slot::zero)
                                                     : gl::kNoValue;
-            auto [rows, cols] = gl::adafactor_state_sizes(s);
+            // factored as PyTorch holds the param (kohya's LoRA: 1x1-conv weights are 4-D there)
+            const gl::Shape torch_shape = grp.torch_shapes[index].nd >= 2 && s.nd >= 2 ? grp.torch_shapes[index] : gl::Shape{};
+            auto [rows, cols] = gl::adafactor_state_sizes(s, torch_shape);
             ValueId vr, vc = gl::kNoValue;
             if (cols == 0) {
                 vr = add_state(g, base + "exp_avg_sq", DType::f32, s, Slot::zero);
@@ -139,7 +148,7 @@ void Optimizer::append_updates(gl::Graph& g, const Group& grp, ValueId p, ValueI
                 vr = add_state(g, base + "exp_avg_sq_row", DType::f32, gl::Shape{rows}, Slot::zero);
                 vc = add_state(g, base + "exp_avg_sq_col", DType::f32, gl::Shape{cols}, Slot::zero);
             }
-            gl::adafactor_step(g, p, grad, m, vr, vc, h, cfg_.adafactor, gstat_);
+            gl::adafactor_step(g, p, grad, m, vr, vc, h, cfg_.adafactor, gstat_, torch_shape);
             break;
         }
         case OptimizerKind::Prodigy: {

@@ -72,9 +72,13 @@ public:
 
     // A parameter group: params (f32 leaves made with g.param) and their gradients (same order;
     // kNoValue: the param gets no update, as a None .grad in PyTorch). weight_decay < 0: the
-    // config's. Before finish().
+    // config's. torch_shapes (empty, or one per param; nd = 0: the graph's shape): the shape
+    // PyTorch holds a param in where it differs from the graph's with the same element order —
+    // Adafactor factors by it, as kohya's does (a 1x1-conv LoRA weight [r, in] is [r, in, 1, 1]
+    // there). Before finish().
     void add_group(gl::Graph& g, const std::string& name, const std::vector<gl::ValueId>& params,
-                   const std::vector<gl::ValueId>& grads, double lr, float weight_decay = -1.0f);
+                   const std::vector<gl::ValueId>& grads, double lr, float weight_decay = -1.0f,
+                   const std::vector<gl::Shape>& torch_shapes = {});
     // Appends grad_stats over every group's gradients (loss_scale: an f32 [1] input the loss was
     // multiplied by, or kNoValue; max_grad_norm <= 0: no clipping) and the update nodes, creating the
     // state leaves ("optim.<param>.<slot>") and one hyper input per group. Throws for Prodigy when
@@ -116,6 +120,7 @@ private:
         double lr;
         float weight_decay;
         gl::ValueId hyper = gl::kNoValue;
+        std::vector<gl::Shape> torch_shapes;  // parallel to params (nd = 0: the graph's)
     };
     struct Slot {
         gl::ValueId id;
@@ -128,7 +133,7 @@ private:
     };
     gl::ValueId add_state(gl::Graph& g, const std::string& name, gl::DType t, const gl::Shape& s, Slot::Init init,
                           gl::ValueId param = gl::kNoValue, bool saved = true);
-    void append_updates(gl::Graph& g, const Group& grp, gl::ValueId param, gl::ValueId grad, int& prodigy_slot,
+    void append_updates(gl::Graph& g, const Group& grp, size_t index, int& prodigy_slot,
                         std::vector<gl::ValueId>& prodigy_params);
 
     OptimizerConfig cfg_;

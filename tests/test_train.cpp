@@ -327,3 +327,31 @@ TEST_CASE("train step: a trained text encoder is in the graph and its LoRA learn
     CHECK_THROWS_WITH_AS(tr.evaluate(x0, std::span<const int32_t>(ids), 1), doctest::Contains("network dropout"),
                          gl::Error);
 }
+
+TEST_CASE("train step: Adafactor factors each LoRA weight as kohya's PyTorch module holds it") {
+    // kohya's 1x1-conv LoRA weights are [r, in, 1, 1] / [out, r, 1, 1] (factored over 1 x 1: full
+    // row and column state); linear ones [r, in] / [out, r] (factored over r x in).
+    train::StepOptions o = tiny_options(Precision::fp32, 1, 1, 1e-3f);
+    o.optimizer = optim::parse_optimizer("Adafactor", {});
+    auto s = train::build_step(o);
+    std::map<std::string, int64_t> sizes;
+    for (ValueId v : s->update->optimizer().state_values()) sizes[s->g.v(v).name] = s->g.v(v).numel();
+    int conv1x1 = 0, linear = 0;
+    for (const lora::LoraModule& m : s->net->modules()) {
+        const std::string down = "optim." + s->g.v(m.down).name, up = "optim." + s->g.v(m.up).name;
+        CAPTURE(m.key);
+        if (m.kind == lora::ModuleKind::conv1x1) {
+            conv1x1++;
+            CHECK(sizes.at(down + ".exp_avg_sq_row") == m.rank * m.in);
+            CHECK(sizes.at(down + ".exp_avg_sq_col") == m.rank * m.in);
+            CHECK(sizes.at(up + ".exp_avg_sq_row") == m.out * m.rank);
+        } else if (m.kind == lora::ModuleKind::linear) {
+            linear++;
+            CHECK(sizes.at(down + ".exp_avg_sq_row") == m.rank);
+            CHECK(sizes.at(down + ".exp_avg_sq_col") == m.in);
+            CHECK(sizes.at(up + ".exp_avg_sq_row") == m.out);
+        }
+    }
+    CHECK(conv1x1 > 0);
+    CHECK(linear > 0);
+}

@@ -79,10 +79,15 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     ParamGroup unet{"unet", {}, {}, opt.unet_lr}, te{"text_encoder", {}, {}, opt.text_encoder_lr};
     for (const lora::LoraModule& m : s->net->modules()) {
         ParamGroup& grp = m.part == lora::Part::unet ? unet : te;
-        for (ValueId p : {m.down, m.up}) {
-            grp.params.push_back(p);
-            grp.grads.push_back(s->grads[p]);
-        }
+        // PyTorch's shapes, as kohya's Adafactor factors by them; a LoCon down weight is 4-D here
+        // too but in another element order (its own factoring already matches).
+        const auto [down_shape, up_shape] = lora::kohya_shapes(m);
+        grp.params.push_back(m.down);
+        grp.grads.push_back(s->grads[m.down]);
+        grp.torch_shapes.push_back(m.kind == lora::ModuleKind::conv ? gl::Shape{} : down_shape);
+        grp.params.push_back(m.up);
+        grp.grads.push_back(s->grads[m.up]);
+        grp.torch_shapes.push_back(up_shape);
     }
     std::vector<ParamGroup> groups;
     for (ParamGroup* grp : {&unet, &te})

@@ -33,7 +33,7 @@ Update::Update(gl::Graph& g, std::vector<ParamGroup> groups, const optim::Optimi
             gl::accumulate(g, acc, gr, ctl_);
             read.push_back(acc);
         }
-        opt_.add_group(g, grp.name, grp.params, read, grp.lr);
+        opt_.add_group(g, grp.name, grp.params, read, grp.lr, -1.0f, grp.torch_shapes);
     }
     skip_ = g.input("train.skip", gl::DType::f32, {1});
     probe_param_ = g.param("train.skip_probe", gl::DType::f32, {1});

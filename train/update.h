@@ -24,6 +24,7 @@ struct ParamGroup {
     std::string name;
     std::vector<gl::ValueId> params, grads;  // f32, grads[i] of params[i]
     float lr = 1e-4f;
+    std::vector<gl::Shape> torch_shapes;  // optional, parallel to params: see optim::Optimizer::add_group
 };
 
 // What one run reported through the step's gradient statistics.

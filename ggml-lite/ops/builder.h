@@ -155,15 +155,18 @@ void lion_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId hyper, 
 // cols kw, v_row [Cout*Cin*kh], v_col [Cout*Cin*kw]); 1-D params keep a full v (pass v_col = kNoValue).
 // m: the first moment (kNoValue: beta1 None). hyper: lr (ignored with relative_step), beta1, eps (eps1,
 // 1e-30), weight_decay, step, grad_scale (beta2 unused: beta2_t = 1 - step^decay_rate). The RMS of the
-// parameter and of the update are reduced inside the op.
+// parameter and of the update are reduced inside the op. factor_as (nd >= 2, same element count):
+// the shape PyTorch holds the param in when it differs from the graph's with the same element order
+// (a 1x1-conv LoRA weight [r, in] is [r, in, 1, 1] there, which transformers' Adafactor factors over
+// its last two dims, 1 x 1: effectively unfactored); the param is then factored as that shape is.
 struct AdafactorOptions {
     bool relative_step = true, scale_parameter = true, warmup_init = false;
     float decay_rate = -0.8f, eps2 = 1e-3f, clip_threshold = 1.0f;
 };
 void adafactor_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v_row, ValueId v_col, ValueId hyper,
-                    const AdafactorOptions& o, ValueId gstat = kNoValue);
+                    const AdafactorOptions& o, ValueId gstat = kNoValue, const Shape& factor_as = {});
 // Element counts of Adafactor's factored state for a param shape ({n, 0} when unfactored).
-std::pair<int64_t, int64_t> adafactor_state_sizes(const Shape& param);
+std::pair<int64_t, int64_t> adafactor_state_sizes(const Shape& param, const Shape& factor_as = {});
 
 // (ops/optim_prodigy.cpp) Prodigy (Mishchenko & Defazio 2023, as prodigyopt 1.1). One step over all params
 // is: prodigy_accum for every param (in node order; updates m, v, s with the old d and writes the param's

@@ -28,8 +28,14 @@ struct AdafactorSlots {
     }
 };
 
-// The factoring of a param shape: {O, R, C, I}; R = C = 0 for a 1-D param (unfactored).
-static std::array<int64_t, 4> factoring(const Shape& s) {
+// The factoring of a param shape: {O, R, C, I}; R = C = 0 for a 1-D param (unfactored). With
+// factor_as (PyTorch's shape, same element order): its leading dims, then its last two.
+static std::array<int64_t, 4> factoring(const Shape& s, const Shape& factor_as = {}) {
+    if (factor_as.nd >= 2) {
+        GL_CHECK(factor_as.numel() == s.numel(), "adafactor: factor_as ", factor_as.str(), " does not hold the ",
+                 s.numel(), " elements of the param ", s.str());
+        return {factor_as.numel() / (factor_as.dim(-2) * factor_as.dim(-1)), factor_as.dim(-2), factor_as.dim(-1), 1};
+    }
     if (s.nd < 2) return {1, 0, 0, 1};
     if (s.nd == 4) return {s.d[0], s.d[1], s.d[2], s.d[3]};
     int64_t o = 1;
@@ -37,8 +43,8 @@ static std::array<int64_t, 4> factoring(const Shape& s) {
     return {o, s.d[size_t(s.nd - 2)], s.d[size_t(s.nd - 1)], 1};
 }
 
-std::pair<int64_t, int64_t> adafactor_state_sizes(const Shape& param) {
-    auto [o, r, cc, in] = factoring(param);
+std::pair<int64_t, int64_t> adafactor_state_sizes(const Shape& param, const Shape& factor_as) {
+    auto [o, r, cc, in] = factoring(param, factor_as);
     if (r == 0) return {param.numel(), 0};
     return {o * in * r, o * in * cc};
 }
@@ -56,7 +62,10 @@ static std::vector<OutSpec> adafactor_infer(const OpCall& c) {
     }
     const bool factored = c.p.i[0] & kFactored;
     c.check(factored == (c.shape(0).nd >= 2), "params with >= 2 dims take v_row and v_col, 1-D params one full v");
-    auto [rows, cols] = adafactor_state_sizes(c.shape(0));
+    const int64_t O = c.p.i[1], R = c.p.i[2], C = c.p.i[3], I = c.p.i[4];  // the factoring (adafactor_step)
+    if (factored)
+        c.check(O >= 1 && R >= 1 && C >= 1 && I >= 1 && O * R * C * I == n, "the factoring must cover the param");
+    const int64_t rows = factored ? O * I * R : n, cols = factored ? O * I * C : 0;
     check_state_f32(c, s.vr, factored ? "v_row" : "v");
     c.check(c.shape(s.vr).numel() == rows, cat(factored ? "v_row" : "v", " must hold ", rows, " floats"));
     if (factored) {
@@ -144,10 +153,11 @@ static void adafactor_cpu(CpuCtx& c) {
 }
 
 void adafactor_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v_row, ValueId v_col, ValueId hyper,
-                    const AdafactorOptions& o, ValueId gstat) {
+                    const AdafactorOptions& o, ValueId gstat, const Shape& factor_as) {
     Params p;
     const Shape s = g.shape(param);
-    auto f = factoring(s);
+    GL_CHECK(factor_as.nd == 0 || s.nd >= 2, "adafactor: factor_as is for params with >= 2 dims, got ", s.str());
+    auto f = factoring(s, factor_as);
     p.i[0] = (o.relative_step ? kRelative : 0) | (o.scale_parameter ? kScaleParam : 0) | (o.warmup_init ? kWarmup : 0) |
              (m != kNoValue ? kHasM : 0) | (v_col != kNoValue ? kFactored : 0);
     for (int k = 0; k < 4; k++) p.i[size_t(1 + k)] = f[size_t(k)];
