@@ -1,7 +1,8 @@
 // The optimizers through optim::Optimizer on CUDA against the CPU backend over many steps: every kind,
 // two parameter groups (their own learning rates), clipping, a loss scale with an injected overflow
 // (the skipped step must leave everything as it was on both backends), parameters of 1, 2 and 4
-// dimensions and one large enough for 8-bit state and several reduction blocks. The op-list parity
+// dimensions and one large enough for 8-bit state and several reduction blocks, and one with a
+// torch shape (Adafactor's 1 x 1 factoring). The op-list parity
 // cases check one step of each op; this checks the state they carry from step to step.
 #include <doctest/doctest.h>
 
@@ -26,7 +27,8 @@ struct Problem {
     std::unique_ptr<Runtime> rt;
 
     Problem(const char* kind, bool cuda) {
-        const Shape shapes[] = {Shape{64}, Shape{48, 40}, Shape{16, 3, 3, 24}, Shape{9000}};
+        // p4 is held as [12, 20, 1, 1] by PyTorch (a 1x1-conv LoRA weight): Adafactor factors it 1 x 1
+        const Shape shapes[] = {Shape{64}, Shape{48, 40}, Shape{16, 3, 3, 24}, Shape{9000}, Shape{12, 20}};
         for (size_t i = 0; i < std::size(shapes); i++) {
             params.push_back(g.param(cat("p", i), DType::f32, shapes[i]));
             grads.push_back(g.input(cat("g", i), DType::f32, shapes[i]));
@@ -34,7 +36,8 @@ struct Problem {
         loss_scale = g.input("loss_scale", DType::f32, Shape{1});
         opt = std::make_unique<optim::Optimizer>(optim::parse_optimizer(kind, {"weight_decay=0.01"}));
         const bool prodigy = std::string(kind) == "Prodigy";
-        opt->add_group(g, "unet", {params[1], params[2], params[3]}, {grads[1], grads[2], grads[3]}, 1e-2);
+        opt->add_group(g, "unet", {params[1], params[2], params[3], params[4]}, {grads[1], grads[2], grads[3], grads[4]},
+                       1e-2, -1.0f, {Shape{}, Shape{}, Shape{}, Shape{12, 20, 1, 1}});
         opt->add_group(g, "te", {params[0]}, {grads[0]}, prodigy ? 1e-2 : 5e-3);
         opt->finish(g, loss_scale, 1.0f);
         Plan plan = make_plan(g);
