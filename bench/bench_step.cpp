@@ -35,13 +35,15 @@ struct Options {
     std::vector<gl::Recompute> recompute = {gl::Recompute::none, gl::Recompute::blocks};
     int steps = 20, warmup = 3, rank = 16, size = 512;
     int profile = 0;  // > 0: after timing, that many more steps with per-node timing, then the report
+    bool plan_only = false;  // build and plan each config, print the memory plan, run nothing (no GPU needed)
     train::Precision precision = train::Precision::bf16;
 };
 
 const char* kUsage =
-    "usage: bench_step [--tiny] [--backend auto|cpu|cuda] [--batch 1,8] [--recompute none,blocks]\n"
+    "usage: bench_step [--tiny] [--backend auto|cpu|cuda] [--batch 1,8] [--recompute none,blocks,cheap]\n"
     "                  [--steps N (>= 20 counts)] [--warmup N] [--rank R] [--size PIXELS] [--precision bf16|fp16|fp32]\n"
-    "                  [--profile N (N more steps timed node by node, then where the time went)]\n";
+    "                  [--profile N (N more steps timed node by node, then where the time went)]\n"
+    "                  [--plan-only (the memory plan of each config, nothing run: no GPU needed)]\n";
 
 std::vector<std::string> split(const std::string& s) {
     std::vector<std::string> r;
@@ -68,6 +70,10 @@ Options parse(int argc, char** argv) {
         }
         if (a == "--tiny") {
             o.tiny = true;
+            continue;
+        }
+        if (a == "--plan-only") {
+            o.plan_only = true;
             continue;
         }
         if (i + 1 >= argc) gl::fail("missing value after ", a, "\n", kUsage);
@@ -180,7 +186,8 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc) {
     std::printf("\n== %s, batch %lld, %dx%d, recompute %s, %s, LoRA rank %d on %zu modules (%zu nodes, planned in %.1f s)\n",
                 o.tiny ? "tiny UNet" : "SD1.5 UNet", (long long)batch, o.size, o.size, gl::recompute_name(rc),
                 train::precision_name(o.precision), o.rank, s->net->modules().size(), plan.graph.nodes.size(), plan_s);
-    std::printf("planned total %.1f MiB\n%s", mib(double(plan.total_bytes())), plan.report(6).c_str());
+    std::printf("planned total %.1f MiB\n%s", mib(double(plan.total_bytes())), plan.report(o.plan_only ? 24 : 6).c_str());
+    if (o.plan_only) return;
     const double base = device_used_mib();
     auto rt = cuda ? gl::make_cuda_runtime(std::move(plan)) : gl::make_cpu_runtime(std::move(plan));
     write_random_weights(*s->unet_weights, *rt);
@@ -229,7 +236,8 @@ int run(const Options& o) {
     const bool have_cuda = gl::cuda_available(&why);
     if (o.backend == "cuda" && !have_cuda) gl::fail("--backend cuda: ", why);
     const bool cuda = o.backend == "cuda" || (o.backend == "auto" && have_cuda);
-    if (!cuda && !o.tiny) gl::fail("the full-size benchmark needs CUDA (", why, "); --tiny runs on the CPU");
+    if (!cuda && !o.tiny && !o.plan_only)
+        gl::fail("the full-size benchmark needs CUDA (", why, "); --tiny runs on the CPU, --plan-only runs nothing");
     std::printf("bench_step: backend %s\n", cuda ? "cuda" : ("cpu (" + why + ")").c_str());
     for (int64_t b : o.batches)
         for (gl::Recompute rc : o.recompute) run_one(o, cuda, b, rc);

@@ -138,7 +138,7 @@ TEST_CASE("planner: random graphs plan without overlaps, with the true peak") {
     int with_inplace = 0, with_clones = 0;
     for (uint32_t seed = 0; seed < 300; seed++) {
         Net net = random_net(seed, 4 + int(seed % 37), seed % 2 == 0, seed % 3 != 2);
-        for (Recompute rc : {Recompute::none, Recompute::blocks}) {
+        for (Recompute rc : {Recompute::none, Recompute::blocks, Recompute::cheap}) {
             CAPTURE(seed);
             CAPTURE(recompute_name(rc));
             Plan P = make_plan(net.g, {rc, aligns[seed % 3]});

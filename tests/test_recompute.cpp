@@ -147,6 +147,10 @@ std::pair<size_t, size_t> compare_policies(const Net& net) {
     check_rewrite(net.g, blocks.graph, blocks.recompute_nodes);
     CHECK(check_overlaps(blocks) == "");
     check_bitwise(run_net(net, none), run_net(net, blocks));
+    Plan cheap = make_plan(net.g, {Recompute::cheap, 64});
+    REQUIRE(check_topology(cheap.graph) == "");
+    CHECK(check_overlaps(cheap) == "");
+    check_bitwise(run_net(net, none), run_net(net, cheap));
     return {none.peak_live_bytes, blocks.peak_live_bytes};
 }
 
@@ -360,4 +364,39 @@ TEST_CASE("recompute: policy none, graphs without backward, and errors") {
         CHECK_THROWS_AS(Segment(g, "b"), gl::Error);
     }
     CHECK(g.current_segment() == -1);
+}
+
+TEST_CASE("recompute cheap: one-pass outputs are dropped and recomputed, never keeping an input longer") {
+    Net net;
+    Graph& g = net.g;
+    ValueId x = net.leaf(Role::input, "x", {4, 8});
+    // x -> layer_norm -> linear: the norm's output is read by the weight gradient; its input is a
+    // graph input (always there): dropped and recomputed.
+    ValueId ln = layer_norm(g, x, net.leaf(Role::weight, "ln.gamma", {8}), net.leaf(Role::weight, "ln.beta", {8}), 1e-5f);
+    ValueId y = linear(g, ln, net.leaf(Role::param, "w", {8, 8}));
+    // x -> bf16 -> silu -> f32 cast -> linear: the cast's output is read by the weight gradient,
+    // but its input (silu's output) by nothing in the backward pass: recomputing the cast would keep
+    // that input alive through the whole backward, so the cast's output stays.
+    ValueId s = silu(g, cast(g, x, DType::bf16));
+    ValueId c = cast(g, s, DType::f32);
+    ValueId u = linear(g, c, net.leaf(Role::param, "w2", {8, 8}));
+    net.differentiate({y, u});
+    Plan none = make_plan(g, {Recompute::none, 64}), cheap = make_plan(g, {Recompute::cheap, 64});
+    REQUIRE(check_topology(cheap.graph) == "");
+    CHECK(check_overlaps(cheap) == "");
+    int ln_clones = 0, cast_clones = 0;
+    for (const Node& n : cheap.graph.nodes) {
+        if (n.recompute_of < 0) continue;
+        CHECK(n.backward);
+        ln_clones += n.op == Op::layer_norm;
+        cast_clones += n.op == Op::cast && n.out[0] != kNoValue && cheap.graph.v(n.in[0]).base == g.v(s).base;
+    }
+    CHECK(ln_clones == 1);
+    CHECK(cast_clones == 0);
+    // The norm's output no longer lives through the backward pass.
+    CHECK(cheap.last[size_t(ln)] < none.last[size_t(ln)]);
+    CHECK(cheap.peak_live_bytes <= none.peak_live_bytes);
+    check_bitwise(run_net(net, none), run_net(net, cheap));
+    CHECK(parse_recompute("cheap") == Recompute::cheap);
+    CHECK(std::string(recompute_name(Recompute::cheap)) == "cheap");
 }

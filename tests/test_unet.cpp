@@ -185,6 +185,13 @@ TEST_CASE("unet: tiny model input gradients match finite differences and recompu
     CHECK(rr->read_f32(net.grads[net.x]) == gx);
     CHECK(rr->read_f32(net.grads[net.ctx]) == gc);
     CHECK(rr->read_f32(net.eps) == eps);
+    // ... and with the one-pass ops (norms, GEGLU, casts) recomputed.
+    auto rc = net.run(Recompute::cheap);
+    CHECK(rc->plan().recompute_nodes > 0);
+    CHECK(rc->plan().peak_live_bytes < rt->plan().peak_live_bytes);
+    CHECK(rc->read_f32(net.grads[net.x]) == gx);
+    CHECK(rc->read_f32(net.grads[net.ctx]) == gc);
+    CHECK(rc->read_f32(net.eps) == eps);
 
     // Central differences of the loss on a few elements of x and of the context. The loss runs
     // in f32, so the step is large and the tolerance loose: this catches wiring, not rounding.

@@ -36,7 +36,7 @@ struct Options {
 };
 
 const char* kUsage =
-    "usage: gl-demo [--backend auto|cpu|cuda] [--recompute none|blocks] [--steps N] [--log-every N]\n"
+    "usage: gl-demo [--backend auto|cpu|cuda] [--recompute none|blocks|cheap] [--steps N] [--log-every N]\n"
     "               [--batch N] [--size PIXELS] [--channels C] [--depth BLOCKS] [--lr LR] [--seed S]\n";
 
 Options parse(int argc, char** argv) {
@@ -228,7 +228,10 @@ int run(const Options& o) {
                 100.0 * std::fabs(saved) / double(std::max<size_t>(1, none.arena_bytes[size_t(Category::activations)])),
                 blocks.recompute_nodes, blocks.recompute_flops / 1e6);
 
-    auto rt = make_runtime(o, parse_recompute(o.recompute) == Recompute::none ? std::move(none) : std::move(blocks));
+    const Recompute chosen = parse_recompute(o.recompute);
+    auto rt = make_runtime(o, chosen == Recompute::none     ? std::move(none)
+                              : chosen == Recompute::blocks ? std::move(blocks)
+                                                            : make_plan(m.g, {chosen}));
     std::printf("training on %s with recompute %s, AdamW in the graph (adamw_step), lr %g\n",
                 rt->backend_name(), o.recompute.c_str(), double(o.lr));
 

@@ -8,12 +8,15 @@
 
 namespace gl {
 
-const char* recompute_name(Recompute r) { return r == Recompute::blocks ? "blocks" : "none"; }
+const char* recompute_name(Recompute r) {
+    return r == Recompute::blocks ? "blocks" : r == Recompute::cheap ? "cheap" : "none";
+}
 
 Recompute parse_recompute(const std::string& s) {
     if (s == "none") return Recompute::none;
     if (s == "blocks") return Recompute::blocks;
-    fail("unknown recompute policy '", s, "' (expected none or blocks)");
+    if (s == "cheap") return Recompute::cheap;
+    fail("unknown recompute policy '", s, "' (expected none, blocks or cheap)");
 }
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }

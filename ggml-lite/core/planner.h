@@ -13,9 +13,11 @@ namespace gl {
 enum class Recompute : uint8_t {
     none,    // keep every forward value the backward pass needs
     blocks,  // every checkpoint segment is dropped and recomputed before its backward
+    cheap,   // outputs of one-pass ops (norms, GEGLU, casts) whose inputs the backward pass keeps
+             // anyway are dropped after the forward and recomputed before their first backward reader
 };
 const char* recompute_name(Recompute r);
-Recompute parse_recompute(const std::string& s);  // "none" | "blocks"; throws otherwise
+Recompute parse_recompute(const std::string& s);  // "none" | "blocks" | "cheap"; throws otherwise
 
 struct PlanOptions {
     Recompute recompute = Recompute::none;
