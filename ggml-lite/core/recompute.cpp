@@ -21,6 +21,12 @@ struct Analysis {
     std::vector<int> first_reader; // per group: first backward node reading a dropped value, -1 when none
 };
 
+// The clone group of the node that produces v; -1 for leaves and ungrouped nodes.
+int group_of(const Graph& g, const Analysis& a, ValueId v) {
+    const int p = g.v(v).producer;
+    return p < 0 ? -1 : a.group[size_t(p)];
+}
+
 // Ops whose output costs one memory-bound pass over inputs of the same size to recompute.
 bool cheap_op(Op op) {
     return op == Op::layer_norm || op == Op::group_norm || op == Op::geglu || op == Op::cast;
@@ -34,16 +40,15 @@ void drop_segments(const Graph& g, Analysis& a, std::vector<bool>& kept) {
     const size_t V = size_t(g.value_count());
     for (size_t i = 0; i < g.nodes.size(); i++) a.group[i] = g.nodes[i].backward ? -1 : g.nodes[i].segment;
     a.first_reader.assign(g.segment_names.size(), -1);
-    auto group_of = [&](ValueId v) { const int p = g.v(v).producer; return p < 0 ? -1 : a.group[size_t(p)]; };
     for (ValueId v = 0; v < ValueId(V); v++) {
         const Value& x = g.v(v);
-        if (x.base == v && group_of(v) >= 0 && x.category == Category::activations && !x.output) kept[size_t(v)] = false;
+        if (x.base == v && group_of(g, a, v) >= 0 && x.category == Category::activations && !x.output) kept[size_t(v)] = false;
     }
     for (const Node& n : g.nodes) {
         if (n.backward) continue;
         for (ValueId x : n.in) {
             ValueId b = g.v(x).base;
-            if (group_of(b) != n.segment) kept[size_t(b)] = true;
+            if (group_of(g, a, b) != n.segment) kept[size_t(b)] = true;
         }
     }
 }
@@ -107,9 +112,8 @@ Analysis analyse(const Graph& g, Recompute policy) {
     if (policy == Recompute::blocks) drop_segments(g, a, kept);
     else drop_cheap(g, a, kept);
     // A view is dropped with its base (views of kept storage cost nothing to keep).
-    auto group_of = [&](ValueId v) { const int p = g.v(v).producer; return p < 0 ? -1 : a.group[size_t(p)]; };
     a.dropped.assign(V, false);
-    for (ValueId v = 0; v < ValueId(V); v++) a.dropped[size_t(v)] = group_of(v) >= 0 && !kept[size_t(g.v(v).base)];
+    for (ValueId v = 0; v < ValueId(V); v++) a.dropped[size_t(v)] = group_of(g, a, v) >= 0 && !kept[size_t(g.v(v).base)];
 
     // Backward reads of dropped values, then their ancestors within the group. A node's
     // producers come before it, so one reverse sweep closes the set.
@@ -120,7 +124,7 @@ Analysis analyse(const Graph& g, Recompute policy) {
         for (ValueId x : n.in) {
             if (!a.dropped[size_t(x)]) continue;
             a.clone[size_t(g.v(x).producer)] = true;
-            int& first = a.first_reader[size_t(group_of(x))];
+            int& first = a.first_reader[size_t(group_of(g, a, x))];
             if (first < 0) first = int(i);
         }
     }
