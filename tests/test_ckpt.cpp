@@ -17,9 +17,13 @@
 #include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/io/sources.h"
 #include "ggml-lite/io/zip.h"
+#include "test_util.h"
 
 using namespace gl;
 using namespace gl::io;
+
+using gltest::error_of;
+using gltest::fuzz_iterations;
 
 namespace {
 
@@ -32,21 +36,6 @@ std::vector<uint8_t> file_bytes(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     REQUIRE(f.good());
     return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
-
-// Bounded for CI; GL_FUZZ_ITERATIONS=<n> runs longer (e.g. under ASan/UBSan).
-int fuzz_iterations(int fallback) {
-    const char* env = std::getenv("GL_FUZZ_ITERATIONS");
-    return env && std::atoi(env) > 0 ? std::atoi(env) : fallback;
 }
 
 template <class T>

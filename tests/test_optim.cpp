@@ -16,8 +16,11 @@
 #include "ggml-lite/io/safetensors.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "test_util.h"
 
 using namespace gl;
+
+using gltest::error_of;
 
 namespace {
 
@@ -213,15 +216,6 @@ optim::StepResult step(Net& net, optim::LossScaler& scaler, int k, float poison 
     optim::StepResult r = net.opt->after_step(*net.rt);
     scaler.update(r.nonfinite);
     return r;
-}
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const gl::Error& e) {
-        return e.what();
-    }
-    return "(no error)";
 }
 
 }  // namespace

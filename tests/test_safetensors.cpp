@@ -15,10 +15,14 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/io/sources.h"
+#include "test_util.h"
 
 using namespace gl;
 using namespace gl::io;
 namespace fs = std::filesystem;
+
+using gltest::error_of;
+using gltest::fuzz_iterations;
 
 namespace {
 
@@ -50,21 +54,6 @@ std::vector<uint8_t> image(const std::string& header, const std::vector<uint8_t>
     std::copy(header.begin(), header.end(), b.begin() + 8);
     std::copy(data.begin(), data.end(), b.begin() + 8 + long(header.size()));
     return b;
-}
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
-
-// Bounded for CI; GL_FUZZ_ITERATIONS=<n> runs longer (e.g. under ASan/UBSan).
-int fuzz_iterations(int fallback) {
-    const char* env = std::getenv("GL_FUZZ_ITERATIONS");
-    return env && std::atoi(env) > 0 ? std::atoi(env) : fallback;
 }
 
 float ramp(int64_t i) { return float(i) * 0.25f - 2.0f; }
