@@ -9,6 +9,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ggml-lite/core/autodiff.h"
@@ -123,6 +124,22 @@ inline Plan plan_of(const Model& m, Recompute rc = Recompute::none) {
     return make_plan(m.g, o);
 }
 
+// Copies every parameter and optimizer state leaf of graph gf that graph gt holds under the same
+// name (separate runtimes standing in for shared memory).
+inline void copy_trained_by_name(const Runtime& from, const Graph& gf, Runtime& to, const Graph& gt) {
+    std::unordered_map<std::string, ValueId> by_name;
+    for (ValueId v = 0; v < gf.value_count(); v++)
+        if (gf.v(v).role == Role::param || gf.v(v).role == Role::state) by_name.emplace(gf.v(v).name, v);
+    int copied = 0;
+    for (ValueId v = 0; v < gt.value_count(); v++) {
+        auto it = by_name.find(gt.v(v).name);
+        if (it == by_name.end() || (gt.v(v).role != Role::param && gt.v(v).role != Role::state)) continue;
+        to.write_f32(v, from.read_f32(it->second));
+        copied++;
+    }
+    REQUIRE(copied == int(by_name.size()));
+}
+
 // A runtime of `backend`, on `mem` when given.
 inline std::unique_ptr<Runtime> runtime_on(const std::string& backend, Plan p,
                                            std::shared_ptr<SharedMemory> mem = nullptr) {
@@ -197,8 +214,9 @@ inline void buckets_match_separate_runtimes(const std::string& backend, int roun
 
 // The tiny UNet's training step in an 8x8 and an 8x16 bucket and a forward-only UNet with the
 // same LoRA (a sampler's): one copy of the UNet's weights, loaded once; `steps` times a step in
-// the square bucket, an evaluation in the wide one and a sampler run, each against separate
-// runtimes (and step graphs: each holds its optimizer's step count) given the LoRA by copy.
+// the square bucket, an evaluation and a step in the wide one and a sampler run, each against
+// separate runtimes (and step graphs: each holds its optimizer's host-side step count, so the
+// shared ones count as the separate ones do) given the LoRA and state by copy.
 inline void unet_buckets_share(const std::string& backend, int steps) {
     using namespace train_test;
     const train::StepOptions oa = tiny_options(train::Precision::fp32, 1, 1, 1e-3f);
@@ -238,27 +256,26 @@ inline void unet_buckets_share(const std::string& backend, int steps) {
     train::Trainer ta(*sa, *ra, to), tb(*sb, *rb, to), uta(*va, *ua, to), utb(*vb, *ub, to);
     ta.init(5);
     uta.init(5);
-    const std::vector<ValueId> lora_a = va->net->parameters(), lora_b = vb->net->parameters(),
-                               lora_s = net.parameters();
-    REQUIRE(lora_a.size() == lora_b.size());
+    const std::vector<ValueId> lora_a = va->net->parameters(), lora_s = net.parameters();
     REQUIRE(lora_a.size() == lora_s.size());
     for (int k = 0; k < steps; k++) {
         CAPTURE(k);
         const std::vector<float> lat = uniform(sa->latent_numel(), 1 + uint32_t(k)), ctx = uniform(sa->context_numel(), 2);
+        const std::vector<float> wide = uniform(sb->latent_numel(), 4 + uint32_t(k));
+        // A step in the square bucket, then an evaluation and a step in the wide one on what it
+        // left (unshared: the LoRA and optimizer state copied over, and back).
+        if (k > 0) copy_trained_by_name(*ub, vb->g, *ua, va->g);
         CHECK(ta.step(lat, ctx).loss == uta.step(lat, ctx).loss);
-
-        // The wide bucket evaluates the LoRA the square one trained (unshared: copied over).
-        for (size_t i = 0; i < lora_a.size(); i++) {
-            CHECK(rb->read_f32(sb->net->parameters()[i]) == ua->read_f32(lora_a[i]));
-            ub->write_f32(lora_b[i], ua->read_f32(lora_a[i]));
-        }
-        const std::vector<float> wide = uniform(sb->latent_numel(), 4);
+        copy_trained_by_name(*ua, va->g, *ub, vb->g);
         CHECK(tb.evaluate(wide, ctx, 9).loss == utb.evaluate(wide, ctx, 9).loss);
+        CHECK(tb.step(wide, ctx).loss == utb.step(wide, ctx).loss);
+        for (size_t i = 0; i < lora_a.size(); i++)
+            CHECK(ra->read_f32(sa->net->parameters()[i]) == ub->read_f32(vb->net->parameters()[i]));
 
         // The sampler's UNet on the trained LoRA.
         for (size_t i = 0; i < lora_s.size(); i++) {
-            CHECK(rs->read_f32(lora_s[i]) == ua->read_f32(lora_a[i]));
-            us->write_f32(lora_s[i], ua->read_f32(lora_a[i]));
+            CHECK(rs->read_f32(lora_s[i]) == ub->read_f32(vb->net->parameters()[i]));
+            us->write_f32(lora_s[i], ub->read_f32(vb->net->parameters()[i]));
         }
         for (Runtime* r : {rs.get(), us.get()}) {
             r->write_f32(xs, uniform(kSide * kSide * 4, 6));
