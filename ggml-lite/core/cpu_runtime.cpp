@@ -1,4 +1,5 @@
-// CPU reference backend: one host allocation per memory category, sized from the plan.
+// CPU reference backend: one host allocation per memory category, sized from the plan (or the
+// arenas of a shared memory).
 #include <chrono>
 #include <cstring>
 
@@ -6,6 +7,7 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/parallel.h"
 #include "ggml-lite/core/runtime.h"
+#include "ggml-lite/core/shared_memory.h"
 
 namespace gl {
 
@@ -72,6 +74,9 @@ void CpuCtx::finish() {
 
 // ---- Runtime helpers ----
 
+Runtime::Runtime(Plan plan, std::shared_ptr<SharedMemory> shared)
+    : plan_(shared ? shared->layout().bind(std::move(plan)) : std::move(plan)), shared_(std::move(shared)) {}
+
 void Runtime::write_f32(ValueId v, const std::vector<float>& x) {
     GL_CHECK(int64_t(x.size()) == plan_.graph.v(v).numel(), "write_f32: ", plan_.graph.describe(v), " has ",
              plan_.graph.v(v).numel(), " elements, got ", x.size());
@@ -103,15 +108,21 @@ namespace {
 class CpuRuntime final : public Runtime {
 public:
     explicit CpuRuntime(Plan plan) : Runtime(std::move(plan)) {
-        for (int c = 0; c < kCategoryCount; c++) arenas_[size_t(c)].assign(plan_.arena_bytes[size_t(c)], 0);
+        for (int c = 0; c < kCategoryCount; c++) {
+            own_[size_t(c)].assign(plan_.arena_bytes[size_t(c)], 0);
+            base_[size_t(c)] = own_[size_t(c)].data();
+            bytes_[size_t(c)] = own_[size_t(c)].size();
+        }
+    }
+    CpuRuntime(Plan plan, std::shared_ptr<SharedMemory> shared) : Runtime(std::move(plan), std::move(shared)) {
+        for (int c = 0; c < kCategoryCount; c++) {
+            base_[size_t(c)] = shared_->arena(Category(c));
+            bytes_[size_t(c)] = shared_->allocated_bytes(Category(c));
+        }
     }
     const char* backend_name() const override { return "cpu"; }
 
-    TensorRef ref(ValueId id) const {
-        std::array<void*, kCategoryCount> base{};
-        for (int c = 0; c < kCategoryCount; c++) base[size_t(c)] = const_cast<unsigned char*>(arenas_[size_t(c)].data());
-        return locate(id, base);
-    }
+    TensorRef ref(ValueId id) const { return locate(id, base_); }
 
     void write(ValueId id, const void* data, DType t) override {
         const Value& v = plan_.graph.v(id);
@@ -161,18 +172,49 @@ public:
     }
 
     void poison(unsigned char byte) override {
-        for (auto& a : arenas_)
-            if (!a.empty()) std::memset(a.data(), byte, a.size());
+        for (int c = 0; c < kCategoryCount; c++)
+            if (bytes_[size_t(c)]) std::memset(base_[size_t(c)], byte, bytes_[size_t(c)]);
     }
 
-    size_t allocated_bytes(Category c) const override { return arenas_[size_t(c)].size(); }
+    size_t allocated_bytes(Category c) const override { return bytes_[size_t(c)]; }
+
+    std::string memory_report() const override {
+        return shared_ ? plan_.report() + shared_->layout().report() : plan_.report();
+    }
 
 private:
-    std::array<std::vector<unsigned char>, kCategoryCount> arenas_;
+    std::array<std::vector<unsigned char>, kCategoryCount> own_;  // without shared memory
+    std::array<void*, kCategoryCount> base_{};                    // each category's arena
+    std::array<size_t, kCategoryCount> bytes_{};
+};
+
+class CpuSharedMemory final : public SharedMemory {
+public:
+    explicit CpuSharedMemory(SharedLayout l) : SharedMemory(std::move(l)) {
+        for (int c = 0; c < kCategoryCount; c++) {
+            own_[size_t(c)].assign(layout_.arena_bytes[size_t(c)], 0);
+            if (!own_[size_t(c)].empty()) arenas_[size_t(c)] = own_[size_t(c)].data();
+        }
+        GL_CHECK(layout_.scratch_bytes == 0, "cpu shared memory: the cpu backend has no scratch arena");
+    }
+
+private:
+    std::array<std::vector<unsigned char>, kCategoryCount> own_;
 };
 
 }  // namespace
 
 std::unique_ptr<Runtime> make_cpu_runtime(Plan plan) { return std::make_unique<CpuRuntime>(std::move(plan)); }
+
+std::unique_ptr<Runtime> make_cpu_runtime(Plan plan, std::shared_ptr<SharedMemory> shared) {
+    GL_CHECK(shared != nullptr, "make_cpu_runtime: no shared memory given");
+    GL_CHECK(shared->backend() == "cpu", "make_cpu_runtime: the shared memory is for ", shared->backend(), ", not cpu");
+    return std::make_unique<CpuRuntime>(std::move(plan), std::move(shared));
+}
+
+std::shared_ptr<SharedMemory> make_cpu_shared_memory(SharedLayout layout) {
+    GL_CHECK(layout.backend == "cpu", "make_cpu_shared_memory: the layout is for ", layout.backend, ", not cpu");
+    return std::make_shared<CpuSharedMemory>(std::move(layout));
+}
 
 }  // namespace gl
