@@ -36,7 +36,7 @@
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/io/safetensors.h"
-#include "models/sd15/checkpoint.h"
+#include "models/sd15/model_files.h"
 
 using namespace gl;
 

@@ -1,8 +1,8 @@
 // open_sd15: a single file or a diffusers folder -> weight sources, configs, tokenizer (see
-// checkpoint.h). Config fields are read strictly: a field of the wrong JSON type is an error, not
+// model_files.h). Config fields are read strictly: a field of the wrong JSON type is an error, not
 // a default, and fields that change the architecture in ways the graphs do not implement are
 // refused by name, so an SD2 / SDXL model is reported as such rather than as a shape mismatch.
-#include "models/sd15/checkpoint.h"
+#include "models/sd15/model_files.h"
 
 #include <algorithm>
 #include <filesystem>
