@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ggml-lite/core/dtype.h"
-#include "ggml-lite/ops/builder.h"
+#include "ggml-lite/ops/op_kinds.h"
 #include "models/sd15/noise.h"
 
 namespace train {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "ggml-lite/core/cpu_kernel.h"
 #include "ggml-lite/core/planner.h"
+#include "ggml-lite/core/tensor_ref.h"
 
 namespace gl {
 
