@@ -232,7 +232,8 @@ TEST_CASE("model_files: a diffusers folder opens to the tiny configs and the gol
                          doctest::Contains("cross_attention_dim 16 does not match the text encoder's hidden_size 32"),
                          gl::Error);
     sd::Sd15Files m = sd::open_sd15_folder(tmp.path.string());
-    CHECK(m.layout == "diffusers");
+    CHECK(m.layout == sd::Sd15Layout::diffusers);
+    CHECK(std::string(sd::sd15_layout_name(m.layout)) == "diffusers");
     check_tiny_configs(m);
     CHECK(m.unet_path == (tmp.path / "unet" / "diffusion_pytorch_model.safetensors").string());
     CHECK(m.text_encoder_path == (tmp.path / "text_encoder" / "model.safetensors").string());
@@ -243,7 +244,7 @@ TEST_CASE("model_files: a diffusers folder opens to the tiny configs and the gol
 
     // model_index.json is optional.
     fs::remove(tmp.path / "model_index.json");
-    CHECK(sd::open_sd15_folder(tmp.path.string()).layout == "diffusers");
+    CHECK(sd::open_sd15_folder(tmp.path.string()).layout == sd::Sd15Layout::diffusers);
 }
 
 TEST_CASE("model_files: fp16 variants and .bin files are chosen by preference, the other used when alone") {
@@ -276,7 +277,8 @@ TEST_CASE("model_files: a single file merged from the original layouts loads to 
     auto tok = std::make_shared<const sd::ClipTokenizer>(sd::ClipTokenizer::from_folder(tokdir.path.string()));
     sd::Sd15Files m = sd::open_sd15_single_file(file.string(), sd::UnetConfig::tiny(), sd::ClipConfig::tiny(),
                                                 sd::VaeConfig::tiny(), tok);
-    CHECK(m.layout == "single-file");
+    CHECK(m.layout == sd::Sd15Layout::single_file);
+    CHECK(std::string(sd::sd15_layout_name(m.layout)) == "single-file");
     CHECK(m.unet.get() == m.text_encoder.get());
     CHECK(m.unet.get() == m.vae.get());
     CHECK(m.unet_cfg.in_channels == 4);

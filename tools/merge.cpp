@@ -50,7 +50,7 @@ int run(int argc, char** argv) {
     std::printf("merged %s (%s, rank %d%s) into %s (%s) at multiplier %g: %zu UNet and %zu text encoder weights "
                 "changed; %zu tensors written to %s in %.1f s\n",
                 paths[1].c_str(), lora::lora_format_name(r.format), r.rank,
-                r.conv_rank ? gl::cat(", conv rank ", r.conv_rank).c_str() : "", paths[0].c_str(), base.layout.c_str(),
+                r.conv_rank ? gl::cat(", conv rank ", r.conv_rank).c_str() : "", paths[0].c_str(), sd::sd15_layout_name(base.layout),
                 double(opt.multiplier), r.unet_modules, r.text_encoder_modules, r.tensors_written, paths[2].c_str(), s);
     return 0;
 }

@@ -328,7 +328,7 @@ int run(const Options& o) {
 
     auto t0 = Clock::now();
     const sd::Sd15Files m = open_model(c);
-    std::printf("open (%s): %.0f ms\n  unet %s\n  text encoder %s\n  vae %s\n", m.layout.c_str(), ms_since(t0),
+    std::printf("open (%s): %.0f ms\n  unet %s\n  text encoder %s\n  vae %s\n", sd::sd15_layout_name(m.layout), ms_since(t0),
                 m.unet_path.c_str(), m.text_encoder_path.c_str(), m.vae_path.c_str());
     const bool tok_ok = check_tokenizer(c, m);
     auto input = [&](Graph& g, const char* k, DType t) {
@@ -365,7 +365,7 @@ int run(const Options& o) {
         [&](const sd::Weights& w, Runtime& rt) { return sd::load_vae(w, m.vae_cfg, *m.vae, rt); });
 
     int failed = tok_ok ? 0 : 1;
-    std::printf("\nsummary (%s, %s, %s):\n", m.layout.c_str(), o.backend.c_str(), o.dtype.c_str());
+    std::printf("\nsummary (%s, %s, %s):\n", sd::sd15_layout_name(m.layout), o.backend.c_str(), o.dtype.c_str());
     for (const Check& k : c.checks) {
         std::printf("  %-12s rel %.3e  tolerance %.3e  %s\n", k.name.c_str(), k.rel, k.tol, k.pass ? "ok" : "FAIL");
         failed += k.pass ? 0 : 1;
