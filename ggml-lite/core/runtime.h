@@ -2,6 +2,7 @@
 // binds leaves (inputs, weights, parameters, state) and runs the node list.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,5 +72,18 @@ std::unique_ptr<Runtime> make_cpu_runtime(Plan plan);
 // CUDA or no usable GPU is present; cuda_available says which, without throwing.
 std::unique_ptr<Runtime> make_cuda_runtime(Plan plan);
 bool cuda_available(std::string* why = nullptr);
+
+// Which backend runs a plan, as programs let users choose it (`--backend auto|cpu|cuda`).
+// automatic: CUDA when this build has it and a usable GPU is present, else the CPU.
+enum class Backend : uint8_t { automatic, cpu, cuda };
+const char* backend_name(Backend b);          // "auto" | "cpu" | "cuda"
+Backend parse_backend(const std::string& s);  // one of those names; throws gl::Error naming s otherwise
+// The backend b stands for here: cpu or cuda. automatic takes cuda when cuda_available(), else cpu
+// (why, when given, then says why CUDA is not used); cuda throws gl::Error with the reason when
+// CUDA is not available.
+Backend resolve_backend(Backend b, std::string* why = nullptr);
+// The one place a program's backend choice becomes a runtime: make_cpu_runtime or make_cuda_runtime
+// as resolve_backend(b) says.
+std::unique_ptr<Runtime> make_runtime(Plan plan, Backend b);
 
 }  // namespace gl
