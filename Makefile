@@ -28,7 +28,7 @@ CONFIGURE_FLAGS := -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
 # Packages the build needs. "pkg:cmd" entries count as present when cmd is on PATH
 # (a cmake or compiler installed some other way will do).
 DEB_PACKAGES := cmake:cmake ninja-build:ninja g++:g++ doctest-dev nlohmann-json3-dev libstb-dev \
-	libbenchmark-dev libtomlplusplus-dev
+	libbenchmark-dev libtomlplusplus-dev libcli11-dev
 
 .PHONY: all build configure test demo bench deps install clean distclean
 .NOTPARALLEL:
@@ -77,7 +77,7 @@ deps:
 	@missing=""; \
 	if ! command -v dpkg >/dev/null 2>&1; then \
 	  echo "make deps: not a Debian system (no dpkg), so nothing is installed. The build needs: cmake >= 3.20," \
-	       "ninja, g++ >= 12, doctest, nlohmann-json, stb, toml++ and (for 'make bench') Google Benchmark."; \
+	       "ninja, g++ >= 12, doctest, nlohmann-json, stb, toml++, CLI11 and (for 'make bench') Google Benchmark."; \
 	  exit 0; \
 	fi; \
 	for entry in $(DEB_PACKAGES); do \

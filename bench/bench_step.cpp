@@ -19,6 +19,7 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/ops/rng.h"
+#include "tools/common/cli.h"
 #include "train/trainer.h"
 #if GL_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -30,7 +31,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Options {
     bool tiny = false;
-    std::string backend = "auto";
+    gl::Backend backend = gl::Backend::automatic;
     std::vector<int64_t> batches;
     std::vector<gl::Recompute> recompute = {gl::Recompute::none, gl::Recompute::blocks};
     int steps = 20, warmup = 3, rank = 16, size = 512;
@@ -39,62 +40,26 @@ struct Options {
     train::Precision precision = train::Precision::bf16;
 };
 
-const char* kUsage =
-    "usage: bench_step [--tiny] [--backend auto|cpu|cuda] [--batch 1,8] [--recompute none,blocks,cheap]\n"
-    "                  [--steps N (>= 20 counts)] [--warmup N] [--rank R] [--size PIXELS] [--precision bf16|fp16|fp32]\n"
-    "                  [--profile N (N more steps timed node by node, then where the time went)]\n"
-    "                  [--plan-only (the memory plan of each config, nothing run: no GPU needed)]\n";
-
-std::vector<std::string> split(const std::string& s) {
-    std::vector<std::string> r;
-    size_t a = 0;
-    for (size_t b; (b = s.find(',', a)) != std::string::npos; a = b + 1) r.push_back(s.substr(a, b - a));
-    r.push_back(s.substr(a));
-    return r;
-}
-
-int to_int(const std::string& flag, const std::string& v, int lo) {
-    char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end || n < lo) gl::fail(flag, " wants an integer >= ", lo, ", got '", v, "'");
-    return int(n);
-}
-
 Options parse(int argc, char** argv) {
     Options o;
-    for (int i = 1; i < argc; i++) {
-        const std::string a = argv[i];
-        if (a == "-h" || a == "--help") {
-            std::fputs(kUsage, stdout);
-            std::exit(0);
-        }
-        if (a == "--tiny") {
-            o.tiny = true;
-            continue;
-        }
-        if (a == "--plan-only") {
-            o.plan_only = true;
-            continue;
-        }
-        if (i + 1 >= argc) gl::fail("missing value after ", a, "\n", kUsage);
-        const std::string v = argv[++i];
-        if (a == "--backend") o.backend = v;
-        else if (a == "--batch") {
-            o.batches.clear();
-            for (const std::string& b : split(v)) o.batches.push_back(to_int(a, b, 1));
-        } else if (a == "--recompute") {
-            o.recompute.clear();
-            for (const std::string& r : split(v)) o.recompute.push_back(gl::parse_recompute(r));
-        } else if (a == "--steps") o.steps = to_int(a, v, 1);
-        else if (a == "--warmup") o.warmup = to_int(a, v, 1);
-        else if (a == "--rank") o.rank = to_int(a, v, 1);
-        else if (a == "--size") o.size = to_int(a, v, 8);
-        else if (a == "--precision") o.precision = train::parse_precision(v);
-        else if (a == "--profile") o.profile = to_int(a, v, 1);
-        else gl::fail("unknown option ", a, "\n", kUsage);
-    }
-    if (o.backend != "auto" && o.backend != "cpu" && o.backend != "cuda")
-        gl::fail("--backend must be auto, cpu or cuda, got '", o.backend, "'");
+    gl::cli::Parser p("bench_step", "bench_step: times whole SD1.5 LoRA training steps (UNet with random bf16 "
+                                    "weights, LoRA on kohya's default targets, AdamW) per batch size and recompute "
+                                    "policy; prints each configuration's memory plan.");
+    p.add_flag("--tiny", o.tiny, "the golden tests' tiny UNet instead (runs on the CPU too)");
+    p.add_flag("--plan-only", o.plan_only, "the memory plan of each configuration, nothing run (no GPU needed)");
+    p.add_backend(o.backend, "where the steps run");
+    p.add_int_list("--batch", o.batches, int64_t(1), int64_t(4096), "batch sizes (default 1,8; 1,2 with --tiny)");
+    p.add_parsed_list("--recompute", o.recompute, &gl::parse_recompute, "none|blocks|cheap,...", "recompute policies",
+                      "none,blocks");
+    p.add_int("--steps", o.steps, 1, 1'000'000, "timed steps (>= 20 counts)");
+    p.add_int("--warmup", o.warmup, 1, 1'000'000, "untimed steps first");
+    p.add_int("--rank", o.rank, 1, 4096, "LoRA rank");
+    p.add_int("--size", o.size, 8, 16384, "image side in pixels (default 512; 64 with --tiny)");
+    p.add_parsed("--precision", o.precision, &train::parse_precision, "bf16|fp16|fp32", "weights and activations",
+                 train::precision_name(o.precision));
+    p.add_int("--profile", o.profile, 1, 1'000'000, "N more steps timed node by node, then where the time went")
+        ->default_str("");
+    p.parse(argc, argv);
     if (o.batches.empty()) o.batches = o.tiny ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1, 8};
     if (o.tiny && o.size == 512) o.size = 64;
     return o;
@@ -189,7 +154,7 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc) {
     std::printf("planned total %.1f MiB\n%s", mib(double(plan.total_bytes())), plan.report(o.plan_only ? 24 : 6).c_str());
     if (o.plan_only) return;
     const double base = device_used_mib();
-    auto rt = cuda ? gl::make_cuda_runtime(std::move(plan)) : gl::make_cpu_runtime(std::move(plan));
+    auto rt = gl::make_runtime(std::move(plan), cuda ? gl::Backend::cuda : gl::Backend::cpu);
     write_random_weights(*s->unet_weights, *rt);
     train::Trainer tr(*s, *rt, train::TrainerOptions{});
     tr.init(1);
@@ -232,13 +197,12 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc) {
 }
 
 int run(const Options& o) {
-    std::string why;
-    const bool have_cuda = gl::cuda_available(&why);
-    if (o.backend == "cuda" && !have_cuda) gl::fail("--backend cuda: ", why);
-    const bool cuda = o.backend == "cuda" || (o.backend == "auto" && have_cuda);
+    std::string why;  // why auto did not take CUDA
+    const bool cuda = gl::resolve_backend(o.backend, &why) == gl::Backend::cuda;
+    const std::string note = why.empty() ? "" : " (" + why + ")";
     if (!cuda && !o.tiny && !o.plan_only)
-        gl::fail("the full-size benchmark needs CUDA (", why, "); --tiny runs on the CPU, --plan-only runs nothing");
-    std::printf("bench_step: backend %s\n", cuda ? "cuda" : ("cpu (" + why + ")").c_str());
+        gl::fail("the full-size benchmark needs CUDA", note, "; --tiny runs on the CPU, --plan-only runs nothing");
+    std::printf("bench_step: backend %s%s\n", cuda ? "cuda" : "cpu", note.c_str());
     for (int64_t b : o.batches)
         for (gl::Recompute rc : o.recompute) run_one(o, cuda, b, rc);
     return 0;
@@ -247,10 +211,5 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    try {
-        return run(parse(argc, argv));
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "bench_step: error: %s\n", e.what());
-        return 1;
-    }
+    return gl::cli::run_main("bench_step", [&] { return run(parse(argc, argv)); });
 }

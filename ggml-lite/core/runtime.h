@@ -3,12 +3,13 @@
 // (inputs, weights, parameters, state) and runs the node list.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "ggml-lite/core/cpu_kernel.h"
 #include "ggml-lite/core/planner.h"
+#include "ggml-lite/core/tensor_ref.h"
 
 namespace gl {
 
@@ -88,5 +89,18 @@ std::unique_ptr<Runtime> make_cuda_runtime(Plan plan, std::shared_ptr<SharedMemo
 bool cuda_available(std::string* why = nullptr);
 // The CUDA workspace a plan needs: its largest node's kernel scratch plus densified inputs.
 size_t cuda_workspace_bytes(const Plan& plan);
+
+// Which backend runs a plan, as programs let users choose it (`--backend auto|cpu|cuda`).
+// automatic: CUDA when this build has it and a usable GPU is present, else the CPU.
+enum class Backend : uint8_t { automatic, cpu, cuda };
+const char* backend_name(Backend b);          // "auto" | "cpu" | "cuda"
+Backend parse_backend(const std::string& s);  // one of those names; throws gl::Error naming s otherwise
+// The backend b stands for here: cpu or cuda. automatic takes cuda when cuda_available(), else cpu
+// (why, when given, then says why CUDA is not used); cuda throws gl::Error with the reason when
+// CUDA is not available.
+Backend resolve_backend(Backend b, std::string* why = nullptr);
+// The one place a program's backend choice becomes a runtime: make_cpu_runtime or make_cuda_runtime
+// as resolve_backend(b) says.
+std::unique_ptr<Runtime> make_runtime(Plan plan, Backend b);
 
 }  // namespace gl

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "ggml-lite/core/cpu_kernel.h"
+#include "ggml-lite/core/tensor_ref.h"
 #include "ggml-lite/cuda/check.cuh"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/graph.h"

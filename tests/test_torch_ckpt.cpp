@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "ggml-lite/core/error.h"
-#include "ggml-lite/io/ckpt.h"
+#include "ggml-lite/io/torch_ckpt.h"
 #include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/io/sources.h"
 #include "ggml-lite/io/zip.h"
@@ -164,7 +164,7 @@ void expect_error(const std::vector<uint8_t>& bytes, const std::string& want) {
 
 }  // namespace
 
-TEST_CASE("ckpt: every dtype torch.save writes") {
+TEST_CASE("torch_ckpt: every dtype torch.save writes") {
     CkptFile f(golden("dtypes.ckpt"));
     CHECK(f.list().size() == 12);
     CHECK(read_as<float>(f, "f32", DType::f32) == ramps(6));
@@ -191,7 +191,7 @@ TEST_CASE("ckpt: every dtype torch.save writes") {
     CHECK_MESSAGE(e.find("dtypes.ckpt: tensor 'i64': cannot read I64 data as f32") != std::string::npos, e);
 }
 
-TEST_CASE("ckpt: a {state_dict: ...} wrapper is unwrapped and the training state beside it ignored") {
+TEST_CASE("torch_ckpt: a {state_dict: ...} wrapper is unwrapped and the training state beside it ignored") {
     CkptFile f(golden("nested.ckpt"));  // also holds a numpy scalar (an inert GLOBAL)
     std::vector<TensorInfo> l = f.list();
     REQUIRE(l.size() == 2);
@@ -202,7 +202,7 @@ TEST_CASE("ckpt: a {state_dict: ...} wrapper is unwrapped and the training state
           std::vector<uint16_t>{f32_to_bf16(0.0f), f32_to_bf16(1.0f)});
 }
 
-TEST_CASE("ckpt: strided, transposed, offset and broadcast views over shared storages") {
+TEST_CASE("torch_ckpt: strided, transposed, offset and broadcast views over shared storages") {
     CkptFile f(golden("views.ckpt"));
     std::vector<float> base = read_as<float>(f, "base", DType::f32);
     REQUIRE(base.size() == 24);
@@ -225,7 +225,7 @@ TEST_CASE("ckpt: strided, transposed, offset and broadcast views over shared sto
     CHECK(read_as<float>(f, "param", DType::f32) == ramps(4));
 }
 
-TEST_CASE("ckpt: a module's state dict (OrderedDict with _metadata) matches torch's values") {
+TEST_CASE("torch_ckpt: a module's state dict (OrderedDict with _metadata) matches torch's values") {
     CkptFile f(golden("module.ckpt"));
     std::ifstream txt(golden("module_values.txt"));
     REQUIRE(txt.good());
@@ -248,7 +248,7 @@ TEST_CASE("ckpt: a module's state dict (OrderedDict with _metadata) matches torc
     CHECK(f.list().size() == 6);
 }
 
-TEST_CASE("ckpt: f32 -> f16/bf16 rounding matches torch bit for bit") {
+TEST_CASE("torch_ckpt: f32 -> f16/bf16 rounding matches torch bit for bit") {
     CkptFile f(golden("rounding.ckpt"));
     const std::vector<uint16_t> h = read_as<uint16_t>(f, "r32", DType::f16), th = read_as<uint16_t>(f, "r16", DType::f16);
     const std::vector<uint16_t> b = read_as<uint16_t>(f, "r32", DType::bf16), tb = read_as<uint16_t>(f, "rbf", DType::bf16);
@@ -258,7 +258,7 @@ TEST_CASE("ckpt: f32 -> f16/bf16 rounding matches torch bit for bit") {
     CHECK(mismatches == 0);
 }
 
-TEST_CASE("ckpt: open_checkpoint and MergedSource") {
+TEST_CASE("torch_ckpt: open_checkpoint and MergedSource") {
     std::unique_ptr<TensorSource> c = open_checkpoint(golden("views.ckpt"));
     CHECK(c->has("strided"));
     MergedSource m("tiny diffusers folder");
@@ -277,7 +277,7 @@ TEST_CASE("ckpt: open_checkpoint and MergedSource") {
           std::string::npos);
 }
 
-TEST_CASE("ckpt: hand-built archives, zip64 and another top folder") {
+TEST_CASE("torch_ckpt: hand-built archives, zip64 and another top folder") {
     const std::vector<uint8_t> pkl = one_tensor_pickle(6, 1, {2, 2}, {3, 1});
     const std::vector<uint8_t> data = f32_bytes(ramps(6));
     for (bool zip64 : {false, true}) {
@@ -286,7 +286,7 @@ TEST_CASE("ckpt: hand-built archives, zip64 and another top folder") {
     }
 }
 
-TEST_CASE("ckpt: corrupt, hostile and unsupported files are refused clearly") {
+TEST_CASE("torch_ckpt: corrupt, hostile and unsupported files are refused clearly") {
     const std::vector<uint8_t> data = f32_bytes(ramps(6));
     const std::vector<uint8_t> good = make_ckpt(one_tensor_pickle(6, 0, {6}, {1}), {{"0", data}});
     CkptFile ok(good, "good.ckpt");
@@ -356,7 +356,7 @@ TEST_CASE("ckpt: corrupt, hostile and unsupported files are refused clearly") {
 
 // Truncation at every length, and random mutations of the pickle (re-zipped with a valid CRC
 // so they reach the unpickler): every outcome is gl::Error or a file whose tensors all read.
-TEST_CASE("ckpt fuzz: truncations and mutated pickles are refused cleanly or read in bounds") {
+TEST_CASE("torch_ckpt fuzz: truncations and mutated pickles are refused cleanly or read in bounds") {
     const std::vector<uint8_t> seed = file_bytes(golden("views.ckpt"));
     int accepted = 0, rejected = 0;
     auto attempt = [&](std::vector<uint8_t> bytes) {

@@ -9,6 +9,7 @@
 // a VAE with a shift factor) is refused with an error naming the file and the field or tensor,
 // instead of failing later with a shape mismatch deep inside a loader.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,11 @@
 
 namespace sd {
 
+// How a model is distributed: a diffusers folder (unet/, text_encoder/, vae/, ...) or one original
+// single file (.safetensors / .ckpt).
+enum class Sd15Layout : uint8_t { diffusers, single_file };
+const char* sd15_layout_name(Sd15Layout l);  // "diffusers" | "single-file"
+
 struct Sd15Files {
     // The weights of each model. For a single file all three are the same open file.
     std::shared_ptr<const gl::io::TensorSource> unet, text_encoder, vae;
@@ -28,7 +34,7 @@ struct Sd15Files {
     VaeConfig vae_cfg;
     // The folder's tokenizer/, or the built-in CLIP vocabulary (single files, folders without one).
     std::shared_ptr<const ClipTokenizer> tokenizer;
-    std::string layout;  // "diffusers" | "single-file"
+    Sd15Layout layout = Sd15Layout::diffusers;
     // The files actually opened (which variant was chosen), for logs.
     std::string unet_path, text_encoder_path, vae_path, tokenizer_path;  // tokenizer_path "" = built in
 };

@@ -1,4 +1,4 @@
-#include "ggml-lite/io/ckpt.h"
+#include "ggml-lite/io/torch_ckpt.h"
 
 #include <algorithm>
 #include <cstring>

@@ -17,7 +17,7 @@
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/ops/builder.h"
-#include "models/sd15/checkpoint.h"
+#include "models/sd15/model_files.h"
 
 using namespace gl;
 namespace fs = std::filesystem;
@@ -223,7 +223,7 @@ void write_single_file(const fs::path& out, std::vector<io::TensorToWrite> extra
 
 }  // namespace
 
-TEST_CASE("checkpoint: a diffusers folder opens to the tiny configs and the golden outputs") {
+TEST_CASE("model_files: a diffusers folder opens to the tiny configs and the golden outputs") {
     TempDir tmp;
     make_folder(tmp.path);
     // The tiny golden models were made separately: the UNet's context is 16 wide, the text
@@ -232,7 +232,8 @@ TEST_CASE("checkpoint: a diffusers folder opens to the tiny configs and the gold
                          doctest::Contains("cross_attention_dim 16 does not match the text encoder's hidden_size 32"),
                          gl::Error);
     sd::Sd15Files m = sd::open_sd15_folder(tmp.path.string());
-    CHECK(m.layout == "diffusers");
+    CHECK(m.layout == sd::Sd15Layout::diffusers);
+    CHECK(std::string(sd::sd15_layout_name(m.layout)) == "diffusers");
     check_tiny_configs(m);
     CHECK(m.unet_path == (tmp.path / "unet" / "diffusion_pytorch_model.safetensors").string());
     CHECK(m.text_encoder_path == (tmp.path / "text_encoder" / "model.safetensors").string());
@@ -243,10 +244,10 @@ TEST_CASE("checkpoint: a diffusers folder opens to the tiny configs and the gold
 
     // model_index.json is optional.
     fs::remove(tmp.path / "model_index.json");
-    CHECK(sd::open_sd15_folder(tmp.path.string()).layout == "diffusers");
+    CHECK(sd::open_sd15_folder(tmp.path.string()).layout == sd::Sd15Layout::diffusers);
 }
 
-TEST_CASE("checkpoint: fp16 variants and .bin files are chosen by preference, the other used when alone") {
+TEST_CASE("model_files: fp16 variants and .bin files are chosen by preference, the other used when alone") {
     TempDir tmp;
     make_folder(tmp.path);
     const fs::path unet = tmp.path / "unet";
@@ -267,7 +268,7 @@ TEST_CASE("checkpoint: fp16 variants and .bin files are chosen by preference, th
     CHECK(!mb.text_encoder->list().empty());
 }
 
-TEST_CASE("checkpoint: a single file merged from the original layouts loads to the golden outputs") {
+TEST_CASE("model_files: a single file merged from the original layouts loads to the golden outputs") {
     TempDir tmp;
     const fs::path file = tmp.path / "model.safetensors";
     write_single_file(file);
@@ -276,7 +277,8 @@ TEST_CASE("checkpoint: a single file merged from the original layouts loads to t
     auto tok = std::make_shared<const sd::ClipTokenizer>(sd::ClipTokenizer::from_folder(tokdir.path.string()));
     sd::Sd15Files m = sd::open_sd15_single_file(file.string(), sd::UnetConfig::tiny(), sd::ClipConfig::tiny(),
                                                 sd::VaeConfig::tiny(), tok);
-    CHECK(m.layout == "single-file");
+    CHECK(m.layout == sd::Sd15Layout::single_file);
+    CHECK(std::string(sd::sd15_layout_name(m.layout)) == "single-file");
     CHECK(m.unet.get() == m.text_encoder.get());
     CHECK(m.unet.get() == m.vae.get());
     CHECK(m.unet_cfg.in_channels == 4);
@@ -293,7 +295,7 @@ TEST_CASE("checkpoint: a single file merged from the original layouts loads to t
                          doctest::Contains("embeds only 1000"), gl::Error);
 }
 
-TEST_CASE("checkpoint: SD2 and SDXL single files and non-model files are named as such") {
+TEST_CASE("model_files: SD2 and SDXL single files and non-model files are named as such") {
     TempDir tmp;
     const float one = 1.0f;
     auto file_with = [&](const char* name, const std::string& key) {
@@ -333,7 +335,7 @@ TEST_CASE("checkpoint: SD2 and SDXL single files and non-model files are named a
                          gl::Error);
 }
 
-TEST_CASE("checkpoint: unsupported and malformed configs are refused naming the file and field") {
+TEST_CASE("model_files: unsupported and malformed configs are refused naming the file and field") {
     auto unet = [](const std::string& patch) {
         nlohmann::json j = nlohmann::json::parse(kUnetConfig);
         j.merge_patch(nlohmann::json::parse(patch));
@@ -404,7 +406,7 @@ TEST_CASE("checkpoint: unsupported and malformed configs are refused naming the 
                          doctest::Contains("cross_attention_dim 24 does not match the text encoder's hidden_size 32"), gl::Error);
 }
 
-TEST_CASE("checkpoint: missing sub-folders, configs, weights and tokenizer files are named") {
+TEST_CASE("model_files: missing sub-folders, configs, weights and tokenizer files are named") {
     TempDir tmp;
     make_folder(tmp.path);
     const std::string root = tmp.path.string();
@@ -436,7 +438,7 @@ TEST_CASE("checkpoint: missing sub-folders, configs, weights and tokenizer files
     CHECK_THROWS_WITH_AS(sd::open_sd15(root), doctest::Contains("sub-folder unet/ is missing"), gl::Error);
 }
 
-TEST_CASE("checkpoint: the tensors a single file is checked by have these keys and shapes in real SD1.5") {
+TEST_CASE("model_files: the tensors a single file is checked by have these keys and shapes in real SD1.5") {
     // open_sd15_single_file derives keys and shapes from the configs; the golden tables list
     // SD1.5's actual ones (diffusers key, original key, PyTorch shape).
     auto row = [](const char* area, const std::string& name) {

@@ -1,8 +1,8 @@
 // open_sd15: a single file or a diffusers folder -> weight sources, configs, tokenizer (see
-// checkpoint.h). Config fields are read strictly: a field of the wrong JSON type is an error, not
+// model_files.h). Config fields are read strictly: a field of the wrong JSON type is an error, not
 // a default, and fields that change the architecture in ways the graphs do not implement are
 // refused by name, so an SD2 / SDXL model is reported as such rather than as a shape mismatch.
-#include "models/sd15/checkpoint.h"
+#include "models/sd15/model_files.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -337,7 +337,7 @@ Sd15Files open_sd15_folder(const std::string& dir, bool prefer_fp16) {
     }
 
     Sd15Files out;
-    out.layout = "diffusers";
+    out.layout = Sd15Layout::diffusers;
     const fs::path unet_dir = require_dir(root, "unet"), te_dir = require_dir(root, "text_encoder"),
                    vae_dir = require_dir(root, "vae");
     out.unet_cfg = parse_unet_config(read_config(unet_dir), (unet_dir / "config.json").string());
@@ -418,7 +418,7 @@ Sd15Files open_sd15_single_file(const std::string& file, const UnetConfig& unet_
              ": the VAE is not under a single file's first_stage_model.*");
 
     Sd15Files out;
-    out.layout = "single-file";
+    out.layout = Sd15Layout::single_file;
     out.unet_cfg = unet_cfg;
     out.clip_cfg = clip_cfg;
     out.vae_cfg = vae_cfg;
@@ -448,6 +448,8 @@ Sd15Files open_sd15_single_file(const std::string& file, const UnetConfig& unet_
     out.unet_path = out.text_encoder_path = out.vae_path = file;
     return out;
 }
+
+const char* sd15_layout_name(Sd15Layout l) { return l == Sd15Layout::diffusers ? "diffusers" : "single-file"; }
 
 Sd15Files open_sd15(const std::string& path, bool prefer_fp16) {
     std::error_code ec;
