@@ -25,7 +25,8 @@ Cost node_cost(const Graph& g, const Node& n) {
 double CostModel::node_seconds(const Graph& g, const Node& n) const {
     if (!launches(n)) return 0.0;
     const Cost c = node_cost(g, n);
-    return std::max(c.flops / flops_per_s, c.bytes / bytes_per_s) + launch_s;
+    const double t = std::max(c.flops / flops_per_s, c.bytes / bytes_per_s) + launch_s;
+    return op_scale.empty() ? t : t * op_scale[size_t(n.op)];
 }
 
 double CostModel::graph_seconds(const Graph& g) const {
@@ -36,8 +37,8 @@ double CostModel::graph_seconds(const Graph& g) const {
 
 std::string CostModel::describe() const {
     char buf[128];
-    std::snprintf(buf, sizeof buf, "%.0f TFLOP/s, %.2f TB/s, %.2f us per kernel", flops_per_s / 1e12, bytes_per_s / 1e12,
-                  launch_s * 1e6);
+    std::snprintf(buf, sizeof buf, "%.3g TFLOP/s, %.3g TB/s, %.3g us per kernel%s", flops_per_s / 1e12,
+                  bytes_per_s / 1e12, launch_s * 1e6, op_scale.empty() ? "" : ", per-op scales");
     return buf;
 }
 
@@ -66,32 +67,51 @@ CostModel fit_cost_model(const Graph& g, const std::vector<double>& node_ms, dou
         std::nth_element(tiny.begin(), tiny.begin() + std::ptrdiff_t(tiny.size() / 2), tiny.end());
         m.launch_s = tiny[tiny.size() / 2];
     }
-    for (int iter = 0; iter < 8; iter++) {
-        double f = 0, fs = 0, b = 0, bs = 0;
+    // The rates: nodes split by arithmetic intensity (flops per byte) into a compute-bound and a
+    // memory-bound class, each class's rate its total work over its total time after the launch
+    // overhead; the split with the least squared error over every node wins.
+    std::sort(xs.begin(), xs.end(), [](const Sample& a, const Sample& b) {
+        return a.flops * b.bytes > b.flops * a.bytes;  // most flops per byte first
+    });
+    std::vector<double> f(xs.size() + 1, 0), fb(xs.size() + 1, 0), b(xs.size() + 1, 0), bb(xs.size() + 1, 0);
+    for (size_t i = 0; i < xs.size(); i++) {
+        const double busy = std::max(xs[i].s - m.launch_s, 1e-12);
+        f[i + 1] = f[i] + xs[i].flops;
+        fb[i + 1] = fb[i] + busy;
+        b[i + 1] = b[i] + xs[i].bytes;
+        bb[i + 1] = bb[i] + busy;
+    }
+    const size_t n = xs.size(), stride = std::max<size_t>(1, n / 256);
+    double best = -1;
+    CostModel fitted = m;
+    for (size_t j = 0; j <= n; j = j == n ? n + 1 : std::min(n, j + stride)) {
+        CostModel c = m;
+        if (f[j] > 0) c.flops_per_s = f[j] / fb[j];
+        if (b[n] - b[j] > 0) c.bytes_per_s = (b[n] - b[j]) / (bb[n] - bb[j]);
+        double err = 0;
         for (const Sample& x : xs) {
-            const double busy = std::max(x.s - m.launch_s, 1e-9);
-            if (x.flops / m.flops_per_s > x.bytes / m.bytes_per_s) {
-                f += x.flops;
-                fs += busy;
-            } else {
-                b += x.bytes;
-                bs += busy;
-            }
+            const double e = std::max(x.flops / c.flops_per_s, x.bytes / c.bytes_per_s) + c.launch_s - x.s;
+            err += e * e;
         }
-        if (f > 0) m.flops_per_s = f / fs;
-        if (b > 0) m.bytes_per_s = b / bs;
-    }
-    if (step_ms > 0) {
-        const double step = step_ms * 1e-3;
-        double busy = 0;
-        for (const Sample& x : xs) busy += std::max(x.flops / m.flops_per_s, x.bytes / m.bytes_per_s);
-        m.launch_s = (step - busy) / double(xs.size());
-        if (m.launch_s < 0) {  // the kernels themselves ran faster than profiled one by one
-            m.launch_s = 0;
-            m.flops_per_s *= busy / step;
-            m.bytes_per_s *= busy / step;
+        if (best < 0 || err < best) {
+            best = err;
+            fitted = c;
         }
     }
+    m = fitted;
+
+    // Per op: measured over predicted.
+    std::vector<double> measured_op(size_t(kOpCount), 0.0), predicted_op(size_t(kOpCount), 0.0);
+    for (size_t i = 0; i < g.nodes.size(); i++) {
+        const Node& n = g.nodes[i];
+        if (!launches(n)) continue;
+        measured_op[size_t(n.op)] += node_ms[i] * 1e-3;
+        predicted_op[size_t(n.op)] += m.node_seconds(g, n);
+    }
+    const double anchor = step_ms > 0 ? step_ms * 1e-3 / measured : 1.0;
+    m.op_scale.assign(size_t(kOpCount), anchor);
+    for (size_t k = 0; k < size_t(kOpCount); k++)
+        if (predicted_op[k] > 0 && measured_op[k] > 0) m.op_scale[k] = anchor * measured_op[k] / predicted_op[k];
     return m;
 }
 

@@ -10,8 +10,12 @@ bool cuda_available(std::string* why) {
     return false;
 }
 
-std::unique_ptr<Runtime> make_cuda_runtime(Plan) {
+std::unique_ptr<Runtime> make_cuda_runtime(Plan, const RuntimeOptions&) {
     fail("make_cuda_runtime: ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)");
+}
+
+size_t cuda_workspace_bytes(const Graph&) {
+    fail("cuda_workspace_bytes: ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)");
 }
 
 }  // namespace gl

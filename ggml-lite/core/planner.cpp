@@ -150,6 +150,7 @@ Plan plan_rewritten(Graph rewritten, const PlanOptions& opt, int recompute_nodes
         }
     P.peak_live_bytes = live;  // a graph without nodes still holds its bound inputs
     std::vector<bool> handed_over(V, false);
+    P.live_bytes.reserve(size_t(N));
     for (int i = 0; i < N; i++) {
         const Node& n = g.nodes[size_t(i)];
         const OpDef& def = op_def(n.op);
@@ -177,6 +178,7 @@ Plan plan_rewritten(Graph rewritten, const PlanOptions& opt, int recompute_nodes
             P.offset[size_t(y)] = int64_t(arena.alloc(yv.bytes()));
             live += yv.bytes();
         }
+        P.live_bytes.push_back(live);
         if (live > P.peak_live_bytes || P.peak_node < 0) {
             P.peak_live_bytes = live;
             P.peak_node = i;

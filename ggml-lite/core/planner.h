@@ -45,6 +45,7 @@ struct Plan {
     std::vector<ValueId> inplace_of;
 
     std::array<size_t, kCategoryCount> arena_bytes{};  // what each category's arena holds
+    std::vector<size_t> live_bytes;  // activations live at each node (its outputs written, before it frees)
     size_t peak_live_bytes = 0;   // activations: the largest sum of live bytes at one node
     int peak_node = -1;           // where that peak is reached
     std::vector<ValueId> live_at_peak;  // activation values alive there, largest first

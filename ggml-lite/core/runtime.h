@@ -64,12 +64,25 @@ private:
     int profiled_runs_ = 0;
 };
 
+struct RuntimeOptions {
+    // The most bytes the runtime may allocate: the plan's arenas plus the backend's own (the CUDA
+    // workspace). A plan above it is refused with gl::Error before anything is allocated. 0: none.
+    size_t memory_limit = 0;
+};
+
+// Throws gl::Error naming the figures when plan.total_bytes() + backend_bytes exceeds
+// o.memory_limit (backend: the runtime's name, for the message).
+void check_memory_limit(const Plan& plan, size_t backend_bytes, const RuntimeOptions& o, const char* backend);
+
 // The CPU reference backend: computes in f32 (double accumulation where it matters).
-std::unique_ptr<Runtime> make_cpu_runtime(Plan plan);
+std::unique_ptr<Runtime> make_cpu_runtime(Plan plan, const RuntimeOptions& o = {});
 
 // The CUDA backend (ggml-lite/cuda). Throws gl::Error when the library was built without
 // CUDA or no usable GPU is present; cuda_available says which, without throwing.
-std::unique_ptr<Runtime> make_cuda_runtime(Plan plan);
+std::unique_ptr<Runtime> make_cuda_runtime(Plan plan, const RuntimeOptions& o = {});
 bool cuda_available(std::string* why = nullptr);
+// The scratch the CUDA runtime allocates beside a plan of g: the largest node's kernel workspace
+// plus its densified inputs (no device needed; throws gl::Error in a build without CUDA).
+size_t cuda_workspace_bytes(const Graph& g);
 
 }  // namespace gl

@@ -78,6 +78,24 @@ namespace {
 constexpr size_t kAlign = 256;
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
+}  // namespace
+
+size_t cuda_workspace_bytes(const Graph& g) {
+    size_t most = 0;  // the largest node's need: its kernel's scratch plus densified inputs
+    for (const Node& n : g.nodes) {
+        const CudaKernel& k = cuda_kernel(n.op);
+        if (!k.run) continue;
+        size_t need = k.workspace ? align_up(k.workspace(g, n)) : 0;
+        if (!(k.flags & kCudaStrided))
+            for (ValueId x : n.in)
+                if (!g.v(x).layout.is_contiguous()) need += align_up(g.v(x).bytes());
+        most = std::max(most, need);
+    }
+    return most;
+}
+
+namespace {
+
 class CudaRuntime final : public Runtime {
 public:
     explicit CudaRuntime(Plan plan) : Runtime(std::move(plan)) {
@@ -92,17 +110,7 @@ public:
             size_t b = plan_.arena_bytes[size_t(c)];
             if (b) GL_CUDA_CHECK(cudaMalloc(&arenas_[size_t(c)], b));
         }
-        // Workspace: the largest node's need (its kernel's scratch plus densified inputs).
-        const Graph& g = plan_.graph;
-        for (const Node& n : g.nodes) {
-            const CudaKernel& k = cuda_kernel(n.op);
-            if (!k.run) continue;
-            size_t need = k.workspace ? align_up(k.workspace(g, n)) : 0;
-            if (!(k.flags & kCudaStrided))
-                for (ValueId x : n.in)
-                    if (!g.v(x).layout.is_contiguous()) need += align_up(g.v(x).bytes());
-            workspace_bytes_ = std::max(workspace_bytes_, need);
-        }
+        workspace_bytes_ = cuda_workspace_bytes(plan_.graph);
         if (workspace_bytes_) GL_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
         size_t free1 = 0;
         GL_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
@@ -270,6 +278,9 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Runtime> make_cuda_runtime(Plan plan) { return std::make_unique<CudaRuntime>(std::move(plan)); }
+std::unique_ptr<Runtime> make_cuda_runtime(Plan plan, const RuntimeOptions& o) {
+    check_memory_limit(plan, cuda_workspace_bytes(plan.graph), o, "cuda");
+    return std::make_unique<CudaRuntime>(std::move(plan));
+}
 
 }  // namespace gl
