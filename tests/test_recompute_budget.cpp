@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "ggml-lite/core/error.h"
@@ -231,6 +232,12 @@ TEST_CASE("recompute budget: the full-size SD1.5 LoRA step over a sweep of budge
             plans.back().predicted_seconds * 1e3, " ms predicted; least ", plans.front().total_bytes() / mib, " MiB ",
             plans.front().predicted_seconds * 1e3, " ms; at cheap's ", cheap.total_bytes() / mib, " MiB ",
             at_cheap.predicted_seconds * 1e3, " ms (cheap ", cheap.predicted_seconds * 1e3, ")");
+    const std::string table = search.frontier_table();
+    CHECK(table.find("(smallest)") != std::string::npos);
+    char none_row[32];
+    std::snprintf(none_row, sizeof none_row, "%12.1f", plans.back().total_bytes() / mib);
+    CHECK(table.find(none_row) != std::string::npos);
+    CHECK(plans.front().report().find("recompute budget <= ") != std::string::npos);
     try {
         search.plan(search.min_bytes() / 2);
         FAIL("half the least plan was accepted");

@@ -40,7 +40,8 @@ struct Config {
 };
 
 std::string label(const Config& c, const StepOptions& user) {
-    std::string s = gl::cat("batch ", c.micro, " x ", user.batch * user.grad_accum / c.micro, " accumulated");
+    const int64_t accum = user.batch * user.grad_accum / c.micro;
+    std::string s = accum == 1 ? gl::cat("batch ", c.micro) : gl::cat("batch ", c.micro, " x ", accum, " accumulated");
     if (c.adam8) s += ", AdamW8bit";
     if (user.train_text_encoder && !c.train_te) s += ", UNet only";
     if (!c.train_te) s += c.cache_te ? ", TE cached" : ", TE on device";

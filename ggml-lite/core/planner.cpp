@@ -2,6 +2,7 @@
 #include "ggml-lite/core/planner.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "ggml-lite/core/error.h"
@@ -222,8 +223,9 @@ static std::string fmt_mib(size_t b) {
 }
 
 std::string Plan::report(int top) const {
-    const std::string budget =
-        options.recompute == Recompute::budget ? cat(" <= ", std::to_string(options.budget >> 20), " MiB") : std::string();
+    char budget[48] = "";
+    if (options.recompute == Recompute::budget)
+        std::snprintf(budget, sizeof budget, " <= %.1f MiB", double(options.budget) / (1024.0 * 1024.0));
     std::string s = cat("memory plan (recompute ", recompute_name(options.recompute), budget, ", ", graph.nodes.size(),
                         " nodes, ", recompute_nodes, " recomputed)\n");
     for (int c = 0; c < kCategoryCount; c++) {
