@@ -14,6 +14,10 @@ std::unique_ptr<Runtime> make_cuda_runtime(Plan, const RuntimeOptions&) {
     fail("make_cuda_runtime: ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)");
 }
 
+void cuda_memory_info(size_t*, size_t*) {
+    fail("cuda_memory_info: ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)");
+}
+
 size_t cuda_workspace_bytes(const Graph&) {
     fail("cuda_workspace_bytes: ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)");
 }

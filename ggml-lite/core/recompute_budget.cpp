@@ -15,6 +15,8 @@ namespace {
 constexpr double kStepShare = 0.01;
 // At most this many candidates per step: a budget tries each prefix of its step's choices.
 constexpr size_t kMovesPerStep = 16;
+// A step whose choices raise the plan is retried without the culprit this many times at most.
+constexpr size_t kAttemptsPerStep = 16;
 // A candidate that needs more nodes than this to recompute is not considered.
 constexpr size_t kMaxChain = 64;
 // The sequence ends after this many steps at the latest (planning time stays bounded).
@@ -216,7 +218,7 @@ bool RecomputeSearch::advance() {
     });
 
     const size_t want = size_t(kStepShare * double(last_.total_bytes()));
-    for (size_t attempt = 0; attempt < kMovesPerStep; attempt++) {
+    for (size_t attempt = 0; attempt < kAttemptsPerStep; attempt++) {
         std::vector<std::vector<int>> moves;
         std::vector<int> keys;
         std::vector<bool> taken(N, false);
@@ -237,7 +239,7 @@ bool RecomputeSearch::advance() {
         }
         if (moves.empty()) break;
         // The whole step, else the longest prefix (by bisection) whose plan is no larger than the
-        // current one; the move after it is not offered again.
+        // current one; the move after it is not offered again. So step totals never grow.
         auto with = [&](size_t m) {
             std::vector<bool> next = set;
             for (size_t j = 0; j < m; j++)

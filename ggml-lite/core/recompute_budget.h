@@ -12,11 +12,12 @@
 // the activation peak only because the backward pass needs it later, and adds the candidates with
 // the least predicted recompute time per byte they take off the peak (a node with the producers of
 // its inputs that are not alive there, or a segment's inner nodes), about 1 % of the plan per
-// step, then plans again. The steps form one sequence of growing sets, the same for every budget;
-// a budget takes the first step whose plan fits and within it the shortest prefix of the step's
-// choices that fits. A larger budget therefore never recomputes more (monotone), the same graph
-// always gives the same plan (deterministic), and a budget below every step's plan is refused
-// naming the smallest one.
+// step, then plans again; a step whose plan grows is cut to its longest prefix that does not, and
+// the candidate after that prefix is not offered again (so step totals never grow). The steps
+// form one sequence of growing sets, the same for every budget; a budget takes the first step
+// whose plan fits and within it the shortest prefix of the step's choices that fits. A larger
+// budget therefore never recomputes more (monotone), the same graph always gives the same plan
+// (deterministic), and a budget below every step's plan is refused naming the smallest one.
 #pragma once
 #include <set>
 #include <string>

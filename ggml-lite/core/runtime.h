@@ -84,5 +84,8 @@ bool cuda_available(std::string* why = nullptr);
 // The scratch the CUDA runtime allocates beside a plan of g: the largest node's kernel workspace
 // plus its densified inputs (no device needed; throws gl::Error in a build without CUDA).
 size_t cuda_workspace_bytes(const Graph& g);
+// The current CUDA device's free and total memory (cudaMemGetInfo, after creating the context):
+// what an automatic memory limit starts from. Throws gl::Error without CUDA or a device.
+void cuda_memory_info(size_t* free_bytes, size_t* total_bytes);
 
 }  // namespace gl

@@ -80,6 +80,16 @@ size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
 
+void cuda_memory_info(size_t* free_bytes, size_t* total_bytes) {
+    std::string why;
+    GL_CHECK(cuda_available(&why), "cuda_memory_info: ", why);
+    GL_CUDA_CHECK(cudaFree(nullptr));  // creates the context, so what it holds is no longer free
+    size_t f = 0, t = 0;
+    GL_CUDA_CHECK(cudaMemGetInfo(&f, &t));
+    if (free_bytes) *free_bytes = f;
+    if (total_bytes) *total_bytes = t;
+}
+
 size_t cuda_workspace_bytes(const Graph& g) {
     size_t most = 0;  // the largest node's need: its kernel's scratch plus densified inputs
     for (const Node& n : g.nodes) {
