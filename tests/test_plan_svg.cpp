@@ -73,7 +73,7 @@ TEST_CASE("timeline: live bytes by kind add up to the planner's count, on random
     }
 }
 
-TEST_CASE("timeline: the SD1.5 step's picture carries the report's figures; the frontier plot; files") {
+TEST_CASE("timeline: the SD1.5 step's picture carries the report's figures, and the frontier plot and files") {
     train::StepOptions o;
     o.lora = lora::LoraConfig{16, 16.0f, 1.0f};
     auto s = train::build_step(o);

@@ -232,13 +232,12 @@ std::string timeline_svg(const Plan& p, const Plan* without, const std::string& 
         s += cat("<line x1=\"", f.px(bw), "\" x2=\"", f.px(bw), "\" y1=\"", f.y0, "\" y2=\"", f.y1,
                  "\" stroke=\"#666\" stroke-dasharray=\"1,3\"/><text x=\"", f.px(bw) + 4, "\" y=\"", f.y1 - 6,
                  "\" fill=\"#444\">backward</text>\n");
-    // The peak.
-    double ty = 60;
+    double ty = 60;  // the text panel on the right: the report's figures and the peak's values
     auto text = [&](const std::string& t, bool bold = false) {
         s += cat("<text x=\"880\" y=\"", ty, "\"", bold ? " font-weight=\"bold\"" : "", ">", esc(t), "</text>\n");
         ty += 16;
     };
-    if (p.peak_node >= 0) {
+    if (p.peak_node >= 0) {  // the peak, marked
         const double x = f.px(p.peak_node + 0.5), y = f.py(mib(double(fixed + p.peak_live_bytes)));
         s += cat("<line x1=\"", x, "\" x2=\"", x, "\" y1=\"", f.y1, "\" y2=\"", y, "\" stroke=\"#c62828\"/><circle cx=\"", x,
                  "\" cy=\"", y, "\" r=\"4\" fill=\"#c62828\"/>\n");
