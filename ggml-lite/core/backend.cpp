@@ -31,8 +31,9 @@ Backend resolve_backend(Backend b, std::string* why) {
     return cuda ? Backend::cuda : Backend::cpu;
 }
 
-std::unique_ptr<Runtime> make_runtime(Plan plan, Backend b) {
-    return resolve_backend(b) == Backend::cuda ? make_cuda_runtime(std::move(plan)) : make_cpu_runtime(std::move(plan));
+std::unique_ptr<Runtime> make_runtime(Plan plan, Backend b, const RuntimeOptions& o) {
+    return resolve_backend(b) == Backend::cuda ? make_cuda_runtime(std::move(plan), o)
+                                               : make_cpu_runtime(std::move(plan), o);
 }
 
 }  // namespace gl
