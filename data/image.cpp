@@ -184,6 +184,14 @@ Checked check(const uint8_t* b, size_t n, const std::string& name, const DecodeO
         h.orientation = s.orientation;
         if (h.orientation >= 5) std::swap(h.width, h.height);
     }
+    if (h.format == ImageFormat::png) {  // the IEND chunk closes every complete PNG
+        const size_t tail = std::min<size_t>(n, 1024);
+        const uint8_t* end = b + n;
+        if (std::search(end - tail, end, "IEND", "IEND" + 4) == end)
+            throw ImageError(name, "truncated PNG (no IEND chunk at the end)");
+    }
+    if (h.format == ImageFormat::webp && uint64_t(read_u32(b + 4, false)) + 8 > n)
+        throw ImageError(name, gl::cat("truncated WebP (", n, " bytes of ", uint64_t(read_u32(b + 4, false)) + 8, ")"));
     if (h.format == ImageFormat::bmp) {
         const uint64_t need = bmp_needed_bytes(b, n);
         if (need > n) throw ImageError(name, gl::cat("truncated BMP (", n, " bytes of ", need, ")"));

@@ -102,10 +102,11 @@ TEST_CASE("data image: extreme sizes decode; max_pixels refuses before decoding"
 TEST_CASE("data image: the corrupt corpus is refused with the path and the reason") {
     const std::map<std::string, std::string> reason = {
         {"empty.png", "empty file (0 bytes)"},
-        {"truncated.png", "corrupt or truncated PNG data"},
+        {"truncated.png", "truncated PNG (no IEND chunk"},
+        {"corrupt_data.png", "corrupt or truncated PNG data ("},
         {"truncated.jpg", "truncated JPEG (no end-of-image marker"},
         {"truncated.bmp", "truncated BMP ("},
-        {"truncated.webp", "corrupt or truncated WebP"},
+        {"truncated.webp", "truncated WebP ("},
         {"png_named.jpg", "wrong extension: the file holds PNG data"},
         {"text.png", "not a PNG, JPEG, BMP or WebP image"},
         {"bad_header.png", "corrupt or truncated PNG header"},

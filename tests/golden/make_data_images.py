@@ -135,6 +135,9 @@ def main():
         f.write(png[: len(png) * 2 // 3])
     with open(os.path.join(bad, "truncated.jpg"), "wb") as f:
         f.write(jpg[: len(jpg) * 2 // 3])
+    with open(os.path.join(bad, "corrupt_data.png"), "wb") as f:  # intact chunks, garbage inside IDAT
+        idat = png.index(b"IDAT") + 4
+        f.write(png[:idat + 2] + bytes(b ^ 0x5A for b in png[idat + 2:-16]) + png[-16:])
     with open(os.path.join(bad, "png_named.jpg"), "wb") as f:
         f.write(png)
     with open(os.path.join(bad, "text.png"), "wb") as f:
