@@ -68,8 +68,12 @@ std::vector<AreaTap> area_taps(int ssize, int dsize, double scale) {
     return tab;
 }
 
-std::vector<uint8_t> area_fractional(const uint8_t* src, int sw, int sh, int ch, int dw, int dh, double sx,
+// CH > 0: the channel count known at compile time (the loops unroll); 0: `ch` at run time. The
+// arithmetic is the same either way.
+template <int CH>
+std::vector<uint8_t> area_fractional(const uint8_t* src, int sw, int sh, int ch_rt, int dw, int dh, double sx,
                                      double sy) {
+    const int ch = CH > 0 ? CH : ch_rt;
     const std::vector<AreaTap> xtab = area_taps(sw, dw, sx), ytab = area_taps(sh, dh, sy);
     const size_t row = size_t(dw) * ch;
     std::vector<uint8_t> out(row * dh);
@@ -78,8 +82,11 @@ std::vector<uint8_t> area_fractional(const uint8_t* src, int sw, int sh, int ch,
     for (const AreaTap& yt : ytab) {
         const uint8_t* s = src + size_t(yt.si) * sw * ch;
         std::fill(buf.begin(), buf.end(), 0.f);
-        for (const AreaTap& xt : xtab)
-            for (int c = 0; c < ch; c++) buf[size_t(xt.di) * ch + c] += float(s[size_t(xt.si) * ch + c]) * xt.alpha;
+        for (const AreaTap& xt : xtab) {
+            float* b = &buf[size_t(xt.di) * ch];
+            const uint8_t* p = s + size_t(xt.si) * ch;
+            for (int c = 0; c < ch; c++) b[c] += float(p[c]) * xt.alpha;
+        }
         if (yt.di != prev) {
             uint8_t* d = out.data() + size_t(prev) * row;
             for (size_t i = 0; i < row; i++) {
@@ -149,6 +156,25 @@ Taps lanczos_taps(int in_size, int out_size) {
 
 uint8_t clip8(int32_t v) { return uint8_t(std::clamp(v >> kPrecisionBits, 0, 255)); }
 
+// Pillow's horizontal pass over every row (CH as in area_fractional).
+template <int CH>
+void lanczos_rows(const uint8_t* src, uint8_t* dst, int sw, int sh, int ch_rt, int dw, const Taps& t) {
+    const int ch = CH > 0 ? CH : ch_rt;
+    const int32_t half = 1 << (kPrecisionBits - 1);
+    for (int y = 0; y < sh; y++) {
+        const uint8_t* s = src + size_t(y) * sw * ch;
+        uint8_t* d = dst + size_t(y) * dw * ch;
+        for (int x = 0; x < dw; x++) {
+            const int32_t* k = &t.k[size_t(x) * t.ksize];
+            const uint8_t* p = s + size_t(t.first[size_t(x)]) * ch;
+            int32_t acc[4] = {half, half, half, half};
+            for (int i = 0; i < t.count[size_t(x)]; i++)
+                for (int c = 0; c < ch; c++) acc[c] += int32_t(p[size_t(i) * ch + c]) * k[i];
+            for (int c = 0; c < ch; c++) d[size_t(x) * ch + c] = clip8(acc[c]);
+        }
+    }
+}
+
 }  // namespace
 
 std::vector<uint8_t> resize_area(const uint8_t* src, int sw, int sh, int ch, int dw, int dh) {
@@ -159,29 +185,20 @@ std::vector<uint8_t> resize_area(const uint8_t* src, int sw, int sh, int ch, int
     const int ix = int(std::lround(scale_x)), iy = int(std::lround(scale_y));
     if (std::fabs(scale_x - ix) < DBL_EPSILON && std::fabs(scale_y - iy) < DBL_EPSILON)
         return area_integer(src, sw, ch, dw, dh, ix, iy);
-    return area_fractional(src, sw, sh, ch, dw, dh, scale_x, scale_y);
+    if (ch == 3) return area_fractional<3>(src, sw, sh, ch, dw, dh, scale_x, scale_y);
+    if (ch == 1) return area_fractional<1>(src, sw, sh, ch, dw, dh, scale_x, scale_y);
+    return area_fractional<0>(src, sw, sh, ch, dw, dh, scale_x, scale_y);
 }
 
 std::vector<uint8_t> resize_lanczos(const uint8_t* src, int sw, int sh, int ch, int dw, int dh) {
     check_sizes("resize_lanczos", sw, sh, ch, dw, dh);
     std::vector<uint8_t> cur(src, src + size_t(sw) * sh * ch);
-    const int32_t half = 1 << (kPrecisionBits - 1);
     if (dw != sw) {  // horizontal pass first, into 8 bits, as Pillow
         const Taps t = lanczos_taps(sw, dw);
         std::vector<uint8_t> out(size_t(dw) * sh * ch);
-        for (int y = 0; y < sh; y++) {
-            const uint8_t* s = cur.data() + size_t(y) * sw * ch;
-            uint8_t* d = out.data() + size_t(y) * dw * ch;
-            for (int x = 0; x < dw; x++) {
-                const int32_t* k = &t.k[size_t(x) * t.ksize];
-                const uint8_t* p = s + size_t(t.first[size_t(x)]) * ch;
-                for (int c = 0; c < ch; c++) {
-                    int32_t acc = half;
-                    for (int i = 0; i < t.count[size_t(x)]; i++) acc += int32_t(p[size_t(i) * ch + c]) * k[i];
-                    d[size_t(x) * ch + c] = clip8(acc);
-                }
-            }
-        }
+        if (ch == 3) lanczos_rows<3>(cur.data(), out.data(), sw, sh, ch, dw, t);
+        else if (ch == 1) lanczos_rows<1>(cur.data(), out.data(), sw, sh, ch, dw, t);
+        else lanczos_rows<0>(cur.data(), out.data(), sw, sh, ch, dw, t);
         cur.swap(out);
     }
     if (dh != sh) {
@@ -190,7 +207,7 @@ std::vector<uint8_t> resize_lanczos(const uint8_t* src, int sw, int sh, int ch, 
         std::vector<uint8_t> out(row * dh);
         std::vector<int32_t> acc(row);
         for (int y = 0; y < dh; y++) {
-            std::fill(acc.begin(), acc.end(), half);
+            std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
             const int32_t* k = &t.k[size_t(y) * t.ksize];
             for (int i = 0; i < t.count[size_t(y)]; i++) {
                 const uint8_t* s = cur.data() + size_t(t.first[size_t(y)] + i) * row;
