@@ -250,11 +250,16 @@ CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCa
                 batch.push_back(t);
             }
             if (batch.empty()) continue;
-            const std::vector<float> m = enc.moments(x, int(batch.size()), b.reso.h, b.reso.w);
+            // The bucket's last batch is padded (its last image repeated) to the bucket's batch
+            // size, so each bucket needs one graph: rebuilding one reloads the VAE's weights.
+            const size_t shape_batch = std::min(todo.size(), size_t(opt.vae_batch_size));
+            const std::vector<float> last(x.end() - long(hw * 3), x.end());
+            for (size_t k = batch.size(); k < shape_batch; k++) x.insert(x.end(), last.begin(), last.end());
+            const std::vector<float> m = enc.moments(x, int(std::max(shape_batch, batch.size())), b.reso.h, b.reso.w);
             rep.vae_calls++;
             const int lh = int(b.reso.h / vc.downscale()), lw = int(b.reso.w / vc.downscale());
             const size_t per = size_t(lh) * lw * 2 * vc.latent_channels;
-            GL_CHECK(m.size() == per * batch.size(), "VAE encoder returned ", m.size(), " values, expected ",
+            GL_CHECK(m.size() >= per * batch.size(), "VAE encoder returned ", m.size(), " values, expected ",
                      per * batch.size());
             for (size_t k = 0; k < batch.size(); k++) {
                 const std::vector<float> mk(m.begin() + long(k * per), m.begin() + long((k + 1) * per));

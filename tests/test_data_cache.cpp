@@ -69,7 +69,8 @@ TEST_CASE("data latents: each entry is one scaled sample of the VAE's distributi
     const data::CacheReport r = data::cache_latents(f.ds, f.buckets, cache, enc, opt);
     CHECK(r.total == 3);
     CHECK(r.encoded == 3);
-    CHECK(r.vae_calls == 2);  // 2 + 1 images
+    CHECK(r.vae_calls == 2);      // 2 + 1 images
+    CHECK(enc.graphs_built() == 1);  // the last batch padded to the bucket's batch size
     const data::ImageEntry& e = f.ds.images[1];
     const data::PreparedImage p = data::prepare_image(e, f.buckets.choice[1], false, false);
     CHECK(p.width == 16);
