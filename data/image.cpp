@@ -1,6 +1,8 @@
-// Image decoding: stb_image for PNG / JPEG / BMP, libwebp for WebP, our own bounds-checked walk over
-// JPEG markers for the EXIF orientation and the end-of-image check (stb_image decodes a JPEG cut
-// short without complaint, filling the missing blocks, where Pillow refuses it).
+// Image decoding: libjpeg-turbo for JPEG (data/jpeg.cpp: Pillow's decoder and settings, so the
+// same pixels; stb_image's JPEG decoder also overflows its Huffman tables on corrupt files),
+// stb_image for PNG / BMP, libwebp for WebP, and our own bounds-checked walk over JPEG markers for
+// the EXIF orientation and the end-of-image check (libjpeg decodes a JPEG cut short with a
+// warning, filling the missing blocks, where Pillow refuses it).
 #include "data/image.h"
 
 #include <algorithm>
@@ -11,9 +13,10 @@
 
 #include <webp/decode.h>
 
+#include "data/jpeg.h"
+
 #define STBI_NO_STDIO
 #define STBI_ONLY_PNG
-#define STBI_ONLY_JPEG
 #define STBI_ONLY_BMP
 #define STB_IMAGE_STATIC
 #define STB_IMAGE_IMPLEMENTATION
@@ -152,7 +155,17 @@ Checked check(const uint8_t* b, size_t n, const std::string& name, const DecodeO
     const ImageFormat by_name = format_of_extension(name);
     if (by_name != ImageFormat::unknown && by_name != h.format)
         throw ImageError(name, gl::cat("wrong extension: the file holds ", format_name(h.format), " data"));
-    if (h.format == ImageFormat::webp) {
+    JpegScan scan;
+    if (h.format == ImageFormat::jpeg) {
+        scan = scan_jpeg(b, n);
+        if (!scan.complete) throw ImageError(name, "truncated JPEG (no end-of-image marker after the image data)");
+        detail::JpegPixels jp;
+        std::string why;
+        if (!detail::decode_jpeg(b, n, true, jp, why)) throw ImageError(name, "corrupt JPEG header (" + why + ")");
+        h.width = jp.width;
+        h.height = jp.height;
+        h.channels = jp.stored_channels;
+    } else if (h.format == ImageFormat::webp) {
         WebPBitstreamFeatures f;
         if (WebPGetFeatures(b, n, &f) != VP8_STATUS_OK) throw ImageError(name, "corrupt or truncated WebP header");
         h.width = f.width;
@@ -173,15 +186,13 @@ Checked check(const uint8_t* b, size_t n, const std::string& name, const DecodeO
         h.height = ht;
         h.channels = comp;
     }
-    c.has_alpha = h.channels == 2 || h.channels == 4;
+    c.has_alpha = h.format != ImageFormat::jpeg && (h.channels == 2 || h.channels == 4);  // JPEG 4: CMYK
     if (h.width <= 0 || h.height <= 0) throw ImageError(name, gl::cat("bad size ", h.width, "x", h.height));
     if (int64_t(h.width) * h.height > opt.max_pixels)
         throw ImageError(name, gl::cat("too large: ", h.width, "x", h.height, " is more than ", opt.max_pixels,
                                        " pixels"));
     if (h.format == ImageFormat::jpeg) {
-        const JpegScan s = scan_jpeg(b, n);
-        if (!s.complete) throw ImageError(name, "truncated JPEG (no end-of-image marker after the image data)");
-        h.orientation = s.orientation;
+        h.orientation = scan.orientation;
         if (h.orientation >= 5) std::swap(h.width, h.height);
     }
     if (h.format == ImageFormat::png) {  // the IEND chunk closes every complete PNG
@@ -232,28 +243,13 @@ ImageHeader read_image_header(const uint8_t* bytes, size_t n, const std::string&
     return check(bytes, n, name, opt).header;
 }
 
-Image decode_image(const uint8_t* bytes, size_t n, const std::string& name, const DecodeOptions& opt) {
-    const Checked c = check(bytes, n, name, opt);
-    const int want = c.has_alpha ? 4 : 3;
-    int w = 0, h = 0;
-    std::unique_ptr<uint8_t, void (*)(void*)> pixels(nullptr, std::free);
-    if (c.header.format == ImageFormat::webp) {
-        uint8_t* p = c.has_alpha ? WebPDecodeRGBA(bytes, n, &w, &h) : WebPDecodeRGB(bytes, n, &w, &h);
-        pixels = {p, [](void* q) { WebPFree(q); }};
-        if (!p) throw ImageError(name, "corrupt or truncated WebP data");
-    } else {
-        int comp = 0;
-        pixels.reset(stbi_load_from_memory(bytes, int(n), &w, &h, &comp, want));
-        if (!pixels)
-            throw ImageError(name, gl::cat("corrupt or truncated ", format_name(c.header.format), " data (",
-                                           stbi_failure_reason(), ")"));
-    }
-    const size_t count = size_t(w) * size_t(h);
-    std::vector<uint8_t> rgb(count * 3), alpha;
-    const uint8_t* p = pixels.get();
-    if (!c.has_alpha) {
+// Interleaved 8-bit RGB or RGBA (has_alpha) -> Image::rgb and, in mask mode, Image::alpha.
+static void split_alpha(const uint8_t* p, size_t count, bool has_alpha, AlphaMode mode, std::vector<uint8_t>& rgb,
+                 std::vector<uint8_t>& alpha) {
+    rgb.resize(count * 3);
+    if (!has_alpha) {
         std::memcpy(rgb.data(), p, rgb.size());
-    } else if (opt.alpha == AlphaMode::mask) {
+    } else if (mode == AlphaMode::mask) {
         alpha.resize(count);
         for (size_t i = 0; i < count; i++) {
             std::memcpy(&rgb[i * 3], p + i * 4, 3);
@@ -265,11 +261,40 @@ Image decode_image(const uint8_t* bytes, size_t n, const std::string& name, cons
             for (int k = 0; k < 3; k++) rgb[i * 3 + k] = uint8_t((p[i * 4 + k] * a + 255 * (255 - a) + 127) / 255);
         }
     }
-    if (opt.alpha == AlphaMode::mask && alpha.empty()) alpha.assign(count, 255);
+    if (mode == AlphaMode::mask && alpha.empty()) alpha.assign(count, 255);
+}
+
+Image decode_image(const uint8_t* bytes, size_t n, const std::string& name, const DecodeOptions& opt) {
+    const Checked c = check(bytes, n, name, opt);
+    int w = 0, h = 0;
+    std::vector<uint8_t> rgb, alpha;
+    if (c.header.format == ImageFormat::jpeg) {
+        detail::JpegPixels jp;
+        std::string why;
+        if (!detail::decode_jpeg(bytes, n, false, jp, why)) throw ImageError(name, "corrupt JPEG data (" + why + ")");
+        w = jp.width;
+        h = jp.height;
+        rgb = std::move(jp.rgb);
+        if (opt.alpha == AlphaMode::mask) alpha.assign(size_t(w) * size_t(h), 255);
+    } else {
+        std::unique_ptr<uint8_t, void (*)(void*)> pixels(nullptr, std::free);
+        if (c.header.format == ImageFormat::webp) {
+            uint8_t* p = c.has_alpha ? WebPDecodeRGBA(bytes, n, &w, &h) : WebPDecodeRGB(bytes, n, &w, &h);
+            pixels = {p, [](void* q) { WebPFree(q); }};
+            if (!p) throw ImageError(name, "corrupt or truncated WebP data");
+        } else {
+            int comp = 0;
+            pixels.reset(stbi_load_from_memory(bytes, int(n), &w, &h, &comp, c.has_alpha ? 4 : 3));
+            if (!pixels)
+                throw ImageError(name, gl::cat("corrupt or truncated ", format_name(c.header.format), " data (",
+                                               stbi_failure_reason(), ")"));
+        }
+        split_alpha(pixels.get(), size_t(w) * size_t(h), c.has_alpha, opt.alpha, rgb, alpha);
+    }
     Image img;
     const int o = c.header.orientation;
-    img.rgb = apply_orientation(rgb, w, h, 3, o);
-    if (!alpha.empty()) img.alpha = apply_orientation(alpha, w, h, 1, o);
+    img.rgb = o > 1 ? apply_orientation(rgb, w, h, 3, o) : std::move(rgb);
+    if (!alpha.empty()) img.alpha = o > 1 ? apply_orientation(alpha, w, h, 1, o) : std::move(alpha);
     img.width = o >= 5 ? h : w;
     img.height = o >= 5 ? w : h;
     return img;

@@ -2,7 +2,8 @@
 // needs them. Files are untrusted: every failure is an ImageError naming the file and the reason
 // (empty, truncated, not an image, content that disagrees with the extension, too large), so the
 // dataset can skip it and count it, or stop, as the user asked.
-// Rules (kohya decodes with Pillow and `convert("RGB")`; where it leaves a case open we say so):
+// Rules (kohya decodes with Pillow and `convert("RGB")`, and we give Pillow's pixels; where kohya
+// leaves a case open we say so):
 // - grey and grey + alpha become RGB with equal channels; palette images their palette colours;
 // - 16-bit PNG keeps the high byte of each sample (what Pillow's RGB conversion of 16-bit RGB does);
 // - CMYK / YCCK JPEG (Adobe) are converted to RGB;
