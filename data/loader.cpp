@@ -1,5 +1,6 @@
 #include "data/loader.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "data/caption.h"
@@ -84,8 +85,9 @@ void Loader::work() {
         {
             std::unique_lock<std::mutex> lock(mu_);
             cv_.wait(lock, [&] {
-                return stop_ || error_ || (next_to_make_ < plan_.size() &&
-                                           next_to_make_ < next_to_give_ + size_t(opt_.queue_depth));
+                // At least one batch per thread may be in flight, so every thread has work.
+                const size_t window = size_t(std::max(opt_.queue_depth, opt_.threads));
+                return stop_ || error_ || (next_to_make_ < plan_.size() && next_to_make_ < next_to_give_ + window);
             });
             if (stop_ || error_) return;
             step = next_to_make_++;

@@ -40,7 +40,7 @@ struct LoaderOptions {
     uint64_t seed = 0;
     int epochs = 1;
     int threads = 2;
-    int queue_depth = 4;  // batches prepared ahead
+    int queue_depth = 4;  // batches prepared ahead (at least one per thread)
     double prior_loss_weight = 1.0;
     // Cached latents (from cache_latents; keys per image * 2 + flip). Null: images are prepared.
     LatentCache* latents = nullptr;
