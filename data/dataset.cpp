@@ -9,6 +9,13 @@ namespace fs = std::filesystem;
 
 bool has_image_extension(const fs::path& p) { return format_of_extension(p) != ImageFormat::unknown; }
 
+std::string describe_skipped(const std::vector<SkippedImage>& skipped) {
+    if (skipped.empty()) return "";
+    std::string s = gl::cat(skipped.size(), skipped.size() == 1 ? " image" : " images", " skipped:");
+    for (const SkippedImage& k : skipped) s += "\n  " + k.path + ": " + k.reason;
+    return s;
+}
+
 namespace {
 
 std::vector<fs::path> list_images(const fs::path& dir) {

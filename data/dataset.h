@@ -41,6 +41,9 @@ struct Dataset {
 // loaded"), and with BadImagePolicy::fail at the first bad image (an ImageError).
 Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy = BadImagePolicy::skip);
 
+// "N images skipped:" and one "  path: reason" line each, for the end of a run ("" when none).
+std::string describe_skipped(const std::vector<SkippedImage>& skipped);
+
 // True for the extensions kohya lists (.png .jpg .jpeg .webp .bmp), any case.
 bool has_image_extension(const std::filesystem::path& p);
 

@@ -69,6 +69,8 @@ TEST_CASE("data dataset: folder layout, captions, class tokens, bad images, reg 
     REQUIRE(ds.skipped.size() == 1);
     CHECK(ds.skipped[0].path.find("wide.png") != std::string::npos);
     CHECK(ds.skipped[0].reason == "wrong extension: the file holds JPEG data");
+    CHECK(data::describe_skipped(ds.skipped) ==
+          "1 image skipped:\n  " + ds.skipped[0].path + ": wrong extension: the file holds JPEG data");
     REQUIRE(ds.images.size() == 7);
     CHECK(ds.images[0].path.filename() == "a.png");
     CHECK(ds.images[0].caption == "a photo of sks dog");
