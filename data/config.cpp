@@ -90,7 +90,9 @@ bool fits(const ConfigValue& v, Kind k) {
 
 // Checks every key of one level: known, allowed there, of the right type.
 void validate_level(const ConfigLevel& level, const std::string& where, bool is_subset) {
-    for (const auto& [name, value] : level) {
+    for (const auto& entry : level) {
+        const std::string& name = entry.first;
+        const ConfigValue& value = entry.second;
         if (std::find_if(std::begin(kUnsupported), std::end(kUnsupported),
                          [&](const char* u) { return name == u; }) != std::end(kUnsupported))
             gl::fail(where, ": '", name, "' is a kohya option that sdtrain does not support");

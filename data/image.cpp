@@ -1,12 +1,13 @@
 // Image decoding: libjpeg-turbo for JPEG (data/jpeg.cpp: Pillow's decoder and settings, so the
-// same pixels; stb_image's JPEG decoder also overflows its Huffman tables on corrupt files),
-// stb_image for PNG / BMP, libwebp for WebP, and our own bounds-checked walk over JPEG markers for
+// same pixels), libpng for PNG (data/png.cpp), libwebp for WebP, stb_image for BMP only (its JPEG
+// and PNG decoders misbehave on corrupt files: a Huffman table overflow, null-pointer copies), and our own bounds-checked walk over JPEG markers for
 // the EXIF orientation and the end-of-image check (libjpeg decodes a JPEG cut short with a
 // warning, filling the missing blocks, where Pillow refuses it).
 #include "data/image.h"
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -14,9 +15,9 @@
 #include <webp/decode.h>
 
 #include "data/jpeg.h"
+#include "data/png.h"
 
 #define STBI_NO_STDIO
-#define STBI_ONLY_PNG
 #define STBI_ONLY_BMP
 #define STB_IMAGE_STATIC
 #define STB_IMAGE_IMPLEMENTATION
@@ -171,13 +172,15 @@ Checked check(const uint8_t* b, size_t n, const std::string& name, const DecodeO
         h.width = f.width;
         h.height = f.height;
         h.channels = f.has_alpha ? 4 : 3;
+    } else if (h.format == ImageFormat::png) {
+        detail::PngPixels pp;
+        std::string why;
+        if (!detail::decode_png(b, n, true, INT64_MAX, pp, why)) throw ImageError(name, "corrupt PNG header (" + why + ")");
+        h.width = pp.width;
+        h.height = pp.height;
+        h.channels = pp.stored_channels;
+        c.has_alpha = pp.has_alpha;
     } else {
-        // stb_image refuses huge PNGs with a misleading reason: read the claimed size first.
-        if (h.format == ImageFormat::png && n >= 24 && std::memcmp(b + 12, "IHDR", 4) == 0) {
-            const int64_t w = read_u32(b + 16, true), ht = read_u32(b + 20, true);
-            if (w * ht > opt.max_pixels)
-                throw ImageError(name, gl::cat("too large: ", w, "x", ht, " is more than ", opt.max_pixels, " pixels"));
-        }
         int w = 0, ht = 0, comp = 0;
         if (!stbi_info_from_memory(b, int(n), &w, &ht, &comp))
             throw ImageError(name, gl::cat("corrupt or truncated ", format_name(h.format), " header (",
@@ -186,7 +189,8 @@ Checked check(const uint8_t* b, size_t n, const std::string& name, const DecodeO
         h.height = ht;
         h.channels = comp;
     }
-    c.has_alpha = h.format != ImageFormat::jpeg && (h.channels == 2 || h.channels == 4);  // JPEG 4: CMYK
+    if (h.format != ImageFormat::png)  // PNG: also palette transparency, set above
+        c.has_alpha = h.format != ImageFormat::jpeg && (h.channels == 2 || h.channels == 4);  // JPEG 4: CMYK
     if (h.width <= 0 || h.height <= 0) throw ImageError(name, gl::cat("bad size ", h.width, "x", h.height));
     if (int64_t(h.width) * h.height > opt.max_pixels)
         throw ImageError(name, gl::cat("too large: ", h.width, "x", h.height, " is more than ", opt.max_pixels,
@@ -276,6 +280,14 @@ Image decode_image(const uint8_t* bytes, size_t n, const std::string& name, cons
         h = jp.height;
         rgb = std::move(jp.rgb);
         if (opt.alpha == AlphaMode::mask) alpha.assign(size_t(w) * size_t(h), 255);
+    } else if (c.header.format == ImageFormat::png) {
+        detail::PngPixels pp;
+        std::string why;
+        if (!detail::decode_png(bytes, n, false, opt.max_pixels, pp, why))
+            throw ImageError(name, "corrupt or truncated PNG data (" + why + ")");
+        w = pp.width;
+        h = pp.height;
+        split_alpha(pp.pixels.data(), size_t(w) * size_t(h), pp.has_alpha, opt.alpha, rgb, alpha);
     } else {
         std::unique_ptr<uint8_t, void (*)(void*)> pixels(nullptr, std::free);
         if (c.header.format == ImageFormat::webp) {

@@ -103,7 +103,7 @@ TEST_CASE("data image: the corrupt corpus is refused with the path and the reaso
         {"truncated.webp", "truncated WebP ("},
         {"png_named.jpg", "wrong extension: the file holds PNG data"},
         {"text.png", "not a PNG, JPEG, BMP or WebP image"},
-        {"bad_header.png", "corrupt or truncated PNG header"},
+        {"bad_header.png", "corrupt PNG header ("},
         {"huge_claim.png", "too large: 100000x100000"},
         {"missing.png", "cannot open the file"},
     };
