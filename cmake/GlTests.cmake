@@ -55,6 +55,12 @@ elseif(GL_GPU_TEST_SOURCES)
   set_tests_properties(gpu PROPERTIES LABELS gpu SKIP_REGULAR_EXPRESSION "GPU tests skipped:")
 endif()
 
+# CTest cuts a test name at ';' (its list separator), so such a doctest case would run nothing
+# under ctest while reporting success: refuse the names instead.
+add_test(NAME test-case-names
+         COMMAND sh -c "! $<TARGET_FILE:gl-tests> --list-test-cases --no-version | grep -n ';'")
+set_tests_properties(test-case-names PROPERTIES LABELS cpu)
+
 # Out-of-tree embedding: install to a scratch prefix, then find_package(ggml-lite) from tests/embed/.
 add_test(NAME embed
          COMMAND ${CMAKE_COMMAND}
