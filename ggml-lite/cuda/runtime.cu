@@ -76,7 +76,7 @@ bool cuda_available(std::string* why) {
 namespace {
 
 constexpr size_t kAlign = 256;
-size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+size_t align_up(size_t x) { return ceil_div(x, kAlign) * kAlign; }
 
 class CudaRuntime final : public Runtime {
 public:
