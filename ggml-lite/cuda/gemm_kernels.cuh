@@ -180,7 +180,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::MINB) mma_gemm_kernel(MmaP
     const T* B = static_cast<const T*>(p.B) + bz * p.sB;
     const int kbeg = blockIdx.y * p.k_per_split;
     const int kend = max(0, min(p.K, kbeg + p.k_per_split) - kbeg);  // relative to kbeg
-    const int ktiles = ceil_div(kend, BK);
+    // written out: through ceil_div the compiler no longer uses kend >= 0 (a signed division)
+    const int ktiles = (kend + BK - 1) / BK;
 
     // A tile is S strided rows of W contiguous elements: K-contiguous operands have S = BM or BN
     // rows (m or n) of W = BK; the others S = BK rows (k) of W = BM or BN.

@@ -146,7 +146,8 @@ __global__ void __launch_bounds__(256, (WgCfg<BN, STAGES>::smem_bytes * 2 <= 227
     const T* B = static_cast<const T*>(p.B) + bz * p.sB;
     const int kbeg = blockIdx.y * p.k_per_split;
     const int kend = max(0, min(p.K, kbeg + p.k_per_split) - kbeg);  // relative to kbeg
-    const int ktiles = ceil_div(kend, BK);
+    // written out: through ceil_div the compiler no longer uses kend >= 0 (a signed division)
+    const int ktiles = (kend + BK - 1) / BK;
 
     auto load_stage = [&](int slot, int kt) {
         const int kr = kt * BK;  // relative to kbeg
