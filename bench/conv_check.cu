@@ -112,7 +112,7 @@ struct Bufs {
 static Bufs B;
 static int g_fail = 0;
 
-static unsigned blocks_for(int64_t n) { return unsigned(std::min<int64_t>((n + 255) / 256, 132 * 64)); }
+static unsigned blocks_for(int64_t n) { return grid_for(n, 256, 132 * 64); }
 
 template <class T>
 static void setup(const Geom& g) {

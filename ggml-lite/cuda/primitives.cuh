@@ -1,6 +1,7 @@
 // Device primitives that every CUDA kernel builds on, defined once. Dependency-free: CUDA headers
 // and core/dtype.h (for the DType enum) only, so bench/*_check.cu compile the kernels without the
-// core library. Everything is __forceinline__: a kernel compiles as if the helper were in place.
+// core library. The device functions are __forceinline__: a kernel compiles as if the helper
+// were written in place.
 //   element types  to_f32 / from_f32 (float, __nv_bfloat16, __half; round to nearest even),
 //                  load_any (an element of a run-time float dtype), pack2 (two values rounded
 //                  into one 32-bit register, low half first), visit_float (run-time DType ->
