@@ -1,6 +1,8 @@
 // CPU reference backend: one host allocation per memory category, sized from the plan.
 #include <chrono>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 
 #include "ggml-lite/core/cpu_kernel.h"
 #include "ggml-lite/core/error.h"
@@ -103,7 +105,17 @@ namespace {
 class CpuRuntime final : public Runtime {
 public:
     explicit CpuRuntime(Plan plan) : Runtime(std::move(plan)) {
-        for (int c = 0; c < kCategoryCount; c++) arenas_[size_t(c)].assign(plan_.arena_bytes[size_t(c)], 0);
+        for (int c = 0; c < kCategoryCount; c++) {
+            const size_t bytes = plan_.arena_bytes[size_t(c)];
+            try {
+                arenas_[size_t(c)].assign(bytes, 0);
+            } catch (const std::bad_alloc&) {
+                fail("cpu runtime: cannot allocate ", bytes, " bytes (", double(bytes) / (1 << 30), " GiB) of host memory for the ",
+                     category_name(Category(c)), " arena; the plan needs ", plan_.total_bytes(), " bytes in all");
+            } catch (const std::length_error&) {
+                fail("cpu runtime: the ", category_name(Category(c)), " arena of ", bytes, " bytes exceeds what the host can address");
+            }
+        }
     }
     const char* backend_name() const override { return "cpu"; }
 

@@ -6,12 +6,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/io/files.h"
 #include "ggml-lite/io/sources.h"
 
 namespace sd {
@@ -21,14 +20,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string read_text(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    if (!f) gl::fail(p.string(), ": cannot open");
-    std::ostringstream os;
-    os << f.rdbuf();
-    if (f.bad()) gl::fail(p.string(), ": cannot read");
-    return os.str();
-}
+std::string read_text(const fs::path& p) { return gl::io::read_small_file(p.string()); }
 
 std::string brief(const json& v) {
     std::string s = v.dump();
