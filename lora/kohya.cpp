@@ -1,5 +1,6 @@
 #include "lora/kohya.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -266,6 +267,11 @@ LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, co
         std::vector<float> down(size_t(di.numel())), up(size_t(ui.numel()));
         src.read(k.down, down.data(), gl::DType::f32);
         src.read(k.up, up.data(), gl::DType::f32);
+        for (const auto& [key, v] : {std::pair{&k.down, &down}, std::pair{&k.up, &up}}) {
+            const auto bad = std::find_if(v->begin(), v->end(), [](float x) { return !std::isfinite(x); });
+            GL_CHECK(bad == v->end(), "lora load ", src.origin(), ": ", *key, " holds ", std::isnan(*bad) ? "NaN" : "inf",
+                     " (element ", bad - v->begin(), "); a LoRA with non-finite weights would break every output");
+        }
         if (conv) down = oihw_to_ohwi(down, r, m.k, m.in);
         if (alpha != m.alpha) {
             const float f = alpha / m.alpha;

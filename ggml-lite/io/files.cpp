@@ -28,7 +28,7 @@ const char* type_name(mode_t m) {
     if (S_ISSOCK(m)) return "a socket";
     if (S_ISCHR(m)) return "a character device";
     if (S_ISBLK(m)) return "a block device";
-    return "not a regular file";
+    return "a special file";
 }
 
 std::string bytes_str(uint64_t b) {
@@ -70,13 +70,13 @@ int open_regular(const std::string& path, uint64_t* size) {
     // The type is checked before open(): opening a FIFO for reading waits for a writer.
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) fail(path, ": cannot open: ", std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) fail(path, ": not a regular file (", type_name(st.st_mode), ")");
+    if (!S_ISREG(st.st_mode)) fail(path, ": is ", type_name(st.st_mode), ", not a regular file");
     // O_NONBLOCK: should the path have become a FIFO since the stat, open() still returns at once.
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         ::close(fd);
-        fail(path, ": not a regular file (", type_name(st.st_mode), ")");
+        fail(path, ": is ", type_name(st.st_mode), ", not a regular file");
     }
     *size = uint64_t(st.st_size);
     return fd;
@@ -200,27 +200,24 @@ std::vector<std::string> remove_stale_temps(const std::string& path_in) {
     for (const std::string& name : names) {
         if (name.compare(0, base.size(), base) != 0) continue;
         const std::string rest = name.substr(base.size());
-        bool is_file = false;
         long pid = 0;
+        bool ours = false;
         if (rest.rfind(".tmp-", 0) == 0) {
             const size_t n = leading_pid(rest.substr(5), &pid);
-            is_file = n > 0 && rest.size() == 5 + n + 7 && rest[5 + n] == '-';
-            if (!is_file) continue;
+            ours = n > 0 && rest.size() == 5 + n + 7 && rest[5 + n] == '-';
         } else if (rest.rfind(".partial-", 0) == 0) {
             const size_t n = leading_pid(rest.substr(9), &pid);
-            if (n == 0 || rest.size() != 9 + n) continue;
-        } else {
-            continue;
+            ours = n > 0 && rest.size() == 9 + n;
         }
-        if (process_exists(pid)) continue;
-        const std::string full = (std::filesystem::path(dir) / name).string();
+        if (!ours || process_exists(pid)) continue;
+        const std::string full = (std::filesystem::path(path).parent_path() / name).string();
         struct stat st {};
         if (::lstat(full.c_str(), &st) != 0) continue;
         std::error_code ec;
-        if (is_file && S_ISREG(st.st_mode)) {
+        if (S_ISREG(st.st_mode)) {
             if (::unlink(full.c_str()) == 0) removed.push_back(full);
-        } else if (!is_file && S_ISDIR(st.st_mode)) {
-            std::filesystem::remove_all(full, ec);  // links inside are removed, never followed
+        } else if (S_ISDIR(st.st_mode)) {  // never a symlink: only what a writer made itself
+            std::filesystem::remove_all(full, ec);  // links inside are removed, not followed
             if (!ec) removed.push_back(full);
         }
     }

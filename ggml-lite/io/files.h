@@ -35,12 +35,13 @@ uint64_t free_bytes(const std::string& dir);
 // Refuses up front when `need` bytes will not fit on the file system holding `dir`.
 void check_free_space(const std::string& dir, uint64_t need, const std::string& what);
 
-// The mkstemp pattern of an atomic write to path, and the name of a folder built beside path.
+// The mkstemp / mkdtemp pattern of an atomic write to path, and the name of a folder built
+// beside path.
 std::string temp_file_pattern(const std::string& path);
 std::string partial_dir_name(const std::string& path);
-// Removes what atomic writes to `path` left behind when their process was killed (the names
-// above with the id of a process that no longer exists); leftovers of running processes stay.
-// Returns the paths removed.
+// Removes what atomic writes to `path` left behind when their process was killed: files and
+// folders (never symlinks) named as above with the id of a process that no longer exists.
+// Leftovers of running processes stay. Returns the paths removed.
 std::vector<std::string> remove_stale_temps(const std::string& path);
 
 // Test seam: when set, called before each write() write_fully makes, with its byte count; a

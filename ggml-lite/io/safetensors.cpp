@@ -242,7 +242,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
         ::fchmod(fd, 0644);  // mkstemp makes 0600; a model file is for others to read too
         uint64_t remaining = total;
         auto put = [&](const void* p, size_t n) {
-            write_fully(fd, p, n, tmp, remaining);
+            write_fully(fd, p, n, path, remaining);
             remaining -= n;
         };
         put(len, 8);

@@ -213,8 +213,16 @@ ClipConfig parse_clip_config(const std::string& text, const std::string& origin)
     else if (act == "gelu") c.act = gl::Act::gelu_erf;
     else if (act == "gelu_new" || act == "gelu_pytorch_tanh") c.act = gl::Act::gelu_tanh;
     else gl::fail(origin, ": field 'hidden_act' = \"", act, "\" is not supported (quick_gelu, gelu, gelu_new)");
-    GL_CHECK(c.vocab > 0 && c.width > 0 && c.layers > 0 && c.heads > 0 && c.mlp > 0, origin,
-             ": vocab_size, hidden_size, num_hidden_layers, num_attention_heads and intermediate_size must be positive");
+    // Ranges far beyond CLIP ViT-L/14, small enough that no derived size overflows.
+    const auto in_range = [&](const char* key, int64_t v, int64_t hi) {
+        GL_CHECK(v >= 1 && v <= hi, origin, ": field '", key, "' = ", v, " is out of range (1..", hi, ")");
+    };
+    in_range("vocab_size", c.vocab, int64_t(1) << 24);
+    in_range("hidden_size", c.width, int64_t(1) << 16);
+    in_range("num_hidden_layers", c.layers, 256);
+    in_range("num_attention_heads", c.heads, c.width);
+    in_range("intermediate_size", c.mlp, int64_t(1) << 18);
+    in_range("max_position_embeddings", c.max_pos, int64_t(1) << 16);
     GL_CHECK(c.width % c.heads == 0, origin, ": hidden_size ", c.width, " is not divisible by num_attention_heads ",
              c.heads);
     GL_CHECK(c.max_pos >= ClipTokenizer::kContext, origin, ": max_position_embeddings ", c.max_pos,
@@ -286,8 +294,9 @@ fs::path pick_weights(const fs::path& sub, const std::string& st_base, const std
     const std::string pref = prefer_fp16 ? ".fp16" : "", other = prefer_fp16 ? "" : ".fp16";
     const std::vector<std::string> names = {st_base + pref + ".safetensors", bin_base + pref + ".bin",
                                             st_base + other + ".safetensors", bin_base + other + ".bin"};
+    // Anything by the name counts (a FIFO there is refused by name when opened, not skipped).
     for (const std::string& n : names)
-        if (fs::is_regular_file(sub / n)) return sub / n;
+        if (fs::exists(sub / n) && !fs::is_directory(sub / n)) return sub / n;
     std::string looked;
     for (const std::string& n : names) looked += (looked.empty() ? "" : ", ") + n;
     const bool sharded = fs::exists(sub / (st_base + ".safetensors.index.json")) ||
@@ -304,7 +313,7 @@ fs::path require_dir(const fs::path& root, const char* name) {
 
 std::string read_config(const fs::path& sub) {
     const fs::path p = sub / "config.json";
-    GL_CHECK(fs::is_regular_file(p), sub.string(), ": config.json is missing");
+    GL_CHECK(fs::exists(p), sub.string(), ": config.json is missing");
     return read_text(p);
 }
 
@@ -316,7 +325,7 @@ Sd15Files open_sd15_folder(const std::string& dir, bool prefer_fp16) {
     // model_index.json is optional (folders assembled by hand lack it); when present it must
     // describe an SD1.x pipeline, which catches SDXL folders before their configs are read.
     const fs::path index = root / "model_index.json";
-    if (fs::is_regular_file(index)) {
+    if (fs::exists(index)) {
         const std::string origin = index.string();
         const json j = parse_object(read_text(index), origin);
         const Fields f{j, origin};
@@ -339,7 +348,7 @@ Sd15Files open_sd15_folder(const std::string& dir, bool prefer_fp16) {
     const fs::path tok_dir = root / "tokenizer";
     if (fs::is_directory(tok_dir)) {
         for (const char* n : {"vocab.json", "merges.txt"})
-            GL_CHECK(fs::is_regular_file(tok_dir / n), tok_dir.string(), ": ", n, " is missing");
+            GL_CHECK(fs::exists(tok_dir / n), tok_dir.string(), ": ", n, " is missing");
         out.tokenizer = std::make_shared<const ClipTokenizer>(ClipTokenizer::from_folder(tok_dir.string()));
         out.tokenizer_path = tok_dir.string();
     } else {
