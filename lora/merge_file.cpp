@@ -54,17 +54,19 @@ std::string shape_str(const std::vector<int64_t>& s) {
     return r + "]";
 }
 
-// A merged weight must be finite: NaN or inf would go into the checkpoint and break every image.
-// The message says whether the base already held it or the LoRA's delta made it.
-void check_finite(const gl::io::TensorSource& src, const gl::io::TensorInfo& t, const std::vector<float>& merged,
-                  float multiplier) {
-    const auto bad = std::find_if(merged.begin(), merged.end(), [](float v) { return !std::isfinite(v); });
-    if (bad == merged.end()) return;
-    std::vector<float> base(merged.size());
+// A merged weight must be finite as stored: NaN or inf (a NaN in the base or the delta, or values
+// beyond what the file's dtype holds, 65504 in f16) would break every image made with it. The
+// message says whether the base already held it or the LoRA's delta made it.
+void check_finite(const gl::io::TensorSource& src, const gl::io::TensorInfo& t, const void* stored, float multiplier) {
+    const int64_t n = t.numel();
+    int64_t bad = 0;
+    while (bad < n && std::isfinite(gl::load_as_f32(stored, t.dtype, bad))) bad++;
+    if (bad == n) return;
+    std::vector<float> base(static_cast<size_t>(n));
     src.read(t.name, base.data(), gl::DType::f32);
     const bool base_bad = std::any_of(base.begin(), base.end(), [](float v) { return !std::isfinite(v); });
-    gl::fail("lora merge: merged tensor '", t.name, "' holds ", std::isnan(*bad) ? "NaN" : "inf", " (element ",
-             bad - merged.begin(), "): ",
+    gl::fail("lora merge: merged tensor '", t.name, "' holds ", std::isnan(gl::load_as_f32(stored, t.dtype, bad)) ? "NaN" : "inf",
+             " as ", gl::dtype_name(t.dtype), " (element ", bad, "): ",
              base_bad ? gl::cat("the base (", src.origin(), ") already holds non-finite values there")
                       : gl::cat("multiplier ", multiplier, " x the LoRA's delta overflows; nothing was written"));
 }
@@ -99,7 +101,7 @@ size_t write_source(const gl::io::TensorSource& src, const std::map<std::string,
             std::vector<float> w = rt.read_f32(it->second.id);
             GL_CHECK(w.size() == n, "lora merge: ", src.origin(), ": ", t.name, " holds ", n, " values, the model ",
                      w.size());
-            check_finite(src, t, w, multiplier);
+
             if (it->second.layout == sd::WeightLayout::conv_ohwi) {  // [O][kh][kw][I] -> [O][I][kh][kw]
                 const gl::Shape s = g.shape(it->second.id);
                 const int64_t O = s[0], kh = s[1], kw = s[2], I = s[3];
@@ -112,6 +114,7 @@ size_t write_source(const gl::io::TensorSource& src, const std::map<std::string,
                 w.swap(oihw);
             }
             for (size_t i = 0; i < n; i++) gl::store_from_f32(data.back().data(), t.dtype, int64_t(i), w[i]);
+            check_finite(src, t, data.back().data(), multiplier);
         }
         out.push_back({t.name, t.dtype, t.shape, data.back().data()});
     }
