@@ -2,6 +2,7 @@
 #   gl-tests      tests/*.cpp, the CPU suite; one CTest test per doctest test case (label cpu)
 #   gl-gpu-tests  tests/gpu/*.cpp, *.cu; built with CUDA only; one CTest test (label gpu)
 #   embed         installs the library and builds tests/embed/ against it (label embed)
+#   gl-san-tests  with GL_SANITIZE=ON: a test subset under ASan + UBSan (label sanitize, GlSanitize.cmake)
 # The op case table (op_harness.cpp, cases_*.cpp) is shared by the CPU and GPU suites.
 
 # doctest: the Debian package's config, else a bare header (for a machine without the package,
@@ -53,6 +54,9 @@ elseif(GL_GPU_TEST_SOURCES)
            "GPU tests skipped: ggml-lite was configured without CUDA (GL_CUDA=${GL_CUDA})")
   set_tests_properties(gpu PROPERTIES LABELS gpu SKIP_REGULAR_EXPRESSION "GPU tests skipped:")
 endif()
+
+# The sanitizer pass's executable (cmake/GlSanitize.cmake), in a GL_SANITIZE=ON build folder only.
+gl_add_sanitize_tests()
 
 # Out-of-tree embedding: install to a scratch prefix, then find_package(ggml-lite) from tests/embed/.
 add_test(NAME embed

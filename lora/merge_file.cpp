@@ -165,7 +165,8 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
     }
     check_merge_output(base_path, folder ? plan.parts : std::vector<std::string>{resolved_path(base_path)}, folder, out,
                        opt.overwrite);
-    const bool replace = fs::exists(fs::symlink_status(out));
+    std::error_code ec;
+    const bool replace = fs::exists(fs::symlink_status(out, ec));
     rep.stale_removed = gl::io::remove_stale_temps(out);
 
     // The base models in f32 with the network on them (tiny inputs: only the weights matter).

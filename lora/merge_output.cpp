@@ -113,7 +113,8 @@ void check_merge_output(const std::string& base_path, const std::vector<std::str
     }
     if (!exists) {
         const fs::path parent = fs::path(out).parent_path();
-        GL_CHECK(parent.empty() || fs::is_directory(parent), "lora merge: the folder ", parent.string(), " of ", out,
+        std::error_code ec;
+        GL_CHECK(parent.empty() || fs::is_directory(parent, ec), "lora merge: the folder ", parent.string(), " of ", out,
                  " does not exist");
         return;
     }
@@ -170,7 +171,8 @@ void publish_folder(const std::string& partial, const std::string& out, bool rep
         fs::remove_all(aside, ec);
         return;
     }
-    GL_CHECK(!fs::exists(out), "lora merge: ", out, " appeared while merging; it was left as it is");
+    std::error_code ec;
+    GL_CHECK(!fs::exists(fs::symlink_status(out, ec)), "lora merge: ", out, " appeared while merging; it was left as it is");
     GL_CHECK(::rename(partial.c_str(), out.c_str()) == 0, "lora merge: cannot rename ", partial, " to ", out, ": ",
              std::strerror(errno));
 }

@@ -22,6 +22,18 @@ namespace {
 
 std::string read_text(const fs::path& p) { return gl::io::read_small_file(p.string()); }
 
+// fs::status that reports a path it cannot look at (permissions, I/O) as such, by name, and
+// answers "not found" for a path that is not there.
+fs::file_status stat_of(const fs::path& p) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(p, ec);
+    if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+        gl::fail(p.string(), ": cannot look at it: ", ec.message());
+    return st;
+}
+bool path_exists(const fs::path& p) { return fs::exists(stat_of(p)); }
+bool path_is_dir(const fs::path& p) { return fs::is_directory(stat_of(p)); }
+
 std::string brief(const json& v) {
     std::string s = v.dump();
     return s.size() > 80 ? s.substr(0, 77) + "..." : s;
@@ -296,24 +308,24 @@ fs::path pick_weights(const fs::path& sub, const std::string& st_base, const std
                                             st_base + other + ".safetensors", bin_base + other + ".bin"};
     // Anything by the name counts (a FIFO there is refused by name when opened, not skipped).
     for (const std::string& n : names)
-        if (fs::exists(sub / n) && !fs::is_directory(sub / n)) return sub / n;
+        if (path_exists(sub / n) && !path_is_dir(sub / n)) return sub / n;
     std::string looked;
     for (const std::string& n : names) looked += (looked.empty() ? "" : ", ") + n;
-    const bool sharded = fs::exists(sub / (st_base + ".safetensors.index.json")) ||
-                         fs::exists(sub / (bin_base + ".bin.index.json"));
+    const bool sharded = path_exists(sub / (st_base + ".safetensors.index.json")) ||
+                         path_exists(sub / (bin_base + ".bin.index.json"));
     gl::fail(sub.string(), ": no weights file (looked for ", looked, ")",
              sharded ? "; sharded checkpoints (*.index.json) are not supported" : "");
 }
 
 fs::path require_dir(const fs::path& root, const char* name) {
     const fs::path sub = root / name;
-    GL_CHECK(fs::is_directory(sub), root.string(), ": not a diffusers SD1.5 folder: sub-folder ", name, "/ is missing");
+    GL_CHECK(path_is_dir(sub), root.string(), ": not a diffusers SD1.5 folder: sub-folder ", name, "/ is missing");
     return sub;
 }
 
 std::string read_config(const fs::path& sub) {
     const fs::path p = sub / "config.json";
-    GL_CHECK(fs::exists(p), sub.string(), ": config.json is missing");
+    GL_CHECK(path_exists(p), sub.string(), ": config.json is missing");
     return read_text(p);
 }
 
@@ -321,11 +333,11 @@ std::string read_config(const fs::path& sub) {
 
 Sd15Files open_sd15_folder(const std::string& dir, bool prefer_fp16) {
     const fs::path root(dir);
-    GL_CHECK(fs::is_directory(root), dir, ": not a directory");
+    GL_CHECK(path_is_dir(root), dir, ": not a directory");
     // model_index.json is optional (folders assembled by hand lack it); when present it must
     // describe an SD1.x pipeline, which catches SDXL folders before their configs are read.
     const fs::path index = root / "model_index.json";
-    if (fs::exists(index)) {
+    if (path_exists(index)) {
         const std::string origin = index.string();
         const json j = parse_object(read_text(index), origin);
         const Fields f{j, origin};
@@ -346,9 +358,9 @@ Sd15Files open_sd15_folder(const std::string& dir, bool prefer_fp16) {
     out.vae_cfg = parse_vae_config(read_config(vae_dir), (vae_dir / "config.json").string());
 
     const fs::path tok_dir = root / "tokenizer";
-    if (fs::is_directory(tok_dir)) {
+    if (path_is_dir(tok_dir)) {
         for (const char* n : {"vocab.json", "merges.txt"})
-            GL_CHECK(fs::exists(tok_dir / n), tok_dir.string(), ": ", n, " is missing");
+            GL_CHECK(path_exists(tok_dir / n), tok_dir.string(), ": ", n, " is missing");
         out.tokenizer = std::make_shared<const ClipTokenizer>(ClipTokenizer::from_folder(tok_dir.string()));
         out.tokenizer_path = tok_dir.string();
     } else {
@@ -451,8 +463,8 @@ Sd15Files open_sd15_single_file(const std::string& file, const UnetConfig& unet_
 }
 
 Sd15Files open_sd15(const std::string& path, bool prefer_fp16) {
-    std::error_code ec;
-    const fs::file_status st = fs::status(path, ec);
+    GL_CHECK(!path.empty(), "an empty path was given where a model belongs");
+    const fs::file_status st = stat_of(path);
     GL_CHECK(fs::exists(st), path, ": no such file or directory");
     Sd15Files m = fs::is_directory(st) ? open_sd15_folder(path, prefer_fp16) : open_sd15_single_file(path);
     check_sd15_pipeline(m);
