@@ -13,6 +13,7 @@
 #include "ggml-lite/ops/builder.h"
 #include "models/sd15/checkpoint.h"
 #include "test_util.h"
+#include "train/step.h"
 
 using namespace gl;
 using gltest::error_of;
@@ -137,6 +138,13 @@ TEST_CASE("sizes: config integers are range-checked and refused with their key")
            {"text_encoder/config.json", "field 'hidden_size' = 1073741824 is out of range"});
     const std::string vocab = R"({"model_type": "clip_text_model", "vocab_size": 1073741824})";
     expect([&] { sd::parse_clip_config(vocab, "t.json"); }, {"field 'vocab_size' = 1073741824 is out of range"});
+    // Image sizes and batch of a training step, by field.
+    train::StepOptions so;
+    so.latent_h = int64_t(1) << 40;
+    expect([&] { so.validate(); }, {"step: latent_h (image height / 8) = 1099511627776 is out of range"});
+    so.latent_h = 64;
+    so.batch = int64_t(1) << 40;
+    expect([&] { so.validate(); }, {"step: batch = 1099511627776 is out of range"});
     // Configs built in code go through the same validation.
     sd::UnetConfig c = sd::UnetConfig::tiny();
     c.block_out = {1 << 30, 1 << 30};
