@@ -157,7 +157,7 @@ TEST_CASE("files: a full disk is named with the bytes still to write, and leaves
     CHECK(error_of([&] { io::write_safetensors(dir.path.string(), {}); }).find("is a directory") != std::string::npos);
 }
 
-TEST_CASE("files: a writer killed mid-write leaves a temporary with its pid; the next write removes it") {
+TEST_CASE("files: a writer killed mid-write leaves a temporary with its pid, and the next write removes it") {
     TempDir dir;
     const std::string path = dir / "out.safetensors";
     std::vector<float> x(1 << 16, 2.0f);

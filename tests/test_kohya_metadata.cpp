@@ -93,7 +93,7 @@ TEST_CASE("kohya metadata: modelspec.* as sai_model_spec.build_metadata writes i
     }
 }
 
-TEST_CASE("kohya metadata: save_kohya writes the hashes of what it saved; the model hash is the data area's sha256") {
+TEST_CASE("kohya metadata: save_kohya writes the hashes of what it saved, the model hash being the data area's sha256") {
     lora::LoraConfig cfg{4, 2.0f, 1.0f};
     Graph g;
     sd::Weights wt{g, DType::f32};

@@ -5,7 +5,7 @@
 
 using namespace merge_test;
 
-TEST_CASE("merge: a LoRA merged into a single file gives the runtime LoRA's outputs; other tensors are copied") {
+TEST_CASE("merge: a LoRA merged into a single file gives the runtime LoRA's outputs, other tensors are copied") {
     TempDir tmp;
     const fs::path base_path = tmp.path / "base.safetensors", lora_path = tmp.path / "lora.safetensors",
                    out_path = tmp.path / "merged.safetensors";

@@ -153,7 +153,7 @@ TEST_CASE("merge safety: a Hugging Face cache snapshot, every file a link into b
     CHECK(checksums(repo) == before);
 }
 
-TEST_CASE("merge safety: the output is never the base; an existing output is replaced only with overwrite") {
+TEST_CASE("merge safety: the output is never the base, and an existing output is replaced only with overwrite") {
     TempDir tmp;
     const fs::path base_path = tmp.path / "base.safetensors", lora_path = tmp.path / "lora.safetensors";
     concat_files({golden("unet", "unet_original.safetensors"), golden("clip", "clip_tiny_original.safetensors")},
