@@ -147,9 +147,11 @@ std::string parent_dir(const std::string& path) {
 }  // namespace
 
 MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::string& base_path,
-                                       const gl::io::TensorSource& lora_file, const std::string& out,
+                                       const gl::io::TensorSource& lora_file, const std::string& out_arg,
                                        const MergeOptions& opt) {
     MergeReport rep;
+    std::string out = out_arg;  // "merged/" names the folder "merged"
+    while (out.size() > 1 && out.back() == '/') out.pop_back();
     GL_CHECK(std::isfinite(opt.multiplier), "lora merge: the multiplier ", opt.multiplier, " is not a finite number");
     std::tie(rep.rank, rep.conv_rank) = file_ranks(lora_file);
     const bool folder = base.layout == "diffusers";
