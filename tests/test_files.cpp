@@ -77,6 +77,12 @@ struct FaultScope {  // makes write_fully fail with `err` after `after` writes, 
 };
 
 // The pid of a process that has exited (and been reaped): no process runs under it.
+// The temporary name of an atomic write to path by process pid of this host, "XXXXXX" filled.
+std::string temp_name(const std::string& path, long pid, const std::string& fill) {
+    std::string p = io::temp_file_pattern(path, pid);
+    return p.replace(p.size() - 6, 6, fill);
+}
+
 pid_t dead_pid() {
     const pid_t p = ::fork();
     if (p == 0) ::_exit(0);
@@ -188,17 +194,19 @@ TEST_CASE("files: a writer killed mid-write leaves a temporary with its pid, and
     ::waitpid(child, nullptr, 0);
     const std::vector<std::string> left = listing(dir.path);
     REQUIRE(left.size() == 1);
-    CHECK(left[0].rfind("out.safetensors.tmp-" + std::to_string(child) + "-", 0) == 0);
+    CHECK(dir / left[0] == temp_name(path, child, left[0].substr(left[0].size() - 6)));
 
-    // Leftovers of a live process (this one), other names and symlinks stay.
-    const std::string live = dir / ("out.safetensors.tmp-" + std::to_string(getpid()) + "-abcdef");
+    // Leftovers of a live process (this one) or of another host, other names and symlinks stay.
+    const std::string live = temp_name(path, getpid(), "abcdef");
     std::ofstream(live) << "live";
+    const std::string other_host = dir / ("out.safetensors.tmp-elsewhere-" + std::to_string(dead_pid()) + "-abcdef");
+    std::ofstream(other_host) << "other host";
     std::ofstream(dir / "out.safetensors.tmp-other") << "other";
     const std::string target = dir / "target";
     std::ofstream(target) << "keep";
-    const std::string link = dir / ("out.safetensors.tmp-" + std::to_string(dead_pid()) + "-zzzzzz");
+    const std::string link = temp_name(path, dead_pid(), "zzzzzz");
     fs::create_symlink(target, link);
-    const std::string partial = dir / ("out.safetensors.partial-" + std::to_string(dead_pid()));
+    const std::string partial = io::partial_dir_name(path, dead_pid());
     fs::create_directories(fs::path(partial) / "unet");
     fs::create_symlink(target, fs::path(partial) / "unet" / "link");
 
@@ -207,12 +215,13 @@ TEST_CASE("files: a writer killed mid-write leaves a temporary with its pid, and
     CHECK(std::count(removed.begin(), removed.end(), dir / left[0]) == 1);
     CHECK(std::count(removed.begin(), removed.end(), partial) == 1);
     CHECK(fs::exists(live));
+    CHECK(fs::exists(other_host));
     CHECK(fs::exists(dir / "out.safetensors.tmp-other"));
     CHECK(fs::is_symlink(link));
     CHECK(io::read_small_file(target) == "keep");  // a link inside a removed folder is not followed
 
     // write_safetensors cleans up after a killed writer of its own path by itself.
-    const std::string stale = dir / ("out.safetensors.tmp-" + std::to_string(dead_pid()) + "-qwerty");
+    const std::string stale = temp_name(path, dead_pid(), "qwerty");
     std::ofstream(stale) << "stale";
     io::write_safetensors(path, {{"x", DType::f32, {4}, x.data()}});
     CHECK(!fs::exists(stale));

@@ -234,8 +234,9 @@ TEST_CASE("merge safety: temporaries of a killed merge to the same output are fo
     const sd::Sd15Files base = tiny_files(base_file, base_file, base_path.string(), base_path.string(), "single-file");
     io::SafetensorsFile lora_file(lora_path.string());
     const fs::path out = tmp.path / "merged.safetensors";
-    const fs::path tmp_file = tmp.path / ("merged.safetensors.tmp-" + std::to_string(dead_pid()) + "-Ab12Cd");
-    const fs::path partial = tmp.path / ("merged.safetensors.partial-" + std::to_string(dead_pid()));
+    std::string pattern = io::temp_file_pattern(out.string(), dead_pid());
+    const fs::path tmp_file = pattern.replace(pattern.size() - 6, 6, "Ab12Cd");
+    const fs::path partial = io::partial_dir_name(out.string(), dead_pid());
     std::ofstream(tmp_file) << std::string(1000, 'x');
     fs::create_directories(partial / "unet");
     const lora::MergeReport r = lora::merge_lora_into_checkpoint(base, base_path.string(), lora_file, out.string(), {});

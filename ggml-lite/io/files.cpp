@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -47,6 +48,17 @@ std::string parent_of(const std::string& path) {
 std::string trimmed(std::string path) {
     while (path.size() > 1 && path.back() == '/') path.pop_back();
     return path;
+}
+
+// This host's name as it goes into temporary names: letters, digits, '.' and '_' only.
+std::string host_tag() {
+    char buf[256] = {};
+    if (::gethostname(buf, sizeof buf - 1) != 0 || !buf[0]) return "host";
+    std::string h(buf);
+    if (h.size() > 64) h.resize(64);
+    for (char& c : h)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_') c = '_';
+    return h;
 }
 
 bool process_exists(long pid) {
@@ -181,11 +193,13 @@ void check_free_space(const std::string& dir, uint64_t need, const std::string& 
              dir, " has only ", bytes_str(free), " free");
 }
 
-std::string temp_file_pattern(const std::string& path) {
-    return cat(trimmed(path), ".tmp-", long(::getpid()), "-XXXXXX");
+std::string temp_file_pattern(const std::string& path, long pid) {
+    return cat(trimmed(path), ".tmp-", host_tag(), "-", pid ? pid : long(::getpid()), "-XXXXXX");
 }
 
-std::string partial_dir_name(const std::string& path) { return cat(trimmed(path), ".partial-", long(::getpid())); }
+std::string partial_dir_name(const std::string& path, long pid) {
+    return cat(trimmed(path), ".partial-", host_tag(), "-", pid ? pid : long(::getpid()));
+}
 
 std::vector<std::string> remove_stale_temps(const std::string& path_in) {
     std::vector<std::string> removed;
@@ -197,17 +211,18 @@ std::vector<std::string> remove_stale_temps(const std::string& path_in) {
     std::vector<std::string> names;
     while (const dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
     ::closedir(d);
+    const std::string tmp = ".tmp-" + host_tag() + "-", partial = ".partial-" + host_tag() + "-";
     for (const std::string& name : names) {
         if (name.compare(0, base.size(), base) != 0) continue;
         const std::string rest = name.substr(base.size());
         long pid = 0;
         bool ours = false;
-        if (rest.rfind(".tmp-", 0) == 0) {
-            const size_t n = leading_pid(rest.substr(5), &pid);
-            ours = n > 0 && rest.size() == 5 + n + 7 && rest[5 + n] == '-';
-        } else if (rest.rfind(".partial-", 0) == 0) {
-            const size_t n = leading_pid(rest.substr(9), &pid);
-            ours = n > 0 && rest.size() == 9 + n;
+        if (rest.rfind(tmp, 0) == 0) {
+            const size_t n = leading_pid(rest.substr(tmp.size()), &pid);
+            ours = n > 0 && rest.size() == tmp.size() + n + 7 && rest[tmp.size() + n] == '-';
+        } else if (rest.rfind(partial, 0) == 0) {
+            const size_t n = leading_pid(rest.substr(partial.size()), &pid);
+            ours = n > 0 && rest.size() == partial.size() + n;
         }
         if (!ours || process_exists(pid)) continue;
         const std::string full = (std::filesystem::path(path).parent_path() / name).string();

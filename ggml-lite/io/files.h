@@ -3,9 +3,10 @@
 //   folder given where a checkpoint, config or vocabulary belongs is refused naming the path and
 //   its type (a plain open() of a FIFO would wait for a writer forever);
 // - writes report a full disk as such ("no space left on the device ..., N bytes needed, M free");
-// - atomic writes go through temporary names that carry the writer's process id
-//   ("<path>.tmp-<pid>-XXXXXX" files, "<path>.partial-<pid>" folders), so that a later run can
-//   tell the leftovers of a killed writer from those of one still running, and remove them.
+// - atomic writes go through temporary names that carry the writer's host and process id
+//   ("<path>.tmp-<host>-<pid>-XXXXXX" files, "<path>.partial-<host>-<pid>" folders), so that a
+//   later run on the same host can tell the leftovers of a killed writer from those of one still
+//   running, and remove them (those of other hosts sharing the folder are left alone).
 // All functions throw gl::Error naming the path.
 #pragma once
 #include <cstddef>
@@ -36,11 +37,11 @@ uint64_t free_bytes(const std::string& dir);
 void check_free_space(const std::string& dir, uint64_t need, const std::string& what);
 
 // The mkstemp / mkdtemp pattern of an atomic write to path, and the name of a folder built
-// beside path.
-std::string temp_file_pattern(const std::string& path);
-std::string partial_dir_name(const std::string& path);
+// beside path, for process `pid` of this host (0: this process).
+std::string temp_file_pattern(const std::string& path, long pid = 0);
+std::string partial_dir_name(const std::string& path, long pid = 0);
 // Removes what atomic writes to `path` left behind when their process was killed: files and
-// folders (never symlinks) named as above with the id of a process that no longer exists.
+// folders (never symlinks) named as above with this host and a process id that no longer exists.
 // Leftovers of running processes stay. Returns the paths removed.
 std::vector<std::string> remove_stale_temps(const std::string& path);
 
