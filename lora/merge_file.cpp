@@ -125,9 +125,11 @@ size_t write_source(const gl::io::TensorSource& src, const std::map<std::string,
 }
 
 // Bytes a safetensors file of src's tensors takes (the header is generously estimated).
+uint64_t add_saturated(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
+
 uint64_t file_bytes(const gl::io::TensorSource& src) {
     uint64_t b = uint64_t(1) << 20;
-    for (const gl::io::TensorInfo& t : src.list()) b += t.nbytes();
+    for (const gl::io::TensorInfo& t : src.list()) b = add_saturated(b, t.nbytes());
     return b;
 }
 
@@ -170,6 +172,10 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
     std::error_code ec;
     const bool replace = fs::exists(fs::symlink_status(out, ec));
     rep.stale_removed = gl::io::remove_stale_temps(out);
+    // Before the (long) merge: what will be written must fit.
+    uint64_t need = file_bytes(*base.unet);
+    if (folder) need = add_saturated(add_saturated(need, plan.bytes), file_bytes(*base.text_encoder));
+    gl::io::check_free_space(parent_dir(out), need, "lora merge: " + out);
 
     // The base models in f32 with the network on them (tiny inputs: only the weights matter).
     gl::Graph g;
@@ -235,14 +241,11 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
     if (!folder) {
         std::map<std::string, Merged> all = unet_keys;
         all.insert(te_keys.begin(), te_keys.end());
-        gl::io::check_free_space(parent_dir(out), file_bytes(*base.unet), "lora merge: " + out);
         rep.tensors_written = write_source(*base.unet, all, *rt, out, md, opt.multiplier);
         return rep;
     }
-    // The copy is planned and the space checked first, then built beside the target and renamed
-    // when complete: a failure or a kill leaves no half-merged folder under `out`.
-    gl::io::check_free_space(parent_dir(out), plan.bytes + file_bytes(*base.unet) + file_bytes(*base.text_encoder),
-                             "lora merge: " + out);
+    // Built beside the target and renamed when complete: a failure or a kill leaves no
+    // half-merged folder under `out`.
     const std::string partial = gl::io::partial_dir_name(out);
     try {
         copy_folder(plan, partial);
