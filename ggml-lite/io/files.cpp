@@ -148,7 +148,7 @@ void write_fully(int fd, const void* data, size_t n, const std::string& path, ui
 void copy_file_contents(const std::string& from, const std::string& to) {
     uint64_t size = 0;
     const int in = open_regular(from, &size);
-    const int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (out < 0) {
         const int e = errno;
         ::close(in);
@@ -167,13 +167,10 @@ void copy_file_contents(const std::string& from, const std::string& to) {
         }
         if (::fsync(out) != 0) fail(to, ": fsync failed: ", std::strerror(errno));
         const int rc = ::close(out);
-        if (rc != 0) {
-            ::close(in);
-            ::unlink(to.c_str());
-            fail(to, ": close failed: ", std::strerror(errno));
-        }
+        out = -1;
+        if (rc != 0) fail(to, ": close failed: ", std::strerror(errno));
     } catch (...) {
-        ::close(out);
+        if (out >= 0) ::close(out);
         ::close(in);
         ::unlink(to.c_str());
         throw;
