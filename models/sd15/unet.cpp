@@ -2,6 +2,8 @@
 // unet_2d_condition.py / unet_2d_blocks.py so that names and numerics line up with it.
 #include "models/sd15/unet.h"
 
+#include <cmath>
+
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/ops/builder.h"
 #include "models/nn/layers.h"
@@ -15,6 +17,21 @@ using gl::ValueId;
 void UnetConfig::validate() const {
     const size_t n = block_out.size();
     GL_CHECK(n >= 1, "unet config: block_out is empty");
+    // Ranges far beyond any SD1.x-like UNet, small enough that every width derived from them
+    // (4 x block_out_channels[0] for the time embedding) fits an int. Named by diffusers' keys.
+    constexpr int kMaxChannels = 1 << 16, kMaxLayers = 64;
+    const auto in_range = [](const std::string& key, int v, int hi) {
+        GL_CHECK(v >= 1 && v <= hi, "unet config: ", key, " = ", v, " is out of range (1..", hi, ")");
+    };
+    for (size_t i = 0; i < n; i++) in_range(gl::cat("block_out_channels[", i, "]"), block_out[i], kMaxChannels);
+    in_range("in_channels", in_channels, kMaxChannels);
+    in_range("out_channels", out_channels, kMaxChannels);
+    in_range("cross_attention_dim", cross_attention_dim, kMaxChannels);
+    in_range("norm_num_groups", norm_groups, kMaxChannels);
+    in_range("attention heads (num_attention_heads / attention_head_dim)", heads, kMaxChannels);
+    in_range("layers_per_block", layers_per_block, kMaxLayers);
+    in_range("transformer_layers_per_block", transformer_layers, kMaxLayers);
+    GL_CHECK(std::isfinite(norm_eps) && std::isfinite(freq_shift), "unet config: norm_eps and freq_shift must be finite");
     GL_CHECK(down.size() == n && up.size() == n, "unet config: ", n, " blocks but ", down.size(), " down and ",
              up.size(), " up block types");
     GL_CHECK(in_channels >= 1 && out_channels >= 1, "unet config: in/out channels must be positive");
