@@ -90,6 +90,33 @@ TensorRef Runtime::locate(ValueId id, const std::array<void*, kCategoryCount>& a
     return t;
 }
 
+void Runtime::share_arena(Category c, Runtime& owner) {
+    GL_CHECK(c != Category::activations && c != Category::workspace, "share_arena: ", category_name(c),
+             " is planned per graph; only persistent categories can be shared");
+    GL_CHECK(std::string(backend_name()) == owner.backend_name(), "share_arena: a ", backend_name(),
+             " runtime cannot use a ", owner.backend_name(), " runtime's arena");
+    GL_CHECK(&owner != this, "share_arena: a runtime cannot share its own arena");
+    const Plan &a = plan_, &b = owner.plan_;
+    auto owners_of = [c](const Plan& p) {
+        std::vector<ValueId> ids;
+        for (ValueId v = 0; v < p.graph.value_count(); v++)
+            if (p.graph.v(v).base == v && p.graph.v(v).category == c) ids.push_back(v);
+        return ids;
+    };
+    const std::vector<ValueId> va = owners_of(a), vb = owners_of(b);
+    GL_CHECK(va.size() == vb.size() && a.arena_bytes[size_t(c)] == b.arena_bytes[size_t(c)], "share_arena: ",
+             category_name(c), " holds ", va.size(), " values (", a.arena_bytes[size_t(c)], " bytes) here and ",
+             vb.size(), " (", b.arena_bytes[size_t(c)], " bytes) in the owner");
+    for (size_t i = 0; i < va.size(); i++) {
+        const Value &x = a.graph.v(va[i]), &y = b.graph.v(vb[i]);
+        GL_CHECK(x.name == y.name && x.dtype == y.dtype && x.shape() == y.shape() &&
+                     a.offset[size_t(va[i])] == b.offset[size_t(vb[i])],
+                 "share_arena: ", category_name(c), " value ", i, " is ", a.graph.describe(va[i]), " here and ",
+                 b.graph.describe(vb[i]), " in the owner (or placed elsewhere)");
+    }
+    adopt_arena(c, owner);
+}
+
 std::vector<float> Runtime::read_f32(ValueId v) const {
     std::vector<float> x(size_t(plan_.graph.v(v).numel()));
     read(v, x.data(), DType::f32);
@@ -103,14 +130,15 @@ namespace {
 class CpuRuntime final : public Runtime {
 public:
     explicit CpuRuntime(Plan plan) : Runtime(std::move(plan)) {
-        for (int c = 0; c < kCategoryCount; c++) arenas_[size_t(c)].assign(plan_.arena_bytes[size_t(c)], 0);
+        for (int c = 0; c < kCategoryCount; c++) {
+            arenas_[size_t(c)].assign(plan_.arena_bytes[size_t(c)], 0);
+            base_[size_t(c)] = arenas_[size_t(c)].data();
+        }
     }
     const char* backend_name() const override { return "cpu"; }
 
     TensorRef ref(ValueId id) const {
-        std::array<void*, kCategoryCount> base{};
-        for (int c = 0; c < kCategoryCount; c++) base[size_t(c)] = const_cast<unsigned char*>(arenas_[size_t(c)].data());
-        return locate(id, base);
+        return locate(id, base_);
     }
 
     void write(ValueId id, const void* data, DType t) override {
@@ -167,8 +195,15 @@ public:
 
     size_t allocated_bytes(Category c) const override { return arenas_[size_t(c)].size(); }
 
+protected:
+    void adopt_arena(Category c, Runtime& owner) override {
+        base_[size_t(c)] = static_cast<CpuRuntime&>(owner).base_[size_t(c)];
+        std::vector<unsigned char>().swap(arenas_[size_t(c)]);
+    }
+
 private:
-    std::array<std::vector<unsigned char>, kCategoryCount> arenas_;
+    std::array<std::vector<unsigned char>, kCategoryCount> arenas_;  // what this runtime allocated
+    std::array<void*, kCategoryCount> base_{};                       // what it runs on (own or shared)
 };
 
 }  // namespace

@@ -34,6 +34,14 @@ public:
     // What the backend holds: the plan's arenas plus backend extras (workspace, context).
     virtual std::string memory_report() const { return plan_.report(); }
 
+    // Runs on `owner`'s arena for the persistent category c (frozen weights, trainable parameters,
+    // optimizer state) instead of an own copy, which is released: a model built at several shapes
+    // (one plan per image size, VAE tile or prompt length) holds and loads its weights once. Both
+    // plans must lay c out alike (the same named values, shapes and dtypes at the same offsets;
+    // checked, gl::Error naming the first difference). owner must be of the same backend and
+    // outlive this runtime; what either writes there, both see.
+    void share_arena(Category c, Runtime& owner);
+
     void write_f32(ValueId v, const std::vector<float>& x);
     std::vector<float> read_f32(ValueId v) const;
 
@@ -49,6 +57,8 @@ public:
     double profiled_ms(size_t node) const { return node < node_ms_.size() ? node_ms_[node] : 0.0; }
 
 protected:
+    // Backends: use owner's arena for c from now on (same backend, layout checked by share_arena).
+    virtual void adopt_arena(Category c, Runtime& owner) = 0;
     // Backends report each node's time of a profiled run, then close the run.
     void add_node_time(size_t node, double ms) { node_ms_[node] += ms; }
     void end_profiled_run() { profiled_runs_++; }

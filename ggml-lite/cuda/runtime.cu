@@ -113,8 +113,8 @@ public:
     ~CudaRuntime() override {
         for (cudaEvent_t e : timing_) cudaEventDestroy(e);
         if (exec_) cudaGraphExecDestroy(exec_);
-        for (void* a : arenas_)
-            if (a) cudaFree(a);
+        for (int c = 0; c < kCategoryCount; c++)
+            if (arenas_[size_t(c)] && !borrowed_[size_t(c)]) cudaFree(arenas_[size_t(c)]);
         if (workspace_) cudaFree(workspace_);
         if (stream_) cudaStreamDestroy(stream_);
     }
@@ -192,13 +192,16 @@ public:
         runs_++;  // no host synchronisation: read() waits for the stream
     }
 
-    size_t allocated_bytes(Category c) const override { return arenas_[size_t(c)] ? plan_.arena_bytes[size_t(c)] : 0; }
+    size_t allocated_bytes(Category c) const override {
+        return arenas_[size_t(c)] && !borrowed_[size_t(c)] ? plan_.arena_bytes[size_t(c)] : 0;
+    }
 
     void synchronize() override { GL_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
     void poison(unsigned char byte) override {
         for (int c = 0; c < kCategoryCount; c++)
-            if (arenas_[size_t(c)]) GL_CUDA_CHECK(cudaMemsetAsync(arenas_[size_t(c)], byte, plan_.arena_bytes[size_t(c)], stream_));
+            if (arenas_[size_t(c)] && !borrowed_[size_t(c)])
+                GL_CUDA_CHECK(cudaMemsetAsync(arenas_[size_t(c)], byte, plan_.arena_bytes[size_t(c)], stream_));
         if (workspace_) GL_CUDA_CHECK(cudaMemsetAsync(workspace_, byte, workspace_bytes_, stream_));
         GL_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
@@ -217,6 +220,19 @@ public:
                       "device in use", mib(used_after_), mib(arenas + workspace_bytes_));
         s += line;
         return s;
+    }
+
+protected:
+    void adopt_arena(Category c, Runtime& owner) override {
+        auto& o = static_cast<CudaRuntime&>(owner);
+        GL_CUDA_CHECK(cudaStreamSynchronize(o.stream_));  // the owner's pending writes land first
+        if (arenas_[size_t(c)] && !borrowed_[size_t(c)]) GL_CUDA_CHECK(cudaFree(arenas_[size_t(c)]));
+        arenas_[size_t(c)] = o.arenas_[size_t(c)];
+        borrowed_[size_t(c)] = true;
+        if (exec_) {  // a captured step holds the old addresses
+            GL_CUDA_CHECK(cudaGraphExecDestroy(exec_));
+            exec_ = nullptr;
+        }
     }
 
 private:
@@ -258,6 +274,7 @@ private:
 
     cudaStream_t stream_ = nullptr;
     std::array<void*, kCategoryCount> arenas_{};
+    std::array<bool, kCategoryCount> borrowed_{};  // arenas of another runtime (share_arena): not freed here
     void* workspace_ = nullptr;
     size_t workspace_bytes_ = 0;
     size_t used_before_ = 0, used_after_ = 0;
