@@ -1,0 +1,261 @@
+// The text-to-image pipeline on tiny models against diffusers' StableDiffusionPipeline (fp32, CPU,
+// injected latents; tests/golden/make_sampler_golden.py): whole pipelines with CFG, Karras DPM++
+// with clip skip, no CFG, two LoRAs (runtime and merged); the tiled VAE decode; multiplier 0 giving
+// the base image bit for bit; batch independence; the plan; refusals.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/io/safetensors.h"
+#include "models/sd15/pipeline.h"
+#include "test_util.h"
+
+using gltest::error_of;
+using sd::GenerationParams;
+using sd::Pipeline;
+using sd::PipelineOptions;
+
+namespace {
+
+std::string golden(const std::string& rel) {
+    std::string f = __FILE__;
+    return f.substr(0, f.find_last_of('/')) + "/golden/data/" + rel;
+}
+
+// The tiny pipeline: the UNet and VAE of the unet / vae golden tests, the text encoder and LoRAs
+// made by make_sampler_golden.py, the tiny tokenizer.
+sd::Sd15Files tiny_model() {
+    sd::Sd15Files f;
+    f.unet = std::make_shared<gl::io::SafetensorsFile>(golden("unet/unet_diffusers.safetensors"));
+    f.text_encoder = std::make_shared<gl::io::SafetensorsFile>(golden("sampler/text_encoder.safetensors"));
+    f.vae = std::make_shared<gl::io::SafetensorsFile>(golden("vae/weights_diffusers.safetensors"));
+    f.unet_cfg = sd::UnetConfig::tiny();
+    f.clip_cfg = sd::ClipConfig{3514, 16, 2, 2, 32, 77, gl::Act::quick_gelu, 1e-5f};
+    f.vae_cfg = sd::VaeConfig::tiny();
+    f.tokenizer = std::make_shared<sd::ClipTokenizer>(sd::ClipTokenizer::from_folder(golden("tokenizer/tiny")));
+    f.layout = "tiny test model";
+    return f;
+}
+
+sd::RuntimeFactory cpu() {
+    return [](gl::Plan p) { return gl::make_cpu_runtime(std::move(p)); };
+}
+
+PipelineOptions f32_options() {
+    PipelineOptions o;
+    o.dtype = gl::DType::f32;
+    return o;
+}
+
+std::vector<float> read(const gl::io::SafetensorsFile& f, const std::string& name) {
+    std::vector<float> v(size_t(f.info(name).numel()));
+    f.read(name, v.data(), gl::DType::f32);
+    return v;
+}
+
+// max |a - b| / max |b|.
+double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+    REQUIRE(a.size() == b.size());
+    double d = 0, r = 0;
+    for (size_t i = 0; i < a.size(); i++) {
+        d = std::max(d, std::abs(double(a[i]) - b[i]));
+        r = std::max(r, std::abs(double(b[i])));
+    }
+    return d / std::max(r, 1e-30);
+}
+
+GenerationParams params_of(const nlohmann::json& c) {
+    GenerationParams p;
+    p.prompt = c.at("prompt");
+    p.negative = c.at("negative");
+    p.width = c.at("width");
+    p.height = c.at("height");
+    p.batch = c.at("batch");
+    p.steps = c.at("steps");
+    p.cfg_scale = c.at("cfg");
+    p.sampler = sd::SamplerOptions::diffusers_sd15(sd::parse_sampler_name(c.at("sampler")).kind);
+    p.sampler.karras = c.at("karras");
+    return p;
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("pipeline: text to image matches diffusers' StableDiffusionPipeline") {
+    const gl::io::SafetensorsFile f(golden("sampler/pipeline.safetensors"));
+    const auto cases = nlohmann::json::parse(f.metadata().at("pipeline_cases"));
+    REQUIRE(cases.size() == 4);
+    for (const auto& c : cases) {
+        const std::string name = c.at("name");
+        CAPTURE(name);
+        PipelineOptions o = f32_options();
+        o.clip_skip = c.at("clip_skip");
+        for (const auto& l : c.at("loras"))
+            o.loras.push_back({golden("sampler/" + l.at(0).get<std::string>() + ".safetensors"), l.at(1).get<float>()});
+        const GenerationParams p = params_of(c);
+        const std::vector<float> noise = read(f, name + ".noise");
+        for (bool merged : {false, true}) {
+            if (merged && o.loras.empty()) continue;
+            o.merge_loras = merged;
+            Pipeline pipe(tiny_model(), o, cpu());
+            std::vector<float> latents;
+            int calls = 0;
+            const std::vector<float> px = pipe.generate_pixels(p, &noise, [&](int, int) { calls++; }, &latents);
+            CHECK(calls == p.steps);
+            const double el = rel_error(latents, read(f, name + ".latents"));
+            const double ei = rel_error(px, read(f, name + ".image"));
+            MESSAGE(name, std::string(merged ? " (LoRA merged)" : ""), ": final latents rel. error ", el, ", image ", ei);
+            CHECK(el <= 2e-5);
+            CHECK(ei <= 2e-5);
+        }
+    }
+}
+
+TEST_CASE("pipeline: the tiled VAE decode matches diffusers' tiled_decode") {
+    const gl::io::SafetensorsFile f(golden("sampler/pipeline.safetensors"));
+    PipelineOptions o = f32_options();
+    o.vae_tile = 4;
+    o.vae_budget_bytes = 1;  // nothing fits: tiles of 4 x 4 latents are planned, then refused...
+    Pipeline refuse(tiny_model(), o, cpu());
+    CHECK(has(error_of([&] { refuse.plan_decode(2, 7, 10); }), "VAE decode of one 4x4 latent tile needs"));
+    // ...so give the budget exactly what one tile needs: the whole batch and one image are over it.
+    const sd::VaeDecodePlan tile = [&] {
+        PipelineOptions big = f32_options();
+        Pipeline probe(tiny_model(), big, cpu());
+        return probe.plan_decode(1, 4, 4);
+    }();
+    o.vae_budget_bytes = tile.activation_bytes;
+    Pipeline tiled(tiny_model(), o, cpu());
+    const sd::VaeDecodePlan vp = tiled.plan_decode(2, 7, 10);
+    CHECK(vp.mode == sd::VaeDecodePlan::Mode::tiled);
+    CHECK(vp.tiles == 3 * 4);
+    CHECK(vp.activation_bytes == tile.activation_bytes);
+    CHECK(vp.whole_batch_bytes > vp.activation_bytes);
+    const std::vector<float> img = tiled.decode(read(f, "tiled.z"), 2, 7, 10);
+    const double e = rel_error(img, read(f, "tiled.image"));
+    MESSAGE("tiled decode rel. error ", e);
+    CHECK(e <= 1e-5);
+    // Per image when one image fits but the batch does not: the same pixels as the whole batch.
+    PipelineOptions one = f32_options();
+    Pipeline whole(tiny_model(), one, cpu());
+    const sd::VaeDecodePlan single = whole.plan_decode(1, 7, 10);
+    one.vae_budget_bytes = single.activation_bytes;
+    Pipeline per_image(tiny_model(), one, cpu());
+    CHECK(per_image.plan_decode(2, 7, 10).mode == sd::VaeDecodePlan::Mode::per_image);
+    CHECK(per_image.decode(read(f, "tiled.z"), 2, 7, 10) == whole.decode(read(f, "tiled.z"), 2, 7, 10));
+}
+
+TEST_CASE("pipeline: LoRA multiplier 0 gives the base image bit for bit; multipliers scale the effect") {
+    GenerationParams p;
+    p.prompt = "a red fox";
+    p.negative = "blurry";
+    p.width = p.height = 16;
+    p.steps = 4;
+    p.seed = 5;
+    p.sampler = sd::SamplerOptions::diffusers_sd15(sd::SamplerKind::euler_ancestral);
+    auto image = [&](std::vector<sd::LoraFile> loras, bool merged) {
+        PipelineOptions o = f32_options();
+        o.loras = std::move(loras);
+        o.merge_loras = merged;
+        Pipeline pipe(tiny_model(), o, cpu());
+        return pipe.generate(p).at(0).pixels;
+    };
+    const auto base = image({}, false);
+    const std::string a = golden("sampler/lora_a.safetensors"), b = golden("sampler/lora_b.safetensors");
+    CHECK(image({{a, 0.0f}}, false) == base);
+    CHECK(image({{a, 0.0f}, {b, 0.0f}}, false) == base);
+    CHECK(image({{a, 0.0f}}, true) == base);
+    CHECK(image({{a, 0.8f}}, false) != base);
+}
+
+TEST_CASE("pipeline: images do not depend on the batch they are made in; seeds change them") {
+    PipelineOptions o = f32_options();
+    Pipeline pipe(tiny_model(), o, cpu());
+    GenerationParams p;
+    p.prompt = "a lighthouse";
+    p.width = 16;
+    p.height = 20;
+    p.steps = 3;
+    p.seed = 40;
+    p.batch = 2;
+    p.sampler = sd::SamplerOptions::kohya(sd::SamplerKind::euler_ancestral);
+    const auto two = pipe.generate(p);
+    REQUIRE(two.size() == 2);
+    p.batch = 1;
+    p.seed = 41;
+    const auto one = pipe.generate(p);
+    CHECK(one.at(0).width == 16);
+    CHECK(one.at(0).height == 20);
+    CHECK(one.at(0).pixels == two.at(1).pixels);
+    CHECK(two.at(0).pixels != two.at(1).pixels);
+}
+
+TEST_CASE("pipeline: plan report and refusals") {
+    PipelineOptions o = f32_options();
+    Pipeline pipe(tiny_model(), o, cpu());
+    GenerationParams p;
+    p.prompt = "x";
+    p.width = p.height = 16;
+    const std::string plan = pipe.plan_report(p);
+    CHECK(has(plan, "memory plan (f32, cpu): 16x16, batch 1 with CFG"));
+    CHECK(has(plan, "UNet           weights"));
+    CHECK(has(plan, "(batch 2, 8x8 latents, context 77)"));
+    CHECK(has(plan, "VAE decoder    weights"));
+    CHECK(has(plan, "whole batch at once"));
+
+    GenerationParams bad = p;
+    bad.width = 18;
+    CHECK(has(error_of([&] { pipe.validate(bad); }), "width 18 must be a multiple of 4"));
+    bad = p;
+    bad.steps = 0;
+    CHECK(has(error_of([&] { pipe.validate(bad); }), "steps 0 must be in [1, 1000]"));
+    bad = p;
+    bad.batch = 0;
+    CHECK(has(error_of([&] { pipe.generate(bad); }), "batch 0 must be in [1, 64]"));
+    bad = p;
+    bad.cfg_scale = NAN;
+    CHECK(has(error_of([&] { pipe.validate(bad); }), "CFG scale nan must be finite"));
+
+    PipelineOptions lo = f32_options();
+    lo.loras = {{"/nonexistent/lora.safetensors", 1.0f}};
+    CHECK(has(error_of([&] { Pipeline(tiny_model(), lo, cpu()); }), "/nonexistent/lora.safetensors"));
+    lo.loras = {{golden("sampler/text_encoder.safetensors"), 1.0f}};  // not a LoRA
+    CHECK(has(error_of([&] { Pipeline(tiny_model(), lo, cpu()); }), "holds no LoRA down matrices"));
+    lo.loras = {{golden("sampler/lora_a.safetensors"), NAN}};
+    CHECK(has(error_of([&] { Pipeline(tiny_model(), lo, cpu()); }), "multiplier nan is not finite"));
+    PipelineOptions skip = f32_options();
+    skip.clip_skip = 3;
+    CHECK(has(error_of([&] { Pipeline(tiny_model(), skip, cpu()); }), "clip_skip 3 must be in [1, 2]"));
+}
+
+TEST_CASE("pipeline: A1111 infotext") {
+    GenerationParams p;
+    p.prompt = "masterpiece, a cat";
+    p.negative = "lowres";
+    p.width = 512;
+    p.height = 768;
+    p.steps = 20;
+    p.cfg_scale = 7.0;
+    p.sampler = sd::SamplerOptions::diffusers_sd15(sd::SamplerKind::dpmpp_2m);
+    p.sampler.karras = true;
+    sd::InfotextFields f;
+    f.model_name = "my model, v2";
+    f.loras = {{"style", 0.8f}};
+    f.clip_skip = 2;
+    f.version = "gl-txt2img 0.1.0";
+    CHECK(sd::a1111_infotext(p, 1234, f) ==
+          "masterpiece, a cat <lora:style:0.8>\nNegative prompt: lowres\nSteps: 20, Sampler: DPM++ 2M Karras, CFG scale: 7, "
+          "Seed: 1234, Size: 512x768, Model: \"my model, v2\", Clip skip: 2, Version: gl-txt2img 0.1.0");
+    p.negative.clear();
+    p.cfg_scale = 7.5;
+    p.sampler = sd::SamplerOptions::kohya(sd::SamplerKind::ddim);
+    p.sampler.eta = 0.5;
+    CHECK(sd::a1111_infotext(p, 7, {}) ==
+          "masterpiece, a cat\nSteps: 20, Sampler: DDIM, CFG scale: 7.5, Seed: 7, Size: 512x768, Eta DDIM: 0.5");
+}
