@@ -75,7 +75,7 @@ LoraNetwork::LoraNetwork(LoraConfig cfg) : cfg_(cfg) {
              cfg_.dropout);
 }
 
-void LoraNetwork::attach_unet(sd::Weights& w) {
+void LoraNetwork::attach_unet(nn::Weights& w) {
     w.linear_hook = [this](gl::Graph& g, const std::string& path, ValueId x, ValueId y) {
         if (is_unet_target(path)) return apply(g, Part::unet, path, x, y, unet_module_kind(path));
         if (cfg_.conv_dim > 0 && is_unet_conv_target(path)) return apply(g, Part::unet, path, x, y, ModuleKind::linear);
@@ -89,7 +89,7 @@ void LoraNetwork::attach_unet(sd::Weights& w) {
     };
 }
 
-void LoraNetwork::attach_text_encoder(sd::Weights& w) {
+void LoraNetwork::attach_text_encoder(nn::Weights& w) {
     w.linear_hook = [this](gl::Graph& g, const std::string& path, ValueId x, ValueId y) {
         return is_text_encoder_target(path) ? apply(g, Part::text_encoder, path, x, y, ModuleKind::linear) : y;
     };
@@ -202,14 +202,14 @@ void LoraNetwork::sample_dropout(gl::Runtime& rt, uint64_t seed, bool training) 
     }
 }
 
-size_t merge_into(const LoraNetwork& net, const gl::Runtime& lora_rt, Part part, const sd::Weights& base,
+size_t merge_into(const LoraNetwork& net, const gl::Runtime& lora_rt, Part part, const nn::Weights& base,
                   gl::Runtime& base_rt) {
     size_t changed = 0;
     for (const LoraModule& m : net.modules()) {
         if (m.part != part) continue;
         const std::string wname = m.path + ".weight";
-        const sd::WeightEntry* e = nullptr;
-        for (const sd::WeightEntry& x : base.entries())
+        const nn::WeightEntry* e = nullptr;
+        for (const nn::WeightEntry& x : base.entries())
             if (x.name == wname) e = &x;
         GL_CHECK(e != nullptr, "lora merge: the base model has no weight ", wname, " for ", m.key);
         const gl::Shape ws = base_rt.plan().graph.shape(e->id);

@@ -5,16 +5,16 @@
 // [out, rank] zero, so a fresh network changes nothing. The masters are f32 parameters, cast to
 // the activations' dtype where they are used.
 //
-// A network attaches to the models' Weights through their linear hook before the model graph is
-// built; building the model then creates one (down, up) parameter pair per targeted module,
-// named by its kohya key ("lora_unet_down_blocks_0_attentions_0_proj_in.lora_down.weight").
+// A network attaches to a model's weight store (nn::Weights) through its linear / conv hooks
+// before the model graph is built; building the model then creates one (down, up) parameter pair
+// per targeted module, named by its kohya key ("lora_unet_down_blocks_0_attentions_0_proj_in.lora_down.weight").
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "ggml-lite/core/graph.h"
-#include "models/sd15/weights.h"
+#include "models/nn/weights.h"
 
 namespace gl {
 class Runtime;
@@ -93,8 +93,8 @@ public:
     // Installs the hook on a model's Weights; attach before building that model's graph.
     // Building the graph again (or another graph on the same network) is not supported: each
     // network's parameters live in one graph.
-    void attach_unet(sd::Weights& w);
-    void attach_text_encoder(sd::Weights& w);
+    void attach_unet(nn::Weights& w);
+    void attach_text_encoder(nn::Weights& w);
 
     const LoraConfig& config() const { return cfg_; }
     const std::vector<LoraModule>& modules() const { return modules_; }
@@ -124,7 +124,7 @@ private:
 // every module of `net` in `part`, W = base's path + ".weight"; up/down read from lora_rt, W
 // read from and written to base_rt.
 // Returns the number of weights changed.
-size_t merge_into(const LoraNetwork& net, const gl::Runtime& lora_rt, Part part, const sd::Weights& base,
+size_t merge_into(const LoraNetwork& net, const gl::Runtime& lora_rt, Part part, const nn::Weights& base,
                   gl::Runtime& base_rt);
 
 }  // namespace lora

@@ -1,6 +1,7 @@
-// Optimizer: builds the update nodes and state leaves of a training step, writes its per-step
-// hyper tensors, reads gstat after a step, and saves / restores its state; LossScaler: torch's
-// GradScaler policy on the host.
+// Optimizer: generic over the descriptors (optim/optimizers/): adds grad_stats and one hyper input per
+// group, lets the descriptor's append create its state leaves and update nodes, then initialises,
+// writes the per-step hyper tensors, reads gstat after a step, and saves / restores whatever state
+// was created. LossScaler: torch's GradScaler policy on the host.
 #include "optim/optimizer.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/io/safetensors.h"
+#include "ggml-lite/ops/builder.h"
 
 namespace optim {
 
@@ -42,7 +44,7 @@ void Optimizer::add_group(gl::Graph& g, const std::string& name, const std::vect
     for (const Group& o : groups_) GL_CHECK(o.name != name, "Optimizer::add_group: group '", name, "' added twice");
     GL_CHECK(torch_shapes.empty() || torch_shapes.size() == params.size(), "Optimizer::add_group('", name, "'): ",
              torch_shapes.size(), " torch shapes for ", params.size(), " params");
-    Group grp{name, {}, {}, lr, weight_decay < 0.0f ? cfg_.weight_decay : weight_decay};
+    Group grp{name, {}, {}, lr, weight_decay < 0.0f ? cfg_.weight_decay : weight_decay, gl::kNoValue, {}};
     for (size_t i = 0; i < params.size(); i++) {
         const gl::Value& p = g.v(params[i]);
         GL_CHECK(p.role == gl::Role::param && p.dtype == DType::f32, "Optimizer::add_group('", name, "'): ",
@@ -58,13 +60,29 @@ void Optimizer::add_group(gl::Graph& g, const std::string& name, const std::vect
     groups_.push_back(std::move(grp));
 }
 
-ValueId Optimizer::add_state(gl::Graph& g, const std::string& name, DType t, const gl::Shape& s, Slot::Init init,
-                             ValueId param, bool saved) {
-    for (const Slot& sl : slots_)
-        GL_CHECK(g.v(sl.id).name != name, "Optimizer: two state tensors named '", name, "' (parameter names must differ)");
-    ValueId id = g.state(name, t, s);
-    slots_.push_back({id, init, param, saved, name, t, s});
+ValueId UpdateBuilder::add(const std::string& name, DType t, const gl::Shape& s, StateInit init, bool saved) {
+    for (const StateSlot& sl : slots_)
+        GL_CHECK(sl.name != name, "Optimizer: two state tensors named '", name, "' (parameter names must differ)");
+    GL_CHECK(init.values.empty() || int64_t(init.values.size()) == s.numel(), "Optimizer: state '", name, "' ",
+             s.str(), " given ", init.values.size(), " initial values");
+    GL_CHECK(init.copy_of == gl::kNoValue || g.shape(init.copy_of).numel() == s.numel(), "Optimizer: state '", name,
+             "' ", s.str(), " cannot start as a copy of ", g.describe(init.copy_of));
+    const ValueId id = g.state(name, t, s);
+    slots_.push_back({id, name, t, s, std::move(init), saved});
     return id;
+}
+
+ValueId UpdateBuilder::state(const UpdateParam& p, const std::string& suffix, DType t, const gl::Shape& s,
+                             StateInit init) {
+    return add("optim." + g.v(p.param).name + "." + suffix, t, s, std::move(init), true);
+}
+
+ValueId UpdateBuilder::shared_state(const std::string& suffix, DType t, const gl::Shape& s, StateInit init) {
+    return add("optim." + suffix, t, s, std::move(init), true);
+}
+
+ValueId UpdateBuilder::scratch(const std::string& suffix, DType t, const gl::Shape& s, StateInit init) {
+    return add("optim." + suffix, t, s, std::move(init), false);
 }
 
 void Optimizer::finish(gl::Graph& g, ValueId loss_scale, float max_grad_norm) {
@@ -73,111 +91,36 @@ void Optimizer::finish(gl::Graph& g, ValueId loss_scale, float max_grad_norm) {
     std::vector<ValueId> all;
     for (const Group& grp : groups_) all.insert(all.end(), grp.grads.begin(), grp.grads.end());
     GL_CHECK(!all.empty(), "Optimizer::finish: no parameter has a gradient");
-    if (cfg_.kind == OptimizerKind::Prodigy) {
-        double lr = 0;
-        for (const Group& grp : groups_) {
-            GL_CHECK(grp.lr == 0.0 || lr == 0.0 || grp.lr == lr, "Prodigy: groups '", groups_[0].name, "' and '", grp.name,
-                     "' have different learning rates; Prodigy shares one d estimate, so (as prodigyopt) every group ",
-                     "must use the same lr or 0");
-            if (grp.lr != 0.0) lr = grp.lr;
-        }
-        pstate_ = add_state(g, "optim.prodigy.state", DType::f32, gl::Shape{gl::kProdigyStateSize}, Slot::prodigy_state);
-        acc_ = add_state(g, "optim.prodigy.acc", DType::f32, gl::Shape{2 * int64_t(all.size())}, Slot::zero,
-                         gl::kNoValue, false);
-    }
     gstat_ = gl::grad_stats(g, all, loss_scale, max_grad_norm);
     g.set_name(gstat_, "optim.gstat");
     g.mark_output(gstat_);
-    for (Group& grp : groups_) grp.hyper = g.input("optim." + grp.name + ".hyper", DType::f32, gl::Shape{gl::kHyperSize});
-
-    int slot = 0;
-    std::vector<ValueId> pd;  // Prodigy: param, grad, m, v, hyper per param, for the second loop
-    for (const Group& grp : groups_)
-        for (size_t i = 0; i < grp.params.size(); i++) append_updates(g, grp, i, slot, pd);
-    if (cfg_.kind == OptimizerKind::Prodigy) {
-        gl::prodigy_d(g, pstate_, acc_, groups_[0].hyper, cfg_.prodigy, gstat_);
-        for (size_t k = 0; k < pd.size(); k += 5)
-            gl::prodigy_step(g, pd[k], pd[k + 1], pd[k + 2], pd[k + 3], pd[k + 4], pstate_, cfg_.prodigy, gstat_);
+    std::vector<UpdateGroup> groups;
+    std::vector<UpdateParam> params;
+    for (Group& grp : groups_) {
+        grp.hyper = g.input("optim." + grp.name + ".hyper", DType::f32, gl::Shape{gl::kHyperSize});
+        for (size_t i = 0; i < grp.params.size(); i++)
+            params.push_back({grp.params[i], grp.grads[i], grp.hyper, grp.torch_shapes[i], groups.size()});
+        groups.push_back({grp.name, grp.lr, grp.hyper});
     }
+    UpdateBuilder b(g, cfg_, gstat_, std::move(groups), std::move(params), slots_);
+    cfg_.def->append(b);
     finished_ = true;
 }
 
-void Optimizer::append_updates(gl::Graph& g, const Group& grp, size_t index, int& slot, std::vector<ValueId>& pd) {
-    const ValueId p = grp.params[index], grad = grp.grads[index];
-    const gl::Shape s = g.shape(p);
-    const std::string base = "optim." + g.v(p).name + ".";
-    const ValueId h = grp.hyper;
-    switch (cfg_.kind) {
-        case OptimizerKind::AdamW: {
-            ValueId m = add_state(g, base + "exp_avg", DType::f32, s, Slot::zero);
-            ValueId v = add_state(g, base + "exp_avg_sq", DType::f32, s, Slot::zero);
-            gl::adamw_step(g, p, grad, m, v, h, false, gstat_);
-            break;
-        }
-        case OptimizerKind::AdamW8bit: {
-            const int64_t n = s.numel();
-            if (n < gl::kAdam8bitMinElements) {  // bitsandbytes keeps small tensors in fp32 (and its decay order)
-                ValueId m = add_state(g, base + "exp_avg", DType::f32, s, Slot::zero);
-                ValueId v = add_state(g, base + "exp_avg_sq", DType::f32, s, Slot::zero);
-                gl::adamw_step(g, p, grad, m, v, h, true, gstat_);
-                break;
-            }
-            const int64_t blocks = (n + gl::kAdam8bitBlock - 1) / gl::kAdam8bitBlock;
-            ValueId m = add_state(g, base + "exp_avg.q8", DType::u8, s, Slot::zero_code_signed);
-            ValueId v = add_state(g, base + "exp_avg_sq.q8", DType::u8, s, Slot::zero_code_unsigned);
-            ValueId am = add_state(g, base + "exp_avg.absmax", DType::f32, gl::Shape{blocks}, Slot::zero);
-            ValueId av = add_state(g, base + "exp_avg_sq.absmax", DType::f32, gl::Shape{blocks}, Slot::zero);
-            gl::adamw8bit_step(g, p, grad, m, v, am, av, h, gstat_);
-            break;
-        }
-        case OptimizerKind::Lion: {
-            ValueId m = add_state(g, base + "exp_avg", DType::f32, s, Slot::zero);
-            gl::lion_step(g, p, grad, m, h, gstat_);
-            break;
-        }
-        case OptimizerKind::Adafactor: {
-            ValueId m = cfg_.adafactor_first_moment ? add_state(g, base + "exp_avg", DType::f32, s, Slot::zero)
-                                                    : gl::kNoValue;
-            // factored as PyTorch holds the param (kohya's LoRA: 1x1-conv weights are 4-D there)
-            const gl::Shape torch_shape = grp.torch_shapes[index].nd >= 2 && s.nd >= 2 ? grp.torch_shapes[index] : gl::Shape{};
-            auto [rows, cols] = gl::adafactor_state_sizes(s, torch_shape);
-            ValueId vr, vc = gl::kNoValue;
-            if (cols == 0) {
-                vr = add_state(g, base + "exp_avg_sq", DType::f32, s, Slot::zero);
-            } else {
-                vr = add_state(g, base + "exp_avg_sq_row", DType::f32, gl::Shape{rows}, Slot::zero);
-                vc = add_state(g, base + "exp_avg_sq_col", DType::f32, gl::Shape{cols}, Slot::zero);
-            }
-            gl::adafactor_step(g, p, grad, m, vr, vc, h, cfg_.adafactor, gstat_, torch_shape);
-            break;
-        }
-        case OptimizerKind::Prodigy: {
-            ValueId m = cfg_.beta1 > 0.0f ? add_state(g, base + "exp_avg", DType::f32, s, Slot::zero) : gl::kNoValue;
-            ValueId v = add_state(g, base + "exp_avg_sq", DType::f32, s, Slot::zero);
-            ValueId sv = add_state(g, base + "s", DType::f32, s, Slot::zero);
-            ValueId p0 = add_state(g, base + "p0", DType::f32, s, Slot::copy_param, p);
-            gl::prodigy_accum(g, p, grad, m, v, sv, p0, h, pstate_, acc_, slot++, cfg_.prodigy, gstat_);
-            pd.insert(pd.end(), {p, grad, m, v, h});
-            break;
-        }
-    }
+namespace {
+void write_initial(gl::Runtime& rt, const StateSlot& sl) {
+    if (sl.init.copy_of != gl::kNoValue)
+        rt.write_f32(sl.id, rt.read_f32(sl.init.copy_of));
+    else if (!sl.init.values.empty())
+        rt.write_f32(sl.id, sl.init.values);
+    else
+        rt.write_f32(sl.id, std::vector<float>(size_t(sl.shape.numel()), sl.init.fill));
 }
+}  // namespace
 
 void Optimizer::init_state(gl::Runtime& rt) {
     GL_CHECK(finished_, "Optimizer::init_state: call finish() first");
-    for (const Slot& sl : slots_) {
-        const size_t n = size_t(sl.shape.numel());
-        std::vector<float> x(n, 0.0f);
-        if (sl.init == Slot::zero_code_signed || sl.init == Slot::zero_code_unsigned) {
-            const float* q = gl::adam8bit_qmap(sl.init == Slot::zero_code_signed);
-            std::fill(x.begin(), x.end(), float(gl::adam8bit_quantize(q, 0.0f)));
-        } else if (sl.init == Slot::copy_param) {
-            x = rt.read_f32(sl.param);
-        } else if (sl.init == Slot::prodigy_state) {
-            x[gl::kPdD] = x[gl::kPdDMax] = cfg_.prodigy.d0;
-        }
-        rt.write_f32(sl.id, x);
-    }
+    for (const StateSlot& sl : slots_) write_initial(rt, sl);
     steps_applied_ = 0;
     last_ = {};
 }
@@ -187,11 +130,9 @@ void Optimizer::set_step(gl::Runtime& rt, int64_t step, double lr_multiplier) {
     GL_CHECK(step >= 1, "Optimizer::set_step: steps count from 1 (got ", step, ")");
     GL_CHECK(std::isfinite(lr_multiplier) && lr_multiplier >= 0.0, "Optimizer::set_step: bad lr multiplier ",
              lr_multiplier);
-    const bool af = cfg_.kind == OptimizerKind::Adafactor;
-    const float b1 = af && !cfg_.adafactor_first_moment ? 0.0f : cfg_.beta1;
     for (const Group& grp : groups_) {
-        std::vector<float> h = {float(grp.lr * lr_multiplier), b1, cfg_.beta2, cfg_.eps, grp.weight_decay, float(step),
-                                1.0f, 0.0f};
+        std::vector<float> h = {float(grp.lr * lr_multiplier), cfg_.beta1, cfg_.beta2, cfg_.eps, grp.weight_decay,
+                                float(step), 1.0f, 0.0f};
         rt.write_f32(grp.hyper, h);
     }
 }
@@ -208,7 +149,7 @@ StepResult Optimizer::after_step(gl::Runtime& rt) {
 
 std::vector<ValueId> Optimizer::state_values() const {
     std::vector<ValueId> r;
-    for (const Slot& sl : slots_)
+    for (const StateSlot& sl : slots_)
         if (sl.saved) r.push_back(sl.id);
     return r;
 }
@@ -235,7 +176,7 @@ void Optimizer::save_state(const std::string& path, const gl::Runtime& rt, const
     GL_CHECK(finished_, "Optimizer::save_state: call finish() first");
     std::vector<std::vector<uint8_t>> bufs;
     std::vector<gl::io::TensorToWrite> tensors;
-    for (const Slot& sl : slots_) {
+    for (const StateSlot& sl : slots_) {
         if (!sl.saved) continue;
         bufs.emplace_back(size_t(sl.shape.numel()) * gl::dtype_size(sl.dtype));
         rt.read(sl.id, bufs.back().data(), sl.dtype);
@@ -248,7 +189,7 @@ void Optimizer::save_state(const std::string& path, const gl::Runtime& rt, const
         meta[k] = v;
     }
     meta["optim.format"] = kFormat;
-    meta["optim.kind"] = optimizer_kind_name(cfg_.kind);
+    meta["optim.kind"] = cfg_.name();
     meta["optim.args"] = join_args(cfg_.args);
     meta["optim.steps_applied"] = std::to_string(steps_applied_);
     if (scaler) {
@@ -270,11 +211,11 @@ std::string Optimizer::load_state(const std::string& path, gl::Runtime& rt, Loss
         return it->second;
     };
     GL_CHECK(get("optim.format") == kFormat, path, ": unknown optimizer state format '", get("optim.format"), "'");
-    GL_CHECK(get("optim.kind") == optimizer_kind_name(cfg_.kind), path, ": optimizer state of ", get("optim.kind"),
-             ", but this run uses ", optimizer_kind_name(cfg_.kind));
+    GL_CHECK(get("optim.kind") == cfg_.name(), path, ": optimizer state of ", get("optim.kind"), ", but this run uses ",
+             cfg_.name());
     const std::string saved_args = get("optim.args");
     std::set<std::string> expected;
-    for (const Slot& sl : slots_) {
+    for (const StateSlot& sl : slots_) {
         if (!sl.saved) continue;
         expected.insert(sl.name);
         GL_CHECK(f.has(sl.name), path, ": missing state tensor '", sl.name, "' (a different network or optimizer setting?)");
@@ -299,15 +240,29 @@ std::string Optimizer::load_state(const std::string& path, gl::Runtime& rt, Loss
         GL_CHECK(!s.empty() && *end == '\0', path, ": bad optim.loss_scale '", s, "'");
         tracker = std::strtoll(t.c_str(), &end, 10);
         GL_CHECK(!t.empty() && *end == '\0', path, ": bad optim.growth_tracker '", t, "'");
-        scaler->restore(scale, tracker);  // validates before any state is written
+        GL_CHECK(scaler->restorable(scale, tracker).empty(), path, ": ", scaler->restorable(scale, tracker));
     }
-    for (const Slot& sl : slots_) {
+    // Every tensor is read and checked before any is written: a refused file restores nothing.
+    std::vector<std::vector<uint8_t>> bufs;
+    for (const StateSlot& sl : slots_) {
         if (!sl.saved) continue;
-        std::vector<uint8_t> buf(size_t(sl.shape.numel()) * gl::dtype_size(sl.dtype));
-        f.read(sl.name, buf.data(), sl.dtype);
-        rt.write(sl.id, buf.data(), sl.dtype);
+        bufs.emplace_back(size_t(sl.shape.numel()) * gl::dtype_size(sl.dtype));
+        f.read(sl.name, bufs.back().data(), sl.dtype);
+        if (!gl::dtype_is_float(sl.dtype)) continue;
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < sl.shape.numel(); i++)
+            if (!std::isfinite(gl::load_as_f32(bufs.back().data(), sl.dtype, i))) bad++, first = first < 0 ? i : first;
+        GL_CHECK(bad == 0, path, ": state tensor '", sl.name, "' holds ", bad, " NaN / inf value", bad == 1 ? "" : "s",
+                 " (the first at element ", first, "): the run it was saved from had diverged");
     }
-    if (acc_ != gl::kNoValue) rt.write_f32(acc_, std::vector<float>(size_t(rt.plan().graph.v(acc_).numel()), 0.0f));
+    if (scaler) scaler->restore(scale, tracker);
+    size_t k = 0;
+    for (const StateSlot& sl : slots_) {
+        if (sl.saved)
+            rt.write(sl.id, bufs[k++].data(), sl.dtype);
+        else
+            write_initial(rt, sl);  // scratch starts as it does after init_state
+    }
     steps_applied_ = n_steps;
     last_ = {};
     const std::string now = join_args(cfg_.args);
@@ -341,10 +296,16 @@ void LossScaler::update(bool found_nonfinite) {
     }
 }
 
+std::string LossScaler::restorable(double scale, int64_t tracker) const {
+    if (!(std::isfinite(scale) && scale > 0)) return gl::cat("bad loss scale ", scale, " (must be positive and finite)");
+    if (tracker < 0 || tracker >= o_.growth_interval)
+        return gl::cat("growth tracker ", tracker, " outside [0, ", o_.growth_interval, ")");
+    return {};
+}
+
 void LossScaler::restore(double scale, int64_t tracker) {
-    GL_CHECK(std::isfinite(scale) && scale > 0, "LossScaler::restore: bad scale ", scale);
-    GL_CHECK(tracker >= 0 && tracker < o_.growth_interval, "LossScaler::restore: growth tracker ", tracker,
-             " outside [0, ", o_.growth_interval, ")");
+    const std::string why = restorable(scale, tracker);
+    GL_CHECK(why.empty(), "LossScaler::restore: ", why);
     scale_ = scale;
     tracker_ = tracker;
 }

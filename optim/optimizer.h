@@ -1,6 +1,7 @@
-// The optimizer of a training step, host side: parses kohya-style settings, appends the update ops
-// (ops/optim*.cpp, ops/adam8bit.cpp) to the step's graph after gl::backward, owns their state
-// leaves, writes the per-step hyper tensors, and saves / restores the state for resume.
+// The optimizer of a training step, host side: takes kohya-style settings (optim/optimizer_config.h),
+// appends the update ops of the selected optimizer (its descriptor in optim/optimizers/) to the
+// step's graph after gl::backward, owns their state leaves, writes the per-step hyper tensors, and
+// saves / restores the state for resume. Nothing here knows one optimizer from another.
 //
 // Use (after gl::backward, before planning):
 //     optim::OptimizerConfig cfg = optim::parse_optimizer("AdamW8bit", {"weight_decay=0.01", "betas=0.9,0.99"});
@@ -17,7 +18,7 @@
 //                 scaler.update(r.nonfinite);
 //     opt.save_state(path, rt, &scaler, {{"ss_steps", "..."}}); opt.load_state(path, rt, &scaler);
 //
-// Every update op takes the step's gstat (ops/builder.h): gradients are unscaled by the loss scale
+// Every update op takes the step's gstat (ops/optim_types.h): gradients are unscaled by the loss scale
 // and clipped by global norm inside the graph, and a step whose gradients hold inf/NaN changes no
 // parameter and no state (after_step reports it skipped; the optimizer's own step count, used for
 // bias corrections, then does not advance, as torch's GradScaler skipping optimizer.step()).
@@ -29,34 +30,10 @@
 
 #include "ggml-lite/core/graph.h"
 #include "ggml-lite/core/runtime.h"
-#include "ggml-lite/ops/builder.h"
+#include "optim/descriptor.h"
+#include "optim/optimizer_config.h"
 
 namespace optim {
-
-enum class OptimizerKind { AdamW, AdamW8bit, Lion, Adafactor, Prodigy };
-const char* optimizer_kind_name(OptimizerKind k);
-
-// The settings of one optimizer, defaults as the Python class kohya instantiates for that name
-// (torch.optim.AdamW, bitsandbytes.optim.AdamW8bit, lion_pytorch.Lion,
-// transformers.optimization.Adafactor, prodigyopt.Prodigy).
-struct OptimizerConfig {
-    OptimizerKind kind = OptimizerKind::AdamW;
-    float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
-    float weight_decay = 0.01f;  // default for groups that do not give their own
-    gl::AdafactorOptions adafactor;
-    bool adafactor_first_moment = false;  // Adafactor's beta1 (beta1 = None: false)
-    gl::ProdigyOptions prodigy;
-    std::vector<std::string> args;  // the optimizer_args as given (recorded in state files)
-};
-
-// optimizer_type: "AdamW", "AdamW8bit", "Lion", "Adafactor", "Prodigy" (case-insensitive).
-// optimizer_args: "name=value" (kohya's --optimizer_args): weight_decay, betas ("0.9,0.99"), eps,
-// and per kind relative_step / scale_parameter / warmup_init / beta1 / clip_threshold / decay_rate
-// (Adafactor; eps as "1e-30,1e-3"), beta3 / d0 / d_coef / growth_rate / decouple /
-// use_bias_correction / safeguard_warmup / slice_p=1 (Prodigy). Booleans True/False, None where
-// Python accepts it. Throws gl::Error naming an unknown type, an unknown or repeated argument, or a
-// bad value.
-OptimizerConfig parse_optimizer(const std::string& type, const std::vector<std::string>& args);
 
 struct StepResult {
     bool skipped = false;    // the update ops changed nothing (non-finite gradients)
@@ -81,12 +58,12 @@ public:
                    const std::vector<gl::Shape>& torch_shapes = {});
     // Appends grad_stats over every group's gradients (loss_scale: an f32 [1] input the loss was
     // multiplied by, or kNoValue; max_grad_norm <= 0: no clipping) and the update nodes, creating the
-    // state leaves ("optim.<param>.<slot>") and one hyper input per group. Throws for Prodigy when
-    // groups have different non-zero learning rates (prodigyopt refuses them too).
+    // state leaves ("optim.<param>.<slot>") and one hyper input per group. Throws what the
+    // optimizer refuses (Prodigy: groups with different non-zero learning rates, as prodigyopt).
     void finish(gl::Graph& g, gl::ValueId loss_scale = gl::kNoValue, float max_grad_norm = 0.0f);
 
-    // Zeroes the state (8-bit: the code of zero, absmax 0). Prodigy copies each param into its p0,
-    // so write the params first. Resets the step count.
+    // Writes every state tensor's initial value (zeros; 8-bit: the code of zero; Prodigy copies each
+    // param into its p0, so write the params first). Resets the step count.
     void init_state(gl::Runtime& rt);
     // Writes every group's hyper for optimizer step `step` (1-based; bias corrections and Adafactor's
     // schedule use it) with lr = group lr * lr_multiplier. Call before each run.
@@ -97,12 +74,14 @@ public:
     int64_t steps_applied() const { return steps_applied_; }
     int64_t next_step() const { return steps_applied_ + 1; }
 
-    // Every state tensor by name, the step count, the loss scaler's state (when given), the kind and
-    // args, plus `extra` metadata; written atomically (temporary file + rename).
+    // Every state tensor by name, the step count, the loss scaler's state (when given), the optimizer's
+    // name and args, plus `extra` metadata; written atomically (temporary file + rename).
     void save_state(const std::string& path, const gl::Runtime& rt, const LossScaler* scaler = nullptr,
                     const std::map<std::string, std::string>& extra = {}) const;
-    // Validates the file against this optimizer (kind, names, shapes, dtypes: every mismatch is a
-    // gl::Error naming it) and restores the state bytes exactly, the step count and the scaler.
+    // Validates the file against this optimizer (name, tensor names, shapes, dtypes: every mismatch is
+    // a gl::Error naming the file and what differs; so is a NaN / inf in a state tensor, a bad loss
+    // scale or growth tracker), then restores the state bytes exactly, the step count and the scaler.
+    // Nothing is restored when anything is refused.
     // Optimizer args may change on resume (betas, weight decay, ...: the state still fits), so a
     // difference is not an error; the return value names it ("" when the args are the same, in
     // any order) for the caller to show.
@@ -122,24 +101,11 @@ private:
         gl::ValueId hyper = gl::kNoValue;
         std::vector<gl::Shape> torch_shapes;  // parallel to params (nd = 0: the graph's)
     };
-    struct Slot {
-        gl::ValueId id;
-        enum Init { zero, zero_code_signed, zero_code_unsigned, copy_param, prodigy_state } init;
-        gl::ValueId param = gl::kNoValue;  // copy_param: its source
-        bool saved = true;                 // false: per-step scratch
-        std::string name;
-        gl::DType dtype;
-        gl::Shape shape;
-    };
-    gl::ValueId add_state(gl::Graph& g, const std::string& name, gl::DType t, const gl::Shape& s, Slot::Init init,
-                          gl::ValueId param = gl::kNoValue, bool saved = true);
-    void append_updates(gl::Graph& g, const Group& grp, size_t index, int& prodigy_slot,
-                        std::vector<gl::ValueId>& prodigy_params);
 
     OptimizerConfig cfg_;
     std::vector<Group> groups_;
-    std::vector<Slot> slots_;
-    gl::ValueId gstat_ = gl::kNoValue, pstate_ = gl::kNoValue, acc_ = gl::kNoValue;
+    std::vector<StateSlot> slots_;  // what the descriptor's append created, in creation order
+    gl::ValueId gstat_ = gl::kNoValue;
     bool finished_ = false;
     int64_t steps_applied_ = 0;
     StepResult last_;
@@ -163,8 +129,10 @@ public:
     void write(gl::Runtime& rt, gl::ValueId loss_scale_input) const;
     // After each run, with StepResult::nonfinite.
     void update(bool found_nonfinite);
-    // Resume: throws gl::Error unless scale is positive and finite and tracker in [0, interval).
+    // Resume: throws gl::Error unless restorable(scale, tracker) is empty.
     void restore(double scale, int64_t tracker);
+    // "" when scale is positive and finite and tracker in [0, growth_interval), else what is wrong.
+    std::string restorable(double scale, int64_t tracker) const;
 
 private:
     Options o_;

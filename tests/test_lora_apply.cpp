@@ -13,7 +13,7 @@ TEST_CASE("lora: gradients of a LoRA-wrapped linear match finite differences") {
     ValueId x = g.param("x", DType::f32, {2, 4, 6});
     ValueId W, y;
     {
-        sd::WeightScope s(w, path);
+        nn::WeightScope s(w, path);
         W = w.get("weight", {5, 6});
         y = w.linear_hook(g, w.module_path(), x, gl::linear(g, x, W));
     }

@@ -1,6 +1,7 @@
 // Optimizers end to end on the CPU backend through optim::Optimizer: trajectories against the
 // Python implementations kohya uses (tests/golden/make_optim_golden.py), fp16 loss scaling with an
-// injected overflow, exact save / restore of the state, and the settings parser.
+// injected overflow, exact save / restore of the state and the refusal of bad state files. The
+// settings parser and the registry: test_optim_config.cpp.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/safetensors.h"
+#include "ggml-lite/ops/optim_types.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "test_util.h"
@@ -311,6 +313,69 @@ TEST_CASE("optimizer state files are validated before anything is restored") {
     std::filesystem::remove(path);
 }
 
+namespace {
+// A copy of a saved state file with some metadata replaced and, when `tensor` is named, its f32
+// element 1 set to `value`.
+void rewrite_state(const std::string& from, const std::string& to, const std::map<std::string, std::string>& changes,
+                   const std::string& tensor = "", float value = 0.0f) {
+    io::SafetensorsFile f(from);
+    std::map<std::string, std::string> meta = f.metadata();
+    for (const auto& [k, v] : changes) meta[k] = v;
+    std::vector<std::vector<uint8_t>> bufs;
+    std::vector<io::TensorToWrite> out;
+    bufs.reserve(f.list().size());
+    for (const io::TensorInfo& info : f.list()) {
+        bufs.emplace_back(size_t(info.numel()) * dtype_size(info.dtype));
+        f.read(info.name, bufs.back().data(), info.dtype);
+        if (info.name == tensor) std::memcpy(bufs.back().data() + sizeof(float), &value, sizeof(float));
+        out.push_back({info.name, info.dtype, info.shape, bufs.back().data()});
+    }
+    io::write_safetensors(to, out, meta);
+}
+}  // namespace
+
+TEST_CASE("optimizer state: a bad loss scale, growth tracker or NaN / inf state tensor is refused, naming the file") {
+    const std::string stem =
+        (std::filesystem::temp_directory_path() / ("gl_test_optim_" + std::to_string(getpid()))).string();
+    const std::string good = stem + "_good.safetensors", bad = stem + "_refused.safetensors";
+    for (const std::string kind : {"AdamW", "Prodigy"}) {
+        CAPTURE(kind);
+        auto a = make_net(kind);
+        optim::LossScaler sa({4096.0, 2.0, 0.5, 5});
+        for (int k = 0; k < 2; k++) step(*a, sa, k);
+        a->opt->save_state(good, *a->rt, &sa);
+        const std::string tensor = kind == "Prodigy" ? "optim.prodigy.state" : "optim.w.exp_avg";
+
+        auto b = make_net(kind);
+        optim::LossScaler sb({1024.0, 2.0, 0.5, 5});
+        const std::vector<uint8_t> before = snapshot(*b);
+        auto refused = [&](const std::map<std::string, std::string>& changes, const std::string& name, float value) {
+            rewrite_state(good, bad, changes, name, value);
+            const std::string e = error_of([&] { b->opt->load_state(bad, *b->rt, &sb); });
+            CHECK_MESSAGE(e.find(bad) != std::string::npos, e);
+            // nothing restored: state, step count and scaler as they were
+            CHECK(snapshot(*b) == before);
+            CHECK(b->opt->steps_applied() == 0);
+            CHECK(sb.scale() == 1024.0);
+            return e;
+        };
+        CHECK(refused({{"optim.loss_scale", "inf"}}, "", 0).find("bad loss scale inf") != std::string::npos);
+        CHECK(refused({{"optim.loss_scale", "-2"}}, "", 0).find("bad loss scale -2") != std::string::npos);
+        CHECK(refused({{"optim.growth_tracker", "-5"}}, "", 0).find("growth tracker -5 outside [0, 5)") !=
+              std::string::npos);
+        CHECK(refused({{"optim.growth_tracker", "5"}}, "", 0).find("growth tracker 5") != std::string::npos);
+        for (float poison : {NAN, INFINITY, -INFINITY}) {
+            const std::string e = refused({}, tensor, poison);
+            const std::string want = "'" + tensor + "' holds 1 NaN / inf value (the first at element 1)";
+            CHECK_MESSAGE(e.find(want) != std::string::npos, e);
+        }
+        CHECK(b->opt->load_state(good, *b->rt, &sb) == "");  // the file they were made from restores
+        CHECK(b->opt->steps_applied() == 2);
+    }
+    std::filesystem::remove(good);
+    std::filesystem::remove(bad);
+}
+
 TEST_CASE("AdamW8bit keeps tensors under kAdam8bitMinElements in fp32, larger ones as 8-bit codes") {
     auto net = make_net("AdamW8bit");
     std::map<std::string, DType> st;
@@ -321,35 +386,6 @@ TEST_CASE("AdamW8bit keeps tensors under kAdam8bitMinElements in fp32, larger on
     CHECK(st.at("optim.big.exp_avg_sq.q8") == DType::u8);
     CHECK(st.at("optim.big.exp_avg.absmax") == DType::f32);
     CHECK(st.count("optim.big.exp_avg") == 0);
-}
-
-TEST_CASE("parse_optimizer: kohya's names and optimizer_args, unknown ones refused by name") {
-    using optim::OptimizerKind;
-    CHECK(optim::parse_optimizer("adamw8BIT", {}).kind == OptimizerKind::AdamW8bit);
-    auto lion = optim::parse_optimizer("Lion", {});
-    CHECK((lion.beta2 == 0.99f && lion.weight_decay == 0.0f));
-    auto af = optim::parse_optimizer("Adafactor", {"relative_step=False", "scale_parameter=false", "beta1=0.9",
-                                                    "eps=(1e-30, 2e-3)", "clip_threshold=2", "decay_rate=-0.5"});
-    CHECK((!af.adafactor.relative_step && !af.adafactor.scale_parameter && af.adafactor_first_moment));
-    CHECK((af.beta1 == 0.9f && af.adafactor.eps2 == 2e-3f && af.adafactor.clip_threshold == 2.0f));
-    CHECK(optim::parse_optimizer("Adafactor", {}).adafactor.relative_step);  // transformers' (and kohya's) default
-    auto pd = optim::parse_optimizer("prodigy", {"d_coef=2", "betas=[0.9, 0.99]", "growth_rate=inf", "beta3=None",
-                                                 "use_bias_correction=True", "slice_p=1"});
-    CHECK((pd.prodigy.d_coef == 2.0f && pd.beta2 == 0.99f && std::isinf(pd.prodigy.growth_rate)));
-    CHECK((pd.prodigy.beta3 < 0 && pd.prodigy.use_bias_correction && pd.weight_decay == 0.0f));
-    CHECK(error_of([] { optim::parse_optimizer("AdamW", {"momentum=0.9"}); }).find("'momentum'") != std::string::npos);
-    CHECK(error_of([] { optim::parse_optimizer("SGDNesterov", {}); }).find("SGDNesterov") != std::string::npos);
-    CHECK(error_of([] { optim::parse_optimizer("AdamW", {"betas=0.9"}); }).find("betas") != std::string::npos);
-    CHECK(error_of([] { optim::parse_optimizer("AdamW", {"betas=0.9,1.5"}); }).find("betas") != std::string::npos);
-    CHECK(error_of([] { optim::parse_optimizer("Lion", {"weight_decay=abc"}); }).find("weight_decay") != std::string::npos);
-    CHECK(error_of([] { optim::parse_optimizer("Adafactor", {"relative_step=maybe"}); }).find("relative_step") !=
-          std::string::npos);
-    CHECK(error_of([] { optim::parse_optimizer("AdamW", {"eps=1e-8", "eps=1e-6"}); }).find("twice") != std::string::npos);
-    CHECK(error_of([] { optim::parse_optimizer("Adafactor", {"relative_step=False", "warmup_init=True"}); })
-              .find("warmup_init") != std::string::npos);
-    CHECK(error_of([] { optim::parse_optimizer("Prodigy", {"slice_p=11"}); }).find("slice_p") != std::string::npos);
-    CHECK(error_of([] { optim::parse_optimizer("Adafactor", {"betas=0.9,0.99"}); }).find("'betas'") != std::string::npos);
-    CHECK(error_of([] { optim::parse_optimizer("AdamW", {"weight_decay"}); }).find("name=value") != std::string::npos);
 }
 
 TEST_CASE("Optimizer refuses what its algorithm cannot do") {

@@ -42,12 +42,9 @@ sd::Sd15Files tiny_model() {
     return f;
 }
 
-sd::RuntimeFactory cpu() {
-    return [](gl::Plan p) { return gl::make_cpu_runtime(std::move(p)); };
-}
-
 PipelineOptions f32_options() {
     PipelineOptions o;
+    o.backend = "cpu";
     o.dtype = gl::DType::f32;
     return o;
 }
@@ -103,7 +100,7 @@ TEST_CASE("pipeline: text to image matches diffusers' StableDiffusionPipeline") 
         for (bool merged : {false, true}) {
             if (merged && o.loras.empty()) continue;
             o.merge_loras = merged;
-            Pipeline pipe(tiny_model(), o, cpu());
+            Pipeline pipe(tiny_model(), o);
             std::vector<float> latents;
             int calls = 0;
             const std::vector<float> px = pipe.generate_pixels(p, &noise, [&](int, int) { calls++; }, &latents);
@@ -122,16 +119,16 @@ TEST_CASE("pipeline: the tiled VAE decode matches diffusers' tiled_decode") {
     PipelineOptions o = f32_options();
     o.vae_tile = 4;
     o.vae_budget_bytes = 1;  // nothing fits: tiles of 4 x 4 latents are planned, then refused...
-    Pipeline refuse(tiny_model(), o, cpu());
+    Pipeline refuse(tiny_model(), o);
     CHECK(has(error_of([&] { refuse.plan_decode(2, 7, 10); }), "VAE decode of one 4x4 latent tile needs"));
     // ...so give the budget exactly what one tile needs: the whole batch and one image are over it.
     const sd::VaeDecodePlan tile = [&] {
         PipelineOptions big = f32_options();
-        Pipeline probe(tiny_model(), big, cpu());
+        Pipeline probe(tiny_model(), big);
         return probe.plan_decode(1, 4, 4);
     }();
     o.vae_budget_bytes = tile.activation_bytes;
-    Pipeline tiled(tiny_model(), o, cpu());
+    Pipeline tiled(tiny_model(), o);
     const sd::VaeDecodePlan vp = tiled.plan_decode(2, 7, 10);
     CHECK(vp.mode == sd::VaeDecodePlan::Mode::tiled);
     CHECK(vp.tiles == 3 * 4);
@@ -143,10 +140,10 @@ TEST_CASE("pipeline: the tiled VAE decode matches diffusers' tiled_decode") {
     CHECK(e <= 1e-5);
     // Per image when one image fits but the batch does not: the same pixels as the whole batch.
     PipelineOptions one = f32_options();
-    Pipeline whole(tiny_model(), one, cpu());
+    Pipeline whole(tiny_model(), one);
     const sd::VaeDecodePlan single = whole.plan_decode(1, 7, 10);
     one.vae_budget_bytes = single.activation_bytes;
-    Pipeline per_image(tiny_model(), one, cpu());
+    Pipeline per_image(tiny_model(), one);
     CHECK(per_image.plan_decode(2, 7, 10).mode == sd::VaeDecodePlan::Mode::per_image);
     CHECK(per_image.decode(read(f, "tiled.z"), 2, 7, 10) == whole.decode(read(f, "tiled.z"), 2, 7, 10));
 }
@@ -163,7 +160,7 @@ TEST_CASE("pipeline: LoRA multiplier 0 gives the base image bit for bit; multipl
         PipelineOptions o = f32_options();
         o.loras = std::move(loras);
         o.merge_loras = merged;
-        Pipeline pipe(tiny_model(), o, cpu());
+        Pipeline pipe(tiny_model(), o);
         return pipe.generate(p).at(0).pixels;
     };
     const auto base = image({}, false);
@@ -176,7 +173,7 @@ TEST_CASE("pipeline: LoRA multiplier 0 gives the base image bit for bit; multipl
 
 TEST_CASE("pipeline: images do not depend on the batch they are made in; seeds change them") {
     PipelineOptions o = f32_options();
-    Pipeline pipe(tiny_model(), o, cpu());
+    Pipeline pipe(tiny_model(), o);
     GenerationParams p;
     p.prompt = "a lighthouse";
     p.width = 16;
@@ -196,16 +193,38 @@ TEST_CASE("pipeline: images do not depend on the batch they are made in; seeds c
     CHECK(two.at(0).pixels != two.at(1).pixels);
 }
 
+TEST_CASE("pipeline: a larger request lays the memory out again; reserve() plans ahead") {
+    GenerationParams small, big;
+    small.prompt = big.prompt = "a lighthouse";
+    small.width = small.height = 16;
+    big.width = 24;
+    big.height = 32;
+    small.steps = big.steps = 2;
+    big.batch = 2;
+    big.seed = 3;
+    Pipeline fresh(tiny_model(), f32_options());
+    const auto want = fresh.generate(big);
+    Pipeline grown(tiny_model(), f32_options());
+    grown.generate(small);
+    CHECK(grown.generate(big).at(1).pixels == want.at(1).pixels);  // reloaded into the larger memory
+    Pipeline planned(tiny_model(), f32_options());
+    planned.reserve({small, big});
+    planned.generate(small);
+    CHECK(planned.generate(big).at(0).pixels == want.at(0).pixels);
+}
+
 TEST_CASE("pipeline: plan report and refusals") {
     PipelineOptions o = f32_options();
-    Pipeline pipe(tiny_model(), o, cpu());
+    Pipeline pipe(tiny_model(), o);
     GenerationParams p;
     p.prompt = "x";
     p.width = p.height = 16;
     const std::string plan = pipe.plan_report(p);
     CHECK(has(plan, "memory plan (f32, cpu): 16x16, batch 1 with CFG"));
     CHECK(has(plan, "UNet           weights"));
-    CHECK(has(plan, "(batch 2, 8x8 latents, context 77)"));
+    CHECK(has(plan, "(unet b2 8x8 l77)"));
+    CHECK(has(plan, "(text n2 chunks1)"));
+    CHECK(has(plan, "in one shared memory"));
     CHECK(has(plan, "VAE decoder    weights"));
     CHECK(has(plan, "whole batch at once"));
 
@@ -224,14 +243,14 @@ TEST_CASE("pipeline: plan report and refusals") {
 
     PipelineOptions lo = f32_options();
     lo.loras = {{"/nonexistent/lora.safetensors", 1.0f}};
-    CHECK(has(error_of([&] { Pipeline(tiny_model(), lo, cpu()); }), "/nonexistent/lora.safetensors"));
+    CHECK(has(error_of([&] { Pipeline(tiny_model(), lo); }), "/nonexistent/lora.safetensors"));
     lo.loras = {{golden("sampler/text_encoder.safetensors"), 1.0f}};  // not a LoRA
-    CHECK(has(error_of([&] { Pipeline(tiny_model(), lo, cpu()); }), "holds no LoRA down matrices"));
+    CHECK(has(error_of([&] { Pipeline(tiny_model(), lo); }), "holds no LoRA down matrices"));
     lo.loras = {{golden("sampler/lora_a.safetensors"), NAN}};
-    CHECK(has(error_of([&] { Pipeline(tiny_model(), lo, cpu()); }), "multiplier nan is not finite"));
+    CHECK(has(error_of([&] { Pipeline(tiny_model(), lo); }), "multiplier nan is not finite"));
     PipelineOptions skip = f32_options();
     skip.clip_skip = 3;
-    CHECK(has(error_of([&] { Pipeline(tiny_model(), skip, cpu()); }), "clip_skip 3 must be in [1, 2]"));
+    CHECK(has(error_of([&] { Pipeline(tiny_model(), skip); }), "clip_skip 3 must be in [1, 2]"));
 }
 
 TEST_CASE("pipeline: A1111 infotext") {

@@ -1,4 +1,5 @@
-// CPU reference backend: one host allocation per memory category, sized from the plan.
+// CPU reference backend: one host allocation per memory category, sized from the plan (or the
+// arenas of a shared memory).
 #include <chrono>
 #include <cstring>
 
@@ -6,6 +7,7 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/parallel.h"
 #include "ggml-lite/core/runtime.h"
+#include "ggml-lite/core/shared_memory.h"
 
 namespace gl {
 
@@ -72,6 +74,9 @@ void CpuCtx::finish() {
 
 // ---- Runtime helpers ----
 
+Runtime::Runtime(Plan plan, std::shared_ptr<SharedMemory> shared)
+    : plan_(shared ? shared->layout().bind(std::move(plan)) : std::move(plan)), shared_(std::move(shared)) {}
+
 void Runtime::write_f32(ValueId v, const std::vector<float>& x) {
     GL_CHECK(int64_t(x.size()) == plan_.graph.v(v).numel(), "write_f32: ", plan_.graph.describe(v), " has ",
              plan_.graph.v(v).numel(), " elements, got ", x.size());
@@ -90,33 +95,6 @@ TensorRef Runtime::locate(ValueId id, const std::array<void*, kCategoryCount>& a
     return t;
 }
 
-void Runtime::share_arena(Category c, Runtime& owner) {
-    GL_CHECK(c != Category::activations && c != Category::workspace, "share_arena: ", category_name(c),
-             " is planned per graph; only persistent categories can be shared");
-    GL_CHECK(std::string(backend_name()) == owner.backend_name(), "share_arena: a ", backend_name(),
-             " runtime cannot use a ", owner.backend_name(), " runtime's arena");
-    GL_CHECK(&owner != this, "share_arena: a runtime cannot share its own arena");
-    const Plan &a = plan_, &b = owner.plan_;
-    auto owners_of = [c](const Plan& p) {
-        std::vector<ValueId> ids;
-        for (ValueId v = 0; v < p.graph.value_count(); v++)
-            if (p.graph.v(v).base == v && p.graph.v(v).category == c) ids.push_back(v);
-        return ids;
-    };
-    const std::vector<ValueId> va = owners_of(a), vb = owners_of(b);
-    GL_CHECK(va.size() == vb.size() && a.arena_bytes[size_t(c)] == b.arena_bytes[size_t(c)], "share_arena: ",
-             category_name(c), " holds ", va.size(), " values (", a.arena_bytes[size_t(c)], " bytes) here and ",
-             vb.size(), " (", b.arena_bytes[size_t(c)], " bytes) in the owner");
-    for (size_t i = 0; i < va.size(); i++) {
-        const Value &x = a.graph.v(va[i]), &y = b.graph.v(vb[i]);
-        GL_CHECK(x.name == y.name && x.dtype == y.dtype && x.shape() == y.shape() &&
-                     a.offset[size_t(va[i])] == b.offset[size_t(vb[i])],
-                 "share_arena: ", category_name(c), " value ", i, " is ", a.graph.describe(va[i]), " here and ",
-                 b.graph.describe(vb[i]), " in the owner (or placed elsewhere)");
-    }
-    adopt_arena(c, owner);
-}
-
 std::vector<float> Runtime::read_f32(ValueId v) const {
     std::vector<float> x(size_t(plan_.graph.v(v).numel()));
     read(v, x.data(), DType::f32);
@@ -131,15 +109,20 @@ class CpuRuntime final : public Runtime {
 public:
     explicit CpuRuntime(Plan plan) : Runtime(std::move(plan)) {
         for (int c = 0; c < kCategoryCount; c++) {
-            arenas_[size_t(c)].assign(plan_.arena_bytes[size_t(c)], 0);
-            base_[size_t(c)] = arenas_[size_t(c)].data();
+            own_[size_t(c)].assign(plan_.arena_bytes[size_t(c)], 0);
+            base_[size_t(c)] = own_[size_t(c)].data();
+            bytes_[size_t(c)] = own_[size_t(c)].size();
+        }
+    }
+    CpuRuntime(Plan plan, std::shared_ptr<SharedMemory> shared) : Runtime(std::move(plan), std::move(shared)) {
+        for (int c = 0; c < kCategoryCount; c++) {
+            base_[size_t(c)] = shared_->arena(Category(c));
+            bytes_[size_t(c)] = shared_->allocated_bytes(Category(c));
         }
     }
     const char* backend_name() const override { return "cpu"; }
 
-    TensorRef ref(ValueId id) const {
-        return locate(id, base_);
-    }
+    TensorRef ref(ValueId id) const { return locate(id, base_); }
 
     void write(ValueId id, const void* data, DType t) override {
         const Value& v = plan_.graph.v(id);
@@ -189,25 +172,49 @@ public:
     }
 
     void poison(unsigned char byte) override {
-        for (auto& a : arenas_)
-            if (!a.empty()) std::memset(a.data(), byte, a.size());
+        for (int c = 0; c < kCategoryCount; c++)
+            if (bytes_[size_t(c)]) std::memset(base_[size_t(c)], byte, bytes_[size_t(c)]);
     }
 
-    size_t allocated_bytes(Category c) const override { return arenas_[size_t(c)].size(); }
+    size_t allocated_bytes(Category c) const override { return bytes_[size_t(c)]; }
 
-protected:
-    void adopt_arena(Category c, Runtime& owner) override {
-        base_[size_t(c)] = static_cast<CpuRuntime&>(owner).base_[size_t(c)];
-        std::vector<unsigned char>().swap(arenas_[size_t(c)]);
+    std::string memory_report() const override {
+        return shared_ ? plan_.report() + shared_->layout().report() : plan_.report();
     }
 
 private:
-    std::array<std::vector<unsigned char>, kCategoryCount> arenas_;  // what this runtime allocated
-    std::array<void*, kCategoryCount> base_{};                       // what it runs on (own or shared)
+    std::array<std::vector<unsigned char>, kCategoryCount> own_;  // without shared memory
+    std::array<void*, kCategoryCount> base_{};                    // each category's arena
+    std::array<size_t, kCategoryCount> bytes_{};
+};
+
+class CpuSharedMemory final : public SharedMemory {
+public:
+    explicit CpuSharedMemory(SharedLayout l) : SharedMemory(std::move(l)) {
+        for (int c = 0; c < kCategoryCount; c++) {
+            own_[size_t(c)].assign(layout_.arena_bytes[size_t(c)], 0);
+            if (!own_[size_t(c)].empty()) arenas_[size_t(c)] = own_[size_t(c)].data();
+        }
+        GL_CHECK(layout_.scratch_bytes == 0, "cpu shared memory: the cpu backend has no scratch arena");
+    }
+
+private:
+    std::array<std::vector<unsigned char>, kCategoryCount> own_;
 };
 
 }  // namespace
 
 std::unique_ptr<Runtime> make_cpu_runtime(Plan plan) { return std::make_unique<CpuRuntime>(std::move(plan)); }
+
+std::unique_ptr<Runtime> make_cpu_runtime(Plan plan, std::shared_ptr<SharedMemory> shared) {
+    GL_CHECK(shared != nullptr, "make_cpu_runtime: no shared memory given");
+    GL_CHECK(shared->backend() == "cpu", "make_cpu_runtime: the shared memory is for ", shared->backend(), ", not cpu");
+    return std::make_unique<CpuRuntime>(std::move(plan), std::move(shared));
+}
+
+std::shared_ptr<SharedMemory> make_cpu_shared_memory(SharedLayout layout) {
+    GL_CHECK(layout.backend == "cpu", "make_cpu_shared_memory: the layout is for ", layout.backend, ", not cpu");
+    return std::make_shared<CpuSharedMemory>(std::move(layout));
+}
 
 }  // namespace gl

@@ -2,6 +2,7 @@
 #ifndef GL_HAVE_CUDA
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/runtime.h"
+#include "ggml-lite/core/shared_memory.h"
 
 namespace gl {
 
@@ -12,6 +13,18 @@ bool cuda_available(std::string* why) {
 
 std::unique_ptr<Runtime> make_cuda_runtime(Plan) {
     fail("make_cuda_runtime: ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)");
+}
+
+std::unique_ptr<Runtime> make_cuda_runtime(Plan, std::shared_ptr<SharedMemory>) {
+    fail("make_cuda_runtime: ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)");
+}
+
+std::shared_ptr<SharedMemory> make_cuda_shared_memory(SharedLayout) {
+    fail("make_cuda_shared_memory: ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)");
+}
+
+size_t cuda_workspace_bytes(const Plan&) {
+    fail("cuda_workspace_bytes: ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)");
 }
 
 }  // namespace gl

@@ -1,5 +1,6 @@
-// A runtime executes a Plan on one backend: it owns one allocation per memory category,
-// binds leaves (inputs, weights, parameters, state) and runs the node list.
+// A runtime executes a Plan on one backend: it owns one allocation per memory category (or runs
+// on a SharedMemory that several runtimes hold: ggml-lite/core/shared_memory.h), binds leaves
+// (inputs, weights, parameters, state) and runs the node list.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -10,6 +11,8 @@
 #include "ggml-lite/core/planner.h"
 
 namespace gl {
+
+class SharedMemory;
 
 class Runtime {
 public:
@@ -26,21 +29,17 @@ public:
     // read() and synchronize() wait for it.
     virtual void run() = 0;
     virtual void synchronize() {}
-    // Sets every byte of every arena to `byte` (tests poison memory with it).
+    // Sets every byte of every arena to `byte` (tests poison memory with it); on shared memory,
+    // the shared arenas.
     virtual void poison(unsigned char byte) = 0;
-    // Bytes this runtime allocated for a category's arena (tests hold it to the plan).
+    // Bytes of the arena a category's values live in (tests hold it to the plan): allocated by
+    // this runtime, or by the shared memory it runs on.
     virtual size_t allocated_bytes(Category c) const = 0;
+    // The shared memory this runtime runs on (nullptr: it owns its arenas).
+    const SharedMemory* shared_memory() const { return shared_.get(); }
 
     // What the backend holds: the plan's arenas plus backend extras (workspace, context).
     virtual std::string memory_report() const { return plan_.report(); }
-
-    // Runs on `owner`'s arena for the persistent category c (frozen weights, trainable parameters,
-    // optimizer state) instead of an own copy, which is released: a model built at several shapes
-    // (one plan per image size, VAE tile or prompt length) holds and loads its weights once. Both
-    // plans must lay c out alike (the same named values, shapes and dtypes at the same offsets;
-    // checked, gl::Error naming the first difference). owner must be of the same backend and
-    // outlive this runtime; what either writes there, both see.
-    void share_arena(Category c, Runtime& owner);
 
     void write_f32(ValueId v, const std::vector<float>& x);
     std::vector<float> read_f32(ValueId v) const;
@@ -57,8 +56,6 @@ public:
     double profiled_ms(size_t node) const { return node < node_ms_.size() ? node_ms_[node] : 0.0; }
 
 protected:
-    // Backends: use owner's arena for c from now on (same backend, layout checked by share_arena).
-    virtual void adopt_arena(Category c, Runtime& owner) = 0;
     // Backends report each node's time of a profiled run, then close the run.
     void add_node_time(size_t node, double ms) { node_ms_[node] += ms; }
     void end_profiled_run() { profiled_runs_++; }
@@ -66,7 +63,11 @@ protected:
     // value's own dtype and layout (views included).
     TensorRef locate(ValueId id, const std::array<void*, kCategoryCount>& arena_base) const;
     explicit Runtime(Plan plan) : plan_(std::move(plan)) {}
+    // On shared memory: the plan bound to its layout (SharedLayout::bind; throws when it does not
+    // fit), so locate() finds persistent values in the shared arenas.
+    Runtime(Plan plan, std::shared_ptr<SharedMemory> shared);
     Plan plan_;
+    std::shared_ptr<SharedMemory> shared_;
 
 private:
     bool profiling_ = false;
@@ -74,12 +75,18 @@ private:
     int profiled_runs_ = 0;
 };
 
-// The CPU reference backend: computes in f32 (double accumulation where it matters).
+// The CPU reference backend: computes in f32 (double accumulation where it matters). With a
+// SharedMemory (made for "cpu"), the runtime allocates nothing and runs the plan in it.
 std::unique_ptr<Runtime> make_cpu_runtime(Plan plan);
+std::unique_ptr<Runtime> make_cpu_runtime(Plan plan, std::shared_ptr<SharedMemory> shared);
 
 // The CUDA backend (ggml-lite/cuda). Throws gl::Error when the library was built without
-// CUDA or no usable GPU is present; cuda_available says which, without throwing.
+// CUDA or no usable GPU is present; cuda_available says which, without throwing. With a
+// SharedMemory (made for "cuda"), the runtime allocates nothing and runs on the memory's stream.
 std::unique_ptr<Runtime> make_cuda_runtime(Plan plan);
+std::unique_ptr<Runtime> make_cuda_runtime(Plan plan, std::shared_ptr<SharedMemory> shared);
 bool cuda_available(std::string* why = nullptr);
+// The CUDA workspace a plan needs: its largest node's kernel scratch plus densified inputs.
+size_t cuda_workspace_bytes(const Plan& plan);
 
 }  // namespace gl

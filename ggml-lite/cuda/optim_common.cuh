@@ -4,7 +4,7 @@
 #pragma once
 #include "ggml-lite/cuda/device.cuh"
 #include "ggml-lite/cuda/kernel.cuh"
-#include "ggml-lite/ops/builder.h"
+#include "ggml-lite/ops/optim_types.h"
 
 namespace gl {
 

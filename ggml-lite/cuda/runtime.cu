@@ -1,10 +1,14 @@
 // CUDA backend: one device allocation per memory category sized from the plan, one stream,
 // a workspace sized once for the largest node, and the whole step captured into a CUDA
-// graph after its first (eager) run and replayed from then on.
+// graph after its first (eager) run and replayed from then on. On a shared memory the arenas,
+// the workspace and the stream are the memory's: allocated once for all its runtimes, never
+// moved, so every runtime's captured graph stays valid.
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "ggml-lite/core/runtime.h"
+#include "ggml-lite/core/shared_memory.h"
 #include "ggml-lite/cuda/kernel.cuh"
 
 namespace gl {
@@ -78,43 +82,88 @@ namespace {
 constexpr size_t kAlign = 256;
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
+size_t device_bytes_in_use() {
+    size_t free = 0, total = 0;
+    GL_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return total - free;
+}
+
+void start_cuda(const char* who) {
+    std::string why;
+    GL_CHECK(cuda_available(&why), who, ": ", why);
+    GL_CUDA_CHECK(cudaFree(nullptr));  // creates the context
+}
+
+// The arenas, workspace and stream of runtimes that share them.
+class CudaSharedMemory final : public SharedMemory {
+public:
+    explicit CudaSharedMemory(SharedLayout l) : SharedMemory(std::move(l)) {
+        start_cuda("make_cuda_shared_memory");
+        used_before_ = device_bytes_in_use();
+        try {
+            GL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+            for (int c = 0; c < kCategoryCount; c++)
+                if (size_t b = layout_.arena_bytes[size_t(c)]) GL_CUDA_CHECK(cudaMalloc(&arenas_[size_t(c)], b));
+            if (layout_.scratch_bytes) GL_CUDA_CHECK(cudaMalloc(&scratch_, layout_.scratch_bytes));
+        } catch (...) {
+            release();
+            throw;
+        }
+        used_after_ = device_bytes_in_use();
+    }
+    ~CudaSharedMemory() override { release(); }
+
+    cudaStream_t stream() const { return stream_; }
+    size_t used_before() const { return used_before_; }
+    size_t used_after() const { return used_after_; }
+
+private:
+    void release() {
+        if (stream_) cudaStreamSynchronize(stream_);
+        for (void*& a : arenas_)
+            if (a) cudaFree(std::exchange(a, nullptr));
+        if (scratch_) cudaFree(std::exchange(scratch_, nullptr));
+        if (stream_) cudaStreamDestroy(std::exchange(stream_, nullptr));
+    }
+    cudaStream_t stream_ = nullptr;
+    size_t used_before_ = 0, used_after_ = 0;
+};
+
 class CudaRuntime final : public Runtime {
 public:
     explicit CudaRuntime(Plan plan) : Runtime(std::move(plan)) {
-        std::string why;
-        GL_CHECK(cuda_available(&why), "make_cuda_runtime: ", why);
-        GL_CUDA_CHECK(cudaFree(nullptr));  // creates the context
-        size_t free0 = 0, total = 0;
-        GL_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
-        used_before_ = total - free0;
+        start_cuda("make_cuda_runtime");
+        used_before_ = device_bytes_in_use();
         GL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         for (int c = 0; c < kCategoryCount; c++) {
             size_t b = plan_.arena_bytes[size_t(c)];
             if (b) GL_CUDA_CHECK(cudaMalloc(&arenas_[size_t(c)], b));
         }
-        // Workspace: the largest node's need (its kernel's scratch plus densified inputs).
-        const Graph& g = plan_.graph;
-        for (const Node& n : g.nodes) {
-            const CudaKernel& k = cuda_kernel(n.op);
-            if (!k.run) continue;
-            size_t need = k.workspace ? align_up(k.workspace(g, n)) : 0;
-            if (!(k.flags & kCudaStrided))
-                for (ValueId x : n.in)
-                    if (!g.v(x).layout.is_contiguous()) need += align_up(g.v(x).bytes());
-            workspace_bytes_ = std::max(workspace_bytes_, need);
-        }
+        workspace_bytes_ = cuda_workspace_bytes(plan_);
         if (workspace_bytes_) GL_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
-        size_t free1 = 0;
-        GL_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
-        used_after_ = total - free1;
-        if (const char* e = std::getenv("GL_CUDA_GRAPH")) use_graph_ = std::strcmp(e, "0") != 0;
+        used_after_ = device_bytes_in_use();
+        read_graph_env();
+    }
+
+    // On shared memory: nothing allocated here but the CUDA graph, and the memory's stream.
+    CudaRuntime(Plan plan, std::shared_ptr<SharedMemory> shared, const CudaSharedMemory& mem)
+        : Runtime(std::move(plan), std::move(shared)) {
+        stream_ = mem.stream();
+        for (int c = 0; c < kCategoryCount; c++) arenas_[size_t(c)] = mem.arena(Category(c));
+        workspace_ = mem.scratch();
+        workspace_bytes_ = mem.allocated_scratch();
+        used_before_ = mem.used_before();
+        used_after_ = mem.used_after();
+        read_graph_env();
     }
 
     ~CudaRuntime() override {
+        if (stream_) cudaStreamSynchronize(stream_);  // its graph may still run on a shared stream
         for (cudaEvent_t e : timing_) cudaEventDestroy(e);
         if (exec_) cudaGraphExecDestroy(exec_);
-        for (int c = 0; c < kCategoryCount; c++)
-            if (arenas_[size_t(c)] && !borrowed_[size_t(c)]) cudaFree(arenas_[size_t(c)]);
+        if (shared_) return;  // the shared memory frees its arenas and stream
+        for (void* a : arenas_)
+            if (a) cudaFree(a);
         if (workspace_) cudaFree(workspace_);
         if (stream_) cudaStreamDestroy(stream_);
     }
@@ -193,24 +242,26 @@ public:
     }
 
     size_t allocated_bytes(Category c) const override {
-        return arenas_[size_t(c)] && !borrowed_[size_t(c)] ? plan_.arena_bytes[size_t(c)] : 0;
+        if (shared_) return shared_->allocated_bytes(c);
+        return arenas_[size_t(c)] ? plan_.arena_bytes[size_t(c)] : 0;
     }
 
     void synchronize() override { GL_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
     void poison(unsigned char byte) override {
         for (int c = 0; c < kCategoryCount; c++)
-            if (arenas_[size_t(c)] && !borrowed_[size_t(c)])
-                GL_CUDA_CHECK(cudaMemsetAsync(arenas_[size_t(c)], byte, plan_.arena_bytes[size_t(c)], stream_));
+            if (arenas_[size_t(c)]) GL_CUDA_CHECK(cudaMemsetAsync(arenas_[size_t(c)], byte, allocated_bytes(Category(c)), stream_));
         if (workspace_) GL_CUDA_CHECK(cudaMemsetAsync(workspace_, byte, workspace_bytes_, stream_));
         GL_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
 
     std::string memory_report() const override {
         std::string s = plan_.report();
+        if (shared_) s += shared_->layout().report();
         char line[160];
         auto mib = [](size_t b) { return double(b) / (1024.0 * 1024.0); };
-        size_t arenas = plan_.total_bytes();
+        size_t arenas = 0;
+        for (int c = 0; c < kCategoryCount; c++) arenas += allocated_bytes(Category(c));
         std::snprintf(line, sizeof line, "  %-20s %10.2f MiB (largest node's scratch)\n", "cuda workspace", mib(workspace_bytes_));
         s += line;
         std::snprintf(line, sizeof line, "  %-20s %10.2f MiB (context, libraries, other processes)\n", "device baseline",
@@ -222,20 +273,11 @@ public:
         return s;
     }
 
-protected:
-    void adopt_arena(Category c, Runtime& owner) override {
-        auto& o = static_cast<CudaRuntime&>(owner);
-        GL_CUDA_CHECK(cudaStreamSynchronize(o.stream_));  // the owner's pending writes land first
-        if (arenas_[size_t(c)] && !borrowed_[size_t(c)]) GL_CUDA_CHECK(cudaFree(arenas_[size_t(c)]));
-        arenas_[size_t(c)] = o.arenas_[size_t(c)];
-        borrowed_[size_t(c)] = true;
-        if (exec_) {  // a captured step holds the old addresses
-            GL_CUDA_CHECK(cudaGraphExecDestroy(exec_));
-            exec_ = nullptr;
-        }
+private:
+    void read_graph_env() {
+        if (const char* e = std::getenv("GL_CUDA_GRAPH")) use_graph_ = std::strcmp(e, "0") != 0;
     }
 
-private:
     // timed: record an event before and after each node (profiling; never under capture).
     void launch_all(bool timed = false) {
         const Graph& g = plan_.graph;
@@ -274,7 +316,6 @@ private:
 
     cudaStream_t stream_ = nullptr;
     std::array<void*, kCategoryCount> arenas_{};
-    std::array<bool, kCategoryCount> borrowed_{};  // arenas of another runtime (share_arena): not freed here
     void* workspace_ = nullptr;
     size_t workspace_bytes_ = 0;
     size_t used_before_ = 0, used_after_ = 0;
@@ -287,6 +328,33 @@ private:
 
 }  // namespace
 
+size_t cuda_workspace_bytes(const Plan& plan) {
+    const Graph& g = plan.graph;
+    size_t most = 0;
+    for (const Node& n : g.nodes) {
+        const CudaKernel& k = cuda_kernel(n.op);
+        if (!k.run) continue;
+        size_t need = k.workspace ? align_up(k.workspace(g, n)) : 0;
+        if (!(k.flags & kCudaStrided))
+            for (ValueId x : n.in)
+                if (!g.v(x).layout.is_contiguous()) need += align_up(g.v(x).bytes());
+        most = std::max(most, need);
+    }
+    return most;
+}
+
 std::unique_ptr<Runtime> make_cuda_runtime(Plan plan) { return std::make_unique<CudaRuntime>(std::move(plan)); }
+
+std::unique_ptr<Runtime> make_cuda_runtime(Plan plan, std::shared_ptr<SharedMemory> shared) {
+    GL_CHECK(shared != nullptr, "make_cuda_runtime: no shared memory given");
+    const auto* mem = dynamic_cast<const CudaSharedMemory*>(shared.get());
+    GL_CHECK(mem != nullptr, "make_cuda_runtime: the shared memory is for ", shared->backend(), ", not cuda");
+    return std::make_unique<CudaRuntime>(std::move(plan), std::move(shared), *mem);
+}
+
+std::shared_ptr<SharedMemory> make_cuda_shared_memory(SharedLayout layout) {
+    GL_CHECK(layout.backend == "cuda", "make_cuda_shared_memory: the layout is for ", layout.backend, ", not cuda");
+    return std::make_shared<CudaSharedMemory>(std::move(layout));
+}
 
 }  // namespace gl

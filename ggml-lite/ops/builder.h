@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ggml-lite/core/graph.h"
+#include "ggml-lite/ops/optim_types.h"
 
 namespace gl {
 
@@ -119,27 +120,13 @@ ValueId timestep_embedding(Graph& g, ValueId t, int dim, bool flip_sin_to_cos = 
                            float max_period = 10000.0f);
 
 // ---- optimizer steps (ops/optim.cpp): update parameters and state in place, no outputs ----
-// hyper: f32 [8] = {lr, beta1, beta2, eps, weight_decay, step (1-based), grad_scale, unused}, written
-// by the host each step so a schedule never rebuilds the graph. grad_scale multiplies the gradient
-// first (loss-scale undo, clipping).
-enum HyperSlot { kLr = 0, kBeta1, kBeta2, kEps, kWeightDecay, kStep, kGradScale, kHyperSize = 8 };
+// The layout of hyper (HyperSlot) and gstat (GstatSlot), the option structs: ops/optim_types.h.
 // AdamW on fp32 param, m, v. decay_after = false: PyTorch's order (p *= 1 - lr*wd, then the Adam
 // step); true: bitsandbytes' order (Adam step, then decay).
-// gstat (optional trailing input of every optimizer step): see grad_stats below.
+// gstat (optional trailing input of every optimizer step): made by grad_stats below.
 void adamw_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId hyper, bool decay_after = false,
                 ValueId gstat = kNoValue);
 
-// gstat: f32 [kGstatSize], written by grad_stats over ALL trainable gradients of a step, read by every
-// optimizer step op given it as its optional trailing input:
-//   kGsMul        the factor each op applies to its gradient (after hyper's grad_scale):
-//                 min(1, max_norm / (norm + 1e-6)) / loss_scale (torch's clip_grad_norm_ after
-//                 GradScaler.unscale_); 1 / loss_scale without clipping; 0 when non-finite.
-//   kGsNonfinite  1 when any gradient element (or their sum of squares) is inf/NaN, else 0. An op
-//                 given gstat with this set changes NOTHING (parameter and state bit-identical): the
-//                 fp16 overflow skip of GradScaler, inside a captured graph.
-//   kGsNorm       global L2 norm of the unscaled gradients (raw norm / loss_scale; inf/NaN if non-finite).
-//   kGsLossScale  the loss scale that was read (1 without a loss-scale input).
-enum GstatSlot { kGsMul = 0, kGsNonfinite, kGsNorm, kGsLossScale, kGstatSize = 4 };
 // (ops/optim.cpp) grads: f32 dense gradients (any count >= 1); loss_scale: f32 [1] input or kNoValue;
 // max_norm <= 0: no clipping. Deterministic (fixed-order double sums on every backend).
 ValueId grad_stats(Graph& g, const std::vector<ValueId>& grads, ValueId loss_scale, float max_norm);
@@ -159,10 +146,6 @@ void lion_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId hyper, 
 // the shape PyTorch holds the param in when it differs from the graph's with the same element order
 // (a 1x1-conv LoRA weight [r, in] is [r, in, 1, 1] there, which transformers' Adafactor factors over
 // its last two dims, 1 x 1: effectively unfactored); the param is then factored as that shape is.
-struct AdafactorOptions {
-    bool relative_step = true, scale_parameter = true, warmup_init = false;
-    float decay_rate = -0.8f, eps2 = 1e-3f, clip_threshold = 1.0f;
-};
 void adafactor_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v_row, ValueId v_col, ValueId hyper,
                     const AdafactorOptions& o, ValueId gstat = kNoValue, const Shape& factor_as = {});
 // Element counts of Adafactor's factored state for a param shape ({n, 0} when unfactored).
@@ -171,15 +154,9 @@ std::pair<int64_t, int64_t> adafactor_state_sizes(const Shape& param, const Shap
 // (ops/optim_prodigy.cpp) Prodigy (Mishchenko & Defazio 2023, as prodigyopt 1.1). One step over all params
 // is: prodigy_accum for every param (in node order; updates m, v, s with the old d and writes the param's
 // dot(g, p0 - p) and sum|s| into acc[2*slot], acc[2*slot+1]), then ONE prodigy_d (new d from all slots,
-// fixed order), then prodigy_step for every param. pstate f32 [kProdigyStateSize] is shared by all params
-// (initialise d = d_max = d0, the rest 0); acc f32 [2 * slots] is scratch. hyper: lr (equal for all
-// params), beta1, beta2, eps, weight_decay, step (bias correction), grad_scale.
-enum ProdigySlot { kPdD = 0, kPdDMax, kPdNumerator, kPdDenom, kPdDHat, kPdDlr, kPdApplied, kProdigyStateSize = 8 };
-struct ProdigyOptions {
-    float beta3 = -1.0f;  // < 0: sqrt(beta2) (prodigyopt's None)
-    float d0 = 1e-6f, d_coef = 1.0f, growth_rate = INFINITY;
-    bool decouple = true, use_bias_correction = false, safeguard_warmup = false;
-};
+// fixed order), then prodigy_step for every param. pstate f32 [kProdigyStateSize] (ProdigySlot) is shared
+// by all params (initialise d = d_max = d0, the rest 0); acc f32 [2 * slots] is scratch. hyper: lr (equal
+// for all params), beta1, beta2, eps, weight_decay, step (bias correction), grad_scale.
 void prodigy_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId s, ValueId p0, ValueId hyper,
                    ValueId pstate, ValueId acc, int slot, const ProdigyOptions& o, ValueId gstat = kNoValue);
 void prodigy_d(Graph& g, ValueId pstate, ValueId acc, ValueId hyper, const ProdigyOptions& o, ValueId gstat = kNoValue);
@@ -191,11 +168,6 @@ void prodigy_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, V
 // gstat: as adamw_step's (a set non-finite flag skips the whole op).
 void adamw8bit_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId absmax_m, ValueId absmax_v,
                     ValueId hyper, ValueId gstat = kNoValue);
-constexpr int kAdam8bitBlock = 256;
-constexpr int64_t kAdam8bitMinElements = 4096;  // smaller tensors keep fp32 state
-// The 256-entry dynamic quantisation maps (sorted ascending): signed for m, unsigned for v.
-const float* adam8bit_qmap(bool is_signed);
-// Index of the code nearest to x (ties to the lower index) in a sorted 256-entry map.
-int adam8bit_quantize(const float* qmap, float x);
+// The 8-bit maps (adam8bit_qmap, adam8bit_quantize): ops/optim_types.h.
 
 }  // namespace gl

@@ -2,8 +2,10 @@
 
 #include <cstring>
 #include <set>
+#include <utility>
 
 #include "ggml-lite/core/error.h"
+#include "models/nn/layers.h"
 
 namespace sd {
 
@@ -18,65 +20,46 @@ void check_config(const ClipConfig& c) {
     GL_CHECK(c.width % c.heads == 0, "clip: width ", c.width, " is not a multiple of heads ", c.heads);
 }
 
-ValueId activation(Graph& g, ValueId x, gl::Act a) {
-    switch (a) {
-        case gl::Act::quick_gelu: return gl::quick_gelu(g, x);
-        case gl::Act::gelu_erf: return gl::gelu(g, x, false);
-        case gl::Act::gelu_tanh: return gl::gelu(g, x, true);
-        case gl::Act::silu: return gl::silu(g, x);
-    }
-    gl::fail("clip: unknown activation ", int(a));
-}
-
-ValueId layer_norm(Weights& w, Graph& g, ValueId x, const std::string& name, const ClipConfig& c) {
-    WeightScope ws(w, name);
-    ValueId gamma = w.get("weight", {c.width}), beta = w.get("bias", {c.width});
-    return gl::layer_norm(g, x, gamma, beta, c.eps);
-}
-
-ValueId linear(Weights& w, Graph& g, ValueId x, const std::string& name, int64_t out, int64_t in) {
-    WeightScope ws(w, name);
-    ValueId wt = w.get("weight", {out, in}), b = w.get("bias", {out});
-    ValueId y = gl::linear(g, x, wt, b);
-    return w.linear_hook ? w.linear_hook(g, w.module_path(), x, y) : y;
-}
-
 // One pre-LN encoder layer: x + attn(ln1(x)), then + mlp(ln2(.)). x [N, L, D].
 ValueId encoder_layer(Weights& w, Graph& g, ValueId x, const ClipConfig& c) {
-    const gl::Shape s = g.shape(x);
-    const int64_t N = s[0], L = s[1], D = c.width, H = c.heads;
-    ValueId h = layer_norm(w, g, x, "layer_norm1", c);
-    {
-        WeightScope ws(w, "self_attn");
-        gl::Scope sc(g, "self_attn");
-        const gl::Shape heads{N, L, H, D / H};
-        ValueId q = gl::reshape(g, linear(w, g, h, "q_proj", D, D), heads);
-        ValueId k = gl::reshape(g, linear(w, g, h, "k_proj", D, D), heads);
-        ValueId v = gl::reshape(g, linear(w, g, h, "v_proj", D, D), heads);
-        ValueId o = gl::attention(g, q, k, v, 0.0f, /*causal=*/true);
-        h = linear(w, g, gl::reshape(g, o, {N, L, D}), "out_proj", D, D);
-    }
+    ValueId h = nn::layer_norm(w, "layer_norm1", x, c.eps);
+    h = nn::attention(w, "self_attn", h, h,
+                      {.heads = c.heads, .qkv_bias = true, .causal = true, .q = "q_proj", .k = "k_proj",
+                       .v = "v_proj", .out = "out_proj"});
     x = gl::add(g, x, h);
-    h = layer_norm(w, g, x, "layer_norm2", c);
+    h = nn::layer_norm(w, "layer_norm2", x, c.eps);
     {
-        WeightScope ws(w, "mlp");
-        gl::Scope sc(g, "mlp");
-        h = activation(g, linear(w, g, h, "fc1", c.mlp, D), c.act);
-        h = linear(w, g, h, "fc2", D, c.mlp);
+        nn::Scope sc(w, "mlp");
+        h = nn::activation(g, nn::linear(w, "fc1", h, c.mlp), c.act);
+        h = nn::linear(w, "fc2", h, c.width);
     }
     return gl::add(g, x, h);
 }
+
+// The text encoder's layers leave their values to the enclosing scope ("...self_attn.linear"),
+// the names its graphs have always had (see Weights::layer_value_scopes).
+class BlockValueNames {
+public:
+    explicit BlockValueNames(Weights& w) : w_(w), saved_(std::exchange(w.layer_value_scopes, false)) {}
+    ~BlockValueNames() { w_.layer_value_scopes = saved_; }
+    BlockValueNames(const BlockValueNames&) = delete;
+    BlockValueNames& operator=(const BlockValueNames&) = delete;
+
+private:
+    Weights& w_;
+    bool saved_;
+};
 
 ValueId encode(Weights& w, Graph& g, ValueId ids, ValueId embeds, const ClipConfig& c, int clip_skip) {
     check_config(c);
     GL_CHECK(clip_skip >= 1 && clip_skip <= c.layers, "clip: clip_skip ", clip_skip, " must be in 1..", c.layers,
              " (1 = last layer)");
-    WeightScope top(w, "text_model");
-    gl::Scope sc(g, "text_model");
+    GL_CHECK(&g == &w.graph(), "clip: the weights belong to another graph");
+    BlockValueNames names(w);
+    nn::Scope top(w, "text_model");
     ValueId x;
     {
-        WeightScope ws(w, "embeddings");
-        gl::Scope es(g, "embeddings");
+        nn::Scope es(w, "embeddings");
         int64_t L = 0;
         if (ids != gl::kNoValue) {
             const gl::Shape s = g.shape(ids);
@@ -99,12 +82,10 @@ ValueId encode(Weights& w, Graph& g, ValueId ids, ValueId embeds, const ClipConf
     const int64_t run = c.layers - (clip_skip - 1);
     for (int64_t i = 0; i < run; i++) {
         const std::string name = gl::cat("encoder.layers.", i);
-        gl::Segment seg(g, name);  // named "text_model.encoder.layers.i" by the open scope
-        WeightScope ws(w, name);
-        gl::Scope ls(g, name);
+        nn::Block layer(w, name);  // segment "text_model.encoder.layers.i"
         x = encoder_layer(w, g, x, c);
     }
-    return layer_norm(w, g, x, "final_layer_norm", c);
+    return nn::layer_norm(w, "final_layer_norm", x, c.eps);
 }
 
 }  // namespace
@@ -227,7 +208,7 @@ ClipLayout detect_clip_layout(const gl::io::TensorSource& src) {
 LoadReport load_clip(const Weights& w, const gl::io::TensorSource& src, gl::Runtime& rt) {
     const ClipLayout l = detect_clip_layout(src);
     ClipView view(src, l, w);
-    return load_weights(w, view, [l](const std::string& name) { return clip_key(l, name); }, rt);
+    return nn::load_weights(w, view, [l](const std::string& name) { return clip_key(l, name); }, rt);
 }
 
 }  // namespace sd

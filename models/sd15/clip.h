@@ -7,9 +7,16 @@
 #include <string>
 
 #include "ggml-lite/ops/builder.h"
-#include "models/sd15/weights.h"
+#include "models/nn/weights.h"
 
 namespace sd {
+
+// The weight store of the shared layer set (models/nn/), under the names the SD1.5 model API
+// has always used (sd::Weights, sd::LoadReport, ...).
+using nn::LoadReport;
+using nn::WeightEntry;
+using nn::WeightLayout;
+using nn::Weights;
 
 struct ClipConfig {
     int64_t vocab = 49408;

@@ -109,14 +109,14 @@ UnetLayout detect_unet_layout(const gl::io::TensorSource& src) {
 
 LoadReport load_unet(const Weights& w, const UnetConfig& c, const gl::io::TensorSource& src, gl::Runtime& rt) {
     const UnetLayout l = detect_unet_layout(src);
-    if (l == UnetLayout::diffusers) return load_weights(w, src, unet_key_diffusers, rt);
+    if (l == UnetLayout::diffusers) return nn::load_weights(w, src, unet_key_diffusers, rt);
     // A single file holds the whole pipeline: everything outside model.diffusion_model. is some
     // other model's business. Those keys are passed whole (a shorter prefix such as "model."
     // could hide a stray UNet key).
     std::vector<std::string> others;
     for (const gl::io::TensorInfo& t : src.list())
         if (t.name.rfind(kUnetOriginalPrefix, 0) != 0) others.push_back(t.name);
-    return load_weights(w, src, [&c](const std::string& name) { return unet_key_original(c, name); }, rt, others);
+    return nn::load_weights(w, src, [&c](const std::string& name) { return unet_key_original(c, name); }, rt, others);
 }
 
 std::string unet_key_original(const UnetConfig& c, const std::string& name) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <iterator>
 
 #include "ggml-lite/core/error.h"
@@ -66,70 +67,114 @@ LoraSource open_lora(const LoraFile& f) {
     return s;
 }
 
-std::string mib(size_t bytes) { return gl::cat(double(std::llround(double(bytes) / 1048576.0 * 10)) / 10, " MiB"); }
+std::string mib(size_t bytes) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f MiB", double(bytes) / 1048576.0);
+    return b;
+}
+
+// Several files may hold a module for the same layer: their parameters get the file's index in
+// their names, so the shared memory (which matches values by name) keeps them apart.
+void rename_params(gl::Graph& g, const lora::LoraNetwork& net, size_t file) {
+    for (const lora::LoraModule& m : net.modules())
+        for (ValueId v : {m.down, m.up}) g.set_name(v, gl::cat("lora", file, ".", g.v(v).name));
+}
 
 }  // namespace
 
-// ---- models and their shapes ----
+// ---- graphs, plans, the shared memory ----
 
-std::vector<std::unique_ptr<lora::LoraNetwork>> Pipeline::Impl::attach_loras(PipelineModel& m, Weights& w) const {
+std::vector<std::unique_ptr<lora::LoraNetwork>> Pipeline::Impl::attach_loras(const PipelineHolder& m, Weights& w,
+                                                                             std::vector<size_t>* files) const {
     std::vector<std::unique_ptr<lora::LoraNetwork>> nets;
     if (!m.takes_lora) return nets;
-    for (const LoraSource& s : loras) {
-        if (m.part == lora::Part::unet ? !s.unet : !s.text_encoder) continue;
-        nets.push_back(std::make_unique<lora::LoraNetwork>(s.cfg));
+    for (size_t i = 0; i < loras.size(); i++) {
+        if (m.part == lora::Part::unet ? !loras[i].unet : !loras[i].text_encoder) continue;
+        nets.push_back(std::make_unique<lora::LoraNetwork>(loras[i].cfg));
         chain_attach(w, *nets.back(), m.part);
+        if (files) files->push_back(i);
     }
     return nets;
 }
 
-void Pipeline::Impl::build_holder(PipelineModel& m, const GraphBuilder& build) {
+void Pipeline::Impl::build_holder(PipelineHolder& m, const std::string& key, const GraphBuilder& build) {
+    m.key = key;
     m.graph = std::make_unique<gl::Graph>();
     m.weights = std::make_unique<Weights>(*m.graph, dtype);
-    m.nets = attach_loras(m, *m.weights);
-    const BuiltGraph b = build(*m.weights, *m.graph);
-    m.graph->mark_output(b.out);
-    m.rt = make_runtime(gl::make_plan(*m.graph));
+    m.nets = attach_loras(m, *m.weights, &m.net_file);
+    const BuiltGraph io = build(*m.weights, *m.graph);
+    for (size_t k = 0; k < m.nets.size(); k++) rename_params(*m.graph, *m.nets[k], m.net_file[k]);
+    m.graph->mark_output(io.out);
+    plans.emplace(key, Planned{gl::make_plan(*m.graph), io});
 }
 
-gl::Plan Pipeline::Impl::plan_only(PipelineModel& m, const GraphBuilder& build) const {
-    gl::Graph g;
-    Weights w(g, dtype);
-    // The holder's weights first, in its order: the frozen arenas line up whatever this shape builds.
-    for (const WeightEntry& e : m.weights->entries()) w.get(e.name, m.graph->shape(e.id), e.layout);
-    std::vector<std::unique_ptr<lora::LoraNetwork>> nets;
-    if (runtime_lora) nets = attach_loras(m, w);
-    const BuiltGraph b = build(w, g);
-    g.mark_output(b.out);
-    return gl::make_plan(g);
-}
-
-PipelineModel::Instance& Pipeline::Impl::instance(PipelineModel& m, const std::string& key, const GraphBuilder& build) {
-    auto it = m.instances.find(key);
-    if (it == m.instances.end()) {
-        while (m.instances.size() >= kInstancesPerModel) {
-            auto lru = std::min_element(m.instances.begin(), m.instances.end(),
-                                        [](const auto& a, const auto& b) { return a.second.last_use < b.second.last_use; });
-            m.instances.erase(lru);
-        }
-        gl::Graph g;
-        Weights w(g, dtype);
-        for (const WeightEntry& e : m.weights->entries()) w.get(e.name, m.graph->shape(e.id), e.layout);
-        std::vector<std::unique_ptr<lora::LoraNetwork>> nets;
-        if (runtime_lora) nets = attach_loras(m, w);
-        const BuiltGraph b = build(w, g);
-        g.mark_output(b.out);
-        PipelineModel::Instance inst;
-        inst.rt = make_runtime(gl::make_plan(g));
-        inst.rt->share_arena(gl::Category::frozen, *m.rt);
-        if (runtime_lora && !nets.empty()) inst.rt->share_arena(gl::Category::trainable, *m.rt);
-        inst.in = b.in;
-        inst.out = b.out;
-        it = m.instances.emplace(key, std::move(inst)).first;
-    }
-    it->second.last_use = ++clock;
+const Pipeline::Impl::Planned& Pipeline::Impl::plan(const PipelineHolder& m, const std::string& key,
+                                                   const GraphBuilder& build) {
+    auto it = plans.find(key);
+    if (it == plans.end()) it = plans.emplace(key, plan_graph(m, build)).first;
     return it->second;
 }
+
+Pipeline::Impl::Planned Pipeline::Impl::plan_graph(const PipelineHolder& m, const GraphBuilder& build) const {
+    gl::Graph g;
+    Weights w(g, dtype);
+    std::vector<size_t> files;
+    std::vector<std::unique_ptr<lora::LoraNetwork>> nets;
+    if (runtime_lora) nets = attach_loras(m, w, &files);
+    const BuiltGraph io = build(w, g);
+    for (size_t k = 0; k < nets.size(); k++) rename_params(g, *nets[k], files[k]);
+    g.mark_output(io.out);
+    return Planned{gl::make_plan(g), io};
+}
+
+void Pipeline::Impl::ensure(const Sd15Files& f, const PipelineOptions& o, const std::vector<std::string>& keys) {
+    bool fits = mem != nullptr;
+    for (size_t i = 0; fits && i < keys.size(); i++) {
+        const gl::Plan& p = plans.at(keys[i]).plan;
+        const gl::SharedLayout& L = mem->layout();
+        fits = p.arena_bytes[size_t(gl::Category::activations)] <= L.arena_bytes[size_t(gl::Category::activations)] &&
+               (backend != "cuda" || gl::cuda_workspace_bytes(p) <= L.scratch_bytes);
+    }
+    if (fits) return;
+    // A new layout from every shape planned so far; the old memory goes first (no two copies of
+    // the weights at once), and the weights are loaded again.
+    runtimes.clear();
+    mem.reset();
+    std::vector<const gl::Plan*> all;
+    for (const auto& [k, p] : plans) all.push_back(&p.plan);
+    mem = gl::make_shared_memory(gl::make_shared_layout(all, backend));
+    load(f, o);
+}
+
+Pipeline::Impl::Instance& Pipeline::Impl::runtime(const std::string& key) {
+    GL_CHECK(mem != nullptr, "pipeline: no memory for ", key);
+    auto it = runtimes.find(key);
+    if (it != runtimes.end()) return it->second;
+    const Planned& p = plans.at(key);
+    Instance inst{backend == "cuda" ? gl::make_cuda_runtime(p.plan, mem) : gl::make_cpu_runtime(p.plan, mem), p.io};
+    return runtimes.emplace(key, std::move(inst)).first->second;
+}
+
+void Pipeline::Impl::load(const Sd15Files& f, const PipelineOptions& o) {
+    load_clip(*text.weights, *f.text_encoder, *runtime(text.key).rt);
+    load_unet(*unet.weights, f.unet_cfg, *f.unet, *runtime(unet.key).rt);
+    load_vae(*vae.weights, f.vae_cfg, *f.vae, *runtime(vae.key).rt);
+    // Every module zero-initialised first (init writes up = 0: modules a file lacks add nothing),
+    // then the file; merged ones then fold into the weights.
+    for (PipelineHolder* m : {&text, &unet}) {
+        gl::Runtime& rt = *runtime(m->key).rt;
+        for (size_t k = 0; k < m->nets.size(); k++) {
+            lora::LoraNetwork& net = *m->nets[k];
+            net.init(rt, 0);
+            lora::load_lora(*loras[m->net_file[k]].file, net, rt, &f.unet_cfg);
+            if (o.merge_loras) lora::merge_into(net, rt, m->part, *m->weights, rt);
+        }
+    }
+}
+
+std::string Pipeline::Impl::text_key(int n, int chunks) { return gl::cat("text n", n, " chunks", chunks); }
+std::string Pipeline::Impl::unet_key(int batch, int h, int w, int l) { return gl::cat("unet b", batch, " ", w, "x", h, " l", l); }
+std::string Pipeline::Impl::vae_key(int batch, int h, int w) { return gl::cat("vae b", batch, " ", w, "x", h); }
 
 GraphBuilder Pipeline::Impl::text_builder(const Sd15Files& f, int n, int chunks, int clip_skip) const {
     return [&f, n, chunks, clip_skip](Weights& w, gl::Graph& g) {
@@ -158,11 +203,12 @@ GraphBuilder Pipeline::Impl::vae_builder(const Sd15Files& f, int batch, int h, i
     };
 }
 
-// ---- construction: weights and LoRA ----
+// ---- construction: the holders and the LoRA files ----
 
-Pipeline::Pipeline(Sd15Files model, PipelineOptions opt, RuntimeFactory make_runtime)
+Pipeline::Pipeline(Sd15Files model, PipelineOptions opt)
     : model_(std::move(model)), opt_(std::move(opt)), impl_(std::make_unique<Impl>()) {
-    GL_CHECK(make_runtime, "pipeline: no runtime factory");
+    GL_CHECK(opt_.backend == "cpu" || opt_.backend == "cuda", "pipeline: backend '", opt_.backend,
+             "' (expected cpu or cuda)");
     GL_CHECK(opt_.clip_skip >= 1 && opt_.clip_skip <= model_.clip_cfg.layers, "pipeline: clip_skip ", opt_.clip_skip,
              " must be in [1, ", model_.clip_cfg.layers, "]");
     GL_CHECK(opt_.max_chunks >= 1 && opt_.max_chunks <= 8, "pipeline: max_chunks ", opt_.max_chunks, " must be in [1, 8]");
@@ -171,49 +217,38 @@ Pipeline::Pipeline(Sd15Files model, PipelineOptions opt, RuntimeFactory make_run
              model_.unet_cfg.in_channels, " input channels and the VAE makes ", model_.vae_cfg.latent_channels,
              " latent channels: text-to-image needs a plain (not inpainting) SD1.5 UNet");
     Impl& m = *impl_;
-    m.make_runtime = std::move(make_runtime);
+    m.backend = opt_.backend;
     m.dtype = opt_.dtype;
     for (const LoraFile& f : opt_.loras) m.loras.push_back(open_lora(f));
     m.runtime_lora = !m.loras.empty() && !opt_.merge_loras;
-
     m.text.part = lora::Part::text_encoder;
     m.text.takes_lora = true;
     m.unet.part = lora::Part::unet;
     m.unet.takes_lora = true;
     const int s = model_.unet_cfg.size_multiple();
-    m.build_holder(m.text, m.text_builder(model_, 1, 1, opt_.clip_skip));
-    m.build_holder(m.unet, m.unet_builder(model_, 1, s, s, int(model_.clip_cfg.max_pos)));
-    m.build_holder(m.vae, m.vae_builder(model_, 1, 1, 1));
-    load_clip(*m.text.weights, *model_.text_encoder, *m.text.rt);
-    load_unet(*m.unet.weights, model_.unet_cfg, *model_.unet, *m.unet.rt);
-    load_vae(*m.vae.weights, model_.vae_cfg, *model_.vae, *m.vae.rt);
+    m.build_holder(m.text, "text holder", m.text_builder(model_, 1, 1, opt_.clip_skip));
+    m.build_holder(m.unet, "unet holder", m.unet_builder(model_, 1, s, s, int(model_.clip_cfg.max_pos)));
+    m.build_holder(m.vae, "vae holder", m.vae_builder(model_, 1, 1, 1));
 
-    // Each file's modules: zero-initialised (init writes up = 0), then loaded; a file tensor no
-    // network took is an error, as a LoRA applied in part would silently differ from other tools.
-    size_t text_net = 0, unet_net = 0;
+    // Each file read once now (shapes, ranks, formats checked; nothing allocated): a tensor no
+    // network takes is an error, as a LoRA applied in part would differ from what other tools make.
     for (size_t i = 0; i < m.loras.size(); i++) {
-        const LoraSource& s = m.loras[i];
         std::vector<std::string> unused;
         bool first = true;
-        for (PipelineModel* pm : {&m.text, &m.unet}) {
-            const bool has = pm == &m.text ? s.text_encoder : s.unet;
-            if (!has) continue;
-            lora::LoraNetwork& net = *pm->nets[pm == &m.text ? text_net++ : unet_net++];
-            net.init(*pm->rt, 0);
-            const lora::LoadReport r = lora::load_lora(*s.file, net, *pm->rt, &model_.unet_cfg);
-            if (first) unused = r.unexpected;
-            else {
+        for (PipelineHolder* h : {&m.text, &m.unet})
+            for (size_t k = 0; k < h->nets.size(); k++) {
+                if (h->net_file[k] != i) continue;
+                const lora::LoadReport r = lora::load_lora(
+                    *m.loras[i].file, *h->nets[k], [](ValueId, const std::vector<float>&) {}, &model_.unet_cfg);
                 std::vector<std::string> both;
                 std::set_intersection(unused.begin(), unused.end(), r.unexpected.begin(), r.unexpected.end(),
                                       std::back_inserter(both));
-                unused.swap(both);
+                unused = first ? r.unexpected : both;
+                first = false;
             }
-            first = false;
-            if (opt_.merge_loras) lora::merge_into(net, *pm->rt, pm->part, *pm->weights, *pm->rt);
-        }
         if (!unused.empty())
             gl::fail("LoRA ", opt_.loras[i].path, ": ", unused.size(), " tensors are not used by an SD1.5 network (",
-                     unused.front(), (unused.size() > 1 ? ", ..." : ""), "); applying the rest would differ from "
+                     unused.front(), unused.size() > 1 ? ", ..." : "", "); applying the rest would differ from "
                      "what other tools make of this file");
     }
 }
@@ -245,24 +280,61 @@ std::vector<float> Pipeline::seed_noise(const GenerationParams& p) const {
     return x;
 }
 
+int Pipeline::chunks_for(const std::vector<std::string>& texts) const {
+    size_t longest = 0;
+    for (const std::string& t : texts) longest = std::max(longest, model_.tokenizer->tokenize(t).size());
+    const auto chunk = size_t(ClipTokenizer::kChunk);
+    return std::clamp(int((longest + chunk - 1) / chunk), 1, opt_.max_chunks);
+}
+
+std::vector<std::string> Pipeline::graphs_for(const GenerationParams& p) {
+    validate(p);
+    Impl& m = *impl_;
+    const bool cfg = p.cfg_scale > 1.0;
+    const int n = cfg ? 2 : 1, chunks = chunks_for(cfg ? std::vector<std::string>{p.negative, p.prompt}
+                                                        : std::vector<std::string>{p.prompt});
+    const int64_t ds = model_.vae_cfg.downscale();
+    const int h = int(p.height / ds), w = int(p.width / ds), L = chunks * int(model_.clip_cfg.max_pos);
+    const int N = cfg ? 2 * p.batch : p.batch;
+    std::vector<std::string> keys = {Impl::text_key(n, chunks), Impl::unet_key(N, h, w, L)};
+    m.plan(m.text, keys[0], m.text_builder(model_, n, chunks, opt_.clip_skip));
+    m.plan(m.unet, keys[1], m.unet_builder(model_, N, h, w, L));
+    for (const auto& [b, th, tw] : decode_shapes(plan_decode(p.batch, h, w), p.batch, h, w)) {
+        keys.push_back(Impl::vae_key(b, th, tw));
+        m.plan(m.vae, keys.back(), m.vae_builder(model_, b, th, tw));
+    }
+    return keys;
+}
+
+void Pipeline::reserve(const std::vector<GenerationParams>& requests) {
+    std::vector<std::string> keys;
+    for (const GenerationParams& p : requests) {
+        const std::vector<std::string> k = graphs_for(p);
+        keys.insert(keys.end(), k.begin(), k.end());
+    }
+    impl_->ensure(model_, opt_, keys);
+}
+
 std::vector<float> Pipeline::encode_text(const std::vector<std::string>& texts, int* chunks_out) {
     GL_CHECK(!texts.empty(), "encode_text: no texts");
     const ClipTokenizer& tok = *model_.tokenizer;
-    size_t longest = 0;
-    for (const std::string& t : texts) longest = std::max(longest, tok.tokenize(t).size());
     const int chunk = ClipTokenizer::kChunk;
-    const int chunks = std::clamp(int((longest + size_t(chunk) - 1) / size_t(chunk)), 1, opt_.max_chunks);
+    const int chunks = chunks_for(texts);
     std::vector<int32_t> ids;
     for (const std::string& t : texts) {
         const std::vector<int32_t> c = tok.encode_chunks(t, chunks * chunk);
         ids.insert(ids.end(), c.begin(), c.end());
     }
     const int n = int(texts.size());
-    auto& inst = impl_->instance(impl_->text, gl::cat("n", n, "c", chunks), impl_->text_builder(model_, n, chunks, opt_.clip_skip));
-    inst.rt->write(inst.in[0], ids.data(), DType::i32);
+    Impl& m = *impl_;
+    const std::string key = Impl::text_key(n, chunks);
+    m.plan(m.text, key, m.text_builder(model_, n, chunks, opt_.clip_skip));
+    m.ensure(model_, opt_, {key});
+    Impl::Instance& inst = m.runtime(key);
+    inst.rt->write(inst.io.in[0], ids.data(), DType::i32);
     inst.rt->run();
     if (chunks_out) *chunks_out = chunks;
-    return inst.rt->read_f32(inst.out);
+    return inst.rt->read_f32(inst.io.out);
 }
 
 std::vector<float> Pipeline::denoise(const GenerationParams& p, std::vector<float> x, const std::vector<float>& context,
@@ -278,9 +350,14 @@ std::vector<float> Pipeline::denoise(const GenerationParams& p, std::vector<floa
     GL_CHECK(context.size() == size_t(N) * size_t(context_len) * size_t(model_.unet_cfg.cross_attention_dim),
              "denoise: the context holds ", context.size(), " values, expected ", N, " x ", context_len, " x ",
              model_.unet_cfg.cross_attention_dim);
-    auto& u = impl_->instance(impl_->unet, gl::cat("b", N, "h", h, "w", w, "l", context_len),
-                              impl_->unet_builder(model_, N, h, w, context_len));
-    u.rt->write_f32(u.in[2], context);
+    Impl& m = *impl_;
+    const std::string key = Impl::unet_key(N, h, w, context_len);
+    m.plan(m.unet, key, m.unet_builder(model_, N, h, w, context_len));
+    m.ensure(model_, opt_, {key});
+    Impl::Instance& u = m.runtime(key);
+    // Inputs live in the activation arena that every plan on the memory shares: nothing else
+    // runs until the loop is done, so the context is written once.
+    u.rt->write_f32(u.io.in[2], context);
 
     const Sampler sampler(p.sampler, p.steps);
     // Each image's sampler noise continues its seed's stream after the initial noise (two draws
@@ -296,10 +373,10 @@ std::vector<float> Pipeline::denoise(const GenerationParams& p, std::vector<floa
         std::copy(x_in.begin(), x_in.end(), in.begin());
         if (cfg) std::copy(x_in.begin(), x_in.end(), in.begin() + ptrdiff_t(x_in.size()));
         std::fill(ts.begin(), ts.end(), float(t));
-        u.rt->write_f32(u.in[0], in);
-        u.rt->write_f32(u.in[1], ts);
+        u.rt->write_f32(u.io.in[0], in);
+        u.rt->write_f32(u.io.in[1], ts);
         u.rt->run();
-        const std::vector<float> eps = u.rt->read_f32(u.out);
+        const std::vector<float> eps = u.rt->read_f32(u.io.out);
         const size_t n = out.size();
         const double g = p.cfg_scale;
         for (size_t i = 0; i < n; i++)
@@ -317,7 +394,7 @@ std::vector<gl::io::Image> Pipeline::generate(const GenerationParams& p, const s
 
 std::vector<float> Pipeline::generate_pixels(const GenerationParams& p, const std::vector<float>* initial_noise,
                                              const std::function<void(int, int)>& on_step, std::vector<float>* latents_out) {
-    validate(p);
+    impl_->ensure(model_, opt_, graphs_for(p));  // every graph of the request in the memory at once
     const bool cfg = p.cfg_scale > 1.0;
     int chunks = 1;
     const std::vector<float> text = cfg ? encode_text({p.negative, p.prompt}, &chunks) : encode_text({p.prompt}, &chunks);
@@ -338,44 +415,37 @@ std::vector<float> Pipeline::generate_pixels(const GenerationParams& p, const st
 }
 
 std::string Pipeline::plan_report(const GenerationParams& p) {
-    validate(p);
     Impl& m = *impl_;
+    const std::vector<std::string> keys = graphs_for(p);  // text, UNet, then the VAE pass(es)
     const bool cfg = p.cfg_scale > 1.0;
-    const ClipTokenizer& tok = *model_.tokenizer;
-    const size_t longest = std::max(tok.tokenize(p.prompt).size(), cfg ? tok.tokenize(p.negative).size() : size_t(0));
-    const int chunks = std::clamp(int((longest + 74) / 75), 1, opt_.max_chunks);
+    auto bytes = [&](const std::string& key, gl::Category c) { return m.plans.at(key).plan.arena_bytes[size_t(c)]; };
+    auto act = [&](const std::string& key) { return mib(bytes(key, gl::Category::activations)); };
     const int64_t ds = model_.vae_cfg.downscale();
-    const int h = int(p.height / ds), w = int(p.width / ds), N = cfg ? 2 * p.batch : p.batch;
-    const gl::Plan tp = m.plan_only(m.text, m.text_builder(model_, cfg ? 2 : 1, chunks, opt_.clip_skip));
-    const gl::Plan up = m.plan_only(m.unet, m.unet_builder(model_, N, h, w, chunks * int(model_.clip_cfg.max_pos)));
-    const VaeDecodePlan vp = plan_decode(p.batch, h, w);
-    auto arena = [](const gl::Runtime& rt, gl::Category c) { return rt.plan().arena_bytes[size_t(c)]; };
-    const size_t lora_bytes = arena(*m.text.rt, gl::Category::trainable) + arena(*m.unet.rt, gl::Category::trainable);
-    const size_t weights = arena(*m.text.rt, gl::Category::frozen) + arena(*m.unet.rt, gl::Category::frozen) +
-                           arena(*m.vae.rt, gl::Category::frozen);
-    const size_t acts = tp.arena_bytes[size_t(gl::Category::activations)] +
-                        up.arena_bytes[size_t(gl::Category::activations)] + vp.activation_bytes;
-    std::string s = gl::cat("memory plan (", gl::dtype_name(opt_.dtype), ", ", m.unet.rt->backend_name(), "): ",
-                            p.width, "x", p.height, ", batch ", p.batch, cfg ? " with CFG" : " without CFG", "\n");
-    s += gl::cat("  text encoder   weights ", mib(arena(*m.text.rt, gl::Category::frozen)), ", activations ",
-                 mib(tp.arena_bytes[size_t(gl::Category::activations)]), " (", cfg ? 2 : 1, " texts x ", chunks,
-                 " chunk", chunks > 1 ? "s" : "", ")\n");
-    s += gl::cat("  UNet           weights ", mib(arena(*m.unet.rt, gl::Category::frozen)), ", activations ",
-                 mib(up.arena_bytes[size_t(gl::Category::activations)]), " (batch ", N, ", ", w, "x", h,
-                 " latents, context ", chunks * model_.clip_cfg.max_pos, ")\n");
+    const VaeDecodePlan vp = plan_decode(p.batch, int(p.height / ds), int(p.width / ds));
+    std::string s = gl::cat("memory plan (", gl::dtype_name(opt_.dtype), ", ", opt_.backend, "): ", p.width, "x",
+                            p.height, ", batch ", p.batch, cfg ? " with CFG" : " without CFG", "\n");
+    s += gl::cat("  text encoder   weights ", mib(bytes(m.text.key, gl::Category::frozen)), ", activations ", act(keys[0]),
+                 " (", keys[0], ")\n");
+    s += gl::cat("  UNet           weights ", mib(bytes(m.unet.key, gl::Category::frozen)), ", activations ", act(keys[1]),
+                 " (", keys[1], ")\n");
     if (!m.loras.empty())
         s += gl::cat("  LoRA           ", m.loras.size(), " file", m.loras.size() > 1 ? "s" : "", ", parameters ",
-                     mib(lora_bytes), opt_.merge_loras ? " (merged into the weights)" : " (runtime branches)", "\n");
-    s += gl::cat("  VAE decoder    weights ", mib(arena(*m.vae.rt, gl::Category::frozen)), ", activations ",
+                     mib(bytes(m.text.key, gl::Category::trainable) + bytes(m.unet.key, gl::Category::trainable)),
+                     opt_.merge_loras ? " (merged into the weights)" : " (runtime branches)", "\n");
+    s += gl::cat("  VAE decoder    weights ", mib(bytes(m.vae.key, gl::Category::frozen)), ", activations ",
                  mib(vp.activation_bytes), " (", vae_mode_name(vp.mode));
     if (vp.mode != VaeDecodePlan::Mode::whole_batch)
         s += gl::cat(": the whole batch would need ", mib(vp.whole_batch_bytes), ", over the budget of ",
                      mib(opt_.vae_budget_bytes));
     if (vp.mode == VaeDecodePlan::Mode::tiled) s += gl::cat("; ", vp.tiles, " tiles per image");
     s += ")\n";
-    s += gl::cat("  total          ", mib(weights + lora_bytes + acts), " (weights ", mib(weights + lora_bytes),
-                 ", activations of all three graphs ", mib(acts), "; backend workspace not included)\n");
-    s += "UNet graph (one model call):\n" + up.report(6);
+    // The memory every graph planned so far runs in: weights once, one activation arena for the largest.
+    std::vector<const gl::Plan*> all;
+    for (const auto& [k, pl] : m.plans) all.push_back(&pl.plan);
+    const gl::SharedLayout L = gl::make_shared_layout(all, opt_.backend);
+    s += gl::cat("  total          ", mib(L.total_bytes()), " in one shared memory (weights once, activations of the "
+                 "largest graph; ", all.size(), " graphs planned)\n");
+    s += "UNet graph (one model call):\n" + m.plans.at(keys[1]).plan.report(6);
     return s;
 }
 

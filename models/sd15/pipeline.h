@@ -16,13 +16,17 @@
 // (its long-prompt-weighting pipeline), A1111 and ComfyUI feed the UNet. Emphasis syntax such as
 // "(word:1.2)" is not parsed: brackets are text.
 //
-// Graphs and memory: each model is built once at a minimal shape as the holder of its weights and
-// LoRA parameters (planned, allocated, loaded, never run); every shape in use (image size and
-// batch for the UNet and VAE, chunk count for the text encoder) is its own graph and plan whose
-// runtime shares the holder's arenas (gl::Runtime::share_arena). The VAE decode is planned before
-// it runs: when its activations exceed vae_budget_bytes it decodes image by image, and when one
-// image is still over the budget it decodes in overlapping tiles blended as diffusers'
-// AutoencoderKL.tiled_decode does (tile vae_tile latents, overlap 1/4), so the peak is one tile's.
+// Graphs and memory: every shape in use (image size and batch for the UNet and VAE, chunk count
+// for the text encoder) is its own graph and plan, and all of them run in one gl::SharedMemory
+// (core/shared_memory.h): the weights (and LoRA parameters) once, one activation arena as large as
+// the largest graph's. Each model is also planned once at a minimal shape that holds all its
+// weights; the runtimes of those plans load them. The memory is laid out from every plan made so
+// far when the first request runs; a later request whose graphs do not fit lays it out again and
+// reloads the weights, so callers that know their requests list them with reserve() first.
+// The VAE decode is planned before it runs: when its activations exceed vae_budget_bytes it
+// decodes image by image, and when one image is still over the budget it decodes in overlapping
+// tiles blended as diffusers' AutoencoderKL.tiled_decode does (tile vae_tile latents, overlap
+// 1/4), so the activation peak is one tile's.
 //
 // LoRA / LoCon files (any format lora::load_lora reads) apply at their multipliers either as a
 // branch beside every targeted layer (runtime; the base weights untouched) or merged into the
@@ -32,6 +36,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ggml-lite/core/runtime.h"
@@ -46,9 +51,8 @@ struct LoraFile {
     float multiplier = 1.0f;
 };
 
-using RuntimeFactory = std::function<std::unique_ptr<gl::Runtime>(gl::Plan)>;
-
 struct PipelineOptions {
+    std::string backend = "cuda";       // "cuda" or "cpu"
     gl::DType dtype = gl::DType::bf16;  // weights and activations (f32 for the CPU reference)
     std::vector<LoraFile> loras;
     bool merge_loras = false;           // merged into the weights at load instead of runtime branches
@@ -74,14 +78,18 @@ struct VaeDecodePlan {
     size_t activation_bytes = 0;  // of the pass that runs (the whole batch, one image or one tile)
     size_t whole_batch_bytes = 0;  // what decoding the batch at once would need
     int tiles = 1;                 // per image
+    int tile = 0;                  // latent side of a tile (tiled)
 };
 const char* vae_mode_name(VaeDecodePlan::Mode m);
+// The (batch, latent height, latent width) of the decoder passes a plan runs, each shape once.
+std::vector<std::tuple<int, int, int>> decode_shapes(const VaeDecodePlan& vp, int batch, int latent_h, int latent_w);
 
 class Pipeline {
 public:
-    // Opens nothing itself: `model` comes from open_sd15. Loads the weights and LoRA files through
-    // runtimes made by make_runtime. Throws gl::Error naming the file for bad LoRA files or options.
-    Pipeline(Sd15Files model, PipelineOptions opt, RuntimeFactory make_runtime);
+    // `model` comes from open_sd15. Plans the models and reads the LoRA files (formats, ranks and
+    // shapes checked; nothing is allocated until the first request). Throws gl::Error naming the
+    // file for a bad LoRA file, or the option that is out of range.
+    Pipeline(Sd15Files model, PipelineOptions opt);
     ~Pipeline();
     Pipeline(const Pipeline&) = delete;
     Pipeline& operator=(const Pipeline&) = delete;
@@ -92,6 +100,9 @@ public:
     // Throws gl::Error naming the culprit for a size the models cannot take, bad steps, CFG scale
     // or batch, or sampler options diffusers would refuse.
     void validate(const GenerationParams& p) const;
+    // Plans every graph these requests need and lays the memory out for all of them at once
+    // (allocating it and loading the weights), so no later request among them reloads.
+    void reserve(const std::vector<GenerationParams>& requests);
 
     // The images of one request, RGB 8 bits. initial_noise: the unit noise to start from (NHWC,
     // batch x h/8 x w/8 x 4, f32) instead of the seeds' (tests inject diffusers' latents); the
@@ -126,6 +137,9 @@ public:
 
 private:
     struct Impl;
+    // The chunk count of texts encoded together; the plan keys of a request's graphs (planned).
+    int chunks_for(const std::vector<std::string>& texts) const;
+    std::vector<std::string> graphs_for(const GenerationParams& p);
     Sd15Files model_;
     PipelineOptions opt_;
     std::unique_ptr<Impl> impl_;

@@ -88,7 +88,8 @@ VaeDecodePlan Pipeline::plan_decode(int batch, int latent_h, int latent_w) {
         const std::string key = gl::cat(b, "x", h, "x", w);
         auto it = m.decode_bytes.find(key);
         if (it == m.decode_bytes.end()) {
-            const gl::Plan p = m.plan_only(m.vae, m.vae_builder(model_, b, h, w));
+            // Planned for the decision only: a shape over the budget never joins the memory's layout.
+            const gl::Plan p = m.plan_graph(m.vae, m.vae_builder(model_, b, h, w)).plan;
             it = m.decode_bytes.emplace(key, p.arena_bytes[size_t(gl::Category::activations)]).first;
         }
         return it->second;
@@ -114,7 +115,21 @@ VaeDecodePlan Pipeline::plan_decode(int batch, int latent_h, int latent_w) {
              double(opt_.vae_budget_bytes) / 1048576.0, " MiB; raise the budget or make the tiles smaller");
     const int overlap = int(t * (1 - 0.25));
     vp.tiles = int(tile_starts(latent_h, overlap).size() * tile_starts(latent_w, overlap).size());
+    vp.tile = t;
     return vp;
+}
+
+std::vector<std::tuple<int, int, int>> decode_shapes(const VaeDecodePlan& vp, int batch, int latent_h, int latent_w) {
+    if (vp.mode == VaeDecodePlan::Mode::whole_batch) return {{batch, latent_h, latent_w}};
+    if (vp.mode == VaeDecodePlan::Mode::per_image) return {{1, latent_h, latent_w}};
+    std::vector<std::tuple<int, int, int>> shapes;
+    const int t = vp.tile, overlap = int(t * (1 - 0.25));
+    for (int y : tile_starts(latent_h, overlap))
+        for (int x : tile_starts(latent_w, overlap)) {
+            const std::tuple<int, int, int> s{1, std::min(t, latent_h - y), std::min(t, latent_w - x)};
+            if (std::find(shapes.begin(), shapes.end(), s) == shapes.end()) shapes.push_back(s);
+        }
+    return shapes;
 }
 
 std::vector<float> Pipeline::decode(const std::vector<float>& latents, int batch, int latent_h, int latent_w) {
@@ -127,14 +142,20 @@ std::vector<float> Pipeline::decode(const std::vector<float>& latents, int batch
     const int H = latent_h * ds, W = latent_w * ds;
     const size_t per_image = size_t(H) * size_t(W) * 3;
     std::vector<float> out(per_image * size_t(batch));
+    const VaeDecodePlan vp = plan_decode(batch, latent_h, latent_w);
+    std::vector<std::string> keys;
+    for (const auto& [b, h, w] : decode_shapes(vp, batch, latent_h, latent_w)) {
+        keys.push_back(Impl::vae_key(b, h, w));
+        m.plan(m.vae, keys.back(), m.vae_builder(model_, b, h, w));
+    }
+    m.ensure(model_, opt_, keys);
     // Decodes b latents of h x w starting at z; returns the raw decoder output.
     auto run = [&](int b, int h, int w, const float* z) {
-        auto& inst = m.instance(m.vae, gl::cat("b", b, "h", h, "w", w), m.vae_builder(model_, b, h, w));
-        inst.rt->write_f32(inst.in[0], std::vector<float>(z, z + size_t(b) * size_t(h) * size_t(w) * size_t(C)));
+        Impl::Instance& inst = m.runtime(Impl::vae_key(b, h, w));
+        inst.rt->write_f32(inst.io.in[0], std::vector<float>(z, z + size_t(b) * size_t(h) * size_t(w) * size_t(C)));
         inst.rt->run();
-        return inst.rt->read_f32(inst.out);
+        return inst.rt->read_f32(inst.io.out);
     };
-    const VaeDecodePlan vp = plan_decode(batch, latent_h, latent_w);
     if (vp.mode == VaeDecodePlan::Mode::whole_batch) {
         out = run(batch, latent_h, latent_w, latents.data());
     } else if (vp.mode == VaeDecodePlan::Mode::per_image) {

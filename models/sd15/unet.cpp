@@ -4,6 +4,7 @@
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/ops/builder.h"
+#include "models/nn/layers.h"
 
 namespace sd {
 
@@ -48,7 +49,7 @@ UnetConfig UnetConfig::tiny() {
 
 namespace {
 
-// Builds with one weight store, one graph and one config; scopes weights and values alike.
+// What every block reads besides its input.
 struct Builder {
     Weights& w;
     Graph& g;
@@ -57,106 +58,51 @@ struct Builder {
     ValueId context = gl::kNoValue;   // [B, S, cross_attention_dim]
 };
 
-// Opens a name in both the weight store and the graph, so that "down_blocks.0.resnets.1" names
-// the weights ("...conv1.weight") and the values computed there.
-struct Sub {
-    WeightScope ws;
-    gl::Scope gs;
-    Sub(Builder& b, const std::string& name) : ws(b.w, name), gs(b.g, name) {}
-};
-
 std::string idx(const std::string& s, size_t i) { return s + "." + std::to_string(i); }
-
-int64_t channels(const Builder& b, ValueId x) { return b.g.shape(x).last(); }
-
-// Conv2d with bias, weight [cout, k, k, cin] from the checkpoint's [cout, cin, k, k].
-ValueId conv(Builder& b, const std::string& name, ValueId x, int64_t cout, int k, int stride, int pad) {
-    Sub s(b, name);
-    const int64_t cin = channels(b, x);
-    ValueId wt = b.w.conv("weight", cout, cin, k);
-    ValueId bias = b.w.get("bias", Shape{cout});
-    ValueId y = gl::conv2d(b.g, x, wt, bias, stride, pad);
-    return b.w.conv_hook ? b.w.conv_hook(b.g, b.w.module_path(), x, y, k, stride, pad) : y;
-}
-
-// Linear over the last dim. Also serves SD1.5's 1x1-conv proj_in/proj_out: the same math on
-// [B, hw, C] tokens; load_weights accepts their [out, in, 1, 1] tensors for an [out, in] leaf.
-ValueId linear(Builder& b, const std::string& name, ValueId x, int64_t out, bool bias = true) {
-    Sub s(b, name);
-    const int64_t in = channels(b, x);
-    ValueId wt = b.w.get("weight", Shape{out, in});
-    ValueId bi = bias ? b.w.get("bias", Shape{out}) : gl::kNoValue;
-    ValueId y = gl::linear(b.g, x, wt, bi);
-    return b.w.linear_hook ? b.w.linear_hook(b.g, b.w.module_path(), x, y) : y;
-}
-
-ValueId group_norm(Builder& b, const std::string& name, ValueId x, float eps, bool silu) {
-    Sub s(b, name);
-    const int64_t ch = channels(b, x);
-    ValueId gamma = b.w.get("weight", Shape{ch}), beta = b.w.get("bias", Shape{ch});
-    return gl::group_norm(b.g, x, gamma, beta, b.c.norm_groups, eps, silu);
-}
-
-ValueId layer_norm(Builder& b, const std::string& name, ValueId x) {
-    Sub s(b, name);
-    const int64_t ch = channels(b, x);
-    ValueId gamma = b.w.get("weight", Shape{ch}), beta = b.w.get("bias", Shape{ch});
-    return gl::layer_norm(b.g, x, gamma, beta, b.c.layer_norm_eps);
-}
 
 // ResnetBlock2D: GN+SiLU, conv3x3, + time_emb_proj(silu(temb)) per channel, GN+SiLU,
 // (dropout 0), conv3x3, + x (through a 1x1 conv_shortcut when the width changes).
 ValueId resnet(Builder& b, const std::string& name, ValueId x, int64_t cout) {
-    gl::Segment seg(b.g, name);  // opened before the scope: named by the full path
-    Sub s(b, name);
+    nn::Block blk(b.w, name);
     const Shape xs = b.g.shape(x);
-    ValueId h = group_norm(b, "norm1", x, b.c.norm_eps, true);
-    h = conv(b, "conv1", h, cout, 3, 1, 1);
-    ValueId te = linear(b, "time_emb_proj", b.temb_act, cout);  // [B, cout]
+    const UnetConfig& c = b.c;
+    ValueId h = nn::group_norm(b.w, "norm1", x, c.norm_groups, c.norm_eps, true);
+    h = nn::conv2d(b.w, "conv1", h, cout, 3, 1, 1);
+    ValueId te = nn::linear(b.w, "time_emb_proj", b.temb_act, cout);  // [B, cout]
     h = gl::add(b.g, h, gl::reshape(b.g, te, Shape{xs[0], 1, 1, cout}));
-    h = group_norm(b, "norm2", h, b.c.norm_eps, true);
-    h = conv(b, "conv2", h, cout, 3, 1, 1);
-    ValueId shortcut = xs[3] == cout ? x : conv(b, "conv_shortcut", x, cout, 1, 1, 0);
+    h = nn::group_norm(b.w, "norm2", h, c.norm_groups, c.norm_eps, true);
+    h = nn::conv2d(b.w, "conv2", h, cout, 3, 1, 1);
+    ValueId shortcut = xs[3] == cout ? x : nn::conv2d(b.w, "conv_shortcut", x, cout, 1, 1, 0);
     return gl::add(b.g, shortcut, h);
 }
 
-// diffusers Attention with heads = c.heads: q from x, k and v from kv ([B, S, *]); no bias on
-// q/k/v, bias on to_out.0; softmax scale 1/sqrt(head dim).
-ValueId attention(Builder& b, const std::string& name, ValueId x, ValueId kv) {
-    Sub s(b, name);
-    const Shape xs = b.g.shape(x), ks = b.g.shape(kv);
-    const int64_t B = xs[0], L = xs[1], S = ks[1], C = xs[2], H = b.c.heads, d = C / H;
-    ValueId q = gl::reshape(b.g, linear(b, "to_q", x, C, false), Shape{B, L, H, d});
-    ValueId k = gl::reshape(b.g, linear(b, "to_k", kv, C, false), Shape{B, S, H, d});
-    ValueId v = gl::reshape(b.g, linear(b, "to_v", kv, C, false), Shape{B, S, H, d});
-    ValueId o = gl::reshape(b.g, gl::attention(b.g, q, k, v), Shape{B, L, C});
-    return linear(b, "to_out.0", o, C);
-}
-
 // BasicTransformerBlock on tokens [B, L, C]: pre-LN self-attention, cross-attention to the
-// context, GEGLU feed-forward (C -> 2 x 4C -> 4C -> C), each with a residual.
+// context, GEGLU feed-forward (C -> 2 x 4C -> 4C -> C), each with a residual. Attention as
+// diffusers' Attention: no bias on q/k/v.
 ValueId transformer_block(Builder& b, const std::string& name, ValueId h) {
-    Sub s(b, name);
-    const int64_t C = channels(b, h);
-    ValueId n = layer_norm(b, "norm1", h);
-    h = gl::add(b.g, h, attention(b, "attn1", n, n));
-    n = layer_norm(b, "norm2", h);
-    h = gl::add(b.g, h, attention(b, "attn2", n, b.context));
-    n = layer_norm(b, "norm3", h);
-    ValueId f = gl::geglu(b.g, linear(b, "ff.net.0.proj", n, 8 * C));
-    return gl::add(b.g, h, linear(b, "ff.net.2", f, C));
+    nn::Scope s(b.w, name);
+    const int64_t C = b.g.shape(h).last();
+    const float eps = b.c.layer_norm_eps;
+    const nn::AttentionSpec attn{.heads = b.c.heads};
+    ValueId n = nn::layer_norm(b.w, "norm1", h, eps);
+    h = gl::add(b.g, h, nn::attention(b.w, "attn1", n, n, attn));
+    n = nn::layer_norm(b.w, "norm2", h, eps);
+    h = gl::add(b.g, h, nn::attention(b.w, "attn2", n, b.context, attn));
+    n = nn::layer_norm(b.w, "norm3", h, eps);
+    ValueId f = gl::geglu(b.g, nn::linear(b.w, "ff.net.0.proj", n, 8 * C));
+    return gl::add(b.g, h, nn::linear(b.w, "ff.net.2", f, C));
 }
 
-// Transformer2DModel (SD1.5 flavour: 1x1-conv projections): GN, proj_in, blocks, proj_out, + x.
+// Transformer2DModel (SD1.5 flavour: 1x1-conv projections, run as linears on the tokens): GN,
+// proj_in, blocks, proj_out, + x.
 ValueId transformer(Builder& b, const std::string& name, ValueId x) {
-    gl::Segment seg(b.g, name);  // opened before the scope: named by the full path
-    Sub s(b, name);
+    nn::Block blk(b.w, name);
     const Shape xs = b.g.shape(x);
     const int64_t B = xs[0], H = xs[1], W = xs[2], C = xs[3];
-    ValueId h = group_norm(b, "norm", x, b.c.transformer_norm_eps, false);
-    h = linear(b, "proj_in", gl::reshape(b.g, h, Shape{B, H * W, C}), C);
+    ValueId h = nn::group_norm(b.w, "norm", x, b.c.norm_groups, b.c.transformer_norm_eps, false);
+    h = nn::linear(b.w, "proj_in", gl::reshape(b.g, h, Shape{B, H * W, C}), C);
     for (int l = 0; l < b.c.transformer_layers; l++) h = transformer_block(b, idx("transformer_blocks", size_t(l)), h);
-    h = linear(b, "proj_out", h, C);
+    h = nn::linear(b.w, "proj_out", h, C);
     return gl::add(b.g, gl::reshape(b.g, h, Shape{B, H, W, C}), x);
 }
 
@@ -165,13 +111,13 @@ ValueId transformer(Builder& b, const std::string& name, ValueId x) {
 ValueId time_embedding(Builder& b, ValueId t) {
     ValueId e;
     {
-        gl::Scope gs(b.g, "time_proj");
+        gl::Scope gs(b.g, "time_proj");  // no weights
         e = gl::timestep_embedding(b.g, t, b.c.time_proj_dim(), b.c.flip_sin_to_cos, b.c.freq_shift);
         e = gl::cast(b.g, e, b.w.dtype());
     }
-    Sub s(b, "time_embedding");
-    e = gl::silu(b.g, linear(b, "linear_1", e, b.c.time_embed_dim()));
-    return gl::silu(b.g, linear(b, "linear_2", e, b.c.time_embed_dim()));
+    nn::Scope s(b.w, "time_embedding");
+    e = gl::silu(b.g, nn::linear(b.w, "linear_1", e, b.c.time_embed_dim()));
+    return gl::silu(b.g, nn::linear(b.w, "linear_2", e, b.c.time_embed_dim()));
 }
 
 }  // namespace
@@ -191,26 +137,26 @@ ValueId unet_forward(Weights& w, const UnetConfig& c, ValueId x, ValueId t, Valu
     Builder b{w, g, c};
     b.context = gl::cast(g, context, w.dtype());
     b.temb_act = time_embedding(b, t);
-    ValueId h = conv(b, "conv_in", gl::cast(g, x, w.dtype()), c.block_out[0], 3, 1, 1);
+    ValueId h = nn::conv2d(w, "conv_in", gl::cast(g, x, w.dtype()), c.block_out[0], 3, 1, 1);
 
     // Down path: every resnet/transformer output and every downsample is saved for a skip.
     std::vector<ValueId> skips{h};
     const size_t n = c.block_out.size();
     for (size_t i = 0; i < n; i++) {
-        Sub blk(b, idx("down_blocks", i));
+        nn::Scope blk(w, idx("down_blocks", i));
         for (size_t j = 0; j < size_t(c.layers_per_block); j++) {
             h = resnet(b, idx("resnets", j), h, c.block_out[i]);
             if (c.down[i] == UnetBlock::cross_attn) h = transformer(b, idx("attentions", j), h);
             skips.push_back(h);
         }
         if (i + 1 < n) {
-            h = conv(b, "downsamplers.0.conv", h, c.block_out[i], 3, 2, 1);
+            h = nn::conv2d(w, "downsamplers.0.conv", h, c.block_out[i], 3, 2, 1);
             skips.push_back(h);
         }
     }
 
     {
-        Sub mid(b, "mid_block");
+        nn::Scope mid(w, "mid_block");
         h = resnet(b, "resnets.0", h, c.block_out[n - 1]);
         h = transformer(b, "attentions.0", h);
         h = resnet(b, "resnets.1", h, c.block_out[n - 1]);
@@ -219,7 +165,7 @@ ValueId unet_forward(Weights& w, const UnetConfig& c, ValueId x, ValueId t, Valu
     // Up path: layers_per_block + 1 resnets per block, each eating the latest skip (concatenated
     // after h along channels); nearest 2x upsample + conv between blocks.
     for (size_t i = 0; i < n; i++) {
-        Sub blk(b, idx("up_blocks", i));
+        nn::Scope blk(w, idx("up_blocks", i));
         const int64_t out = c.block_out[n - 1 - i];
         for (size_t j = 0; j <= size_t(c.layers_per_block); j++) {
             h = gl::concat(g, {h, skips.back()}, 3);
@@ -227,11 +173,11 @@ ValueId unet_forward(Weights& w, const UnetConfig& c, ValueId x, ValueId t, Valu
             h = resnet(b, idx("resnets", j), h, out);
             if (c.up[i] == UnetBlock::cross_attn) h = transformer(b, idx("attentions", j), h);
         }
-        if (i + 1 < n) h = conv(b, "upsamplers.0.conv", gl::upsample2x(g, h), out, 3, 1, 1);
+        if (i + 1 < n) h = nn::conv2d(w, "upsamplers.0.conv", gl::upsample2x(g, h), out, 3, 1, 1);
     }
 
-    h = group_norm(b, "conv_norm_out", h, c.norm_eps, true);
-    return conv(b, "conv_out", h, c.out_channels, 3, 1, 1);
+    h = nn::group_norm(w, "conv_norm_out", h, c.norm_groups, c.norm_eps, true);
+    return nn::conv2d(w, "conv_out", h, c.out_channels, 3, 1, 1);
 }
 
 }  // namespace sd

@@ -4,6 +4,7 @@
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/ops/builder.h"
+#include "models/nn/layers.h"
 
 namespace sd {
 
@@ -41,60 +42,31 @@ struct Builder {
     Graph& g;
     const VaeConfig& c;
 
-    // Opens the same dotted scope for weights and graph values.
-    struct Path {
-        gl::Scope gs;
-        WeightScope ws;
-        Path(Builder& b, const std::string& s) : gs(b.g, s), ws(b.w, s) {}
-    };
-
-    ValueId conv(const std::string& name, ValueId x, int64_t cout, int k, int stride, int pad) {
-        const int64_t cin = g.shape(x)[3];
-        ValueId wt = w.conv(name + ".weight", cout, cin, k);
-        ValueId b = w.get(name + ".bias", gl::Shape{cout});
-        gl::Scope gs(g, name);
-        return gl::conv2d(g, x, wt, b, stride, pad);
-    }
-
     ValueId norm(const std::string& name, ValueId x, bool silu) {
-        const int64_t ch = g.shape(x).last();
-        ValueId gamma = w.get(name + ".weight", gl::Shape{ch});
-        ValueId beta = w.get(name + ".bias", gl::Shape{ch});
-        gl::Scope gs(g, name);
-        return gl::group_norm(g, x, gamma, beta, c.norm_groups, c.eps, silu);
-    }
-
-    ValueId linear(const std::string& name, ValueId x, int64_t out) {
-        const int64_t in = g.shape(x).last();
-        ValueId wt = w.get(name + ".weight", gl::Shape{out, in});
-        ValueId b = w.get(name + ".bias", gl::Shape{out});
-        gl::Scope gs(g, name);
-        return gl::linear(g, x, wt, b);
+        return nn::group_norm(w, name, x, c.norm_groups, c.eps, silu);
     }
 
     // diffusers ResnetBlock2D without a time embedding (output_scale_factor 1, dropout 0).
     ValueId resnet(const std::string& name, ValueId x, int64_t cout) {
-        gl::Segment seg(g, name);
-        Path p(*this, name);
+        nn::Block blk(w, name);
         const int64_t cin = g.shape(x)[3];
         ValueId h = norm("norm1", x, true);
-        h = conv("conv1", h, cout, 3, 1, 1);
+        h = nn::conv2d(w, "conv1", h, cout, 3, 1, 1);
         h = norm("norm2", h, true);
-        h = conv("conv2", h, cout, 3, 1, 1);
-        ValueId skip = cin == cout ? x : conv("conv_shortcut", x, cout, 1, 1, 0);
+        h = nn::conv2d(w, "conv2", h, cout, 3, 1, 1);
+        ValueId skip = cin == cout ? x : nn::conv2d(w, "conv_shortcut", x, cout, 1, 1, 0);
         return gl::add(g, skip, h);
     }
 
     // The VAE's attention: group norm, one head as wide as the channels over all positions,
     // output projection, residual.
     ValueId attention(const std::string& name, ValueId x) {
-        gl::Segment seg(g, name);
-        Path p(*this, name);
+        nn::Block blk(w, name);
         const gl::Shape s = g.shape(x);
         const int64_t C = s[3];
         ValueId h = norm("group_norm", x, false);
         h = gl::reshape(g, h, gl::Shape{s[0], s[1] * s[2], 1, C});  // [B, L, heads 1, C]
-        ValueId q = linear("to_q", h, C), k = linear("to_k", h, C), v = linear("to_v", h, C);
+        ValueId q = nn::linear(w, "to_q", h, C), k = nn::linear(w, "to_k", h, C), v = nn::linear(w, "to_v", h, C);
         ValueId o;  // softmax(q k^T / sqrt(C)) v
         if (C <= c.max_fused_attention_width) {
             o = gl::attention(g, q, k, v);
@@ -104,12 +76,12 @@ struct Builder {
             ValueId probs = gl::softmax(g, scores, 1.0f / std::sqrt(float(C)));
             o = gl::matmul(g, probs, tokens(v));  // [B, L, C]
         }
-        o = linear("to_out.0", o, C);
+        o = nn::linear(w, "to_out.0", o, C);
         return gl::add(g, x, gl::reshape(g, o, s));
     }
 
     ValueId mid(ValueId h) {
-        Path p(*this, "mid_block");
+        nn::Scope sc(w, "mid_block");
         const int64_t C = g.shape(h)[3];
         h = resnet("resnets.0", h, C);
         h = attention("attentions.0", h);
@@ -120,21 +92,21 @@ struct Builder {
     // bottom, then a 3x3 stride-2 convolution without padding. Our conv pads symmetrically, so the
     // asymmetric pad is built from fill + concat (both differentiable).
     ValueId downsample(const std::string& name, ValueId x) {
-        Path p(*this, name);
+        nn::Scope sc(w, name);
         const gl::Shape s = g.shape(x);
         const gl::DType t = g.dtype(x);
         ValueId col = gl::fill(g, gl::Shape{s[0], s[1], 1, s[3]}, 0.0f, t);
         x = gl::concat(g, {x, col}, 2);
         ValueId row = gl::fill(g, gl::Shape{s[0], 1, s[2] + 1, s[3]}, 0.0f, t);
         x = gl::concat(g, {x, row}, 1);
-        return conv("conv", x, s[3], 3, 2, 0);
+        return nn::conv2d(w, "conv", x, s[3], 3, 2, 0);
     }
 
     // diffusers Upsample2D: nearest 2x, then a 3x3 convolution.
     ValueId upsample(const std::string& name, ValueId x) {
-        Path p(*this, name);
+        nn::Scope sc(w, name);
         const int64_t C = g.shape(x)[3];
-        return conv("conv", gl::upsample2x(g, x), C, 3, 1, 1);
+        return nn::conv2d(w, "conv", gl::upsample2x(g, x), C, 3, 1, 1);
     }
 };
 
@@ -161,8 +133,8 @@ VaeEncoded vae_encode(Weights& w, const VaeConfig& c, ValueId x) {
     const int64_t L = c.latent_channels;
     ValueId h;
     {
-        Builder::Path p(b, "encoder");
-        h = b.conv("conv_in", x, c.block_out[0], 3, 1, 1);
+        nn::Scope enc(w, "encoder");
+        h = nn::conv2d(w, "conv_in", x, c.block_out[0], 3, 1, 1);
         for (size_t i = 0; i < n; i++) {
             const std::string blk = "down_blocks." + idx(i);
             for (int j = 0; j < c.layers_per_block; j++)
@@ -171,10 +143,10 @@ VaeEncoded vae_encode(Weights& w, const VaeConfig& c, ValueId x) {
         }
         h = b.mid(h);
         h = b.norm("conv_norm_out", h, true);
-        h = b.conv("conv_out", h, 2 * L, 3, 1, 1);
+        h = nn::conv2d(w, "conv_out", h, 2 * L, 3, 1, 1);
     }
     VaeEncoded e;
-    e.moments = b.conv("quant_conv", h, 2 * L, 1, 1, 0);
+    e.moments = nn::conv2d(w, "quant_conv", h, 2 * L, 1, 1, 0);
     e.mean = gl::slice(g, e.moments, 3, 0, L);
     e.logvar = gl::slice(g, e.moments, 3, L, L);
     e.latent = gl::scale(g, e.mean, c.scaling_factor);
@@ -189,9 +161,9 @@ ValueId vae_decode(Weights& w, const VaeConfig& c, ValueId z) {
     Builder b{w, g, c};
     const size_t n = c.block_out.size();
     ValueId h = gl::scale(g, z, 1.0f / c.scaling_factor);
-    h = b.conv("post_quant_conv", h, c.latent_channels, 1, 1, 0);
-    Builder::Path p(b, "decoder");
-    h = b.conv("conv_in", h, c.block_out.back(), 3, 1, 1);
+    h = nn::conv2d(w, "post_quant_conv", h, c.latent_channels, 1, 1, 0);
+    nn::Scope dec(w, "decoder");
+    h = nn::conv2d(w, "conv_in", h, c.block_out.back(), 3, 1, 1);
     h = b.mid(h);
     // Up blocks run from the deepest level back to the first, each with one resnet more than
     // the encoder's levels.
@@ -202,7 +174,7 @@ ValueId vae_decode(Weights& w, const VaeConfig& c, ValueId z) {
         if (i + 1 < n) h = b.upsample(blk + ".upsamplers.0", h);
     }
     h = b.norm("conv_norm_out", h, true);
-    return b.conv("conv_out", h, c.out_channels, 3, 1, 1);
+    return nn::conv2d(w, "conv_out", h, c.out_channels, 3, 1, 1);
 }
 
 std::vector<float> vae_sample_latent(const VaeConfig& c, const std::vector<float>& moments,
@@ -359,8 +331,8 @@ LoadReport load_vae(const Weights& w, const VaeConfig& c, const gl::io::TensorSo
             for (const std::string& p : *half) vae = vae || starts(t.name, f.prefix + p);
         if (!vae) ignore.push_back(t.name);
     }
-    if (f.layout == VaeLayout::diffusers) return load_weights(w, src, vae_keys_diffusers(src), rt, ignore);
-    return load_weights(w, src, vae_keys_original(c, f.prefix), rt, ignore);
+    if (f.layout == VaeLayout::diffusers) return nn::load_weights(w, src, vae_keys_diffusers(src), rt, ignore);
+    return nn::load_weights(w, src, vae_keys_original(c, f.prefix), rt, ignore);
 }
 
 }  // namespace sd

@@ -1,6 +1,7 @@
 // Uses ggml-lite as an installed package: defines a tiny model (linear + SiLU, MSE loss),
 // differentiates it, plans it, and trains it with plain SGD on the host through the CPU
-// runtime. Exits non-zero unless the loss falls and misuse surfaces as gl::Error.
+// runtime, then again with optim::Optimizer (AdamW update ops inside the graph). Exits non-zero
+// unless the loss falls both times and misuse surfaces as gl::Error.
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -12,6 +13,7 @@
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/ops/builder.h"
+#include "optim/optimizer.h"
 
 namespace {
 
@@ -20,6 +22,38 @@ std::vector<float> uniform(size_t n, float lo, float hi, std::mt19937& rng) {
     std::vector<float> v(n);
     for (float& e : v) e = u(rng);
     return v;
+}
+
+// The same model trained by optim::Optimizer, as found through the registry by kohya's name.
+bool falls_with_optimizer(const std::vector<float>& xs, const std::vector<float>& ts, const std::vector<float>& ws,
+                          int64_t B, int64_t In, int64_t Out) {
+    gl::Graph g;
+    gl::ValueId x = g.input("x", gl::DType::f32, {B, In});
+    gl::ValueId target = g.input("target", gl::DType::f32, {B, Out});
+    gl::ValueId w = g.param("w", gl::DType::f32, {Out, In});
+    gl::ValueId b = g.param("b", gl::DType::f32, {Out});
+    gl::ValueId loss = gl::mse_loss(g, gl::silu(g, gl::linear(g, x, w, b)), target);
+    g.mark_output(loss);
+    gl::Gradients grads = gl::backward(g, loss);
+    optim::Optimizer opt(optim::parse_optimizer("torch.optim.AdamW", {"weight_decay=0"}));
+    opt.add_group(g, "all", {w, b}, {grads[w], grads[b]}, 5e-2);
+    opt.finish(g);
+    std::unique_ptr<gl::Runtime> rt = gl::make_cpu_runtime(gl::make_plan(g));
+    rt->write_f32(x, xs);
+    rt->write_f32(target, ts);
+    rt->write_f32(w, ws);
+    rt->write_f32(b, std::vector<float>(size_t(Out), 0.0f));
+    opt.init_state(*rt);
+    float first = 0, last = 0;
+    for (int step = 0; step < 20; step++) {
+        opt.set_step(*rt, opt.next_step());
+        rt->run();
+        opt.after_step(*rt);
+        last = rt->read_f32(loss)[0];
+        if (step == 0) first = last;
+    }
+    std::printf("embed: loss %.6f -> %.6f after 20 %s steps\n", first, last, opt.config().name());
+    return std::isfinite(last) && last < 0.8f * first;
 }
 
 int run() {
@@ -51,6 +85,7 @@ int run() {
             ts[size_t(i * Out + o)] = float(z / (1.0 + std::exp(-z)));
         }
     std::vector<float> ws = uniform(size_t(Out * In), -0.1f, 0.1f, rng);
+    const std::vector<float> ws_start = ws;
     std::vector<float> bs(size_t(Out), 0.0f);
 
     rt->write_f32(x, xs);
@@ -70,6 +105,10 @@ int run() {
     std::printf("embed: %s runtime, loss %.6f -> %.6f after 20 SGD steps\n", rt->backend_name(), first, last);
     if (!(std::isfinite(last) && last < 0.8f * first)) {
         std::fprintf(stderr, "embed: the loss did not fall\n");
+        return 1;
+    }
+    if (!falls_with_optimizer(xs, ts, ws_start, B, In, Out)) {
+        std::fprintf(stderr, "embed: the loss did not fall with optim::Optimizer\n");
         return 1;
     }
 

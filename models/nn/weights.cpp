@@ -1,4 +1,4 @@
-#include "models/sd15/weights.h"
+#include "models/nn/weights.h"
 
 #include <cstring>
 #include <set>
@@ -7,7 +7,7 @@
 #include "ggml-lite/core/parallel.h"
 #include "ggml-lite/core/runtime.h"
 
-namespace sd {
+namespace nn {
 
 using gl::fail;
 
@@ -122,4 +122,4 @@ LoadReport load_weights(const Weights& w, const gl::io::TensorSource& src,
     return r;
 }
 
-}  // namespace sd
+}  // namespace nn

@@ -1,7 +1,8 @@
-// Model weights as graph leaves named after their internal keys (diffusers module paths, e.g.
+// The weight store every model builds with: weights as graph leaves named after their internal
+// keys (the module paths of the reference implementation, e.g. diffusers'
 // "down_blocks.0.resnets.0.conv1.weight"), so that loading is a lookup. Each leaf remembers how
 // its checkpoint tensor maps onto it (conv weights go from PyTorch's OIHW to our NHWC-friendly
-// OHWI once, at load).
+// OHWI once, at load). The layers that fill it are in models/nn/layers.h.
 #pragma once
 #include <functional>
 #include <map>
@@ -11,7 +12,11 @@
 #include "ggml-lite/core/graph.h"
 #include "ggml-lite/io/tensor_source.h"
 
-namespace sd {
+namespace gl {
+class Runtime;
+}
+
+namespace nn {
 
 enum class WeightLayout : uint8_t {
     plain,      // same element order as the checkpoint (linear [out, in], norms, biases, embeddings)
@@ -24,8 +29,8 @@ struct WeightEntry {
     WeightLayout layout;
 };
 
-// Creates weight leaves under a dotted scope. Frozen weights by default; `trainable` makes
-// parameters (LoRA masters, f32).
+// Creates frozen weight leaves (g.weight, in the store's dtype) under a dotted scope; asking for
+// a name again returns the same leaf, so building a model twice shares its weights.
 class Weights {
 public:
     Weights(gl::Graph& g, gl::DType dtype) : g_(g), dtype_(dtype) {}
@@ -42,15 +47,21 @@ public:
     gl::DType dtype() const { return dtype_; }
     const std::vector<WeightEntry>& entries() const { return entries_; }
 
-    // Called by the models for every Linear (and every 1x1 conv run as one) with the module's
+    // Called by nn::linear for every Linear (and every 1x1 conv run as one) with the module's
     // full path ("down_blocks.0.attentions.0.proj_in"), its input and its output; returns the
     // output to use. Adapters (lora/) add their branch here without the models knowing them.
     using LinearHook = std::function<gl::ValueId(gl::Graph&, const std::string& module, gl::ValueId x, gl::ValueId y)>;
     LinearHook linear_hook;
-    // The same for every Conv2d (y = conv(x) with kernel k, stride, pad; NHWC): LoCon hooks here.
+    // The same from nn::conv2d for every Conv2d (y = conv(x) with kernel k, stride, pad; NHWC):
+    // LoCon hooks here.
     using ConvHook = std::function<gl::ValueId(gl::Graph&, const std::string& module, gl::ValueId x, gl::ValueId y,
                                                int k, int stride, int pad)>;
     ConvHook conv_hook;
+    // Whether the layers of models/nn/layers.h also open their name as a graph scope, so that
+    // their values read "mid_block.attentions.0.proj_in.linear". Off, the values keep the name of
+    // the enclosing scope ("text_model.encoder.layers.0.mlp.linear"), as the CLIP text encoder's
+    // always have. Weights are named by their full path either way.
+    bool layer_value_scopes = true;
     // The module path of the open scope (full("") without its trailing dot).
     std::string module_path() const {
         std::string s = full("");
@@ -66,19 +77,12 @@ private:
     std::map<std::string, size_t> index_;
 };
 
+// Opens a dotted scope for weight names only; nn::Scope (layers.h) opens it for graph values too.
 struct WeightScope {
     Weights& w;
     WeightScope(Weights& w_, const std::string& s) : w(w_) { w.push(s); }
     ~WeightScope() { w.pop(); }
 };
-
-}  // namespace sd
-
-namespace gl {
-class Runtime;
-}
-
-namespace sd {
 
 struct LoadReport {
     std::vector<std::string> missing;     // internal names whose checkpoint key is absent
@@ -95,4 +99,4 @@ LoadReport load_weights(const Weights& w, const gl::io::TensorSource& src,
                         const std::function<std::string(const std::string&)>& key_of, gl::Runtime& rt,
                         const std::vector<std::string>& ignore_prefixes = {}, bool allow_missing = false);
 
-}  // namespace sd
+}  // namespace nn

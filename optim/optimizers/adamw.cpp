@@ -1,0 +1,31 @@
+// AdamW as torch.optim.AdamW, kohya's default optimizer: decoupled weight decay (p *= 1 - lr * wd)
+// before the Adam step. State per param, named as torch's state_dict names it: exp_avg, exp_avg_sq
+// (f32, the param's shape).
+#include "ggml-lite/ops/builder.h"
+#include "optim/descriptor.h"
+
+namespace optim {
+
+namespace {
+void append(UpdateBuilder& b) {
+    for (const UpdateParam& p : b.params) {
+        const gl::Shape s = b.g.shape(p.param);
+        const gl::ValueId m = b.state(p, "exp_avg", gl::DType::f32, s);
+        const gl::ValueId v = b.state(p, "exp_avg_sq", gl::DType::f32, s);
+        gl::adamw_step(b.g, p.param, p.grad, m, v, p.hyper, /*decay_after*/ false, b.gstat);
+    }
+}
+}  // namespace
+
+const OptimizerDef& optimizer_adamw() {
+    static const OptimizerDef def{
+        "AdamW",
+        {"torch.optim.AdamW", "torch.optim.adamw.AdamW"},
+        {betas_arg("(0.9, 0.999)"), eps_arg("1e-8"), weight_decay_arg("1e-2")},
+        nullptr,
+        append,
+    };
+    return def;
+}
+
+}  // namespace optim

@@ -1,0 +1,141 @@
+// The optimizer table: kohya's --optimizer_type names and Python class paths through the registry,
+// --optimizer_args parsed against each descriptor's arguments (defaults as the Python classes'), and
+// the errors a descriptor's own mistakes give. Trajectories and state files: test_optim.cpp.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/ops/optim_types.h"
+#include "optim/optimizer.h"
+#include "test_util.h"
+
+using gltest::error_of;
+
+TEST_CASE("parse_optimizer: kohya's names and optimizer_args, unknown ones refused by name") {
+    CHECK(std::string(optim::parse_optimizer("adamw8BIT", {}).name()) == "AdamW8bit");
+    auto lion = optim::parse_optimizer("Lion", {});
+    CHECK((lion.beta2 == 0.99f && lion.weight_decay == 0.0f));
+    auto af = optim::parse_optimizer("Adafactor", {"relative_step=False", "scale_parameter=false", "beta1=0.9",
+                                                    "eps=(1e-30, 2e-3)", "clip_threshold=2", "decay_rate=-0.5"});
+    CHECK((!af.flag("relative_step") && !af.flag("scale_parameter") && !af.is_none("beta1")));
+    CHECK((af.beta1 == 0.9f && float(af.pair("eps").second) == 2e-3f && af.number("clip_threshold") == 2.0));
+    CHECK(optim::parse_optimizer("Adafactor", {}).flag("relative_step"));  // transformers' (and kohya's) default
+    auto pd = optim::parse_optimizer("prodigy", {"d_coef=2", "betas=[0.9, 0.99]", "growth_rate=inf", "beta3=None",
+                                                 "use_bias_correction=True", "slice_p=1"});
+    CHECK((pd.number("d_coef") == 2.0 && pd.beta2 == 0.99f && std::isinf(pd.number("growth_rate"))));
+    CHECK((pd.is_none("beta3") && pd.flag("use_bias_correction") && pd.weight_decay == 0.0f));
+    CHECK(error_of([] { optim::parse_optimizer("AdamW", {"momentum=0.9"}); }).find("'momentum'") != std::string::npos);
+    CHECK(error_of([] { optim::parse_optimizer("SGDNesterov", {}); }).find("SGDNesterov") != std::string::npos);
+    CHECK(error_of([] { optim::parse_optimizer("AdamW", {"betas=0.9"}); }).find("betas") != std::string::npos);
+    CHECK(error_of([] { optim::parse_optimizer("AdamW", {"betas=0.9,1.5"}); }).find("betas") != std::string::npos);
+    CHECK(error_of([] { optim::parse_optimizer("Lion", {"weight_decay=abc"}); }).find("weight_decay") != std::string::npos);
+    CHECK(error_of([] { optim::parse_optimizer("Adafactor", {"relative_step=maybe"}); }).find("relative_step") !=
+          std::string::npos);
+    CHECK(error_of([] { optim::parse_optimizer("AdamW", {"eps=1e-8", "eps=1e-6"}); }).find("twice") != std::string::npos);
+    CHECK(error_of([] { optim::parse_optimizer("Adafactor", {"relative_step=False", "warmup_init=True"}); })
+              .find("warmup_init") != std::string::npos);
+    CHECK(error_of([] { optim::parse_optimizer("Prodigy", {"slice_p=11"}); }).find("slice_p") != std::string::npos);
+    CHECK(error_of([] { optim::parse_optimizer("Adafactor", {"betas=0.9,0.99"}); }).find("'betas'") != std::string::npos);
+    CHECK(error_of([] { optim::parse_optimizer("AdamW", {"weight_decay"}); }).find("name=value") != std::string::npos);
+}
+
+TEST_CASE("optimizer registry: kohya's names in any case and the Python class paths it imports; others refused") {
+    std::set<std::string> names;
+    for (const optim::OptimizerDef* d : optim::optimizer_defs()) names.insert(d->name);
+    CHECK(names == std::set<std::string>{"AdamW", "AdamW8bit", "Lion", "Adafactor", "Prodigy"});
+    const std::pair<const char*, const char*> accepted[] = {
+        {"adamw", "AdamW"},
+        {" ADAMW8BIT ", "AdamW8bit"},
+        {"LION", "Lion"},
+        {"adafactor", "Adafactor"},
+        {"prodigy", "Prodigy"},
+        {"torch.optim.AdamW", "AdamW"},
+        {"torch.optim.adamw.AdamW", "AdamW"},
+        {"bitsandbytes.optim.AdamW8bit", "AdamW8bit"},
+        {"bitsandbytes.optim.adamw.AdamW8bit", "AdamW8bit"},
+        {"lion_pytorch.Lion", "Lion"},
+        {"lion_pytorch.lion_pytorch.Lion", "Lion"},
+        {"transformers.optimization.Adafactor", "Adafactor"},
+        {"transformers.Adafactor", "Adafactor"},
+        {"prodigyopt.Prodigy", "Prodigy"},
+        {"prodigyopt.prodigy.Prodigy", "Prodigy"},
+    };
+    for (auto [type, name] : accepted) CHECK_MESSAGE(std::string(optim::find_optimizer(type).name) == name, type);
+    // kohya names we do not implement, and torch's own Adafactor (another algorithm than transformers')
+    for (const char* type : {"DAdaptAdam", "SGDNesterov", "PagedAdamW8bit", "Lion8bit", "AdEMAMix8bit",
+                             "torch.optim.Adafactor", "AdamWScheduleFree", ""}) {
+        const std::string e = error_of([&] { optim::parse_optimizer(type, {}); });
+        CHECK_MESSAGE(e.find(std::string("'") + type + "' is not supported") != std::string::npos, e);
+        CHECK_MESSAGE(e.find("AdamW8bit (bitsandbytes.optim.AdamW8bit)") != std::string::npos, e);
+    }
+    CHECK(std::string(optim::OptimizerConfig().name()) == "AdamW");  // the default, as kohya's
+}
+
+// Defaults come from each descriptor's table (the Python signatures' literals): they must equal the
+// compiled-in defaults of the ops and the values the classes use, bit for bit.
+TEST_CASE("every optimizer's defaults are its Python class's") {
+    for (const char* type : {"AdamW", "AdamW8bit"}) {
+        const optim::OptimizerConfig c = optim::parse_optimizer(type, {});
+        CHECK((c.beta1 == 0.9f && c.beta2 == 0.999f && c.eps == 1e-8f && c.weight_decay == 0.01f));
+    }
+    const optim::OptimizerConfig lion = optim::parse_optimizer("Lion", {});
+    CHECK((lion.beta1 == 0.9f && lion.beta2 == 0.99f && lion.weight_decay == 0.0f));
+
+    const optim::OptimizerConfig af = optim::parse_optimizer("Adafactor", {});
+    const gl::AdafactorOptions ao;
+    CHECK((af.eps == 1e-30f && af.beta1 == 0.0f && af.is_none("beta1") && af.weight_decay == 0.0f));
+    CHECK(float(af.pair("eps").second) == ao.eps2);
+    CHECK(float(af.number("decay_rate")) == ao.decay_rate);
+    CHECK(float(af.number("clip_threshold")) == ao.clip_threshold);
+    CHECK((af.flag("relative_step") == ao.relative_step && af.flag("scale_parameter") == ao.scale_parameter &&
+           af.flag("warmup_init") == ao.warmup_init));
+
+    const optim::OptimizerConfig pd = optim::parse_optimizer("Prodigy", {});
+    const gl::ProdigyOptions po;
+    CHECK((pd.beta1 == 0.9f && pd.beta2 == 0.999f && pd.eps == 1e-8f && pd.weight_decay == 0.0f));
+    CHECK((pd.is_none("beta3") && po.beta3 < 0.0f));
+    CHECK((float(pd.number("d0")) == po.d0 && float(pd.number("d_coef")) == po.d_coef));
+    CHECK((std::isinf(pd.number("growth_rate")) && std::isinf(po.growth_rate)));
+    CHECK((pd.flag("decouple") == po.decouple && pd.flag("use_bias_correction") == po.use_bias_correction &&
+           pd.flag("safeguard_warmup") == po.safeguard_warmup));
+    CHECK(pd.number("slice_p") == 1.0);
+    CHECK(pd.args.empty());  // defaults are not "given" args: state files record only the user's
+}
+
+TEST_CASE("OptimizerConfig reads an argument only by its name and type") {
+    const optim::OptimizerConfig pd = optim::parse_optimizer("Prodigy", {"d_coef=3"});
+    CHECK(pd.number("d_coef") == 3.0);
+    CHECK(error_of([&] { pd.number("momentum"); }).find("Prodigy has no argument 'momentum'") != std::string::npos);
+    CHECK(error_of([&] { pd.flag("betas"); }).find("'betas' read as another type") != std::string::npos);
+    CHECK(error_of([&] { pd.number("beta3"); }).find("'beta3' is None") != std::string::npos);
+}
+
+namespace {
+// An optimizer whose append breaks the rules: the Optimizer must refuse it, naming the state.
+void append_twice(optim::UpdateBuilder& b) {
+    for (const optim::UpdateParam& p : b.params) {
+        b.state(p, "m", gl::DType::f32, gl::Shape{4});
+        b.state(p, "m", gl::DType::f32, gl::Shape{4});
+    }
+}
+void append_short_init(optim::UpdateBuilder& b) {
+    b.shared_state("start", gl::DType::f32, gl::Shape{4}, optim::StateInit::exactly({1.0f, 2.0f, 3.0f}));
+}
+std::string finish_error(const optim::OptimizerDef& def) {
+    gl::Graph g;
+    const gl::ValueId w = g.param("w", gl::DType::f32, gl::Shape{4});
+    optim::Optimizer opt{optim::OptimizerConfig(def)};
+    opt.add_group(g, "all", {w}, {g.input("gw", gl::DType::f32, gl::Shape{4})}, 1e-3);
+    return error_of([&] { opt.finish(g); });
+}
+}  // namespace
+
+TEST_CASE("a descriptor's state mistakes are errors naming the state") {
+    const optim::OptimizerDef twice{"Twice", {}, {}, nullptr, append_twice};
+    CHECK(finish_error(twice).find("two state tensors named 'optim.w.m'") != std::string::npos);
+    const optim::OptimizerDef short_init{"ShortInit", {}, {}, nullptr, append_short_init};
+    CHECK(finish_error(short_init).find("'optim.start' [4] given 3 initial values") != std::string::npos);
+}
