@@ -33,6 +33,12 @@ target_link_libraries(gl-test-cases PUBLIC ggml-lite sd15)
 
 add_executable(gl-tests ${GL_TEST_SOURCES} $<TARGET_OBJECTS:gl-test-cases>)
 target_link_libraries(gl-tests PRIVATE gl-test-cases sd15 ggml-lite doctest::doctest)
+# The command-line test of gl-txt2img runs the built tool (skipped when tools are not built).
+if(TARGET gl-txt2img)
+  target_compile_definitions(gl-tests PRIVATE GL_TXT2IMG_BIN="$<TARGET_FILE:gl-txt2img>"
+                                              GL_VERSION_FOR_TESTS="${PROJECT_VERSION}")
+  add_dependencies(gl-tests gl-txt2img)
+endif()
 if(COMMAND doctest_discover_tests)
   doctest_discover_tests(gl-tests PROPERTIES LABELS cpu)
 else()
