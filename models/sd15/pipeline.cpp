@@ -439,12 +439,13 @@ std::string Pipeline::plan_report(const GenerationParams& p) {
                      mib(opt_.vae_budget_bytes));
     if (vp.mode == VaeDecodePlan::Mode::tiled) s += gl::cat("; ", vp.tiles, " tiles per image");
     s += ")\n";
-    // The memory every graph planned so far runs in: weights once, one activation arena for the largest.
-    std::vector<const gl::Plan*> all;
-    for (const auto& [k, pl] : m.plans) all.push_back(&pl.plan);
-    const gl::SharedLayout L = gl::make_shared_layout(all, opt_.backend);
-    s += gl::cat("  total          ", mib(L.total_bytes()), " in one shared memory (weights once, activations of the "
-                 "largest graph; ", all.size(), " graphs planned)\n");
+    // The memory this request's graphs run in: weights once, one activation arena for the largest.
+    std::vector<const gl::Plan*> mine;
+    for (const std::string& k : {m.text.key, m.unet.key, m.vae.key}) mine.push_back(&m.plans.at(k).plan);
+    for (const std::string& k : keys) mine.push_back(&m.plans.at(k).plan);
+    const gl::SharedLayout L = gl::make_shared_layout(mine, opt_.backend);
+    s += gl::cat("  total          ", mib(L.total_bytes()), " in one shared memory (weights once, the activations of "
+                 "the largest graph", opt_.backend == "cuda" ? ", the CUDA scratch" : "", ")\n");
     s += "UNet graph (one model call):\n" + m.plans.at(keys[1]).plan.report(6);
     return s;
 }
