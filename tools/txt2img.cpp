@@ -270,8 +270,8 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     app.add_option("--seed", a.seed, "seed of the first image (image b uses seed + b); default random")
         ->check(CLI::NonNegativeNumber);
-    app.add_option("--width,-W", a.width, "width in pixels (a multiple of 64)")->capture_default_str();
-    app.add_option("--height,-H", a.height, "height in pixels (a multiple of 64)")->capture_default_str();
+    app.add_option("--width,-W", a.width, "width in pixels (a multiple of 8)")->capture_default_str();
+    app.add_option("--height,-H", a.height, "height in pixels (a multiple of 8)")->capture_default_str();
     app.add_option("--batch,-b", a.batch, "images per prompt")->check(CLI::Range(1, 64))->capture_default_str();
     app.add_option("--clip-skip", a.clip_skip, "CLIP layers to skip from the end (kohya / A1111 numbering: 2 = "
                                                "penultimate)")

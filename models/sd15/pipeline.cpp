@@ -258,11 +258,10 @@ Pipeline::~Pipeline() = default;
 // ---- requests ----
 
 void Pipeline::validate(const GenerationParams& p) const {
-    const int px = int(model_.vae_cfg.downscale()) * model_.unet_cfg.size_multiple();
+    const int px = int(model_.vae_cfg.downscale());
     for (const auto& [name, v] : {std::pair{"width", p.width}, std::pair{"height", p.height}})
         GL_CHECK(v >= px && v <= 8192 && v % px == 0, name, " ", v, " must be a multiple of ", px, " in [", px,
-                 ", 8192] (the VAE's ", model_.vae_cfg.downscale(), "x and the UNet's ", model_.unet_cfg.size_multiple(),
-                 "x downsampling)");
+                 ", 8192] (the VAE's ", px, "x downsampling)");
     GL_CHECK(p.steps >= 1 && p.steps <= 1000, "steps ", p.steps, " must be in [1, 1000]");
     GL_CHECK(std::isfinite(p.cfg_scale) && p.cfg_scale >= 0, "CFG scale ", p.cfg_scale, " must be finite and >= 0");
     GL_CHECK(p.batch >= 1 && p.batch <= 64, "batch ", p.batch, " must be in [1, 64]");

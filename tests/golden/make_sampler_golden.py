@@ -34,7 +34,7 @@ LoRA files (lora_a: UNet + text encoder, rank 4, alpha 2; lora_b: UNet only with
 2 / conv rank 2) are applied with diffusers' load_lora_weights + set_adapters at the multipliers
 stored. pipeline.safetensors: per case "<name>.noise" [B, h, w, 4] (NHWC), "<name>.latents"
 (final, NHWC), "<name>.image" [B, H, W, 3]; plus "tiled.z" / "tiled.image" for AutoencoderKL's
-tiled_decode with 4-latent tiles. Metadata "pipeline_cases": JSON (prompt, negative, size, steps,
+tiled_decode with 4-latent tiles, and "unet_odd.*" (x, t, context, eps) for the UNet at 7 x 5 latents. Metadata "pipeline_cases": JSON (prompt, negative, size, steps,
 cfg, sampler, clip_skip (kohya numbering), loras).
 
 Run with the golden venv (torch, diffusers, transformers, peft):
@@ -310,6 +310,14 @@ def make_pipeline_golden():
         tensors[f"{name}.image"] = torch.from_numpy(image).contiguous()
         metas.append(dict(name=name, prompt=prompt, negative=negative, width=w, height=h, batch=batch, steps=steps,
                           cfg=cfg, sampler=sampler, karras=karras, clip_skip=clip_skip, loras=loras))
+    # The UNet at odd latent sides (diffusers forwards the skips' sizes to its upsamplers).
+    unet = tiny_pipeline("euler", False).unet
+    x = torch.randn((2, 4, 7, 5), generator=gen, dtype=torch.float32)
+    t = torch.tensor([811.0, 97.5])
+    ctx = torch.randn((2, 77, 16), generator=gen, dtype=torch.float32)
+    with torch.no_grad():
+        eps = unet(x, t, encoder_hidden_states=ctx).sample
+    tensors.update({"unet_odd.x": nhwc(x), "unet_odd.t": t, "unet_odd.context": ctx, "unet_odd.eps": nhwc(eps)})
     # The VAE's tiled decode (4-latent tiles: 3-latent stride, 2-pixel blends) of a 10 x 7 latent.
     vae = tiny_pipeline("euler", False).vae
     vae.tile_latent_min_size, vae.tile_sample_min_size = 4, 8
