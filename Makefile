@@ -77,7 +77,7 @@ deps:
 	@missing=""; \
 	if ! command -v dpkg >/dev/null 2>&1; then \
 	  echo "make deps: not a Debian system (no dpkg), so nothing is installed. The build needs: cmake >= 3.20," \
-	       "ninja, g++ >= 12, doctest, nlohmann-json, stb, toml++ and (for 'make bench') Google Benchmark."; \
+	       "ninja, g++ >= 12, doctest, nlohmann-json, stb, toml++, CLI11 and (for 'make bench') Google Benchmark."; \
 	  exit 0; \
 	fi; \
 	for entry in $(DEB_PACKAGES); do \
