@@ -13,8 +13,10 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/io/safetensors.h"
 #include "models/sd15/pipeline.h"
+#include "sampler_fixtures.h"
 #include "test_util.h"
 
+using namespace sampler_test;
 using gltest::error_of;
 using sd::GenerationParams;
 using sd::Pipeline;
@@ -22,49 +24,7 @@ using sd::PipelineOptions;
 
 namespace {
 
-std::string golden(const std::string& rel) {
-    std::string f = __FILE__;
-    return f.substr(0, f.find_last_of('/')) + "/golden/data/" + rel;
-}
-
-// The tiny pipeline: the UNet and VAE of the unet / vae golden tests, the text encoder and LoRAs
-// made by make_sampler_golden.py, the tiny tokenizer.
-sd::Sd15Files tiny_model() {
-    sd::Sd15Files f;
-    f.unet = std::make_shared<gl::io::SafetensorsFile>(golden("unet/unet_diffusers.safetensors"));
-    f.text_encoder = std::make_shared<gl::io::SafetensorsFile>(golden("sampler/text_encoder.safetensors"));
-    f.vae = std::make_shared<gl::io::SafetensorsFile>(golden("vae/weights_diffusers.safetensors"));
-    f.unet_cfg = sd::UnetConfig::tiny();
-    f.clip_cfg = sd::ClipConfig{3514, 16, 2, 2, 32, 77, gl::Act::quick_gelu, 1e-5f};
-    f.vae_cfg = sd::VaeConfig::tiny();
-    f.tokenizer = std::make_shared<sd::ClipTokenizer>(sd::ClipTokenizer::from_folder(golden("tokenizer/tiny")));
-    f.layout = "tiny test model";
-    return f;
-}
-
-PipelineOptions f32_options() {
-    PipelineOptions o;
-    o.backend = "cpu";
-    o.dtype = gl::DType::f32;
-    return o;
-}
-
-std::vector<float> read(const gl::io::SafetensorsFile& f, const std::string& name) {
-    std::vector<float> v(size_t(f.info(name).numel()));
-    f.read(name, v.data(), gl::DType::f32);
-    return v;
-}
-
-// max |a - b| / max |b|.
-double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
-    REQUIRE(a.size() == b.size());
-    double d = 0, r = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        d = std::max(d, std::abs(double(a[i]) - b[i]));
-        r = std::max(r, std::abs(double(b[i])));
-    }
-    return d / std::max(r, 1e-30);
-}
+PipelineOptions f32_options() { return options("cpu", gl::DType::f32); }
 
 GenerationParams params_of(const nlohmann::json& c) {
     GenerationParams p;
