@@ -21,8 +21,6 @@ using gl::ValueId;
 
 namespace {
 
-constexpr size_t kInstancesPerModel = 4;
-
 bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
 
 // Chains `net`'s hooks after whatever w already has, so several networks add their branches.
