@@ -28,7 +28,7 @@ CONFIGURE_FLAGS := -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
 # Packages the build needs. "pkg:cmd" entries count as present when cmd is on PATH
 # (a cmake or compiler installed some other way will do).
 DEB_PACKAGES := cmake:cmake ninja-build:ninja g++:g++ doctest-dev nlohmann-json3-dev libstb-dev \
-	libbenchmark-dev libtomlplusplus-dev libcli11-dev
+	libbenchmark-dev libtomlplusplus-dev libcli11-dev libwebp-dev libjpeg62-turbo-dev libpng-dev
 
 .PHONY: all build configure test demo bench deps install clean distclean
 .NOTPARALLEL:

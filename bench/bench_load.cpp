@@ -1,7 +1,7 @@
 // Start-up cost of the SD1.5 UNet: writes a UNet-shaped checkpoint (diffusers names, PyTorch
 // layouts, fp16 random values, as SD1.5 files ship) once, then times opening it and loading it
 // into a runtime's bf16 arenas (conversion, conv weights to [O][kh][kw][I], upload).
-// Usage: bench_load [--backend cpu|cuda] [--file PATH (default: a temp file, removed at exit)]
+// Usage: bench_load [--backend auto|cpu|cuda (default cpu)] [--file PATH (default: a temp file, removed at exit)]
 // A plain program (ninja bench_load), like bench_step.
 #include <chrono>
 #include <cstdio>
@@ -16,6 +16,7 @@
 #include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/ops/rng.h"
 #include "models/sd15/unet.h"
+#include "tools/common/cli.h"
 
 namespace {
 
@@ -51,14 +52,13 @@ void write_checkpoint(const UnetGraph& u, const std::string& path) {
 }
 
 int run(int argc, char** argv) {
-    std::string backend = "cpu", file;
-    for (int i = 1; i < argc; i++) {
-        const std::string a = argv[i];
-        if (i + 1 >= argc) gl::fail("missing value after ", a);
-        if (a == "--backend") backend = argv[++i];
-        else if (a == "--file") file = argv[++i];
-        else gl::fail("unknown option ", a, " (usage: bench_load [--backend cpu|cuda] [--file PATH])");
-    }
+    gl::Backend backend = gl::Backend::cpu;
+    std::string file;
+    gl::cli::Parser p("bench_load", "bench_load: times loading a UNet-shaped fp16 checkpoint into bf16 arenas.");
+    p.add_backend(backend, "where the arenas live");
+    p.add_path("--file", file, "the checkpoint, written first when missing (default: a temp file, removed at exit)");
+    p.parse(argc, argv);
+    backend = gl::resolve_backend(backend);
     const bool temp = file.empty();
     if (temp) file = (std::filesystem::temp_directory_path() / "gl_bench_load_unet.safetensors").string();
     UnetGraph u;
@@ -70,7 +70,7 @@ int run(int argc, char** argv) {
     }
     auto t0 = Clock::now();
     gl::Plan plan = gl::make_plan(u.g);
-    auto rt = backend == "cuda" ? gl::make_cuda_runtime(std::move(plan)) : gl::make_cpu_runtime(std::move(plan));
+    auto rt = gl::make_runtime(std::move(plan), backend);
     const double setup = seconds_since(t0);
     for (int rep = 0; rep < 2; rep++) {  // the second pass reads the file from the page cache
         const auto t = Clock::now();
@@ -79,7 +79,7 @@ int run(int argc, char** argv) {
         rt->synchronize();
         const double s = seconds_since(t);
         std::printf("load %d (%s): %zu tensors, %.1f MiB in the arenas, %.2f s, %.2f GB/s (runtime set-up %.2f s)\n", rep + 1,
-                    backend.c_str(), r.tensors, double(r.bytes) / 1048576.0, s, double(r.bytes) / s * 1e-9, setup);
+                    gl::backend_name(backend), r.tensors, double(r.bytes) / 1048576.0, s, double(r.bytes) / s * 1e-9, setup);
     }
     if (temp) std::filesystem::remove(file);
     return 0;
@@ -88,10 +88,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    try {
-        return run(argc, argv);
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "bench_load: error: %s\n", e.what());
-        return 1;
-    }
+    return gl::cli::run_main("bench_load", [&] { return run(argc, argv); });
 }

@@ -16,9 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "ggml-lite/core/autofit.h"
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/core/plan_svg.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/ops/rng.h"
+#include "tools/common/cli.h"
 #include "train/trainer.h"
 #if GL_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -30,71 +33,42 @@ using Clock = std::chrono::steady_clock;
 
 struct Options {
     bool tiny = false;
-    std::string backend = "auto";
+    gl::Backend backend = gl::Backend::automatic;
     std::vector<int64_t> batches;
     std::vector<gl::Recompute> recompute = {gl::Recompute::none, gl::Recompute::blocks};
     int steps = 20, warmup = 3, rank = 16, size = 512;
     int profile = 0;  // > 0: after timing, that many more steps with per-node timing, then the report
     bool plan_only = false;  // build and plan each config, print the memory plan, run nothing (no GPU needed)
+    std::vector<size_t> budgets;  // more configs: recompute budget with these plan totals
+    std::string timeline;         // write each config's memory timeline (SVG) here
+    std::string frontier;         // per batch: the recompute frontier table, its plot (SVG) here
     train::Precision precision = train::Precision::bf16;
 };
 
-const char* kUsage =
-    "usage: bench_step [--tiny] [--backend auto|cpu|cuda] [--batch 1,8] [--recompute none,blocks,cheap]\n"
-    "                  [--steps N (>= 20 counts)] [--warmup N] [--rank R] [--size PIXELS] [--precision bf16|fp16|fp32]\n"
-    "                  [--profile N (N more steps timed node by node, then where the time went)]\n"
-    "                  [--plan-only (the memory plan of each config, nothing run: no GPU needed)]\n";
-
-std::vector<std::string> split(const std::string& s) {
-    std::vector<std::string> r;
-    size_t a = 0;
-    for (size_t b; (b = s.find(',', a)) != std::string::npos; a = b + 1) r.push_back(s.substr(a, b - a));
-    r.push_back(s.substr(a));
-    return r;
-}
-
-int to_int(const std::string& flag, const std::string& v, int lo) {
-    char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end || n < lo) gl::fail(flag, " wants an integer >= ", lo, ", got '", v, "'");
-    return int(n);
-}
-
 Options parse(int argc, char** argv) {
     Options o;
-    for (int i = 1; i < argc; i++) {
-        const std::string a = argv[i];
-        if (a == "-h" || a == "--help") {
-            std::fputs(kUsage, stdout);
-            std::exit(0);
-        }
-        if (a == "--tiny") {
-            o.tiny = true;
-            continue;
-        }
-        if (a == "--plan-only") {
-            o.plan_only = true;
-            continue;
-        }
-        if (i + 1 >= argc) gl::fail("missing value after ", a, "\n", kUsage);
-        const std::string v = argv[++i];
-        if (a == "--backend") o.backend = v;
-        else if (a == "--batch") {
-            o.batches.clear();
-            for (const std::string& b : split(v)) o.batches.push_back(to_int(a, b, 1));
-        } else if (a == "--recompute") {
-            o.recompute.clear();
-            for (const std::string& r : split(v)) o.recompute.push_back(gl::parse_recompute(r));
-        } else if (a == "--steps") o.steps = to_int(a, v, 1);
-        else if (a == "--warmup") o.warmup = to_int(a, v, 1);
-        else if (a == "--rank") o.rank = to_int(a, v, 1);
-        else if (a == "--size") o.size = to_int(a, v, 8);
-        else if (a == "--precision") o.precision = train::parse_precision(v);
-        else if (a == "--profile") o.profile = to_int(a, v, 1);
-        else gl::fail("unknown option ", a, "\n", kUsage);
-    }
-    if (o.backend != "auto" && o.backend != "cpu" && o.backend != "cuda")
-        gl::fail("--backend must be auto, cpu or cuda, got '", o.backend, "'");
+    gl::cli::Parser p("bench_step", "bench_step: times whole SD1.5 LoRA training steps (UNet with random bf16 "
+                                    "weights, LoRA on kohya's default targets, AdamW) per batch size and recompute "
+                                    "policy; prints each configuration's memory plan.");
+    p.add_flag("--tiny", o.tiny, "the golden tests' tiny UNet instead (runs on the CPU too)");
+    p.add_flag("--plan-only", o.plan_only, "the memory plan of each configuration, nothing run (no GPU needed)");
+    p.add_backend(o.backend, "where the steps run");
+    p.add_int_list("--batch", o.batches, int64_t(1), int64_t(4096), "batch sizes (default 1,8; 1,2 with --tiny)");
+    p.add_parsed_list("--recompute", o.recompute, &gl::parse_recompute, "none|blocks|cheap,...", "recompute policies",
+                      "none,blocks");
+    p.add_int("--steps", o.steps, 1, 1'000'000, "timed steps (>= 20 counts)");
+    p.add_int("--warmup", o.warmup, 1, 1'000'000, "untimed steps first");
+    p.add_int("--rank", o.rank, 1, 4096, "LoRA rank");
+    p.add_int("--size", o.size, 8, 16384, "image side in pixels (default 512; 64 with --tiny)");
+    p.add_parsed("--precision", o.precision, &train::parse_precision, "bf16|fp16|fp32", "weights and activations",
+                 train::precision_name(o.precision));
+    p.add_int("--profile", o.profile, 1, 1'000'000, "N more steps timed node by node, then where the time went")
+        ->default_str("");
+    p.add_parsed_list("--budget", o.budgets, &gl::parse_bytes, "BYTES,...",
+                      "more configs: recompute budget, the plan's total within each (4G,3.5G)");
+    p.add_path("--timeline", o.timeline, "each config's memory timeline (SVG); -b<batch>-<policy> added for several");
+    p.add_path("--frontier", o.frontier, "per batch: planned total against predicted time over budgets (SVG)");
+    p.parse(argc, argv);
     if (o.batches.empty()) o.batches = o.tiny ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1, 8};
     if (o.tiny && o.size == 512) o.size = 64;
     return o;
@@ -169,7 +143,7 @@ std::string torch_figures(int64_t batch, gl::Recompute rc) {
     return "no PyTorch figure for this batch";
 }
 
-void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc) {
+train::StepOptions step_options(const Options& o, int64_t batch) {
     train::StepOptions so;
     so.unet = o.tiny ? sd::UnetConfig::tiny() : sd::UnetConfig::sd15();
     so.batch = batch;
@@ -177,19 +151,81 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc) {
     so.context_tokens = o.tiny ? 8 : 77;
     so.precision = o.precision;
     so.lora = lora::LoraConfig{o.rank, float(o.rank), 1.0f};
+    return so;
+}
+
+// FILE.svg as given for one picture, FILE-<tag>.svg for one of several.
+std::string svg_path(const std::string& file, const std::string& tag, bool several) {
+    if (!several) return file;
+    const size_t dot = file.rfind('.');
+    return dot == std::string::npos || file.find('/', dot) != std::string::npos ? file + "-" + tag
+                                                                               : file.substr(0, dot) + "-" + tag + file.substr(dot);
+}
+
+// Per batch: the plan total and predicted time of recompute budgets from none's total down to the
+// least, every 5 % of none's total, the fixed policies beside, and the plot.
+void frontier(const Options& o, int64_t batch) {
+    const auto step = train::build_step(step_options(o, batch));
+    const train::StepGraph& s = *step;
+    gl::RecomputeSearch search(s.g, {});
     const auto t0 = Clock::now();
-    auto s = train::build_step(so);
+    const size_t least = search.min_bytes(), none = search.frontier()[0].total_bytes;
+    const double base = search.frontier()[0].predicted_seconds;
+    std::printf("\n== recompute frontier, batch %lld, %dx%d (%zu steps searched in %.2f s; times predicted by the cost "
+                "model: %s)\n%14s %14s %14s %10s %14s %8s\n",
+                (long long)batch, o.size, o.size, search.frontier().size(),
+                std::chrono::duration<double>(Clock::now() - t0).count(), gl::PlanOptions{}.cost.describe().c_str(),
+                "budget MiB", "planned MiB", "predicted ms", "x none", "recompute ms", "clones");
+    for (int pct = 100;; pct -= 5) {
+        const size_t budget = std::max(least, size_t(double(none) * pct / 100.0));
+        const auto t1 = Clock::now();
+        const gl::Plan p = search.plan(budget);
+        std::printf("%14.1f %14.1f %14.2f %10.3f %14.2f %8d   (%.2f s)\n", mib(double(budget)), mib(double(p.total_bytes())),
+                    p.predicted_seconds * 1e3, p.predicted_seconds / base, p.recompute_seconds * 1e3, p.recompute_nodes,
+                    std::chrono::duration<double>(Clock::now() - t1).count());
+        if (budget == least) break;
+    }
+    std::vector<gl::FrontierMark> marks;
+    for (gl::Recompute rc : {gl::Recompute::cheap, gl::Recompute::blocks}) {
+        gl::PlanOptions po;
+        po.recompute = rc;
+        const gl::Plan p = gl::make_plan(s.g, po);
+        std::printf("%14s %14.1f %14.2f %10.3f %14.2f %8d\n", gl::recompute_name(rc), mib(double(p.total_bytes())),
+                    p.predicted_seconds * 1e3, p.predicted_seconds / base, p.recompute_seconds * 1e3, p.recompute_nodes);
+        marks.push_back({gl::recompute_name(rc), p.total_bytes(), p.predicted_seconds});
+    }
+    const std::string path = svg_path(o.frontier, gl::cat("b", batch), o.batches.size() > 1);
+    gl::write_text_file(path, gl::frontier_svg(search.frontier(), marks,
+                                               gl::cat("SD1.5 LoRA step, batch ", batch, ", ", o.size, "x", o.size,
+                                                       ": recompute frontier (planned, predicted)")));
+    std::printf("frontier plot: %s\n", path.c_str());
+}
+
+void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc, size_t budget = 0) {
+    const auto t0 = Clock::now();
+    auto s = train::build_step(step_options(o, batch));
     gl::PlanOptions po;
     po.recompute = rc;
+    po.budget = budget;
     gl::Plan plan = gl::make_plan(s->g, po);
     const double plan_s = std::chrono::duration<double>(Clock::now() - t0).count();
     std::printf("\n== %s, batch %lld, %dx%d, recompute %s, %s, LoRA rank %d on %zu modules (%zu nodes, planned in %.1f s)\n",
                 o.tiny ? "tiny UNet" : "SD1.5 UNet", (long long)batch, o.size, o.size, gl::recompute_name(rc),
                 train::precision_name(o.precision), o.rank, s->net->modules().size(), plan.graph.nodes.size(), plan_s);
     std::printf("planned total %.1f MiB\n%s", mib(double(plan.total_bytes())), plan.report(o.plan_only ? 24 : 6).c_str());
+    if (!o.timeline.empty()) {
+        const bool several = o.batches.size() * (o.recompute.size() + o.budgets.size()) > 1;
+        const std::string tag = gl::cat("b", batch, "-", gl::recompute_name(rc), budget ? gl::cat(budget >> 20) : "");
+        const std::string path = svg_path(o.timeline, tag, several);
+        const gl::Plan none = rc == gl::Recompute::none ? gl::Plan{} : gl::make_plan(s->g);
+        gl::write_text_file(path, gl::timeline_svg(plan, rc == gl::Recompute::none ? nullptr : &none,
+                                                   gl::cat("SD1.5 LoRA step, batch ", batch, ", ", o.size, "x", o.size,
+                                                           ", recompute ", gl::recompute_name(rc))));
+        std::printf("memory timeline: %s\n", path.c_str());
+    }
     if (o.plan_only) return;
     const double base = device_used_mib();
-    auto rt = cuda ? gl::make_cuda_runtime(std::move(plan)) : gl::make_cpu_runtime(std::move(plan));
+    auto rt = gl::make_runtime(std::move(plan), cuda ? gl::Backend::cuda : gl::Backend::cpu);
     write_random_weights(*s->unet_weights, *rt);
     train::Trainer tr(*s, *rt, train::TrainerOptions{});
     tr.init(1);
@@ -228,29 +264,34 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc) {
         for (int k = 0; k < o.profile; k++) tr.step(lat, ctx);
         rt->set_profiling(false);
         std::printf("%s", rt->profile_report(30).c_str());
+        // The cost model fitted to this profile, its step time matched to the graph replay.
+        const gl::Graph& pg = rt->plan().graph;
+        std::vector<double> node_ms(pg.nodes.size());
+        for (size_t i = 0; i < node_ms.size(); i++) node_ms[i] = rt->profiled_ms(i) / rt->profiled_runs();
+        const gl::CostModel fit = gl::fit_cost_model(pg, node_ms, rm);
+        std::printf("fitted cost model: flops_per_s %.4g, bytes_per_s %.4g, launch_s %.4g (%s); before: %s\n%s",
+                    fit.flops_per_s, fit.bytes_per_s, fit.launch_s, fit.describe().c_str(),
+                    gl::PlanOptions{}.cost.describe().c_str(), gl::cost_model_report(fit, pg, node_ms).c_str());
     }
 }
 
 int run(const Options& o) {
-    std::string why;
-    const bool have_cuda = gl::cuda_available(&why);
-    if (o.backend == "cuda" && !have_cuda) gl::fail("--backend cuda: ", why);
-    const bool cuda = o.backend == "cuda" || (o.backend == "auto" && have_cuda);
+    std::string why;  // why auto did not take CUDA
+    const bool cuda = gl::resolve_backend(o.backend, &why) == gl::Backend::cuda;
+    const std::string note = why.empty() ? "" : " (" + why + ")";
     if (!cuda && !o.tiny && !o.plan_only)
-        gl::fail("the full-size benchmark needs CUDA (", why, "); --tiny runs on the CPU, --plan-only runs nothing");
-    std::printf("bench_step: backend %s\n", cuda ? "cuda" : ("cpu (" + why + ")").c_str());
-    for (int64_t b : o.batches)
+        gl::fail("the full-size benchmark needs CUDA", note, "; --tiny runs on the CPU, --plan-only runs nothing");
+    std::printf("bench_step: backend %s%s\n", cuda ? "cuda" : "cpu", note.c_str());
+    for (int64_t b : o.batches) {
         for (gl::Recompute rc : o.recompute) run_one(o, cuda, b, rc);
+        for (size_t budget : o.budgets) run_one(o, cuda, b, gl::Recompute::budget, budget);
+        if (!o.frontier.empty()) frontier(o, b);
+    }
     return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    try {
-        return run(parse(argc, argv));
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "bench_step: error: %s\n", e.what());
-        return 1;
-    }
+    return gl::cli::run_main("bench_step", [&] { return run(parse(argc, argv)); });
 }

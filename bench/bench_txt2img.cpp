@@ -24,82 +24,47 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/io/safetensors.h"
-#include "models/sd15/checkpoint.h"
+#include "models/sd15/model_files.h"
 #include "models/sd15/pipeline.h"
+#include "tools/common/cli.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-const char* kUsage =
-    "usage: bench_txt2img MODEL [--size 512,...] [--steps 20] [--cfg 7.5] [--sampler euler] [--batch 1,...]\n"
-    "                     [--runs 5] [--backend cuda|cpu] [--dtype bf16|f16|f32] [--merge-lora] [--lora FILE[:M]]\n"
-    "       bench_txt2img MODEL --check REF.safetensors [--backend cuda|cpu]\n"
-    "       bench_txt2img --plan-only [--size 512,1024] [--batch 1,4] [--vae-budget MIB]\n";
-
 struct Options {
     std::string model, check;
     std::vector<int> sizes = {512}, batches = {1};
     int steps = 20, runs = 5;
-    double cfg = 7.5;
-    std::string sampler = "euler", backend = "cuda", dtype = "bf16";
-    std::vector<sd::LoraFile> loras;
+    double cfg = 7.5, vae_budget_mib = 2048;
+    std::string sampler = "euler", dtype = "bf16";
+    gl::Backend backend = gl::Backend::cuda;
+    std::vector<std::string> loras;
     bool merge = false, plan_only = false;
-    double vae_budget_mib = 2048;
 };
-
-std::vector<int> ints(const std::string& flag, const std::string& v) {
-    std::vector<int> r;
-    size_t a = 0;
-    while (a <= v.size()) {
-        const size_t b = std::min(v.find(',', a), v.size());
-        char* end = nullptr;
-        const std::string s = v.substr(a, b - a);
-        const long n = std::strtol(s.c_str(), &end, 10);
-        if (s.empty() || *end || n < 1) gl::fail(flag, " wants positive integers separated by commas, got '", v, "'");
-        r.push_back(int(n));
-        a = b + 1;
-    }
-    return r;
-}
 
 Options parse(int argc, char** argv) {
     Options o;
-    for (int i = 1; i < argc; i++) {
-        const std::string a = argv[i];
-        if (a == "-h" || a == "--help") {
-            std::fputs(kUsage, stdout);
-            std::exit(0);
-        }
-        if (a == "--plan-only" || a == "--merge-lora") {
-            (a == "--plan-only" ? o.plan_only : o.merge) = true;
-            continue;
-        }
-        if (!a.starts_with("--")) {
-            if (!o.model.empty()) gl::fail("unexpected argument '", a, "'\n", kUsage);
-            o.model = a;
-            continue;
-        }
-        if (i + 1 >= argc) gl::fail("missing value after ", a, "\n", kUsage);
-        const std::string v = argv[++i];
-        if (a == "--size") o.sizes = ints(a, v);
-        else if (a == "--batch") o.batches = ints(a, v);
-        else if (a == "--steps") o.steps = ints(a, v).at(0);
-        else if (a == "--runs") o.runs = ints(a, v).at(0);
-        else if (a == "--cfg") o.cfg = std::atof(v.c_str());
-        else if (a == "--sampler") o.sampler = v;
-        else if (a == "--backend") o.backend = v;
-        else if (a == "--dtype") o.dtype = v;
-        else if (a == "--check") o.check = v;
-        else if (a == "--vae-budget") o.vae_budget_mib = std::atof(v.c_str());
-        else if (a == "--lora") {
-            const size_t c = v.rfind(':');
-            o.loras.push_back(c == std::string::npos ? sd::LoraFile{v, 1.0f}
-                                                     : sd::LoraFile{v.substr(0, c), float(std::atof(v.c_str() + c + 1))});
-        } else gl::fail("unknown option ", a, "\n", kUsage);
-    }
-    if (!o.plan_only && o.model.empty()) gl::fail("no model given\n", kUsage);
+    gl::cli::Parser p("bench_txt2img", "bench_txt2img: our side of the text-to-image comparison (seconds per image, "
+                                       "UNet it/s), the full-size check against diffusers, or SD1.5's memory plans");
+    CLI::App& app = p.app();
+    app.add_option("MODEL", o.model, "SD1.5 single file or diffusers folder (not with --plan-only)");
+    p.add_int_list("--size", o.sizes, 8, 8192, "image sides (square)");
+    p.add_int_list("--batch", o.batches, 1, 64, "images per request");
+    p.add_int("--steps", o.steps, 1, 1000, "sampling steps");
+    p.add_int("--runs", o.runs, 1, 1000, "timed generations after two warm-up ones (the median is printed)");
+    p.add_real("--cfg", o.cfg, 0.0, 1000.0, "CFG scale");
+    app.add_option("--sampler", o.sampler, "sampler (kohya's names)")->capture_default_str();
+    p.add_backend(o.backend);
+    p.add_choice("--dtype", o.dtype, {"bf16", "f16", "f32"}, "weights and activations");
+    app.add_option("--lora", o.loras, "LoRA file FILE[:MULT] (repeatable)");
+    p.add_flag("--merge-lora", o.merge, "merge the LoRAs into the weights");
+    p.add_path("--check", o.check, "reference from txt2img_torch.py reference: compare instead of timing");
+    p.add_real("--vae-budget", o.vae_budget_mib, 1.0, 1e7, "MiB of activations one VAE decode pass may plan");
+    p.add_flag("--plan-only", o.plan_only, "print SD1.5's memory plans (no weights, no GPU) and exit");
+    p.parse(argc, argv);
+    if (!o.plan_only && o.model.empty()) throw gl::cli::UsageError("MODEL is required (unless --plan-only)");
     return o;
 }
 
@@ -132,13 +97,12 @@ sd::Sd15Files plan_only_model() {
     f.clip_cfg = sd::ClipConfig::vit_l14();
     f.vae_cfg = sd::VaeConfig::sd15();
     f.tokenizer = std::shared_ptr<const sd::ClipTokenizer>(&sd::ClipTokenizer::builtin(), [](const sd::ClipTokenizer*) {});
-    f.layout = "configs only";
     return f;
 }
 
 int plan_only(const Options& o) {
     sd::PipelineOptions po;
-    po.backend = "cpu";  // the CUDA scratch is not known without a CUDA build; the arenas are the same
+    po.backend = gl::Backend::cpu;  // the CUDA scratch is not known without a CUDA build; the arenas are the same
     po.dtype = dtype_of(o.dtype);
     po.vae_budget_bytes = size_t(o.vae_budget_mib * 1048576.0);
     sd::Pipeline pipe(plan_only_model(), po);
@@ -185,7 +149,7 @@ int check(const Options& o) {
     const double tol = po.dtype == gl::DType::f32 ? 1e-4 : std::max(3 * spread, 4e-3);
     std::printf("txt2img check (%s, %s, %dx%d, %d %s steps, CFG %g): image rel %.3e (diffusers bf16 %.3e from its "
                 "fp32; tolerance %.3e), max abs %.3e, %.1f s: %s\n",
-                o.backend.c_str(), o.dtype.c_str(), p.width, p.height, p.steps, r.at("sampler").get<std::string>().c_str(),
+                gl::backend_name(o.backend), o.dtype.c_str(), p.width, p.height, p.steps, r.at("sampler").get<std::string>().c_str(),
                 p.cfg_scale, rel, std::sqrt(dt2 / r2), tol, worst, since(t0), rel <= tol ? "ok" : "FAIL");
     return rel <= tol ? 0 : 1;
 }
@@ -194,7 +158,11 @@ int bench(const Options& o) {
     sd::PipelineOptions po;
     po.backend = o.backend;
     po.dtype = dtype_of(o.dtype);
-    po.loras = o.loras;
+    for (const std::string& l : o.loras) {
+        const size_t c = l.rfind(':');
+        po.loras.push_back(c == std::string::npos ? sd::LoraFile{l, 1.0f}
+                                                  : sd::LoraFile{l.substr(0, c), float(std::atof(l.c_str() + c + 1))});
+    }
     po.merge_loras = o.merge;
     auto t0 = Clock::now();
     sd::Pipeline pipe(sd::open_sd15(o.model), po);
@@ -238,13 +206,10 @@ int bench(const Options& o) {
 
 int main(int argc, char** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
-    try {
+    return gl::cli::run_main("bench_txt2img", [&] {
         const Options o = parse(argc, argv);
         if (o.plan_only) return plan_only(o);
         if (!o.check.empty()) return check(o);
         return bench(o);
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "bench_txt2img: error: %s\n", e.what());
-        return 2;
-    }
+    });
 }

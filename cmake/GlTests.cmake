@@ -2,6 +2,7 @@
 #   gl-tests      tests/*.cpp, the CPU suite; one CTest test per doctest test case (label cpu)
 #   gl-gpu-tests  tests/gpu/*.cpp, *.cu; built with CUDA only; one CTest test (label gpu)
 #   embed         installs the library and builds tests/embed/ against it (label embed)
+#   cli: ...      the tools' command lines: refusals, exit statuses, help (label cli)
 # The op case table (op_harness.cpp, cases_*.cpp) is shared by the CPU and GPU suites.
 
 # doctest: the Debian package's config, else a bare header (for a machine without the package,
@@ -32,7 +33,7 @@ target_include_directories(gl-test-cases PUBLIC ${GL_TEST_DIR})
 target_link_libraries(gl-test-cases PUBLIC ggml-lite sd15)
 
 add_executable(gl-tests ${GL_TEST_SOURCES} $<TARGET_OBJECTS:gl-test-cases>)
-target_link_libraries(gl-tests PRIVATE gl-test-cases sd15 ggml-lite doctest::doctest)
+target_link_libraries(gl-tests PRIVATE gl-test-cases sddata sd15 ggml-lite gl-cli doctest::doctest)
 # The command-line test of gl-txt2img runs the built tool (skipped when tools are not built).
 if(TARGET gl-txt2img)
   target_compile_definitions(gl-tests PRIVATE GL_TXT2IMG_BIN="$<TARGET_FILE:gl-txt2img>"
@@ -60,6 +61,12 @@ elseif(GL_GPU_TEST_SOURCES)
   set_tests_properties(gpu PROPERTIES LABELS gpu SKIP_REGULAR_EXPRESSION "GPU tests skipped:")
 endif()
 
+# CTest cuts a test name at ';' (its list separator), so such a doctest case would run nothing
+# under ctest while reporting success: refuse the names instead.
+add_test(NAME test-case-names
+         COMMAND sh -c "! $<TARGET_FILE:gl-tests> --list-test-cases --no-version | grep -n ';'")
+set_tests_properties(test-case-names PROPERTIES LABELS cpu)
+
 # Out-of-tree embedding: install to a scratch prefix, then find_package(ggml-lite) from tests/embed/.
 add_test(NAME embed
          COMMAND ${CMAKE_COMMAND}
@@ -71,3 +78,25 @@ add_test(NAME embed
                  -DGL_BUILD_TYPE=${CMAKE_BUILD_TYPE}
                  -P ${GL_TEST_DIR}/embed/run.cmake)
 set_tests_properties(embed PROPERTIES LABELS embed TIMEOUT 600)
+
+# The tools' command lines (tools/common/cli.h, unit-tested in tests/test_cli.cpp): each program
+# refuses a bad value naming the flag, with exit status 2; a failure exits 1 (gl-sd15check: 2).
+function(gl_cli_test name status expect program)  # then the program's arguments
+  if(TARGET ${program})
+    add_test(NAME "cli: ${name}" COMMAND ${CMAKE_COMMAND} -DSTATUS=${status} "-DEXPECT=${expect}"
+             -P ${GL_TEST_DIR}/cli/expect.cmake -- $<TARGET_FILE:${program}> ${ARGN})
+    set_tests_properties("cli: ${name}" PROPERTIES LABELS cli)
+  endif()
+endfunction()
+gl_cli_test("gl-demo --steps overflow" 2 "gl-demo: error: --steps wants an integer in \\[1, " gl-demo --steps 4294967297)
+gl_cli_test("gl-demo --depth overflow" 2 "--depth wants an integer in \\[1, 256\\]" gl-demo --depth 4294967296)
+gl_cli_test("gl-demo --lr garbage" 2 "--lr wants a finite number >= 0, got 'abc'" gl-demo --lr abc)
+gl_cli_test("gl-demo --backend gpu" 2 "--backend: unknown backend 'gpu'" gl-demo --backend gpu)
+gl_cli_test("gl-demo --channels 12" 2 "--channels must be a multiple of 8" gl-demo --channels 12)
+gl_cli_test("gl-demo --help" 0 "--recompute none\\|blocks\\|cheap" gl-demo --help)
+gl_cli_test("gl-merge unknown flag first" 2 "not expected: --frobnicate" gl-merge --frobnicate B L O)
+gl_cli_test("gl-merge missing OUT" 2 "OUT is required" gl-merge B L)
+gl_cli_test("gl-merge --multiplier garbage" 2 "--multiplier wants a finite number, got 'x'" gl-merge B L O --multiplier x)
+gl_cli_test("gl-merge missing base" 1 "gl-merge: error: .*no-such-base" gl-merge no-such-base L O)
+gl_cli_test("gl-sd15check --runs 0" 2 "--runs wants an integer in \\[1, 100\\]" gl-sd15check --runs 0 M R)
+gl_cli_test("gl-sd15check missing reference" 2 "gl-sd15check: error: .*no-such-reference" gl-sd15check M no-such-reference --backend cpu)

@@ -112,7 +112,7 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
                                        const MergeOptions& opt) {
     MergeReport rep;
     std::tie(rep.rank, rep.conv_rank) = file_ranks(lora_file);
-    const bool folder = base.layout == "diffusers";
+    const bool folder = base.layout == sd::Sd15Layout::diffusers;
     if (folder) {
         GL_CHECK(!fs::exists(out), "lora merge: ", out, " exists; the merged diffusers folder must be a new path");
         for (const std::string* f : {&base.unet_path, &base.text_encoder_path})

@@ -17,7 +17,7 @@
 
 #include "ggml-lite/io/tensor_source.h"
 #include "lora/kohya.h"
-#include "models/sd15/checkpoint.h"
+#include "models/sd15/model_files.h"
 
 namespace lora {
 

@@ -29,13 +29,12 @@ inline sd::Sd15Files tiny_model() {
     f.clip_cfg = sd::ClipConfig{3514, 16, 2, 2, 32, 77, gl::Act::quick_gelu, 1e-5f};
     f.vae_cfg = sd::VaeConfig::tiny();
     f.tokenizer = std::make_shared<sd::ClipTokenizer>(sd::ClipTokenizer::from_folder(golden("tokenizer/tiny")));
-    f.layout = "tiny test model";
     return f;
 }
 
 inline sd::PipelineOptions options(const char* backend, gl::DType dtype) {
     sd::PipelineOptions o;
-    o.backend = backend;
+    o.backend = gl::parse_backend(backend);
     o.dtype = dtype;
     return o;
 }

@@ -1,4 +1,4 @@
-// Core pieces below the ops: dtype conversions, shapes and layouts, graph misuse.
+// Core pieces below the ops: dtype conversions, shapes and layouts, graph misuse, the backend choice.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -10,6 +10,8 @@
 #include "ggml-lite/core/dtype.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/graph.h"
+#include "ggml-lite/core/planner.h"
+#include "ggml-lite/core/runtime.h"
 #include "ggml-lite/ops/builder.h"
 
 using namespace gl;
@@ -185,4 +187,27 @@ TEST_CASE("graph misuse throws gl::Error naming the op, shapes and dtypes") {
         Scope sc(g, "block");
         CHECK(g.v(scale(g, a, 2.0f)).name == "block.scale");
     }
+}
+
+TEST_CASE("backend choice: names, refusals, auto resolved against this build and machine") {
+    for (Backend b : {Backend::automatic, Backend::cpu, Backend::cuda}) CHECK(parse_backend(backend_name(b)) == b);
+    CHECK(std::string(backend_name(Backend::automatic)) == "auto");
+    for (const char* bad : {"gpu", "CUDA", "", "cpu "})
+        CHECK_THROWS_WITH_AS(parse_backend(bad), doctest::Contains("unknown backend"), Error);
+
+    std::string why;
+    CHECK(resolve_backend(Backend::cpu, &why) == Backend::cpu);
+    CHECK(why.empty());
+    std::string cuda_why;
+    const bool cuda = cuda_available(&cuda_why);
+    CHECK(resolve_backend(Backend::automatic, &why) == (cuda ? Backend::cuda : Backend::cpu));
+    CHECK(why == (cuda ? "" : cuda_why));  // auto says why it fell back to the CPU
+    if (cuda) CHECK(resolve_backend(Backend::cuda) == Backend::cuda);
+    else CHECK_THROWS_WITH_AS(resolve_backend(Backend::cuda), doctest::Contains(cuda_why.c_str()), Error);
+
+    Graph g;
+    ValueId x = g.input("x", DType::f32, {3});
+    g.mark_output(scale(g, x, 2.0f));
+    CHECK(std::string(make_runtime(make_plan(g), Backend::cpu)->backend_name()) == "cpu");
+    CHECK(std::string(make_runtime(make_plan(g), Backend::automatic)->backend_name()) == (cuda ? "cuda" : "cpu"));
 }

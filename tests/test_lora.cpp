@@ -5,7 +5,7 @@
 
 #include "lora_fixtures.h"
 
-TEST_CASE("lora: SD1.5 has kohya's 192 UNet and 72 text encoder modules; the file has 792 tensors") {
+TEST_CASE("lora: SD1.5 has kohya's 192 UNet and 72 text encoder modules, the file has 792 tensors") {
     Sd15Graphs s(LoraConfig{16, 8.0f, 1.0f});
     CHECK(count(s.net, Part::unet) == 192);
     CHECK(count(s.net, Part::text_encoder) == 72);

@@ -52,7 +52,7 @@ void concat_files(const std::vector<fs::path>& in, const fs::path& out) {
 }
 
 sd::Sd15Files tiny_files(std::shared_ptr<const io::TensorSource> unet, std::shared_ptr<const io::TensorSource> te,
-                         const std::string& unet_path, const std::string& te_path, const char* layout) {
+                         const std::string& unet_path, const std::string& te_path, sd::Sd15Layout layout) {
     sd::Sd15Files f;
     f.unet = std::move(unet);
     f.text_encoder = std::move(te);
@@ -137,7 +137,7 @@ std::pair<std::vector<float>, std::vector<float>> make_lora(const io::TensorSour
 
 }  // namespace
 
-TEST_CASE("merge: a LoRA merged into a single file gives the runtime LoRA's outputs; other tensors are copied") {
+TEST_CASE("merge: a LoRA merged into a single file gives the runtime LoRA's outputs, other tensors are copied") {
     TempDir tmp;
     const fs::path base_path = tmp.path / "base.safetensors", lora_path = tmp.path / "lora.safetensors",
                    out_path = tmp.path / "merged.safetensors";
@@ -148,7 +148,7 @@ TEST_CASE("merge: a LoRA merged into a single file gives the runtime LoRA's outp
     size_t modules = 0;
     const auto with_lora = make_lora(*base_file, *base_file, lora_path, &modules);
 
-    const sd::Sd15Files base = tiny_files(base_file, base_file, base_path.string(), base_path.string(), "single-file");
+    const sd::Sd15Files base = tiny_files(base_file, base_file, base_path.string(), base_path.string(), sd::Sd15Layout::single_file);
     io::SafetensorsFile lora_file(lora_path.string());
     const lora::MergeReport r = lora::merge_lora_into_checkpoint(base, base_path.string(), lora_file, out_path.string(), {});
     CHECK(r.rank == 4);
@@ -222,7 +222,7 @@ TEST_CASE("merge: a diffusers folder comes out as a new folder with merged UNet 
     auto te = std::make_shared<io::SafetensorsFile>(te_file);
     size_t modules = 0;
     const auto with_lora = make_lora(*unet, *te, lora_path, &modules);
-    const sd::Sd15Files files = tiny_files(unet, te, unet_file, te_file, "diffusers");
+    const sd::Sd15Files files = tiny_files(unet, te, unet_file, te_file, sd::Sd15Layout::diffusers);
     io::SafetensorsFile lora_file(lora_path.string());
     const lora::MergeReport r = lora::merge_lora_into_checkpoint(files, base.string(), lora_file, out.string(), {});
     CHECK(r.unet_modules + r.text_encoder_modules == modules);

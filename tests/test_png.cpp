@@ -1,12 +1,15 @@
-// PNG writing and reading: pixels and text chunks survive a round trip (ASCII in tEXt, UTF-8 in
-// iTXt), corrupt files and bad keywords are refused, writes are atomic, grids tile.
+// PNG writing and reading back: text chunks survive a round trip (ASCII in tEXt, UTF-8 in iTXt),
+// pixels decode to what was written (through data/'s libpng decoder), corrupt files and bad keywords
+// are refused, writes are atomic, grids tile.
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <unistd.h>
 
+#include "data/image.h"
 #include "ggml-lite/io/png.h"
 #include "test_util.h"
 
@@ -20,6 +23,10 @@ Image pattern(int w, int h, int c, int salt) {
     return im;
 }
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+// The pixels as libpng decodes them (RGB, alpha kept apart).
+data::Image pixels_of(const std::vector<uint8_t>& png) {
+    return data::decode_image(png.data(), png.size(), "mem.png", {data::AlphaMode::mask});
+}
 }  // namespace
 
 TEST_CASE("png: pixels and text chunks round trip") {
@@ -33,19 +40,24 @@ TEST_CASE("png: pixels and text chunks round trip") {
     CHECK(raw.find("iTXtComment") != std::string::npos);
     CHECK(raw.find("tEXtparameters") < raw.find("IDAT"));
 
-    const gl::io::PngFile f = gl::io::decode_png(bytes, "mem.png");
-    CHECK(f.image.width == 13);
-    CHECK(f.image.height == 7);
-    CHECK(f.image.channels == 3);
-    CHECK(f.image.pixels == im.pixels);
+    const gl::io::PngInfo f = gl::io::read_png_info(bytes, "mem.png");
+    CHECK(f.width == 13);
+    CHECK(f.height == 7);
+    CHECK(f.channels() == 3);
+    CHECK(f.bit_depth == 8);
     REQUIRE(f.text.size() == 2);
     CHECK(f.text[0] == std::pair<std::string, std::string>{"parameters", params});
     CHECK(f.text[1] == std::pair<std::string, std::string>{"Comment", utf8});
+    CHECK(pixels_of(bytes).rgb == im.pixels);
 
     // Grey and RGBA images too.
-    for (int c : {1, 4}) {
-        const Image g = pattern(5, 9, c, c);
-        CHECK(gl::io::decode_png(gl::io::encode_png(g), "g.png").image.pixels == g.pixels);
+    const Image grey = pattern(5, 9, 1, 1), rgba = pattern(5, 9, 4, 2);
+    const data::Image g = pixels_of(gl::io::encode_png(grey));
+    for (size_t i = 0; i < grey.pixels.size(); i++) CHECK(g.rgb[3 * i + 1] == grey.pixels[i]);
+    const data::Image c = pixels_of(gl::io::encode_png(rgba));
+    for (size_t i = 0; i < 45; i++) {
+        CHECK(c.rgb[3 * i] == rgba.pixels[4 * i]);
+        CHECK(c.alpha[i] == rgba.pixels[4 * i + 3]);
     }
 }
 
@@ -53,11 +65,16 @@ TEST_CASE("png: corrupt data and bad arguments are refused") {
     auto bytes = gl::io::encode_png(pattern(4, 4, 3, 2), {{"parameters", "x"}});
     auto flipped = bytes;
     flipped[45] ^= 0x20;  // inside the tEXt chunk's data
-    CHECK(has(error_of([&] { gl::io::decode_png(flipped, "bad.png"); }), "bad.png: PNG chunk tEXt at byte 33 fails its CRC"));
+    CHECK(has(error_of([&] { gl::io::read_png_info(flipped, "bad.png"); }), "bad.png: PNG chunk tEXt at byte 33 fails its CRC"));
     auto cut = bytes;
     cut.resize(50);
-    CHECK(has(error_of([&] { gl::io::decode_png(cut, "cut.png"); }), "cut.png: "));
-    CHECK(has(error_of([] { gl::io::decode_png({1, 2, 3}, "x.png"); }), "not a PNG file"));
+    CHECK(has(error_of([&] { gl::io::read_png_info(cut, "cut.png"); }), "cut.png: PNG chunk tEXt at byte 33 runs past the end"));
+    cut.resize(33);
+    CHECK(has(error_of([&] { gl::io::read_png_info(cut, "cut.png"); }), "cut.png: truncated PNG"));
+    auto no_header = bytes;
+    std::memcpy(no_header.data() + 12, "IHDX", 4);
+    CHECK(has(error_of([&] { gl::io::read_png_info(no_header, "h.png"); }), "fails its CRC"));
+    CHECK(has(error_of([] { gl::io::read_png_info({1, 2, 3}, "x.png"); }), "not a PNG file"));
     CHECK(has(error_of([] { gl::io::encode_png(pattern(4, 4, 3, 0), {{"", "x"}}); }), "must be 1 to 79 characters"));
     CHECK(has(error_of([] { gl::io::encode_png(pattern(4, 4, 3, 0), {{" lead", "x"}}); }), "leading, trailing"));
     CHECK(has(error_of([] { gl::io::encode_png(pattern(4, 4, 3, 0), {{"k", std::string("a\0b", 3)}}); }),
@@ -66,7 +83,7 @@ TEST_CASE("png: corrupt data and bad arguments are refused") {
     short_img.pixels.pop_back();
     CHECK(has(error_of([&] { gl::io::encode_png(short_img); }), "holds 47 bytes, expected 48"));
     CHECK(has(error_of([] { gl::io::encode_png(Image{0, 4, 3, {}}); }), "image size 0x4"));
-    CHECK(has(error_of([] { gl::io::read_png("/nonexistent/dir/x.png"); }), "/nonexistent/dir/x.png: cannot open it"));
+    CHECK(has(error_of([] { gl::io::read_png_info("/nonexistent/dir/x.png"); }), "/nonexistent/dir/x.png: cannot open it"));
 }
 
 TEST_CASE("png: atomic write over an existing file, and a failed write keeps it") {
@@ -76,11 +93,11 @@ TEST_CASE("png: atomic write over an existing file, and a failed write keeps it"
     const std::string path = (dir / "out.png").string();
     gl::io::write_png(path, pattern(6, 6, 3, 1), {{"parameters", "first"}});
     gl::io::write_png(path, pattern(6, 6, 3, 2), {{"parameters", "second"}});
-    CHECK(gl::io::read_png(path).text.at(0).second == "second");
-    CHECK(gl::io::read_png(path).image.pixels == pattern(6, 6, 3, 2).pixels);
+    CHECK(gl::io::read_png_info(path).text.at(0).second == "second");
+    CHECK(data::load_image(path).rgb == pattern(6, 6, 3, 2).pixels);
     // A bad image throws before the file is touched.
     CHECK(has(error_of([&] { gl::io::write_png(path, Image{2, 2, 3, {1}}); }), "out.png: png:"));
-    CHECK(gl::io::read_png(path).text.at(0).second == "second");
+    CHECK(gl::io::read_png_info(path).text.at(0).second == "second");
     int files = 0;
     for (const auto& e : fs::directory_iterator(dir)) files += e.is_regular_file();
     CHECK(files == 1);  // no temporary file left behind

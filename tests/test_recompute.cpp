@@ -400,3 +400,18 @@ TEST_CASE("recompute cheap: one-pass outputs are dropped and recomputed, never k
     CHECK(parse_recompute("cheap") == Recompute::cheap);
     CHECK(std::string(recompute_name(Recompute::cheap)) == "cheap");
 }
+
+TEST_CASE("recompute cheap: the one-pass ops are those flagged kOpCheapRecompute in the op table") {
+    // The policy's memory figures (bench/RESULTS.md) were measured with these four; a change to the
+    // set is a decision to re-measure, not a side effect.
+    std::vector<std::string> flagged;
+    for (int k = 0; k < kOpCount; k++)
+        if (op_def(Op(k)).flags & kOpCheapRecompute) flagged.push_back(op_name(Op(k)));
+    std::sort(flagged.begin(), flagged.end());
+    CHECK(flagged == std::vector<std::string>{"cast", "geglu", "group_norm", "layer_norm"});
+    for (int k = 0; k < kOpCount; k++) {
+        const uint32_t f = op_def(Op(k)).flags;
+        CHECK_MESSAGE(!((f & kOpCheapRecompute) && (f & (kOpView | kOpMutates | kOpGradHelper))), op_name(Op(k)),
+                      ": a view, an in-place update or a backward helper cannot be recomputed cheaply");
+    }
+}

@@ -75,7 +75,7 @@ Result txt2img(const fs::path& dir, const std::string& args) {
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 std::string parameters(const fs::path& png) {
-    for (const auto& [k, v] : gl::io::read_png(png.string()).text)
+    for (const auto& [k, v] : gl::io::read_png_info(png.string()).text)
         if (k == "parameters") return v;
     return "(none)";
 }
@@ -93,14 +93,14 @@ TEST_CASE("gl-txt2img: images, parameters, grid, prompt file, numbering, refusal
     INFO(r.out, r.err);
     REQUIRE(r.status == 0);
     CHECK(has(r.out, "memory plan (f32, cpu): 16x16, batch 2 with CFG"));
-    const gl::io::PngFile first = gl::io::read_png((dir / "out" / "00000-7.png").string());
-    CHECK(first.image.width == 16);
-    CHECK(first.image.height == 16);
+    const gl::io::PngInfo first = gl::io::read_png_info((dir / "out" / "00000-7.png").string());
+    CHECK(first.width == 16);
+    CHECK(first.height == 16);
     CHECK(parameters(dir / "out" / "00000-7.png") ==
           "a red fox\nNegative prompt: blurry\nSteps: 2, Sampler: Euler a, CFG scale: 7.5, Seed: 7, Size: 16x16, "
           "Model: tiny-sd, Version: gl-txt2img " + std::string(GL_VERSION_FOR_TESTS));
     CHECK(has(parameters(dir / "out" / "00001-8.png"), "Seed: 8,"));
-    CHECK(gl::io::read_png((dir / "out" / "grid-00000.png").string()).image.width == 32);
+    CHECK(gl::io::read_png_info((dir / "out" / "grid-00000.png").string()).width == 32);
 
     // A prompt file: per-line options; numbering continues after what the folder holds.
     write_text(dir / "prompts.txt", "# two prompts\na lighthouse --w 24 --h 16 --d 3 --s 3 --l 4 --ss ddim\n\n"
@@ -112,7 +112,7 @@ TEST_CASE("gl-txt2img: images, parameters, grid, prompt file, numbering, refusal
           "a lighthouse\nSteps: 3, Sampler: DDIM, CFG scale: 4, Seed: 3, Size: 24x16, Model: tiny-sd, Clip skip: 2, "
           "Version: gl-txt2img " + std::string(GL_VERSION_FOR_TESTS));
     CHECK(has(parameters(dir / "out" / "00003-5.png"), "a castle\nNegative prompt: fog\nSteps: 2, Sampler: Euler a"));
-    CHECK(gl::io::read_png((dir / "out" / "00002-3.png").string()).image.width == 24);
+    CHECK(gl::io::read_png_info((dir / "out" / "00002-3.png").string()).width == 24);
 
     // --plan prints the plan and writes nothing.
     r = txt2img(dir, common + "-p x -W 32 -H 16 --plan");
@@ -120,30 +120,30 @@ TEST_CASE("gl-txt2img: images, parameters, grid, prompt file, numbering, refusal
     CHECK(has(r.out, "UNet graph (one model call)"));
     CHECK(!fs::exists(dir / "out" / "00004-0.png"));
 
-    // Refusals: exit status 2 (1 for the command line itself) and a message naming the culprit.
+    // Refusals: exit status 1 (2 for the command line itself) and a message naming the culprit.
     r = txt2img(dir, common + "-p x -W 12");
-    CHECK(r.status == 2);
+    CHECK(r.status == 1);
     CHECK(has(r.err, "gl-txt2img: error: --prompt 'x': width 12 must be a multiple of 8"));
     r = txt2img(dir, common + "-p x --sampler pndm");
-    CHECK(r.status == 2);
+    CHECK(r.status == 1);
     CHECK(has(r.err, "prompt 1: sampler 'pndm' (kohya's pndm) is not supported"));
     r = txt2img(dir, common + "-p x --sampler warp");
     CHECK(has(r.err, "unknown sampler 'warp'"));
     r = txt2img(dir, common + "-p x --lora '" + (dir / "missing.safetensors").string() + ":0.5'");
-    CHECK(r.status == 2);
+    CHECK(r.status == 1);
     CHECK(has(r.err, "missing.safetensors"));
     r = txt2img(dir, "'" + (dir / "nothing").string() + "' -p x --backend cpu");
-    CHECK(r.status == 2);
+    CHECK(r.status == 1);
     CHECK(has(r.err, (dir / "nothing").string()));
     write_text(dir / "bad.txt", "fine\na --w x\n");
     r = txt2img(dir, common + "--prompt-file '" + (dir / "bad.txt").string() + "'");
-    CHECK(r.status == 2);
+    CHECK(r.status == 1);
     CHECK(has(r.err, "bad.txt:2: --w 'x' is not a whole number of pixels"));
     r = txt2img(dir, common + "-p x --prompt-file p.txt");
-    CHECK(r.status == 1);  // CLI11: --prompt excludes --prompt-file
+    CHECK(r.status == 2);  // CLI11: --prompt excludes --prompt-file
     r = txt2img(dir, common);
-    CHECK(r.status == 1);
-    CHECK(has(r.err, "--prompt or --prompt-file"));
+    CHECK(r.status == 2);
+    CHECK(has(r.err, "gl-txt2img: error: give --prompt or --prompt-file"));
     fs::remove_all(dir);
 }
 

@@ -140,7 +140,7 @@ TEST_CASE("pipeline: the UNet at odd latent sides matches diffusers (sizes that 
     CHECK(img.at(0).height == 14);
 }
 
-TEST_CASE("pipeline: LoRA multiplier 0 gives the base image bit for bit; multipliers scale the effect") {
+TEST_CASE("pipeline: LoRA multiplier 0 gives the base image bit for bit, other multipliers change it") {
     GenerationParams p;
     p.prompt = "a red fox";
     p.negative = "blurry";
@@ -163,7 +163,7 @@ TEST_CASE("pipeline: LoRA multiplier 0 gives the base image bit for bit; multipl
     CHECK(image({{a, 0.8f}}, false) != base);
 }
 
-TEST_CASE("pipeline: images do not depend on the batch they are made in; seeds change them") {
+TEST_CASE("pipeline: images do not depend on the batch they are made in, seeds change them") {
     PipelineOptions o = f32_options();
     Pipeline pipe(tiny_model(), o);
     GenerationParams p;
@@ -185,7 +185,7 @@ TEST_CASE("pipeline: images do not depend on the batch they are made in; seeds c
     CHECK(two.at(0).pixels != two.at(1).pixels);
 }
 
-TEST_CASE("pipeline: a larger request lays the memory out again; reserve() plans ahead") {
+TEST_CASE("pipeline: a larger request lays the memory out again, reserve() plans ahead") {
     GenerationParams small, big;
     small.prompt = big.prompt = "a lighthouse";
     small.width = small.height = 16;

@@ -18,6 +18,12 @@ inline std::string error_of(const std::function<void()>& f) {
     return "(no error)";
 }
 
+// The folder of an area's committed golden data (tests/golden/data/<area>/), with a trailing slash.
+inline std::string golden_dir(const std::string& area) {
+    const std::string f = __FILE__;
+    return f.substr(0, f.find_last_of('/')) + "/golden/data/" + area + "/";
+}
+
 // Iterations of a fuzz-style test: bounded for CI; GL_FUZZ_ITERATIONS=<n> runs longer (e.g. under
 // ASan/UBSan).
 inline int fuzz_iterations(int fallback) {

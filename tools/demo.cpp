@@ -10,8 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -22,55 +21,38 @@
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/ops/builder.h"
+#include "tools/common/cli.h"
 
 using namespace gl;
 
 namespace {
 
 struct Options {
-    std::string backend = "auto";  // auto | cpu | cuda
-    std::string recompute = "blocks";
+    Backend backend = Backend::automatic;
+    Recompute recompute = Recompute::blocks;
     int steps = 120, log_every = 20, batch = 8, size = 12, channels = 32, heads = 2, depth = 3;
     float lr = 3e-3f, noise = 0.5f;
-    uint64_t seed = 1;
+    uint32_t seed = 1;  // std::mt19937's seed
 };
-
-const char* kUsage =
-    "usage: gl-demo [--backend auto|cpu|cuda] [--recompute none|blocks|cheap] [--steps N] [--log-every N]\n"
-    "               [--batch N] [--size PIXELS] [--channels C] [--depth BLOCKS] [--lr LR] [--seed S]\n";
 
 Options parse(int argc, char** argv) {
     Options o;
-    for (int i = 1; i < argc; i++) {
-        std::string a = argv[i];
-        if (a == "-h" || a == "--help") {
-            std::fputs(kUsage, stdout);
-            std::exit(0);
-        }
-        if (i + 1 >= argc) fail("missing value after ", a, "\n", kUsage);
-        std::string v = argv[++i];
-        auto num = [&](int lo) {
-            char* end = nullptr;
-            long n = std::strtol(v.c_str(), &end, 10);
-            if (*end || n < lo) fail(a, " wants an integer >= ", lo, ", got '", v, "'");
-            return int(n);
-        };
-        if (a == "--backend") o.backend = v;
-        else if (a == "--recompute") o.recompute = v;
-        else if (a == "--steps") o.steps = num(1);
-        else if (a == "--log-every") o.log_every = num(1);
-        else if (a == "--batch") o.batch = num(1);
-        else if (a == "--size") o.size = num(4);
-        else if (a == "--channels") o.channels = num(8);
-        else if (a == "--depth") o.depth = num(1);
-        else if (a == "--lr") o.lr = std::stof(v);
-        else if (a == "--seed") o.seed = uint64_t(num(0));
-        else fail("unknown option ", a, "\n", kUsage);
-    }
-    if (o.backend != "auto" && o.backend != "cpu" && o.backend != "cuda")
-        fail("--backend must be auto, cpu or cuda, got '", o.backend, "'");
-    if (o.channels % 8) fail("--channels must be a multiple of 8 (group norm uses 8 groups)");
-    parse_recompute(o.recompute);  // throws on a bad name before any work
+    cli::Parser p("gl-demo", "gl-demo: trains a small conv + attention denoiser end to end and prints its memory plans "
+                             "(recompute none and blocks side by side) and the falling loss.");
+    p.add_backend(o.backend, "where the demo trains");
+    p.add_parsed("--recompute", o.recompute, &parse_recompute, "none|blocks|cheap", "the recompute policy it trains with",
+                 recompute_name(o.recompute));
+    p.add_int("--steps", o.steps, 1, 1'000'000'000, "training steps");
+    p.add_int("--log-every", o.log_every, 1, 1'000'000'000, "print the mean loss every N steps");
+    p.add_int("--batch", o.batch, 1, 4096, "images per step");
+    p.add_int("--size", o.size, 4, 1024, "image side in pixels");
+    p.add_int("--channels", o.channels, 8, 4096, "feature channels, a multiple of 8 (group norm uses 8 groups)");
+    p.add_int("--depth", o.depth, 1, 256, "res + attention blocks");
+    p.add_real("--lr", o.lr, 0.0f, std::numeric_limits<float>::max(), "AdamW learning rate");
+    p.add_int("--seed", o.seed, 0u, UINT32_MAX, "seed of the initialisation and the data");
+    p.parse(argc, argv);
+    if (o.channels % 8) throw cli::UsageError(cat("--channels must be a multiple of 8 (group norm uses 8 groups), got ",
+                                                  o.channels));
     return o;
 }
 
@@ -199,19 +181,9 @@ void print_side_by_side(const std::string& left, const std::string& right) {
         std::printf("%-*s   | %s\n", int(width), i < a.size() ? a[i].c_str() : "", i < b.size() ? b[i].c_str() : "");
 }
 
-std::unique_ptr<Runtime> make_runtime(const Options& o, Plan plan) {
-    std::string why;
-    // The one place the backend is chosen; the rest of the demo is backend-neutral.
-    if (o.backend == "cpu" || (o.backend == "auto" && !cuda_available(&why))) {
-        if (o.backend == "auto") std::printf("backend: cpu (CUDA not used: %s)\n", why.c_str());
-        return make_cpu_runtime(std::move(plan));
-    }
-    return make_cuda_runtime(std::move(plan));
-}
-
 int run(const Options& o) {
     std::string why;
-    if (o.backend == "cuda" && !cuda_available(&why)) fail("--backend cuda: ", why);
+    const Backend backend = resolve_backend(o.backend, &why);  // --backend cuda without CUDA: refused before any work
     Model m;
     build(m, o);
     std::printf("gl-demo: conv + attention denoiser, %d res+attn blocks, batch %d, %dx%d pixels, %d channels, "
@@ -228,15 +200,17 @@ int run(const Options& o) {
                 100.0 * std::fabs(saved) / double(std::max<size_t>(1, none.arena_bytes[size_t(Category::activations)])),
                 blocks.recompute_nodes, blocks.recompute_flops / 1e6);
 
-    const Recompute chosen = parse_recompute(o.recompute);
-    auto rt = make_runtime(o, chosen == Recompute::none     ? std::move(none)
-                              : chosen == Recompute::blocks ? std::move(blocks)
-                                                            : make_plan(m.g, {chosen}));
+    if (!why.empty()) std::printf("backend: cpu (CUDA not used: %s)\n", why.c_str());
+    // The rest of the demo is backend-neutral.
+    auto rt = make_runtime(o.recompute == Recompute::none     ? std::move(none)
+                           : o.recompute == Recompute::blocks ? std::move(blocks)
+                                                              : make_plan(m.g, {o.recompute}),
+                           backend);
     std::printf("training on %s with recompute %s, AdamW in the graph (adamw_step), lr %g\n",
-                rt->backend_name(), o.recompute.c_str(), double(o.lr));
+                rt->backend_name(), recompute_name(o.recompute), double(o.lr));
 
     // Parameter initialisation: fan-in scaled uniform for weights, zeros for biases, ones for gains.
-    std::mt19937 rng(uint32_t(o.seed));
+    std::mt19937 rng(o.seed);
     // Parameters and optimizer state go to the backend once; the steps below only feed data.
     for (const ParamInit& p : m.params) {
         const Shape& s = m.g.shape(p.id);
@@ -286,10 +260,5 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    try {
-        return run(parse(argc, argv));
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "gl-demo: error: %s\n", e.what());
-        return 1;
-    }
+    return cli::run_main("gl-demo", [&] { return run(parse(argc, argv)); });
 }

@@ -36,7 +36,8 @@
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/io/safetensors.h"
-#include "models/sd15/checkpoint.h"
+#include "models/sd15/model_files.h"
+#include "tools/common/cli.h"
 
 using namespace gl;
 
@@ -46,47 +47,26 @@ constexpr double kF32Tolerance = 1e-4;
 constexpr double kSpreadFactor = 3.0;
 constexpr double kBf16Floor = 4e-3;
 
-const char* kUsage =
-    "usage: gl-sd15check <model: single file or diffusers folder> <reference.safetensors>\n"
-    "                    [--backend cuda|cpu] [--dtype bf16|f32] [--runs N]\n"
-    "  The reference comes from tests/golden/make_fullsize.py. --runs: forward passes per model\n"
-    "  (default 3 on CUDA: eager, CUDA-graph capture, replay; 1 on the CPU).\n";
-
 struct Options {
-    std::string model, reference, backend = "cuda", dtype = "bf16";
+    std::string model, reference, dtype = "bf16";
+    Backend backend = Backend::cuda;
     int runs = 0;  // 0: the backend's default
 };
 
 Options parse(int argc, char** argv) {
     Options o;
-    std::vector<std::string> pos;
-    for (int i = 1; i < argc; i++) {
-        const std::string a = argv[i];
-        if (a == "-h" || a == "--help") {
-            std::fputs(kUsage, stdout);
-            std::exit(0);
-        }
-        if (a.starts_with("--")) {
-            if (i + 1 >= argc) fail("missing value after ", a, "\n", kUsage);
-            const std::string v = argv[++i];
-            if (a == "--backend") o.backend = v;
-            else if (a == "--dtype") o.dtype = v;
-            else if (a == "--runs") {
-                char* end = nullptr;
-                const long n = std::strtol(v.c_str(), &end, 10);
-                if (*end || n < 1 || n > 100) fail("--runs wants an integer in 1..100, got '", v, "'");
-                o.runs = int(n);
-            } else fail("unknown option ", a, "\n", kUsage);
-        } else {
-            pos.push_back(a);
-        }
-    }
-    if (pos.size() != 2) fail("expected a model path and a reference file, got ", pos.size(), " arguments\n", kUsage);
-    o.model = pos[0];
-    o.reference = pos[1];
-    if (o.backend != "cuda" && o.backend != "cpu") fail("--backend must be cuda or cpu, got '", o.backend, "'");
-    if (o.dtype != "bf16" && o.dtype != "f32") fail("--dtype must be bf16 or f32, got '", o.dtype, "'");
-    if (o.runs == 0) o.runs = o.backend == "cuda" ? 3 : 1;
+    cli::Parser p("gl-sd15check", "gl-sd15check: the full-size SD1.5 check. Loads a model (single file or diffusers "
+                                  "folder), runs the UNet, CLIP text encoder and VAE on a reference's inputs and "
+                                  "compares with its outputs. Exit status 0: all within tolerance; 1: one is not; "
+                                  "2: an error.");
+    p.add_path("MODEL", o.model, "an SD1.5 single file or diffusers folder");
+    p.add_path("REFERENCE", o.reference, "reference .safetensors made by tests/golden/make_fullsize.py");
+    p.add_backend(o.backend, "where the models run");
+    p.add_choice("--dtype", o.dtype, {"bf16", "f32"}, "weights and activations");
+    p.add_int("--runs", o.runs, 1, 100, "forward passes per model (default 3 on CUDA: eager, CUDA-graph capture, "
+                                        "replay; 1 on the CPU)")
+        ->default_str("");
+    p.parse(argc, argv);
     return o;
 }
 
@@ -213,7 +193,7 @@ void check_model(Ctx& c, const char* name, const std::function<ModelGraph(sd::We
 
     const double used0 = device_used();
     t0 = Clock::now();
-    std::unique_ptr<Runtime> rt = c.opt.backend == "cuda" ? make_cuda_runtime(std::move(plan)) : make_cpu_runtime(std::move(plan));
+    std::unique_ptr<Runtime> rt = make_runtime(std::move(plan), c.opt.backend);
     rt->poison(0xff);  // NaN in f32, bf16 and f16
     const double alloc_ms = ms_since(t0);
     t0 = Clock::now();
@@ -248,7 +228,7 @@ void check_model(Ctx& c, const char* name, const std::function<ModelGraph(sd::We
             for (const Binding& b : mg.outputs) first.push_back(rt->read_f32(b.id));
     }
     std::printf("forward: %s%s\n", times.c_str(),
-                c.opt.backend == "cuda" && c.opt.runs >= 3 ? " (eager, CUDA-graph capture + launch, replay)" : "");
+                c.opt.backend == Backend::cuda && c.opt.runs >= 3 ? " (eager, CUDA-graph capture + launch, replay)" : "");
     const double used1 = device_used();
 
     bool same = true;
@@ -313,22 +293,20 @@ sd::Sd15Files open_model(const Ctx& c) {
     return m;
 }
 
-int run(const Options& o) {
-    if (o.backend == "cuda") {
-        std::string why;
-        GL_CHECK(cuda_available(&why), "--backend cuda: ", why);
-    }
+int run(Options o) {
+    o.backend = resolve_backend(o.backend);  // --backend cuda without CUDA: refused before any work
+    if (o.runs == 0) o.runs = o.backend == Backend::cuda ? 3 : 1;
     Ctx c{o, o.dtype == "bf16" ? DType::bf16 : DType::f32, io::SafetensorsFile(o.reference), nullptr, {}};
     c.spread = meta_json(c.ref, "spread", c.dtype == DType::bf16);
     const auto& md = c.ref.metadata();
     auto meta = [&](const char* k) { return md.count(k) ? md.at(k) : std::string("?"); };
     std::printf("gl-sd15check: %s vs %s (%s, reference made on %s with %s), backend %s, dtype %s\n", o.model.c_str(),
                 o.reference.c_str(), meta("size").c_str(), meta("device").c_str(), meta("models").c_str(),
-                o.backend.c_str(), o.dtype.c_str());
+                backend_name(o.backend), o.dtype.c_str());
 
     auto t0 = Clock::now();
     const sd::Sd15Files m = open_model(c);
-    std::printf("open (%s): %.0f ms\n  unet %s\n  text encoder %s\n  vae %s\n", m.layout.c_str(), ms_since(t0),
+    std::printf("open (%s): %.0f ms\n  unet %s\n  text encoder %s\n  vae %s\n", sd::sd15_layout_name(m.layout), ms_since(t0),
                 m.unet_path.c_str(), m.text_encoder_path.c_str(), m.vae_path.c_str());
     const bool tok_ok = check_tokenizer(c, m);
     auto input = [&](Graph& g, const char* k, DType t) {
@@ -365,7 +343,7 @@ int run(const Options& o) {
         [&](const sd::Weights& w, Runtime& rt) { return sd::load_vae(w, m.vae_cfg, *m.vae, rt); });
 
     int failed = tok_ok ? 0 : 1;
-    std::printf("\nsummary (%s, %s, %s):\n", m.layout.c_str(), o.backend.c_str(), o.dtype.c_str());
+    std::printf("\nsummary (%s, %s, %s):\n", sd::sd15_layout_name(m.layout), backend_name(o.backend), o.dtype.c_str());
     for (const Check& k : c.checks) {
         std::printf("  %-12s rel %.3e  tolerance %.3e  %s\n", k.name.c_str(), k.rel, k.tol, k.pass ? "ok" : "FAIL");
         failed += k.pass ? 0 : 1;
@@ -378,10 +356,5 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);  // logs go to files: keep what was printed if a run dies
-    try {
-        return run(parse(argc, argv));
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "gl-sd15check: error: %s\n", e.what());
-        return 2;
-    }
+    return cli::run_main("gl-sd15check", [&] { return run(parse(argc, argv)); }, /*failure_status=*/2);
 }

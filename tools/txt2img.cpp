@@ -5,9 +5,8 @@
 // text chunk; --grid adds one grid of the run (a row per prompt). The memory plan of the largest
 // request is printed before anything runs.
 //
-// Exit status: 0 done, 1 bad command line, 2 an error (bad file, size, sampler, CUDA failure).
-#include <CLI/CLI.hpp>
-
+// Exit status (tools/common/cli.h): 0 done, 2 a bad command line, 1 an error (bad file, size,
+// sampler, CUDA failure), each error on one line naming the culprit.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,9 +18,10 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/io/png.h"
-#include "models/sd15/checkpoint.h"
+#include "models/sd15/model_files.h"
 #include "models/sd15/pipeline.h"
 #include "models/sd15/sampler_prompts.h"
+#include "tools/common/cli.h"
 
 #ifndef GL_VERSION
 #define GL_VERSION "unknown"
@@ -45,7 +45,8 @@ struct Args {
     int width = 512, height = 512, batch = 1, clip_skip = 1;
     std::string out = "outputs";
     bool grid = false, plan_only = false, prefer_fp16 = false;
-    std::string backend = "auto", dtype = "auto";
+    gl::Backend backend = gl::Backend::automatic;
+    std::string dtype = "auto";
     double vae_budget_mib = 2048;
 };
 
@@ -151,15 +152,10 @@ std::string model_name(const std::string& path) {
 }
 
 int run(const Args& a) {
-    std::string backend = a.backend;
-    if (backend == "auto") backend = gl::cuda_available() ? "cuda" : "cpu";
-    if (backend == "cuda") {
-        std::string why;
-        GL_CHECK(gl::cuda_available(&why), "--backend cuda: ", why);
-    }
+    const gl::Backend backend = gl::resolve_backend(a.backend);  // cuda without a GPU: an error saying why
     sd::PipelineOptions po;
     po.backend = backend;
-    po.dtype = a.dtype == "auto" ? (backend == "cuda" ? gl::DType::bf16 : gl::DType::f32)
+    po.dtype = a.dtype == "auto" ? (backend == gl::Backend::cuda ? gl::DType::bf16 : gl::DType::f32)
                : a.dtype == "bf16" ? gl::DType::bf16
                : a.dtype == "f16"  ? gl::DType::f16
                                    : gl::DType::f32;
@@ -172,7 +168,7 @@ int run(const Args& a) {
     using Clock = std::chrono::steady_clock;
     auto t0 = Clock::now();
     sd::Sd15Files files = sd::open_sd15(a.model, a.prefer_fp16);
-    std::printf("model %s (%s)\n", a.model.c_str(), files.layout.c_str());
+    std::printf("model %s (%s)\n", a.model.c_str(), sd::sd15_layout_name(files.layout));
     for (const sd::LoraFile& l : po.loras)
         std::printf("LoRA %s at %g (%s)\n", l.path.c_str(), double(l.multiplier), a.merge_loras ? "merged" : "runtime");
     sd::Pipeline pipe(std::move(files), po);
@@ -192,8 +188,8 @@ int run(const Args& a) {
     std::vector<sd::GenerationParams> all;
     for (const Request& r : reqs) all.push_back(r.p);
     pipe.reserve(all);
-    std::printf("loaded in %.1f s (%s, %s)\n", std::chrono::duration<double>(Clock::now() - t0).count(), backend.c_str(),
-                gl::dtype_name(po.dtype));
+    std::printf("loaded in %.1f s (%s, %s)\n", std::chrono::duration<double>(Clock::now() - t0).count(),
+                gl::backend_name(backend), gl::dtype_name(po.dtype));
 
     fs::create_directories(a.out);
     int index = next_index(a.out, "");
@@ -241,67 +237,51 @@ int run(const Args& a) {
     return 0;
 }
 
+int parse_and_run(int argc, char** argv) {
+    Args a;
+    gl::cli::Parser cli("gl-txt2img", "gl-txt2img: images from an SD1.5 checkpoint with LoRA / LoCon files, from "
+                                      "--prompt flags or a kohya sample-prompt file");
+    CLI::App& app = cli.app();
+    cli.add_path("MODEL", a.model, "SD1.5 checkpoint: single file (.safetensors / .ckpt) or diffusers folder");
+    app.add_option("--lora", a.loras, "LoRA / LoCon file with its multiplier, FILE[:MULT] (repeatable; default 1)");
+    cli.add_flag("--merge-lora", a.merge_loras, "merge the LoRAs into the weights once (faster steps) instead of "
+                                                "running them beside every layer");
+    auto* prompt = app.add_option("--prompt,-p", a.prompts, "a prompt (repeatable)");
+    app.add_option("--negative,-n", a.negative, "negative prompt (a prompt file's --n overrides it)");
+    auto* file = cli.add_path("--prompt-file", a.prompt_file,
+                              "kohya sample-prompt file: one prompt per line with --n --w --h --d --l --s --ss");
+    prompt->excludes(file);
+    app.add_option("--sampler", a.sampler, "sampler (kohya's names): " + sd::supported_sampler_names())
+        ->capture_default_str();
+    cli.add_choice("--sampler-config", a.sampler_config, {"diffusers", "kohya"},
+                   "scheduler configuration: diffusers (SD1.5's scheduler_config.json) or kohya (sd-scripts' samples)");
+    cli.add_real("--eta", a.eta, 0.0, 1.0, "DDIM eta (0 deterministic)");
+    cli.add_int("--steps", a.steps, 1, 1000, "sampling steps");
+    cli.add_real("--cfg", a.cfg, 0.0, 1000.0, "classifier-free guidance scale (<= 1: no negative pass)");
+    cli.add_int("--seed", a.seed, int64_t(-1), int64_t(UINT32_MAX) * 1024,
+                "seed of the first image (image b uses seed + b); -1: random");
+    cli.add_int("--width,-W", a.width, 8, 8192, "width in pixels, a multiple of 8");
+    cli.add_int("--height,-H", a.height, 8, 8192, "height in pixels, a multiple of 8");
+    cli.add_int("--batch,-b", a.batch, 1, 64, "images per prompt");
+    cli.add_int("--clip-skip", a.clip_skip, 1, 12, "CLIP layers to skip from the end (kohya / A1111: 2 = penultimate)");
+    cli.add_path("--out,-o", a.out, "output folder");
+    cli.add_flag("--grid", a.grid, "also write a grid of all images (a row per prompt)");
+    cli.add_backend(a.backend);
+    cli.add_choice("--dtype", a.dtype, {"auto", "bf16", "f16", "f32"},
+                   "weights and activations: auto (bf16 on CUDA, f32 on the CPU), bf16, f16, f32");
+    cli.add_real("--vae-budget", a.vae_budget_mib, 1.0, 1e7,
+                 "MiB of activations one VAE decode pass may plan; over it the batch decodes image by image, then in "
+                 "tiles");
+    cli.add_flag("--prefer-fp16", a.prefer_fp16, "diffusers folders: read the .fp16 weight files when present");
+    cli.add_flag("--plan", a.plan_only, "print the memory plan and exit");
+    cli.parse(argc, argv);
+    if (a.prompts.empty() && a.prompt_file.empty()) throw gl::cli::UsageError("give --prompt or --prompt-file");
+    return run(a);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
-    Args a;
-    CLI::App app{"gl-txt2img: images from an SD1.5 checkpoint with LoRA / LoCon files", "gl-txt2img"};
-    app.add_option("model", a.model, "SD1.5 checkpoint: single file (.safetensors / .ckpt) or diffusers folder")
-        ->required();
-    app.add_option("--lora", a.loras, "LoRA / LoCon file with its multiplier, FILE[:MULT] (repeatable; default 1)");
-    app.add_flag("--merge-lora", a.merge_loras, "merge the LoRAs into the weights once (faster steps) instead of "
-                                               "running them beside every layer");
-    auto* prompt = app.add_option("--prompt,-p", a.prompts, "a prompt (repeatable)");
-    app.add_option("--negative,-n", a.negative, "negative prompt (a prompt file's --n overrides it)");
-    auto* file = app.add_option("--prompt-file", a.prompt_file,
-                                "kohya sample-prompt file: one prompt per line with --n --w --h --d --l --s --ss");
-    prompt->excludes(file);
-    app.add_option("--sampler", a.sampler, "sampler (kohya's names): " + sd::supported_sampler_names())
-        ->capture_default_str();
-    app.add_option("--sampler-config", a.sampler_config,
-                   "scheduler configuration: diffusers (SD1.5's scheduler_config.json) or kohya (sd-scripts' samples)")
-        ->check(CLI::IsMember({"diffusers", "kohya"}))
-        ->capture_default_str();
-    app.add_option("--eta", a.eta, "DDIM eta (0 deterministic)")->check(CLI::Range(0.0, 1.0))->capture_default_str();
-    app.add_option("--steps", a.steps, "sampling steps")->check(CLI::Range(1, 1000))->capture_default_str();
-    app.add_option("--cfg", a.cfg, "classifier-free guidance scale (<= 1: no negative pass)")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    app.add_option("--seed", a.seed, "seed of the first image (image b uses seed + b); default random")
-        ->check(CLI::NonNegativeNumber);
-    app.add_option("--width,-W", a.width, "width in pixels (a multiple of 8)")->capture_default_str();
-    app.add_option("--height,-H", a.height, "height in pixels (a multiple of 8)")->capture_default_str();
-    app.add_option("--batch,-b", a.batch, "images per prompt")->check(CLI::Range(1, 64))->capture_default_str();
-    app.add_option("--clip-skip", a.clip_skip, "CLIP layers to skip from the end (kohya / A1111 numbering: 2 = "
-                                               "penultimate)")
-        ->check(CLI::Range(1, 12))
-        ->capture_default_str();
-    app.add_option("--out,-o", a.out, "output folder")->capture_default_str();
-    app.add_flag("--grid", a.grid, "also write a grid of all images (a row per prompt)");
-    app.add_option("--backend", a.backend, "auto, cpu or cuda")
-        ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
-        ->capture_default_str();
-    app.add_option("--dtype", a.dtype, "weights and activations: auto (bf16 on CUDA, f32 on the CPU), bf16, f16, f32")
-        ->check(CLI::IsMember({"auto", "bf16", "f16", "f32"}))
-        ->capture_default_str();
-    app.add_option("--vae-budget", a.vae_budget_mib,
-                   "MiB of activations one VAE decode pass may plan; over it the batch decodes image by image, then "
-                   "in tiles")
-        ->check(CLI::PositiveNumber)
-        ->capture_default_str();
-    app.add_flag("--prefer-fp16", a.prefer_fp16, "diffusers folders: read the .fp16 weight files when present");
-    app.add_flag("--plan", a.plan_only, "print the memory plan and exit");
-    try {
-        app.parse(argc, argv);
-        if (a.prompts.empty() && a.prompt_file.empty()) throw CLI::RequiredError("--prompt or --prompt-file");
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e) == 0 ? 0 : 1;  // --help is not an error
-    }
-    try {
-        return run(a);
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "gl-txt2img: error: %s\n", e.what());
-        return 2;
-    }
+    return gl::cli::run_main("gl-txt2img", [&] { return parse_and_run(argc, argv); });
 }

@@ -1,5 +1,6 @@
 #include "train/objective.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ggml-lite/core/error.h"
@@ -65,6 +66,45 @@ double huber_c_at(const Objective& o, const sd::DdpmSchedule& s, int t) {
     return o.huber_c;
 }
 
+double min_snr_weight_from_snr(double snr, double gamma, sd::Prediction pred) {
+    GL_CHECK(std::isfinite(gamma) && gamma > 0, "min-SNR weight: gamma ", gamma, " must be > 0");
+    GL_CHECK(snr > 0, "min-SNR weight: snr ", snr, " must be > 0");
+    const double m = std::min(snr, gamma);
+    // v-prediction's loss is (snr + 1) times epsilon's at the same timestep, hence the + 1.
+    return pred == sd::Prediction::v_prediction ? m / (snr + 1.0) : m / snr;
+}
+
+double min_snr_weight(const sd::DdpmSchedule& s, int t, double gamma, sd::Prediction pred) {
+    return min_snr_weight_from_snr(s.snr(t), gamma, pred);
+}
+
+void apply_noise_offset(std::span<float> noise, int64_t batch, int64_t channels, double offset, sd::NoiseRng& rng) {
+    GL_CHECK(batch > 0 && channels > 0, "noise offset: batch ", batch, " and channels ", channels, " must be > 0");
+    GL_CHECK(std::isfinite(offset), "noise offset: offset ", offset, " is not finite");
+    GL_CHECK(noise.size() % size_t(batch * channels) == 0, "noise offset: ", noise.size(),
+             " elements are not ", batch, " samples of NHWC with ", channels, " channels");
+    const size_t hw = noise.size() / size_t(batch * channels);
+    std::vector<double> z(static_cast<size_t>(channels));
+    for (int64_t b = 0; b < batch; ++b) {
+        for (auto& v : z) v = offset * rng.normal();
+        float* sample = noise.data() + size_t(b) * hw * size_t(channels);
+        for (size_t p = 0; p < hw; ++p)
+            for (size_t c = 0; c < size_t(channels); ++c) {
+                float& v = sample[p * size_t(channels) + c];
+                v = float(double(v) + z[c]);
+            }
+    }
+}
+
+std::vector<int32_t> sample_timesteps(int64_t batch, int min_t, int max_t, int num_steps, sd::NoiseRng& rng) {
+    GL_CHECK(batch >= 0, "timestep sampling: batch ", batch, " is negative");
+    GL_CHECK(0 <= min_t && min_t < max_t && max_t <= num_steps, "timestep sampling: range [", min_t, ", ", max_t,
+             ") must satisfy 0 <= min < max <= ", num_steps);
+    std::vector<int32_t> t(static_cast<size_t>(batch));
+    for (auto& v : t) v = int32_t(rng.uniform_int(min_t, max_t));
+    return t;
+}
+
 MicroBatch draw_micro_batch(const Objective& o, const sd::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
                             int64_t channels, sd::NoiseRng& rng) {
     GL_CHECK(batch > 0 && channels > 0 && latent_numel % (batch * channels) == 0, "draw_micro_batch: ",
@@ -72,13 +112,13 @@ MicroBatch draw_micro_batch(const Objective& o, const sd::DdpmSchedule& s, int64
     MicroBatch m;
     m.noise.resize(size_t(latent_numel));
     sd::fill_normal(m.noise, rng);
-    if (o.noise_offset > 0) sd::apply_noise_offset(m.noise, batch, channels, o.noise_offset, rng);
-    m.t = sd::sample_timesteps(batch, o.min_timestep, o.max_timestep, s.num_steps, rng);
+    if (o.noise_offset > 0) apply_noise_offset(m.noise, batch, channels, o.noise_offset, rng);
+    m.t = sample_timesteps(batch, o.min_timestep, o.max_timestep, s.num_steps, rng);
     for (int32_t t : m.t) {
         m.timesteps.push_back(float(t));
         m.sqrt_ac.push_back(float(s.sqrt_alphas_cumprod[size_t(t)]));
         m.sqrt_1m_ac.push_back(float(s.sqrt_one_minus_alphas_cumprod[size_t(t)]));
-        m.weights.push_back(o.min_snr_gamma > 0 ? float(s.min_snr_weight(t, o.min_snr_gamma, o.prediction)) : 1.0f);
+        m.weights.push_back(o.min_snr_gamma > 0 ? float(min_snr_weight(s, t, o.min_snr_gamma, o.prediction)) : 1.0f);
         if (o.loss == gl::LossKind::huber) m.huber_c.push_back(float(huber_c_at(o, s, t)));
     }
     return m;

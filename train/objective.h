@@ -1,15 +1,18 @@
-// The training objective's per-step host work, as kohya's sd-scripts trains SD1.5 LoRAs: draw the
-// timesteps (uniform in [min_timestep, max_timestep)), the noise (with optional offset noise), and
-// from the DDPM schedule (models/sd15/noise.h) the per-sample coefficients the step graph takes:
-// sqrt(alpha_bar), sqrt(1 - alpha_bar), the loss weights (min-SNR-gamma or 1) and the Huber
-// thresholds. The graph does the tensor work (noisy = a x0 + b noise, the target, the loss).
+// The training objective (the one owner of that name), as kohya's sd-scripts trains SD1.5 LoRAs:
+// what is predicted, the loss and its weights (min-SNR-gamma), the timestep range, offset noise and
+// the Huber thresholds, and its per-step host work: draw the timesteps (uniform in [min_timestep,
+// max_timestep)), the noise (with optional offset noise), and from the DDPM schedule
+// (models/sd15/noise.h: the diffusion process itself, shared with sampling) the per-sample
+// coefficients the step graph takes: sqrt(alpha_bar), sqrt(1 - alpha_bar), the loss weights and
+// the Huber thresholds. The graph does the tensor work (noisy = a x0 + b noise, the target, the loss).
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "ggml-lite/core/dtype.h"
-#include "ggml-lite/ops/builder.h"
+#include "ggml-lite/ops/op_kinds.h"
 #include "models/sd15/noise.h"
 
 namespace train {
@@ -45,6 +48,22 @@ struct Objective {
 // alpha = -ln(huber_c) / num_steps; snr: (1 - huber_c) / (1 + sigma)^2 + huber_c with
 // sigma = sqrt((1 - ac) / ac).
 double huber_c_at(const Objective& o, const sd::DdpmSchedule& s, int t);
+
+// Min-SNR-gamma loss weight of timestep t (Hang et al. 2023, arXiv:2303.09556), as kohya's
+// sd-scripts library/custom_train_functions.py apply_snr_weight computes it:
+// epsilon: min(snr, gamma) / snr; v-prediction: min(snr, gamma) / (snr + 1).
+double min_snr_weight(const sd::DdpmSchedule& s, int t, double gamma, sd::Prediction pred);
+// The weight formula on its own, for a given SNR (kohya's formula; see min_snr_weight).
+double min_snr_weight_from_snr(double snr, double gamma, sd::Prediction pred);
+
+// Offset noise (kohya's --noise_offset, after crosslabs' "diffusion with offset noise"):
+// noise[b, h, w, c] += offset * z[b, c] with z ~ N(0, 1) drawn once per (sample, channel).
+// `noise` is NHWC with `batch` samples and `channels` channels (the innermost dimension).
+void apply_noise_offset(std::span<float> noise, int64_t batch, int64_t channels, double offset, sd::NoiseRng& rng);
+
+// `batch` timesteps uniform in [min_t, max_t) (kohya: torch.randint(min_timestep, max_timestep);
+// defaults 0 and 1000). Throws gl::Error unless 0 <= min_t < max_t <= num_steps.
+std::vector<int32_t> sample_timesteps(int64_t batch, int min_t, int max_t, int num_steps, sd::NoiseRng& rng);
 
 // One micro-batch's random draws and the per-sample values derived from them.
 struct MicroBatch {

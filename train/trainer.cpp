@@ -37,7 +37,7 @@ StepReport Trainer::step(std::span<const float> latents, std::span<const float> 
     const int64_t per = s_.context_numel();
     GL_CHECK(int64_t(context.size()) == per * s_.opt.grad_accum, "trainer: context holds ", context.size(),
              " values, expected ", s_.opt.grad_accum, " micro-batches of ", per);
-    return run(latents, context.data(), gl::DType::f32, per, lr_factor);
+    return run(latents, context, lr_factor);
 }
 
 StepReport Trainer::step(std::span<const float> latents, std::span<const int32_t> ids, double lr_factor) {
@@ -45,12 +45,10 @@ StepReport Trainer::step(std::span<const float> latents, std::span<const int32_t
     const int64_t per = s_.ids_numel();
     GL_CHECK(int64_t(ids.size()) == per * s_.opt.grad_accum, "trainer: ids hold ", ids.size(), " values, expected ",
              s_.opt.grad_accum, " micro-batches of ", per);
-    return run(latents, ids.data(), gl::DType::i32, per, lr_factor);
+    return run(latents, ids, lr_factor);
 }
 
-float Trainer::run_micro(const float* latents, const void* cond, gl::DType cond_type, const MicroBatch& mb,
-                         int64_t report_step, int k) {
-    const gl::ValueId cond_value = cond_type == gl::DType::i32 ? s_.ids : s_.context;
+float Trainer::run_micro(const float* latents, Cond cond, const MicroBatch& mb, int64_t report_step, int k) {
     rt_.write(s_.latents, latents, gl::DType::f32);
     rt_.write_f32(s_.noise, mb.noise);
     rt_.write_f32(s_.timesteps, mb.timesteps);
@@ -58,7 +56,10 @@ float Trainer::run_micro(const float* latents, const void* cond, gl::DType cond_
     rt_.write_f32(s_.sqrt_1m_ac, mb.sqrt_1m_ac);
     rt_.write_f32(s_.loss_weights, mb.weights);
     if (s_.huber_c != gl::kNoValue) rt_.write_f32(s_.huber_c, mb.huber_c);
-    rt_.write(cond_value, cond, cond_type);
+    if (const auto* ids = std::get_if<std::span<const int32_t>>(&cond))
+        rt_.write(s_.ids, ids->data(), gl::DType::i32);
+    else
+        rt_.write(s_.context, std::get<std::span<const float>>(cond).data(), gl::DType::f32);
     scaler_.write(rt_, s_.loss_scale);
     rt_.run();
     const float loss = rt_.read_f32(s_.loss)[0];
@@ -71,8 +72,7 @@ float Trainer::run_micro(const float* latents, const void* cond, gl::DType cond_
     return loss;
 }
 
-StepReport Trainer::run(std::span<const float> latents, const void* cond, gl::DType cond_type, int64_t cond_numel,
-                        double lr_factor) {
+StepReport Trainer::run(std::span<const float> latents, Cond cond, double lr_factor) {
     const int accum = s_.opt.grad_accum;
     const int64_t n = s_.latent_numel();
     GL_CHECK(int64_t(latents.size()) == n * accum, "trainer: latents hold ", latents.size(), " values, expected ",
@@ -80,13 +80,13 @@ StepReport Trainer::run(std::span<const float> latents, const void* cond, gl::DT
     StepReport r;
     r.step = step_ + 1;
     r.loss_scale = scaler_.scale();
-    const size_t cond_bytes = size_t(cond_numel) * gl::dtype_size(cond_type);
+    const size_t cond_per = std::visit([](auto c) { return c.size(); }, cond) / size_t(accum);
     for (int k = 0; k < accum; k++) {
         last_ = draw_micro_batch(o_.objective, sched_, s_.opt.batch, n, s_.latent_channels(), rng_);
         s_.net->sample_dropout(rt_, rng_.next_u64());
         s_.update->prepare(rt_, k, lr_factor);
-        const float loss = run_micro(latents.data() + k * n, static_cast<const char*>(cond) + size_t(k) * cond_bytes,
-                                     cond_type, last_, r.step, k);
+        const Cond micro = std::visit([&](auto c) { return Cond(c.subspan(size_t(k) * cond_per, cond_per)); }, cond);
+        const float loss = run_micro(latents.data() + k * n, micro, last_, r.step, k);
         const UpdateReport u = s_.update->finish_run(rt_, k + 1 == accum);
         r.loss += double(loss) / accum;
         for (float e : rt_.read_f32(s_.per_sample)) r.per_sample.push_back(e);
@@ -108,17 +108,17 @@ StepReport Trainer::evaluate(std::span<const float> latents, std::span<const flo
     GL_CHECK(!s_.opt.train_text_encoder, "trainer: this step graph trains the text encoder; pass token ids");
     GL_CHECK(int64_t(context.size()) == s_.context_numel(), "trainer: evaluate takes one micro-batch's context (",
              s_.context_numel(), " values), got ", context.size());
-    return eval(latents, context.data(), gl::DType::f32, s_.context_numel(), seed);
+    return eval(latents, context, seed);
 }
 
 StepReport Trainer::evaluate(std::span<const float> latents, std::span<const int32_t> ids, uint64_t seed) {
     GL_CHECK(s_.opt.train_text_encoder, "trainer: the text encoder is frozen in this step graph; pass its context");
     GL_CHECK(int64_t(ids.size()) == s_.ids_numel(), "trainer: evaluate takes one micro-batch's ids (",
              s_.ids_numel(), " values), got ", ids.size());
-    return eval(latents, ids.data(), gl::DType::i32, s_.ids_numel(), seed);
+    return eval(latents, ids, seed);
 }
 
-StepReport Trainer::eval(std::span<const float> latents, const void* cond, gl::DType cond_type, int64_t, uint64_t seed) {
+StepReport Trainer::eval(std::span<const float> latents, Cond cond, uint64_t seed) {
     const int64_t n = s_.latent_numel();
     GL_CHECK(int64_t(latents.size()) == n, "trainer: evaluate takes one micro-batch of latents (", n, " values), got ",
              latents.size());
@@ -129,7 +129,7 @@ StepReport Trainer::eval(std::span<const float> latents, const void* cond, gl::D
     StepReport r;
     r.step = step_;
     r.loss_scale = scaler_.scale();
-    r.loss = run_micro(latents.data(), cond, cond_type, mb, step_, 0);
+    r.loss = run_micro(latents.data(), cond, mb, step_, 0);
     r.per_sample = rt_.read_f32(s_.per_sample);
     s_.update->finish_run(rt_, false);
     return r;

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <variant>
 #include <vector>
 
 #include "ggml-lite/core/runtime.h"
@@ -60,13 +61,14 @@ public:
     optim::LossScaler& loss_scaler() { return scaler_; }  // resume: Optimizer::load_state restores it
 
 private:
-    StepReport run(std::span<const float> latents, const void* cond, gl::DType cond_type, int64_t cond_numel,
-                   double lr_factor);
-    // Writes micro-batch k's inputs and runs the graph; returns the loss (checked finite).
-    float run_micro(const float* latents, const void* cond, gl::DType cond_type, const MicroBatch& mb,
-                    int64_t report_step, int k);
-    StepReport eval(std::span<const float> latents, const void* cond, gl::DType cond_type, int64_t cond_numel,
-                    uint64_t seed);
+    // What the UNet is conditioned on: the frozen text encoder's context (f32) or, when the text
+    // encoder is trained, the token ids (i32); one or grad_accum micro-batches of it.
+    using Cond = std::variant<std::span<const float>, std::span<const int32_t>>;
+    StepReport run(std::span<const float> latents, Cond cond, double lr_factor);
+    // Writes micro-batch k's inputs (cond: that micro-batch's) and runs the graph; returns the loss
+    // (checked finite).
+    float run_micro(const float* latents, Cond cond, const MicroBatch& mb, int64_t report_step, int k);
+    StepReport eval(std::span<const float> latents, Cond cond, uint64_t seed);
     StepGraph& s_;
     gl::Runtime& rt_;
     TrainerOptions o_;

@@ -5,17 +5,9 @@
 #include <vector>
 
 #include "ggml-lite/core/graph.h"
+#include "ggml-lite/core/tensor_ref.h"
 
 namespace gl {
-
-struct TensorRef {
-    void* data = nullptr;  // start of the base value's storage; layout.offset applies
-    DType dtype = DType::f32;
-    Layout layout;
-    const Shape& shape() const { return layout.shape; }
-    int64_t numel() const { return layout.shape.numel(); }
-    bool dense() const { return layout.is_contiguous(); }
-};
 
 struct CpuCtx {
     explicit CpuCtx(const Node& n) : node(n) {}

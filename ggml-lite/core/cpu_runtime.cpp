@@ -204,7 +204,20 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Runtime> make_cpu_runtime(Plan plan) { return std::make_unique<CpuRuntime>(std::move(plan)); }
+void check_memory_limit(const Plan& plan, size_t backend_bytes, const RuntimeOptions& o, const char* backend) {
+    const size_t need = plan.total_bytes() + backend_bytes;
+    if (o.memory_limit == 0 || need <= o.memory_limit) return;
+    auto mib = [](size_t b) { return double(b) / (1024.0 * 1024.0); };
+    fail(backend, " runtime: the plan needs ", need, " bytes (", mib(need), " MiB: arenas ", mib(plan.total_bytes()),
+         " MiB of which activations ", mib(plan.arena_bytes[size_t(Category::activations)]), " MiB, backend scratch ",
+         mib(backend_bytes), " MiB), above the memory limit of ", o.memory_limit, " bytes (", mib(o.memory_limit),
+         " MiB); nothing was allocated (plan with Recompute::budget, a smaller batch or a larger limit)");
+}
+
+std::unique_ptr<Runtime> make_cpu_runtime(Plan plan, const RuntimeOptions& o) {
+    check_memory_limit(plan, 0, o, "cpu");
+    return std::make_unique<CpuRuntime>(std::move(plan));
+}
 
 std::unique_ptr<Runtime> make_cpu_runtime(Plan plan, std::shared_ptr<SharedMemory> shared) {
     GL_CHECK(shared != nullptr, "make_cpu_runtime: no shared memory given");

@@ -11,7 +11,7 @@ bool cuda_available(std::string* why) {
     return false;
 }
 
-std::unique_ptr<Runtime> make_cuda_runtime(Plan) {
+std::unique_ptr<Runtime> make_cuda_runtime(Plan, const RuntimeOptions&) {
     fail("make_cuda_runtime: ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)");
 }
 
@@ -23,7 +23,11 @@ std::shared_ptr<SharedMemory> make_cuda_shared_memory(SharedLayout) {
     fail("make_cuda_shared_memory: ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)");
 }
 
-size_t cuda_workspace_bytes(const Plan&) {
+void cuda_memory_info(size_t*, size_t*) {
+    fail("cuda_memory_info: ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)");
+}
+
+size_t cuda_workspace_bytes(const Graph&) {
     fail("cuda_workspace_bytes: ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)");
 }
 

@@ -68,6 +68,9 @@ enum OpFlags : uint32_t {
     kOpGradHelper = 1u << 2,  // built only by backward rules; verified through its forward op's gradient check
     kOpNoGrad = 1u << 3,      // no gradient flows through it (ids, constants, random masks' seeds)
     kOpMutates = 1u << 4,     // updates some inputs in place (optimizer steps); has no outputs
+    // Recomputing its outputs costs one memory-bound pass over inputs of about their size
+    // (norms, GEGLU, casts): Recompute::cheap drops and recomputes them.
+    kOpCheapRecompute = 1u << 5,
 };
 
 struct OpDef {

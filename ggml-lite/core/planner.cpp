@@ -2,21 +2,29 @@
 #include "ggml-lite/core/planner.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/core/recompute_budget.h"
 
 namespace gl {
 
 const char* recompute_name(Recompute r) {
-    return r == Recompute::blocks ? "blocks" : r == Recompute::cheap ? "cheap" : "none";
+    switch (r) {
+        case Recompute::blocks: return "blocks";
+        case Recompute::cheap: return "cheap";
+        case Recompute::budget: return "budget";
+        default: return "none";
+    }
 }
 
 Recompute parse_recompute(const std::string& s) {
     if (s == "none") return Recompute::none;
     if (s == "blocks") return Recompute::blocks;
     if (s == "cheap") return Recompute::cheap;
-    fail("unknown recompute policy '", s, "' (expected none, blocks or cheap)");
+    if (s == "budget") return Recompute::budget;
+    fail("unknown recompute policy '", s, "' (expected none, blocks, cheap or budget)");
 }
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -79,10 +87,18 @@ bool is_owner(const Graph& g, ValueId v) { return g.v(v).base == v; }
 }  // namespace
 
 Plan make_plan(const Graph& input, const PlanOptions& opt) {
+    if (opt.recompute == Recompute::budget) return plan_within_budget(input, opt);
+    int added = 0;
+    Graph g = opt.recompute == Recompute::none ? input : rewrite_for_recompute(input, opt.recompute, &added);
+    return plan_rewritten(std::move(g), opt, added);
+}
+
+Plan plan_rewritten(Graph rewritten, const PlanOptions& opt, int recompute_nodes) {
     GL_CHECK(opt.alignment > 0 && (opt.alignment & (opt.alignment - 1)) == 0, "plan: alignment must be a power of two");
     Plan P;
     P.options = opt;
-    P.graph = opt.recompute == Recompute::none ? input : rewrite_for_recompute(input, opt.recompute, &P.recompute_nodes);
+    P.graph = std::move(rewritten);
+    P.recompute_nodes = recompute_nodes;
     const Graph& g = P.graph;
     const int N = int(g.nodes.size());
     const size_t V = size_t(g.value_count());
@@ -105,12 +121,15 @@ Plan make_plan(const Graph& input, const PlanOptions& opt) {
             ValueId b = g.v(x).base;
             P.last[size_t(b)] = std::max(P.last[size_t(b)], i);
         }
-    for (int i = 0; i < N; i++)
-        if (g.nodes[size_t(i)].recompute_of >= 0) {
-            const Node& n = g.nodes[size_t(i)];
-            OpCall c{n.op, g, n.in, n.p};
-            P.recompute_flops += op_def(n.op).cost(c).flops;
-        }
+    for (int i = 0; i < N; i++) {
+        const Node& n = g.nodes[size_t(i)];
+        const double s = opt.cost.node_seconds(g, n);
+        P.predicted_seconds += s;
+        if (n.recompute_of < 0) continue;
+        OpCall c{n.op, g, n.in, n.p};
+        P.recompute_flops += op_def(n.op).cost(c).flops;
+        P.recompute_seconds += s;
+    }
 
     // Persistent categories: laid out once, in value order.
     for (ValueId v = 0; v < ValueId(V); v++) {
@@ -132,6 +151,7 @@ Plan make_plan(const Graph& input, const PlanOptions& opt) {
         }
     P.peak_live_bytes = live;  // a graph without nodes still holds its bound inputs
     std::vector<bool> handed_over(V, false);
+    P.live_bytes.reserve(size_t(N));
     for (int i = 0; i < N; i++) {
         const Node& n = g.nodes[size_t(i)];
         const OpDef& def = op_def(n.op);
@@ -159,6 +179,7 @@ Plan make_plan(const Graph& input, const PlanOptions& opt) {
             P.offset[size_t(y)] = int64_t(arena.alloc(yv.bytes()));
             live += yv.bytes();
         }
+        P.live_bytes.push_back(live);
         if (live > P.peak_live_bytes || P.peak_node < 0) {
             P.peak_live_bytes = live;
             P.peak_node = i;
@@ -202,7 +223,10 @@ static std::string fmt_mib(size_t b) {
 }
 
 std::string Plan::report(int top) const {
-    std::string s = cat("memory plan (recompute ", recompute_name(options.recompute), ", ", graph.nodes.size(),
+    char budget[48] = "";
+    if (options.recompute == Recompute::budget)
+        std::snprintf(budget, sizeof budget, " <= %.1f MiB", double(options.budget) / (1024.0 * 1024.0));
+    std::string s = cat("memory plan (recompute ", recompute_name(options.recompute), budget, ", ", graph.nodes.size(),
                         " nodes, ", recompute_nodes, " recomputed)\n");
     for (int c = 0; c < kCategoryCount; c++) {
         char line[128];
@@ -211,6 +235,9 @@ std::string Plan::report(int top) const {
     }
     char line[160];
     std::snprintf(line, sizeof line, "  %-20s %s\n", "total", fmt_mib(total_bytes()).c_str());
+    s += line;
+    std::snprintf(line, sizeof line, "  %-20s %10.2f ms predicted (recompute %.2f ms)\n", "time", predicted_seconds * 1e3,
+                  recompute_seconds * 1e3);
     s += line;
     if (peak_node >= 0) {
         const Node& n = graph.nodes[size_t(peak_node)];

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ggml-lite/core/cost_model.h"
 #include "ggml-lite/core/graph.h"
 
 namespace gl {
@@ -15,13 +16,17 @@ enum class Recompute : uint8_t {
     blocks,  // every checkpoint segment is dropped and recomputed before its backward
     cheap,   // outputs of one-pass ops (norms, GEGLU, casts) whose inputs the backward pass keeps
              // anyway are dropped after the forward and recomputed before their first backward reader
+    budget,  // the least recompute (by the cost model) whose plan fits PlanOptions::budget bytes
+             // (recompute_budget.h; throws gl::Error with the smallest reachable plan when none fits)
 };
 const char* recompute_name(Recompute r);
-Recompute parse_recompute(const std::string& s);  // "none" | "blocks" | "cheap"; throws otherwise
+Recompute parse_recompute(const std::string& s);  // "none" | "blocks" | "cheap" | "budget"; throws otherwise
 
 struct PlanOptions {
     Recompute recompute = Recompute::none;
     size_t alignment = 256;  // byte alignment of every value's offset
+    size_t budget = 0;       // Recompute::budget: the most bytes the whole plan (every arena) may take
+    CostModel cost;          // predicts node times: Plan::predicted_seconds and the budget's choices
 };
 
 struct Plan {
@@ -40,11 +45,14 @@ struct Plan {
     std::vector<ValueId> inplace_of;
 
     std::array<size_t, kCategoryCount> arena_bytes{};  // what each category's arena holds
+    std::vector<size_t> live_bytes;  // activations live at each node (its outputs written, before it frees)
     size_t peak_live_bytes = 0;   // activations: the largest sum of live bytes at one node
     int peak_node = -1;           // where that peak is reached
     std::vector<ValueId> live_at_peak;  // activation values alive there, largest first
     int recompute_nodes = 0;      // nodes added by the recompute rewrite
     double recompute_flops = 0;   // their cost
+    double predicted_seconds = 0;  // one run of the graph under options.cost
+    double recompute_seconds = 0;  // the recompute nodes' share of it
 
     size_t total_bytes() const;
     // A table by category, the activation peak and the largest values alive at it.
@@ -52,6 +60,10 @@ struct Plan {
 };
 
 Plan make_plan(const Graph& g, const PlanOptions& opt = {});
+
+// Plans g as it is (make_plan after its recompute rewrite): liveness, in-place reuse, offsets.
+// recompute_nodes: how many of g's nodes are recompute clones (reported).
+Plan plan_rewritten(Graph g, const PlanOptions& opt, int recompute_nodes);
 
 // Returns "" when no two simultaneously live values of one arena share bytes (values placed
 // in-place over an input that dies at that node excepted) and every value lies inside its

@@ -27,11 +27,6 @@ int group_of(const Graph& g, const Analysis& a, ValueId v) {
     return p < 0 ? -1 : a.group[size_t(p)];
 }
 
-// Ops whose output costs one memory-bound pass over inputs of the same size to recompute.
-bool cheap_op(Op op) {
-    return op == Op::layer_norm || op == Op::group_norm || op == Op::geglu || op == Op::cast;
-}
-
 // blocks: a node's group is its checkpoint segment. Storage is dropped when it is an owner
 // produced inside a segment, in the activation arena, not a graph output and read by no
 // forward node outside its segment (reading a view of it counts as reading it); the segment's
@@ -53,10 +48,10 @@ void drop_segments(const Graph& g, Analysis& a, std::vector<bool>& kept) {
     }
 }
 
-// cheap: a group per one-pass node (cheap_op) whose activation inputs stay alive until where its
-// clone would run (the first backward reader of its outputs) anyway, so recomputing keeps nothing
-// longer, and none of them dropped; its outputs that a backward node reads (directly or through a
-// view) are dropped. Forward views of a dropped value join its group (the backward may read the view).
+// cheap: a group per one-pass node (its op flagged kOpCheapRecompute) whose activation inputs stay
+// alive until where its clone would run (the first backward reader of its outputs) anyway, so
+// recomputing keeps nothing longer, and none of them dropped; its outputs that a backward node
+// reads (directly or through a view) are dropped. Forward views of a dropped value join its group (the backward may read the view).
 void drop_cheap(const Graph& g, Analysis& a, std::vector<bool>& kept) {
     const size_t V = size_t(g.value_count());
     // Per storage owner: the first backward node reading it, the last node reading it.
@@ -78,7 +73,7 @@ void drop_cheap(const Graph& g, Analysis& a, std::vector<bool>& kept) {
             if (!kept[size_t(b)] && p >= 0) a.group[i] = a.group[size_t(p)];
             continue;
         }
-        if (!cheap_op(n.op)) continue;
+        if (!(op_def(n.op).flags & kOpCheapRecompute)) continue;
         // The clone runs before the first backward reader of any output it replaces.
         int at = -1;
         for (ValueId y : n.out)

@@ -3,12 +3,13 @@
 // (inputs, weights, parameters, state) and runs the node list.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "ggml-lite/core/cpu_kernel.h"
 #include "ggml-lite/core/planner.h"
+#include "ggml-lite/core/tensor_ref.h"
 
 namespace gl {
 
@@ -75,18 +76,45 @@ private:
     int profiled_runs_ = 0;
 };
 
+struct RuntimeOptions {
+    // The most bytes the runtime may allocate: the plan's arenas plus the backend's own (the CUDA
+    // workspace). A plan above it is refused with gl::Error before anything is allocated. 0: none.
+    size_t memory_limit = 0;
+};
+
+// Throws gl::Error naming the figures when plan.total_bytes() + backend_bytes exceeds
+// o.memory_limit (backend: the runtime's name, for the message).
+void check_memory_limit(const Plan& plan, size_t backend_bytes, const RuntimeOptions& o, const char* backend);
+
 // The CPU reference backend: computes in f32 (double accumulation where it matters). With a
 // SharedMemory (made for "cpu"), the runtime allocates nothing and runs the plan in it.
-std::unique_ptr<Runtime> make_cpu_runtime(Plan plan);
+std::unique_ptr<Runtime> make_cpu_runtime(Plan plan, const RuntimeOptions& o = {});
 std::unique_ptr<Runtime> make_cpu_runtime(Plan plan, std::shared_ptr<SharedMemory> shared);
 
 // The CUDA backend (ggml-lite/cuda). Throws gl::Error when the library was built without
 // CUDA or no usable GPU is present; cuda_available says which, without throwing. With a
 // SharedMemory (made for "cuda"), the runtime allocates nothing and runs on the memory's stream.
-std::unique_ptr<Runtime> make_cuda_runtime(Plan plan);
+std::unique_ptr<Runtime> make_cuda_runtime(Plan plan, const RuntimeOptions& o = {});
 std::unique_ptr<Runtime> make_cuda_runtime(Plan plan, std::shared_ptr<SharedMemory> shared);
 bool cuda_available(std::string* why = nullptr);
-// The CUDA workspace a plan needs: its largest node's kernel scratch plus densified inputs.
-size_t cuda_workspace_bytes(const Plan& plan);
+// The scratch the CUDA runtime allocates beside a plan of g: the largest node's kernel workspace
+// plus its densified inputs (no device needed; throws gl::Error in a build without CUDA).
+size_t cuda_workspace_bytes(const Graph& g);
+// The current CUDA device's free and total memory (cudaMemGetInfo, after creating the context):
+// what an automatic memory limit starts from. Throws gl::Error without CUDA or a device.
+void cuda_memory_info(size_t* free_bytes, size_t* total_bytes);
+
+// Which backend runs a plan, as programs let users choose it (`--backend auto|cpu|cuda`).
+// automatic: CUDA when this build has it and a usable GPU is present, else the CPU.
+enum class Backend : uint8_t { automatic, cpu, cuda };
+const char* backend_name(Backend b);          // "auto" | "cpu" | "cuda"
+Backend parse_backend(const std::string& s);  // one of those names; throws gl::Error naming s otherwise
+// The backend b stands for here: cpu or cuda. automatic takes cuda when cuda_available(), else cpu
+// (why, when given, then says why CUDA is not used); cuda throws gl::Error with the reason when
+// CUDA is not available.
+Backend resolve_backend(Backend b, std::string* why = nullptr);
+// The one place a program's backend choice becomes a runtime: make_cpu_runtime or make_cuda_runtime
+// as resolve_backend(b) says.
+std::unique_ptr<Runtime> make_runtime(Plan plan, Backend b, const RuntimeOptions& o = {});
 
 }  // namespace gl

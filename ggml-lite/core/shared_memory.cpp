@@ -43,7 +43,7 @@ bool same_value(const SharedLayout::Slot& s, const Value& x) {
 }
 
 size_t scratch_of(const Plan& p, const std::string& backend) {
-    return backend == "cuda" ? cuda_workspace_bytes(p) : 0;
+    return backend == "cuda" ? cuda_workspace_bytes(p.graph) : 0;
 }
 
 // "%10.2f MiB" in the table's column, "%.2f MiB" inline.

@@ -80,7 +80,7 @@ bool cuda_available(std::string* why) {
 namespace {
 
 constexpr size_t kAlign = 256;
-size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+size_t align_up(size_t x) { return ceil_div(x, kAlign) * kAlign; }
 
 size_t device_bytes_in_use() {
     size_t free = 0, total = 0;
@@ -129,6 +129,32 @@ private:
     size_t used_before_ = 0, used_after_ = 0;
 };
 
+}  // namespace
+
+void cuda_memory_info(size_t* free_bytes, size_t* total_bytes) {
+    start_cuda("cuda_memory_info");  // the context it creates is then no longer free memory
+    size_t f = 0, t = 0;
+    GL_CUDA_CHECK(cudaMemGetInfo(&f, &t));
+    if (free_bytes) *free_bytes = f;
+    if (total_bytes) *total_bytes = t;
+}
+
+size_t cuda_workspace_bytes(const Graph& g) {
+    size_t most = 0;  // the largest node's need: its kernel's scratch plus densified inputs
+    for (const Node& n : g.nodes) {
+        const CudaKernel& k = cuda_kernel(n.op);
+        if (!k.run) continue;
+        size_t need = k.workspace ? align_up(k.workspace(g, n)) : 0;
+        if (!(k.flags & kCudaStrided))
+            for (ValueId x : n.in)
+                if (!g.v(x).layout.is_contiguous()) need += align_up(g.v(x).bytes());
+        most = std::max(most, need);
+    }
+    return most;
+}
+
+namespace {
+
 class CudaRuntime final : public Runtime {
 public:
     explicit CudaRuntime(Plan plan) : Runtime(std::move(plan)) {
@@ -139,7 +165,7 @@ public:
             size_t b = plan_.arena_bytes[size_t(c)];
             if (b) GL_CUDA_CHECK(cudaMalloc(&arenas_[size_t(c)], b));
         }
-        workspace_bytes_ = cuda_workspace_bytes(plan_);
+        workspace_bytes_ = cuda_workspace_bytes(plan_.graph);
         if (workspace_bytes_) GL_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
         used_after_ = device_bytes_in_use();
         read_graph_env();
@@ -328,22 +354,10 @@ private:
 
 }  // namespace
 
-size_t cuda_workspace_bytes(const Plan& plan) {
-    const Graph& g = plan.graph;
-    size_t most = 0;
-    for (const Node& n : g.nodes) {
-        const CudaKernel& k = cuda_kernel(n.op);
-        if (!k.run) continue;
-        size_t need = k.workspace ? align_up(k.workspace(g, n)) : 0;
-        if (!(k.flags & kCudaStrided))
-            for (ValueId x : n.in)
-                if (!g.v(x).layout.is_contiguous()) need += align_up(g.v(x).bytes());
-        most = std::max(most, need);
-    }
-    return most;
+std::unique_ptr<Runtime> make_cuda_runtime(Plan plan, const RuntimeOptions& o) {
+    check_memory_limit(plan, cuda_workspace_bytes(plan.graph), o, "cuda");
+    return std::make_unique<CudaRuntime>(std::move(plan));
 }
-
-std::unique_ptr<Runtime> make_cuda_runtime(Plan plan) { return std::make_unique<CudaRuntime>(std::move(plan)); }
 
 std::unique_ptr<Runtime> make_cuda_runtime(Plan plan, std::shared_ptr<SharedMemory> shared) {
     GL_CHECK(shared != nullptr, "make_cuda_runtime: no shared memory given");

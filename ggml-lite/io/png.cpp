@@ -10,19 +10,14 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/io/atomic_file.h"
 
-// stb's implementations, private to this file (static), so another file of the library may
-// compile its own without clashing.
+// stb_image_write's implementation, private to this file (static), so another file may compile its
+// own without clashing.
 #define STB_IMAGE_WRITE_STATIC
 #define STB_IMAGE_WRITE_IMPLEMENTATION
-#define STB_IMAGE_STATIC
-#define STB_IMAGE_IMPLEMENTATION
-#define STBI_ONLY_PNG
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#include <stb_image.h>
-#include <stb_image_write.h>
+#include <stb/stb_image_write.h>
 #pragma GCC diagnostic pop
 
 namespace gl::io {
@@ -142,11 +137,22 @@ void write_png(const std::string& path, const Image& img, const TextChunks& text
     write_file_atomic(path, bytes.data(), bytes.size());
 }
 
-PngFile decode_png(const std::vector<uint8_t>& bytes, const std::string& origin) {
+int PngInfo::channels() const {
+    switch (color_type) {
+        case 0: return 1;
+        case 4: return 2;
+        case 2:
+        case 3: return 3;
+        case 6: return 4;
+    }
+    return 0;
+}
+
+PngInfo read_png_info(const std::vector<uint8_t>& bytes, const std::string& origin) {
     GL_CHECK(bytes.size() >= 8 && std::memcmp(bytes.data(), kSignature, 8) == 0, origin, ": not a PNG file (signature)");
-    PngFile f;
+    PngInfo f;
     size_t pos = 8;
-    bool end = false;
+    bool end = false, header = false;
     while (!end) {
         GL_CHECK(bytes.size() - pos >= 12, origin, ": truncated PNG (a chunk header at byte ", pos, ")");
         const uint32_t len = get_u32(bytes.data() + pos);
@@ -155,9 +161,17 @@ PngFile decode_png(const std::vector<uint8_t>& bytes, const std::string& origin)
         const uint8_t* data = bytes.data() + pos + 8;
         GL_CHECK(crc32(bytes.data() + pos + 4, size_t(len) + 4) == get_u32(data + len), origin, ": PNG chunk ", type,
                  " at byte ", pos, " fails its CRC");
+        GL_CHECK(header || type == "IHDR", origin, ": the first PNG chunk is ", type, ", not IHDR");
         std::string key;
         size_t rest = 0;
-        if (type == "tEXt" && split_keyword(data, len, key, rest)) {
+        if (type == "IHDR") {
+            GL_CHECK(!header && len == 13, origin, ": a malformed or repeated IHDR chunk");
+            f.width = int(std::min<uint32_t>(get_u32(data), INT32_MAX));
+            f.height = int(std::min<uint32_t>(get_u32(data + 4), INT32_MAX));
+            f.bit_depth = data[8];
+            f.color_type = data[9];
+            header = true;
+        } else if (type == "tEXt" && split_keyword(data, len, key, rest)) {
             f.text.emplace_back(key, latin1_to_utf8(data + rest, len - rest));
         } else if (type == "iTXt" && split_keyword(data, len, key, rest) && len - rest >= 2 && data[rest] == 0) {
             // compression flag 0, method, then language tag NUL translated keyword NUL text.
@@ -171,24 +185,15 @@ PngFile decode_png(const std::vector<uint8_t>& bytes, const std::string& origin)
         end = type == "IEND";
         pos += size_t(len) + 12;
     }
-    int w = 0, h = 0, c = 0;
-    GL_CHECK(bytes.size() <= size_t(INT32_MAX), origin, ": PNG file too large");
-    stbi_uc* px = stbi_load_from_memory(bytes.data(), int(bytes.size()), &w, &h, &c, 0);
-    GL_CHECK(px != nullptr, origin, ": cannot decode the PNG pixels: ", stbi_failure_reason());
-    f.image.width = w;
-    f.image.height = h;
-    f.image.channels = c;
-    f.image.pixels.assign(px, px + size_t(w) * size_t(h) * size_t(c));
-    stbi_image_free(px);
     return f;
 }
 
-PngFile read_png(const std::string& path) {
+PngInfo read_png_info(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     GL_CHECK(in.good(), path, ": cannot open it");
     std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     GL_CHECK(!in.bad(), path, ": read error");
-    return decode_png(bytes, path);
+    return read_png_info(bytes, path);
 }
 
 Image make_grid(const std::vector<Image>& images, int cols) {

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "ggml-lite/core/error.h"
-#include "ggml-lite/io/ckpt.h"
+#include "ggml-lite/io/torch_ckpt.h"
 #include "ggml-lite/io/safetensors.h"
 
 namespace gl::io {

@@ -4,8 +4,9 @@
 #include <math.h>
 
 #include "ggml-lite/core/error.h"
-#include "ggml-lite/ops/builder.h"  // Act
-#include "ggml-lite/ops/rng.h"      // GL_HD
+#include "ggml-lite/core/op.h"  // Op, Params
+#include "ggml-lite/ops/op_kinds.h"
+#include "ggml-lite/ops/rng.h"  // GL_HD
 
 namespace gl::act {
 

@@ -104,7 +104,7 @@ static void geglu_cpu(CpuCtx& c) {
 
 ValueId geglu(Graph& g, ValueId x) { return g.apply1(Op::geglu, {x}); }
 
-const OpDef def_geglu{"geglu", "activations", geglu_infer, geglu_cost, geglu_backward, geglu_cpu, 0};
+const OpDef def_geglu{"geglu", "activations", geglu_infer, geglu_cost, geglu_backward, geglu_cpu, kOpCheapRecompute};
 
 // ---------------- geglu_grad: inputs {x [..., 2F], gy [..., F]} -> gx [..., 2F] ----------------
 // gx[..., j] = gy * gelu(gate), gx[..., F + j] = gy * h * gelu'(gate), with h = x[..., j],

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ggml-lite/core/graph.h"
+#include "ggml-lite/ops/op_kinds.h"  // Act, LossKind
 #include "ggml-lite/ops/optim_types.h"
 
 namespace gl {
@@ -46,7 +47,6 @@ ValueId dropout(Graph& g, ValueId x, float p, uint64_t seed, ValueId seed_input)
 void accumulate(Graph& g, ValueId acc, ValueId x, ValueId ctl);
 
 // ---- activations (ops/activations.cpp) ----
-enum class Act : int { silu = 0, gelu_erf = 1, gelu_tanh = 2, quick_gelu = 3 };
 ValueId silu(Graph& g, ValueId x);
 ValueId gelu(Graph& g, ValueId x, bool tanh_approx = false);
 ValueId quick_gelu(Graph& g, ValueId x);         // x * sigmoid(1.702 x)
@@ -71,8 +71,6 @@ ValueId mse_loss_grad(Graph& g, ValueId gy, ValueId pred, ValueId target, ValueI
 // pseudo-Huber): 2 c (sqrt(d^2 + c^2) - c) with c = huber_c[b]. w [B] optional (kNoValue: ones),
 // huber_c [B] required for huber only. Outputs {loss scalar f32, per [B] f32}; returns loss
 // (the per-sample losses are the node's second output). No gradient flows to huber_c.
-enum class LossKind : int { l2 = 0, l1 = 1, huber = 2 };
-const char* loss_kind_name(LossKind k);
 ValueId weighted_loss(Graph& g, LossKind kind, ValueId pred, ValueId target, ValueId weights = kNoValue,
                       ValueId huber_c = kNoValue);
 // The per-sample losses [B] of a weighted_loss result.

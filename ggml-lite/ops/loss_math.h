@@ -3,7 +3,7 @@
 #pragma once
 #include <math.h>
 
-#include "ggml-lite/ops/builder.h"  // LossKind
+#include "ggml-lite/ops/op_kinds.h"
 #include "ggml-lite/ops/rng.h"      // GL_HD
 
 namespace gl::loss {

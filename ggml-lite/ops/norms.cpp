@@ -125,7 +125,7 @@ ValueId group_norm(Graph& g, ValueId x, ValueId gamma, ValueId beta, int groups,
 }
 
 const OpDef def_group_norm{"group_norm", "norms", group_norm_infer, group_norm_cost, group_norm_backward,
-                           group_norm_cpu, kOpInplace};
+                           group_norm_cpu, kOpInplace | kOpCheapRecompute};
 
 // ---------------- group_norm_grad: params as group_norm ----------------
 // inputs (gy, x, gamma, beta, mean, rstd); outputs {dx (x's dtype), dgamma (gamma's), dbeta (beta's)}.
@@ -269,7 +269,7 @@ ValueId layer_norm(Graph& g, ValueId x, ValueId gamma, ValueId beta, float eps) 
 }
 
 const OpDef def_layer_norm{"layer_norm", "norms", layer_norm_infer, layer_norm_cost, layer_norm_backward,
-                           layer_norm_cpu, kOpInplace};
+                           layer_norm_cpu, kOpInplace | kOpCheapRecompute};
 
 // ---------------- layer_norm_grad: params as layer_norm ----------------
 // inputs (gy, x, gamma, beta, mean, rstd); outputs {dx (x's dtype), dgamma (gamma's), dbeta (beta's)}.

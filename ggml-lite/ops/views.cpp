@@ -268,6 +268,6 @@ ValueId cast(Graph& g, ValueId x, DType t) {
     return g.apply1(Op::cast, {x}, p);
 }
 
-const OpDef def_cast{"cast", "views", cast_infer, cast_cost, cast_backward, cast_cpu, 0};
+const OpDef def_cast{"cast", "views", cast_infer, cast_cost, cast_backward, cast_cpu, kOpCheapRecompute};
 
 }  // namespace gl

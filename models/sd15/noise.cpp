@@ -1,6 +1,5 @@
 #include "models/sd15/noise.h"
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -73,18 +72,6 @@ double DdpmSchedule::snr(int t) const {
     return alphas_cumprod[size_t(t)] / (1.0 - alphas_cumprod[size_t(t)]);
 }
 
-double min_snr_weight_from_snr(double snr, double gamma, Prediction pred) {
-    GL_CHECK(std::isfinite(gamma) && gamma > 0, "min-SNR weight: gamma ", gamma, " must be > 0");
-    GL_CHECK(snr > 0, "min-SNR weight: snr ", snr, " must be > 0");
-    const double m = std::min(snr, gamma);
-    // v-prediction's loss is (snr + 1) times epsilon's at the same timestep, hence the + 1.
-    return pred == Prediction::v_prediction ? m / (snr + 1.0) : m / snr;
-}
-
-double DdpmSchedule::min_snr_weight(int t, double gamma, Prediction pred) const {
-    return min_snr_weight_from_snr(snr(t), gamma, pred);
-}
-
 namespace {
 // Validates the shapes shared by add_noise / velocity; returns the elements per sample.
 size_t per_sample(const DdpmSchedule& s, const char* what, std::span<const float> x0, std::span<const float> noise,
@@ -128,33 +115,6 @@ void DdpmSchedule::velocity(std::span<const float> x0, std::span<const float> no
 
 void fill_normal(std::span<float> out, NoiseRng& rng) {
     for (float& v : out) v = float(rng.normal());
-}
-
-void apply_noise_offset(std::span<float> noise, int64_t batch, int64_t channels, double offset, NoiseRng& rng) {
-    GL_CHECK(batch > 0 && channels > 0, "noise offset: batch ", batch, " and channels ", channels, " must be > 0");
-    GL_CHECK(std::isfinite(offset), "noise offset: offset ", offset, " is not finite");
-    GL_CHECK(noise.size() % size_t(batch * channels) == 0, "noise offset: ", noise.size(),
-             " elements are not ", batch, " samples of NHWC with ", channels, " channels");
-    const size_t hw = noise.size() / size_t(batch * channels);
-    std::vector<double> z(static_cast<size_t>(channels));
-    for (int64_t b = 0; b < batch; ++b) {
-        for (auto& v : z) v = offset * rng.normal();
-        float* sample = noise.data() + size_t(b) * hw * size_t(channels);
-        for (size_t p = 0; p < hw; ++p)
-            for (size_t c = 0; c < size_t(channels); ++c) {
-                float& v = sample[p * size_t(channels) + c];
-                v = float(double(v) + z[c]);
-            }
-    }
-}
-
-std::vector<int32_t> sample_timesteps(int64_t batch, int min_t, int max_t, int num_steps, NoiseRng& rng) {
-    GL_CHECK(batch >= 0, "timestep sampling: batch ", batch, " is negative");
-    GL_CHECK(0 <= min_t && min_t < max_t && max_t <= num_steps, "timestep sampling: range [", min_t, ", ", max_t,
-             ") must satisfy 0 <= min < max <= ", num_steps);
-    std::vector<int32_t> t(static_cast<size_t>(batch));
-    for (auto& v : t) v = int32_t(rng.uniform_int(min_t, max_t));
-    return t;
 }
 
 }  // namespace sd

@@ -1,8 +1,8 @@
-// The DDPM training objective's host-side parts, as SD1.5 was trained and as kohya / diffusers
-// train LoRAs for it: the noise schedule (scaled-linear betas 0.00085..0.012 over 1000 steps),
-// noising, the epsilon / v-prediction targets, SNR and min-SNR-gamma weights, offset noise and
-// seeded timestep sampling. Everything here is cheap per-step host work (tables of 1000 values,
-// per-sample scalars); the graph side takes the per-sample coefficients from here.
+// The DDPM noise schedule SD1.5 was trained with (scaled-linear betas 0.00085..0.012 over 1000
+// steps): its tables, SNR, noising (add_noise) and the v-prediction target (velocity); the
+// prediction types a model may be trained for; and the seeded noise generator. These are facts of
+// the diffusion process that training and sampling share. The training objective built on them
+// (loss weights, timestep ranges, offset noise, the per-step draws) is train/objective.h.
 //
 // Tensors passed here are batch-major f32 buffers: sample b owns elements
 // [b * n / B, (b + 1) * n / B). Feature maps are NHWC (channels last), as everywhere in ggml-lite.
@@ -13,6 +13,7 @@
 
 namespace sd {
 
+// What the UNet is trained to predict: the noise (SD1.5) or v = sqrt(ac) noise - sqrt(1 - ac) x0.
 enum class Prediction { epsilon, v_prediction };
 
 // A seeded, counter-based generator (splitmix64 of (seed, counter), gl::rng_hash), so a run is
@@ -41,10 +42,6 @@ struct DdpmSchedule {
 
     // ac / (1 - ac): the signal-to-noise ratio of timestep t.
     double snr(int t) const;
-    // Min-SNR-gamma loss weight of timestep t (Hang et al. 2023, arXiv:2303.09556), as kohya's
-    // sd-scripts library/custom_train_functions.py apply_snr_weight computes it:
-    // epsilon: min(snr, gamma) / snr; v-prediction: min(snr, gamma) / (snr + 1).
-    double min_snr_weight(int t, double gamma, Prediction pred) const;
 
     // out = sqrt(ac[t_b]) x0 + sqrt(1 - ac[t_b]) noise, per sample b (diffusers' add_noise).
     // out may alias x0 or noise.
@@ -58,19 +55,7 @@ struct DdpmSchedule {
     void check_t(int64_t t) const;
 };
 
-// The weight formula on its own, for a given SNR (kohya's formula; see min_snr_weight).
-double min_snr_weight_from_snr(double snr, double gamma, Prediction pred);
-
 // Fills `out` with independent N(0, 1) values.
 void fill_normal(std::span<float> out, NoiseRng& rng);
-
-// Offset noise (kohya's --noise_offset, after crosslabs' "diffusion with offset noise"):
-// noise[b, h, w, c] += offset * z[b, c] with z ~ N(0, 1) drawn once per (sample, channel).
-// `noise` is NHWC with `batch` samples and `channels` channels (the innermost dimension).
-void apply_noise_offset(std::span<float> noise, int64_t batch, int64_t channels, double offset, NoiseRng& rng);
-
-// `batch` timesteps uniform in [min_t, max_t) (kohya: torch.randint(min_timestep, max_timestep);
-// defaults 0 and 1000). Throws gl::Error unless 0 <= min_t < max_t <= num_steps.
-std::vector<int32_t> sample_timesteps(int64_t batch, int min_t, int max_t, int num_steps, NoiseRng& rng);
 
 }  // namespace sd

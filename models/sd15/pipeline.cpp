@@ -131,7 +131,7 @@ void Pipeline::Impl::ensure(const Sd15Files& f, const PipelineOptions& o, const 
         const gl::Plan& p = plans.at(keys[i]).plan;
         const gl::SharedLayout& L = mem->layout();
         fits = p.arena_bytes[size_t(gl::Category::activations)] <= L.arena_bytes[size_t(gl::Category::activations)] &&
-               (backend != "cuda" || gl::cuda_workspace_bytes(p) <= L.scratch_bytes);
+               (backend != "cuda" || gl::cuda_workspace_bytes(p.graph) <= L.scratch_bytes);
     }
     if (fits) return;
     // A new layout from every shape planned so far; the old memory goes first (no two copies of
@@ -205,8 +205,6 @@ GraphBuilder Pipeline::Impl::vae_builder(const Sd15Files& f, int batch, int h, i
 
 Pipeline::Pipeline(Sd15Files model, PipelineOptions opt)
     : model_(std::move(model)), opt_(std::move(opt)), impl_(std::make_unique<Impl>()) {
-    GL_CHECK(opt_.backend == "cpu" || opt_.backend == "cuda", "pipeline: backend '", opt_.backend,
-             "' (expected cpu or cuda)");
     GL_CHECK(opt_.clip_skip >= 1 && opt_.clip_skip <= model_.clip_cfg.layers, "pipeline: clip_skip ", opt_.clip_skip,
              " must be in [1, ", model_.clip_cfg.layers, "]");
     GL_CHECK(opt_.max_chunks >= 1 && opt_.max_chunks <= 8, "pipeline: max_chunks ", opt_.max_chunks, " must be in [1, 8]");
@@ -215,7 +213,7 @@ Pipeline::Pipeline(Sd15Files model, PipelineOptions opt)
              model_.unet_cfg.in_channels, " input channels and the VAE makes ", model_.vae_cfg.latent_channels,
              " latent channels: text-to-image needs a plain (not inpainting) SD1.5 UNet");
     Impl& m = *impl_;
-    m.backend = opt_.backend;
+    m.backend = gl::backend_name(gl::resolve_backend(opt_.backend));  // throws when CUDA is asked and absent
     m.dtype = opt_.dtype;
     for (const LoraFile& f : opt_.loras) m.loras.push_back(open_lora(f));
     m.runtime_lora = !m.loras.empty() && !opt_.merge_loras;
@@ -419,7 +417,7 @@ std::string Pipeline::plan_report(const GenerationParams& p) {
     auto act = [&](const std::string& key) { return mib(bytes(key, gl::Category::activations)); };
     const int64_t ds = model_.vae_cfg.downscale();
     const VaeDecodePlan vp = plan_decode(p.batch, int(p.height / ds), int(p.width / ds));
-    std::string s = gl::cat("memory plan (", gl::dtype_name(opt_.dtype), ", ", opt_.backend, "): ", p.width, "x",
+    std::string s = gl::cat("memory plan (", gl::dtype_name(opt_.dtype), ", ", m.backend, "): ", p.width, "x",
                             p.height, ", batch ", p.batch, cfg ? " with CFG" : " without CFG", "\n");
     s += gl::cat("  text encoder   weights ", mib(bytes(m.text.key, gl::Category::frozen)), ", activations ", act(keys[0]),
                  " (", keys[0], ")\n");
@@ -440,9 +438,9 @@ std::string Pipeline::plan_report(const GenerationParams& p) {
     std::vector<const gl::Plan*> mine;
     for (const std::string& k : {m.text.key, m.unet.key, m.vae.key}) mine.push_back(&m.plans.at(k).plan);
     for (const std::string& k : keys) mine.push_back(&m.plans.at(k).plan);
-    const gl::SharedLayout L = gl::make_shared_layout(mine, opt_.backend);
+    const gl::SharedLayout L = gl::make_shared_layout(mine, m.backend);
     s += gl::cat("  total          ", mib(L.total_bytes()), " in one shared memory (weights once, the activations of "
-                 "the largest graph", opt_.backend == "cuda" ? ", the CUDA scratch" : "", ")\n");
+                 "the largest graph", m.backend == "cuda" ? ", the CUDA scratch" : "", ")\n");
     s += "UNet graph (one model call):\n" + m.plans.at(keys[1]).plan.report(6);
     return s;
 }

@@ -41,7 +41,7 @@
 
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/io/png.h"
-#include "models/sd15/checkpoint.h"
+#include "models/sd15/model_files.h"
 #include "models/sd15/sampler.h"
 
 namespace sd {
@@ -52,7 +52,7 @@ struct LoraFile {
 };
 
 struct PipelineOptions {
-    std::string backend = "cuda";       // "cuda" or "cpu"
+    gl::Backend backend = gl::Backend::automatic;  // CUDA when available, else the CPU
     gl::DType dtype = gl::DType::bf16;  // weights and activations (f32 for the CPU reference)
     std::vector<LoraFile> loras;
     bool merge_loras = false;           // merged into the weights at load instead of runtime branches

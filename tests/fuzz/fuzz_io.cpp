@@ -1,5 +1,5 @@
 // libFuzzer target for the checkpoint readers (coverage-guided, longer than the bounded doctest
-// fuzz cases in test_safetensors.cpp / test_ckpt.cpp that CI runs). The first input byte picks
+// fuzz cases in test_safetensors.cpp / test_torch_ckpt.cpp that CI runs). The first input byte picks
 // the reader: safetensors header parser, .ckpt archive, or the restricted unpickler alone.
 // Every input must end in gl::Error or in tensors that read in bounds, under ASan and UBSan.
 // Build and seed corpus: tests/fuzz/CMakeLists.txt.
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "ggml-lite/core/error.h"
-#include "ggml-lite/io/ckpt.h"
+#include "ggml-lite/io/torch_ckpt.h"
 #include "ggml-lite/io/pickle.h"
 #include "ggml-lite/io/safetensors.h"
 

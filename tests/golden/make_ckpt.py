@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tiny torch.save checkpoints for tests/test_ckpt.cpp (written to tests/golden/data/ckpt/).
+"""Tiny torch.save checkpoints for tests/test_torch_ckpt.cpp (written to tests/golden/data/ckpt/).
 
 Run with the golden venv:  /work/venv-golden/bin/python tests/golden/make_ckpt.py
 Values are small integers times powers of two, exact in every float dtype, so the C++ test

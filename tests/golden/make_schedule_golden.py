@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden data for tests/test_schedule.cpp and tests/test_noise.cpp.
+"""Golden data for tests/test_schedule.cpp, tests/test_noise.cpp and tests/test_objective.cpp.
 
 Writes tests/golden/data/schedule/:
   lr.json     learning rates from diffusers.optimization (get_scheduler and, for polynomial with its

@@ -62,7 +62,7 @@ TEST_CASE("CUDA text to image: f32 matches diffusers, bf16 stays within the bf16
     }
 }
 
-TEST_CASE("CUDA text to image: multiplier 0 is the base image bit for bit; odd sides and tiles as on the CPU") {
+TEST_CASE("CUDA text to image: multiplier 0 is the base image bit for bit, odd sides and tiles as on the CPU") {
     GenerationParams p;
     p.prompt = "a red fox";
     p.negative = "blurry";

@@ -41,7 +41,7 @@ TEST_CASE("CUDA shared memory: the device holds the layout's bytes and no runtim
     auto a = with_big(build(4, true)), b = with_big(build(64, true, false, true)), s = with_big(build(3, false, true));
     Plan pa = plan_of(*a), pb = plan_of(*b, Recompute::blocks), ps = plan_of(*s);
     SharedLayout L = make_shared_layout({&pa, &pb, &ps}, "cuda");
-    CHECK(L.scratch_bytes == std::max({cuda_workspace_bytes(pa), cuda_workspace_bytes(pb), cuda_workspace_bytes(ps)}));
+    CHECK(L.scratch_bytes == std::max({cuda_workspace_bytes(pa.graph), cuda_workspace_bytes(pb.graph), cuda_workspace_bytes(ps.graph)}));
     CHECK(L.unshared_bytes() >= L.total_bytes() + 2 * 64 * kMiB);
     {  // loads the kernels (lazy module loading takes device memory) before anything is measured
         auto warm = make_cuda_runtime(pa);

@@ -7,7 +7,9 @@
 #include <random>
 
 #include "ggml-lite/core/autodiff.h"
+#include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
+#include "ggml-lite/core/recompute_budget.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/ops/builder.h"
 #include "../op_harness.h"
@@ -111,6 +113,31 @@ TEST_CASE("a UNet-like training step runs identically eagerly and from its captu
         for (size_t k = 0; k < ref.size(); k++)
             CHECK_MESSAGE(gltest::rel_err(eager[k], ref[k], 1e-6) <= 5e-2, "result ", k, " differs from the CPU reference");
     }
+}
+
+TEST_CASE("recompute budget on CUDA: the least plan gives none's results; a plan above the limit allocates nothing") {
+    Net n = build_unet_like(DType::bf16);
+    RecomputeSearch search(n.g, {});
+    const Plan none = make_plan(n.g), least = search.plan(search.min_bytes());
+    REQUIRE(least.recompute_nodes > 0);
+    std::vector<std::vector<float>> out[2];
+    for (int k = 0; k < 2; k++) {
+        auto gpu = make_cuda_runtime(k == 0 ? none : least);
+        gpu->poison(0xff);
+        for (auto& [v, d] : n.leaves) gpu->write_f32(v, d);
+        gpu->run();
+        out[k] = results(*gpu, n);
+    }
+    CHECK(out[0] == out[1]);  // recompute repeats the same kernels on the same inputs
+
+    const size_t need = none.total_bytes() + cuda_workspace_bytes(none.graph);
+    size_t free0 = 0, free1 = 0;
+    cuda_memory_info(&free0, nullptr);
+    CHECK_THROWS_WITH_AS(make_cuda_runtime(none, RuntimeOptions{need - 1}), doctest::Contains("memory limit"), gl::Error);
+    cuda_memory_info(&free1, nullptr);
+    CHECK(free1 == free0);
+    auto fits = make_cuda_runtime(none, RuntimeOptions{need});
+    CHECK(fits->allocated_bytes(Category::activations) == none.arena_bytes[size_t(Category::activations)]);
 }
 
 // n elements through `steps` AdamW8bit steps on the CPU and on CUDA, a NaN gradient every 10th step.

@@ -1,0 +1,92 @@
+// Aspect-ratio bucketing as kohya's sd-scripts does it (library/model_util.py
+// make_bucket_resolutions, library/train_util.py BucketManager.select_bucket): the same bucket
+// resolutions and, for every image size, the same bucket and resized size (tests compare with a
+// table made by running kohya's own code). Then kohya's epoch order: each bucket's image list
+// (one entry per repeat) shuffled every epoch, batches cut from one bucket (the last one of a
+// bucket may be short), the batch list shuffled, all from a seeded generator.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/config.h"
+#include "data/dataset.h"
+#include "data/rng.h"
+
+namespace data {
+
+struct Reso {
+    int w = 0, h = 0;
+    bool operator==(const Reso& o) const { return w == o.w && h == o.h; }
+    bool operator<(const Reso& o) const { return w != o.w ? w < o.w : h < o.h; }
+};
+
+// kohya's make_bucket_resolutions: sorted by (w, h).
+std::vector<Reso> make_bucket_resolutions(Reso max_reso, int min_size, int max_size, int divisible);
+
+struct BucketChoice {
+    Reso bucket;
+    Reso resized;  // the image is resized to this (covering the bucket), then cropped to it
+    double ar_error = 0;
+};
+
+class BucketSelector {
+public:
+    // bucket_no_upscale: buckets follow the images (never enlarged); else the predefined set.
+    BucketSelector(bool no_upscale, Reso max_reso, int min_size, int max_size, int steps);
+    // The single fixed bucket used when bucketing is off (kohya's enable_bucket = false).
+    static BucketSelector fixed(Reso reso);
+    BucketChoice select(int width, int height) const;
+    const std::vector<Reso>& predefined() const { return predefined_; }
+
+private:
+    BucketSelector() = default;
+    int round_to_steps(double x) const;
+    bool no_upscale_ = false;
+    int64_t max_area_ = 0;
+    int steps_ = 64;
+    std::vector<Reso> predefined_;
+    std::vector<double> ratios_;
+};
+
+struct Bucket {
+    Reso reso;
+    std::vector<int> images;  // indices into Dataset::images, one entry per repeat
+    int distinct = 0;         // images without repeats
+};
+
+struct BucketAssignment {
+    std::vector<Bucket> buckets;         // sorted by resolution; only non-empty ones
+    std::vector<BucketChoice> choice;    // per image of the dataset
+    std::vector<SkippedImage> skipped;   // images no bucket can take (empty bucket, extreme ratio)
+    double mean_ar_error = 0;            // over images, without repeats
+    std::vector<std::string> warnings;   // kohya's min/max adjustments
+};
+
+// Buckets for a dataset from its config (enable_bucket, min/max/steps, no_upscale, resolution).
+BucketAssignment assign_buckets(const Dataset& ds);
+
+// The table printed at the start: bucket, resolution, images, images with repeats.
+std::string bucket_table(const BucketAssignment& a);
+
+struct BatchRef {
+    int bucket = 0;
+    std::vector<int> images;  // indices into Dataset::images
+};
+
+// The batches of one epoch (1-based). `bucket_lists` carries each bucket's list across epochs,
+// shuffled in place every epoch as kohya does; start it as the buckets' image lists.
+class EpochPlanner {
+public:
+    EpochPlanner(const BucketAssignment& a, int batch_size, uint64_t seed);
+    std::vector<BatchRef> epoch(int epoch);
+
+private:
+    std::vector<std::vector<int>> lists_;
+    std::vector<std::pair<int, int>> batches_;  // (bucket, batch index)
+    int batch_size_;
+    uint64_t seed_;
+    int current_ = 0;
+};
+
+}  // namespace data

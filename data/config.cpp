@@ -1,0 +1,316 @@
+#include "data/config.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "ggml-lite/core/error.h"
+
+namespace data {
+namespace fs = std::filesystem;
+namespace {
+
+enum class Kind { boolean, integer, number, string, reso };
+enum class Scope {
+    subset_only,  // only in [[datasets.subsets]]
+    subset,       // a subset setting that a dataset, [general] or the command line may give for all
+    dataset,      // a dataset setting: [[datasets]], [general] or the command line
+};
+struct Key {
+    const char* name;
+    Kind kind;
+    Scope scope;
+};
+
+constexpr Key kKeys[] = {
+    {"image_dir", Kind::string, Scope::subset_only},
+    {"is_reg", Kind::boolean, Scope::subset_only},
+    {"alpha_mask", Kind::boolean, Scope::subset_only},
+    {"num_repeats", Kind::integer, Scope::subset},
+    {"class_tokens", Kind::string, Scope::subset},
+    {"caption_extension", Kind::string, Scope::subset},
+    {"cache_info", Kind::boolean, Scope::subset},  // kohya's size cache; accepted, not needed here
+    {"shuffle_caption", Kind::boolean, Scope::subset},
+    {"caption_separator", Kind::string, Scope::subset},
+    {"keep_tokens", Kind::integer, Scope::subset},
+    {"keep_tokens_separator", Kind::string, Scope::subset},
+    {"secondary_separator", Kind::string, Scope::subset},
+    {"caption_prefix", Kind::string, Scope::subset},
+    {"caption_suffix", Kind::string, Scope::subset},
+    {"caption_dropout_rate", Kind::number, Scope::subset},
+    {"caption_dropout_every_n_epochs", Kind::integer, Scope::subset},
+    {"caption_tag_dropout_rate", Kind::number, Scope::subset},
+    {"flip_aug", Kind::boolean, Scope::subset},
+    {"random_crop", Kind::boolean, Scope::subset},
+    {"color_aug", Kind::boolean, Scope::subset},
+    {"batch_size", Kind::integer, Scope::dataset},
+    {"resolution", Kind::reso, Scope::dataset},
+    {"enable_bucket", Kind::boolean, Scope::dataset},
+    {"min_bucket_reso", Kind::integer, Scope::dataset},
+    {"max_bucket_reso", Kind::integer, Scope::dataset},
+    {"bucket_reso_steps", Kind::integer, Scope::dataset},
+    {"bucket_no_upscale", Kind::boolean, Scope::dataset},
+};
+// kohya keys sdtrain does not implement: refused rather than silently ignored.
+constexpr const char* kUnsupported[] = {
+    "enable_wildcard", "token_warmup_min",  "token_warmup_step", "face_crop_aug_range", "custom_attributes",
+    "resize_interpolation", "metadata_file", "conditioning_data_dir", "validation_seed", "validation_split",
+    "network_multiplier"};
+
+const Key* find_key(const std::string& name) {
+    for (const Key& k : kKeys)
+        if (name == k.name) return &k;
+    return nullptr;
+}
+
+const char* kind_name(Kind k) {
+    switch (k) {
+        case Kind::boolean: return "a boolean";
+        case Kind::integer: return "an integer";
+        case Kind::number: return "a number";
+        case Kind::string: return "a string";
+        case Kind::reso: return "an integer or [width, height]";
+    }
+    return "?";
+}
+
+bool fits(const ConfigValue& v, Kind k) {
+    switch (k) {
+        case Kind::boolean: return std::holds_alternative<bool>(v);
+        case Kind::integer: return std::holds_alternative<int64_t>(v);
+        case Kind::number: return std::holds_alternative<double>(v) || std::holds_alternative<int64_t>(v);
+        case Kind::string: return std::holds_alternative<std::string>(v);
+        case Kind::reso:
+            return std::holds_alternative<int64_t>(v) || std::holds_alternative<std::array<int64_t, 2>>(v);
+    }
+    return false;
+}
+
+// Checks every key of one level: known, allowed there, of the right type.
+void validate_level(const ConfigLevel& level, const std::string& where, bool is_subset) {
+    for (const auto& entry : level) {
+        const std::string& name = entry.first;
+        const ConfigValue& value = entry.second;
+        if (std::find_if(std::begin(kUnsupported), std::end(kUnsupported),
+                         [&](const char* u) { return name == u; }) != std::end(kUnsupported))
+            gl::fail(where, ": '", name, "' is a kohya option that sdtrain does not support");
+        const Key* k = find_key(name);
+        GL_CHECK(k, where, ": unknown key '", name, "'");
+        GL_CHECK(is_subset || k->scope != Scope::subset_only, where, ": '", name,
+                 "' belongs in a [[datasets.subsets]] table");
+        GL_CHECK(!is_subset || k->scope != Scope::dataset, where, ": '", name,
+                 "' is a dataset setting, not a subset one");
+        GL_CHECK(fits(value, k->kind), where, ": '", name, "' must be ", kind_name(k->kind));
+    }
+}
+
+struct Levels {
+    std::vector<const ConfigLevel*> chain;  // most specific first
+    std::vector<std::string> names;
+
+    const ConfigValue* find(const std::string& key, std::string* where = nullptr) const {
+        for (size_t i = 0; i < chain.size(); i++) {
+            auto it = chain[i]->find(key);
+            if (it != chain[i]->end()) {
+                if (where) *where = names[i];
+                return &it->second;
+            }
+        }
+        return nullptr;
+    }
+    bool get(const char* key, bool def) const {
+        const ConfigValue* v = find(key);
+        return v ? std::get<bool>(*v) : def;
+    }
+    std::string get(const char* key, const std::string& def) const {
+        const ConfigValue* v = find(key);
+        return v ? std::get<std::string>(*v) : def;
+    }
+    double number(const char* key, double def) const {
+        const ConfigValue* v = find(key);
+        if (!v) return def;
+        return std::holds_alternative<double>(*v) ? std::get<double>(*v) : double(std::get<int64_t>(*v));
+    }
+    int integer(const char* key, int def) const {
+        std::string where;
+        const ConfigValue* v = find(key, &where);
+        if (!v) return def;
+        const int64_t x = std::get<int64_t>(*v);
+        GL_CHECK(x >= -(int64_t(1) << 30) && x <= (int64_t(1) << 30), where, ": '", key, "' out of range: ", x);
+        return int(x);
+    }
+};
+
+SubsetConfig make_subset(const Levels& l) {
+    SubsetConfig s;
+    std::string where;
+    const ConfigValue* dir = l.find("image_dir", &where);
+    GL_CHECK(dir, l.names.front(), ": 'image_dir' is required");
+    s.image_dir = fs::path(std::get<std::string>(*dir));
+    s.num_repeats = l.integer("num_repeats", 1);
+    s.is_reg = l.get("is_reg", false);
+    s.alpha_mask = l.get("alpha_mask", false);
+    if (const ConfigValue* ct = l.find("class_tokens")) s.class_tokens = std::get<std::string>(*ct);
+    CaptionOptions& c = s.caption;
+    c.caption_extension = l.get("caption_extension", c.caption_extension);
+    c.caption_prefix = l.get("caption_prefix", std::string());
+    c.caption_suffix = l.get("caption_suffix", std::string());
+    c.shuffle_caption = l.get("shuffle_caption", false);
+    c.caption_separator = l.get("caption_separator", c.caption_separator);
+    c.keep_tokens = l.integer("keep_tokens", 0);
+    c.keep_tokens_separator = l.get("keep_tokens_separator", std::string());
+    c.secondary_separator = l.get("secondary_separator", std::string());
+    c.caption_dropout_rate = l.number("caption_dropout_rate", 0);
+    c.caption_dropout_every_n_epochs = l.integer("caption_dropout_every_n_epochs", 0);
+    c.caption_tag_dropout_rate = l.number("caption_tag_dropout_rate", 0);
+    try {
+        c.validate();
+    } catch (const gl::Error& e) {
+        gl::fail(l.names.front(), ": ", e.what());
+    }
+    s.flip_aug = l.get("flip_aug", false);
+    s.random_crop = l.get("random_crop", false);
+    s.color_aug = l.get("color_aug", false);
+    GL_CHECK(!s.color_aug, l.names.front(), ": color_aug is not supported by sdtrain");
+    return s;
+}
+
+DatasetConfig make_dataset(const Levels& l) {
+    DatasetConfig d;
+    d.batch_size = l.integer("batch_size", 1);
+    std::string where = "defaults";
+    if (const ConfigValue* r = l.find("resolution", &where)) {
+        if (std::holds_alternative<int64_t>(*r)) {
+            d.width = d.height = int(std::clamp<int64_t>(std::get<int64_t>(*r), 0, 1 << 20));
+        } else {
+            const auto& wh = std::get<std::array<int64_t, 2>>(*r);
+            d.width = int(std::clamp<int64_t>(wh[0], 0, 1 << 20));
+            d.height = int(std::clamp<int64_t>(wh[1], 0, 1 << 20));
+        }
+    }
+    GL_CHECK(d.width > 0 && d.height > 0, where, ": resolution must be positive");
+    d.enable_bucket = l.get("enable_bucket", false);
+    d.min_bucket_reso = l.integer("min_bucket_reso", 256);
+    d.max_bucket_reso = l.integer("max_bucket_reso", 1024);
+    d.bucket_reso_steps = l.integer("bucket_reso_steps", 64);
+    d.bucket_no_upscale = l.get("bucket_no_upscale", false);
+    GL_CHECK(d.batch_size >= 1, l.names.front(), ": batch_size must be >= 1");
+    GL_CHECK(d.bucket_reso_steps >= 1, l.names.front(), ": bucket_reso_steps must be >= 1");
+    GL_CHECK(d.min_bucket_reso >= 1 && d.min_bucket_reso <= d.max_bucket_reso, l.names.front(),
+             ": need 1 <= min_bucket_reso <= max_bucket_reso, got ", d.min_bucket_reso, " and ", d.max_bucket_reso);
+    return d;
+}
+
+ConfigLevel level_of(const toml::table& t, const std::string& where, bool is_subset) {
+    ConfigLevel out;
+    for (const auto& [k, node] : t) {
+        const std::string key(k.str());
+        if (key == "datasets" || key == "subsets") continue;
+        if (auto b = node.value_exact<bool>()) out[key] = *b;
+        else if (auto i = node.value_exact<int64_t>()) out[key] = *i;
+        else if (auto d = node.value_exact<double>()) out[key] = *d;
+        else if (auto s = node.value_exact<std::string>()) out[key] = *s;
+        else if (const toml::array* a = node.as_array(); a && a->size() == 2 && a->is_homogeneous<int64_t>())
+            out[key] = std::array<int64_t, 2>{*a->get(0)->value<int64_t>(), *a->get(1)->value<int64_t>()};
+        else gl::fail(where, ": '", key, "' has a value of an unsupported type");
+    }
+    validate_level(out, where, is_subset);
+    return out;
+}
+
+}  // namespace
+
+std::vector<DatasetConfig> parse_dataset_config(const std::string& text, const std::string& name,
+                                                const ConfigLevel& command_line) {
+    toml::table root;
+    try {
+        root = toml::parse(text, name);
+    } catch (const toml::parse_error& e) {
+        std::ostringstream os;
+        os << e.description() << " (line " << e.source().begin.line << ", column " << e.source().begin.column << ")";
+        gl::fail(name, ": invalid TOML: ", os.str());
+    }
+    for (const auto& [k, node] : root) {
+        const std::string key(k.str());
+        GL_CHECK(key == "general" || key == "datasets", name, ": unknown top-level key '", key,
+                 "' (expected [general] and [[datasets]])");
+    }
+    validate_level(command_line, "command line", false);
+    ConfigLevel general;
+    if (const toml::node* g = root.get("general")) {
+        GL_CHECK(g->is_table(), name, ": [general] must be a table");
+        general = level_of(*g->as_table(), name + " [general]", false);
+    }
+    const toml::array* datasets = root["datasets"].as_array();
+    GL_CHECK(datasets && !datasets->empty(), name, ": no [[datasets]]");
+    std::vector<DatasetConfig> out;
+    for (size_t i = 0; i < datasets->size(); i++) {
+        const std::string dname = gl::cat(name, " [[datasets]] #", i + 1);
+        const toml::table* dt = datasets->get(i)->as_table();
+        GL_CHECK(dt, dname, ": must be a table");
+        const ConfigLevel dl = level_of(*dt, dname, false);
+        Levels dlev{{&dl, &general, &command_line}, {dname, name + " [general]", "command line"}};
+        DatasetConfig d = make_dataset(dlev);
+        const toml::array* subsets = (*dt)["subsets"].as_array();
+        GL_CHECK(subsets && !subsets->empty(), dname, ": no [[datasets.subsets]]");
+        for (size_t j = 0; j < subsets->size(); j++) {
+            const std::string sname = gl::cat(dname, " subset #", j + 1);
+            const toml::table* st = subsets->get(j)->as_table();
+            GL_CHECK(st, sname, ": must be a table");
+            const ConfigLevel sl = level_of(*st, sname, true);
+            d.subsets.push_back(make_subset(
+                Levels{{&sl, &dl, &general, &command_line}, {sname, dname, name + " [general]", "command line"}}));
+        }
+        out.push_back(std::move(d));
+    }
+    return out;
+}
+
+std::vector<DatasetConfig> load_dataset_config(const fs::path& file, const ConfigLevel& command_line) {
+    std::ifstream f(file, std::ios::binary);
+    GL_CHECK(f, "dataset config ", file.string(), ": cannot be opened");
+    std::ostringstream text;
+    text << f.rdbuf();
+    return parse_dataset_config(text.str(), file.string(), command_line);
+}
+
+DatasetConfig folder_dataset_config(const fs::path& train_dir, const std::optional<fs::path>& reg_dir,
+                                    const ConfigLevel& command_line, std::vector<std::string>& warnings) {
+    validate_level(command_line, "command line", false);
+    Levels dlev{{&command_line}, {"command line"}};
+    DatasetConfig d = make_dataset(dlev);
+    auto scan = [&](const fs::path& base, bool is_reg) {
+        std::error_code ec;
+        GL_CHECK(fs::is_directory(base, ec), is_reg ? "reg_data_dir " : "train_data_dir ", base.string(),
+                 ": not a directory");
+        std::vector<fs::path> dirs;
+        for (const fs::directory_entry& e : fs::directory_iterator(base))
+            if (e.is_directory()) dirs.push_back(e.path());
+        std::sort(dirs.begin(), dirs.end());
+        for (const fs::path& dir : dirs) {
+            const std::string folder = dir.filename().string();
+            const std::string head = folder.substr(0, folder.find('_'));
+            char* end = nullptr;
+            const long repeats = head.empty() ? 0 : std::strtol(head.c_str(), &end, 10);
+            if (head.empty() || *end != '\0' || repeats < 1 || repeats > (1 << 20)) {
+                warnings.push_back(gl::cat("skipping folder ", dir.string(),
+                                           ": its name does not start with a repeat count >= 1 (<repeats>_<name>)"));
+                continue;
+            }
+            ConfigLevel sub = {{"image_dir", dir.string()},
+                               {"num_repeats", int64_t(repeats)},
+                               {"is_reg", is_reg},
+                               {"class_tokens", folder.find('_') == std::string::npos
+                                                    ? std::string()
+                                                    : folder.substr(folder.find('_') + 1)}};
+            d.subsets.push_back(make_subset(Levels{{&sub, &command_line}, {dir.string(), "command line"}}));
+        }
+    };
+    scan(train_dir, false);
+    if (reg_dir) scan(*reg_dir, true);
+    return d;
+}
+
+}  // namespace data

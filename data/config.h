@@ -1,0 +1,63 @@
+// Dataset configuration the way kohya's sd-scripts reads it (library/config_util.py): either a
+// --dataset_config TOML file ([general], [[datasets]], [[datasets.subsets]]) or the folder layout
+// train_data_dir/<repeats>_<class tokens>/ with an optional reg_data_dir in the same layout.
+// A value is looked up subset -> dataset -> [general] -> command line -> kohya's default, the first
+// that sets it winning. Keys kohya accepts but sdtrain does not implement (wildcards, token
+// warm-up, face crop, fine-tuning metadata, validation splits, ...) are errors naming the key,
+// as are unknown keys and values of the wrong type.
+#pragma once
+#include <array>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "data/caption.h"
+
+namespace data {
+
+// One level of settings: key -> value (the command line's level is filled by the trainer).
+using ConfigValue = std::variant<bool, int64_t, double, std::string, std::array<int64_t, 2>>;
+using ConfigLevel = std::map<std::string, ConfigValue>;
+
+struct SubsetConfig {
+    std::filesystem::path image_dir;
+    int num_repeats = 1;
+    bool is_reg = false;
+    std::optional<std::string> class_tokens;  // the caption of images without a caption file
+    CaptionOptions caption;
+    bool flip_aug = false;
+    bool random_crop = false;
+    bool color_aug = false;
+    bool alpha_mask = false;  // keep alpha as a loss mask instead of compositing over white
+};
+
+struct DatasetConfig {
+    int batch_size = 1;
+    int width = 512, height = 512;  // resolution ("W,H" or one number)
+    bool enable_bucket = false;
+    int min_bucket_reso = 256;
+    int max_bucket_reso = 1024;
+    int bucket_reso_steps = 64;
+    bool bucket_no_upscale = false;
+    std::vector<SubsetConfig> subsets;
+};
+
+// Reads a --dataset_config TOML file. Throws gl::Error naming the file and the key.
+std::vector<DatasetConfig> load_dataset_config(const std::filesystem::path& toml_file,
+                                               const ConfigLevel& command_line = {});
+// The same from TOML text (`name` appears in errors).
+std::vector<DatasetConfig> parse_dataset_config(const std::string& toml_text, const std::string& name,
+                                                const ConfigLevel& command_line = {});
+
+// The folder layout: one subset per <repeats>_<class tokens> folder (sorted by name; folders whose
+// name does not start with a number, and number 0, are skipped with a warning naming them).
+// Settings other than image_dir / num_repeats / is_reg / class_tokens come from command_line.
+// `warnings` receives the skipped folders.
+DatasetConfig folder_dataset_config(const std::filesystem::path& train_data_dir,
+                                    const std::optional<std::filesystem::path>& reg_data_dir,
+                                    const ConfigLevel& command_line, std::vector<std::string>& warnings);
+
+}  // namespace data

@@ -1,0 +1,20 @@
+// JPEG decoding with libjpeg-turbo, the library Pillow (kohya's decoder) uses, with Pillow's
+// settings (accurate integer IDCT, fancy upsampling): the same pixels. Internal to image.cpp.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace data::detail {
+
+struct JpegPixels {
+    int width = 0, height = 0;
+    int stored_channels = 0;   // 1 grey, 3 YCbCr / RGB, 4 CMYK / YCCK
+    std::vector<uint8_t> rgb;  // [h][w][3]
+};
+
+// Header only (no pixels) when header_only; returns false with `error` set on corrupt data.
+bool decode_jpeg(const uint8_t* bytes, size_t n, bool header_only, JpegPixels& out, std::string& error);
+
+}  // namespace data::detail

@@ -1,0 +1,88 @@
+// The loader: worker threads prepare the next batches (latents from the cache, or images decoded,
+// resized and cropped; captions drawn; flips drawn) while the trainer runs the current one. A
+// bounded window of batches is in flight; next() hands them out in order. Every random choice
+// comes from a stream derived from (seed, epoch, batch, position), so the batches are the same
+// whatever the thread count and timing.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "data/bucket.h"
+#include "data/dataset.h"
+#include "data/latent_cache.h"
+
+namespace data {
+
+struct Sample {
+    int image = 0;
+    bool flipped = false;
+    std::string caption;        // this step's draw
+    float loss_weight = 1.0f;   // prior_loss_weight for regularisation images
+    std::vector<float> latent;  // [h][w][c] from the cache, when latents are cached
+    std::vector<float> pixels;  // [H][W][3] in [-1, 1], when they are not
+    std::vector<float> mask;    // [H][W] in [0, 1], when the subset keeps alpha as a mask
+};
+
+struct Batch {
+    int epoch = 0;  // 1-based
+    int step = 0;   // index of the batch in the whole run, from 0
+    Reso bucket;
+    std::vector<Sample> samples;
+};
+
+struct LoaderOptions {
+    uint64_t seed = 0;
+    int epochs = 1;
+    int threads = 2;
+    int queue_depth = 4;  // batches prepared ahead (at least one per thread)
+    double prior_loss_weight = 1.0;
+    // Cached latents (from cache_latents; keys per image * 2 + flip). Null: images are prepared.
+    LatentCache* latents = nullptr;
+    const CacheReport* latent_keys = nullptr;
+};
+
+class Loader {
+public:
+    Loader(const Dataset& ds, const BucketAssignment& a, LoaderOptions opt);
+    ~Loader();
+    Loader(const Loader&) = delete;
+    Loader& operator=(const Loader&) = delete;
+
+    // The next batch in order; nullopt after the last one. Rethrows a worker's error.
+    std::optional<Batch> next();
+    size_t batches() const { return plan_.size(); }
+    // Seconds next() spent waiting for a batch that was not ready yet.
+    double wait_seconds() const { return wait_s_; }
+    // Images that failed to decode while loading (dropped from their batch).
+    std::vector<SkippedImage> skipped() const;
+
+private:
+    struct Planned {
+        int epoch;
+        BatchRef ref;
+    };
+    void work();
+    Batch make(size_t step) const;
+
+    const Dataset& ds_;
+    const BucketAssignment& a_;
+    LoaderOptions opt_;
+    std::vector<Planned> plan_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    size_t next_to_make_ = 0, next_to_give_ = 0;
+    std::map<size_t, Batch> ready_;
+    std::exception_ptr error_;
+    mutable std::vector<SkippedImage> skipped_;
+    bool stop_ = false;
+    double wait_s_ = 0;
+    std::vector<std::thread> workers_;
+};
+
+}  // namespace data

@@ -1,0 +1,16 @@
+# Runs one program with its arguments and checks its exit status and output (stdout and stderr
+# together): cmake -DSTATUS=<n> -DEXPECT=<regex> -P expect.cmake -- <program> <args...>
+set(cmd)
+set(collect OFF)
+math(EXPR last "${CMAKE_ARGC} - 1")
+foreach(i RANGE ${last})
+  if(collect)
+    list(APPEND cmd "${CMAKE_ARGV${i}}")
+  elseif("${CMAKE_ARGV${i}}" STREQUAL "--")
+    set(collect ON)
+  endif()
+endforeach()
+execute_process(COMMAND ${cmd} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(NOT "${status}" STREQUAL "${STATUS}" OR NOT out MATCHES "${EXPECT}")
+  message(FATAL_ERROR "${cmd}\nexit status ${status} (expected ${STATUS}); output:\n${out}\nexpected to match: ${EXPECT}")
+endif()

@@ -1,0 +1,211 @@
+// Auto-fit (the generic search over caller-built configurations and the SD1.5 step's), sizes as
+// users write them, the runtimes' memory limit, and the cost model's fit to a profile.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "ggml-lite/core/autofit.h"
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/core/recompute_budget.h"
+#include "ggml-lite/core/runtime.h"
+#include "ggml-lite/ops/builder.h"
+#include "train/autofit.h"
+
+using namespace gl;
+
+namespace {
+
+// An MLP training graph whose activations grow with the batch: a configuration to fit.
+Graph mlp(int64_t batch, int layers = 6, int64_t width = 64) {
+    Graph g;
+    ValueId h = g.input("x", DType::f32, {batch, width});
+    for (int i = 0; i < layers; i++) {
+        Segment s(g, cat("layer", i));
+        ValueId n = layer_norm(g, h, g.weight(cat("g", i), DType::f32, {width}), g.weight(cat("b", i), DType::f32, {width}),
+                               1e-5f);
+        h = silu(g, linear(g, n, g.param(cat("w", i), DType::f32, {width, width})));
+    }
+    ValueId loss = mean(g, mul(g, h, h));
+    g.mark_output(loss);
+    backward(g, loss);
+    return g;
+}
+
+}  // namespace
+
+TEST_CASE("bytes: sizes as users write them") {
+    CHECK(parse_bytes("8G") == size_t(8) << 30);
+    CHECK(parse_bytes("8GiB") == size_t(8) << 30);
+    CHECK(parse_bytes("8gb") == size_t(8) << 30);
+    CHECK(parse_bytes("7.5G") == size_t(15) << 29);
+    CHECK(parse_bytes("512M") == size_t(512) << 20);
+    CHECK(parse_bytes("8192MiB") == size_t(8) << 30);
+    CHECK(parse_bytes("4096K") == size_t(4) << 20);
+    CHECK(parse_bytes("1T") == size_t(1) << 40);
+    CHECK(parse_bytes("123") == 123);
+    CHECK(parse_bytes("123B") == 123);
+    for (const char* bad : {"", "G", "8X", "8 G", "-1G", " 8G", "8GG", "nanG", "1e30G"}) {
+        CAPTURE(bad);
+        CHECK_THROWS_AS(parse_bytes(bad), gl::Error);
+    }
+    CHECK(format_bytes(size_t(15) << 29) == "7.50 GiB");
+    CHECK(format_bytes(size_t(512) << 20) == "512.0 MiB");
+    CHECK(format_bytes(96) == "96 B");
+}
+
+TEST_CASE("runtime: a plan above the memory limit is refused before anything is allocated") {
+    const Plan p = make_plan(mlp(32));
+    RuntimeOptions o;
+    o.memory_limit = p.total_bytes();
+    CHECK(make_cpu_runtime(p, o)->allocated_bytes(Category::activations) == p.arena_bytes[size_t(Category::activations)]);
+    o.memory_limit = p.total_bytes() - 1;
+    try {
+        make_cpu_runtime(p, o);
+        FAIL("a plan above the limit was accepted");
+    } catch (const gl::Error& e) {
+        const std::string m = e.what();
+        CHECK(m.find(std::to_string(p.total_bytes()) + " bytes") != std::string::npos);
+        CHECK(m.find(std::to_string(o.memory_limit) + " bytes") != std::string::npos);
+        CHECK(m.find("nothing was allocated") != std::string::npos);
+    }
+    CHECK_THROWS_AS(check_memory_limit(p, 1, RuntimeOptions{p.total_bytes()}, "test"), gl::Error);
+    check_memory_limit(p, 1 << 30, RuntimeOptions{}, "test");  // 0: no limit
+}
+
+TEST_CASE("auto-fit: the fastest configuration that fits, recompute only where needed, alternatives listed") {
+    // Batch 64 in one run, or 32 x 2 and 16 x 4 accumulated: the same effective batch.
+    std::vector<FitOption> options;
+    for (int64_t b : {64, 32, 16}) {
+        FitOption o;
+        o.label = cat("batch ", b);
+        o.runs = double(64 / b);
+        o.build = [b](size_t) { return FitBuild{mlp(b), 1000, 0}; };
+        options.push_back(std::move(o));
+    }
+    const size_t none64 = make_plan(mlp(64)).total_bytes() + 1000, none32 = make_plan(mlp(32)).total_bytes() + 1000;
+    const Graph g64 = mlp(64);
+    RecomputeSearch search(g64, {});
+    const size_t least64 = search.min_bytes() + 1000;
+    REQUIRE(least64 < none32);
+
+    FitSettings st;
+    st.limit = none64;  // everything fits: the single run of 64 is fastest
+    FitResult r = auto_fit(options, st);
+    REQUIRE(r.chosen());
+    CHECK(r.chosen()->label == "batch 64");
+    CHECK(r.chosen()->recompute == Recompute::none);
+    CHECK(r.rows.size() == 3);
+    for (size_t k = 1; k < r.rows.size(); k++) CHECK(r.rows[k - 1].seconds <= r.rows[k].seconds);
+
+    st.limit = (least64 + none32) / 2;  // 64 fits only with recompute; whether it beats 32 x 2 is the model's call
+    r = auto_fit(options, st);
+    REQUIRE(r.chosen());
+    INFO(r.table());
+    for (const FitRow& row : r.rows) {
+        if (!row.fits) continue;
+        CHECK(row.peak_bytes <= st.limit);
+        REQUIRE(row.budgets.size() == 1);
+        CHECK(row.budgets[0] == st.limit - 1000);
+        // Planning the chosen configuration again gives the plan that was fitted.
+        PlanOptions po;
+        po.recompute = row.recompute;
+        po.budget = row.budgets[0];
+        const Plan p = make_plan(options[row.option].build(0).graph, po);
+        CHECK(p.total_bytes() + 1000 == row.peak_bytes);
+    }
+    CHECK(r.table().find("* ") != std::string::npos);
+
+    st.limit = least64 - 1;  // 64 does not fit at all
+    r = auto_fit(options, st);
+    for (const FitRow& row : r.rows)
+        if (row.label == "batch 64") {
+            CHECK(!row.fits);
+            if (row.planned) CHECK(row.least_bytes == least64);
+        }
+
+    st.limit = 4096;  // nothing fits: the weights alone are larger
+    r = auto_fit(options, st);
+    CHECK(r.chosen() == nullptr);
+    CHECK(r.table().find("nothing fits") != std::string::npos);
+    for (const FitRow& row : r.rows) CHECK(row.note.find("alone need") != std::string::npos);
+
+    st.limit = 0;
+    CHECK_THROWS_AS(auto_fit(options, st), gl::Error);
+    st.limit = none64;
+    options[1].build = [](size_t) -> FitBuild { fail("no such configuration"); };
+    CHECK_THROWS_WITH_AS(auto_fit(options, st), doctest::Contains("batch 32"), gl::Error);
+}
+
+TEST_CASE("auto-fit: the SD1.5 step at 512x512, effective batch 8, on 8 and 5 GiB devices (planned only)") {
+    train::AutoFitRequest r;
+    r.step.lora = lora::LoraConfig{16, 16.0f, 1.0f};
+    r.step.batch = 8;
+    r.micro_batches = {8, 4};
+    r.cache_text_encoder = true;
+    r.vram = parse_bytes("8G");
+    r.reserve = parse_bytes("589M");  // the H200's CUDA context and the step's CUDA workspace
+    train::AutoFitChoice c = train::auto_fit_step(r);
+    MESSAGE(c.result.table());
+    CHECK(c.step.batch == 8);  // the whole batch in one run fits
+    CHECK(c.step.grad_accum == 1);
+    CHECK(c.cache_text_encoder);
+    REQUIRE(c.budgets.size() == 1);
+    const Plan p = make_plan(train::build_step(c.step)->g, c.plan_options(0));
+    CHECK(p.total_bytes() + r.reserve <= r.vram);
+
+    r.vram = parse_bytes("5G");
+    r.allow_8bit_optimizer = true;
+    c = train::auto_fit_step(r);
+    MESSAGE(c.result.table());
+    CHECK(c.recompute == Recompute::budget);
+    CHECK(c.step.batch * c.step.grad_accum == 8);
+    const Plan q = make_plan(train::build_step(c.step)->g, c.plan_options(0));
+    CHECK(q.total_bytes() + r.reserve <= r.vram);
+
+    r.vram = parse_bytes("1G");
+    CHECK_THROWS_WITH_AS(train::auto_fit_step(r), doctest::Contains("no configuration fits"), gl::Error);
+    r.micro_batches = {3};
+    CHECK_THROWS_AS(train::auto_fit_step(r), gl::Error);
+}
+
+TEST_CASE("cost model: a fit to node times recovers the constants they were made with") {
+    Graph g = mlp(256, 4, 512);  // linears bound by their flops, norms and activations by their bytes
+    const Plan p = make_plan(g);
+    CostModel truth;
+    truth.flops_per_s = 50e12;
+    truth.bytes_per_s = 1.5e12;
+    truth.launch_s = 6e-6;
+    std::vector<double> ms;
+    double step = 0;
+    for (const Node& n : p.graph.nodes) {
+        ms.push_back(truth.node_seconds(p.graph, n) * 1e3);
+        step += ms.back();
+    }
+    const CostModel fit = fit_cost_model(p.graph, ms, step);
+    CHECK(std::abs(fit.launch_s / truth.launch_s - 1) < 0.02);
+    CHECK(std::abs(fit.flops_per_s / truth.flops_per_s - 1) < 0.05);
+    CHECK(std::abs(fit.bytes_per_s / truth.bytes_per_s - 1) < 0.05);
+    CHECK(std::abs(fit.graph_seconds(p.graph) * 1e3 / step - 1) < 1e-9);  // the step time is matched exactly
+    for (const Node& n : p.graph.nodes) CHECK(std::abs(fit.op_scale[size_t(n.op)] - 1) < 0.05);  // the truth has none
+    // A step measured twice as long as the profile (eager kernels against a replay the other way
+    // round): every op takes twice as long.
+    const CostModel slow = fit_cost_model(p.graph, ms, 2 * step);
+    CHECK(std::abs(slow.graph_seconds(p.graph) * 1e3 / (2 * step) - 1) < 1e-9);
+    // Ops whose kernels are slower than the rates say get their own scale.
+    std::vector<double> ms2 = ms;
+    for (size_t i = 0; i < ms2.size(); i++)
+        if (p.graph.nodes[i].op == Op::layer_norm) ms2[i] *= 3;
+    const CostModel per_op = fit_cost_model(p.graph, ms2);
+    double ln = 0, ln_pred = 0;
+    for (size_t i = 0; i < ms2.size(); i++)
+        if (p.graph.nodes[i].op == Op::layer_norm) {
+            ln += ms2[i];
+            ln_pred += per_op.node_seconds(p.graph, p.graph.nodes[i]) * 1e3;
+        }
+    CHECK(std::abs(ln_pred / ln - 1) < 1e-9);
+    const std::string rep = cost_model_report(fit, p.graph, ms);
+    CHECK(rep.find("linear") != std::string::npos);
+    CHECK(rep.find("total") != std::string::npos);
+    CHECK_THROWS_AS(fit_cost_model(p.graph, {1.0}), gl::Error);
+    CHECK_THROWS_AS(fit_cost_model(p.graph, std::vector<double>(p.graph.nodes.size(), 0.0)), gl::Error);
+}

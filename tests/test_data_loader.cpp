@@ -1,0 +1,128 @@
+// The loader (data/loader.h): the same batches whatever the thread count and queue depth under
+// one seed (images, flips, captions, pixels), other batches under another seed, latents from the
+// cache (the flipped entry when flipped), images that fail to decode dropped and reported, and a
+// loader destroyed mid-run.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "data/loader.h"
+#include "ggml-lite/io/safetensors.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string golden(const std::string& rel) {
+    std::string f = __FILE__;
+    return f.substr(0, f.find_last_of('/')) + "/golden/data/" + rel;
+}
+
+struct LoaderFixture {
+    fs::path root = fs::temp_directory_path() / ("gl_loader_" + std::to_string(getpid()));
+    data::Dataset ds;
+    data::BucketAssignment a;
+    LoaderFixture() {
+        const char* files[] = {"rgb.png", "rgb.jpg", "lossless.webp", "orient6.jpg", "grey.png", "rgba.png"};
+        fs::create_directories(root / "3_tag");
+        int n = 0;
+        for (const char* f : files) {
+            const fs::path dst = root / "3_tag" / (std::to_string(n++) + fs::path(f).extension().string());
+            fs::copy_file(golden(std::string("dataset/images/ok/") + f), dst);
+            std::ofstream(fs::path(dst).replace_extension(".txt")) << "tag" << n << ", a, b, c, d";
+        }
+        fs::copy_file(golden("dataset/images/bad/corrupt_data.png"), root / "3_tag" / "z.png");
+        data::ConfigLevel cli = {{"resolution", std::array<int64_t, 2>{16, 16}}, {"enable_bucket", true},
+                                 {"min_bucket_reso", int64_t(8)}, {"max_bucket_reso", int64_t(32)},
+                                 {"bucket_reso_steps", int64_t(8)}, {"flip_aug", true},
+                                 {"shuffle_caption", true}, {"keep_tokens", int64_t(1)},
+                                 {"caption_extension", std::string(".txt")}, {"batch_size", int64_t(2)}};
+        std::vector<std::string> w;
+        ds = data::build_dataset(data::folder_dataset_config(root, std::nullopt, cli, w));
+        a = data::assign_buckets(ds);
+    }
+    ~LoaderFixture() { fs::remove_all(root); }
+};
+
+std::vector<data::Batch> drain(data::Loader& l) {
+    std::vector<data::Batch> out;
+    while (std::optional<data::Batch> b = l.next()) out.push_back(std::move(*b));
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("data loader: deterministic under a seed whatever the threads and queue depth") {
+    LoaderFixture f;
+    REQUIRE(f.a.buckets.size() >= 2);  // 24x16, 16x24 and 16x16 images
+    auto run = [&](uint64_t seed, int threads, int depth) {
+        data::LoaderOptions o;
+        o.seed = seed;
+        o.epochs = 3;
+        o.threads = threads;
+        o.queue_depth = depth;
+        data::Loader l(f.ds, f.a, o);
+        std::vector<data::Batch> b = drain(l);
+        const std::vector<data::SkippedImage> sk = l.skipped();
+        REQUIRE(sk.size() == 3 * 3);  // the corrupt file, each repeat of each epoch
+        CHECK(sk[0].reason.find("corrupt or truncated PNG data") == 0);
+        return b;
+    };
+    const auto one = run(9, 1, 1), many = run(9, 4, 3), other = run(10, 2, 2);
+    REQUIRE(one.size() == many.size());
+    size_t samples = 0, flips = 0;
+    bool differs = false;
+    for (size_t i = 0; i < one.size(); i++) {
+        CHECK(one[i].epoch == many[i].epoch);
+        CHECK(one[i].bucket == many[i].bucket);
+        REQUIRE(one[i].samples.size() == many[i].samples.size());
+        for (size_t k = 0; k < one[i].samples.size(); k++) {
+            const data::Sample &x = one[i].samples[k], &y = many[i].samples[k];
+            CHECK(x.image == y.image);
+            CHECK(x.flipped == y.flipped);
+            CHECK(x.caption == y.caption);
+            CHECK(x.pixels == y.pixels);
+            CHECK(x.pixels.size() == size_t(one[i].bucket.w) * one[i].bucket.h * 3);
+            CHECK(x.caption.rfind("tag", 0) == 0);  // keep_tokens 1
+            samples++;
+            flips += x.flipped;
+        }
+        differs |= i < other.size() && (one[i].samples.size() != other[i].samples.size() ||
+                                        one[i].samples[0].image != other[i].samples[0].image);
+    }
+    CHECK(samples == 3 * 6 * 3);  // epochs x images x repeats, the corrupt one dropped
+    CHECK(flips > samples / 4);
+    CHECK(flips < samples * 3 / 4);
+    CHECK(differs);
+}
+
+TEST_CASE("data loader: cached latents, the flipped entry when flipped, stops cleanly mid-run") {
+    LoaderFixture f;
+    f.ds.images.pop_back();  // the corrupt file cannot be cached
+    f.a = data::assign_buckets(f.ds);
+    gl::io::SafetensorsFile weights(golden("vae/weights_diffusers.safetensors"));
+    data::VaeGraphEncoder enc(sd::VaeConfig::tiny(), weights, "tiny-vae");
+    data::LatentCache cache;
+    const data::CacheReport rep = data::cache_latents(f.ds, f.a, cache, enc);
+    REQUIRE(rep.encoded == 12);
+    data::LoaderOptions o;
+    o.seed = 1;
+    o.latents = &cache;
+    o.latent_keys = &rep;
+    o.prior_loss_weight = 0.5;
+    {
+        data::Loader l(f.ds, f.a, o);
+        for (const data::Batch& b : drain(l))
+            for (const data::Sample& s : b.samples) {
+                CHECK(s.pixels.empty());
+                CHECK(s.latent == cache.get(rep.keys[size_t(s.image) * 2 + s.flipped])->data);
+                CHECK(s.loss_weight == 1.0f);
+            }
+    }
+    o.epochs = 50;
+    data::Loader stopped(f.ds, f.a, o);
+    CHECK(stopped.next().has_value());
+}

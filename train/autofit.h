@@ -1,0 +1,52 @@
+// Auto-fit for the SD1.5 LoRA step: given the device memory and the user's configuration, pick
+// the fastest step that fits, for every dataset bucket: the recompute budget, the micro-batch with
+// gradient accumulation keeping the user's effective batch, and, only where the user allows them,
+// 8-bit AdamW state, cached text-encoder outputs and UNet-only training (gl::auto_fit does the
+// planning; this file builds the configurations).
+#pragma once
+#include <functional>
+
+#include "ggml-lite/core/autofit.h"
+#include "train/step.h"
+
+namespace train {
+
+struct FitBucket {
+    int64_t latent_h = 64, latent_w = 64;  // pixels / 8
+    double images = 1;                     // its share of the updates
+};
+
+struct AutoFitRequest {
+    StepOptions step;  // the user's configuration; effective batch = step.batch * step.grad_accum
+    std::vector<FitBucket> buckets;  // empty: step's latent size alone
+    size_t vram = 0;     // device bytes the run may use (the whole GPU, or a user's limit)
+    size_t reserve = 0;  // of which held outside the plans: the CUDA context (549 MiB measured on the
+                         // H200 with CUDA 13) and other processes; 0 when vram is what is free after
+                         // the context exists
+    // The backend scratch beside a plan (gl::cuda_workspace_bytes when training on CUDA); none: 0.
+    std::function<size_t(const gl::Graph&)> workspace;
+    std::vector<int64_t> micro_batches;  // to try; empty: every divisor of the effective batch
+    bool allow_8bit_optimizer = false;     // AdamW may become AdamW8bit
+    bool allow_cached_text_encoder = false;  // a frozen text encoder's outputs may be cached (not on the device)
+    bool allow_unet_only = false;          // a trained text encoder may be left frozen
+    bool cache_text_encoder = false;       // the user caches the frozen text encoder's outputs anyway
+    gl::CostModel cost;
+
+    void validate() const;  // throws gl::Error naming the field
+};
+
+struct AutoFitChoice {
+    StepOptions step;          // batch, grad_accum, optimizer, train_text_encoder as chosen
+    bool cache_text_encoder = false;
+    gl::Recompute recompute = gl::Recompute::none;  // none when every bucket fits without, else budget
+    std::vector<size_t> budgets;  // per bucket: the bytes its step plan may take
+    gl::CostModel cost;
+    gl::FitResult result;  // every configuration tried, with predicted peaks and times (table())
+
+    gl::PlanOptions plan_options(size_t bucket) const;  // what to plan bucket's step graph with
+};
+
+// Throws gl::Error when nothing fits, with the table of what was tried in the message.
+AutoFitChoice auto_fit_step(const AutoFitRequest& r);
+
+}  // namespace train
