@@ -35,6 +35,12 @@ target_link_libraries(gl-test-cases PUBLIC ggml-lite sd15)
 
 add_executable(gl-tests ${GL_TEST_SOURCES} $<TARGET_OBJECTS:gl-test-cases>)
 target_link_libraries(gl-tests PRIVATE gl-test-cases sddata sd15 ggml-lite gl-cli doctest::doctest)
+# The command-line test of gl-txt2img runs the built tool (skipped when tools are not built).
+if(TARGET gl-txt2img)
+  target_compile_definitions(gl-tests PRIVATE GL_TXT2IMG_BIN="$<TARGET_FILE:gl-txt2img>"
+                                              GL_VERSION_FOR_TESTS="${PROJECT_VERSION}")
+  add_dependencies(gl-tests gl-txt2img)
+endif()
 if(COMMAND doctest_discover_tests)
   # Discovery splits a test case name at ';' and its halves match no test case, and a run that
   # matches none passes: any entry that runs no test case fails instead (keep ';' out of names).

@@ -28,25 +28,27 @@ bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The file's rank (Linear / 1x1 modules) and conv rank (3x3 LoCon modules), from the down matrices
-// of every format load_lora reads. Mixed ranks within one kind are refused.
+}  // namespace
+
 std::pair<int, int> file_ranks(const gl::io::TensorSource& f) {
     int rank = 0, conv = 0;
     for (const gl::io::TensorInfo& t : f.list()) {
         if (!ends_with(t.name, "lora_down.weight") && !ends_with(t.name, "lora.down.weight") &&
             !ends_with(t.name, "lora_A.weight"))
             continue;
-        GL_CHECK(!t.shape.empty(), "lora merge: ", f.origin(), ": ", t.name, " has no dimensions");
+        GL_CHECK(!t.shape.empty(), "lora: ", f.origin(), ": ", t.name, " has no dimensions");
         const bool is_conv = t.shape.size() == 4 && (t.shape[2] > 1 || t.shape[3] > 1);
         int& r = is_conv ? conv : rank;
         const int here = int(t.shape[0]);
-        GL_CHECK(r == 0 || r == here, "lora merge: ", f.origin(), " mixes ranks ", r, " and ", here, " (", t.name,
-                 "); merging needs one rank per module kind");
+        GL_CHECK(r == 0 || r == here, "lora: ", f.origin(), " mixes ranks ", r, " and ", here, " (", t.name,
+                 "); one rank per module kind is supported");
         r = here;
     }
-    GL_CHECK(rank > 0 || conv > 0, "lora merge: ", f.origin(), " holds no LoRA down matrices");
+    GL_CHECK(rank > 0 || conv > 0, "lora: ", f.origin(), " holds no LoRA down matrices");
     return {rank, conv};
 }
+
+namespace {
 
 std::string shape_str(const std::vector<int64_t>& s) {
     std::string r = "[";

@@ -41,6 +41,11 @@ struct MergeReport {
     std::vector<std::string> stale_removed;  // temporaries of killed merges to `out`, removed
 };
 
+// The file's rank (Linear / 1x1 modules) and conv rank (3x3 LoCon modules, 0 when none), from the
+// down matrices of every format load_lora reads. Throws gl::Error for mixed ranks within one kind
+// (a network has one rank per kind) or a file without down matrices.
+std::pair<int, int> file_ranks(const gl::io::TensorSource& f);
+
 // Throws gl::Error naming the file and what is wrong: a LoRA file whose tensors the network does
 // not use (merging would drop them silently), mixed ranks, non-finite weights, an output path the
 // rules refuse, too little free space, or a base whose format cannot be written back.

@@ -145,8 +145,7 @@ ValueId unet_forward(Weights& w, const UnetConfig& c, ValueId x, ValueId t, Valu
     const Shape xs = g.shape(x), ts = g.shape(t), cs = g.shape(context);
     GL_CHECK(xs.nd == 4 && xs[3] == c.in_channels, "unet: x must be NHWC [B, h, w, ", c.in_channels, "], got ",
              xs.str());
-    GL_CHECK(xs[1] % c.size_multiple() == 0 && xs[2] % c.size_multiple() == 0, "unet: latent size ", xs[1], "x",
-             xs[2], " is not a multiple of ", c.size_multiple());
+    GL_CHECK(xs[1] >= 1 && xs[2] >= 1, "unet: empty latent size ", xs[1], "x", xs[2]);
     GL_CHECK(ts == Shape{xs[0]}, "unet: t must be [", xs[0], "], got ", ts.str());
     GL_CHECK(cs.nd == 3 && cs[0] == xs[0] && cs[2] == c.cross_attention_dim, "unet: context must be [", xs[0],
              ", S, ", c.cross_attention_dim, "], got ", cs.str());
@@ -180,7 +179,8 @@ ValueId unet_forward(Weights& w, const UnetConfig& c, ValueId x, ValueId t, Valu
     }
 
     // Up path: layers_per_block + 1 resnets per block, each eating the latest skip (concatenated
-    // after h along channels); nearest 2x upsample + conv between blocks.
+    // after h along channels); nearest 2x upsample + conv between blocks. Any latent size: a
+    // stride-2 conv takes an odd side n to (n + 1) / 2, as in PyTorch.
     for (size_t i = 0; i < n; i++) {
         nn::Scope blk(w, idx("up_blocks", i));
         const int64_t out = c.block_out[n - 1 - i];
@@ -190,7 +190,15 @@ ValueId unet_forward(Weights& w, const UnetConfig& c, ValueId x, ValueId t, Valu
             h = resnet(b, idx("resnets", j), h, out);
             if (c.up[i] == UnetBlock::cross_attn) h = transformer(b, idx("attentions", j), h);
         }
-        if (i + 1 < n) h = nn::conv2d(w, "upsamplers.0.conv", gl::upsample2x(g, h), out, 3, 1, 1);
+        if (i + 1 < n) {
+            // Sides that were odd on the way down: diffusers interpolates to the skip's size, which
+            // for nearest sampling is the 2x upsample with its last row / column dropped.
+            h = gl::upsample2x(g, h);
+            const Shape us = g.shape(h), ss = g.shape(skips.back());
+            if (us[1] != ss[1] || us[2] != ss[2])
+                h = gl::contiguous(g, gl::slice(g, gl::slice(g, h, 1, 0, ss[1]), 2, 0, ss[2]));
+            h = nn::conv2d(w, "upsamplers.0.conv", h, out, 3, 1, 1);
+        }
     }
 
     h = nn::group_norm(w, "conv_norm_out", h, c.norm_groups, c.norm_eps, true);
