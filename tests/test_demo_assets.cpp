@@ -132,6 +132,36 @@ TEST_CASE("demo assets: the hand-set VAE averages 8x8 blocks and repeats them ba
     CHECK(demo::analytic_vae_weights(m.vae_cfg).size() == r.tensors);
 }
 
+TEST_CASE("demo assets: the UNet starts as eps = x_t beside its random features") {
+    TempDir dir;
+    demo::write_model(dir.path, demo::model_config(), 1);
+    const sd::Sd15Files m = sd::open_sd15(dir.path.string());
+    const int64_t B = 2, S = 16;
+    gl::Graph g;
+    sd::Weights w(g, gl::DType::f32);
+    const gl::ValueId x = g.input("x", gl::DType::f32, {B, S, S, 4}), t = g.input("t", gl::DType::f32, {B}),
+                      ctx = g.input("ctx", gl::DType::f32, {B, 77, m.unet_cfg.cross_attention_dim});
+    const gl::ValueId eps = sd::unet_forward(w, m.unet_cfg, x, t, ctx);
+    g.mark_output(eps);
+    auto rt = gl::make_cpu_runtime(gl::make_plan(g));
+    CHECK(sd::load_unet(w, m.unet_cfg, *m.unet, *rt).missing.empty());
+    std::mt19937 rng(4);
+    std::normal_distribution<float> n;
+    std::vector<float> xs(size_t(B * S * S * 4)), cs(size_t(B * 77 * m.unet_cfg.cross_attention_dim));
+    for (float& v : xs) v = n(rng);
+    for (float& v : cs) v = n(rng);
+    rt->write_f32(x, xs);
+    rt->write_f32(t, {999.0f, 500.0f});
+    rt->write_f32(ctx, cs);
+    rt->run();
+    const std::vector<float> out = rt->read_f32(eps);
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < xs.size(); i++) diff += (out[i] - xs[i]) * (out[i] - xs[i]), norm += xs[i] * xs[i];
+    MESSAGE("relative distance of the UNet's output from its input: ", std::sqrt(diff / norm));
+    CHECK(std::sqrt(diff / norm) < 0.1);
+    CHECK(std::sqrt(diff / norm) > 1e-3);  // the random features are there
+}
+
 TEST_CASE("demo assets: the shapes dataset in kohya's layout caches and trains a LoRA") {
     TempDir dir;
     demo::write_model(dir.path / "model", demo::model_config(), 1);

@@ -104,7 +104,11 @@ TEST_CASE("metrics: step meter running mean, moving rates, ETA and pauses") {
     now = 205.5;
     StepMetrics f = meter.update(facts(6, train::kUnknown));
     CHECK(f.loss_mean == doctest::Approx(4.0));  // still 3, 4, 5
-    CHECK(error_of([&] { meter.update(facts(6, 1.0)); }).find("step 6 does not follow step 6") != std::string::npos);
+    // A trainer's own running mean is kept.
+    StepMetrics own = facts(7, 1.0);
+    own.loss_mean = 0.25;
+    CHECK(meter.update(own).loss_mean == 0.25);
+    CHECK(error_of([&] { meter.update(facts(7, 1.0)); }).find("step 7 does not follow step 7") != std::string::npos);
     CHECK(error_of([&] { train::StepMeter(train::MeterOptions{.loss_window = 0}); }).find("loss_window") !=
           std::string::npos);
 }

@@ -64,7 +64,7 @@ StepMetrics StepMeter::update(StepMetrics m) {
         losses_.push_back(m.loss);
         if (losses_.size() > size_t(o_.loss_window)) losses_.pop_front();
     }
-    if (!losses_.empty()) {
+    if (!losses_.empty() && !std::isfinite(m.loss_mean)) {
         // Summed afresh each step: a running sum drifts as values leave it.
         double s = 0;
         for (double x : losses_) s += x;

@@ -42,10 +42,10 @@ struct StepMetrics {
     size_t mem_plan = 0;           // what the memory plan reserves, bytes (0: not known)
     double grad_norm = kUnknown;   // of the unscaled gradients
     bool applied = true;           // false: the update was skipped (fp16 overflow)
+    double loss_mean = kUnknown;   // running mean: the trainer's own, else StepMeter's over its window
     // Derived by StepMeter::update.
     int64_t total_steps = 0;       // of the run; 0 when open-ended
     int64_t total_epochs = 0;      // 0 when not known
-    double loss_mean = kUnknown;   // running mean over the meter's loss window
     double it_per_s = kUnknown;    // moving rates over the meter's rate window (from the 2nd step)
     double images_per_s = kUnknown;
     double eta_s = kUnknown;       // remaining steps at the moving rate
@@ -65,7 +65,8 @@ class StepMeter {
 public:
     explicit StepMeter(const MeterOptions& o, Clock monotonic = monotonic_seconds, Clock wall = unix_seconds);
 
-    // Fills m's derived fields from this step and the ones before; returns the full record.
+    // Fills m's derived fields from this step and the ones before (loss_mean only when m has none);
+    // returns the full record.
     // Steps must come in increasing order (gl::Error otherwise).
     StepMetrics update(StepMetrics m);
 

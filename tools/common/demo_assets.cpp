@@ -9,16 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/io/png.h"
 #include "ggml-lite/io/safetensors.h"
-
-// stb_image_write, private to this file.
-#define STB_IMAGE_WRITE_STATIC
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#include <stb/stb_image_write.h>
-#pragma GCC diagnostic pop
 
 namespace demo {
 
@@ -186,6 +178,58 @@ void init_random(std::vector<NamedTensor>& ts, uint64_t seed) {
     }
 }
 
+// Makes the UNet pass its input to its output (eps = x_t: the right answer at high noise levels)
+// beside its random features: conv_in puts latent channel k in channels 4k .. 4k + 3 as
+// (e x, -e x, 1, -1); the last up block's last resnet carries them through its shortcut (its
+// residual branch and the transformer after it add nothing there); conv_norm_out keeps their level
+// (as in the VAE) and conv_out takes SiLU(a) - SiLU(b) = x. The other channels stay random, and
+// conv_out reads them at a tenth of its random scale.
+void set_denoiser_path(std::vector<NamedTensor>& ts, const sd::UnetConfig& c) {
+    const int64_t L = c.in_channels, P = 4 * L, C0 = c.block_out[0];
+    GL_CHECK(c.out_channels == L && P <= C0 && 4 % (C0 / c.norm_groups) == 0 && C0 / c.norm_groups <= 4,
+             "demo model: the UNet's first level needs 4 channels per latent channel in groups of at most 4");
+    const float eps = 0.1f;
+    // The group (e x, -e x, 1, -1) has mean 0 and variance (1 + e^2 x^2) / 2, x^2 averaged over the group.
+    const float gamma = float(std::sqrt(0.5) / eps);
+    const std::string last = "up_blocks." + std::to_string(c.up.size() - 1),
+                      res = last + ".resnets." + std::to_string(c.layers_per_block),
+                      attn = last + ".attentions." + std::to_string(c.layers_per_block);
+    for (NamedTensor& t : ts) {
+        const std::string& n = t.name;
+        const int64_t rows = t.shape[0], row = int64_t(t.data.size()) / rows;
+        auto zero_rows = [&](int64_t upto) { std::fill(t.data.begin(), t.data.begin() + upto * row, 0.0f); };
+        auto at = [&](int64_t o, int64_t i, int64_t y, int64_t x) -> float& {
+            return t.data[size_t(((o * t.shape[1] + i) * t.shape[2] + y) * t.shape[3] + x)];
+        };
+        if (n == "conv_in.weight") {
+            zero_rows(P);
+            for (int64_t k = 0; k < L; k++) at(4 * k, k, 1, 1) = eps, at(4 * k + 1, k, 1, 1) = -eps;
+        } else if (n == "conv_in.bias") {
+            zero_rows(P);
+            for (int64_t k = 0; k < L; k++) t.data[size_t(4 * k + 2)] = 1, t.data[size_t(4 * k + 3)] = -1;
+        } else if (n == res + ".conv_shortcut.weight") {
+            // Input: the features from below, then the skip (conv_in's output) in the last C0 channels.
+            zero_rows(P);
+            for (int64_t ch = 0; ch < P; ch++) at(ch, t.shape[1] - C0 + ch, 0, 0) = 1;
+        } else if (n == res + ".conv_shortcut.bias" || n == res + ".conv2.weight" || n == res + ".conv2.bias" ||
+                   n == attn + ".proj_out.weight" || n == attn + ".proj_out.bias") {
+            zero_rows(P);
+        } else if (n == "conv_norm_out.weight") {
+            zero_rows(P);
+            for (int64_t k = 0; k < L; k++) t.data[size_t(4 * k)] = t.data[size_t(4 * k + 1)] = gamma;
+        } else if (n == "conv_out.weight") {
+            for (float& v : t.data) v *= 0.1f;
+            for (int64_t o = 0; o < rows; o++)
+                for (int64_t i = 0; i < P; i++)
+                    for (int64_t y = 0; y < 3; y++)
+                        for (int64_t x = 0; x < 3; x++) at(o, i, y, x) = 0;
+            for (int64_t k = 0; k < L; k++) at(k, 4 * k, 1, 1) = 1, at(k, 4 * k + 1, 1, 1) = -1;
+        } else if (n == "conv_out.bias") {
+            std::fill(t.data.begin(), t.data.end(), 0.0f);
+        }
+    }
+}
+
 void write_tensors(const fs::path& file, const std::vector<NamedTensor>& ts) {
     std::vector<gl::io::TensorToWrite> out;
     for (const NamedTensor& t : ts) out.push_back({t.name, gl::DType::f32, t.shape, t.data.data()});
@@ -271,6 +315,7 @@ void write_model(const fs::path& dir, const ModelConfig& c, uint64_t seed) {
                          g.input("context", gl::DType::f32, {1, 77, c.unet.cross_attention_dim}));
         std::vector<NamedTensor> ts = leaves(w);
         init_random(ts, seed);
+        set_denoiser_path(ts, c.unet);
         write_tensors(dir / "unet" / "diffusion_pytorch_model.safetensors", ts);
     }
     {
@@ -323,14 +368,14 @@ DatasetInfo write_dataset(const fs::path& dir, const DatasetOptions& o) {
                 const int W = aspect == 1 ? o.side * 3 / 2 : o.side, H = aspect == 2 ? o.side * 3 / 2 : o.side;
                 const double r = std::min(W, H) * (0.22 + 0.12 * rng.uniform());
                 const double cx = r + (W - 2 * r) * rng.uniform(), cy = r + (H - 2 * r) * rng.uniform();
-                std::vector<uint8_t> px(size_t(W) * size_t(H) * 3);
+                gl::io::Image im{W, H, 3, std::vector<uint8_t>(size_t(W) * size_t(H) * 3)};
                 for (int y = 0; y < H; y++)
                     for (int x = 0; x < W; x++) {
                         int hits = 0;  // 4x4 samples per pixel: smooth edges
                         for (int sy = 0; sy < 4; sy++)
                             for (int sx = 0; sx < 4; sx++) hits += inside(shape, x + (sx + 0.5) / 4, y + (sy + 0.5) / 4, cx, cy, r);
                         const double a = hits / 16.0;
-                        uint8_t* p = &px[(size_t(y) * size_t(W) + size_t(x)) * 3];
+                        uint8_t* p = &im.pixels[(size_t(y) * size_t(W) + size_t(x)) * 3];
                         p[0] = uint8_t(std::lround(a * col.r + (1 - a) * kBackground));
                         p[1] = uint8_t(std::lround(a * col.g + (1 - a) * kBackground));
                         p[2] = uint8_t(std::lround(a * col.b + (1 - a) * kBackground));
@@ -338,7 +383,7 @@ DatasetInfo write_dataset(const fs::path& dir, const DatasetOptions& o) {
                 char stem[16];
                 std::snprintf(stem, sizeof stem, "%03d", index);
                 const fs::path png = info.subset_dir / (std::string(stem) + ".png");
-                GL_CHECK(stbi_write_png(png.c_str(), W, H, 3, px.data(), W * 3) != 0, png.string(), ": cannot write");
+                gl::io::write_png(png.string(), im);
                 const std::string caption = std::string("a ") + col.name + " " + kShapes[shape];
                 write_text(info.subset_dir / (std::string(stem) + ".txt"), caption + "\n");
                 info.images.push_back(png.filename().string());

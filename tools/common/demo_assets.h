@@ -12,7 +12,11 @@
 // convolutions), its down / up samplers average / copy, and its group norms see every image
 // channel c as a group (e c, -e c, 1, -1): the group's mean is exactly 0 and its variance depends
 // on c only through e^2, so the norm keeps c's level, and SiLU(c) - SiLU(-c) = c undoes the SiLU.
-// So the demo's samples show what the LoRA taught the UNet, pixel for latent pixel.
+// The UNet gets the same kind of hand-set path from its input to its output beside its random
+// features, so that it starts out predicting the noise as the noisy latent itself (right at high
+// noise levels); a random UNet's predictions there are far off, and sampling from pure noise
+// magnifies them. A LoRA then learns the rest in a few hundred steps, and the samples show what it
+// learned, latent pixel for 8x8 block.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -40,7 +44,7 @@ std::string clip_config_json(const sd::ClipConfig& c);
 std::string vae_config_json(const sd::VaeConfig& c);
 
 // Writes a diffusers folder at dir (created): model_index.json and unet/, text_encoder/, vae/, each
-// with config.json and f32 safetensors weights. No tokenizer/: open_sd15 uses the built-in CLIP
+// with config.json and f32 safetensors weights (the UNet and text encoder drawn from `seed`). No tokenizer/: open_sd15 uses the built-in CLIP
 // tokenizer. Existing files of the same names are replaced. Throws gl::Error naming the file.
 void write_model(const std::filesystem::path& dir, const ModelConfig& c, uint64_t seed);
 
