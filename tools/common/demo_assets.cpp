@@ -157,7 +157,9 @@ bool is_norm(const std::string& name) {
 bool ends_with(const std::string& s, const std::string& tail) { return s.size() >= tail.size() && s.ends_with(tail); }
 
 // PyTorch's default initialisation of Linear / Conv2d (uniform within 1 / sqrt(fan_in) for weights
-// and biases), norms at weight 1 and bias 0, embeddings N(0, 0.02) as transformers' CLIP.
+// and biases), norms at weight 1 and bias 0, position embeddings N(0, 0.02) as transformers' CLIP;
+// token embeddings N(0, 1), not 0.02: at 0.02 the random text encoder's outputs for two captions
+// differ by a few percent, and a LoRA takes far longer to tell "red" from "blue".
 void init_random(std::vector<NamedTensor>& ts, uint64_t seed) {
     std::map<std::string, int64_t> fan_in;
     for (const NamedTensor& t : ts)
@@ -167,7 +169,8 @@ void init_random(std::vector<NamedTensor>& ts, uint64_t seed) {
         if (is_norm(t.name)) {
             std::fill(t.data.begin(), t.data.end(), ends_with(t.name, ".weight") ? 1.0f : 0.0f);
         } else if (ends_with(t.name, "embedding.weight")) {
-            for (float& v : t.data) v = float(0.02 * rng.normal());
+            const double sd = ends_with(t.name, "token_embedding.weight") ? 1.0 : 0.02; 0.02;
+            for (float& v : t.data) v = float(sd * rng.normal());
         } else {
             const std::string weight = ends_with(t.name, ".bias") ? t.name.substr(0, t.name.size() - 5) + ".weight" : t.name;
             const auto it = fan_in.find(weight);
