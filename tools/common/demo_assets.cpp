@@ -169,7 +169,7 @@ void init_random(std::vector<NamedTensor>& ts, uint64_t seed) {
         if (is_norm(t.name)) {
             std::fill(t.data.begin(), t.data.end(), ends_with(t.name, ".weight") ? 1.0f : 0.0f);
         } else if (ends_with(t.name, "embedding.weight")) {
-            const double sd = ends_with(t.name, "token_embedding.weight") ? 1.0 : 0.02; 0.02;
+            const double sd = ends_with(t.name, "token_embedding.weight") ? 1.0 : 0.02;
             for (float& v : t.data) v = float(sd * rng.normal());
         } else {
             const std::string weight = ends_with(t.name, ".bias") ? t.name.substr(0, t.name.size() - 5) + ".weight" : t.name;
