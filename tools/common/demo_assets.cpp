@@ -154,8 +154,6 @@ bool is_norm(const std::string& name) {
     return path.substr(path.rfind('.') + 1).find("norm") != std::string::npos;
 }
 
-bool ends_with(const std::string& s, const std::string& tail) { return s.size() >= tail.size() && s.ends_with(tail); }
-
 // PyTorch's default initialisation of Linear / Conv2d (uniform within 1 / sqrt(fan_in) for weights
 // and biases), norms at weight 1 and bias 0, position embeddings N(0, 0.02) as transformers' CLIP;
 // token embeddings N(0, 1), not 0.02: at 0.02 the random text encoder's outputs for two captions
@@ -167,12 +165,12 @@ void init_random(std::vector<NamedTensor>& ts, uint64_t seed) {
     for (NamedTensor& t : ts) {
         Rng rng{seed ^ name_hash(t.name)};
         if (is_norm(t.name)) {
-            std::fill(t.data.begin(), t.data.end(), ends_with(t.name, ".weight") ? 1.0f : 0.0f);
-        } else if (ends_with(t.name, "embedding.weight")) {
-            const double sd = ends_with(t.name, "token_embedding.weight") ? 1.0 : 0.02;
+            std::fill(t.data.begin(), t.data.end(), t.name.ends_with(".weight") ? 1.0f : 0.0f);
+        } else if (t.name.ends_with("embedding.weight")) {
+            const double sd = t.name.ends_with("token_embedding.weight") ? 1.0 : 0.02;
             for (float& v : t.data) v = float(sd * rng.normal());
         } else {
-            const std::string weight = ends_with(t.name, ".bias") ? t.name.substr(0, t.name.size() - 5) + ".weight" : t.name;
+            const std::string weight = t.name.ends_with(".bias") ? t.name.substr(0, t.name.size() - 5) + ".weight" : t.name;
             const auto it = fan_in.find(weight);
             GL_CHECK(it != fan_in.end(), "demo model: no fan-in known for ", t.name);
             const double bound = 1.0 / std::sqrt(double(it->second));
@@ -272,12 +270,12 @@ std::vector<NamedTensor> analytic_vae_weights(const sd::VaeConfig& c) {
             for (int64_t k = 0; k < 3; k++) at(4 * k, k, 1, 1) = eps, at(4 * k + 1, k, 1, 1) = -eps;
         } else if (n == "encoder.conv_in.bias" || n == "decoder.conv_in.bias") {
             for (int64_t k = 0; k < 3; k++) t.data[size_t(4 * k + 2)] = 1, t.data[size_t(4 * k + 3)] = -1;
-        } else if (ends_with(n, ".downsamplers.0.conv.weight")) {
+        } else if (n.ends_with(".downsamplers.0.conv.weight")) {
             // Zero-padded right and bottom, 3x3 stride 2: taps (0..1, 0..1) average a 2x2 block.
             for (int64_t ch = 0; ch < C; ch++)
                 for (int64_t y = 0; y < 2; y++)
                     for (int64_t x = 0; x < 2; x++) at(ch, ch, y, x) = 0.25f;
-        } else if (ends_with(n, ".upsamplers.0.conv.weight")) {
+        } else if (n.ends_with(".upsamplers.0.conv.weight")) {
             for (int64_t ch = 0; ch < C; ch++) at(ch, ch, 1, 1) = 1;
         } else if (n == "encoder.conv_norm_out.weight" || n == "decoder.conv_norm_out.weight") {
             for (int64_t k = 0; k < 3; k++) t.data[size_t(4 * k)] = t.data[size_t(4 * k + 1)] = gamma;
@@ -287,7 +285,7 @@ std::vector<NamedTensor> analytic_vae_weights(const sd::VaeConfig& c) {
             for (int64_t k = 4; k < 8; k++) t.data[size_t(k)] = -30;  // log-variance: a point distribution
         } else if (n == "quant_conv.weight" || n == "post_quant_conv.weight") {
             for (int64_t k = 0; k < t.shape[0]; k++) at(k, k, 0, 0) = 1;
-        } else if (is_norm(n) && ends_with(n, ".weight")) {
+        } else if (is_norm(n) && n.ends_with(".weight")) {
             std::fill(t.data.begin(), t.data.end(), 1.0f);  // inside branches whose output is zero
         }
     }
