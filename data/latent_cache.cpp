@@ -417,8 +417,7 @@ CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCa
     }
     if (rep.interrupted) return finish();
 
-    // 2. Each bucket's misses in batches of vae_batch_size (the last may be smaller), every shape
-    // planned before the first call.
+    // 2. Each bucket's misses in batches of vae_batch_size (the last may be smaller).
     const size_t per_call = size_t(opt.vae_batch_size);
     std::set<EncoderShape> shapes;
     for (size_t at = 0; at < items.size();) {
@@ -434,17 +433,13 @@ CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCa
         }
         at = end;
     }
-    if (!batches.empty()) {
-        const auto t0 = Clock::now();
-        enc.prepare(std::vector<EncoderShape>(shapes.begin(), shapes.end()));
-        rep.times.setup = seconds_since(t0);
-    }
     auto place_bytes = [&](const EncoderShape& s) {
         return size_t(s.height) * size_t(s.width) * 3 * values.bytes_per_value();
     };
 
     // 3. The workers decode, resize and convert the images into their batch's input, a window
-    // ahead of the encoder, and sample and write each batch's entries once its moments are back.
+    // ahead of the encoder (starting while it plans and loads its weights), and sample and write
+    // each batch's entries once its moments are back.
     Prefetch<Prepared> prepared(pool, jobs.size(), std::max(size_t(threads) * 2, per_call * 2), [&](size_t j) {
         const Job& job = jobs[j];
         const ImageEntry& e = ds.images[size_t(job.image)];
@@ -469,6 +464,11 @@ CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCa
         out.busy = seconds_since(t0);
         return out;
     });
+    if (!batches.empty()) {
+        const auto t0 = Clock::now();
+        enc.prepare(std::vector<EncoderShape>(shapes.begin(), shapes.end()));
+        rep.times.setup = seconds_since(t0);
+    }
     std::vector<char> failed(items.size(), 0);
     size_t jobs_done = 0;
     for (size_t bi = 0; bi < batches.size(); bi++) {
@@ -498,6 +498,7 @@ CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCa
             if (input) staging.recycle(std::move(*input));
             continue;
         }
+        GL_CHECK(input.has_value(), "latent cache: batch ", bi, " has prepared images but no input buffer");
         // A failed image's place holds a copy of another: the batch keeps its planned shape.
         const size_t place = place_bytes(s);
         for (size_t k = first; k < end; k++)
