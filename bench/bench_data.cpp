@@ -14,7 +14,8 @@
 //     (read, hash, decode, resize, convert, sample, write), on any machine.
 // Usage: bench_data --help.
 // (--tiny: the golden tests' tiny VAE, tests/golden/data/vae/weights_diffusers.safetensors; it
-// only checks the flow, and its one-level downscale makes attention at these sizes very slow.)
+// only checks the flow, and its one-level downscale makes attention at 512 very slow: give it
+// --resolution 64.)
 // A plain program (ninja bench_data), like bench_step.
 #include <atomic>
 #include <chrono>
