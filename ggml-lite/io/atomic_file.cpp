@@ -9,12 +9,13 @@
 #include <cstring>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/io/files.h"
 
 namespace gl::io {
 
 void write_file_atomic(const std::string& path, const void* data, size_t size) {
     GL_CHECK(!path.empty(), "write_file_atomic: empty path");
-    std::string tmp = path + ".tmp-XXXXXX";
+    std::string tmp = temp_file_pattern(path);  // host and pid: remove_stale_temps finds a killed writer's
     int fd = ::mkstemp(tmp.data());
     if (fd < 0) fail(path, ": cannot create a temporary file ", tmp, ": ", std::strerror(errno));
     try {

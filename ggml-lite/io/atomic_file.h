@@ -1,6 +1,7 @@
 // Writing a whole file so that readers see either the old file or the complete new one: the bytes
-// go to `path.tmp-XXXXXX` in the same folder, are fsynced, and the temporary file is renamed onto
-// `path` (then the folder is fsynced, best effort).
+// go to a temporary file in the same folder named by temp_file_pattern (files.h: host and process id,
+// so remove_stale_temps can clean up after a killed writer), are fsynced, and the temporary file is
+// renamed onto `path` (then the folder is fsynced, best effort).
 #pragma once
 #include <cstddef>
 #include <string>
