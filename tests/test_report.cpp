@@ -99,7 +99,9 @@ train::ReportInput input_for(train::MetricsHistory h) {
     in.title = "sdtrain: <my_lora> & co";
     in.status = "running";
     in.metrics = std::move(h);
+    in.dataset_text = {{"Steps", "epochs = ceil(40 / 10) = 4 <ok>"}};
     in.dataset = {{"Buckets", {"bucket", "images", "with repeats"}, {{"128x128", "6", "60"}, {"160x96", "3", "30"}}}};
+    in.config_text = {{"", "note: --xformers & co are not needed"}};
     in.memory = {{"bucket 128x128, batch 2", "activations 1.0 MiB\n<peak> & 'x'",
                   "<svg xmlns=\"http://www.w3.org/2000/svg\"><text>a</text></svg></pre><script>x()</script>"}};
     in.config = {{"Options", {}, {{"output_name", "my<lora>"}, {"learning_rate", "0.0001"}, {"caption", "\xff\xfe bad"}}}};
@@ -149,6 +151,8 @@ TEST_CASE("report: structure, self-contained, everything escaped") {
     CHECK(has(html, "my&lt;lora&gt;"));
     CHECK(has(html, "\xEF\xBF\xBD\xEF\xBF\xBD bad"));
     CHECK(has(html, "<pre>activations 1.0 MiB\n&lt;peak&gt; &amp; &#39;x&#39;</pre>"));
+    CHECK(has(html, "<h3>Steps</h3>\n<pre>epochs = ceil(40 / 10) = 4 &lt;ok&gt;</pre>"));
+    CHECK(has(html, "<pre>note: --xformers &amp; co are not needed</pre>"));
     // The timeline is an image (base64), never markup in the page.
     CHECK(!has(html, "x()"));
     CHECK(has(html, "<img class=\"timeline\" alt=\"memory timeline of bucket 128x128, batch 2\" "

@@ -100,6 +100,12 @@ std::string table_html(const ReportTable& t) {
     return s + "</table>\n";
 }
 
+std::string block_html(const ReportBlock& b) {
+    std::string s;
+    if (!b.title.empty()) s += "<h3>" + html_escape(b.title) + "</h3>\n";
+    return s + "<pre>" + html_escape(b.text) + "</pre>\n";
+}
+
 // A sample's link: relative paths as they are (relative to the report's folder), absolute ones
 // relative to the report's folder.
 std::string link_path(const std::string& p, const fs::path& report_dir) {
@@ -274,10 +280,12 @@ std::string render_report(const ReportInput& in, const fs::path& report_dir) {
     s += "<section id=\"samples\"><h2>Samples</h2>\n" + samples_html(h, report_dir) + "</section>\n";
     s += "<section id=\"memory\"><h2>Memory</h2>\n" + memory_html(in.memory) + "</section>\n";
     s += "<section id=\"dataset\"><h2>Dataset</h2>\n";
-    if (in.dataset.empty()) s += "<p class=\"note\">No dataset table was given.</p>\n";
+    if (in.dataset.empty() && in.dataset_text.empty()) s += "<p class=\"note\">No dataset was described.</p>\n";
+    for (const ReportBlock& b : in.dataset_text) s += block_html(b);
     for (const ReportTable& t : in.dataset) s += table_html(t);
     s += "</section>\n<section id=\"config\"><h2>Configuration</h2>\n";
-    if (in.config.empty()) s += "<p class=\"note\">No configuration was given.</p>\n";
+    if (in.config.empty() && in.config_text.empty()) s += "<p class=\"note\">No configuration was given.</p>\n";
+    for (const ReportBlock& b : in.config_text) s += block_html(b);
     for (const ReportTable& t : in.config) s += table_html(t);
     s += "</section>\n";
     const ReportTable timings = timings_table(in);

@@ -25,6 +25,11 @@ struct ReportTable {
     std::vector<std::vector<std::string>> rows;
 };
 
+struct ReportBlock {
+    std::string title;
+    std::string text;  // shown preformatted (a plan's dataset summary, its steps arithmetic, notes)
+};
+
 struct ReportPlan {
     std::string name;          // "bucket 512x512, batch 4"
     std::string text;          // gl::Plan::report()
@@ -35,9 +40,11 @@ struct ReportInput {
     std::string title;                 // "sdtrain: my_lora"
     std::string status;                // "running", "finished", "stopped at step 120 (Ctrl-C)"
     MetricsHistory metrics;            // read_metrics(<output dir>/metrics.jsonl)
-    std::vector<ReportTable> dataset;  // the datasets and their buckets
-    std::vector<ReportPlan> memory;    // the memory plans the run uses
-    std::vector<ReportTable> config;   // the run's configuration (e.g. one table per option group)
+    std::vector<ReportBlock> dataset_text;  // the dataset as the trainer printed it, the steps arithmetic
+    std::vector<ReportTable> dataset;       // the datasets and their buckets
+    std::vector<ReportPlan> memory;         // the memory plans the run uses
+    std::vector<ReportBlock> config_text;   // the configuration summary, notes
+    std::vector<ReportTable> config;        // the run's configuration (e.g. one table per option group)
     ReportTable timings;               // phases timed by the caller (model load, latent caching, ...)
 };
 
