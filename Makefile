@@ -74,7 +74,7 @@ sanitize: sanitize-build
 demo:
 	@$(MAKE) --no-print-directory deps
 	@$(MAKE) --no-print-directory configure
-	cmake --build $(BUILD) -j $(JOBS) --target sdtrain gl-make-demo
+	cmake --build $(BUILD) -j $(JOBS) --target gl-sdtrain gl-make-demo
 	$(BUILD)/gl-make-demo $(DEMO_DIR)
 	rm -rf $(DEMO_DIR)/output
 	$(BUILD)/sdtrain --pretrained_model_name_or_path $(DEMO_DIR)/model \
