@@ -3,6 +3,11 @@
 // newline), messages above it, fields dropped to fit the width; plain lines by steps and by time.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -157,4 +162,51 @@ TEST_CASE("progress: plain lines by steps and by time") {
     const size_t n = scr.writes.size();
     p.finish();
     CHECK(scr.writes.size() == n);  // no progress line is open in plain mode
+}
+
+TEST_CASE("progress: on a pseudo-terminal, its width, and the line ended from a signal handler") {
+    const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+    REQUIRE(master >= 0);
+    REQUIRE(::grantpt(master) == 0);
+    REQUIRE(::unlockpt(master) == 0);
+    const int slave = ::open(::ptsname(master), O_RDWR | O_NOCTTY);
+    REQUIRE(slave >= 0);
+    winsize ws{};
+    ws.ws_col = 50;
+    ws.ws_row = 20;
+    REQUIRE(::ioctl(slave, TIOCSWINSZ, &ws) == 0);
+    auto read_all = [&] {
+        std::string got;
+        char buf[512];
+        ::fcntl(master, F_SETFL, O_NONBLOCK);
+        for (ssize_t n; (n = ::read(master, buf, sizeof buf)) > 0;) got.append(buf, size_t(n));
+        return got;
+    };
+    {
+        Progress p = Progress::on_fd(slave);
+        p.update(state(10));
+        const std::string line = read_all();
+        CHECK(line == "\r" + Progress::terminal_line(state(10), 50) + "\x1b[K");
+        Progress::end_line_from_signal();
+        CHECK(read_all().find('\n') != std::string::npos);  // the terminal may turn it into "\r\n"
+        Progress::end_line_from_signal();                    // only once
+        CHECK(read_all().empty());
+    }
+    ::close(slave);
+    ::close(master);
+
+    // A pipe is not a terminal: plain lines, and nothing for a signal handler to end.
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    {
+        Progress p = Progress::on_fd(fds[1]);
+        p.update(state(1));
+        Progress::end_line_from_signal();
+    }
+    ::close(fds[1]);
+    std::string got;
+    char buf[512];
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) got.append(buf, size_t(n));
+    ::close(fds[0]);
+    CHECK(got == Progress::plain_line(state(1)) + "\n");
 }

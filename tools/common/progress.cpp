@@ -15,8 +15,8 @@ namespace gl::cli {
 
 namespace {
 
-// Whether a progress line is open on the standard error, for end_line_from_signal.
-std::atomic<bool> g_stderr_line_open{false};
+// The descriptor of an on_fd() progress whose line is open (-1: none), for end_line_from_signal.
+std::atomic<int> g_open_line_fd{-1};
 
 void write_all(int fd, std::string_view s) {
     while (!s.empty()) {
@@ -26,9 +26,9 @@ void write_all(int fd, std::string_view s) {
     }
 }
 
-int stderr_columns() {
+int terminal_columns(int fd) {
     winsize ws{};
-    if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+    if (::ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
     if (const char* c = std::getenv("COLUMNS")) {
         const int n = std::atoi(c);
         if (n > 0) return n;
@@ -154,18 +154,19 @@ Progress::Progress(Progress&& o) noexcept
       last_(std::move(o.last_)),
       open_(o.open_),
       held_(o.held_),
-      on_stderr_(o.on_stderr_),
+      fd_(o.fd_),
       last_draw_(o.last_draw_) {
-    o.open_ = o.held_ = o.on_stderr_ = false;
+    o.open_ = o.held_ = false;
+    o.fd_ = -1;
 }
 
-Progress Progress::on_stderr(int every_steps, double every_seconds) {
+Progress Progress::on_fd(int fd, int every_steps, double every_seconds) {
     ProgressOptions o;
-    o.tty = ::isatty(STDERR_FILENO) == 1;
+    o.tty = ::isatty(fd) == 1;
     o.every_steps = every_steps;
     o.every_seconds = every_seconds;
-    Progress p(o, [](std::string_view s) { write_all(STDERR_FILENO, s); }, stderr_columns);
-    p.on_stderr_ = true;
+    Progress p(o, [fd](std::string_view s) { write_all(fd, s); }, [fd] { return terminal_columns(fd); });
+    p.fd_ = fd;
     return p;
 }
 
@@ -178,7 +179,7 @@ void Progress::draw(const train::StepMetrics& m) {
     sink_(s);
     open_ = true;
     held_ = false;
-    if (on_stderr_) g_stderr_line_open = true;
+    if (fd_ >= 0) g_open_line_fd = fd_;
 }
 
 void Progress::update(const train::StepMetrics& m) {
@@ -220,12 +221,13 @@ void Progress::finish() {
     if (held_) draw(*last_);
     sink_("\n");
     open_ = false;
-    if (on_stderr_) g_stderr_line_open = false;
+    if (fd_ >= 0) g_open_line_fd = -1;
 }
 
 void Progress::end_line_from_signal() {
-    if (g_stderr_line_open.exchange(false)) {
-        const ssize_t n = ::write(STDERR_FILENO, "\n", 1);
+    const int fd = g_open_line_fd.exchange(-1);
+    if (fd >= 0) {
+        const ssize_t n = ::write(fd, "\n", 1);
         (void)n;
     }
 }

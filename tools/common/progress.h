@@ -29,9 +29,9 @@ public:
 
     Progress(const ProgressOptions& o, Sink sink, Columns columns = [] { return 80; },
              train::Clock clock = train::monotonic_seconds);
-    // Progress on the standard error: a terminal when isatty(2) (width from the terminal, else
-    // $COLUMNS, else 80), plain lines otherwise.
-    static Progress on_stderr(int every_steps = 0, double every_seconds = 10);
+    // Progress on a file descriptor (the standard output or error): a terminal when isatty(fd)
+    // (width from the terminal, else $COLUMNS, else 80), plain lines otherwise.
+    static Progress on_fd(int fd, int every_steps = 0, double every_seconds = 10);
     ~Progress();
     Progress(Progress&& o) noexcept;
     Progress& operator=(Progress&&) = delete;
@@ -44,9 +44,9 @@ public:
     // Idempotent; the destructor calls it.
     void finish();
 
-    // For a SIGINT / SIGTERM handler: ends a progress line on the standard error with a newline
-    // so the shell's prompt or the next message starts on its own line. Async-signal-safe; does
-    // nothing when no progress line is open on the standard error.
+    // For a SIGINT / SIGTERM handler: ends an open progress line of an on_fd() progress with a
+    // newline, so the shell's prompt or the next message starts on its own line. Async-signal-safe;
+    // does nothing when no such line is open.
     static void end_line_from_signal();
 
     // The lines themselves: the terminal's (at most `width` - 1 characters, so the terminal never
@@ -63,7 +63,7 @@ private:
     std::optional<train::StepMetrics> last_;  // the latest state
     bool open_ = false;                       // terminal: a progress line is on screen
     bool held_ = false;                       // terminal: last_ not drawn yet (redraw limit)
-    bool on_stderr_ = false;
+    int fd_ = -1;                             // on_fd()'s descriptor, for end_line_from_signal
     double last_draw_ = -1e300;
 };
 
