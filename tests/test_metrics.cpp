@@ -91,10 +91,9 @@ TEST_CASE("metrics: step meter running mean, moving rates, ETA and pauses") {
     CHECK(d.images_per_s == doctest::Approx(6.0));  // 4 + 8 images over 2 s
     CHECK(d.eta_s == doctest::Approx(6.0));
 
-    // A 100 s pause (sampling) is not training time.
-    meter.pause();
+    // A 100 s sample after step 4 is not training time.
     now = 203.5;
-    meter.resume();
+    meter.idle();
     now = 204.5;
     StepMetrics e = meter.update(facts(5, 5.0));
     CHECK(e.it_per_s == doctest::Approx(1.0));

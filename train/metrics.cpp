@@ -38,22 +38,16 @@ StepMeter::StepMeter(const MeterOptions& o, Clock monotonic, Clock wall)
     start_ = mono_();
 }
 
-void StepMeter::pause() {
-    if (std::isnan(paused_at_)) paused_at_ = mono_();
-}
-
-void StepMeter::resume() {
-    if (std::isnan(paused_at_)) return;
-    // Moving the window's points forward by the pause keeps the rates those of training alone.
-    const double d = mono_() - paused_at_;
+void StepMeter::idle() {
+    if (window_.empty()) return;
+    // Moving the window's points forward keeps the rates those of training alone.
+    const double d = mono_() - window_.back().t;
     for (Point& p : window_) p.t += d;
-    paused_at_ = kUnknown;
 }
 
 StepMetrics StepMeter::update(StepMetrics m) {
     GL_CHECK(m.step > last_step_, "step meter: step ", m.step, " does not follow step ", last_step_);
     GL_CHECK(m.images >= 0, "step meter: step ", m.step, " reports ", m.images, " images");
-    resume();
     const double now = mono_();
     last_step_ = m.step;
     images_ += m.images;

@@ -70,9 +70,9 @@ public:
     // Steps must come in increasing order (gl::Error otherwise).
     StepMetrics update(StepMetrics m);
 
-    // Time between pause() and resume() (sampling, saving) is left out of the rates and the ETA.
-    void pause();
-    void resume();
+    // The time since the last step was not training (a sample or a save just done): it is left out
+    // of the rates and the ETA.
+    void idle();
 
     const MeterOptions& options() const { return o_; }
 
@@ -83,7 +83,7 @@ private:
     };
     MeterOptions o_;
     Clock mono_, wall_;
-    double start_ = 0, paused_at_ = kUnknown;
+    double start_ = 0;
     int64_t last_step_, images_ = 0;
     std::deque<double> losses_;
     std::deque<Point> window_;

@@ -27,6 +27,7 @@ StepMetrics Recorder::step(const StepMetrics& facts) {
 }
 
 void Recorder::sample(int64_t step, int64_t epoch, std::vector<SampleImage> images) {
+    meter_.idle();
     MetricsEvent e;
     e.kind = EventKind::sample;
     e.step = step;
@@ -36,6 +37,7 @@ void Recorder::sample(int64_t step, int64_t epoch, std::vector<SampleImage> imag
 }
 
 void Recorder::save(int64_t step, int64_t epoch, const std::string& path) {
+    meter_.idle();
     MetricsEvent e;
     e.kind = EventKind::save;
     e.step = step;

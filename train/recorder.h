@@ -9,8 +9,8 @@
 //   rec.save(step, epoch, lora_file);            // after a save: the report is rewritten
 //   rec.end("finished");                         // or "stopped at step N (Ctrl-C)", the error
 //
-// Sampling and saving take time between steps: pause() before and resume() after keep it out of
-// the rates and the ETA.
+// Samples and saves come right after a step: the time from that step to the sample or save
+// record is left out of the rates and the ETA.
 #pragma once
 #include <filesystem>
 #include <memory>
@@ -36,8 +36,6 @@ public:
 
     // The step's full record (running mean, rates, ETA filled in), written to the metrics file.
     StepMetrics step(const StepMetrics& facts);
-    void pause() { meter_.pause(); }
-    void resume() { meter_.resume(); }
 
     void sample(int64_t step, int64_t epoch, std::vector<SampleImage> images);
     // Records the save and rewrites the report.
