@@ -33,7 +33,7 @@ target_include_directories(gl-test-cases PUBLIC ${GL_TEST_DIR})
 target_link_libraries(gl-test-cases PUBLIC ggml-lite sd15)
 
 add_executable(gl-tests ${GL_TEST_SOURCES} $<TARGET_OBJECTS:gl-test-cases>)
-target_link_libraries(gl-tests PRIVATE gl-test-cases sddata sd15 ggml-lite gl-cli doctest::doctest)
+target_link_libraries(gl-tests PRIVATE gl-test-cases sdtrain-options sdrun sddata sd15 ggml-lite gl-cli doctest::doctest)
 if(COMMAND doctest_discover_tests)
   doctest_discover_tests(gl-tests PROPERTIES LABELS cpu)
 else()

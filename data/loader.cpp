@@ -19,6 +19,9 @@ Loader::Loader(const Dataset& ds, const BucketAssignment& a, LoaderOptions opt) 
     EpochPlanner planner(a, ds.config.batch_size, opt_.seed);
     for (int e = 1; e <= opt_.epochs; e++)
         for (BatchRef& b : planner.epoch(e)) plan_.push_back({e, std::move(b)});
+    GL_CHECK(opt_.first_batch <= plan_.size(), "loader: first batch ", opt_.first_batch, " is past the run's ",
+             plan_.size(), " batches");
+    next_to_make_ = next_to_give_ = opt_.first_batch;
     for (int t = 0; t < opt_.threads; t++) workers_.emplace_back([this] { work(); });
 }
 
