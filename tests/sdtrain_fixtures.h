@@ -33,7 +33,7 @@ struct Scratch {
     }
     ~Scratch() {
         std::error_code ec;
-        fs::remove_all(root, ec);
+        if (!std::getenv("KEEP")) fs::remove_all(root, ec);
     }
 };
 
