@@ -41,9 +41,11 @@ public:
             std::printf("dry run: nothing was loaded or written\n");
             return;
         }
-        std::printf("done: %lld steps, %.2f images/s, start-up %.1f s, peak host memory %s, planned device memory %s",
+        std::printf("done: %lld steps, %.2f images/s, start-up %.1f s, host memory %s (peak resident %s with the "
+                    "mapped model), device memory planned %s",
                     (long long)s.steps, s.images_per_second, s.startup_seconds,
-                    gl::format_bytes(s.peak_host_bytes).c_str(), gl::format_bytes(s.planned_device_bytes).c_str());
+                    gl::format_bytes(s.peak_host_anon_bytes).c_str(), gl::format_bytes(s.peak_host_bytes).c_str(),
+                    gl::format_bytes(s.planned_device_bytes).c_str());
         if (s.peak_device_bytes) std::printf(", measured %s", gl::format_bytes(s.peak_device_bytes).c_str());
         std::printf("\n");
         if (!s.skipped_images.empty()) {

@@ -51,7 +51,8 @@ struct RunSummary {
     double startup_seconds = 0;     // from the session's start to the end of the first step
     double train_seconds = 0;       // the training loop
     double images_per_second = 0;   // images trained / train_seconds
-    size_t peak_host_bytes = 0;     // the process's peak resident set (VmHWM)
+    size_t peak_host_bytes = 0;     // the process's peak resident set (VmHWM: mapped model pages included)
+    size_t peak_host_anon_bytes = 0;  // its own memory (RssAnon), the largest seen between stages and steps
     size_t planned_device_bytes = 0;
     size_t peak_device_bytes = 0;   // CUDA: the largest device use seen at a step
     std::vector<std::string> skipped_images;  // "path: reason", images dropped while loading

@@ -1,6 +1,7 @@
 // Session: the run itself (caches, the shared memory and its runtimes, weights, training, saves).
 #include <cstdio>
 #include <deque>
+#include <future>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -20,11 +21,14 @@ namespace {
 
 constexpr uint64_t kVaeNoiseStream = 0x7661652d6e6f6973ull;  // per-batch latent sampling noise
 
-size_t peak_host_bytes() {
+// A field of /proc/self/status in bytes ("VmHWM": the peak resident set, file pages of the mapped
+// model included; "RssAnon": the process's own memory now).
+size_t proc_status_bytes(const char* field) {
     std::ifstream f("/proc/self/status");
     std::string line;
+    const std::string key = std::string(field) + ":";
     while (std::getline(f, line))
-        if (line.rfind("VmHWM:", 0) == 0) return size_t(std::strtoull(line.c_str() + 6, nullptr, 10)) * 1024;
+        if (line.rfind(key, 0) == 0) return size_t(std::strtoull(line.c_str() + key.size(), nullptr, 10)) * 1024;
     return 0;
 }
 
@@ -72,6 +76,7 @@ private:
     std::string save_lora(SaveKind kind, int64_t n, int64_t meta_epoch);
     std::string save_state(SaveKind kind, int64_t n);
     RunPosition position() const;
+    void sample_host() { sum_.peak_host_anon_bytes = std::max(sum_.peak_host_anon_bytes, proc_status_bytes("RssAnon")); }
 
     Session::Impl& m_;
     const RunConfig& c_;
@@ -84,7 +89,9 @@ private:
     std::shared_ptr<gl::SharedMemory> mem_;
     std::vector<std::unique_ptr<gl::Runtime>> step_rt_, text_rt_, vae_rt_;
     std::unique_ptr<BucketTrainer> trainer_;
-    std::map<std::string, std::string> run_md_;
+    std::map<std::string, std::string> run_md_;  // made at the first save
+    RunFacts facts_;
+    std::future<ModelFileInfo> model_info_;
     optim::LrSchedule schedule_;
     std::vector<Micro> group_;
     int64_t epoch_ = 1, batches_done_ = 0;
@@ -157,6 +164,10 @@ void Runner::allocate() {
     if (s0.text_weights) sd::load_clip(*s0.text_weights, *m_.model.text_encoder, *step_rt_[0]);
     else if (!gs.text().empty()) sd::load_clip(*gs.text()[0].graph->weights, *m_.model.text_encoder, *text_rt_[0]);
     if (!gs.vae().empty()) sd::load_vae(*gs.vae()[0].graph->weights, m_.model.vae_cfg, *m_.model.vae, *vae_rt_[0]);
+    // Nothing reads the mapped files again: unmapping them gives their pages back.
+    m_.model.unet.reset();
+    m_.model.text_encoder.reset();
+    m_.model.vae.reset();
 
     std::vector<BucketTrainer::Member> members;
     for (size_t i = 0; i < gs.steps().size(); i++) members.push_back({gs.steps()[i].graph.get(), step_rt_[i].get()});
@@ -266,6 +277,10 @@ std::string Runner::save_lora(SaveKind kind, int64_t n, int64_t meta_epoch) {
     so.resolution_h = m_.data.dataset.config.height;
     so.clip_skip = c_.clip_skip.value_or(0);
     so.prediction_type = c_.v_parameterization ? "v" : "epsilon";
+    if (run_md_.empty()) {
+        facts_.model = model_info_.get();
+        run_md_ = run_metadata(c_, m_.data, facts_);
+    }
     so.training = save_metadata(run_md_, trainer_->steps_done(), meta_epoch);
     for (const auto& [k, v] : {std::pair{"author", &c_.metadata_author}, {"description", &c_.metadata_description},
                                {"license", &c_.metadata_license}, {"tags", &c_.metadata_tags}})
@@ -327,6 +342,7 @@ void Runner::flush() {
         sum_.peak_device_bytes = std::max(sum_.peak_device_bytes, e.device_bytes_in_use);
     }
     e.planned_bytes = m_.plan.memory.predicted_peak;
+    sample_host();
     m_.obs->on_step(e);
 
     const int64_t step = r.step;
@@ -379,14 +395,18 @@ RunSummary Runner::run() {
     facts.started_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     facts.seed = m_.seed;
     facts.counts = m_.plan.counts;
-    m_.message("hashing the model for the LoRA's metadata");
-    facts.model = model_file_info(c_.pretrained_model_name_or_path);
     facts.version = "sdtrain (ggml-lite)";
-    run_md_ = run_metadata(c_, m_.data, facts);
+    // The model's hashes (ss_sd_model_hash: the whole file read) are only needed by the first
+    // save: they are computed beside caching and training.
+    const std::string path = c_.pretrained_model_name_or_path;
+    model_info_ = std::async(std::launch::async, [path] { return model_file_info(path); });
+    facts_ = facts;
     schedule_ = lr_schedule(c_, m_.plan.counts.max_train_steps);
 
     cache();
+    sample_host();
     allocate();
+    sample_host();
     init_network();
     data::Dataset& ds = m_.data.dataset;
     ds.config.batch_size = int(m_.step.batch);  // the loader cuts micro-batches
@@ -448,7 +468,8 @@ RunSummary Runner::run() {
     loader_ = nullptr;
     sum_.images_per_second = sum_.train_seconds > 0 ? double(images_trained_) / sum_.train_seconds : 0;
     sum_.planned_device_bytes = m_.plan.memory.predicted_peak;
-    sum_.peak_host_bytes = peak_host_bytes();
+    sample_host();
+    sum_.peak_host_bytes = proc_status_bytes("VmHWM");
     return sum_;
 }
 
@@ -458,7 +479,8 @@ RunSummary Session::run(const std::atomic<bool>* stop) {
         RunSummary s;
         s.dry_run = true;
         s.planned_device_bytes = impl_->plan.memory.predicted_peak;
-        s.peak_host_bytes = peak_host_bytes();
+        s.peak_host_bytes = proc_status_bytes("VmHWM");
+        s.peak_host_anon_bytes = proc_status_bytes("RssAnon");
         impl_->obs->on_end(s);
         return s;
     }
