@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -33,7 +34,7 @@ struct Scratch {
     }
     ~Scratch() {
         std::error_code ec;
-        if (!std::getenv("KEEP")) fs::remove_all(root, ec);
+        if (!std::getenv("GL_KEEP_SCRATCH")) fs::remove_all(root, ec);  // set it to look at a run's files
     }
 };
 
