@@ -4,12 +4,15 @@
 #   make demo     install missing Debian packages, build and run the demo (tools/demo.cpp)
 #   make bench    build and run the Google Benchmark programs (bench/*.cpp)
 #   make deps     install the Debian packages the build needs, those that are missing
+#   make sanitize build the library and the tests of untrusted input with ASan + UBSan (CPU only,
+#                 in SAN_BUILD=build-san) and run them (cmake/GlSanitize.cmake says which)
 #   make install  install the library, headers and CMake package under PREFIX
 # Variables (make VAR=value): BUILD=build  BUILD_TYPE=Release  JOBS=<cores>
 #   GL_CUDA=AUTO|ON|OFF  GL_CUDA_ARCHS="80;90a"  (both are remembered in the build folder's cache)
 #   CMAKE_ARGS=...  CTEST_ARGS=...  DEMO_ARGS=...  BENCH_ARGS=...  PREFIX=/usr/local
 
 BUILD         ?= build
+SAN_BUILD     ?= build-san
 BUILD_TYPE    ?= Release
 JOBS          ?= $(shell nproc 2>/dev/null || echo 2)
 GL_CUDA       ?=
@@ -30,7 +33,7 @@ CONFIGURE_FLAGS := -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
 DEB_PACKAGES := cmake:cmake ninja-build:ninja g++:g++ doctest-dev nlohmann-json3-dev libstb-dev \
 	libbenchmark-dev libtomlplusplus-dev libcli11-dev libwebp-dev libjpeg62-turbo-dev libpng-dev
 
-.PHONY: all build configure test demo bench deps install clean distclean
+.PHONY: all build configure test sanitize sanitize-build demo bench deps install clean distclean
 .NOTPARALLEL:
 
 all: build
@@ -49,6 +52,15 @@ test:
 	@$(MAKE) --no-print-directory deps
 	@$(MAKE) --no-print-directory build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 900 $(CTEST_ARGS)
+
+sanitize-build:
+	@$(MAKE) --no-print-directory deps
+	@if [ -f $(SAN_BUILD)/CMakeCache.txt ]; then gen=""; else gen="-G Ninja"; fi; \
+	cmake -S . -B $(SAN_BUILD) $$gen -DGL_SANITIZE=ON $(CMAKE_ARGS)
+	cmake --build $(SAN_BUILD) -j $(JOBS) --target gl-san-tests
+
+sanitize: sanitize-build
+	ctest --test-dir $(SAN_BUILD) -L sanitize --output-on-failure --timeout 1800
 
 demo:
 	@$(MAKE) --no-print-directory deps

@@ -24,6 +24,7 @@
 
 #include "ggml-lite/cuda/attention_impl.cuh"
 
+using namespace gl;
 using namespace gl::attn;
 
 #define CK(...)                                                                                 \
@@ -126,18 +127,18 @@ __global__ void ref_dkdv(Ref r) {
 }
 
 // ---- host helpers ----
-static uint16_t to_half_bits(float x, Elt t) {
-    if (t == Elt::bf16) {
+static uint16_t to_half_bits(float x, DType t) {
+    if (t == DType::bf16) {
         __nv_bfloat16 h = __float2bfloat16(x);
         return *reinterpret_cast<uint16_t*>(&h);
     }
     __half h = __float2half(x);
     return *reinterpret_cast<uint16_t*>(&h);
 }
-static float from_bits(const void* p, Elt t, size_t i) {
-    if (t == Elt::f32) return static_cast<const float*>(p)[i];
+static float from_bits(const void* p, DType t, size_t i) {
+    if (t == DType::f32) return static_cast<const float*>(p)[i];
     uint16_t u = static_cast<const uint16_t*>(p)[i];
-    if (t == Elt::bf16) return __bfloat162float(*reinterpret_cast<__nv_bfloat16*>(&u));
+    if (t == DType::bf16) return __bfloat162float(*reinterpret_cast<__nv_bfloat16*>(&u));
     return __half2float(*reinterpret_cast<__half*>(&u));
 }
 
@@ -150,22 +151,22 @@ struct DevBuf {
 };
 
 // Random values of dtype t: device storage plus the f32 copy of the rounded values.
-static void fill(DevBuf& dev, DevBuf& f32, size_t n, Elt t, std::mt19937& rng, float amp) {
+static void fill(DevBuf& dev, DevBuf& f32, size_t n, DType t, std::mt19937& rng, float amp) {
     std::uniform_real_distribution<float> u(-amp, amp);
     std::vector<float> h(n);
     std::vector<uint16_t> hb(n);
     for (size_t i = 0; i < n; i++) {
         h[i] = u(rng);
-        if (t != Elt::f32) {
+        if (t != DType::f32) {
             hb[i] = to_half_bits(h[i], t);
             h[i] = from_bits(hb.data(), t, i);
         }
     }
-    CK(cudaMemcpy(dev.p, t == Elt::f32 ? (void*)h.data() : (void*)hb.data(), n * elt_size(t), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dev.p, t == DType::f32 ? (void*)h.data() : (void*)hb.data(), n * elt_size(t), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(f32.p, h.data(), n * 4, cudaMemcpyHostToDevice));
 }
 
-static std::vector<float> download(const DevBuf& b, Elt t, size_t n) {
+static std::vector<float> download(const DevBuf& b, DType t, size_t n) {
     std::vector<unsigned char> raw(n * elt_size(t));
     CK(cudaMemcpy(raw.data(), b.p, raw.size(), cudaMemcpyDeviceToHost));
     std::vector<float> out(n);
@@ -185,13 +186,13 @@ static double nerr(const std::vector<float>& x, const std::vector<float>& ref) {
 }
 
 struct Case {
-    Elt t;
+    DType t;
     int B, H, L, S, d, dv, causal;
     float scale;  // 0 -> 1/sqrt(d)
-    Elt go_t;
+    DType go_t;
 };
 
-static const char* name(Elt t) { return t == Elt::f32 ? "f32" : t == Elt::bf16 ? "bf16" : "f16"; }
+static const char* name(DType t) { return t == DType::f32 ? "f32" : t == DType::bf16 ? "bf16" : "f16"; }
 
 static bool run_case(const Case& c) {
     std::mt19937 rng(1234 + c.d + c.L);
@@ -225,7 +226,7 @@ static bool run_case(const Case& c) {
     CK(forward(p, 0));
     CK(backward(p, ws.p, ws.bytes, 0));
     CK(cudaDeviceSynchronize());
-    auto o1 = download(o, c.t, no), l1 = download(lse, Elt::f32, nl);
+    auto o1 = download(o, c.t, no), l1 = download(lse, DType::f32, nl);
     auto q1 = download(dq, c.t, nq), k1 = download(dk, c.t, nk), v1 = download(dv, c.t, nv);
     // Determinism: a second backward must match bitwise.
     CK(cudaMemset(dq.p, 0, dq.bytes));
@@ -234,12 +235,12 @@ static bool run_case(const Case& c) {
     CK(cudaDeviceSynchronize());
     bool det = download(dq, c.t, nq) == q1 && download(dk, c.t, nk) == k1;
 
-    double eo = nerr(o1, download(ro, Elt::f32, no)), eq = nerr(q1, download(rdq, Elt::f32, nq));
-    double ek = nerr(k1, download(rdk, Elt::f32, nk)), ev = nerr(v1, download(rdv, Elt::f32, nv));
+    double eo = nerr(o1, download(ro, DType::f32, no)), eq = nerr(q1, download(rdq, DType::f32, nq));
+    double ek = nerr(k1, download(rdk, DType::f32, nk)), ev = nerr(v1, download(rdv, DType::f32, nv));
     double el = 0;
-    auto rl = download(rlse, Elt::f32, nl);
+    auto rl = download(rlse, DType::f32, nl);
     for (size_t i = 0; i < nl; i++) el = std::max(el, std::isfinite(l1[i]) ? (double)std::fabs(l1[i] - rl[i]) : INFINITY);
-    const double tol = c.t == Elt::f32 ? 2e-5 : c.t == Elt::f16 ? 1e-2 : 3e-2;
+    const double tol = c.t == DType::f32 ? 2e-5 : c.t == DType::f16 ? 1e-2 : 3e-2;
     const bool ok = det && eo < tol && eq < tol && ek < tol && ev < tol && el < tol;
     Problem shape = p;
     std::printf("%s %-4s B%d H%d L%d S%d d%d dv%d%s%s path=%s split=%d | o %.2e lse %.2e dq %.2e dk %.2e dv %.2e det %d\n",
@@ -282,12 +283,12 @@ struct Bench {
           dk(nk * 2), dv(nk * 2), ws(sizeof(float) * (nl + 2 * 16 * nk) + 1024), fq(nq * 4), fk(nk * 4), fv(nk * 4),
           fgo(nq * 4) {
         std::mt19937 rng(7);
-        fill(q, fq, nq, Elt::bf16, rng, 1.7f);
-        fill(k, fk, nk, Elt::bf16, rng, 1.7f);
-        fill(v, fv, nk, Elt::bf16, rng, 1.0f);
-        fill(go, fgo, nq, Elt::bf16, rng, 1.0f);
+        fill(q, fq, nq, DType::bf16, rng, 1.7f);
+        fill(k, fk, nk, DType::bf16, rng, 1.7f);
+        fill(v, fv, nk, DType::bf16, rng, 1.0f);
+        fill(go, fgo, nq, DType::bf16, rng, 1.0f);
         p.B = B, p.L = L, p.S = S, p.H = H, p.d = d, p.dv = d, p.scale = float(1.0 / std::sqrt(double(d))), p.causal = causal;
-        p.t = Elt::bf16, p.o_t = Elt::bf16, p.go_t = Elt::bf16;
+        p.t = DType::bf16, p.o_t = DType::bf16, p.go_t = DType::bf16;
         p.q = q.p, p.k = k.p, p.v = v.p, p.o = o.p, p.lse = lse.as<float>(), p.o_in = o.p, p.lse_in = lse.as<float>(), p.go = go.p;
         p.grad_q = dq.p, p.grad_k = dk.p, p.grad_v = dv.p;
         flops = 4.0 * B * H * double(L) * S * d * (causal ? 0.5 : 1.0);
@@ -311,11 +312,11 @@ struct Bench {
         float tfw = time_ms([&] { CK(forward(p, 0)); }, iters);
         float tb = time_ms([&] { CK(backward(p, ws.p, ws.bytes, 0)); }, iters);
         CK(cudaDeviceSynchronize());
-        o0 = download(o, Elt::bf16, nq), q0 = download(dq, Elt::bf16, nq);
-        k0 = download(dk, Elt::bf16, nk), v0 = download(dv, Elt::bf16, nk);
+        o0 = download(o, DType::bf16, nq), q0 = download(dq, DType::bf16, nq);
+        k0 = download(dk, DType::bf16, nk), v0 = download(dv, DType::bf16, nk);
         const MmaArgs a = args();
         float tdelta = time_ms([&] {
-            delta_vec<__nv_bfloat16><<<blocks_for(int64_t(B) * L * H, 128), 128>>>(o.as<__nv_bfloat16>(), go.as<__nv_bfloat16>(),
+            delta_vec<__nv_bfloat16><<<grid_for(int64_t(B) * L * H, 128), 128>>>(o.as<__nv_bfloat16>(), go.as<__nv_bfloat16>(),
                                                                                 ws.as<float>(), B, L, H, d);
         }, iters);
         std::printf("B%d H%d L%d S%d d%d%s: fwd %.3f ms %.0f TF/s | bwd %.3f ms %.0f TF/s (delta %.3f ms, split %d) | "
@@ -329,7 +330,7 @@ struct Bench {
         float t = time_ms([&] { CK(launch_fwd<__nv_bfloat16, C>(a, 0)); }, 10);
         CK(cudaDeviceSynchronize());
         std::printf("   fwd  D%d NW%d MT%d BN%d: %.3f ms %.0f TF/s (err %.1e)\n", C::D, C::NW, C::MT, C::BN, t, tf(1, t),
-                    nerr(download(o, Elt::bf16, nq), o0));
+                    nerr(download(o, DType::bf16, nq), o0));
     }
     template <class C> void dkdv_variant() {
         MmaArgs a = args();
@@ -337,18 +338,18 @@ struct Bench {
         const int64_t n = int64_t(nk);
         float t = time_ms([&] {
             CK(launch_dkdv<__nv_bfloat16, C>(a, 0));
-            if (a.nsplit > 1) reduce_parts<__nv_bfloat16><<<blocks_for(n, 256), 256>>>(a.part, a.nsplit, n, dk.as<__nv_bfloat16>(), dv.as<__nv_bfloat16>());
+            if (a.nsplit > 1) reduce_parts<__nv_bfloat16><<<grid_for(n, 256), 256>>>(a.part, a.nsplit, n, dk.as<__nv_bfloat16>(), dv.as<__nv_bfloat16>());
         }, 10);
         CK(cudaDeviceSynchronize());
         std::printf("   dkdv D%d NW%d BM%d QC%d DO%d split%d: %.3f ms (err dk %.1e dv %.1e)\n", C::D, C::NW, C::BM, C::QC,
-                    C::DO, a.nsplit, t, nerr(download(dk, Elt::bf16, nk), k0), nerr(download(dv, Elt::bf16, nk), v0));
+                    C::DO, a.nsplit, t, nerr(download(dk, DType::bf16, nk), k0), nerr(download(dv, DType::bf16, nk), v0));
     }
     template <class C> void dq_variant() {
         const MmaArgs a = dq_args();
         float t = time_ms([&] { CK(launch_dq<__nv_bfloat16, C>(a, 0)); }, 10);
         CK(cudaDeviceSynchronize());
         std::printf("   dq   D%d NW%d BN%d MT%d: %.3f ms (err %.1e)\n", C::D, C::NW, C::BN, C::MT, t,
-                    nerr(download(dq, Elt::bf16, nq), q0));
+                    nerr(download(dq, DType::bf16, nq), q0));
     }
 };
 
@@ -389,7 +390,7 @@ int main(int argc, char** argv) {
     const bool only_bench = argc > 1 && std::strcmp(argv[1], "bench") == 0;  // "bench": skip correctness
     int fails = 0;
     if (!only_bench) {
-        const Elt b = Elt::bf16, h = Elt::f16, f = Elt::f32;
+        const DType b = DType::bf16, h = DType::f16, f = DType::f32;
         const Case cases[] = {
             {b, 2, 3, 300, 300, 40, 40, 0, 0.f, b},    {b, 1, 2, 1000, 77, 40, 40, 0, 0.f, b},
             {b, 2, 2, 257, 257, 80, 80, 0, 0.f, b},    {b, 2, 2, 256, 256, 160, 160, 0, 0.f, b},

@@ -19,6 +19,7 @@
 
 #include "ggml-lite/cuda/conv_launch.cuh"
 
+using namespace gl;
 using namespace gl::convk;
 
 #define CK(x)                                                                                      \
@@ -33,11 +34,11 @@ template <class T> __global__ void fill_kernel(T* p, int64_t n, uint32_t seed) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         uint32_t h = uint32_t(i) * 2654435761u ^ seed * 0x9e3779b9u ^ uint32_t(i >> 32);
         h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
-        p[i] = cv_out<T>(float(h) * (2.0f / 4294967296.0f) - 1.0f);
+        p[i] = from_f32<T>(float(h) * (2.0f / 4294967296.0f) - 1.0f);
     }
 }
 template <class T> __global__ void to_float_kernel(const T* p, float* q, int64_t n) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) q[i] = cv_f32(p[i]);
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) q[i] = to_f32(p[i]);
 }
 
 // ---- reference: one thread per output element ----
@@ -46,13 +47,13 @@ template <class T> __global__ void ref_fwd(Geom g, const T* x, const T* w, const
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         int co = int(i % g.Co); int64_t t = i / g.Co;
         int ox = int(t % g.Wo); t /= g.Wo; int oy = int(t % g.Ho); int b = int(t / g.Ho);
-        double s = bias ? double(cv_f32(bias[co])) : 0.0;
+        double s = bias ? double(to_f32(bias[co])) : 0.0;
         for (int r = 0; r < g.k; r++) for (int q = 0; q < g.k; q++) {
             int iy = oy * g.S - g.pad + r, ix = ox * g.S - g.pad + q;
             if (iy < 0 || iy >= g.H || ix < 0 || ix >= g.W) continue;
             const T* xp = x + ((int64_t(b) * g.H + iy) * g.W + ix) * g.C;
             const T* wp = w + ((int64_t(co) * g.k + r) * g.k + q) * g.C;
-            for (int c = 0; c < g.C; c++) s += double(cv_f32(xp[c])) * double(cv_f32(wp[c]));
+            for (int c = 0; c < g.C; c++) s += double(to_f32(xp[c])) * double(to_f32(wp[c]));
         }
         y[i] = float(s);
     }
@@ -70,7 +71,7 @@ template <class T> __global__ void ref_dgrad(Geom g, const T* gy, const T* w, fl
             if (oy >= g.Ho || ox >= g.Wo) continue;
             const T* gp = gy + ((int64_t(b) * g.Ho + oy) * g.Wo + ox) * g.Co;
             for (int co = 0; co < g.Co; co++)
-                s += double(cv_f32(gp[co])) * double(cv_f32(w[((int64_t(co) * g.k + r) * g.k + q) * g.C + c]));
+                s += double(to_f32(gp[co])) * double(to_f32(w[((int64_t(co) * g.k + r) * g.k + q) * g.C + c]));
         }
         dx[i] = float(s);
     }
@@ -87,8 +88,8 @@ template <class T> __global__ void ref_wgrad(Geom g, const T* gy, const T* x, fl
             for (int ox = 0; ox < g.Wo; ox++) {
                 int ix = ox * g.S - g.pad + q;
                 if (ix < 0 || ix >= g.W) continue;
-                s += double(cv_f32(gy[((int64_t(b) * g.Ho + oy) * g.Wo + ox) * g.Co + co])) *
-                     double(cv_f32(x[((int64_t(b) * g.H + iy) * g.W + ix) * g.C + c]));
+                s += double(to_f32(gy[((int64_t(b) * g.Ho + oy) * g.Wo + ox) * g.Co + co])) *
+                     double(to_f32(x[((int64_t(b) * g.H + iy) * g.W + ix) * g.C + c]));
             }
         }
         dw[i] = float(s);
@@ -111,7 +112,7 @@ struct Bufs {
 static Bufs B;
 static int g_fail = 0;
 
-static unsigned blocks_for(int64_t n) { return unsigned(std::min<int64_t>((n + 255) / 256, 132 * 64)); }
+static unsigned blocks_for(int64_t n) { return grid_for(n, 256, 132 * 64); }
 
 template <class T>
 static void setup(const Geom& g) {

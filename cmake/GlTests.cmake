@@ -3,6 +3,7 @@
 #   gl-gpu-tests  tests/gpu/*.cpp, *.cu; built with CUDA only; one CTest test (label gpu)
 #   embed         installs the library and builds tests/embed/ against it (label embed)
 #   cli: ...      the tools' command lines: refusals, exit statuses, help (label cli)
+#   gl-san-tests  with GL_SANITIZE=ON: a test subset under ASan + UBSan (label sanitize, GlSanitize.cmake)
 # The op case table (op_harness.cpp, cases_*.cpp) is shared by the CPU and GPU suites.
 
 # doctest: the Debian package's config, else a bare header (for a machine without the package,
@@ -34,13 +35,20 @@ target_link_libraries(gl-test-cases PUBLIC ggml-lite sd15)
 
 add_executable(gl-tests ${GL_TEST_SOURCES} $<TARGET_OBJECTS:gl-test-cases>)
 target_link_libraries(gl-tests PRIVATE gl-test-cases sdtrain-options sdrun sddata sd15 ggml-lite gl-cli doctest::doctest)
-# The sdtrain binary's end-to-end case runs the built program (skipped when tools are not built).
+# The command-line tests of gl-txt2img and sdtrain run the built tools (skipped when tools are not built).
+if(TARGET gl-txt2img)
+  target_compile_definitions(gl-tests PRIVATE GL_TXT2IMG_BIN="$<TARGET_FILE:gl-txt2img>"
+                                              GL_VERSION_FOR_TESTS="${PROJECT_VERSION}")
+  add_dependencies(gl-tests gl-txt2img)
+endif()
 if(TARGET gl-sdtrain)
   target_compile_definitions(gl-tests PRIVATE GL_SDTRAIN_BIN="$<TARGET_FILE:gl-sdtrain>")
   add_dependencies(gl-tests gl-sdtrain)
 endif()
 if(COMMAND doctest_discover_tests)
-  doctest_discover_tests(gl-tests PROPERTIES LABELS cpu)
+  # Discovery splits a test case name at ';' and its halves match no test case, and a run that
+  # matches none passes: any entry that runs no test case fails instead (keep ';' out of names).
+  doctest_discover_tests(gl-tests PROPERTIES LABELS cpu FAIL_REGULAR_EXPRESSION "test cases: +0 [|]")
 else()
   add_test(NAME gl-tests COMMAND gl-tests)
   set_tests_properties(gl-tests PROPERTIES LABELS cpu)
@@ -59,6 +67,9 @@ elseif(GL_GPU_TEST_SOURCES)
            "GPU tests skipped: ggml-lite was configured without CUDA (GL_CUDA=${GL_CUDA})")
   set_tests_properties(gpu PROPERTIES LABELS gpu SKIP_REGULAR_EXPRESSION "GPU tests skipped:")
 endif()
+
+# The sanitizer pass's executable (cmake/GlSanitize.cmake), in a GL_SANITIZE=ON build folder only.
+gl_add_sanitize_tests()
 
 # Out-of-tree embedding: install to a scratch prefix, then find_package(ggml-lite) from tests/embed/.
 add_test(NAME embed

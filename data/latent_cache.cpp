@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "data/resize.h"
-#include "data/sha256.h"
+#include "ggml-lite/io/sha256.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
 
@@ -110,11 +110,9 @@ std::vector<float> VaeGraphEncoder::moments(const std::vector<float>& x, int bat
 
 std::string latent_key(const std::string& image_sha256, const BucketChoice& c, std::array<int, 2> crop, bool flip,
                        const std::string& encoder_identity) {
-    Sha256 h;
-    h.update(gl::cat("latent v1|", image_sha256, "|bucket ", c.bucket.w, "x", c.bucket.h, "|resized ", c.resized.w,
-                     "x", c.resized.h, "|crop ", crop[0], ",", crop[1], "|flip ", int(flip), "|encoder ",
-                     encoder_identity));
-    return Sha256::hex(h.digest());
+    return gl::io::sha256_hex(gl::cat("latent v1|", image_sha256, "|bucket ", c.bucket.w, "x", c.bucket.h, "|resized ",
+                                      c.resized.w, "x", c.resized.h, "|crop ", crop[0], ",", crop[1], "|flip ",
+                                      int(flip), "|encoder ", encoder_identity));
 }
 
 LatentCache::LatentCache(std::optional<fs::path> dir) : dir_(std::move(dir)) {
@@ -208,7 +206,7 @@ CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCa
                 rep.skipped.push_back({err.path(), err.reason()});
                 continue;
             }
-            const std::string sha = Sha256::hex(Sha256().update(bytes.data(), bytes.size()).digest());
+            const std::string sha = gl::io::sha256_hex(bytes.data(), bytes.size());
             const BucketChoice& ch = a.choice[size_t(i)];
             const std::array<int, 2> crop{(ch.resized.w - ch.bucket.w) / 2, (ch.resized.h - ch.bucket.h) / 2};
             bool any_miss = false;

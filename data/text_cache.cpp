@@ -3,7 +3,7 @@
 #include <map>
 #include <set>
 
-#include "data/sha256.h"
+#include "ggml-lite/io/sha256.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
 #include "models/sd15/tokenizer.h"
@@ -81,7 +81,7 @@ TextCacheReport cache_text_outputs(const Dataset& ds, LatentCache& cache, TextEn
         Rng unused(0);  // captions that do not vary draw nothing
         const std::string caption = process_caption(ds.config.subsets[size_t(e.subset)].caption, e.caption, 1, unused);
         const std::string key =
-            Sha256::hex(Sha256().update(gl::cat("text v1|", enc.identity(), "|", caption)).digest());
+            gl::io::sha256_hex(gl::cat("text v1|", enc.identity(), "|", caption));
         rep.keys[i] = key;
         if (!seen.insert(key).second) continue;  // each distinct caption once
         rep.captions++;

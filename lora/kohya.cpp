@@ -1,16 +1,21 @@
 #include "lora/kohya.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "ggml-lite/core/dtype.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/runtime.h"
+#include "ggml-lite/core/checked.h"
 #include "ggml-lite/io/safetensors.h"
+#include "ggml-lite/io/sha256.h"
 
 namespace lora {
 
@@ -50,10 +55,11 @@ std::string py_float(float f) {
     return buf;
 }
 
-std::string utc_now_iso() {
+// kohya: datetime.fromtimestamp(int(time.time())).isoformat(), the local time without a zone.
+std::string local_now_iso() {
     std::time_t t = std::time(nullptr);
     std::tm tm{};
-    gmtime_r(&t, &tm);
+    localtime_r(&t, &tm);
     char buf[32];
     std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
     return buf;
@@ -115,14 +121,16 @@ std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const 
         // kohya's markers of UNet-only / text-encoder-only training.
         {"ss_network_train_unet_only", has_te ? "False" : "True"},
         {"ss_network_train_text_encoder_only", has_unet ? "False" : "True"},
-        {"modelspec.sai_model_spec", "1.0.0"},
+        // sai_model_spec.build_metadata: ModelSpec 1.0.1; an SD1.x LoRA is a "diffusers" implementation.
+        {"modelspec.sai_model_spec", "1.0.1"},
         {"modelspec.architecture", "stable-diffusion-v1/lora"},
-        {"modelspec.implementation", "https://github.com/Stability-AI/generative-models"},
+        {"modelspec.implementation", "diffusers"},
         {"modelspec.title", opt.title},
-        {"modelspec.date", utc_now_iso()},
+        {"modelspec.date", local_now_iso()},
         {"modelspec.resolution", reso},
         {"modelspec.prediction_type", opt.prediction_type},
     };
+    if (opt.clip_skip > 0) md["modelspec.encoder_layer"] = std::to_string(opt.clip_skip);
     // kohya writes the network args it was given as a JSON object of strings.
     std::string args;
     auto arg = [&](const std::string& k, const std::string& v) {
@@ -169,8 +177,78 @@ size_t save_kohya(const std::string& path, const LoraNetwork& net, const ReadFn&
         out.push_back({m.key + ".alpha", t, {}, nullptr});
     }
     for (size_t i = 0; i < out.size(); i++) out[i].data = bytes[i].data();
-    gl::io::write_safetensors(path, out, kohya_metadata(net, opt));
+    std::map<std::string, std::string> md = kohya_metadata(net, opt);
+    std::tie(md["sshs_model_hash"], md["sshs_legacy_hash"]) = kohya_model_hashes(out, md);
+    gl::io::write_safetensors(path, out, md);
     return out.size();
+}
+
+namespace {
+
+// The rank safetensors' Python package sorts tensors by (descending), before their names.
+int python_dtype_rank(gl::DType t) {
+    switch (t) {
+        case gl::DType::f32: return 5;
+        case gl::DType::i32: return 4;
+        case gl::DType::bf16: return 3;
+        case gl::DType::f16: return 2;
+        case gl::DType::i8: return 1;
+        case gl::DType::u8: return 0;
+    }
+    return -1;
+}
+
+std::string json_string(const std::string& s) { return nlohmann::json(s).dump(); }
+
+}  // namespace
+
+std::pair<std::string, std::string> kohya_model_hashes(const std::vector<gl::io::TensorToWrite>& tensors,
+                                                       const std::map<std::string, std::string>& metadata) {
+    std::vector<const gl::io::TensorToWrite*> order;
+    for (const gl::io::TensorToWrite& t : tensors) order.push_back(&t);
+    std::sort(order.begin(), order.end(), [](const gl::io::TensorToWrite* a, const gl::io::TensorToWrite* b) {
+        const int ra = python_dtype_rank(a->dtype), rb = python_dtype_rank(b->dtype);
+        return ra != rb ? ra > rb : a->name < b->name;
+    });
+    // The header exactly as the package writes it: compact JSON, the metadata object first (empty
+    // or not), tensors in data order, padded with spaces to a multiple of 8. (It orders the
+    // metadata keys at random; the hashes depend only on the header's length.)
+    std::string meta;
+    for (const auto& [k, v] : metadata)
+        if (k.rfind("ss_", 0) == 0) meta += (meta.empty() ? "" : ",") + json_string(k) + ":" + json_string(v);
+    std::string header = "{\"__metadata__\":{" + meta + "}";
+    std::vector<uint64_t> sizes;
+    uint64_t offset = 0;
+    for (const gl::io::TensorToWrite* t : order) {
+        const uint64_t n = uint64_t(gl::checked_bytes(gl::checked_numel(t->shape.data(), t->shape.size(), t->name),
+                                                      gl::dtype_size(t->dtype), t->name));
+        std::string shape;
+        for (int64_t d : t->shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+        header += "," + json_string(t->name) + ":{\"dtype\":\"" +
+                  gl::io::stored_name(gl::io::stored_of(t->dtype)) + "\",\"shape\":[" + shape +
+                  "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + n) + "]}";
+        sizes.push_back(n);
+        offset += n;
+    }
+    header += "}";
+    header.append((8 - header.size() % 8) % 8, ' ');
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++) len[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
+
+    // The file is streamed piece by piece: the data area into one hash, the window into the other.
+    constexpr uint64_t kLo = 0x100000, kHi = 0x110000;
+    gl::io::Sha256 model, legacy;
+    uint64_t at = 0;
+    auto feed = [&](const void* p, uint64_t n, bool data) {
+        if (data) model.update(p, size_t(n));
+        const uint64_t lo = std::max(at, kLo), hi = std::min(at + n, kHi);
+        if (lo < hi) legacy.update(static_cast<const uint8_t*>(p) + (lo - at), size_t(hi - lo));
+        at += n;
+    };
+    feed(len, 8, false);
+    feed(header.data(), header.size(), false);
+    for (size_t i = 0; i < order.size(); i++) feed(order[i]->data, sizes[i], true);
+    return {model.hex(), legacy.hex().substr(0, 8)};
 }
 
 namespace {
@@ -272,6 +350,11 @@ LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, co
         std::vector<float> down(size_t(di.numel())), up(size_t(ui.numel()));
         src.read(k.down, down.data(), gl::DType::f32);
         src.read(k.up, up.data(), gl::DType::f32);
+        for (const auto& [key, v] : {std::pair{&k.down, &down}, std::pair{&k.up, &up}}) {
+            const auto bad = std::find_if(v->begin(), v->end(), [](float x) { return !std::isfinite(x); });
+            GL_CHECK(bad == v->end(), "lora load ", src.origin(), ": ", *key, " holds ", std::isnan(*bad) ? "NaN" : "inf",
+                     " (element ", bad - v->begin(), "); a LoRA with non-finite weights would break every output");
+        }
         if (conv) down = oihw_to_ohwi(down, r, m.k, m.in);
         if (alpha != m.alpha) {
             const float f = alpha / m.alpha;

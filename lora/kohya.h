@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/io/tensor_source.h"
 #include "lora/lora.h"
 #include "models/sd15/unet.h"
@@ -35,8 +36,17 @@ struct SaveOptions {
     bool minimum_metadata = false;
 };
 
-// The metadata save_kohya writes (exposed so a tool can show it).
+// The metadata save_kohya writes (exposed so a tool can show it), as kohya's train_network.py
+// and sai_model_spec.build_metadata write it for an SD1.x LoRA; save_kohya adds the two hashes.
 std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const SaveOptions& opt);
+
+// sshs_model_hash and sshs_legacy_hash, computed as kohya does (train_util.
+// precalculate_safetensors_hashes): over the file safetensors' Python package would write for
+// these tensors with only the ss_* keys of metadata, the sha256 of its data area and the first 8
+// hex digits of the sha256 of its bytes [1 MiB, 1 MiB + 64 KiB). A1111 and the additional-networks
+// extension fall back to them to identify the file.
+std::pair<std::string, std::string> kohya_model_hashes(const std::vector<gl::io::TensorToWrite>& tensors,
+                                                       const std::map<std::string, std::string>& metadata);
 
 // Where parameter values come from and go to: a runtime, or (tests, tools without the model's
 // weights in memory) any host store.

@@ -1,14 +1,19 @@
 #include "lora/merge_file.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <new>
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/core/runtime.h"
+#include "ggml-lite/io/files.h"
 #include "ggml-lite/io/safetensors.h"
 #include "lora/lora.h"
+#include "lora/merge_output.h"
 #include "models/sd15/clip.h"
 #include "models/sd15/unet.h"
 
@@ -23,24 +28,49 @@ bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The file's rank (Linear / 1x1 modules) and conv rank (3x3 LoCon modules), from the down matrices
-// of every format load_lora reads. Mixed ranks within one kind are refused.
+}  // namespace
+
 std::pair<int, int> file_ranks(const gl::io::TensorSource& f) {
     int rank = 0, conv = 0;
     for (const gl::io::TensorInfo& t : f.list()) {
         if (!ends_with(t.name, "lora_down.weight") && !ends_with(t.name, "lora.down.weight") &&
             !ends_with(t.name, "lora_A.weight"))
             continue;
-        GL_CHECK(!t.shape.empty(), "lora merge: ", f.origin(), ": ", t.name, " has no dimensions");
+        GL_CHECK(!t.shape.empty(), "lora: ", f.origin(), ": ", t.name, " has no dimensions");
         const bool is_conv = t.shape.size() == 4 && (t.shape[2] > 1 || t.shape[3] > 1);
         int& r = is_conv ? conv : rank;
         const int here = int(t.shape[0]);
-        GL_CHECK(r == 0 || r == here, "lora merge: ", f.origin(), " mixes ranks ", r, " and ", here, " (", t.name,
-                 "); merging needs one rank per module kind");
+        GL_CHECK(r == 0 || r == here, "lora: ", f.origin(), " mixes ranks ", r, " and ", here, " (", t.name,
+                 "); one rank per module kind is supported");
         r = here;
     }
-    GL_CHECK(rank > 0 || conv > 0, "lora merge: ", f.origin(), " holds no LoRA down matrices");
+    GL_CHECK(rank > 0 || conv > 0, "lora: ", f.origin(), " holds no LoRA down matrices");
     return {rank, conv};
+}
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+    std::string r = "[";
+    for (size_t i = 0; i < s.size(); i++) r += (i ? ", " : "") + std::to_string(s[i]);
+    return r + "]";
+}
+
+// A merged weight must be finite as stored: NaN or inf (a NaN in the base or the delta, or values
+// beyond what the file's dtype holds, 65504 in f16) would break every image made with it. The
+// message says whether the base already held it or the LoRA's delta made it.
+void check_finite(const gl::io::TensorSource& src, const gl::io::TensorInfo& t, const void* stored, float multiplier) {
+    const int64_t n = t.numel();
+    int64_t bad = 0;
+    while (bad < n && std::isfinite(gl::load_as_f32(stored, t.dtype, bad))) bad++;
+    if (bad == n) return;
+    std::vector<float> base(static_cast<size_t>(n));
+    src.read(t.name, base.data(), gl::DType::f32);
+    const bool base_bad = std::any_of(base.begin(), base.end(), [](float v) { return !std::isfinite(v); });
+    gl::fail("lora merge: merged tensor '", t.name, "' holds ", std::isnan(gl::load_as_f32(stored, t.dtype, bad)) ? "NaN" : "inf",
+             " as ", gl::dtype_name(t.dtype), " (element ", bad, "): ",
+             base_bad ? gl::cat("the base (", src.origin(), ") already holds non-finite values there")
+                      : gl::cat("multiplier ", multiplier, " x the LoRA's delta overflows; nothing was written"));
 }
 
 // A merged weight: its leaf and how the checkpoint stores it.
@@ -52,15 +82,20 @@ struct Merged {
 // Writes every tensor of src to path: merged ones from rt (back to PyTorch's layout and the
 // stored dtype), the others copied.
 size_t write_source(const gl::io::TensorSource& src, const std::map<std::string, Merged>& merged, const gl::Runtime& rt,
-                    const std::string& path, std::map<std::string, std::string> metadata) {
+                    const std::string& path, std::map<std::string, std::string> metadata, float multiplier) {
     const gl::Graph& g = rt.plan().graph;
     std::vector<gl::io::TensorToWrite> out;
     std::vector<std::vector<unsigned char>> data;
     const std::vector<gl::io::TensorInfo> list = src.list();
     data.reserve(list.size());
     for (const gl::io::TensorInfo& t : list) {
-        const size_t es = gl::dtype_size(t.dtype), n = size_t(t.numel());
-        data.emplace_back(n * es);
+        const size_t n = size_t(t.numel());
+        try {
+            data.emplace_back(t.nbytes());
+        } catch (const std::bad_alloc&) {
+            gl::fail("lora merge: ", src.origin(), ": tensor '", t.name, "' ", shape_str(t.shape), " needs ", t.nbytes(),
+                     " bytes of host memory, more than can be allocated");
+        }
         auto it = merged.find(t.name);
         if (it == merged.end()) {
             src.read(t.name, data.back().data(), t.dtype);
@@ -68,6 +103,7 @@ size_t write_source(const gl::io::TensorSource& src, const std::map<std::string,
             std::vector<float> w = rt.read_f32(it->second.id);
             GL_CHECK(w.size() == n, "lora merge: ", src.origin(), ": ", t.name, " holds ", n, " values, the model ",
                      w.size());
+
             if (it->second.layout == sd::WeightLayout::conv_ohwi) {  // [O][kh][kw][I] -> [O][I][kh][kw]
                 const gl::Shape s = g.shape(it->second.id);
                 const int64_t O = s[0], kh = s[1], kw = s[2], I = s[3];
@@ -80,6 +116,7 @@ size_t write_source(const gl::io::TensorSource& src, const std::map<std::string,
                 w.swap(oihw);
             }
             for (size_t i = 0; i < n; i++) gl::store_from_f32(data.back().data(), t.dtype, int64_t(i), w[i]);
+            check_finite(src, t, data.back().data(), multiplier);
         }
         out.push_back({t.name, t.dtype, t.shape, data.back().data()});
     }
@@ -89,34 +126,58 @@ size_t write_source(const gl::io::TensorSource& src, const std::map<std::string,
     return out.size();
 }
 
-// The folder copy's path of a file inside the base folder.
-fs::path in_copy(const std::string& base_dir, const std::string& file, const std::string& out_dir) {
-    return fs::path(out_dir) / fs::relative(fs::path(file), fs::path(base_dir));
+// Bytes a safetensors file of src's tensors takes (the header is generously estimated).
+uint64_t add_saturated(uint64_t a, uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; }
+
+uint64_t file_bytes(const gl::io::TensorSource& src) {
+    uint64_t b = uint64_t(1) << 20;
+    for (const gl::io::TensorInfo& t : src.list()) b = add_saturated(b, t.nbytes());
+    return b;
 }
 
-// Leaves only `keep` among the model weight files of its folder (so no unmerged variant remains).
-void drop_other_variants(const fs::path& keep) {
-    for (const fs::directory_entry& e : fs::directory_iterator(keep.parent_path())) {
-        const std::string name = e.path().filename().string();
-        const bool weights = ends_with(name, ".safetensors") || ends_with(name, ".bin") || ends_with(name, ".ckpt");
-        if (weights && e.path() != keep) fs::remove(e.path());
-    }
+// Where file (inside the base folder) goes in the copy: its path relative to the folder, taken
+// lexically, so that a symlinked sub-folder can never lead the write back into the base.
+std::string relative_in(const std::string& base_dir, const std::string& file) {
+    const fs::path rel = fs::path(file).lexically_normal().lexically_relative(fs::path(base_dir).lexically_normal());
+    GL_CHECK(!rel.empty() && *rel.begin() != "..", "lora merge: ", file, " is not inside the base folder ", base_dir);
+    return rel.string();
+}
+
+std::string parent_dir(const std::string& path) {
+    const fs::path p = fs::path(path).parent_path();
+    return p.empty() ? "." : p.string();
 }
 
 }  // namespace
 
 MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::string& base_path,
-                                       const gl::io::TensorSource& lora_file, const std::string& out,
+                                       const gl::io::TensorSource& lora_file, const std::string& out_arg,
                                        const MergeOptions& opt) {
     MergeReport rep;
+    std::string out = out_arg;  // "merged/" names the folder "merged"
+    while (out.size() > 1 && out.back() == '/') out.pop_back();
+    GL_CHECK(std::isfinite(opt.multiplier), "lora merge: the multiplier ", opt.multiplier, " is not a finite number");
     std::tie(rep.rank, rep.conv_rank) = file_ranks(lora_file);
     const bool folder = base.layout == sd::Sd15Layout::diffusers;
+    std::string unet_rel, te_rel;
+    FolderCopy plan;
     if (folder) {
-        GL_CHECK(!fs::exists(out), "lora merge: ", out, " exists; the merged diffusers folder must be a new path");
         for (const std::string* f : {&base.unet_path, &base.text_encoder_path})
             GL_CHECK(ends_with(*f, ".safetensors"), "lora merge: ", *f,
                      " is not a safetensors file; the merged folder is written as safetensors only");
+        unet_rel = relative_in(base_path, base.unet_path);
+        te_rel = relative_in(base_path, base.text_encoder_path);
+        plan = plan_folder_copy(base_path, {unet_rel, te_rel});
     }
+    check_merge_output(base_path, folder ? plan.parts : std::vector<std::string>{resolved_path(base_path)}, folder, out,
+                       opt.overwrite);
+    std::error_code ec;
+    const bool replace = fs::exists(fs::symlink_status(out, ec));
+    rep.stale_removed = gl::io::remove_stale_temps(out);
+    // Before the (long) merge: what will be written must fit.
+    uint64_t need = file_bytes(*base.unet);
+    if (folder) need = add_saturated(add_saturated(need, plan.bytes), file_bytes(*base.text_encoder));
+    gl::io::check_free_space(parent_dir(out), need, "lora merge: " + out);
 
     // The base models in f32 with the network on them (tiny inputs: only the weights matter).
     gl::Graph g;
@@ -182,21 +243,19 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
     if (!folder) {
         std::map<std::string, Merged> all = unet_keys;
         all.insert(te_keys.begin(), te_keys.end());
-        rep.tensors_written = write_source(*base.unet, all, *rt, out, md);
+        rep.tensors_written = write_source(*base.unet, all, *rt, out, md, opt.multiplier);
         return rep;
     }
-    // Built beside the target and renamed when complete: a failure leaves no half-merged folder.
-    const std::string partial = out + ".partial";
-    GL_CHECK(!fs::exists(partial), "lora merge: ", partial, " exists (left by an interrupted merge?); remove it first");
+    // Built beside the target and renamed when complete: a failure or a kill leaves no
+    // half-merged folder under `out`.
+    const std::string partial = gl::io::partial_dir_name(out);
     try {
-        fs::copy(base_path, partial, fs::copy_options::recursive);
-        const fs::path unet_file = in_copy(base_path, base.unet_path, partial),
-                       te_file = in_copy(base_path, base.text_encoder_path, partial);
-        rep.tensors_written += write_source(*base.unet, unet_keys, *rt, unet_file.string(), md);
-        rep.tensors_written += write_source(*base.text_encoder, te_keys, *rt, te_file.string(), md);
-        drop_other_variants(unet_file);
-        drop_other_variants(te_file);
-        fs::rename(partial, out);
+        copy_folder(plan, partial);
+        rep.tensors_written += write_source(*base.unet, unet_keys, *rt, (fs::path(partial) / unet_rel).string(), md,
+                                            opt.multiplier);
+        rep.tensors_written += write_source(*base.text_encoder, te_keys, *rt, (fs::path(partial) / te_rel).string(), md,
+                                            opt.multiplier);
+        publish_folder(partial, out, replace);
     } catch (...) {
         std::error_code ec;
         fs::remove_all(partial, ec);

@@ -10,10 +10,16 @@
 // - single file -> `out` is one .safetensors file (a .ckpt base is converted on the way);
 // - diffusers folder -> `out` is a new folder: a copy of the base folder whose UNet and text encoder
 //   weight files hold the merged weights (their safetensors files are required).
+// The base is never written, and `out` is never the base (lora/merge_output.h has the rules); an
+// existing `out` is replaced only with `overwrite`. Nothing appears under `out` until the merge is
+// complete; the temporaries on the way carry the process id, and those of a killed merge to the
+// same `out` are removed when the next one starts. Merged weights that are not finite (a NaN in
+// the base, a multiplier so large that the delta overflows) are refused, naming the tensor.
 // Host memory: the UNet and text encoder in f32 (about 3.9 GB at SD1.5 size) plus one model file.
 #pragma once
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "ggml-lite/io/tensor_source.h"
 #include "lora/kohya.h"
@@ -22,7 +28,8 @@
 namespace lora {
 
 struct MergeOptions {
-    float multiplier = 1.0f;  // the LoRA's strength, as A1111's <lora:name:multiplier>
+    float multiplier = 1.0f;  // the LoRA's strength, as A1111's <lora:name:multiplier>; finite
+    bool overwrite = false;   // replace an existing `out` (never the base itself)
 };
 
 struct MergeReport {
@@ -31,11 +38,17 @@ struct MergeReport {
     size_t unet_modules = 0;        // weights changed
     size_t text_encoder_modules = 0;
     size_t tensors_written = 0;     // in the merged file(s)
+    std::vector<std::string> stale_removed;  // temporaries of killed merges to `out`, removed
 };
 
+// The file's rank (Linear / 1x1 modules) and conv rank (3x3 LoCon modules, 0 when none), from the
+// down matrices of every format load_lora reads. Throws gl::Error for mixed ranks within one kind
+// (a network has one rank per kind) or a file without down matrices.
+std::pair<int, int> file_ranks(const gl::io::TensorSource& f);
+
 // Throws gl::Error naming the file and what is wrong: a LoRA file whose tensors the network does
-// not use (merging would drop them silently), mixed ranks, an output path that exists (folders)
-// or a base whose format cannot be written back.
+// not use (merging would drop them silently), mixed ranks, non-finite weights, an output path the
+// rules refuse, too little free space, or a base whose format cannot be written back.
 MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::string& base_path,
                                        const gl::io::TensorSource& lora_file, const std::string& out,
                                        const MergeOptions& opt = {});

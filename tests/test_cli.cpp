@@ -120,7 +120,7 @@ TEST_CASE("cli numbers: negative values are refused by range, not wrapped") {
     CHECK(m.multiplier == -0.5f);
 }
 
-TEST_CASE("cli numbers: garbage is refused naming the flag; no raw conversion text") {
+TEST_CASE("cli numbers: garbage is refused naming the flag, no raw conversion text") {
     for (const char* bad : {"abc", "12x", "0x10", " 5", "5 ", "+5", "1e3", "", "-", "1.5", "١٢"})
         CHECK_MESSAGE(int_error<int>(bad, 0, 1000).starts_with("--n wants an integer in [0, 1000], got '"), bad);
     CHECK(gl::cli::parse_int<int>("--n", "010", 0, 1000) == 10);  // decimal, never octal
@@ -140,7 +140,7 @@ TEST_CASE("cli numbers: garbage is refused naming the flag; no raw conversion te
     CHECK(usage_error(d.p, {"--dtype", "f16"}) == "--dtype wants one of bf16, f32, got 'f16'");
 }
 
-TEST_CASE("cli: values land in their variables; lists, repeats and --flag=value") {
+TEST_CASE("cli: values land in their variables, lists, repeats and --flag=value") {
     Demo d;
     CHECK(usage_error(d.p, {"--steps", "7", "--depth=2", "--batch", "1,8", "--recompute", "none,cheap", "--lr", "0.01",
                             "--seed", "4294967295", "--dtype", "f32", "--backend", "cpu", "--steps", "9"}) == "(accepted)");

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "data/latent_cache.h"
-#include "data/sha256.h"
 #include "ggml-lite/io/safetensors.h"
 #include "test_util.h"
 
@@ -48,17 +47,6 @@ struct Fixture {
 };
 
 }  // namespace
-
-TEST_CASE("data sha256: standard test vectors") {
-    CHECK(data::Sha256::hex(data::Sha256().update("abc").digest()) ==
-          "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-    CHECK(data::Sha256::hex(data::Sha256().digest()) ==
-          "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-    data::Sha256 h;
-    const std::string a(1000, 'a');
-    for (int i = 0; i < 1000; i++) h.update(a);
-    CHECK(data::Sha256::hex(h.digest()) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-}
 
 TEST_CASE("data latents: each entry is one scaled sample of the VAE's distribution for the prepared image") {
     Fixture f;

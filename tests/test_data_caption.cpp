@@ -68,7 +68,7 @@ TEST_CASE("data caption: keep_tokens_separator fixes a prefix and an optional su
     CHECK(middles.count("x, y, z") == 1);
 }
 
-TEST_CASE("data caption: dropout rates hold over many draws; every N epochs drops exactly those") {
+TEST_CASE("data caption: dropout rates hold over many draws, every N epochs drops exactly those") {
     data::CaptionOptions o;
     o.caption_dropout_rate = 0.3;
     data::Rng rng(11);

@@ -94,7 +94,7 @@ TEST_CASE("data dataset: folder layout, captions, class tokens, bad images, reg 
     CHECK_THROWS_AS(data::build_dataset(cfg, data::BadImagePolicy::fail), data::ImageError);
 }
 
-TEST_CASE("data dataset: more reg than train uses a prefix of the reg images; empty datasets are errors") {
+TEST_CASE("data dataset: more reg than train uses a prefix of the reg images, empty datasets are errors") {
     Scratch s;
     s.image("t/1_a/x.png");
     for (int i = 0; i < 4; i++) s.image("r/1_b/r" + std::to_string(i) + ".png");

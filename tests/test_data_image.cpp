@@ -44,7 +44,7 @@ TEST_CASE("data image: every layout decodes as Pillow shows it") {
     }
 }
 
-TEST_CASE("data image: EXIF orientation gives the displayed size; the header agrees with the pixels") {
+TEST_CASE("data image: EXIF orientation gives the displayed size, the header agrees with the pixels") {
     for (int o = 1; o <= 8; o++) {
         CAPTURE(o);
         const std::vector<uint8_t> bytes = data::read_file_bytes(images_dir() + "ok/orient" + std::to_string(o) + ".jpg");
@@ -81,7 +81,7 @@ TEST_CASE("data image: alpha kept as a mask on request, 255 where the file has n
     CHECK(opaque.alpha == std::vector<uint8_t>(size_t(24) * 16, 255));
 }
 
-TEST_CASE("data image: extreme sizes decode; max_pixels refuses before decoding") {
+TEST_CASE("data image: extreme sizes decode, max_pixels refuses before decoding") {
     const data::Image wide = data::load_image(images_dir() + "ok/10000x10.png");
     CHECK(wide.width == 10000);
     CHECK(wide.height == 10);

@@ -99,7 +99,7 @@ TEST_CASE("data loader: deterministic under a seed whatever the threads and queu
     CHECK(differs);
 }
 
-TEST_CASE("data loader: cached latents, the flipped entry when flipped; stops cleanly mid-run") {
+TEST_CASE("data loader: cached latents, the flipped entry when flipped, stops cleanly mid-run") {
     LoaderFixture f;
     f.ds.images.pop_back();  // the corrupt file cannot be cached
     f.a = data::assign_buckets(f.ds);

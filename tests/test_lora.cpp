@@ -5,7 +5,7 @@
 
 #include "lora_fixtures.h"
 
-TEST_CASE("lora: SD1.5 has kohya's 192 UNet and 72 text encoder modules; the file has 792 tensors") {
+TEST_CASE("lora: SD1.5 has kohya's 192 UNet and 72 text encoder modules, the file has 792 tensors") {
     Sd15Graphs s(LoraConfig{16, 8.0f, 1.0f});
     CHECK(count(s.net, Part::unet) == 192);
     CHECK(count(s.net, Part::text_encoder) == 72);
@@ -63,7 +63,7 @@ TEST_CASE("lora: SD1.5 has kohya's 192 UNet and 72 text encoder modules; the fil
     CHECK(md.at("ss_clip_skip") == "2");
     CHECK(md.at("ss_tag_frequency") == opt.tag_frequency_json);
     CHECK(md.at("ss_learning_rate") == "0.0001");
-    CHECK(md.at("modelspec.sai_model_spec") == "1.0.0");
+    CHECK(md.at("modelspec.sai_model_spec") == "1.0.1");
     CHECK(md.at("modelspec.architecture") == "stable-diffusion-v1/lora");
     CHECK(md.at("modelspec.title") == "test");
 

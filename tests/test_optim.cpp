@@ -275,7 +275,7 @@ TEST_CASE("optimizer state: save, run, restore into a fresh graph, run again: id
     std::filesystem::remove(path);
 }
 
-TEST_CASE("optimizer state: args changed on resume are restored anyway and named; their order does not matter") {
+TEST_CASE("optimizer state: args changed on resume are restored anyway and named, their order does not matter") {
     const std::string path =
         (std::filesystem::temp_directory_path() / ("gl_test_optim_" + std::to_string(getpid()) + "_args.safetensors")).string();
     auto a = make_net("AdamW", kBig, 1e-2, 1.0f, {"weight_decay=0.01", "betas=0.9,0.99"});

@@ -42,7 +42,7 @@ TEST_CASE("parse_optimizer: kohya's names and optimizer_args, unknown ones refus
     CHECK(error_of([] { optim::parse_optimizer("AdamW", {"weight_decay"}); }).find("name=value") != std::string::npos);
 }
 
-TEST_CASE("optimizer registry: kohya's names in any case and the Python class paths it imports; others refused") {
+TEST_CASE("optimizer registry: kohya's names in any case and the Python class paths it imports, others refused") {
     std::set<std::string> names;
     for (const optim::OptimizerDef* d : optim::optimizer_defs()) names.insert(d->name);
     CHECK(names == std::set<std::string>{"AdamW", "AdamW8bit", "Lion", "Adafactor", "Prodigy"});

@@ -36,7 +36,7 @@ TEST_CASE("parallel_for: back-to-back regions of changing sizes cover each index
     CHECK(wrong_counts == 0);
 }
 
-TEST_CASE("parallel_for: an exception in a chunk reaches the caller; nested regions run inline") {
+TEST_CASE("parallel_for: an exception in a chunk reaches the caller, nested regions run inline") {
     const int saved = cpu_threads();
     set_cpu_threads(4);
     CHECK_THROWS_AS(parallel_for(1000, 1, [](int64_t lo, int64_t hi) {

@@ -159,7 +159,7 @@ TEST_CASE("safetensors: the writer replaces atomically and refuses bad input bef
     };
     fails({{"a", DType::f32, {1}, &x}, {"a", DType::f32, {1}, &x}}, "tensor 'a': given twice");
     fails({{"__metadata__", DType::f32, {1}, &x}}, "invalid tensor name");
-    fails({{"b", DType::f32, {-1}, &x}}, "tensor 'b': invalid shape");
+    fails({{"b", DType::f32, {-1}, &x}}, "tensor 'b': shape [-1] has a negative dimension");
     fails({{"c", DType::f32, {2}, nullptr}}, "tensor 'c': no data");
     std::string e = error_of([&] { write_safetensors(path, {{"\xff", DType::f32, {1}, &x}}); });
     CHECK_MESSAGE(e.find("UTF-8") != std::string::npos, e);

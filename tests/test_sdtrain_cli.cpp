@@ -32,7 +32,7 @@ std::string run_error(const train::RunConfig& c) {
 
 }  // namespace
 
-TEST_CASE("sdtrain run: bad paths, unwritable output and bad states are refused; existing files untouched") {
+TEST_CASE("sdtrain run: bad paths, unwritable output and bad states are refused, existing files untouched") {
     Scratch s("refusals");
     const fs::path model = make_tiny_model(s.root), data = make_dataset(s.root), out = s.root / "out";
     write_text(out / "tiny.safetensors", "an earlier LoRA");

@@ -148,7 +148,7 @@ TEST_CASE("sdtrain run: plan, two buckets, kohya files and metadata, state, bit-
     CHECK(bitwise_equal(tensors(s.root / "resumed" / "tiny.safetensors"), tensors(out / "tiny.safetensors")));
 }
 
-TEST_CASE("sdtrain run: a stop between steps saves a LoRA and a state; the resume matches; frozen text encoder") {
+TEST_CASE("sdtrain run: a stop between steps saves a LoRA and a state, the resume matches (frozen text encoder)") {
     Scratch s("stop");
     const fs::path model = make_tiny_model(s.root), data = make_dataset(s.root);
     // Latents encoded each step (no cache), the text encoder frozen and run each step.

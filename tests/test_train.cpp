@@ -286,7 +286,7 @@ TEST_CASE("train step: the full-size SD1.5 LoRA step (512x512, kohya targets, ra
     CHECK(rec.peak_live_bytes < keep.peak_live_bytes);
 }
 
-TEST_CASE("train step: a trained text encoder is in the graph and its LoRA learns at its own lr; network dropout") {
+TEST_CASE("train step: a trained text encoder is in the graph and its LoRA learns at its own lr, network dropout") {
     train::StepOptions o = tiny_options(Precision::fp32);
     o.train_text_encoder = true;
     o.clip = sd::ClipConfig{1000, 16, 2, 2, 32, 77, Act::quick_gelu, 1e-5f};  // width = the UNet's cross-attention

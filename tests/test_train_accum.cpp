@@ -115,7 +115,7 @@ TEST_CASE("train: 2 micro-batches of 1 give the update of one batch of 2 (accumu
     }
 }
 
-TEST_CASE("train: a NaN or inf loss stops with an error naming the step; nothing is updated") {
+TEST_CASE("train: a NaN or inf loss stops with an error naming the step, nothing is updated") {
     for (int accum : {1, 2}) {
         CAPTURE(accum);
         Tiny t(Precision::fp32, 2, accum);

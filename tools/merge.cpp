@@ -1,5 +1,5 @@
 // gl-merge: merges a LoRA into an SD1.5 checkpoint and writes the merged checkpoint.
-//   gl-merge BASE LORA OUT [--multiplier M]
+//   gl-merge BASE LORA OUT [--multiplier M] [--overwrite]
 // BASE: an SD1.5 single file (.safetensors or .ckpt) or diffusers folder; LORA: a kohya / diffusers /
 // PEFT LoRA or LoCon .safetensors; OUT: a .safetensors file for a single-file base, a new folder for a
 // diffusers base. The base's layout, key names and dtypes are kept (lora/merge_file.h).
@@ -25,11 +25,13 @@ int run(int argc, char** argv) {
     p.add_path("OUT", paths[2], "merged .safetensors (single-file base) or a new folder (diffusers base)");
     p.add_real("--multiplier", opt.multiplier, std::numeric_limits<float>::lowest(), std::numeric_limits<float>::max(),
                "the LoRA's strength");
+    p.add_flag("--overwrite", opt.overwrite, "replace OUT when it exists (never the base itself)");
     p.parse(argc, argv);
     const auto t0 = std::chrono::steady_clock::now();
     const sd::Sd15Files base = sd::open_sd15(paths[0]);
     const gl::io::SafetensorsFile lora_file(paths[1]);
     const lora::MergeReport r = lora::merge_lora_into_checkpoint(base, paths[0], lora_file, paths[2], opt);
+    for (const std::string& p : r.stale_removed) std::printf("removed %s, left by an interrupted merge\n", p.c_str());
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("merged %s (%s, rank %d%s) into %s (%s) at multiplier %g: %zu UNet and %zu text encoder weights "
                 "changed; %zu tensors written to %s in %.1f s\n",

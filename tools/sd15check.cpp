@@ -100,6 +100,24 @@ nlohmann::json meta_json(const io::SafetensorsFile& ref, const std::string& key,
     return j;
 }
 
+// One field of a metadata JSON object; a missing field or one of the wrong type is named with
+// the file and the path to it ("reference.safetensors: metadata 'spread'.'unet.eps': ...").
+const nlohmann::json& field(const nlohmann::json& j, const std::string& key, const std::string& where) {
+    GL_CHECK(j.is_object() && j.contains(key), where, ".'", key, "' is missing");
+    return j.at(key);
+}
+std::string string_field(const nlohmann::json& j, const std::string& key, const std::string& where) {
+    const nlohmann::json& v = field(j, key, where);
+    GL_CHECK(v.is_string(), where, ".'", key, "' is not a string");
+    return v.get<std::string>();
+}
+double number_field(const nlohmann::json& j, const std::string& key, const std::string& where) {
+    const nlohmann::json& v = field(j, key, where);
+    GL_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0, where, ".'", key,
+             "' is not a non-negative number");
+    return v.get<double>();
+}
+
 struct Check {
     std::string name;
     double rel = 0, max_abs = 0, max_ref = 0, tol = 0;
@@ -157,8 +175,10 @@ struct Ctx {
 std::pair<double, std::string> tolerance(const Ctx& c, const std::string& out) {
     if (c.dtype == DType::f32) return {kF32Tolerance, "f32 vs fp32"};
     GL_CHECK(c.spread.is_object() && c.spread.contains(out), c.ref.origin(), ": no diffusers bf16 spread for ", out);
+    const std::string where = c.ref.origin() + ": metadata 'spread'.'" + out + "'";
     const nlohmann::json& s = c.spread.at(out);
-    const double a = s.at("autocast_bf16").at("rel").get<double>(), b = s.at("bf16").at("rel").get<double>();
+    const double a = number_field(field(s, "autocast_bf16", where), "rel", where + ".'autocast_bf16'"),
+                 b = number_field(field(s, "bf16", where), "rel", where + ".'bf16'");
     const double tol = std::max(kSpreadFactor * std::max(a, b), kBf16Floor);
     return {tol, cat("diffusers bf16 spread: autocast ", a, ", bf16 model ", b)};
 }
@@ -263,6 +283,7 @@ bool check_tokenizer(const Ctx& c, const sd::Sd15Files& m) {
     c.ref.read("clip.ids", ids.data(), DType::i32);
     bool ok = true;
     for (size_t i = 0; i < caps.size(); i++) {
+        GL_CHECK(caps[i].is_string(), c.ref.origin(), ": metadata 'captions'[", i, "] is not a string");
         const std::vector<int32_t> ours = m.tokenizer->encode(caps[i].get<std::string>());
         for (size_t k = 0; k < ours.size(); k++)
             if (ours[k] != ids[i * 77 + k]) {
@@ -283,11 +304,11 @@ sd::Sd15Files open_model(const Ctx& c) {
     if (cfgs.is_null() || std::filesystem::is_directory(c.opt.model)) return sd::open_sd15(c.opt.model);
     // A tiny test model's single file: it is no SD1.5, so the configs it was made with come along.
     GL_CHECK(cfgs.is_object(), c.ref.origin(), ": metadata 'single_file_configs' is not an object");
-    const std::string where = c.ref.origin() + " (single_file_configs)";
+    const std::string where = c.ref.origin() + ": metadata 'single_file_configs'";
     sd::Sd15Files m = sd::open_sd15_single_file(
-        c.opt.model, sd::parse_unet_config(cfgs.at("unet").get<std::string>(), where + " unet"),
-        sd::parse_clip_config(cfgs.at("text_encoder").get<std::string>(), where + " text_encoder"),
-        sd::parse_vae_config(cfgs.at("vae").get<std::string>(), where + " vae"));
+        c.opt.model, sd::parse_unet_config(string_field(cfgs, "unet", where), where + ".'unet'"),
+        sd::parse_clip_config(string_field(cfgs, "text_encoder", where), where + ".'text_encoder'"),
+        sd::parse_vae_config(string_field(cfgs, "vae", where), where + ".'vae'"));
     sd::check_sd15_pipeline(m);
     std::printf("configs: from the reference's single_file_configs (a tiny test model)\n");
     return m;

@@ -13,14 +13,21 @@ using gl::ValueId;
 
 void StepOptions::validate() const {
     unet.validate();
-    GL_CHECK(batch >= 1 && latent_h >= 1 && latent_w >= 1, "step: batch ", batch, " and latent size ", latent_h, "x",
-             latent_w, " must be positive");
+    // Ranges far beyond any SD1.x training run, small enough that every size derived from them
+    // (batch x tokens x width, the activations of a step) stays far from overflowing.
+    const auto in_range = [](const char* field, int64_t v, int64_t hi) {
+        GL_CHECK(v >= 1 && v <= hi, "step: ", field, " = ", v, " is out of range (1..", hi, ")");
+    };
+    in_range("batch", batch, int64_t(1) << 16);
+    in_range("latent_h (image height / 8)", latent_h, int64_t(1) << 11);
+    in_range("latent_w (image width / 8)", latent_w, int64_t(1) << 11);
+    if (!train_text_encoder) in_range("context_tokens", context_tokens, int64_t(1) << 16);
+    in_range("clip_chunks", clip_chunks, 64);
+    in_range("grad_accum", grad_accum, int64_t(1) << 20);
     const int m = unet.size_multiple();
     GL_CHECK(latent_h % m == 0 && latent_w % m == 0, "step: latent size ", latent_h, "x", latent_w,
              " must be a multiple of ", m, " (", 8 * m, " pixels)");
-    GL_CHECK(grad_accum >= 1, "step: grad_accum ", grad_accum, " must be >= 1");
-    GL_CHECK(clip_chunks >= 1 && clip_skip >= 1, "step: clip_chunks and clip_skip must be >= 1");
-    GL_CHECK(train_text_encoder || context_tokens >= 1, "step: context_tokens must be >= 1");
+    GL_CHECK(clip_skip >= 1, "step: clip_skip must be >= 1");
     GL_CHECK(train_unet || train_text_encoder, "step: neither the UNet nor the text encoder is trained");
     GL_CHECK(!train_text_encoder || clip.width == unet.cross_attention_dim, "step: the text encoder's width ",
              clip.width, " is not the UNet's cross-attention width ", unet.cross_attention_dim);

@@ -2,6 +2,8 @@
 // arenas of a shared memory).
 #include <chrono>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 
 #include "ggml-lite/core/cpu_kernel.h"
 #include "ggml-lite/core/error.h"
@@ -109,7 +111,15 @@ class CpuRuntime final : public Runtime {
 public:
     explicit CpuRuntime(Plan plan) : Runtime(std::move(plan)) {
         for (int c = 0; c < kCategoryCount; c++) {
-            own_[size_t(c)].assign(plan_.arena_bytes[size_t(c)], 0);
+            const size_t bytes = plan_.arena_bytes[size_t(c)];
+            try {
+                own_[size_t(c)].assign(bytes, 0);
+            } catch (const std::bad_alloc&) {
+                fail("cpu runtime: cannot allocate ", bytes, " bytes (", double(bytes) / (1 << 30), " GiB) of host memory for the ",
+                     category_name(Category(c)), " arena; the plan needs ", plan_.total_bytes(), " bytes in all");
+            } catch (const std::length_error&) {
+                fail("cpu runtime: the ", category_name(Category(c)), " arena of ", bytes, " bytes exceeds what the host can address");
+            }
             base_[size_t(c)] = own_[size_t(c)].data();
             bytes_[size_t(c)] = own_[size_t(c)].size();
         }

@@ -19,6 +19,9 @@ ValueId Graph::add_leaf(const std::string& name, DType t, const Shape& s, Role r
     Value v;
     v.name = scope_.empty() ? name : scope_ + "." + name;
     v.dtype = t;
+    // A size that overflows is refused here, naming the leaf, before anything plans with it.
+    checked_bytes(checked_numel(s.d.data(), size_t(s.nd), "graph: leaf '", v.name, "'"), dtype_size(t), "graph: leaf '",
+                  v.name, "'");
     v.layout = Layout::contiguous(s);
     v.role = r;
     v.category = c;
@@ -55,6 +58,9 @@ std::vector<ValueId> Graph::apply(Op op, const std::vector<ValueId>& in, const P
     n.segment = in_backward ? -1 : segment_;
     int node_index = int(nodes.size());
     for (size_t k = 0; k < outs.size(); k++) {
+        const Shape& os = outs[k].layout.shape;
+        checked_bytes(checked_numel(os.d.data(), size_t(os.nd), "graph: ", def.name, " output"), dtype_size(outs[k].dtype),
+                      "graph: ", def.name, " output ", os.str());
         Value val;
         val.name = scope_.empty() ? def.name : scope_ + "." + def.name;
         if (outs.size() > 1) val.name += cat("#", k);

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ggml-lite/core/checked.h"
 #include "ggml-lite/core/dtype.h"
 #include "ggml-lite/core/op.h"
 #include "ggml-lite/core/shape.h"
@@ -41,7 +42,8 @@ struct Value {
     const Shape& shape() const { return layout.shape; }
     int64_t numel() const { return layout.shape.numel(); }
     bool is_view(ValueId self) const { return base != self; }
-    size_t bytes() const { return size_t(numel()) * dtype_size(dtype); }
+    // Throws gl::Error naming the value when its size exceeds int64 bytes.
+    size_t bytes() const { return size_t(checked_bytes(numel(), dtype_size(dtype), "value '", name, "'")); }
 };
 
 struct Node {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdint>
 #include <map>
 
 #include "ggml-lite/core/error.h"
@@ -27,7 +28,14 @@ Recompute parse_recompute(const std::string& s) {
     fail("unknown recompute policy '", s, "' (expected none, blocks, cheap or budget)");
 }
 
-static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+// Arena offsets and sizes stay below 2^63 (offsets are int64); a graph whose bytes add up to more
+// is refused, naming the category, instead of wrapping into a small arena.
+static size_t arena_add(size_t a, size_t b, const char* category) {
+    GL_CHECK(a <= size_t(INT64_MAX) && b <= size_t(INT64_MAX) - a, "plan: the ", category,
+             " arena would exceed 2^63 bytes (", a, " + ", b, ")");
+    return a + b;
+}
+static size_t align_up(size_t x, size_t a, const char* category) { return arena_add(x, a - 1, category) / a * a; }
 
 namespace {
 
@@ -36,7 +44,7 @@ class BestFit {
 public:
     explicit BestFit(size_t align) : align_(align) {}
     size_t alloc(size_t bytes) {
-        size_t need = align_up(std::max<size_t>(bytes, 1), align_);
+        size_t need = align_up(std::max<size_t>(bytes, 1), align_, kName);
         auto best = free_.end();
         for (auto it = free_.begin(); it != free_.end(); ++it)
             if (it->second >= need && (best == free_.end() || it->second < best->second)) best = it;
@@ -55,11 +63,11 @@ public:
                 free_.erase(last);
             }
         }
-        top_ = off + need;
+        top_ = arena_add(off, need, kName);
         return off;
     }
     void release(size_t off, size_t bytes) {
-        size_t size = align_up(std::max<size_t>(bytes, 1), align_);
+        size_t size = align_up(std::max<size_t>(bytes, 1), align_, kName);
         auto it = free_.emplace(off, size).first;
         auto next = std::next(it);
         if (next != free_.end() && it->first + it->second == next->first) {
@@ -77,6 +85,7 @@ public:
     size_t top() const { return top_; }
 
 private:
+    static constexpr const char* kName = "activations";
     size_t align_;
     size_t top_ = 0;
     std::map<size_t, size_t> free_;  // offset -> size
@@ -137,7 +146,7 @@ Plan plan_rewritten(Graph rewritten, const PlanOptions& opt, int recompute_nodes
         if (!is_owner(g, v) || x.category == Category::activations) continue;
         size_t& top = P.arena_bytes[size_t(x.category)];
         P.offset[size_t(v)] = int64_t(top);
-        top = align_up(top + x.bytes(), opt.alignment);
+        top = align_up(arena_add(top, x.bytes(), category_name(x.category)), opt.alignment, category_name(x.category));
     }
 
     // Activations: simulate the node list with a best-fit free list.
@@ -212,7 +221,7 @@ Plan plan_rewritten(Graph rewritten, const PlanOptions& opt, int recompute_nodes
 
 size_t Plan::total_bytes() const {
     size_t t = 0;
-    for (size_t b : arena_bytes) t += b;
+    for (size_t b : arena_bytes) t = arena_add(t, b, "combined");
     return t;
 }
 

@@ -1,6 +1,6 @@
 #include "ggml-lite/core/shape.h"
 
-#include "ggml-lite/core/error.h"
+#include "ggml-lite/core/checked.h"
 
 namespace gl {
 
@@ -27,7 +27,8 @@ Shape Shape::of(const std::vector<int64_t>& dims) {
 
 int64_t Shape::numel() const {
     int64_t n = 1;
-    for (int i = 0; i < nd; i++) n *= d[i];
+    for (int i = 0; i < nd; i++)
+        if (!mul_ok(n, d[i], &n)) fail("shape ", str(), " has more than 2^63 elements");
     return n;
 }
 
@@ -53,7 +54,7 @@ Layout Layout::contiguous(const Shape& s) {
     int64_t st = 1;
     for (int i = s.nd - 1; i >= 0; i--) {
         l.stride[i] = st;
-        st *= s.d[i];
+        if (!mul_ok(st, s.d[i], &st)) fail("shape ", s.str(), " has more than 2^63 elements");
     }
     return l;
 }
@@ -62,16 +63,18 @@ bool Layout::is_contiguous() const {
     int64_t st = 1;
     for (int i = shape.nd - 1; i >= 0; i--) {
         if (shape.d[i] != 1 && stride[i] != st) return false;
-        st *= shape.d[i];
+        if (!mul_ok(st, shape.d[i], &st)) return false;
     }
     return true;
 }
 
 int64_t Layout::span() const {
     if (shape.numel() == 0) return 0;
-    int64_t hi = 0;
-    for (int i = 0; i < shape.nd; i++) hi += (shape.d[i] - 1) * stride[i];
-    return offset + hi + 1;
+    int64_t hi = offset, step = 0;
+    bool ok = true;
+    for (int i = 0; i < shape.nd && ok; i++) ok = mul_ok(shape.d[i] - 1, stride[i], &step) && add_ok(hi, step, &hi);
+    GL_CHECK(ok && add_ok(hi, 1, &hi), "layout ", shape.str(), ": the span of its strides overflows 64 bits");
+    return hi;
 }
 
 int64_t Layout::index_of(int64_t i) const {

@@ -18,7 +18,7 @@ struct Shape {
     Shape(std::initializer_list<int64_t> dims);
     static Shape of(const std::vector<int64_t>& dims);
 
-    int64_t numel() const;
+    int64_t numel() const;  // throws gl::Error when the count exceeds int64
     int64_t operator[](int i) const { return d[i]; }
     int64_t& operator[](int i) { return d[i]; }
     // Dimension counted from the end when negative (-1 = last).

@@ -5,9 +5,9 @@
 // (all but all-zero or overflowed blocks) takes the in-range code search, about a dozen integer
 // operations per moment. Arithmetic uses explicit round-to-nearest intrinsics (no FMA
 // contraction) so results match the CPU reference bit for bit. The kernel is bound by issued
-// instructions, not bytes, so every instruction per element counts (bench/RESULTS.md: 3.7 TB/s,
-// 88 % of a device copy, on the H200). Measured and dropped: loads pipelined through shared
-// memory by cp.async (fewer resident warps: slower), fewer registers for more warps (slower).
+// instructions, not bytes, so every instruction per element counts (its bandwidth against a
+// device copy: bench/RESULTS.md). Tried and dropped as slower: loads pipelined through shared
+// memory by cp.async (fewer resident warps), fewer registers for more warps.
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -80,10 +80,8 @@ __device__ __forceinline__ void update8(const Consts8bit& kc, const float* qs, c
             vmax = fmaxf(vmax, v[j]);
         }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        mmax = fmaxf(mmax, __shfl_xor_sync(0xffffffffu, mmax, o));
-        vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
-    }
+    mmax = warp_max(mmax);
+    vmax = warp_max(vmax);
     const float eps = __fmul_rn(k.corr2, k.eps);
 #pragma unroll
     for (int j = 0; j < 8; j++) {  // computed for every element, kept where the gradient was finite
@@ -157,7 +155,7 @@ __global__ void __launch_bounds__(256, 4) adamw8bit_kernel(float* p, const float
     t.fill();
     const Consts8bit kc{adam_consts(hyper, true), gate};
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t blocks = (n + 255) / 256;
+    const int64_t blocks = ceil_div(n, 256);
     for (int64_t b = int64_t(blockIdx.x) * kWarps8bit + warp; b < blocks; b += int64_t(gridDim.x) * kWarps8bit) {
         const int64_t base = b * 256 + lane * 8;
         float gv[8], pv[8];
@@ -198,8 +196,8 @@ static void adamw8bit_run(CudaCtx& c) {
     uint8_t *cm = mut_ptr<uint8_t>(c, 2), *cv = mut_ptr<uint8_t>(c, 3);
     float *am = mut_ptr<float>(c, 4), *av = mut_ptr<float>(c, 5);
     const float *hyper = c.in_ptr<float>(6), *gstat = gstat_ptr(c, 7);
-    const int64_t blocks = (n + 255) / 256;
-    const unsigned grid = unsigned(std::min<int64_t>((blocks + kWarps8bit - 1) / kWarps8bit, sm_count() * 16));
+    const int64_t blocks = ceil_div(n, 256);
+    const unsigned grid = unsigned(std::min<int64_t>(ceil_div(blocks, kWarps8bit), sm_count() * 16));
     adamw8bit_kernel<<<grid, 256, 0, c.stream>>>(p, g, cm, cv, am, av, hyper, gstat, n);
     GL_CUDA_LAUNCHED();
 }

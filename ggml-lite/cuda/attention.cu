@@ -14,13 +14,9 @@ namespace gl {
 
 namespace {
 
-attn::Elt elt(DType t) {
-    switch (t) {
-        case DType::f32: return attn::Elt::f32;
-        case DType::bf16: return attn::Elt::bf16;
-        case DType::f16: return attn::Elt::f16;
-        default: fail("attention: CUDA kernels take f32, bf16 or f16, not ", dtype_name(t));
-    }
+DType float_only(DType t) {
+    if (!dtype_is_float(t)) fail("attention: CUDA kernels take f32, bf16 or f16, not ", dtype_name(t));
+    return t;
 }
 
 // Shapes, scale and dtypes of a node (pointers are filled in by the launchers).
@@ -30,8 +26,8 @@ attn::Problem problem(const Node& n, const std::vector<Shape>& in, const std::ve
     p.B = int(q[0]), p.L = int(q[1]), p.H = int(q[2]), p.d = int(q[3]), p.S = int(k[1]), p.dv = int(v[3]);
     p.scale = n.p.f[0] != 0.0f ? n.p.f[0] : float(1.0 / std::sqrt(double(p.d)));
     p.causal = n.p.i[0] != 0;
-    p.t = elt(types[0]);
-    if (n.op == Op::attention_grad) p.o_t = elt(types[3]), p.go_t = elt(types[5]);
+    p.t = float_only(types[0]);
+    if (n.op == Op::attention_grad) p.o_t = float_only(types[3]), p.go_t = float_only(types[5]);
     return p;
 }
 

@@ -1,5 +1,6 @@
 // Attention dispatch shared by cuda/attention.cu and bench/attention_check.cu (no ggml-lite core
-// dependency), plus the exact path and the small backward passes.
+// library needed: of the core only the DType enum), plus the exact path and the small backward
+// passes.
 // Semantics (ops/attention.cpp): q [B, L, H, d], k [B, S, H, d], v [B, S, H, dv], dense;
 // o [B, L, H, dv]; lse [B, H, L] f32 = natural-log log-sum-exp of the scaled scores; causal masks
 // keys j > i. Backward: dq, dk, dv from (q, k, v, o, lse, go).
@@ -21,51 +22,27 @@
 
 namespace gl::attn {
 
-enum class Elt { f32, bf16, f16 };
-
 struct Problem {
     int B = 0, L = 0, S = 0, H = 0, d = 0, dv = 0;
     float scale = 0.f;  // already resolved (0 -> 1/sqrt(d) done by the caller)
     bool causal = false;
-    Elt t = Elt::f32;  // dtype of q, k, v, o, dq, dk, dv
+    DType t = DType::f32;  // dtype of q, k, v, o, dq, dk, dv (f32, bf16 or f16, as are o_t, go_t)
     const void *q = nullptr, *k = nullptr, *v = nullptr;
     void* o = nullptr;  // forward outputs
     float* lse = nullptr;
     const void* o_in = nullptr;  // backward inputs
-    Elt o_t = Elt::f32;
+    DType o_t = DType::f32;
     const float* lse_in = nullptr;
     const void* go = nullptr;
-    Elt go_t = Elt::f32;
+    DType go_t = DType::f32;
     void *grad_q = nullptr, *grad_k = nullptr, *grad_v = nullptr;  // backward outputs
 };
 
-template <class T> __device__ __forceinline__ float ld(T x);
-template <> __device__ __forceinline__ float ld<float>(float x) { return x; }
-template <> __device__ __forceinline__ float ld<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <> __device__ __forceinline__ float ld<__half>(__half x) { return __half2float(x); }
-template <class T> __device__ __forceinline__ T st(float x);
-template <> __device__ __forceinline__ float st<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __forceinline__ __half st<__half>(float x) { return __float2half_rn(x); }
-__device__ __forceinline__ float ld_any(const void* p, Elt t, int64_t i) {
-    if (t == Elt::f32) return static_cast<const float*>(p)[i];
-    if (t == Elt::bf16) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    return __half2float(static_cast<const __half*>(p)[i]);
-}
-
-__device__ __forceinline__ double warp_sum(double x) {
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
-__device__ __forceinline__ double warp_max(double x) {
-    for (int o = 16; o > 0; o >>= 1) x = fmax(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-}
 // Dot product of an smem f32 row with a global row, in double.
 template <class T>
 __device__ __forceinline__ double dot_row(const float* a, const T* b, int n) {
     double s = 0;
-    for (int c = 0; c < n; ++c) s += double(a[c]) * double(ld(b[c]));
+    for (int c = 0; c < n; ++c) s += double(a[c]) * double(to_f32(b[c]));
     return s;
 }
 // acc[c] += sum_t w_t * rows[t][c] for the 32 lanes' weights w (lane t holds w_t), t < nt.
@@ -76,7 +53,7 @@ __device__ __forceinline__ void axpy_rows(double* acc, int n, double w, const T*
         double a = c < n ? acc[c] : 0.0;
         for (int t = 0; t < nt; ++t) {
             const double wt = __shfl_sync(0xffffffffu, w, t);
-            if (c < n) a += wt * double(ld(rows[t * rs + c]));
+            if (c < n) a += wt * double(to_f32(rows[t * rs + c]));
         }
         if (c < n) acc[c] = a;
     }
@@ -102,7 +79,7 @@ __global__ void simple_fwd(SimpleArgs a) {
     double* so = sm_d + w * (p.d + p.dv);
     float* sq = reinterpret_cast<float*>(so + p.dv);
     const T* qr = static_cast<const T*>(p.q) + row * p.d;
-    for (int c = lane; c < p.d; c += 32) sq[c] = ld(qr[c]);
+    for (int c = lane; c < p.d; c += 32) sq[c] = to_f32(qr[c]);
     for (int c = lane; c < p.dv; c += 32) so[c] = 0.0;
     __syncwarp();
     const int64_t krs = int64_t(p.H) * p.d, vrs = int64_t(p.H) * p.dv;
@@ -123,7 +100,7 @@ __global__ void simple_fwd(SimpleArgs a) {
         m = mn;
     }
     T* orow = static_cast<T*>(p.o) + row * p.dv;
-    for (int c = lane; c < p.dv; c += 32) orow[c] = st<T>(float(so[c] / l));
+    for (int c = lane; c < p.dv; c += 32) orow[c] = from_f32<T>(float(so[c] / l));
     if (lane == 0) p.lse[(int64_t(b) * p.H + h) * p.L + i] = float(m + log(l));
 }
 
@@ -141,8 +118,8 @@ __global__ void simple_dq(SimpleArgs a) {
     float* sg = sq + p.d;
     const T* qr = static_cast<const T*>(p.q) + row * p.d;
     const T* gr = static_cast<const T*>(a.go) + row * p.dv;
-    for (int c = lane; c < p.d; c += 32) sq[c] = ld(qr[c]), sdq[c] = 0.0;
-    for (int c = lane; c < p.dv; c += 32) sg[c] = ld(gr[c]);
+    for (int c = lane; c < p.d; c += 32) sq[c] = to_f32(qr[c]), sdq[c] = 0.0;
+    for (int c = lane; c < p.dv; c += 32) sg[c] = to_f32(gr[c]);
     __syncwarp();
     const int64_t krs = int64_t(p.H) * p.d, vrs = int64_t(p.H) * p.dv, hl = (int64_t(b) * p.H + h) * p.L + i;
     const T* kb = static_cast<const T*>(p.k) + int64_t(b) * p.S * krs + int64_t(h) * p.d;
@@ -160,7 +137,7 @@ __global__ void simple_dq(SimpleArgs a) {
     }
     __syncwarp();
     T* out = static_cast<T*>(p.grad_q) + row * p.d;
-    for (int c = lane; c < p.d; c += 32) out[c] = st<T>(float(double(p.scale) * sdq[c]));
+    for (int c = lane; c < p.d; c += 32) out[c] = from_f32<T>(float(double(p.scale) * sdq[c]));
 }
 
 // dK, dV: one warp per key row (b, j, h); smem per warp: dk, dv accumulators (double), k, v (f32).
@@ -178,8 +155,8 @@ __global__ void simple_dkdv(SimpleArgs a) {
     float* sv = sk + p.d;
     const T* kr = static_cast<const T*>(p.k) + row * p.d;
     const T* vr = static_cast<const T*>(p.v) + row * p.dv;
-    for (int c = lane; c < p.d; c += 32) sk[c] = ld(kr[c]), sdk[c] = 0.0;
-    for (int c = lane; c < p.dv; c += 32) sv[c] = ld(vr[c]), sdv[c] = 0.0;
+    for (int c = lane; c < p.d; c += 32) sk[c] = to_f32(kr[c]), sdk[c] = 0.0;
+    for (int c = lane; c < p.dv; c += 32) sv[c] = to_f32(vr[c]), sdv[c] = 0.0;
     __syncwarp();
     const int64_t qrs = int64_t(p.H) * p.d, grs = int64_t(p.H) * p.dv, hl = (int64_t(b) * p.H + h) * p.L;
     const T* qb = static_cast<const T*>(p.q) + int64_t(b) * p.L * qrs + int64_t(h) * p.d;
@@ -198,17 +175,17 @@ __global__ void simple_dkdv(SimpleArgs a) {
     __syncwarp();
     T* ok = static_cast<T*>(p.grad_k) + row * p.d;
     T* ov = static_cast<T*>(p.grad_v) + row * p.dv;
-    for (int c = lane; c < p.d; c += 32) ok[c] = st<T>(float(double(p.scale) * sdk[c]));
-    for (int c = lane; c < p.dv; c += 32) ov[c] = st<T>(float(sdv[c]));
+    for (int c = lane; c < p.d; c += 32) ok[c] = from_f32<T>(float(double(p.scale) * sdk[c]));
+    for (int c = lane; c < p.dv; c += 32) ov[c] = from_f32<T>(float(sdv[c]));
 }
 
 // delta[b, h, i] = sum_c go[b, i, h, c] * o[b, i, h, c]; one warp per row, fixed reduction order.
-static __global__ void delta_kernel(const void* o, Elt ot, const void* go, Elt gt, float* delta, int B, int L, int H, int dv) {
+static __global__ void delta_kernel(const void* o, DType ot, const void* go, DType gt, float* delta, int B, int L, int H, int dv) {
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
     if (row >= int64_t(B) * L * H) return;
     double s = 0.0;
-    for (int c = lane; c < dv; c += 32) s += double(ld_any(o, ot, row * dv + c)) * double(ld_any(go, gt, row * dv + c));
+    for (int c = lane; c < dv; c += 32) s += double(load_any(o, ot, row * dv + c)) * double(load_any(go, gt, row * dv + c));
     s = warp_sum(s);
     const int h = int(row % H), i = int(row / H % L), b = int(row / (int64_t(H) * L));
     if (lane == 0) delta[(int64_t(b) * H + h) * L + i] = float(s);
@@ -228,16 +205,16 @@ __global__ void delta_vec(const T* o, const T* go, float* delta, int B, int L, i
         const T* tx = reinterpret_cast<const T*>(&x);
         const T* ty = reinterpret_cast<const T*>(&y);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) s = fmaf(ld(tx[e]), ld(ty[e]), s);
+        for (int e = 0; e < 8; ++e) s = fmaf(to_f32(tx[e]), to_f32(ty[e]), s);
     }
     const int h = int(row % H), i = int(row / H % L), b = int(row / (int64_t(H) * L));
     delta[(int64_t(b) * H + h) * L + i] = s;
 }
 
 template <class T>
-__global__ void cast_kernel(const void* src, Elt t, T* dst, int64_t n) {
+__global__ void cast_kernel(const void* src, DType t, T* dst, int64_t n) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-        dst[i] = st<T>(ld_any(src, t, i));
+        dst[i] = from_f32<T>(load_any(src, t, i));
 }
 
 // dk/dv = sum over splits (in split order) of the fp32 partials [2][nsplit][n].
@@ -246,24 +223,19 @@ __global__ void reduce_parts(const float* part, int nsplit, int64_t n, T* dk, T*
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         float sk = 0.f, sv = 0.f;
         for (int z = 0; z < nsplit; ++z) sk += part[z * n + i], sv += part[(nsplit + z) * n + i];
-        dk[i] = st<T>(sk);
-        dv[i] = st<T>(sv);
+        dk[i] = from_f32<T>(sk);
+        dv[i] = from_f32<T>(sv);
     }
 }
 
 // ---------------- dispatch ----------------
 
-inline unsigned blocks_for(int64_t n, int threads) {
-    int64_t g = (n + threads - 1) / threads;
-    return unsigned(g < 1 ? 1 : g < 65535LL * 32 ? g : 65535LL * 32);
-}
-inline size_t align256(size_t x) { return (x + 255) / 256 * 256; }
-inline size_t elt_size(Elt t) { return t == Elt::f32 ? 4 : 2; }
-inline bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+inline size_t align256(size_t x) { return ceil_div(x, 256) * 256; }
+inline size_t elt_size(DType t) { return t == DType::f32 ? 4 : 2; }  // dtype_size without the core library
 
 // The shape allows the tensor-core path (pointer alignment is checked at launch).
 inline bool mma_shape(const Problem& p) {
-    return p.t != Elt::f32 && p.d == p.dv && p.d % 8 == 0 && p.d <= 256 && p.scale > 0.f;
+    return p.t != DType::f32 && p.d == p.dv && p.d % 8 == 0 && p.d <= 256 && p.scale > 0.f;
 }
 inline bool mma_ok(const Problem& p, bool backward) {
     if (!mma_shape(p) || !aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v)) return false;
@@ -301,13 +273,6 @@ inline WsLayout bwd_layout(const Problem& p) {
 }
 inline size_t backward_workspace(const Problem& p) { return bwd_layout(p).total; }
 
-template <class F>
-void with_type(Elt t, F&& f) {
-    if (t == Elt::f32) f(float{});
-    else if (t == Elt::bf16) f(__nv_bfloat16{});
-    else f(__half{});
-}
-
 inline MmaArgs mma_args(const Problem& p) {
     MmaArgs a{};
     a.q = p.q, a.k = p.k, a.v = p.v;
@@ -321,7 +286,7 @@ inline cudaError_t forward(const Problem& p, cudaStream_t s) {
     if (mma_ok(p, false)) {
         MmaArgs a = mma_args(p);
         a.o = p.o, a.lse_out = p.lse;
-        with_type(p.t, [&](auto t) {
+        visit_float(p.t, [&](auto t) {
             using T = decltype(t);
             if constexpr (!std::is_same_v<T, float>)
                 with_head_dim(p.d, [&](auto D) { e = mma_forward<T, decltype(D)::value>(a, s); });
@@ -330,9 +295,9 @@ inline cudaError_t forward(const Problem& p, cudaStream_t s) {
     }
     const size_t smem = simple_smem(p);
     if (!smem) return cudaErrorInvalidValue;
-    with_type(p.t, [&](auto t) {
+    visit_float(p.t, [&](auto t) {
         using T = decltype(t);
-        simple_fwd<T><<<blocks_for(int64_t(p.B) * p.L * p.H, kSimpleWarps), 32 * kSimpleWarps, smem, s>>>(SimpleArgs{p, nullptr, nullptr});
+        simple_fwd<T><<<grid_for(int64_t(p.B) * p.L * p.H, kSimpleWarps), 32 * kSimpleWarps, smem, s>>>(SimpleArgs{p, nullptr, nullptr});
         e = cudaGetLastError();
     });
     return e;
@@ -348,22 +313,22 @@ inline cudaError_t backward(const Problem& p, void* ws, size_t ws_bytes, cudaStr
     const void* go = p.go;
     if (p.go_t != p.t) {  // the main passes read go in q's dtype
         void* dst = base + w.go;
-        with_type(p.t, [&](auto t) {
+        visit_float(p.t, [&](auto t) {
             using T = decltype(t);
             const int64_t n = rows * p.dv;
-            cast_kernel<T><<<blocks_for(n, 256), 256, 0, s>>>(p.go, p.go_t, static_cast<T*>(dst), n);
+            cast_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(p.go, p.go_t, static_cast<T*>(dst), n);
         });
         go = dst;
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }
-    if (p.t != Elt::f32 && p.o_t == p.t && p.dv % 8 == 0 && aligned16(p.o_in) && aligned16(go)) {
-        with_type(p.t, [&](auto t) {
+    if (p.t != DType::f32 && p.o_t == p.t && p.dv % 8 == 0 && aligned16(p.o_in) && aligned16(go)) {
+        visit_float(p.t, [&](auto t) {
             using T = decltype(t);
-            delta_vec<T><<<blocks_for(rows, 128), 128, 0, s>>>(static_cast<const T*>(p.o_in), static_cast<const T*>(go), delta,
+            delta_vec<T><<<grid_for(rows, 128), 128, 0, s>>>(static_cast<const T*>(p.o_in), static_cast<const T*>(go), delta,
                                                                  p.B, p.L, p.H, p.dv);
         });
     } else {
-        delta_kernel<<<blocks_for(rows * 32, 256), 256, 0, s>>>(p.o_in, p.o_t, p.go, p.go_t, delta, p.B, p.L, p.H, p.dv);
+        delta_kernel<<<grid_for(rows * 32, 256), 256, 0, s>>>(p.o_in, p.o_t, p.go, p.go_t, delta, p.B, p.L, p.H, p.dv);
     }
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     Problem pg = p;
@@ -373,13 +338,13 @@ inline cudaError_t backward(const Problem& p, void* ws, size_t ws_bytes, cudaStr
         a.go = go, a.lse = p.lse_in, a.delta = delta, a.o = p.grad_q, a.dk = p.grad_k, a.dv = p.grad_v;
         a.nsplit = w.nsplit;
         a.part = reinterpret_cast<float*>(base + w.part);
-        with_type(p.t, [&](auto t) {
+        visit_float(p.t, [&](auto t) {
             using T = decltype(t);
             if constexpr (!std::is_same_v<T, float>) {
                 with_head_dim(p.d, [&](auto D) { e = mma_backward<T, decltype(D)::value>(a, s); });
                 if (e == cudaSuccess && a.nsplit > 1) {
                     const int64_t n = int64_t(p.B) * p.S * p.H * p.d;
-                    reduce_parts<T><<<blocks_for(n, 256), 256, 0, s>>>(a.part, a.nsplit, n, static_cast<T*>(p.grad_k), static_cast<T*>(p.grad_v));
+                    reduce_parts<T><<<grid_for(n, 256), 256, 0, s>>>(a.part, a.nsplit, n, static_cast<T*>(p.grad_k), static_cast<T*>(p.grad_v));
                     e = cudaGetLastError();
                 }
             }
@@ -388,12 +353,12 @@ inline cudaError_t backward(const Problem& p, void* ws, size_t ws_bytes, cudaStr
     }
     const size_t smem = simple_smem(p);
     if (!smem) return cudaErrorInvalidValue;
-    with_type(p.t, [&](auto t) {
+    visit_float(p.t, [&](auto t) {
         using T = decltype(t);
         const SimpleArgs sa{p, delta, go};
-        simple_dq<T><<<blocks_for(rows, kSimpleWarps), 32 * kSimpleWarps, smem, s>>>(sa);
+        simple_dq<T><<<grid_for(rows, kSimpleWarps), 32 * kSimpleWarps, smem, s>>>(sa);
         if ((e = cudaGetLastError()) != cudaSuccess) return;
-        simple_dkdv<T><<<blocks_for(int64_t(p.B) * p.S * p.H, kSimpleWarps), 32 * kSimpleWarps, smem, s>>>(sa);
+        simple_dkdv<T><<<grid_for(int64_t(p.B) * p.S * p.H, kSimpleWarps), 32 * kSimpleWarps, smem, s>>>(sa);
         e = cudaGetLastError();
     });
     return e;

@@ -17,8 +17,6 @@
 // Query splits of dkdv (used when there are too few key blocks to fill the GPU, e.g. cross-attention
 // to 77 keys) write fp32 partials that a separate pass sums in split order.
 #pragma once
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -43,7 +41,7 @@ struct MmaArgs {
 
 // Tile configurations (types, so benches can try alternatives). Every warp owns 16*MT rows.
 // Padded head-dim columns are computed, not skipped: skipping their MMAs with run-time branches
-// measured 25-45% slower on H200 (it breaks the unrolled MMA schedule), even when nothing is skipped.
+// was slower, even when nothing is skipped, as it breaks the unrolled MMA schedule (bench/RESULTS.md).
 // Fwd: NW warps, MT m16 tiles per warp, BN keys per step.
 template <int D_, int NW_, int MT_, int BN_> struct FwdCfg {
     static constexpr int D = D_, NW = NW_, MT = MT_, BN = BN_, BM = 16 * MT * NW, SD = D + 8;
@@ -86,8 +84,8 @@ __global__ void __launch_bounds__(C::NW * 32) fwd_kernel(MmaArgs a) {
     const T* q = static_cast<const T*>(a.q) + (int64_t(b) * a.L * a.H + h) * a.d;
     const T* k = static_cast<const T*>(a.k) + (int64_t(b) * a.S * a.H + h) * a.d;
     const T* v = static_cast<const T*>(a.v) + (int64_t(b) * a.S * a.H + h) * a.d;
-    int nkb = (a.S + BN - 1) / BN;
-    if (a.causal) nkb = min(nkb, (min(m0 + BM, a.L) + BN - 1) / BN);
+    int nkb = ceil_div(a.S, BN);
+    if (a.causal) nkb = min(nkb, ceil_div(min(m0 + BM, a.L), BN));
 
     load_tile<T, BM, D, NT>(sQ, q, m0, a.L, ld, a.d, tid);
     load_tile<T, BN, D, NT>(sK, k, 0, a.S, ld, a.d, tid);
@@ -154,8 +152,7 @@ __global__ void __launch_bounds__(C::NW * 32) fwd_kernel(MmaArgs a) {
                 float mx = mrow[mt][r];
 #pragma unroll
                 for (int nt = 0; nt < NTN; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                mx = quad_max(mx);
                 const float mb = mx == -INFINITY ? 0.f : mx * sl2;
                 const float alpha = ex2(mrow[mt][r] * sl2 - mb);
                 mrow[mt][r] = mx;
@@ -202,9 +199,7 @@ __global__ void __launch_bounds__(C::NW * 32) fwd_kernel(MmaArgs a) {
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            float l = lrow[mt][r];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float l = quad_sum(lrow[mt][r]);
             const float inv = l > 0.f ? 1.f / l : 0.f;
             const int row = wrow + mt * 16 + (lane >> 2) + r * 8;
 #pragma unroll
@@ -246,7 +241,7 @@ __global__ void __launch_bounds__(C::NW * 32) dkdv_kernel(MmaArgs a) {
     const float* lse = a.lse + head * a.L;
     const float* delta = a.delta + head * a.L;
 
-    const int nqb = (a.L + BM - 1) / BM, per = (nqb + a.nsplit - 1) / a.nsplit;
+    const int nqb = ceil_div(a.L, BM), per = ceil_div(nqb, a.nsplit);
     int qb0 = split * per;
     const int qb1 = min(nqb, qb0 + per);
     if (a.causal) qb0 = max(qb0, n0 / BM);  // queries before the first key see none of these keys
@@ -410,8 +405,8 @@ __global__ void __launch_bounds__(C::NW * 32) dq_kernel(MmaArgs a) {
     const T* go = static_cast<const T*>(a.go) + (int64_t(b) * a.L * a.H + h) * a.d;
     const T* k = static_cast<const T*>(a.k) + (int64_t(b) * a.S * a.H + h) * a.d;
     const T* v = static_cast<const T*>(a.v) + (int64_t(b) * a.S * a.H + h) * a.d;
-    int nkb = (a.S + BN - 1) / BN;
-    if (a.causal) nkb = min(nkb, (min(m0 + BM, a.L) + BN - 1) / BN);
+    int nkb = ceil_div(a.S, BN);
+    if (a.causal) nkb = min(nkb, ceil_div(min(m0 + BM, a.L), BN));
 
     load_tile<T, BM, D, NT>(sQ, q, m0, a.L, ld, a.d, tid);
     load_tile<T, BM, D, NT>(sG, go, m0, a.L, ld, a.d, tid);
@@ -555,14 +550,14 @@ template <class T, class C>
 cudaError_t launch_fwd(const MmaArgs& a, cudaStream_t s) {
     static const cudaError_t ready = allow_smem(fwd_kernel<T, C>, C::smem);  // once per instantiation
     if (ready != cudaSuccess) return ready;
-    fwd_kernel<T, C><<<dim3((a.L + C::BM - 1) / C::BM, a.H, a.B), C::NW * 32, C::smem, s>>>(a);
+    fwd_kernel<T, C><<<dim3(ceil_div(a.L, C::BM), a.H, a.B), C::NW * 32, C::smem, s>>>(a);
     return cudaGetLastError();
 }
 template <class T, class C>
 cudaError_t launch_dkdv(const MmaArgs& a, cudaStream_t s) {
     static const cudaError_t ready = allow_smem(dkdv_kernel<T, C>, C::smem);
     if (ready != cudaSuccess) return ready;
-    const dim3 grid((a.S + C::BN - 1) / C::BN, a.H, a.B * a.nsplit * C::NCS);
+    const dim3 grid(ceil_div(a.S, C::BN), a.H, a.B * a.nsplit * C::NCS);
     dkdv_kernel<T, C><<<grid, C::NW * 32, C::smem, s>>>(a);
     return cudaGetLastError();
 }
@@ -570,16 +565,16 @@ template <class T, class C>
 cudaError_t launch_dq(const MmaArgs& a, cudaStream_t s) {
     static const cudaError_t ready = allow_smem(dq_kernel<T, C>, C::smem);
     if (ready != cudaSuccess) return ready;
-    dq_kernel<T, C><<<dim3((a.L + C::BM - 1) / C::BM, a.H, a.B), C::NW * 32, C::smem, s>>>(a);
+    dq_kernel<T, C><<<dim3(ceil_div(a.L, C::BM), a.H, a.B), C::NW * 32, C::smem, s>>>(a);
     return cudaGetLastError();
 }
 
 // Query splits of the dK/dV pass: enough CTAs for ~4 per SM, each split at least 4 query blocks.
 template <class C>
 int dkdv_splits(int B, int L, int S, int H, int sms) {
-    const int64_t ctas = int64_t((S + C::BN - 1) / C::BN) * B * H * C::NCS;
-    const int nqb = (L + C::BM - 1) / C::BM;
-    int want = int((4 * int64_t(sms) + ctas - 1) / ctas);
+    const int64_t ctas = int64_t(ceil_div(S, C::BN)) * B * H * C::NCS;
+    const int nqb = ceil_div(L, C::BM);
+    int want = int(ceil_div(4 * int64_t(sms), ctas));
     want = want < nqb / 4 ? want : nqb / 4;
     want = want < 16 ? want : 16;
     return want > 1 ? want : 1;

@@ -1,56 +1,14 @@
-// Warp-level building blocks of the tensor-core attention kernels (attention_mma.cuh):
-// mma.sync.m16n8k16 (bf16 / f16 in, f32 accumulate), ldmatrix fragment addressing for tiles whose
-// smem rows are SD = D + 8 elements apart (conflict-free without a swizzle), cp.async tile loads with
-// zero fill, and the staged 16-byte row stores of the epilogues.
+// Warp-level building blocks of the tensor-core attention kernels (attention_mma.cuh), on top of
+// the primitives (ldmatrix, mma.sync m16n8k16, cp.async): accumulator -> A-operand conversion,
+// ldmatrix fragment addressing for tiles whose smem rows are SD = D + 8 elements apart
+// (conflict-free without a swizzle), cp.async tile loads with zero fill, and the staged 16-byte
+// row stores of the epilogues.
 #pragma once
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include <cstdint>
 
-#include "ggml-lite/cuda/async_copy.cuh"
+#include "ggml-lite/cuda/primitives.cuh"
 
 namespace gl::attn {
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
-    const unsigned s = unsigned(__cvta_generic_to_shared(p));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
-    const unsigned s = unsigned(__cvta_generic_to_shared(p));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}
-
-template <class T> __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
-template <> __device__ __forceinline__ void mma<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <> __device__ __forceinline__ void mma<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <class T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-}
-template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-}
-
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
 
 // The A operand of k-step kk from an m16 x n8 accumulator row (C layout -> A layout, rounded to T).
 template <class T, int N>
@@ -72,8 +30,8 @@ template <int SD> __device__ __forceinline__ int bt_off(int lane) { return (((la
 // c[2np + x] += A * B for the n16 block np, B fragments b = {b0, b1 of tile 2np, b0, b1 of 2np+1}.
 template <class T, int N>
 __device__ __forceinline__ void mma2(float (&c)[N][4], int np, const uint32_t (&a)[4], const uint32_t (&b)[4]) {
-    mma<T>(c[2 * np], a, b[0], b[1]);
-    mma<T>(c[2 * np + 1], a, b[2], b[3]);
+    mma16816<T>(c[2 * np], a, b[0], b[1]);
+    mma16816<T>(c[2 * np + 1], a, b[2], b[3]);
 }
 
 // Rows [r0, r0 + R) of one head's [n, d] matrix (rows ld elements apart) -> smem rows of SD = D + 8
@@ -82,7 +40,7 @@ template <class T, int R, int D, int NT>
 __device__ __forceinline__ void load_tile(T* sm, const T* g, int r0, int n, int ld, int d, int tid) {
     constexpr int CH = D / 8, SD = D + 8, TOTAL = R * CH;
 #pragma unroll
-    for (int it = 0; it < (TOTAL + NT - 1) / NT; ++it) {
+    for (int it = 0; it < ceil_div(TOTAL, NT); ++it) {
         const int idx = it * NT + tid;
         if (TOTAL % NT != 0 && idx >= TOTAL) break;
         const int r = idx / CH, c = idx % CH;
@@ -102,7 +60,7 @@ __device__ __forceinline__ void store_rows(T* g, const T* sm, int g0, int n, int
     for (int idx = lane; idx < ROWS * CH; idx += 32) {
         const int r = idx / CH, c = c0 + (idx % CH) * 8;
         if (g0 + r < n && c < d)
-            *reinterpret_cast<uint4*>(g + int64_t(g0 + r) * ld + c) = *reinterpret_cast<const uint4*>(sm + r * SD + c);
+            copy16(g + int64_t(g0 + r) * ld + c, sm + r * SD + c);
     }
 }
 

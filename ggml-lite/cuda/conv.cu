@@ -39,13 +39,10 @@ template <int MODE>
 size_t conv_ws(const Graph& g, const Node& n) {
     const Shape &a = g.shape(n.in[0]), &b = g.shape(n.in[1]), &o = g.shape(n.out[0]);
     if (!fits_int32(a) || !fits_int32(b) || !fits_int32(o)) return 0;  // the launch reports it
-    Geom geo = geom_of(MODE, n, a, b, o);
-    switch (g.dtype(n.out[0])) {
-        case DType::f32: return convk::conv_workspace<float>(MODE, geo);
-        case DType::bf16: return convk::conv_workspace<__nv_bfloat16>(MODE, geo);
-        case DType::f16: return convk::conv_workspace<__half>(MODE, geo);
-        default: return 0;
-    }
+    const Geom geo = geom_of(MODE, n, a, b, o);
+    size_t bytes = 0;  // other dtypes: the launch reports them
+    visit_float(g.dtype(n.out[0]), [&](auto tag) { bytes = convk::conv_workspace<decltype(tag)>(MODE, geo); });
+    return bytes;
 }
 
 template <int MODE>

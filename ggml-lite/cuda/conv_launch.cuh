@@ -103,7 +103,7 @@ inline bool mma_shape_ok(int mode, const Geom& g, int elem_bytes) {
 // Estimated time (arbitrary units, only compared) of a tile shape and split count. Blocks run in
 // waves of `occ` per SM; an SM holding fewer warps gets a lower rate; every block pays a fixed
 // prologue/epilogue of a few K tiles; splits add their fp32 partial traffic. Constants fitted to
-// the bf16 sweep of the SD1.5 shapes on an H200 (worst choice within 10% of the best measured).
+// the bf16 sweep of the SD1.5 shapes on an H200 (how close its choices come: bench/RESULTS.md).
 struct ModelConst {
     static constexpr double rate = 600e12 / 132, util0 = 0.781, tiles_fixed = 3.044;
     static constexpr double split_bytes = 3.068, split_fixed = 2.6e-7;
@@ -117,9 +117,9 @@ inline double est_seconds(int mode, const Geom& g, const MmaEntry& e, int occ, i
     for (int ph = 0; ph < phases; ph++) {
         Prob p = make_prob(g, mode, ph);
         if (p.M == 0) continue;
-        int64_t tiles = int64_t((p.M + e.bm - 1) / e.bm) * ((p.NG + e.bn - 1) / e.bn);
+        int64_t tiles = int64_t(ceil_div(p.M, e.bm)) * ceil_div(p.NG, e.bn);
         blocks += tiles * splits;
-        int kt = ((p.K + e.bk - 1) / e.bk + splits - 1) / splits;
+        int kt = ceil_div(ceil_div(p.K, e.bk), splits);
         flops_block_max = std::max(flops_block_max, 2.0 * e.bm * e.bn * (kt + ModelConst::tiles_fixed) * e.bk);
     }
     if (blocks == 0) return 0;
@@ -129,7 +129,7 @@ inline double est_seconds(int mode, const Geom& g, const MmaEntry& e, int occ, i
         return j * flops_block_max / (sm_rate * util);
     };
     const int64_t slots = int64_t(occ) * sms, full = blocks / slots, rem = blocks % slots;
-    double t = double(full) * wave(occ) + (rem ? wave(int((rem + sms - 1) / sms)) : 0.0);
+    double t = double(full) * wave(occ) + (rem ? wave(int(ceil_div(rem, sms))) : 0.0);
     if (splits > 1)
         t += (splits * ModelConst::split_bytes + 2.0) * double(out_elems_of(mode, g)) / 3.0e12 + ModelConst::split_fixed;
     return t;
@@ -176,15 +176,15 @@ ConvPlan plan_conv(int mode, const Geom& g, int force_cfg = -1, int force_splits
     }
     if (!pl.mma) {
         const int max_s = max_splits_for(pl.out_elems, 16);
-        int64_t tiles = int64_t((p0.M + kSimtBM - 1) / kSimtBM) * ((p0.NG + kSimtBN - 1) / kSimtBN) * pl.phases;
-        int kts = (p0.K + kSimtBK - 1) / kSimtBK;
+        int64_t tiles = int64_t(ceil_div(p0.M, kSimtBM)) * ceil_div(p0.NG, kSimtBN) * pl.phases;
+        int kts = ceil_div(p0.K, kSimtBK);
         int s = 1;
         if (force_splits > 0) s = std::min(force_splits, max_s);
         else
             while (s < max_s && tiles * s < 2 * sm_count() && kts / (s * 2) >= 16) s *= 2;
         pl.splits = std::min(s, max_s);
-        pl.m_tiles = (p0.M + kSimtBM - 1) / kSimtBM;
-        pl.n_tiles = (p0.NG + kSimtBN - 1) / kSimtBN;
+        pl.m_tiles = ceil_div(p0.M, kSimtBM);
+        pl.n_tiles = ceil_div(p0.NG, kSimtBN);
     }
     pl.ws_bytes = pl.splits > 1 ? size_t(pl.splits) * size_t(pl.out_elems) * 4 : 0;
     return pl;
@@ -194,8 +194,6 @@ template <class T, int MODE>
 void launch_simt(const Args& a, dim3 grid, cudaStream_t s) {
     conv_simt_kernel<T, MODE><<<grid, 256, 0, s>>>(a);
 }
-
-inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // Runs one convolution. a/b per Args; out dense; ws at least plan.ws_bytes. Returns an error
 // message (nullptr on success); launch errors are left for the caller's cudaGetLastError.
@@ -225,18 +223,17 @@ const char* launch_conv(int mode, const Geom& g, const void* a, const void* b, c
     }
     if (!mma) {
         const Prob p0 = make_prob(g, mode, 0);
-        args.m_tiles = (p0.M + kSimtBM - 1) / kSimtBM;
-        args.n_tiles = (p0.NG + kSimtBN - 1) / kSimtBN;
+        args.m_tiles = ceil_div(p0.M, kSimtBM);
+        args.n_tiles = ceil_div(p0.NG, kSimtBN);
         dim3 grid(unsigned(int64_t(args.m_tiles) * args.n_tiles), 1, unsigned(pl.phases * pl.splits));
         if (mode == kFwd) launch_simt<T, kFwd>(args, grid, st);
         else if (mode == kDgrad) launch_simt<T, kDgrad>(args, grid, st);
         else launch_simt<T, kWgrad>(args, grid, st);
     }
     if (pl.splits > 1) {
-        int64_t n = pl.out_elems;
-        unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 132 * 16));
-        splitk_reduce_kernel<T><<<blocks, 256, 0, st>>>(static_cast<const float*>(ws), pl.splits, n,
-                                                        static_cast<T*>(out), static_cast<const T*>(args.bias), g.Co);
+        splitk_reduce_kernel<T><<<grid_for(pl.out_elems, 256, 132 * 16), 256, 0, st>>>(
+            static_cast<const float*>(ws), pl.splits, pl.out_elems, static_cast<T*>(out),
+            static_cast<const T*>(args.bias), g.Co);
     }
     return nullptr;
 }
@@ -250,10 +247,9 @@ size_t conv_workspace(int mode, const Geom& g) {
 
 template <class Wd>
 void launch_up_words(const void* x, void* y, int64_t pixels, int W, int64_t row_bytes, cudaStream_t s) {
-    int CV = int(row_bytes / int64_t(sizeof(Wd)));
-    int64_t n = pixels * CV;
-    unsigned blocks = unsigned(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, 132 * 32)));
-    upsample2x_kernel<Wd><<<blocks, 256, 0, s>>>(static_cast<const Wd*>(x), static_cast<Wd*>(y), pixels, W, CV);
+    const int CV = int(row_bytes / int64_t(sizeof(Wd)));
+    upsample2x_kernel<Wd><<<grid_for(pixels * CV, 256, 132 * 32), 256, 0, s>>>(static_cast<const Wd*>(x),
+                                                                               static_cast<Wd*>(y), pixels, W, CV);
 }
 
 inline void launch_upsample2x(const void* x, void* y, int N, int H, int W, int64_t row_bytes, cudaStream_t s) {
@@ -274,8 +270,7 @@ void launch_upsample2x_grad(const T* gy, T* dx, int N, int H, int W, int C, cuda
     if (pixels == 0 || C == 0) return;
     constexpr int V = 16 / int(sizeof(T));
     const bool vec = C % V == 0 && aligned16(gy) && aligned16(dx);
-    const int64_t n = pixels * (vec ? C / V : C);
-    unsigned blocks = unsigned(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, 132 * 32)));
+    const unsigned blocks = grid_for(pixels * (vec ? C / V : C), 256, 132 * 32);
     if (vec) upsample2x_grad_kernel<T, V><<<blocks, 256, 0, s>>>(gy, dx, pixels, W, C);
     else upsample2x_grad_kernel<T, 1><<<blocks, 256, 0, s>>>(gy, dx, pixels, W, C);
 }

@@ -13,14 +13,11 @@
 // scheduling. Limits: Cin % 8 == 0 (and Cout % 8 == 0 for the gradients), 16-byte aligned
 // pointers, every tensor under 2^31 elements; other cases take the exact path (conv_simt.cuh).
 #pragma once
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
-#include "ggml-lite/cuda/async_copy.cuh"
+#include "ggml-lite/cuda/primitives.cuh"
 
 namespace gl::convk {
 
@@ -97,15 +94,6 @@ __device__ __forceinline__ int64_t out_index(const Geom& g, const Prob& p, int m
     return int64_t(m) * p.NG + n;
 }
 
-template <class T> __device__ __forceinline__ float cv_f32(T x);
-template <> __device__ __forceinline__ float cv_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ float cv_f32<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <> __device__ __forceinline__ float cv_f32<__half>(__half x) { return __half2float(x); }
-template <class T> __device__ __forceinline__ T cv_out(float x);
-template <> __device__ __forceinline__ float cv_out<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 cv_out<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __forceinline__ __half cv_out<__half>(float x) { return __float2half_rn(x); }
-
 // Stores GEMM outputs (m, n) and (m, n+1) (the second only if n+1 < NG): straight into the
 // output with the bias, or as fp32 partials into this split's workspace slice.
 template <class T>
@@ -122,44 +110,18 @@ __device__ __forceinline__ void store_pair(const Args& a, const Prob& p, int mod
         return;
     }
     if (a.bias) {
-        v0 += cv_f32(static_cast<const T*>(a.bias)[n]);
-        if (two) v1 += cv_f32(static_cast<const T*>(a.bias)[n + 1]);
+        v0 += to_f32(static_cast<const T*>(a.bias)[n]);
+        if (two) v1 += to_f32(static_cast<const T*>(a.bias)[n + 1]);
     }
     T* dst = static_cast<T*>(a.out) + idx;
     if constexpr (sizeof(T) == 2) {
         if (two && (p.NG % 2 == 0)) {
-            T pr[2] = {cv_out<T>(v0), cv_out<T>(v1)};
-            *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(pr);
+            *reinterpret_cast<uint32_t*>(dst) = pack2<T>(v0, v1);
             return;
         }
     }
-    dst[0] = cv_out<T>(v0);
-    if (two) dst[1] = cv_out<T>(v1);
-}
-
-// ---- PTX wrappers ----
-
-template <bool TRANS>
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* smem) {
-    unsigned s = unsigned(__cvta_generic_to_shared(smem));
-    if constexpr (TRANS)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-    else
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}
-
-template <class T>
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    if constexpr (sizeof(T) == 2 && std::is_same_v<T, __nv_bfloat16>)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    dst[0] = from_f32<T>(v0);
+    if (two) dst[1] = from_f32<T>(v1);
 }
 
 // Shared-memory tiles, XOR-swizzled on 16-byte chunks so ldmatrix and cp.async are conflict-free.
@@ -216,7 +178,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
     const int m0 = int(blockIdx.x / args.n_tiles) * BM, n0 = int(blockIdx.x % args.n_tiles) * BN;
     const Prob p = make_prob(g, MODE, phase);
     if (m0 >= p.M) return;
-    const int KT = (p.K + BK - 1) / BK;
+    const int KT = ceil_div(p.K, BK);
     const int kt0 = int(int64_t(KT) * split / args.splits), kt1 = int(int64_t(KT) * (split + 1) / args.splits);
     const bool tapfirst = MODE != kWgrad && !args.linear_k && p.Cg % BK == 0;
     const T* A = static_cast<const T*>(args.a);
@@ -359,10 +321,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
         for (int mt = 0; mt < MT; mt++) {
             const int mb = wm * WTM + mt * 16;
             if constexpr (A_KMAJ) {
-                ldsm_x4<false>(af[buf][mt], sA + off_k<BK>(mb + (lane & 15), ks * 2 + (lane >> 4)));
+                ldsm_x4(af[buf][mt], sA + off_k<BK>(mb + (lane & 15), ks * 2 + (lane >> 4)));
             } else {
                 int kr = ks * 16 + (lane & 7) + ((lane >> 4) << 3);
-                ldsm_x4<true>(af[buf][mt], sA + off_mn<BM>(kr, (mb >> 3) + ((lane >> 3) & 1)));
+                ldsm_x4_t(af[buf][mt], sA + off_mn<BM>(kr, (mb >> 3) + ((lane >> 3) & 1)));
             }
         }
 #pragma unroll
@@ -370,10 +332,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
             const int nb = wn * WTN + np * 16;
             uint32_t r[4];
             if constexpr (B_KMAJ) {
-                ldsm_x4<false>(r, sB + off_k<BK>(nb + (lane & 7) + ((lane >> 4) << 3), ks * 2 + ((lane >> 3) & 1)));
+                ldsm_x4(r, sB + off_k<BK>(nb + (lane & 7) + ((lane >> 4) << 3), ks * 2 + ((lane >> 3) & 1)));
             } else {
                 int kr = ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
-                ldsm_x4<true>(r, sB + off_mn<BN>(kr, (nb >> 3) + (lane >> 4)));
+                ldsm_x4_t(r, sB + off_mn<BN>(kr, (nb >> 3) + (lane >> 4)));
             }
             bfr[buf][2 * np][0] = r[0]; bfr[buf][2 * np][1] = r[1];
             bfr[buf][2 * np + 1][0] = r[2]; bfr[buf][2 * np + 1][1] = r[3];

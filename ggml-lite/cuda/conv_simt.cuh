@@ -16,8 +16,8 @@ __device__ __forceinline__ void store_one(const Args& a, const Prob& p, int mode
         a.ws[int64_t(split) * a.out_elems + idx] = v;
         return;
     }
-    if (a.bias) v += cv_f32(static_cast<const T*>(a.bias)[n]);
-    static_cast<T*>(a.out)[idx] = cv_out<T>(v);
+    if (a.bias) v += to_f32(static_cast<const T*>(a.bias)[n]);
+    static_cast<T*>(a.out)[idx] = from_f32<T>(v);
 }
 
 // Element (m, kk) of A and (kk, n) of B, gathered from the tensors (0 outside them).
@@ -29,7 +29,7 @@ struct SimtGather {
     template <class T, int MODE>
     __device__ __forceinline__ float a(const T* A, int m, int kk) const {
         if (m >= p.M || kk >= p.K) return 0.f;
-        if (MODE == kWgrad) return cv_f32(A[int64_t(kk) * g.Co + m]);
+        if (MODE == kWgrad) return to_f32(A[int64_t(kk) * g.Co + m]);
         int b = p.dv_hw.div(m), rem = m - b * int(p.dv_hw.d);
         int qy = p.dv_w.div(rem), qx = rem - qy * int(p.dv_w.d);
         int tap = dv_c.div(kk), c = kk - tap * p.Cg;
@@ -38,17 +38,17 @@ struct SimtGather {
         if (MODE == kFwd) { y = qy * g.S - g.pad + r; x = qx * g.S - g.pad + s; Hs = g.H; Ws = g.W; }
         else { y = qy + p.dy0 - r; x = qx + p.dx0 - s; Hs = g.Ho; Ws = g.Wo; }
         if (unsigned(y) >= unsigned(Hs) || unsigned(x) >= unsigned(Ws)) return 0.f;
-        return cv_f32(A[((int64_t(b) * Hs + y) * Ws + x) * p.Cg + c]);
+        return to_f32(A[((int64_t(b) * Hs + y) * Ws + x) * p.Cg + c]);
     }
 
     template <class T, int MODE>
     __device__ __forceinline__ float b(const T* B, int kk, int n) const {
         if (kk >= p.K || n >= p.NG) return 0.f;
-        if (MODE == kFwd) return cv_f32(B[int64_t(n) * p.K + kk]);
+        if (MODE == kFwd) return to_f32(B[int64_t(n) * p.K + kk]);
         if (MODE == kDgrad) {
             int tap = dv_c.div(kk), co = kk - tap * p.Cg;
             int jr = dv_t.div(tap), js = tap - jr * p.ns;
-            return cv_f32(B[((int64_t(co) * g.k + p.r0 + jr * g.S) * g.k + p.s0 + js * g.S) * g.C + n]);
+            return to_f32(B[((int64_t(co) * g.k + p.r0 + jr * g.S) * g.k + p.s0 + js * g.S) * g.C + n]);
         }
         int b = p.dv_hw.div(kk), rem = kk - b * int(p.dv_hw.d);
         int oy = p.dv_w.div(rem), ox = rem - oy * int(p.dv_w.d);
@@ -56,7 +56,7 @@ struct SimtGather {
         int r = dv_t.div(tap), s = tap - r * g.k;
         int y = oy * g.S - g.pad + r, x = ox * g.S - g.pad + s;
         if (unsigned(y) >= unsigned(g.H) || unsigned(x) >= unsigned(g.W)) return 0.f;
-        return cv_f32(B[((int64_t(b) * g.H + y) * g.W + x) * g.C + c]);
+        return to_f32(B[((int64_t(b) * g.H + y) * g.W + x) * g.C + c]);
     }
 };
 
@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(256) conv_simt_kernel(const Args args) {
     SimtGather ga{g, p, {}, {}};
     if (MODE == kWgrad) { ga.dv_c.init(uint32_t(g.C)); ga.dv_t.init(uint32_t(g.k)); }
     else if (p.K > 0) { ga.dv_c.init(uint32_t(p.Cg)); ga.dv_t.init(uint32_t(p.ns)); }
-    const int KT = (p.K + BK - 1) / BK;
+    const int KT = ceil_div(p.K, BK);
     const int kt0 = int(int64_t(KT) * split / args.splits), kt1 = int(int64_t(KT) * (split + 1) / args.splits);
     const T* A = static_cast<const T*>(args.a);
     const T* B = static_cast<const T*>(args.b);
@@ -119,8 +119,8 @@ __global__ void splitk_reduce_kernel(const float* __restrict__ ws, int splits, i
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         float s = ws[i];
         for (int z = 1; z < splits; z++) s += ws[int64_t(z) * n + i];
-        if (bias) s += cv_f32(bias[i % Co]);
-        out[i] = cv_out<T>(s);
+        if (bias) s += to_f32(bias[i % Co]);
+        out[i] = from_f32<T>(s);
     }
 }
 
@@ -161,18 +161,18 @@ __global__ void upsample2x_grad_kernel(const T* __restrict__ gy, T* __restrict__
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             T v[V];
-            if constexpr (V * sizeof(T) == 16) *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(gy + src[q]);
+            if constexpr (V * sizeof(T) == 16) copy16(v, gy + src[q]);
             else
 #pragma unroll
                 for (int e = 0; e < V; e++) v[e] = gy[src[q] + e];
 #pragma unroll
-            for (int e = 0; e < V; e++) s[e] += cv_f32(v[e]);
+            for (int e = 0; e < V; e++) s[e] += to_f32(v[e]);
         }
         T r[V];
 #pragma unroll
-        for (int e = 0; e < V; e++) r[e] = cv_out<T>(s[e]);
+        for (int e = 0; e < V; e++) r[e] = from_f32<T>(s[e]);
         T* d = dx + pix * C + int64_t(cv) * V;
-        if constexpr (V * sizeof(T) == 16) *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(r);
+        if constexpr (V * sizeof(T) == 16) copy16(d, r);
         else
 #pragma unroll
             for (int e = 0; e < V; e++) d[e] = r[e];

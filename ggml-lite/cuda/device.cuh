@@ -1,8 +1,11 @@
-// Facts about the current CUDA device that launchers size their grids by, read once per device
-// and thread. Self-contained (CUDA runtime only): bench/*_check.cu include the launchers without
-// the core. When the runtime cannot answer, an H100/H200's figures stand in.
+// Host-side launch helpers: facts about the current CUDA device that launchers size their grids
+// by (read once per device and thread; when the runtime cannot answer, an H100/H200's figures
+// stand in), grid sizes for grid-stride kernels, and the alignment test of the 16-byte paths.
+// Self-contained (CUDA runtime only): bench/*_check.cu include the launchers without the core.
 #pragma once
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 namespace gl {
 
@@ -26,5 +29,16 @@ inline DeviceInfo device_info() {
     return info;
 }
 inline int sm_count() { return device_info().sms; }
+
+// Blocks of `threads` for n items of a grid-stride kernel: one item per thread, at least one
+// block, at most max_blocks.
+inline unsigned grid_for(int64_t n, int threads, int64_t max_blocks = 65535LL * 32) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    return unsigned(b < max_blocks ? b : max_blocks);
+}
+
+// Whether p is 16-byte aligned (null counts as aligned: launchers plan before pointers exist).
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace gl

@@ -44,7 +44,7 @@ static void embedding_grad_run(CudaCtx& c) {
     if (n * D == 0) return;
     dispatch_float(c.in_dtype(0), "embedding_grad", [&](auto tag) {
         using T = decltype(tag);
-        embedding_grad_kernel<T><<<unsigned((D + 127) / 128), 128, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr<int32_t>(1),
+        embedding_grad_kernel<T><<<unsigned(ceil_div(D, 128)), 128, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr<int32_t>(1),
                                                                                    c.out_ptr<float>(0), V, D, n);
     });
     GL_CUDA_LAUNCHED();

@@ -6,7 +6,7 @@
 //   Batch strides sA, sB, sC (sB = 0 shares B); indices are 64-bit, M, N, K < 2^31.
 // Kernels (all fp32 accumulation, one rounding to C's dtype after the epilogue):
 //   sm_90a, bf16/f16 (gemm_sm90.cuh): wgmma from 128-B-swizzled smem filled by cp.async, tiles
-//     128 x {64, 128, 160}, all four layouts. H200: 0.55-0.8x cuBLAS on the SD1.5 shapes.
+//     128 x {64, 128, 160}, all four layouts (its speed against cuBLAS: bench/RESULTS.md).
 //   sm_80+, bf16/f16 (gemm_kernels.cuh): mma.sync m16n8k16 + ldmatrix + cp.async pipeline.
 //   The 16-byte paths need the contiguous dims, leading dims and batch strides to be multiples of
 //   8 and 16-byte aligned pointers; otherwise a mma.sync kernel with scalar predicated loads runs.
@@ -27,39 +27,9 @@
 
 #include "ggml-lite/core/dtype.h"
 #include "ggml-lite/core/error.h"
-
-#include "ggml-lite/cuda/async_copy.cuh"
 #include "ggml-lite/cuda/check.cuh"
 #include "ggml-lite/cuda/device.cuh"
-
-namespace gl::gemm {
-
-// What happens to the fp32 product before the single rounding to C's dtype. Applied in order:
-// alpha scale, + bias[n], + residual[b][m][n]. Future fusions (GEGLU gate, time-embedding bias
-// per sample) are new fields here plus a line in apply_epilogue().
-struct Epilogue {
-    float alpha = 1.0f;
-    const void* bias = nullptr;      // [N], C's dtype
-    const void* residual = nullptr;  // C's dtype and shape; may alias C exactly
-    int64_t ldr = 0, sr = 0;         // its row and batch strides
-};
-
-struct GemmArgs {
-    DType dtype = DType::bf16;  // of A, B, C, bias and residual
-    int64_t M = 0, N = 0, K = 0, batch = 1;
-    const void* A = nullptr;
-    int64_t lda = 0, sA = 0;
-    bool ta = false;
-    const void* B = nullptr;
-    int64_t ldb = 0, sB = 0;
-    bool tb = false;
-    void* C = nullptr;
-    int64_t ldc = 0, sC = 0;
-    Epilogue epi;
-};
-
-}  // namespace gl::gemm
-
+#include "ggml-lite/cuda/gemm_args.cuh"
 #include "ggml-lite/cuda/gemm_kernels.cuh"
 #include "ggml-lite/cuda/gemm_sm90.cuh"
 
@@ -94,14 +64,14 @@ struct GemmPlan {
 };
 
 inline int64_t tiles_of(int64_t M, int64_t N, int64_t batch, int bm, int bn) {
-    return ((M + bm - 1) / bm) * ((N + bn - 1) / bn) * batch;
+    return ceil_div(M, bm) * ceil_div(N, bn) * batch;
 }
 
 // Predicted time (arbitrary units): waves of (sms * blocks-per-SM) tiles, each wave costing its
 // blocks' padded tile area over the kernel's relative throughput.
 inline double predict(int64_t M, int64_t N, int64_t batch, int sms, int bm, int bn, int per_sm, double eff) {
     const int64_t tiles = tiles_of(M, N, batch, bm, bn), slots = int64_t(sms) * per_sm;
-    return double((tiles + slots - 1) / slots) * per_sm * bm * bn / eff;
+    return double(ceil_div(tiles, slots)) * per_sm * bm * bn / eff;
 }
 
 template <class Cfg>
@@ -118,8 +88,8 @@ inline GemmPlan plan_gemm(const GemmArgs& a, bool vec) {
         double eff;
         bool ok;
     };
-    // Relative throughputs from the H200 sweep: wgmma ~1.9x mma.sync at equal wave counts; the
-    // 64-wide wgmma tile pays ~25 % for its short N. Earlier entries win ties.
+    // Relative throughputs fitted to an H200 sweep of bench/gemm_check.cu (bench/RESULTS.md); the
+    // 64-wide wgmma tile is rated lower for its short N. Earlier entries win ties.
     const bool wg = vec && wgmma_usable();
     const bool ta = a.ta, tb = a.tb;
     const Cand cands[] = {
@@ -150,8 +120,6 @@ inline GemmPlan plan_gemm(const GemmArgs& a, bool vec) {
     }
     return pl;
 }
-
-inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // Whether the 16-byte cp.async paths apply: contiguous dims, leading dims and strides in whole
 // 16-byte chunks, and aligned base pointers (null pointers count as aligned: planning only).
@@ -233,15 +201,11 @@ inline void launch_cublas(const GemmArgs& a, cudaStream_t s) {
     GL_CHECK(st == CUBLAS_STATUS_SUCCESS, "gemm: cublasGemmStridedBatchedEx failed (status ", int(st), ")");
     if (a.epi.bias || a.epi.residual) {
         const int64_t total = a.batch * a.M * a.N;
-        const unsigned grid = unsigned(total / 256 + 1 < 65535LL * 8 ? total / 256 + 1 : 65535LL * 8);
-        auto go = [&](auto tag) {
+        visit_float(a.dtype, [&](auto tag) {
             using T = decltype(tag);
-            cublas_epilogue_kernel<T><<<grid, 256, 0, s>>>(static_cast<T*>(a.C), int(a.batch), int(a.M), int(a.N), a.ldc,
-                                                           a.sC, a.epi);
-        };
-        if (a.dtype == DType::f32) go(float{});
-        else if (a.dtype == DType::bf16) go(__nv_bfloat16{});
-        else go(__half{});
+            cublas_epilogue_kernel<T><<<grid_for(total, 256, 65535LL * 8), 256, 0, s>>>(
+                static_cast<T*>(a.C), int(a.batch), int(a.M), int(a.N), a.ldc, a.sC, a.epi);
+        });
         GL_CUDA_LAUNCHED();
     }
 }

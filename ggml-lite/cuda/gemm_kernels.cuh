@@ -1,45 +1,24 @@
 // Device code of the portable (sm_80+) GEMM paths: mma.sync tensor-core kernel, split-K
-// reduction, exact fp32 FFMA kernel, and their launchers. Included by gemm.cuh (which defines
-// Epilogue and GemmArgs and documents the layouts).
+// reduction, exact fp32 FFMA kernel, and their launchers. Included by gemm.cuh (which documents
+// the layouts) and gemm_sm90.cuh (which shares the epilogue and the launch plumbing).
 #pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ggml-lite/cuda/check.cuh"
+#include "ggml-lite/cuda/device.cuh"
+#include "ggml-lite/cuda/gemm_args.cuh"
+#include "ggml-lite/cuda/primitives.cuh"
 
 namespace gl::gemm {
-
-// ---------------- device helpers ----------------
-
-template <class T> __device__ __forceinline__ float ld_f32(const T* p) { return float(*p); }
-template <> __device__ __forceinline__ float ld_f32(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-template <> __device__ __forceinline__ float ld_f32(const __half* p) { return __half2float(*p); }
-template <class T> __device__ __forceinline__ T cvt_out(float x) { return T(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 cvt_out(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __forceinline__ __half cvt_out(float x) { return __float2half_rn(x); }
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-template <class T> __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
-template <> __device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <> __device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // alpha, bias, residual on one fp32 value of C[b][m][n].
 template <class T>
 __device__ __forceinline__ float apply_epilogue(const Epilogue& e, float v, int64_t b, int64_t m, int64_t n) {
     v *= e.alpha;
-    if (e.bias) v += ld_f32(static_cast<const T*>(e.bias) + n);
-    if (e.residual) v += ld_f32(static_cast<const T*>(e.residual) + b * e.sr + m * e.ldr + n);
+    if (e.bias) v += to_f32(static_cast<const T*>(e.bias)[n]);
+    if (e.residual) v += to_f32(static_cast<const T*>(e.residual)[b * e.sr + m * e.ldr + n]);
     return v;
 }
 
@@ -114,14 +93,14 @@ __device__ __forceinline__ void store_staged(const float* stage, int lds, int ro
             alignas(16) T o[8];
             if (p.epi.alpha == 1.0f && !p.epi.residual && !p.epi.bias) {
 #pragma unroll
-                for (int e = 0; e < 8; e++) o[e] = cvt_out<T>(v[e]);
+                for (int e = 0; e < 8; e++) o[e] = from_f32<T>(v[e]);
             } else {
 #pragma unroll
-                for (int e = 0; e < 8; e++) o[e] = cvt_out<T>(apply_epilogue<T>(p.epi, v[e], bz, gm, gn + e));
+                for (int e = 0; e < 8; e++) o[e] = from_f32<T>(apply_epilogue<T>(p.epi, v[e], bz, gm, gn + e));
             }
-            *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(o);
+            copy16(dst, o);
         } else {
-            for (int e = 0; e < cnt; e++) dst[e] = cvt_out<T>(apply_epilogue<T>(p.epi, v[e], bz, gm, gn + e));
+            for (int e = 0; e < cnt; e++) dst[e] = from_f32<T>(apply_epilogue<T>(p.epi, v[e], bz, gm, gn + e));
         }
     }
 }
@@ -131,7 +110,7 @@ __device__ __forceinline__ void store_staged(const float* stage, int lds, int ro
 // addresses are formed once; each k-tile only adds an offset.
 template <class T, int S, int W, int NTH, bool KC, bool VEC>
 struct TileLoader {
-    static constexpr int CPR = W / 8, CHUNKS = S * CPR, ITERS = (CHUNKS + NTH - 1) / NTH, PITCH = W + 8;
+    static constexpr int CPR = W / 8, CHUNKS = S * CPR, ITERS = ceil_div(CHUNKS, NTH), PITCH = W + 8;
     const T* src[ITERS];
     const T* base0;     // a valid address for zero-filling copies, which read nothing
     int64_t kstep;      // elements per k (1 when KC, else the leading dim)
@@ -174,8 +153,9 @@ struct TileLoader {
 #pragma unroll
                 for (int e = 0; e < 8; e++) {
                     const bool ok = KC ? (fixed[it] > 0 && kk + e < kend) : (e < fixed[it] && kk < kend);
-                    v[e] = ok ? g[e] : cvt_out<T>(0.0f);
+                    v[e] = ok ? g[e] : from_f32<T>(0.0f);
                 }
+                // spelled out: through copy16 the compiler schedules these loads differently
                 *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(v);
             }
         }
@@ -200,6 +180,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::MINB) mma_gemm_kernel(MmaP
     const T* B = static_cast<const T*>(p.B) + bz * p.sB;
     const int kbeg = blockIdx.y * p.k_per_split;
     const int kend = max(0, min(p.K, kbeg + p.k_per_split) - kbeg);  // relative to kbeg
+    // written out: through ceil_div the compiler no longer uses kend >= 0 (a signed division)
     const int ktiles = (kend + BK - 1) / BK;
 
     // A tile is S strided rows of W contiguous elements: K-contiguous operands have S = BM or BN
@@ -246,9 +227,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::MINB) mma_gemm_kernel(MmaP
             for (int mt = 0; mt < MT; mt++) {
                 const int rb = wm * Cfg::WTM + mt * 16;
                 if constexpr (!TA) {
-                    ldsm_x4(af[mt], smem_u32(sa + (rb + (lane & 15)) * (BK + PAD) + ks * 16 + (lane >> 4) * 8));
+                    ldsm_x4(af[mt], sa + (rb + (lane & 15)) * (BK + PAD) + ks * 16 + (lane >> 4) * 8);
                 } else {
-                    ldsm_x4_t(af[mt], smem_u32(sa + (ks * 16 + (mi >> 1) * 8 + mr) * (BM + PAD) + rb + (mi & 1) * 8));
+                    ldsm_x4_t(af[mt], sa + (ks * 16 + (mi >> 1) * 8 + mr) * (BM + PAD) + rb + (mi & 1) * 8);
                 }
             }
 #pragma unroll
@@ -256,9 +237,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::MINB) mma_gemm_kernel(MmaP
                 const int cb = wn * Cfg::WTN + np * 16;
                 uint32_t r[4];
                 if constexpr (TB) {
-                    ldsm_x4(r, smem_u32(sb + (cb + (mi >> 1) * 8 + mr) * (BK + PAD) + ks * 16 + (mi & 1) * 8));
+                    ldsm_x4(r, sb + (cb + (mi >> 1) * 8 + mr) * (BK + PAD) + ks * 16 + (mi & 1) * 8);
                 } else {
-                    ldsm_x4_t(r, smem_u32(sb + (ks * 16 + (mi & 1) * 8 + mr) * (BN + PAD) + cb + (mi >> 1) * 8));
+                    ldsm_x4_t(r, sb + (ks * 16 + (mi & 1) * 8 + mr) * (BN + PAD) + cb + (mi >> 1) * 8);
                 }
                 bf[2 * np][0] = r[0];
                 bf[2 * np][1] = r[1];
@@ -304,7 +285,7 @@ __global__ void splitk_reduce_kernel(const float* __restrict__ part, T* C, int s
         float s = 0.0f;
         for (int k = 0; k < splits; k++) s += part[int64_t(k) * total + i];
         const int64_t b = i / per, m = (i % per) / N, n = i % N;
-        C[b * sC + m * ldc + n] = cvt_out<T>(apply_epilogue<T>(epi, s, b, m, n));
+        C[b * sC + m * ldc + n] = from_f32<T>(apply_epilogue<T>(epi, s, b, m, n));
     }
 }
 
@@ -367,7 +348,7 @@ __global__ void cublas_epilogue_kernel(T* C, int batch, int M, int N, int64_t ld
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t b = i / per, m = (i % per) / N, n = i % N;
         T* c = C + b * sC + m * ldc + n;
-        *c = cvt_out<T>(apply_epilogue<T>(epi, ld_f32(c), b, m, n));
+        *c = from_f32<T>(apply_epilogue<T>(epi, to_f32(*c), b, m, n));
     }
 }
 
@@ -384,14 +365,9 @@ inline void allow_smem(const void* kern, int bytes, uint64_t& done) {
     done |= bit;
 }
 
-inline unsigned grid_1d(int64_t n) {
-    const int64_t b = (n + 255) / 256;
-    return unsigned(b < 1 ? 1 : b < 65535LL * 8 ? b : 65535LL * 8);
-}
-
 template <class T>
 void launch_splitk_reduce(const GemmArgs& a, int splits, const float* partial, cudaStream_t s) {
-    splitk_reduce_kernel<T><<<grid_1d(a.batch * a.M * a.N), 256, 0, s>>>(partial, static_cast<T*>(a.C), splits, int(a.batch),
+    splitk_reduce_kernel<T><<<grid_for(a.batch * a.M * a.N, 256, 65535LL * 8), 256, 0, s>>>(partial, static_cast<T*>(a.C), splits, int(a.batch),
                                                                        int(a.M), int(a.N), a.ldc, a.sC, a.epi);
     GL_CUDA_LAUNCHED();
 }
@@ -423,11 +399,11 @@ void launch_mma(const GemmArgs& a, int splits, float* partial, cudaStream_t s) {
     static thread_local uint64_t smem_set = 0;
     allow_smem(reinterpret_cast<const void*>(kern), smem, smem_set);
     MmaParams p = params_of(a);
-    p.tiles_n = int((a.N + Cfg::BN - 1) / Cfg::BN);
-    const int64_t tiles = ((a.M + Cfg::BM - 1) / Cfg::BM) * p.tiles_n;
-    int kps = int((a.K + splits - 1) / splits);
-    kps = (kps + Cfg::BK - 1) / Cfg::BK * Cfg::BK;
-    const int ysplits = splits > 1 && kps > 0 ? int((a.K + kps - 1) / kps) : 1;
+    p.tiles_n = int(ceil_div(a.N, Cfg::BN));
+    const int64_t tiles = ceil_div(a.M, Cfg::BM) * p.tiles_n;
+    int kps = int(ceil_div(a.K, splits));
+    kps = ceil_div(kps, Cfg::BK) * Cfg::BK;
+    const int ysplits = splits > 1 && kps > 0 ? int(ceil_div(a.K, kps)) : 1;
     p.k_per_split = ysplits > 1 ? kps : int(a.K > 0 ? a.K : 1);
     p.partial = ysplits > 1 ? partial : nullptr;
     for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
@@ -439,11 +415,10 @@ void launch_mma(const GemmArgs& a, int splits, float* partial, cudaStream_t s) {
     if (ysplits > 1) launch_splitk_reduce<T>(a, ysplits, partial, s);
 }
 
-
 inline void launch_ffma(const GemmArgs& a, cudaStream_t s) {
     MmaParams p = params_of(a);
-    p.tiles_n = int((a.N + 63) / 64);
-    const unsigned tiles = unsigned(((a.M + 63) / 64) * p.tiles_n);
+    p.tiles_n = int(ceil_div(a.N, 64));
+    const unsigned tiles = unsigned(ceil_div(a.M, 64) * p.tiles_n);
     for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
         p.batch0 = int(b0);
         dim3 grid(tiles, 1, unsigned(a.batch - b0 < 65535 ? a.batch - b0 : 65535));

@@ -9,6 +9,7 @@
 // Needs the 16-byte path's alignment (vec_ok); M, N, K edges are zero-filled. The body exists
 // only in sm_90a code; wgmma_usable() checks that the loaded binary has it.
 #pragma once
+#include "ggml-lite/cuda/gemm_kernels.cuh"
 
 namespace gl::gemm {
 
@@ -145,6 +146,7 @@ __global__ void __launch_bounds__(256, (WgCfg<BN, STAGES>::smem_bytes * 2 <= 227
     const T* B = static_cast<const T*>(p.B) + bz * p.sB;
     const int kbeg = blockIdx.y * p.k_per_split;
     const int kend = max(0, min(p.K, kbeg + p.k_per_split) - kbeg);  // relative to kbeg
+    // written out: through ceil_div the compiler no longer uses kend >= 0 (a signed division)
     const int ktiles = (kend + BK - 1) / BK;
 
     auto load_stage = [&](int slot, int kt) {
@@ -169,7 +171,7 @@ __global__ void __launch_bounds__(256, (WgCfg<BN, STAGES>::smem_bytes * 2 <= 227
         }
         if constexpr (!B_MN) {
 #pragma unroll
-            for (int it = 0; it < (BN * 8 + NTH - 1) / NTH; it++) {
+            for (int it = 0; it < ceil_div(BN * 8, NTH); it++) {
                 const int i = tid + it * NTH, r = i >> 3, c = i & 7;
                 if ((BN * 8) % NTH != 0 && i >= BN * 8) break;
                 const bool ok = n0 + r < p.N && kr + c * 8 < kend;
@@ -269,11 +271,11 @@ void launch_wgmma(const GemmArgs& a, int splits, float* partial, cudaStream_t s)
     static thread_local uint64_t smem_set = 0;
     allow_smem(reinterpret_cast<const void*>(kern), Cfg::smem_bytes, smem_set);
     MmaParams p = params_of(a);
-    p.tiles_n = int((a.N + BN - 1) / BN);
-    const int64_t tiles = ((a.M + Cfg::BM - 1) / Cfg::BM) * p.tiles_n;
-    int kps = int((a.K + splits - 1) / splits);
-    kps = (kps + Cfg::BK - 1) / Cfg::BK * Cfg::BK;
-    const int ysplits = splits > 1 && kps > 0 ? int((a.K + kps - 1) / kps) : 1;
+    p.tiles_n = int(ceil_div(a.N, BN));
+    const int64_t tiles = ceil_div(a.M, Cfg::BM) * p.tiles_n;
+    int kps = int(ceil_div(a.K, splits));
+    kps = ceil_div(kps, Cfg::BK) * Cfg::BK;
+    const int ysplits = splits > 1 && kps > 0 ? int(ceil_div(a.K, kps)) : 1;
     p.k_per_split = ysplits > 1 ? kps : int(a.K > 0 ? a.K : 1);
     p.partial = ysplits > 1 ? partial : nullptr;
     for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {

@@ -1,17 +1,19 @@
-// What a CUDA kernel launcher sees, the per-op kernel table, and small device helpers.
-// Every op in ops/op_list.h has `const CudaKernel cuda_<name>` in cuda/<family>.cu
-// (view ops included: their entry has run = nullptr).
+// What a CUDA op launcher sees: CudaCtx (a node's tensors, stream and workspace), the per-op
+// kernel table and dtype dispatch. Every op in ops/op_list.h has `const CudaKernel cuda_<name>`
+// in cuda/<family>.cu (view ops included: their entry has run = nullptr). A kernel file includes
+// this header and gets the device primitives (primitives.cuh), the launch helpers (device.cuh)
+// and the checked calls (check.cuh) with it.
 #pragma once
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <vector>
 
 #include "ggml-lite/core/tensor_ref.h"
-#include "ggml-lite/cuda/check.cuh"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/graph.h"
+#include "ggml-lite/cuda/check.cuh"
+#include "ggml-lite/cuda/device.cuh"
+#include "ggml-lite/cuda/primitives.cuh"
 
 namespace gl {
 
@@ -57,40 +59,10 @@ GL_OP_LIST(GL_X)
 
 const CudaKernel& cuda_kernel(Op op);
 
-// ---- device helpers ----
-
-template <class T> __device__ __forceinline__ float to_f32(T x);
-template <> __device__ __forceinline__ float to_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <> __device__ __forceinline__ float to_f32<__half>(__half x) { return __half2float(x); }
-
-template <class T> __device__ __forceinline__ T from_f32(float x);
-template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
-
-// Loads element i of a float tensor of run-time dtype t (for small side inputs such as gamma).
-__device__ __forceinline__ float load_any(const void* p, DType t, int64_t i) {
-    if (t == DType::f32) return static_cast<const float*>(p)[i];
-    if (t == DType::bf16) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    return __half2float(static_cast<const __half*>(p)[i]);
-}
-
-// Calls f(T{}) with T the C++ type of float dtype t; throws for other dtypes.
+// Calls f(T{}) with T the device type of float dtype t; throws for other dtypes.
 template <class F>
 void dispatch_float(DType t, const char* op, F&& f) {
-    switch (t) {
-        case DType::f32: f(float{}); return;
-        case DType::bf16: f(__nv_bfloat16{}); return;
-        case DType::f16: f(__half{}); return;
-        default: fail(op, ": CUDA kernel has no ", dtype_name(t), " variant");
-    }
-}
-
-inline unsigned grid_for(int64_t n, int threads, int64_t max_blocks = 65535LL * 32) {
-    int64_t b = (n + threads - 1) / threads;
-    if (b < 1) b = 1;
-    return unsigned(b < max_blocks ? b : max_blocks);
+    if (!visit_float(t, f)) fail(op, ": CUDA kernel has no ", dtype_name(t), " variant");
 }
 
 // Copies a strided tensor (any dtype) into dense storage of the same dtype.

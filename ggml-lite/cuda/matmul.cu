@@ -14,8 +14,8 @@ namespace gl {
 namespace {
 
 constexpr size_t kAlign = 256;
-size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
+size_t align_up(size_t x) { return ceil_div(x, kAlign) * kAlign; }
+int64_t round8(int64_t x) { return ceil_div(x, 8) * 8; }
 
 // Dims [from, to) of a layout as one stride (size-1 dims ignored; 0 when all are 1).
 bool collapse(const Layout& L, int from, int to, int64_t& stride) {

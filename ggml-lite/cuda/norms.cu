@@ -16,28 +16,6 @@ namespace {
 
 __device__ __forceinline__ float sigmoidf_(float h) { return 1.0f / (1.0f + expf(-h)); }
 
-// Block-wide sum of doubles (blockDim.x a multiple of 32, at most 1024).
-__device__ double block_sum(double v, double* sh) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    int w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) sh[w] = v;
-    __syncthreads();
-    double r = 0;
-    for (int i = 0; i < nw; i++) r += sh[i];
-    return r;
-}
-__device__ float block_max(float v, float* sh) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    int w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) sh[w] = v;
-    __syncthreads();
-    float r = sh[0];
-    for (int i = 1; i < nw; i++) r = fmaxf(r, sh[i]);
-    return r;
-}
-
 struct Gn {
     int64_t N, P, C, G, Cg, chunks, rows_per_chunk;
     float eps;
@@ -56,8 +34,8 @@ Gn gn_of(const Shape& x, const Params& p) {
     // About 512 chunks over the batch, of at least 8 positions: enough blocks to fill the GPU,
     // few enough partials that combining them is cheap.
     const int64_t target = std::max<int64_t>(1, 512 / d.N);
-    d.rows_per_chunk = std::max<int64_t>((d.P + target - 1) / target, std::min<int64_t>(d.P, 8));
-    d.chunks = (d.P + d.rows_per_chunk - 1) / d.rows_per_chunk;
+    d.rows_per_chunk = std::max<int64_t>(ceil_div(d.P, target), std::min<int64_t>(d.P, 8));
+    d.chunks = ceil_div(d.P, d.rows_per_chunk);
     return d;
 }
 
@@ -223,7 +201,7 @@ inline GnVec gn_vec_shape(const Gn& d) {
 }
 inline dim3 gn_vec_grid(const Gn& d, const GnVec& v) {
     const int64_t want = std::max<int64_t>(1, int64_t(sm_count()) * 8 / d.N);  // ~8 blocks per SM in all
-    return dim3(unsigned(std::min<int64_t>((d.P + v.rows - 1) / v.rows, want)), unsigned(d.N));
+    return dim3(unsigned(std::min<int64_t>(ceil_div(d.P, v.rows), want)), unsigned(d.N));
 }
 template <class T>
 bool gn_vec_ok(const Gn& d, const void* a, const void* b, const void* c = nullptr) {
@@ -342,7 +320,7 @@ static void group_norm_grad_run(CudaCtx& c) {
         GL_CUDA_LAUNCHED();
         dispatch_float(c.out_dtype(1), "group_norm_grad", [&](auto gtag) {
             using TG = decltype(gtag);
-            gn_bwd_channels<TG><<<unsigned((d.C + 31) / 32), dim3(32, 8), 0, c.stream>>>(part, c.out_ptr<TG>(1),
+            gn_bwd_channels<TG><<<unsigned(ceil_div(d.C, 32)), dim3(32, 8), 0, c.stream>>>(part, c.out_ptr<TG>(1),
                                                                                           c.out_ptr<TG>(2), d);
         });
         GL_CUDA_LAUNCHED();
@@ -462,7 +440,7 @@ static size_t ln_grad_ws(const Graph& g, const Node& n) {
 }
 static void layer_norm_grad_run(CudaCtx& c) {
     const int64_t D = c.in_shape(1).last(), rows = c.in[1].numel() / D, chunks = ln_chunks(rows);
-    const int64_t per = (rows + chunks - 1) / chunks;
+    const int64_t per = ceil_div(rows, chunks);
     GL_CHECK(c.in_dtype(0) == c.in_dtype(1), "layer_norm_grad: gy and x must share a dtype on CUDA");
     GL_CHECK(c.out_dtype(1) == c.out_dtype(2), "layer_norm_grad: gamma and beta must share a dtype on CUDA");
     double* part = reinterpret_cast<double*>(c.workspace);
@@ -471,12 +449,12 @@ static void layer_norm_grad_run(CudaCtx& c) {
         ln_backward_dx<T><<<unsigned(rows), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr(2), c.in_dtype(2),
                                                                c.in_ptr<float>(4), c.in_ptr<float>(5), c.out_ptr<T>(0), D);
         GL_CUDA_LAUNCHED();
-        ln_backward_partial<T><<<dim3(unsigned((D + 127) / 128), unsigned(chunks)), 128, 0, c.stream>>>(
+        ln_backward_partial<T><<<dim3(unsigned(ceil_div(D, 128)), unsigned(chunks)), 128, 0, c.stream>>>(
             c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr<float>(4), c.in_ptr<float>(5), part, rows, D, per);
         GL_CUDA_LAUNCHED();
         dispatch_float(c.out_dtype(1), "layer_norm_grad", [&](auto gtag) {
             using TG = decltype(gtag);
-            ln_backward_final<TG><<<unsigned((D + 127) / 128), 128, 0, c.stream>>>(part, c.out_ptr<TG>(1),
+            ln_backward_final<TG><<<unsigned(ceil_div(D, 128)), 128, 0, c.stream>>>(part, c.out_ptr<TG>(1),
                                                                                    c.out_ptr<TG>(2), D, chunks);
         });
     });

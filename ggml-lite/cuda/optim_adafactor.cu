@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(256) af_line_kernel(AfArgs a) {
         const float gi = af_grad(a, ROWS ? af_at(a, b, k, j) : af_at(a, b, j, k), gate.mul);
         acc += double(__fadd_rn(__fmul_rn(gi, gi), eps1));
     }
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    acc = warp_sum(acc);
     if (lane == 0) {
         const float beta2t = adafactor_beta2t(a.h[kStep], a.decay_rate), keep = __fsub_rn(1.0f, beta2t);
         float* v = ROWS ? a.vr : a.vc;
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(256) af_row_mean_kernel(AfArgs a) {
     const int lane = threadIdx.x & 31;
     double acc = 0.0;
     for (int64_t r = lane; r < a.R; r += 32) acc += double(a.vr[b * a.R + r]);
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    acc = warp_sum(acc);
     if (lane == 0) a.ws[2 * a.parts + b] = double(float(acc / double(a.R)));
 }
 

@@ -1,6 +1,7 @@
 // Shared pieces of the optimizer-step kernels: per-step Adam constants derived on the device from
 // the hyper tensor (so a captured graph picks up each step's learning rate and step count), the
-// gstat gate, and a fixed-order block sum (deterministic: no float atomics anywhere).
+// gstat gate, and the split of per-tensor sums into fixed parts (with block_sum from
+// primitives.cuh: deterministic, no float atomics anywhere).
 #pragma once
 #include "ggml-lite/cuda/device.cuh"
 #include "ggml-lite/cuda/kernel.cuh"
@@ -45,22 +46,9 @@ inline const float* gstat_ptr(const CudaCtx& c, int at) {
     return int(c.in.size()) > at ? c.in_ptr<float>(at) : nullptr;
 }
 
-// Sum over the block of one double per thread, in a fixed order (warp trees, then warp 0 adds the
-// warp sums in warp order). Every thread gets the total. sh: 32 doubles of shared memory.
-__device__ __forceinline__ double block_sum(double x, double* sh) {
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = (blockDim.x + 31) >> 5;
-    __syncthreads();  // sh may still be read from a previous call
-    if (lane == 0) sh[warp] = x;
-    __syncthreads();
-    double total = 0.0;
-    for (int w = 0; w < warps; w++) total += sh[w];
-    return total;
-}
-
 // Partial sums of a per-tensor reduction: `parts` blocks, each summing a strided share.
 __host__ __device__ inline int reduction_parts(int64_t n) {
-    int64_t p = (n + 4095) / 4096;
+    int64_t p = ceil_div(n, 4096);
     return int(p < 1 ? 1 : (p > 128 ? 128 : p));
 }
 

@@ -33,7 +33,7 @@ Red make_red(const Shape& in, const Shape& out, double mul) {
         r.R *= r.rs[k];
     }
     r.chunks = std::min<int64_t>(std::max<int64_t>(1, r.R / 1024), r.O >= 1024 ? 8 : 256);
-    r.per_chunk = (r.R + r.chunks - 1) / r.chunks;
+    r.per_chunk = ceil_div(r.R, r.chunks);
     r.mul = mul;
     return r;
 }
@@ -55,6 +55,17 @@ __device__ __forceinline__ int64_t red_off(const Red& r, int64_t i) {
     return b;
 }
 
+// Sums one double per thread of a 256-thread block by a fixed tree in shared memory (sh: 256
+// slots); the total lands in sh[0].
+__device__ __forceinline__ void tree_sum256(double acc, double* sh) {
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if (int(threadIdx.x) < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+}
+
 // Many outputs: a thread per (output, chunk); neighbouring threads read neighbouring outputs.
 template <class T>
 __global__ void partial_wide(const T* x, double* part, Red r) {
@@ -74,12 +85,7 @@ __global__ void partial_narrow(const T* x, double* part, Red r) {
     int64_t base = out_base(r, o), lo = c * r.per_chunk, hi = min(r.R, lo + r.per_chunk);
     double acc = 0;
     for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) acc += double(to_f32(x[base + red_off(r, i)]));
-    sh[threadIdx.x] = acc;
-    __syncthreads();
-    for (int s = 128; s > 0; s >>= 1) {
-        if (int(threadIdx.x) < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
+    tree_sum256(acc, sh);
     if (threadIdx.x == 0) part[c * r.O + o] = sh[0];
 }
 
@@ -106,9 +112,9 @@ void launch_reduce(CudaCtx& c, const Red& r) {
         if (r.O <= 32)
             partial_narrow<T><<<dim3(unsigned(r.chunks), unsigned(r.O)), 256, 0, c.stream>>>(x, part, r);
         else
-            partial_wide<T><<<dim3(unsigned((r.O + 255) / 256), unsigned(r.chunks)), 256, 0, c.stream>>>(x, part, r);
+            partial_wide<T><<<dim3(unsigned(ceil_div(r.O, 256)), unsigned(r.chunks)), 256, 0, c.stream>>>(x, part, r);
         GL_CUDA_LAUNCHED();
-        finish<T><<<unsigned((r.O + 255) / 256), 256, 0, c.stream>>>(part, c.out_ptr<T>(0), r);
+        finish<T><<<unsigned(ceil_div(r.O, 256)), 256, 0, c.stream>>>(part, c.out_ptr<T>(0), r);
     });
     GL_CUDA_LAUNCHED();
 }
@@ -146,19 +152,14 @@ constexpr int kMseChunks = 64;
 template <class T>
 __global__ void mse_partial(const T* p, const T* t, double* part, int64_t M) {
     __shared__ double sh[256];
-    int64_t b = blockIdx.y, c = blockIdx.x, per = (M + kMseChunks - 1) / kMseChunks;
+    int64_t b = blockIdx.y, c = blockIdx.x, per = ceil_div(M, kMseChunks);
     int64_t lo = c * per, hi = min(M, lo + per);
     double acc = 0;
     for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         double d = double(to_f32(p[b * M + i])) - double(to_f32(t[b * M + i]));
         acc += d * d;
     }
-    sh[threadIdx.x] = acc;
-    __syncthreads();
-    for (int s = 128; s > 0; s >>= 1) {
-        if (int(threadIdx.x) < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
+    tree_sum256(acc, sh);
     if (threadIdx.x == 0) part[b * kMseChunks + c] = sh[0];
 }
 
@@ -226,18 +227,13 @@ template <class T>
 __global__ void wloss_partial(const T* p, const T* t, const void* hc, DType thc, LossKind kind, double* part,
                               int64_t M) {
     __shared__ double sh[256];
-    const int64_t b = blockIdx.y, c = blockIdx.x, per = (M + kLossChunks - 1) / kLossChunks;
+    const int64_t b = blockIdx.y, c = blockIdx.x, per = ceil_div(M, kLossChunks);
     const int64_t lo = c * per, hi = min(M, lo + per);
     const double cb = hc ? double(load_any(hc, thc, b)) : 0.0;
     double acc = 0;
     for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
         acc += loss::value(kind, double(to_f32(p[b * M + i])) - double(to_f32(t[b * M + i])), cb);
-    sh[threadIdx.x] = acc;
-    __syncthreads();
-    for (int s = 128; s > 0; s >>= 1) {
-        if (int(threadIdx.x) < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
+    tree_sum256(acc, sh);
     if (threadIdx.x == 0) part[b * kLossChunks + c] = sh[0];
 }
 

@@ -80,7 +80,7 @@ bool cuda_available(std::string* why) {
 namespace {
 
 constexpr size_t kAlign = 256;
-size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+size_t align_up(size_t x) { return ceil_div(x, kAlign) * kAlign; }
 
 size_t device_bytes_in_use() {
     size_t free = 0, total = 0;

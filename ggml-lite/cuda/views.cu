@@ -75,8 +75,8 @@ __device__ __forceinline__ float load_dt(const void* p, DType t, int64_t i) {
 __device__ __forceinline__ void store_dt(void* p, DType t, int64_t i, float v) {
     switch (t) {
         case DType::f32: static_cast<float*>(p)[i] = v; return;
-        case DType::bf16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); return;
-        case DType::f16: static_cast<__half*>(p)[i] = __float2half_rn(v); return;
+        case DType::bf16: static_cast<__nv_bfloat16*>(p)[i] = from_f32<__nv_bfloat16>(v); return;
+        case DType::f16: static_cast<__half*>(p)[i] = from_f32<__half>(v); return;
         default: break;
     }
     float r = isnan(v) ? 0.0f : rintf(v);

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "ggml-lite/core/error.h"
+#include "ggml-lite/core/checked.h"
 #include "ggml-lite/core/parallel.h"
 
 namespace gl::io {
@@ -61,9 +61,6 @@ StoredType stored_of(DType t) {
     }
     fail("stored_of: invalid dtype ", int(t));
 }
-
-bool mul_ok(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
-bool add_ok(int64_t a, int64_t b, int64_t* out) { return !__builtin_add_overflow(a, b, out); }
 
 namespace {
 
@@ -197,8 +194,7 @@ void convert_elements(const void* src, StoredType from, void* dst, DType to, int
 void gather_elements(const void* src, StoredType from, int64_t offset, const int64_t* sizes, const int64_t* strides,
                      int rank, void* dst, DType to, const std::string& what) {
     check_convertible(from, to, what);
-    int64_t numel = 1;
-    for (int d = 0; d < rank; d++) numel *= sizes[d];
+    const int64_t numel = checked_numel(sizes, size_t(rank), what);
     if (numel == 0) return;
     const size_t es = stored_size(from), ds = dtype_size(to);
     const uint8_t* base = static_cast<const uint8_t*>(src) + size_t(offset) * es;

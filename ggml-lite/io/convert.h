@@ -35,8 +35,4 @@ void convert_elements(const void* src, StoredType from, void* dst, DType to, int
 void gather_elements(const void* src, StoredType from, int64_t offset, const int64_t* sizes, const int64_t* strides,
                      int rank, void* dst, DType to, const std::string& what);
 
-// Overflow-checked arithmetic for sizes read from untrusted files: false on overflow.
-bool mul_ok(int64_t a, int64_t b, int64_t* out);
-bool add_ok(int64_t a, int64_t b, int64_t* out);
-
 }  // namespace gl::io

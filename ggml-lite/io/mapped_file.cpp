@@ -1,33 +1,22 @@
 #include "ggml-lite/io/mapped_file.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/io/files.h"
 
 namespace gl::io {
 
 FileBytes FileBytes::map(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-        int e = errno;
-        ::close(fd);
-        fail(path, ": cannot stat: ", std::strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        ::close(fd);
-        fail(path, ": not a regular file");
-    }
+    uint64_t size = 0;
+    const int fd = open_regular(path, &size);  // refuses FIFOs, devices and folders without blocking
     FileBytes f;
     f.origin_ = path;
-    f.size_ = size_t(st.st_size);
+    f.size_ = size_t(size);
     if (f.size_ > 0) {  // mmap refuses length 0; an empty file is rejected by the format check
         void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "ggml-lite/core/error.h"
+#include "ggml-lite/core/checked.h"
 
 namespace gl::io {
 
@@ -416,6 +416,10 @@ PickledStateDict Unpickler::collect(uint32_t root) {
         }
         PickledTensor t = out_.tensors[size_t(v.i)];
         t.name = key;
+        // A view may repeat storage elements (stride 0, as expand() makes), so its element count
+        // is bounded by nothing in the file: it must at least have a byte size in every dtype.
+        int64_t numel = checked_numel(t.size.data(), t.size.size(), origin_, ": tensor '", key, "'");
+        checked_bytes(numel, 8, origin_, ": tensor '", key, "' (a view of storage ", r.storages[t.storage].key, ")");
         auto [it, fresh] = at.emplace(key, r.tensors.size());
         if (fresh) r.tensors.push_back(std::move(t)); else r.tensors[it->second] = std::move(t);
     }

@@ -10,7 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "ggml-lite/core/error.h"
+#include "ggml-lite/core/checked.h"
+#include "ggml-lite/io/files.h"
 
 namespace gl::io {
 
@@ -179,17 +180,6 @@ void SafetensorsFile::read(const std::string& name, void* dst, DType to) const {
 
 namespace {
 
-void write_all(int fd, const void* p, size_t n, const std::string& tmp) {
-    const char* c = static_cast<const char*>(p);
-    while (n > 0) {
-        ssize_t w = ::write(fd, c, std::min<size_t>(n, size_t(1) << 30));
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) fail(tmp, ": write failed: ", std::strerror(errno));
-        c += w;
-        n -= size_t(w);
-    }
-}
-
 std::string dir_of(const std::string& path) {
     size_t slash = path.rfind('/');
     if (slash == std::string::npos) return ".";
@@ -201,14 +191,15 @@ std::string dir_of(const std::string& path) {
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata) {
     // Validate everything and build the header before touching the disk.
+    GL_CHECK(!path.empty() && path.back() != '/', "write_safetensors: '", path, "' names no file");
     std::vector<const TensorToWrite*> order;
     std::set<std::string> names;
     for (const TensorToWrite& t : tensors) {
         const std::string what = cat(path, ": tensor ", tick(t.name));
         GL_CHECK(!t.name.empty() && t.name != "__metadata__", path, ": invalid tensor name ", tick(t.name));
         GL_CHECK(names.insert(t.name).second, what, ": given twice");
-        int64_t numel = 1;
-        for (int64_t d : t.shape) GL_CHECK(d >= 0 && mul_ok(numel, d, &numel), what, ": invalid shape");
+        const int64_t numel = checked_numel(t.shape.data(), t.shape.size(), what);
+        checked_bytes(numel, dtype_size(t.dtype), what);
         GL_CHECK(t.data || numel == 0, what, ": no data");
         order.push_back(&t);
     }
@@ -221,14 +212,13 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     std::vector<size_t> sizes;
     uint64_t offset = 0;
     for (const TensorToWrite* t : order) {
-        int64_t numel = 1;
-        for (int64_t d : t->shape) numel *= d;
-        size_t nb = size_t(numel) * dtype_size(t->dtype);
+        const size_t nb = size_t(checked_bytes(checked_numel(t->shape.data(), t->shape.size(), path),
+                                               dtype_size(t->dtype), path));
         header[t->name] = {{"dtype", stored_name(stored_of(t->dtype))},
                            {"shape", t->shape},
                            {"data_offsets", {offset, offset + nb}}};
         sizes.push_back(nb);
-        offset += nb;
+        offset = uint64_t(checked_add(int64_t(offset), int64_t(nb), path, ": the data area"));
     }
     if (!metadata.empty()) header["__metadata__"] = metadata;
     std::string text;
@@ -241,15 +231,24 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     uint8_t len[8];
     for (int i = 0; i < 8; i++) len[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
 
-    std::string tmp = path + ".tmp-XXXXXX";
+    struct stat st {};
+    GL_CHECK(::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), path, ": is a directory");
+    remove_stale_temps(path);  // what a killed writer of this path left behind
+    const uint64_t total = 8 + text.size() + offset;
+    std::string tmp = temp_file_pattern(path);
     int fd = ::mkstemp(tmp.data());
     if (fd < 0) fail(path, ": cannot create a temporary file ", tmp, ": ", std::strerror(errno));
     try {
         ::fchmod(fd, 0644);  // mkstemp makes 0600; a model file is for others to read too
-        write_all(fd, len, 8, tmp);
-        write_all(fd, text.data(), text.size(), tmp);
+        uint64_t remaining = total;
+        auto put = [&](const void* p, size_t n) {
+            write_fully(fd, p, n, path, remaining);
+            remaining -= n;
+        };
+        put(len, 8);
+        put(text.data(), text.size());
         for (size_t i = 0; i < order.size(); i++)
-            if (sizes[i]) write_all(fd, order[i]->data, sizes[i], tmp);
+            if (sizes[i]) put(order[i]->data, sizes[i]);
         if (::fsync(fd) != 0) fail(tmp, ": fsync failed: ", std::strerror(errno));
         int rc = ::close(fd);
         fd = -1;

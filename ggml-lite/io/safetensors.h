@@ -64,8 +64,10 @@ struct TensorToWrite {
 
 // Writes a safetensors file: header keys sorted, header padded with spaces to a multiple of 8
 // bytes, tensor data packed without gaps (wider dtypes first, so every tensor stays aligned to
-// its element size). Goes through `path.tmp-XXXXXX` + fsync + rename, so `path` is either the
-// old file or the complete new one. Throws gl::Error naming the path (and tensor).
+// its element size). Goes through `path.tmp-<host>-<pid>-XXXXXX` + fsync + rename, so `path` is
+// either the old file or the complete new one; temporaries a killed writer of `path` left are
+// removed first (io/files.h). Throws gl::Error naming the path (and tensor); a full disk is named
+// as such.
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

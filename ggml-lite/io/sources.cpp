@@ -1,11 +1,13 @@
 #include "ggml-lite/io/sources.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/io/files.h"
 #include "ggml-lite/io/torch_ckpt.h"
 #include "ggml-lite/io/safetensors.h"
 
@@ -14,13 +16,13 @@ namespace gl::io {
 std::unique_ptr<TensorSource> open_checkpoint(const std::string& path) {
     // Only the first bytes decide; the chosen reader then validates the whole file.
     unsigned char head[9] = {};
-    size_t got = 0;
-    if (FILE* f = std::fopen(path.c_str(), "rb")) {
-        got = std::fread(head, 1, sizeof head, f);
-        std::fclose(f);
-    } else {
-        fail(path, ": cannot open: ", std::strerror(errno));
-    }
+    uint64_t size = 0;
+    const int fd = open_regular(path, &size);
+    const ssize_t r = ::pread(fd, head, sizeof head, 0);
+    const int err = errno;
+    ::close(fd);
+    if (r < 0) fail(path, ": cannot read: ", std::strerror(err));
+    const size_t got = size_t(r);
     if (got >= 4 && std::memcmp(head, "PK\x03\x04", 4) == 0) return std::make_unique<CkptFile>(path);
     if (got >= 9 && head[8] == '{') return std::make_unique<SafetensorsFile>(path);
     static const uint8_t legacy[] = {0x80, 0x02, 0x8a, 0x0a};

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ggml-lite/core/checked.h"
 #include "ggml-lite/core/dtype.h"
 #include "ggml-lite/core/shape.h"
 
@@ -17,11 +18,10 @@ struct TensorInfo {
     std::string name;
     DType dtype = DType::f32;
     std::vector<int64_t> shape;  // any rank (checkpoints hold 0-D and 5-D tensors too)
-    int64_t numel() const {
-        int64_t n = 1;
-        for (int64_t d : shape) n *= d;
-        return n;
-    }
+    // Readers refuse tensors whose element or byte count (in any dtype they read into) would
+    // overflow, so these only throw for a TensorInfo built by hand.
+    int64_t numel() const { return checked_numel(shape.data(), shape.size(), "tensor '", name, "'"); }
+    size_t nbytes() const { return size_t(checked_bytes(numel(), dtype_size(dtype), "tensor '", name, "'")); }
 };
 
 class TensorSource {

@@ -6,12 +6,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/io/files.h"
 #include "ggml-lite/io/sources.h"
 
 namespace sd {
@@ -21,14 +20,19 @@ using nlohmann::json;
 
 namespace {
 
-std::string read_text(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    if (!f) gl::fail(p.string(), ": cannot open");
-    std::ostringstream os;
-    os << f.rdbuf();
-    if (f.bad()) gl::fail(p.string(), ": cannot read");
-    return os.str();
+std::string read_text(const fs::path& p) { return gl::io::read_small_file(p.string()); }
+
+// fs::status that reports a path it cannot look at (permissions, I/O) as such, by name, and
+// answers "not found" for a path that is not there.
+fs::file_status stat_of(const fs::path& p) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(p, ec);
+    if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+        gl::fail(p.string(), ": cannot look at it: ", ec.message());
+    return st;
 }
+bool path_exists(const fs::path& p) { return fs::exists(stat_of(p)); }
+bool path_is_dir(const fs::path& p) { return fs::is_directory(stat_of(p)); }
 
 std::string brief(const json& v) {
     std::string s = v.dump();
@@ -221,8 +225,16 @@ ClipConfig parse_clip_config(const std::string& text, const std::string& origin)
     else if (act == "gelu") c.act = gl::Act::gelu_erf;
     else if (act == "gelu_new" || act == "gelu_pytorch_tanh") c.act = gl::Act::gelu_tanh;
     else gl::fail(origin, ": field 'hidden_act' = \"", act, "\" is not supported (quick_gelu, gelu, gelu_new)");
-    GL_CHECK(c.vocab > 0 && c.width > 0 && c.layers > 0 && c.heads > 0 && c.mlp > 0, origin,
-             ": vocab_size, hidden_size, num_hidden_layers, num_attention_heads and intermediate_size must be positive");
+    // Ranges far beyond CLIP ViT-L/14, small enough that no derived size overflows.
+    const auto in_range = [&](const char* key, int64_t v, int64_t hi) {
+        GL_CHECK(v >= 1 && v <= hi, origin, ": field '", key, "' = ", v, " is out of range (1..", hi, ")");
+    };
+    in_range("vocab_size", c.vocab, int64_t(1) << 24);
+    in_range("hidden_size", c.width, int64_t(1) << 16);
+    in_range("num_hidden_layers", c.layers, 256);
+    in_range("num_attention_heads", c.heads, c.width);
+    in_range("intermediate_size", c.mlp, int64_t(1) << 18);
+    in_range("max_position_embeddings", c.max_pos, int64_t(1) << 16);
     GL_CHECK(c.width % c.heads == 0, origin, ": hidden_size ", c.width, " is not divisible by num_attention_heads ",
              c.heads);
     GL_CHECK(c.max_pos >= ClipTokenizer::kContext, origin, ": max_position_embeddings ", c.max_pos,
@@ -294,25 +306,26 @@ fs::path pick_weights(const fs::path& sub, const std::string& st_base, const std
     const std::string pref = prefer_fp16 ? ".fp16" : "", other = prefer_fp16 ? "" : ".fp16";
     const std::vector<std::string> names = {st_base + pref + ".safetensors", bin_base + pref + ".bin",
                                             st_base + other + ".safetensors", bin_base + other + ".bin"};
+    // Anything by the name counts (a FIFO there is refused by name when opened, not skipped).
     for (const std::string& n : names)
-        if (fs::is_regular_file(sub / n)) return sub / n;
+        if (path_exists(sub / n) && !path_is_dir(sub / n)) return sub / n;
     std::string looked;
     for (const std::string& n : names) looked += (looked.empty() ? "" : ", ") + n;
-    const bool sharded = fs::exists(sub / (st_base + ".safetensors.index.json")) ||
-                         fs::exists(sub / (bin_base + ".bin.index.json"));
+    const bool sharded = path_exists(sub / (st_base + ".safetensors.index.json")) ||
+                         path_exists(sub / (bin_base + ".bin.index.json"));
     gl::fail(sub.string(), ": no weights file (looked for ", looked, ")",
              sharded ? "; sharded checkpoints (*.index.json) are not supported" : "");
 }
 
 fs::path require_dir(const fs::path& root, const char* name) {
     const fs::path sub = root / name;
-    GL_CHECK(fs::is_directory(sub), root.string(), ": not a diffusers SD1.5 folder: sub-folder ", name, "/ is missing");
+    GL_CHECK(path_is_dir(sub), root.string(), ": not a diffusers SD1.5 folder: sub-folder ", name, "/ is missing");
     return sub;
 }
 
 std::string read_config(const fs::path& sub) {
     const fs::path p = sub / "config.json";
-    GL_CHECK(fs::is_regular_file(p), sub.string(), ": config.json is missing");
+    GL_CHECK(path_exists(p), sub.string(), ": config.json is missing");
     return read_text(p);
 }
 
@@ -320,11 +333,11 @@ std::string read_config(const fs::path& sub) {
 
 Sd15Files open_sd15_folder(const std::string& dir, bool prefer_fp16) {
     const fs::path root(dir);
-    GL_CHECK(fs::is_directory(root), dir, ": not a directory");
+    GL_CHECK(path_is_dir(root), dir, ": not a directory");
     // model_index.json is optional (folders assembled by hand lack it); when present it must
     // describe an SD1.x pipeline, which catches SDXL folders before their configs are read.
     const fs::path index = root / "model_index.json";
-    if (fs::is_regular_file(index)) {
+    if (path_exists(index)) {
         const std::string origin = index.string();
         const json j = parse_object(read_text(index), origin);
         const Fields f{j, origin};
@@ -345,9 +358,9 @@ Sd15Files open_sd15_folder(const std::string& dir, bool prefer_fp16) {
     out.vae_cfg = parse_vae_config(read_config(vae_dir), (vae_dir / "config.json").string());
 
     const fs::path tok_dir = root / "tokenizer";
-    if (fs::is_directory(tok_dir)) {
+    if (path_is_dir(tok_dir)) {
         for (const char* n : {"vocab.json", "merges.txt"})
-            GL_CHECK(fs::is_regular_file(tok_dir / n), tok_dir.string(), ": ", n, " is missing");
+            GL_CHECK(path_exists(tok_dir / n), tok_dir.string(), ": ", n, " is missing");
         out.tokenizer = std::make_shared<const ClipTokenizer>(ClipTokenizer::from_folder(tok_dir.string()));
         out.tokenizer_path = tok_dir.string();
     } else {
@@ -452,8 +465,8 @@ Sd15Files open_sd15_single_file(const std::string& file, const UnetConfig& unet_
 const char* sd15_layout_name(Sd15Layout l) { return l == Sd15Layout::diffusers ? "diffusers" : "single-file"; }
 
 Sd15Files open_sd15(const std::string& path, bool prefer_fp16) {
-    std::error_code ec;
-    const fs::file_status st = fs::status(path, ec);
+    GL_CHECK(!path.empty(), "an empty path was given where a model belongs");
+    const fs::file_status st = stat_of(path);
     GL_CHECK(fs::exists(st), path, ": no such file or directory");
     Sd15Files m = fs::is_directory(st) ? open_sd15_folder(path, prefer_fp16) : open_sd15_single_file(path);
     check_sd15_pipeline(m);

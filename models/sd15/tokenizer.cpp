@@ -3,13 +3,12 @@
 #include "models/sd15/tokenizer.h"
 
 #include <array>
-#include <fstream>
 #include <mutex>
 #include <queue>
-#include <sstream>
 #include <unordered_map>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/io/files.h"
 #include "models/sd15/tokenizer_text.h"
 
 // models/sd15/data/clip_merges.txt, compiled in by cmake/GlEmbed.cmake.
@@ -45,15 +44,6 @@ std::vector<int> byte_order() {
             if (printable == (pass == 0)) order.push_back(b);
         }
     return order;
-}
-
-std::string read_file(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) gl::fail("tokenizer: cannot open ", path);
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    if (f.bad()) gl::fail("tokenizer: cannot read ", path);
-    return ss.str();
 }
 
 // merges.txt: one "left right" pair a line, by rank; a "#version" line and empty lines skipped.
@@ -346,9 +336,9 @@ const ClipTokenizer& ClipTokenizer::builtin() {
 
 ClipTokenizer ClipTokenizer::from_files(const std::string& vocab_json, const std::string& merges_txt) {
     auto impl = std::make_unique<Impl>();
-    for (auto& [tok, id] : VocabJson(read_file(vocab_json), vocab_json).parse())
+    for (auto& [tok, id] : VocabJson(gl::io::read_small_file(vocab_json), vocab_json).parse())
         impl->add_token(std::move(tok), id, vocab_json);
-    impl->finish(parse_merges(read_file(merges_txt), merges_txt), merges_txt);
+    impl->finish(parse_merges(gl::io::read_small_file(merges_txt), merges_txt), merges_txt);
     return ClipTokenizer(std::move(impl));
 }
 

@@ -2,6 +2,8 @@
 // unet_2d_condition.py / unet_2d_blocks.py so that names and numerics line up with it.
 #include "models/sd15/unet.h"
 
+#include <cmath>
+
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/ops/builder.h"
 #include "models/nn/layers.h"
@@ -15,6 +17,21 @@ using gl::ValueId;
 void UnetConfig::validate() const {
     const size_t n = block_out.size();
     GL_CHECK(n >= 1, "unet config: block_out is empty");
+    // Ranges far beyond any SD1.x-like UNet, small enough that every width derived from them
+    // (4 x block_out_channels[0] for the time embedding) fits an int. Named by diffusers' keys.
+    constexpr int kMaxChannels = 1 << 16, kMaxLayers = 64;
+    const auto in_range = [](const std::string& key, int v, int hi) {
+        GL_CHECK(v >= 1 && v <= hi, "unet config: ", key, " = ", v, " is out of range (1..", hi, ")");
+    };
+    for (size_t i = 0; i < n; i++) in_range(gl::cat("block_out_channels[", i, "]"), block_out[i], kMaxChannels);
+    in_range("in_channels", in_channels, kMaxChannels);
+    in_range("out_channels", out_channels, kMaxChannels);
+    in_range("cross_attention_dim", cross_attention_dim, kMaxChannels);
+    in_range("norm_num_groups", norm_groups, kMaxChannels);
+    in_range("attention heads (num_attention_heads / attention_head_dim)", heads, kMaxChannels);
+    in_range("layers_per_block", layers_per_block, kMaxLayers);
+    in_range("transformer_layers_per_block", transformer_layers, kMaxLayers);
+    GL_CHECK(std::isfinite(norm_eps) && std::isfinite(freq_shift), "unet config: norm_eps and freq_shift must be finite");
     GL_CHECK(down.size() == n && up.size() == n, "unet config: ", n, " blocks but ", down.size(), " down and ",
              up.size(), " up block types");
     GL_CHECK(in_channels >= 1 && out_channels >= 1, "unet config: in/out channels must be positive");
@@ -128,8 +145,7 @@ ValueId unet_forward(Weights& w, const UnetConfig& c, ValueId x, ValueId t, Valu
     const Shape xs = g.shape(x), ts = g.shape(t), cs = g.shape(context);
     GL_CHECK(xs.nd == 4 && xs[3] == c.in_channels, "unet: x must be NHWC [B, h, w, ", c.in_channels, "], got ",
              xs.str());
-    GL_CHECK(xs[1] % c.size_multiple() == 0 && xs[2] % c.size_multiple() == 0, "unet: latent size ", xs[1], "x",
-             xs[2], " is not a multiple of ", c.size_multiple());
+    GL_CHECK(xs[1] >= 1 && xs[2] >= 1, "unet: empty latent size ", xs[1], "x", xs[2]);
     GL_CHECK(ts == Shape{xs[0]}, "unet: t must be [", xs[0], "], got ", ts.str());
     GL_CHECK(cs.nd == 3 && cs[0] == xs[0] && cs[2] == c.cross_attention_dim, "unet: context must be [", xs[0],
              ", S, ", c.cross_attention_dim, "], got ", cs.str());
@@ -163,7 +179,8 @@ ValueId unet_forward(Weights& w, const UnetConfig& c, ValueId x, ValueId t, Valu
     }
 
     // Up path: layers_per_block + 1 resnets per block, each eating the latest skip (concatenated
-    // after h along channels); nearest 2x upsample + conv between blocks.
+    // after h along channels); nearest 2x upsample + conv between blocks. Any latent size: a
+    // stride-2 conv takes an odd side n to (n + 1) / 2, as in PyTorch.
     for (size_t i = 0; i < n; i++) {
         nn::Scope blk(w, idx("up_blocks", i));
         const int64_t out = c.block_out[n - 1 - i];
@@ -173,7 +190,15 @@ ValueId unet_forward(Weights& w, const UnetConfig& c, ValueId x, ValueId t, Valu
             h = resnet(b, idx("resnets", j), h, out);
             if (c.up[i] == UnetBlock::cross_attn) h = transformer(b, idx("attentions", j), h);
         }
-        if (i + 1 < n) h = nn::conv2d(w, "upsamplers.0.conv", gl::upsample2x(g, h), out, 3, 1, 1);
+        if (i + 1 < n) {
+            // Sides that were odd on the way down: diffusers interpolates to the skip's size, which
+            // for nearest sampling is the 2x upsample with its last row / column dropped.
+            h = gl::upsample2x(g, h);
+            const Shape us = g.shape(h), ss = g.shape(skips.back());
+            if (us[1] != ss[1] || us[2] != ss[2])
+                h = gl::contiguous(g, gl::slice(g, gl::slice(g, h, 1, 0, ss[1]), 2, 0, ss[2]));
+            h = nn::conv2d(w, "upsamplers.0.conv", h, out, 3, 1, 1);
+        }
     }
 
     h = nn::group_norm(w, "conv_norm_out", h, c.norm_groups, c.norm_eps, true);

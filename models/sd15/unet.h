@@ -51,7 +51,9 @@ struct UnetConfig {
 
     int time_proj_dim() const { return block_out.at(0); }        // sinusoidal embedding width
     int time_embed_dim() const { return 4 * block_out.at(0); }   // TimestepEmbedding output
-    // Latent sides must be multiples of this (each down block but the last halves them).
+    // How often the down path halves the latents. unet_forward takes any size (odd sides are
+    // rounded up on the way down and cropped on the way up, as diffusers does); multiples of this
+    // need no cropping (the training step requires them).
     int size_multiple() const { return 1 << (int(block_out.size()) - 1); }
 
     // Throws gl::Error naming the first inconsistency (channel counts not divisible by groups or

@@ -20,6 +20,17 @@ VaeConfig VaeConfig::tiny() {
 }
 
 void VaeConfig::validate() const {
+    // Ranges far beyond SD1.x's VAE, small enough that derived widths fit an int (diffusers' keys).
+    constexpr int kMaxChannels = 1 << 16, kMaxLayers = 64;
+    const auto in_range = [](const std::string& key, int v, int hi) {
+        GL_CHECK(v >= 1 && v <= hi, "vae config: ", key, " = ", v, " is out of range (1..", hi, ")");
+    };
+    for (size_t i = 0; i < block_out.size(); i++) in_range(gl::cat("block_out_channels[", i, "]"), block_out[i], kMaxChannels);
+    in_range("in_channels", in_channels, kMaxChannels);
+    in_range("out_channels", out_channels, kMaxChannels);
+    in_range("latent_channels", latent_channels, kMaxChannels);
+    in_range("norm_num_groups", norm_groups, kMaxChannels);
+    in_range("layers_per_block", layers_per_block, kMaxLayers);
     GL_CHECK(in_channels > 0 && out_channels > 0 && latent_channels > 0, "vae config: channel counts must be positive (in ",
              in_channels, ", out ", out_channels, ", latent ", latent_channels, ")");
     GL_CHECK(!block_out.empty() && block_out.size() <= 16, "vae config: needs 1 to 16 blocks, got ", block_out.size());

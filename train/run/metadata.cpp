@@ -9,7 +9,7 @@
 #include <fstream>
 #include <map>
 
-#include "data/sha256.h"
+#include "ggml-lite/io/sha256.h"
 #include "ggml-lite/core/error.h"
 
 namespace train {
@@ -97,7 +97,7 @@ ModelFileInfo model_file_info(const std::string& path) {
     }
     std::ifstream f(path, std::ios::binary);
     GL_CHECK(f, "model ", path, ": cannot be read to hash it");
-    data::Sha256 whole, legacy;
+    gl::io::Sha256 whole, legacy;
     std::vector<char> buf(size_t(1) << 20);
     uint64_t at = 0;
     constexpr uint64_t kLo = 0x100000, kHi = 0x110000;
@@ -110,8 +110,8 @@ ModelFileInfo model_file_info(const std::string& path) {
         if (lo < hi) legacy.update(buf.data() + (lo - at), size_t(hi - lo));
         at += n;
     }
-    m.sha256 = data::Sha256::hex(whole.digest());
-    m.legacy_hash = data::Sha256::hex(legacy.digest()).substr(0, 8);
+    m.sha256 = whole.hex();
+    m.legacy_hash = legacy.hex().substr(0, 8);
     return m;
 }
 

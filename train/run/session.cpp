@@ -3,7 +3,7 @@
 #include <random>
 #include <set>
 
-#include "data/sha256.h"
+#include "ggml-lite/io/sha256.h"
 #include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/core/autofit.h"
 #include "train/run/save.h"
@@ -57,12 +57,14 @@ void dims_from_file(RunConfig& c, const std::string& path) {
 }  // namespace
 
 std::string run_identity(const RunData& d, uint64_t seed, int64_t micro_batch, int accum) {
-    data::Sha256 h;
-    h.update(gl::cat("seed ", seed, "|micro ", micro_batch, "|accum ", accum, "|"));
+    gl::io::Sha256 h;
+    auto update = [](gl::io::Sha256& sha, const std::string& s) { sha.update(s.data(), s.size()); };
+    update(h, gl::cat("seed ", seed, "|micro ", micro_batch, "|accum ", accum, "|"));
     for (const data::ImageEntry& e : d.dataset.images)
-        h.update(gl::cat(e.path.string(), "|", e.num_repeats, "|", e.is_reg, "|"));
-    for (const data::Bucket& b : d.buckets.buckets) h.update(gl::cat(b.reso.w, "x", b.reso.h, ":", b.images.size(), "|"));
-    return data::Sha256::hex(h.digest());
+        update(h, gl::cat(e.path.string(), "|", e.num_repeats, "|", e.is_reg, "|"));
+    for (const data::Bucket& b : d.buckets.buckets)
+        update(h, gl::cat(b.reso.w, "x", b.reso.h, ":", b.images.size(), "|"));
+    return h.hex();
 }
 
 std::string RunPlan::text() const {

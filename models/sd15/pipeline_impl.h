@@ -1,0 +1,89 @@
+// The pipeline's internals, shared by pipeline.cpp (models, LoRA, memory, text, denoising) and
+// pipeline_output.cpp (VAE decode, tiling, images, infotext). Not part of the public API.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ggml-lite/core/shared_memory.h"
+#include "ggml-lite/io/tensor_source.h"
+#include "lora/lora.h"
+#include "models/sd15/pipeline.h"
+
+namespace sd {
+
+// A graph's inputs and output, as a model builder returns them.
+struct BuiltGraph {
+    std::vector<gl::ValueId> in;
+    gl::ValueId out = gl::kNoValue;
+};
+using GraphBuilder = std::function<BuiltGraph(Weights&, gl::Graph&)>;
+
+struct LoraSource {
+    std::unique_ptr<gl::io::TensorSource> file;
+    lora::LoraConfig cfg;
+    bool unet = false, text_encoder = false;  // parts the file holds modules for
+};
+
+// One model's weight holder: its graph at a minimal shape, planned with every weight (and, with
+// LoRA, every LoRA parameter) in it, whose runtime loads them into the shared memory.
+struct PipelineHolder {
+    std::string key;  // its plan's key
+    lora::Part part = lora::Part::unet;
+    bool takes_lora = false;  // the VAE takes none
+    std::unique_ptr<gl::Graph> graph;  // its Weights refer to it
+    std::unique_ptr<Weights> weights;
+    std::vector<std::unique_ptr<lora::LoraNetwork>> nets;  // one per LoRA file holding this part
+    std::vector<size_t> net_file;                          // the file of each net
+};
+
+struct Pipeline::Impl {
+    std::string backend;
+    gl::DType dtype = gl::DType::bf16;
+    bool runtime_lora = false;  // LoRA branches in every graph (else merged, or no LoRA)
+    std::vector<LoraSource> loras;
+    PipelineHolder text, unet, vae;
+
+    struct Planned {
+        gl::Plan plan;
+        BuiltGraph io;
+    };
+    std::map<std::string, Planned> plans;  // every shape planned so far (the memory's layout is made of them)
+    std::shared_ptr<gl::SharedMemory> mem;  // nullptr until the first run needs it
+    struct Instance {
+        std::unique_ptr<gl::Runtime> rt;
+        BuiltGraph io;
+    };
+    std::map<std::string, Instance> runtimes;  // on mem, by plan key
+    std::map<std::string, size_t> decode_bytes;  // planned activations of VAE decode shapes
+
+    // Builds a graph of m's model with `build` (LoRA networks attached when they run as branches)
+    // and plans it; plan() also keeps it under `key` (so the memory's layout includes it).
+    Planned plan_graph(const PipelineHolder& m, const GraphBuilder& build) const;
+    const Planned& plan(const PipelineHolder& m, const std::string& key, const GraphBuilder& build);
+    // The holder's graph: built once, kept with its Weights and networks.
+    void build_holder(PipelineHolder& m, const std::string& key, const GraphBuilder& build);
+    // Installs the LoRA networks of m's part on w (hooks chained, one network per file).
+    std::vector<std::unique_ptr<lora::LoraNetwork>> attach_loras(const PipelineHolder& m, Weights& w,
+                                                                 std::vector<size_t>* files = nullptr) const;
+
+    // Makes sure the memory holds every plan of `keys` (planned before): allocates it (from all
+    // plans so far) when there is none or one does not fit, then loads the weights and LoRA files.
+    void ensure(const Sd15Files& f, const PipelineOptions& o, const std::vector<std::string>& keys);
+    // The runtime of a planned key on the memory (ensure() first).
+    Instance& runtime(const std::string& key);
+
+    GraphBuilder text_builder(const Sd15Files& f, int n, int chunks, int clip_skip) const;
+    GraphBuilder unet_builder(const Sd15Files& f, int batch, int h, int w, int context_len) const;
+    GraphBuilder vae_builder(const Sd15Files& f, int batch, int h, int w) const;
+    static std::string text_key(int n, int chunks);
+    static std::string unet_key(int batch, int h, int w, int context_len);
+    static std::string vae_key(int batch, int h, int w);
+
+private:
+    void load(const Sd15Files& f, const PipelineOptions& o);
+};
+
+}  // namespace sd

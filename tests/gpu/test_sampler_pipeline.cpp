@@ -1,0 +1,99 @@
+// Text to image on CUDA with the tiny model (tests/sampler_fixtures.h): f32 against diffusers' fp32
+// pipeline and bf16 within the bf16 noise the CPU backend shows at the same precision; LoRA as
+// runtime branches and merged giving the same images within that noise, multiplier 0 the base image
+// bit for bit; odd latent sides (the UNet's crop) and the tiled VAE decode against the CPU.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "../sampler_fixtures.h"
+
+using namespace sampler_test;
+using sd::GenerationParams;
+using sd::Pipeline;
+
+namespace {
+
+GenerationParams golden_request(const nlohmann::json& c) {
+    GenerationParams p;
+    p.prompt = c.at("prompt");
+    p.negative = c.at("negative");
+    p.width = c.at("width");
+    p.height = c.at("height");
+    p.batch = c.at("batch");
+    p.steps = c.at("steps");
+    p.cfg_scale = c.at("cfg");
+    p.sampler = sd::SamplerOptions::diffusers_sd15(sd::parse_sampler_name(c.at("sampler")).kind);
+    p.sampler.karras = c.at("karras");
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA text to image: f32 matches diffusers, bf16 stays within the bf16 noise of the CPU") {
+    const gl::io::SafetensorsFile f(golden("sampler/pipeline.safetensors"));
+    const auto cases = nlohmann::json::parse(f.metadata().at("pipeline_cases"));
+    for (const auto& c : cases) {
+        const std::string name = c.at("name");
+        CAPTURE(name);
+        const GenerationParams p = golden_request(c);
+        const std::vector<float> noise = read(f, name + ".noise"), want = read(f, name + ".image");
+        auto image = [&](const char* backend, gl::DType dt, bool merged) {
+            sd::PipelineOptions o = options(backend, dt);
+            o.clip_skip = c.at("clip_skip");
+            o.merge_loras = merged;
+            for (const auto& l : c.at("loras"))
+                o.loras.push_back({golden("sampler/" + l.at(0).get<std::string>() + ".safetensors"), l.at(1).get<float>()});
+            Pipeline pipe(tiny_model(), o);
+            return pipe.generate_pixels(p, &noise);
+        };
+        const double f32 = rel_error(image("cuda", gl::DType::f32, false), want);
+        const double cpu_bf16 = rel_error(image("cpu", gl::DType::bf16, false), want);
+        const std::vector<float> runtime = image("cuda", gl::DType::bf16, false);
+        const double bf16 = rel_error(runtime, want);
+        MESSAGE(name, ": CUDA f32 ", f32, ", CUDA bf16 ", bf16, " (CPU bf16 ", cpu_bf16, ")");
+        CHECK(f32 <= 1e-3);  // TF32-free fp32 paths; only summation order differs
+        CHECK(bf16 <= std::max(3 * cpu_bf16, 1e-2));
+        if (!c.at("loras").empty()) {
+            const double merged = rel_error(image("cuda", gl::DType::bf16, true), runtime);
+            MESSAGE(name, ": LoRA merged vs runtime on CUDA bf16 ", merged);
+            CHECK(merged <= std::max(3 * cpu_bf16, 1e-2));
+        }
+    }
+}
+
+TEST_CASE("CUDA text to image: multiplier 0 is the base image bit for bit, odd sides and tiles as on the CPU") {
+    GenerationParams p;
+    p.prompt = "a red fox";
+    p.negative = "blurry";
+    p.width = 18;  // 9 x 7 latents: the UNet crops its upsamples
+    p.height = 14;
+    p.steps = 3;
+    p.seed = 11;
+    p.sampler = sd::SamplerOptions::diffusers_sd15(sd::SamplerKind::euler_ancestral);
+    auto image = [&](const char* backend, gl::DType dt, std::vector<sd::LoraFile> loras) {
+        sd::PipelineOptions o = options(backend, dt);
+        o.loras = std::move(loras);
+        Pipeline pipe(tiny_model(), o);
+        return pipe.generate_pixels(p);
+    };
+    const std::vector<float> base = image("cuda", gl::DType::bf16, {});
+    CHECK(image("cuda", gl::DType::bf16, {{golden("sampler/lora_a.safetensors"), 0.0f}}) == base);
+    const double odd = rel_error(image("cuda", gl::DType::f32, {}), image("cpu", gl::DType::f32, {}));
+    MESSAGE("18x14 image, CUDA f32 vs CPU f32: ", odd);
+    CHECK(odd <= 1e-3);
+
+    // The tiled decode: budget = one 4x4-latent tile's activations.
+    const gl::io::SafetensorsFile f(golden("sampler/pipeline.safetensors"));
+    auto tiled = [&](const char* backend) {
+        sd::PipelineOptions o = options(backend, gl::DType::f32);
+        o.vae_tile = 4;
+        o.vae_budget_bytes = Pipeline(tiny_model(), options("cpu", gl::DType::f32)).plan_decode(1, 4, 4).activation_bytes;
+        Pipeline pipe(tiny_model(), o);
+        REQUIRE(pipe.plan_decode(2, 7, 10).mode == sd::VaeDecodePlan::Mode::tiled);
+        return pipe.decode(read(f, "tiled.z"), 2, 7, 10);
+    };
+    const double t = rel_error(tiled("cuda"), read(f, "tiled.image"));
+    MESSAGE("tiled decode on CUDA vs diffusers: ", t);
+    CHECK(t <= 1e-3);
+}

@@ -1,0 +1,122 @@
+// PNG writing and reading back: text chunks survive a round trip (ASCII in tEXt, UTF-8 in iTXt),
+// pixels decode to what was written (through data/'s libpng decoder), corrupt files and bad keywords
+// are refused, writes are atomic, grids tile.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+
+#include "data/image.h"
+#include "ggml-lite/io/png.h"
+#include "test_util.h"
+
+using gl::io::Image;
+using gltest::error_of;
+
+namespace {
+Image pattern(int w, int h, int c, int salt) {
+    Image im{w, h, c, {}};
+    for (int i = 0; i < w * h * c; i++) im.pixels.push_back(uint8_t((i * 37 + salt * 11) & 0xff));
+    return im;
+}
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+// The pixels as libpng decodes them (RGB, alpha kept apart).
+data::Image pixels_of(const std::vector<uint8_t>& png) {
+    return data::decode_image(png.data(), png.size(), "mem.png", {data::AlphaMode::mask});
+}
+}  // namespace
+
+TEST_CASE("png: pixels and text chunks round trip") {
+    const Image im = pattern(13, 7, 3, 1);
+    const std::string params = "a cat, (masterpiece)\nNegative prompt: blurry\nSteps: 20, Sampler: Euler a, Seed: 1";
+    const std::string utf8 = "\xe7\x8c\xab\xe3\x81\xa8\xe7\x8a\xac, caf\xc3\xa9";  // CJK and Latin-1 letters
+    const auto bytes = gl::io::encode_png(im, {{"parameters", params}, {"Comment", utf8}});
+    // The chunks sit between IHDR and the image data, as PIL writes them.
+    const std::string raw(bytes.begin(), bytes.end());
+    CHECK(raw.find("tEXtparameters") == 37);
+    CHECK(raw.find("iTXtComment") != std::string::npos);
+    CHECK(raw.find("tEXtparameters") < raw.find("IDAT"));
+
+    const gl::io::PngInfo f = gl::io::read_png_info(bytes, "mem.png");
+    CHECK(f.width == 13);
+    CHECK(f.height == 7);
+    CHECK(f.channels() == 3);
+    CHECK(f.bit_depth == 8);
+    REQUIRE(f.text.size() == 2);
+    CHECK(f.text[0] == std::pair<std::string, std::string>{"parameters", params});
+    CHECK(f.text[1] == std::pair<std::string, std::string>{"Comment", utf8});
+    CHECK(pixels_of(bytes).rgb == im.pixels);
+
+    // Grey and RGBA images too.
+    const Image grey = pattern(5, 9, 1, 1), rgba = pattern(5, 9, 4, 2);
+    const data::Image g = pixels_of(gl::io::encode_png(grey));
+    for (size_t i = 0; i < grey.pixels.size(); i++) CHECK(g.rgb[3 * i + 1] == grey.pixels[i]);
+    const data::Image c = pixels_of(gl::io::encode_png(rgba));
+    for (size_t i = 0; i < 45; i++) {
+        CHECK(c.rgb[3 * i] == rgba.pixels[4 * i]);
+        CHECK(c.alpha[i] == rgba.pixels[4 * i + 3]);
+    }
+}
+
+TEST_CASE("png: corrupt data and bad arguments are refused") {
+    auto bytes = gl::io::encode_png(pattern(4, 4, 3, 2), {{"parameters", "x"}});
+    auto flipped = bytes;
+    flipped[45] ^= 0x20;  // inside the tEXt chunk's data
+    CHECK(has(error_of([&] { gl::io::read_png_info(flipped, "bad.png"); }), "bad.png: PNG chunk tEXt at byte 33 fails its CRC"));
+    auto cut = bytes;
+    cut.resize(50);
+    CHECK(has(error_of([&] { gl::io::read_png_info(cut, "cut.png"); }), "cut.png: PNG chunk tEXt at byte 33 runs past the end"));
+    cut.resize(33);
+    CHECK(has(error_of([&] { gl::io::read_png_info(cut, "cut.png"); }), "cut.png: truncated PNG"));
+    auto no_header = bytes;
+    std::memcpy(no_header.data() + 12, "IHDX", 4);
+    CHECK(has(error_of([&] { gl::io::read_png_info(no_header, "h.png"); }), "fails its CRC"));
+    CHECK(has(error_of([] { gl::io::read_png_info({1, 2, 3}, "x.png"); }), "not a PNG file"));
+    CHECK(has(error_of([] { gl::io::encode_png(pattern(4, 4, 3, 0), {{"", "x"}}); }), "must be 1 to 79 characters"));
+    CHECK(has(error_of([] { gl::io::encode_png(pattern(4, 4, 3, 0), {{" lead", "x"}}); }), "leading, trailing"));
+    CHECK(has(error_of([] { gl::io::encode_png(pattern(4, 4, 3, 0), {{"k", std::string("a\0b", 3)}}); }),
+              "holds a NUL byte"));
+    Image short_img = pattern(4, 4, 3, 0);
+    short_img.pixels.pop_back();
+    CHECK(has(error_of([&] { gl::io::encode_png(short_img); }), "holds 47 bytes, expected 48"));
+    CHECK(has(error_of([] { gl::io::encode_png(Image{0, 4, 3, {}}); }), "image size 0x4"));
+    CHECK(has(error_of([] { gl::io::read_png_info("/nonexistent/dir/x.png"); }), "/nonexistent/dir/x.png: cannot open it"));
+}
+
+TEST_CASE("png: atomic write over an existing file, and a failed write keeps it") {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("gl-test-png-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string path = (dir / "out.png").string();
+    gl::io::write_png(path, pattern(6, 6, 3, 1), {{"parameters", "first"}});
+    gl::io::write_png(path, pattern(6, 6, 3, 2), {{"parameters", "second"}});
+    CHECK(gl::io::read_png_info(path).text.at(0).second == "second");
+    CHECK(data::load_image(path).rgb == pattern(6, 6, 3, 2).pixels);
+    // A bad image throws before the file is touched.
+    CHECK(has(error_of([&] { gl::io::write_png(path, Image{2, 2, 3, {1}}); }), "out.png: png:"));
+    CHECK(gl::io::read_png_info(path).text.at(0).second == "second");
+    int files = 0;
+    for (const auto& e : fs::directory_iterator(dir)) files += e.is_regular_file();
+    CHECK(files == 1);  // no temporary file left behind
+    CHECK(has(error_of([&] { gl::io::write_png((dir / "missing" / "x.png").string(), pattern(2, 2, 3, 0)); }),
+              "cannot create a temporary file"));
+    fs::remove_all(dir);
+}
+
+TEST_CASE("png: grids") {
+    const Image a = pattern(4, 3, 3, 1), b = pattern(2, 5, 3, 2), c = pattern(4, 3, 3, 3);
+    const Image g = gl::io::make_grid({a, b, c});  // 2 columns, 2 rows of 4x5 cells
+    CHECK(g.width == 8);
+    CHECK(g.height == 10);
+    auto px = [&](const Image& im, int x, int y, int ch) { return im.pixels[size_t((y * im.width + x) * 3 + ch)]; };
+    CHECK(px(g, 3, 2, 1) == px(a, 3, 2, 1));
+    CHECK(px(g, 4 + 1, 4, 2) == px(b, 1, 4, 2));
+    CHECK(px(g, 0 + 2, 5 + 1, 0) == px(c, 2, 1, 0));
+    CHECK(px(g, 7, 9, 0) == 0);  // the empty fourth cell
+    CHECK(gl::io::make_grid({a, b, c}, 3).width == 12);
+    CHECK(has(error_of([&] { gl::io::make_grid({a, pattern(2, 2, 4, 0)}); }), "images with 3 and 4 channels"));
+    CHECK(has(error_of([] { gl::io::make_grid({}); }), "no images"));
+}

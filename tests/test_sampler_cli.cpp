@@ -1,0 +1,150 @@
+// gl-txt2img end to end on the tiny model as a diffusers folder (CPU): PNGs with A1111 parameters,
+// a grid, prompt files, numbering that continues, the plan, and refusals with clear messages.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+#include "ggml-lite/io/png.h"
+
+namespace fs = std::filesystem;
+
+#ifdef GL_TXT2IMG_BIN
+
+namespace {
+
+fs::path golden(const std::string& rel) {
+    std::string f = __FILE__;
+    return fs::path(f.substr(0, f.find_last_of('/'))) / "golden" / "data" / rel;
+}
+
+void write_text(const fs::path& p, const std::string& s) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << s;
+}
+
+std::string read_text(const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// The pipeline test's tiny model (tests/test_sampler_pipeline.cpp) as a diffusers folder.
+void make_tiny_folder(const fs::path& root) {
+    write_text(root / "unet" / "config.json", R"({"_class_name": "UNet2DConditionModel", "attention_head_dim": 2,
+      "block_out_channels": [16, 32], "cross_attention_dim": 16, "down_block_types": ["CrossAttnDownBlock2D",
+      "DownBlock2D"], "flip_sin_to_cos": true, "freq_shift": 0, "in_channels": 4, "layers_per_block": 1,
+      "norm_eps": 1e-05, "norm_num_groups": 8, "out_channels": 4, "sample_size": 8,
+      "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D"], "use_linear_projection": false})");
+    write_text(root / "text_encoder" / "config.json", R"({"architectures": ["CLIPTextModel"],
+      "model_type": "clip_text_model", "vocab_size": 3514, "hidden_size": 16, "intermediate_size": 32,
+      "num_hidden_layers": 2, "num_attention_heads": 2, "max_position_embeddings": 77, "hidden_act": "quick_gelu",
+      "layer_norm_eps": 1e-05})");
+    write_text(root / "vae" / "config.json", R"({"_class_name": "AutoencoderKL", "block_out_channels": [8, 16],
+      "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D"], "in_channels": 3, "latent_channels": 4,
+      "layers_per_block": 1, "norm_num_groups": 4, "out_channels": 3, "sample_size": 16, "scaling_factor": 0.18215,
+      "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D"]})");
+    fs::copy_file(golden("unet/unet_diffusers.safetensors"), root / "unet" / "diffusion_pytorch_model.safetensors");
+    fs::copy_file(golden("sampler/text_encoder.safetensors"), root / "text_encoder" / "model.safetensors");
+    fs::copy_file(golden("vae/weights_diffusers.safetensors"), root / "vae" / "diffusion_pytorch_model.safetensors");
+    fs::create_directories(root / "tokenizer");
+    for (const char* f : {"vocab.json", "merges.txt"}) fs::copy_file(golden("tokenizer/tiny") / f, root / "tokenizer" / f);
+}
+
+struct Result {
+    int status = -1;
+    std::string out, err;
+};
+
+Result txt2img(const fs::path& dir, const std::string& args) {
+    const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+    const std::string cmd = std::string(GL_TXT2IMG_BIN) + " " + args + " > '" + out.string() + "' 2> '" + err.string() + "'";
+    const int rc = std::system(cmd.c_str());
+    Result r;
+    r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    r.out = read_text(out);
+    r.err = read_text(err);
+    return r;
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+std::string parameters(const fs::path& png) {
+    for (const auto& [k, v] : gl::io::read_png_info(png.string()).text)
+        if (k == "parameters") return v;
+    return "(none)";
+}
+
+}  // namespace
+
+TEST_CASE("gl-txt2img: images, parameters, grid, prompt file, numbering, refusals") {
+    const fs::path dir = fs::temp_directory_path() / ("gl-test-txt2img-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    const fs::path model = dir / "tiny-sd";
+    make_tiny_folder(model);
+    const std::string common = "'" + model.string() + "' --backend cpu --out '" + (dir / "out").string() + "' ";
+
+    Result r = txt2img(dir, common + "--prompt 'a red fox' -n blurry -W 16 -H 16 --steps 2 --seed 7 --batch 2 --grid");
+    INFO(r.out, r.err);
+    REQUIRE(r.status == 0);
+    CHECK(has(r.out, "memory plan (f32, cpu): 16x16, batch 2 with CFG"));
+    const gl::io::PngInfo first = gl::io::read_png_info((dir / "out" / "00000-7.png").string());
+    CHECK(first.width == 16);
+    CHECK(first.height == 16);
+    CHECK(parameters(dir / "out" / "00000-7.png") ==
+          "a red fox\nNegative prompt: blurry\nSteps: 2, Sampler: Euler a, CFG scale: 7.5, Seed: 7, Size: 16x16, "
+          "Model: tiny-sd, Version: gl-txt2img " + std::string(GL_VERSION_FOR_TESTS));
+    CHECK(has(parameters(dir / "out" / "00001-8.png"), "Seed: 8,"));
+    CHECK(gl::io::read_png_info((dir / "out" / "grid-00000.png").string()).width == 32);
+
+    // A prompt file: per-line options; numbering continues after what the folder holds.
+    write_text(dir / "prompts.txt", "# two prompts\na lighthouse --w 24 --h 16 --d 3 --s 3 --l 4 --ss ddim\n\n"
+                                    "a castle --n fog --d 5 --w 16 --h 16 --s 2\n");
+    r = txt2img(dir, common + "--prompt-file '" + (dir / "prompts.txt").string() + "' --clip-skip 2");
+    INFO(r.out, r.err);
+    REQUIRE(r.status == 0);
+    CHECK(parameters(dir / "out" / "00002-3.png") ==
+          "a lighthouse\nSteps: 3, Sampler: DDIM, CFG scale: 4, Seed: 3, Size: 24x16, Model: tiny-sd, Clip skip: 2, "
+          "Version: gl-txt2img " + std::string(GL_VERSION_FOR_TESTS));
+    CHECK(has(parameters(dir / "out" / "00003-5.png"), "a castle\nNegative prompt: fog\nSteps: 2, Sampler: Euler a"));
+    CHECK(gl::io::read_png_info((dir / "out" / "00002-3.png").string()).width == 24);
+
+    // --plan prints the plan and writes nothing.
+    r = txt2img(dir, common + "-p x -W 32 -H 16 --plan");
+    CHECK(r.status == 0);
+    CHECK(has(r.out, "UNet graph (one model call)"));
+    CHECK(!fs::exists(dir / "out" / "00004-0.png"));
+
+    // Refusals: exit status 1 (2 for the command line itself) and a message naming the culprit.
+    r = txt2img(dir, common + "-p x -W 12");
+    CHECK(r.status == 1);
+    CHECK(has(r.err, "gl-txt2img: error: --prompt 'x': width 12 must be a multiple of 8"));
+    r = txt2img(dir, common + "-p x --sampler pndm");
+    CHECK(r.status == 1);
+    CHECK(has(r.err, "prompt 1: sampler 'pndm' (kohya's pndm) is not supported"));
+    r = txt2img(dir, common + "-p x --sampler warp");
+    CHECK(has(r.err, "unknown sampler 'warp'"));
+    r = txt2img(dir, common + "-p x --lora '" + (dir / "missing.safetensors").string() + ":0.5'");
+    CHECK(r.status == 1);
+    CHECK(has(r.err, "missing.safetensors"));
+    r = txt2img(dir, "'" + (dir / "nothing").string() + "' -p x --backend cpu");
+    CHECK(r.status == 1);
+    CHECK(has(r.err, (dir / "nothing").string()));
+    write_text(dir / "bad.txt", "fine\na --w x\n");
+    r = txt2img(dir, common + "--prompt-file '" + (dir / "bad.txt").string() + "'");
+    CHECK(r.status == 1);
+    CHECK(has(r.err, "bad.txt:2: --w 'x' is not a whole number of pixels"));
+    r = txt2img(dir, common + "-p x --prompt-file p.txt");
+    CHECK(r.status == 2);  // CLI11: --prompt excludes --prompt-file
+    r = txt2img(dir, common);
+    CHECK(r.status == 2);
+    CHECK(has(r.err, "gl-txt2img: error: give --prompt or --prompt-file"));
+    fs::remove_all(dir);
+}
+
+#endif

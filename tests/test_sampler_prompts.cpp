@@ -1,0 +1,125 @@
+// kohya's sample-prompt file format: every option, defaults, comments, CRLF, and malformed lines
+// refused with the file and line named.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include "models/sd15/sampler_prompts.h"
+#include "test_util.h"
+
+using gltest::error_of;
+using sd::SamplePrompt;
+
+namespace {
+SamplePrompt parse(const std::string& line) {
+    auto p = sd::parse_prompt_line(line, sd::kohya_prompt_defaults(), "prompts.txt", 3);
+    REQUIRE(p.has_value());
+    return *p;
+}
+std::string error_line(const std::string& line) {
+    return error_of([&] { sd::parse_prompt_line(line, sd::kohya_prompt_defaults(), "prompts.txt", 3); });
+}
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+TEST_CASE("prompt file: every option of a line") {
+    const SamplePrompt p =
+        parse("  masterpiece, a cat --n lowres, bad hands --w 640 --h 768 --d 42 --l 6.5 --s 28 --ss euler_a  ");
+    CHECK(p.prompt == "masterpiece, a cat");
+    CHECK(p.negative == "lowres, bad hands");
+    CHECK(p.width == 640);
+    CHECK(p.height == 768);
+    CHECK(p.seed == 42u);
+    CHECK(p.cfg_scale == 6.5);
+    CHECK(p.steps == 28);
+    CHECK(p.sampler == "euler_a");
+    CHECK(p.line == 3);
+
+    // kohya's defaults where a line says nothing; flags in any case; the last of a repeated flag wins.
+    const SamplePrompt d = parse("a dog");
+    CHECK(d.prompt == "a dog");
+    CHECK(d.negative.empty());
+    CHECK((d.width == 512 && d.height == 512 && d.steps == 30 && d.cfg_scale == 7.5));
+    CHECK(!d.seed.has_value());
+    CHECK(d.sampler.empty());
+    const SamplePrompt u = parse("a dog --W 576 --S 12 --w 448 --L 7 --D 18446744073709551615");
+    CHECK(u.width == 448);
+    CHECK(u.steps == 12);
+    CHECK(u.cfg_scale == 7.0);
+    CHECK(u.seed == 18446744073709551615ull);
+    // Steps are clamped to 1..1000 as kohya does; a dash inside the prompt is text.
+    CHECK(parse("x --s 0").steps == 1);
+    CHECK(parse("x --s 5000").steps == 1000);
+    CHECK(parse("well-lit room, a--b").prompt == "well-lit room, a--b");
+    CHECK(parse("x --l .5").cfg_scale == 0.5);
+
+    // The caller's defaults (a tool's command line) fill the gaps.
+    SamplePrompt defaults = sd::kohya_prompt_defaults();
+    defaults.steps = 20;
+    defaults.negative = "blurry";
+    defaults.sampler = "ddim";
+    auto q = sd::parse_prompt_line("a fox --s 9", defaults);
+    REQUIRE(q.has_value());
+    CHECK(q->steps == 9);
+    CHECK(q->negative == "blurry");
+    CHECK(q->sampler == "ddim");
+}
+
+TEST_CASE("prompt file: comments, blank lines, CRLF and a byte-order mark") {
+    const std::string text =
+        "\xEF\xBB\xBF# samples for the run\r\n\r\na red car --d 1\r\n   # indented comment\n\t\nblue sky --n cloud --s 5\n";
+    const auto ps = sd::parse_prompt_text(text, sd::kohya_prompt_defaults(), "p.txt");
+    REQUIRE(ps.size() == 2);
+    CHECK(ps[0].prompt == "a red car");
+    CHECK(ps[0].line == 3);
+    CHECK(ps[0].seed == 1u);
+    CHECK(ps[1].prompt == "blue sky");
+    CHECK(ps[1].negative == "cloud");
+    CHECK(ps[1].line == 6);
+    CHECK(!sd::parse_prompt_line("# only a comment", sd::kohya_prompt_defaults()).has_value());
+    CHECK(!sd::parse_prompt_line("   ", sd::kohya_prompt_defaults()).has_value());
+}
+
+TEST_CASE("prompt file: malformed lines name the file, the line and the option") {
+    CHECK(has(error_line("a --w abc"), "prompts.txt:3: --w 'abc' is not a whole number of pixels"));
+    CHECK(has(error_line("a --h -64"), "prompts.txt:3: --h '-64' is not a whole number"));
+    CHECK(has(error_line("a --w 500"), "prompts.txt:3: width 500 must be a multiple of 8"));
+    CHECK(has(error_line("a --h 0"), "height 0 must be a multiple of 8 in [8, 8192]"));
+    CHECK(has(error_line("a --d 1.5"), "prompts.txt:3: --d '1.5' is not a seed"));
+    CHECK(has(error_line("a --d 18446744073709551616"), "is not a seed"));
+    CHECK(has(error_line("a --l 7.5.1"), "--l '7.5.1' is not a CFG scale"));
+    CHECK(has(error_line("a --l nan"), "--l 'nan' is not a CFG scale"));
+    CHECK(has(error_line("a --s ten"), "--s 'ten' is not a whole number of steps"));
+    CHECK(has(error_line("a --n"), "prompts.txt:3: --n has no value"));
+    CHECK(has(error_line("a --ss lms"), "prompts.txt:3: sampler 'lms' (kohya's lms) is not supported"));
+    CHECK(has(error_line("a --ss fancy"), "prompts.txt:3: unknown sampler 'fancy'"));
+    CHECK(has(error_line("a --x 1"), "prompts.txt:3: unknown option --x (known: --n --w --h --d --l --s --ss)"));
+    CHECK(has(error_line("a --w512"), "unknown option --w512"));
+    CHECK(has(error_line("a --g 3.5"), "--g is one of kohya's options for other model families"));
+    CHECK(has(error_line("a --cn img.png"), "--cn is one of kohya's options"));
+    CHECK(has(error_line("a -- --w 64"), "an empty option"));
+    // A text with a bad third line: the error names line 3 of that file.
+    CHECK(has(error_of([] { sd::parse_prompt_text("a\n\nb --s x\n", sd::kohya_prompt_defaults(), "f.txt"); }),
+              "f.txt:3: --s 'x'"));
+}
+
+TEST_CASE("prompt file: reading files") {
+    const std::string path = "/tmp/gl-test-prompts-" + std::to_string(::getpid()) + ".txt";
+    {
+        std::ofstream(path) << "# nothing but comments\n\n";
+    }
+    CHECK(has(error_of([&] { sd::read_prompt_file(path, sd::kohya_prompt_defaults()); }), "holds no prompt"));
+    {
+        std::ofstream(path) << "one --d 7\ntwo\n";
+    }
+    const auto ps = sd::read_prompt_file(path, sd::kohya_prompt_defaults());
+    REQUIRE(ps.size() == 2);
+    CHECK(ps[1].prompt == "two");
+    std::remove(path.c_str());
+    CHECK(has(error_of([&] { sd::read_prompt_file(path, sd::kohya_prompt_defaults()); }), "cannot open it"));
+    CHECK(has(error_of([] { sd::read_prompt_file("/tmp/p.toml", sd::kohya_prompt_defaults()); }),
+              "kohya's .toml prompt files are not read here"));
+}
