@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 
+#include "ggml-lite/io/png.h"
 #include "ggml-lite/io/safetensors.h"
 #include "sdtrain_fixtures.h"
 #include "train/run/session.h"
@@ -19,6 +20,7 @@ namespace {
 struct Recorder : train::RunObserver {
     std::vector<train::StepEvent> steps;
     std::vector<train::SaveEvent> saves;
+    std::vector<train::SampleEvent> samples;
     std::string plan_text;
     std::atomic<bool>* stop_at_step_flag = nullptr;
     int64_t stop_at_step = -1;
@@ -28,6 +30,7 @@ struct Recorder : train::RunObserver {
         if (e.step == stop_at_step && stop_at_step_flag) stop_at_step_flag->store(true);
     }
     void on_save(const train::SaveEvent& e) override { saves.push_back(e); }
+    void on_sample(const train::SampleEvent& e) override { samples.push_back(e); }
 };
 
 std::map<std::string, std::vector<float>> tensors(const fs::path& file) {
@@ -39,6 +42,11 @@ std::map<std::string, std::vector<float>> tensors(const fs::path& file) {
         out[t.name] = std::move(v);
     }
     return out;
+}
+
+std::string slurp(const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 bool bitwise_equal(const std::map<std::string, std::vector<float>>& a, const std::map<std::string, std::vector<float>>& b) {
@@ -64,6 +72,12 @@ TEST_CASE("sdtrain run: plan, two buckets, kohya files and metadata, state, bit-
     c.save_last_n_steps = 2;
     c.save_state = true;
     c.training_comment = "tiny run";
+    // Samples every 3 steps from a kohya prompt file, in the run's memory.
+    write_text(s.root / "prompts.txt", "# samples\na red cat --w 32 --h 32 --s 3 --d 5 --l 4\n"
+                                       "a wide room --n blurry --w 48 --h 24 --s 2 --ss euler_a\n");
+    c.sample_prompts = (s.root / "prompts.txt").string();
+    c.sample_every_n_steps = 3;
+    c.sample_at_first = true;
     Recorder rec;
     train::Session full(c, &rec);
     const train::RunPlan& plan = full.prepare();
@@ -84,6 +98,26 @@ TEST_CASE("sdtrain run: plan, two buckets, kohya files and metadata, state, bit-
         CHECK(e.images <= 4);
     }
     CHECK(rec.steps[5].epoch == 3);
+    // Sampled before the first step and at steps 3 and 6: two images each, kohya's names, A1111's text.
+    REQUIRE(rec.samples.size() == 3);
+    CHECK(rec.samples[0].step == 0);
+    CHECK(rec.samples[2].step == 6);
+    for (const train::SampleEvent& e : rec.samples) {
+        REQUIRE(e.images.size() == 2);
+        const std::string first = fs::path(e.images[0]).filename().string();
+        CHECK(first.rfind(gl::cat("tiny_", e.step == 0 ? "000000" : e.step == 3 ? "000003" : "000006", "_00_"), 0) == 0);
+        CHECK(first.size() > 6);
+        CHECK(first.substr(first.size() - 6) == "_5.png");  // --d 5
+        const gl::io::PngInfo info = gl::io::read_png_info(e.images[0]);
+        CHECK(info.width == 32);
+        REQUIRE(info.text.size() == 1);
+        CHECK(info.text[0].first == "parameters");
+        CHECK(info.text[0].second.find("a red cat <lora:tiny:1>") != std::string::npos);
+        CHECK(info.text[0].second.find("Steps: 3") != std::string::npos);
+        CHECK(gl::io::read_png_info(e.images[1]).width == 48);
+    }
+    // The LoRA trained in between shows in the samples: the first and last differ.
+    CHECK(slurp(rec.samples[0].images[0]) != slurp(rec.samples[2].images[0]));
 
     // kohya's names; the step-2 save removed once step 6 is saved (keep the last 2 steps: 4, 6).
     const fs::path out = s.root / "full";
@@ -156,9 +190,15 @@ TEST_CASE("sdtrain run: a stop between steps saves a LoRA and a state, the resum
     c.cache_latents = false;
     c.network_train_unet_only = true;
     c.max_train_steps = 4;
+    write_text(s.root / "prompts.txt", "a wide field --w 16 --h 16 --s 2\n");
+    c.sample_prompts = (s.root / "prompts.txt").string();
+    c.sample_every_n_epochs = 1;
     Recorder full_rec;
     train::Session(c, &full_rec).run();
     REQUIRE(full_rec.steps.size() == 4);
+    REQUIRE(full_rec.samples.size() == 2);  // every epoch: 2 updates per epoch, 2 epochs
+    CHECK(full_rec.samples[1].epoch == 2);
+    CHECK(fs::path(full_rec.samples[1].images.at(0)).filename().string().rfind("tiny_e000002_00_", 0) == 0);
 
     std::atomic<bool> stop{false};
     Recorder rec;

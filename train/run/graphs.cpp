@@ -22,7 +22,8 @@ std::unique_ptr<VaeEncoderGraph> build_vae_encoder(const sd::VaeConfig& c, gl::D
     return v;
 }
 
-GraphSet::GraphSet(GraphSetOptions o, const std::vector<GraphShape>& shapes) : o_(std::move(o)) {
+GraphSet::GraphSet(GraphSetOptions o, const std::vector<GraphShape>& shapes, const std::vector<const gl::Plan*>& others)
+    : o_(std::move(o)) {
     GL_CHECK(!shapes.empty(), "graphs: no shapes to plan");
     GL_CHECK(bool(o_.plan_options), "graphs: no plan options");
     for (const GraphShape& s : std::set<GraphShape>(shapes.begin(), shapes.end())) step_index(s);
@@ -30,6 +31,7 @@ GraphSet::GraphSet(GraphSetOptions o, const std::vector<GraphShape>& shapes) : o
     for (const Step& s : steps_) plans.push_back(&s.plan);
     for (const Text& t : text_) plans.push_back(&t.plan);
     for (const Vae& v : vae_) plans.push_back(&v.plan);
+    plans.insert(plans.end(), others.begin(), others.end());
     layout_ = gl::make_shared_layout(plans, o_.backend);
 }
 

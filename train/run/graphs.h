@@ -63,8 +63,9 @@ public:
         gl::Plan plan;
     };
 
-    // Builds and plans every graph the shapes need; the layout is made from all of them.
-    GraphSet(GraphSetOptions o, const std::vector<GraphShape>& shapes);
+    // Builds and plans every graph the shapes need; the layout is made from all of them and
+    // `others` (the sampler's graphs, planned by their owner, which must outlive nothing here).
+    GraphSet(GraphSetOptions o, const std::vector<GraphShape>& shapes, const std::vector<const gl::Plan*>& others = {});
 
     const GraphSetOptions& options() const { return o_; }
     const gl::SharedLayout& layout() const { return layout_; }

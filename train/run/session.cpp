@@ -118,8 +118,6 @@ const RunPlan& Session::prepare() {
     const RunConfig& c = m.cfg;
     check_output_dir(c.output_dir);
     if (c.resume) m.resume = read_run_position(*c.resume);
-    GL_CHECK(!c.sample_prompts, "--sample_prompts: sampling during training needs the sampling library, which "
-                                "this build does not have yet");
     if (c.network_weights) {
         std::error_code ec;
         GL_CHECK(std::filesystem::is_regular_file(*c.network_weights, ec), "--network_weights ", *c.network_weights,
@@ -141,12 +139,12 @@ const RunPlan& Session::prepare() {
     if (!why.empty() && c.backend == gl::Backend::automatic) m.plan.notes.push_back("running on the CPU: " + why);
     m.step = m.base_step();
     m.cache_text = c.cache_text_encoder_outputs;
-    m.plan_memory();
-
     // The seed: given, else the resumed run's, else drawn (kohya draws one too and records it).
     if (c.seed) m.seed = *c.seed;
     else if (m.resume) m.seed = m.resume->seed;
     else m.seed = std::random_device{}() & 0xffffffffu;
+    m.plan_memory();
+
     if (m.resume) {
         GL_CHECK(m.resume->seed == m.seed, "--resume ", *c.resume, ": the state was trained with --seed ",
                  m.resume->seed, ", this run has --seed ", m.seed);
@@ -228,7 +226,12 @@ void Session::Impl::plan_memory() {
     go.plan_options = plan_options;
     plan.counts = count_steps(c, data, step.batch, step.grad_accum);
     message("planning the graphs");
-    graphs = std::make_unique<GraphSet>(go, graph_shapes(data, step.batch, f, step.unet.size_multiple()));
+    std::vector<const gl::Plan*> sampling;
+    if (c.sample_prompts) {
+        sampler = std::make_unique<RunSampler>(c, model, step, seed);
+        sampling = sampler->plans();
+    }
+    graphs = std::make_unique<GraphSet>(go, graph_shapes(data, step.batch, f, step.unet.size_multiple()), sampling);
 
     const gl::SharedLayout& L = graphs->layout();
     mp.planned_bytes = L.total_bytes();
@@ -239,6 +242,7 @@ void Session::Impl::plan_memory() {
     t = gl::cat("memory plan (", mp.backend, "; the whole run: ", graphs->steps().size(), " step graphs",
                 graphs->text().empty() ? "" : gl::cat(", ", graphs->text().size(), " text encoder"),
                 graphs->vae().empty() ? "" : gl::cat(", ", graphs->vae().size(), " VAE encoder"),
+                sampling.empty() ? "" : gl::cat(", ", sampling.size(), " sampling"),
                 " on one memory; largest step ", big.shape.label(f), ", recompute ", recompute, "):\n");
     t += category_line("frozen weights", arena(gl::Category::frozen));
     t += category_line("LoRA + grads", arena(gl::Category::trainable));

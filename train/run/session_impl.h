@@ -10,6 +10,7 @@
 #include "models/sd15/model_files.h"
 #include "train/autofit.h"
 #include "train/run/graphs.h"
+#include "train/run/sampling.h"
 #include "train/run/session.h"
 #include "train/run/state.h"
 
@@ -30,6 +31,7 @@ struct Session::Impl {
     StepOptions step;            // the configuration the graphs are built with
     bool cache_text = false;     // frozen text encoder outputs cached before training
     std::unique_ptr<GraphSet> graphs;
+    std::unique_ptr<RunSampler> sampler;  // --sample_prompts: in the same memory
     uint64_t seed = 0;
 
     void message(const std::string& m) { obs->on_message(m); }

@@ -164,6 +164,7 @@ void Runner::allocate() {
     if (s0.text_weights) sd::load_clip(*s0.text_weights, *m_.model.text_encoder, *step_rt_[0]);
     else if (!gs.text().empty()) sd::load_clip(*gs.text()[0].graph->weights, *m_.model.text_encoder, *text_rt_[0]);
     if (!gs.vae().empty()) sd::load_vae(*gs.vae()[0].graph->weights, m_.model.vae_cfg, *m_.model.vae, *vae_rt_[0]);
+    if (m_.sampler) m_.sampler->use_memory(mem_, s0.text_weights || !gs.text().empty());
     // Nothing reads the mapped files again: unmapping them gives their pages back.
     m_.model.unet.reset();
     m_.model.text_encoder.reset();
@@ -362,6 +363,7 @@ void Runner::flush() {
             m_.obs->on_save(st);
         }
     }
+    if (m_.sampler && m_.sampler->due_at_step(step)) m_.obs->on_sample(m_.sampler->sample(step, std::nullopt));
 }
 
 void Runner::end_epoch(int64_t epoch) {
@@ -386,6 +388,8 @@ void Runner::end_epoch(int64_t epoch) {
             m_.obs->on_save(st);
         }
     }
+    if (m_.sampler && m_.sampler->due_at_epoch(epoch))
+        m_.obs->on_sample(m_.sampler->sample(trainer_->steps_done(), epoch));
 }
 
 RunSummary Runner::run() {
@@ -421,6 +425,7 @@ RunSummary Runner::run() {
     loader_ = &loader;
     const int64_t per_epoch = m_.plan.counts.batches_per_epoch;
     m_.message(gl::cat("training: ", m_.plan.counts.max_train_steps - trainer_->steps_done(), " steps"));
+    if (m_.sampler && c_.sample_at_first && !m_.resume) m_.obs->on_sample(m_.sampler->sample(0, std::nullopt));
     train_t0_ = last_step_t_ = std::chrono::steady_clock::now();
     if (m_.resume && batches_done_ % per_epoch == 0 && batches_done_ > 0 && epoch_ == batches_done_ / per_epoch)
         end_epoch(epoch_++);  // the state was saved after its epoch's last update, before the epoch's end
