@@ -69,7 +69,9 @@ int main(int argc, char** argv) {
         std::signal(SIGINT, on_sigint);
         const train::RunSummary s = session.run(&g_stop);
         if (s.interrupted) {
-            std::printf("stopped at step %lld; continue with --resume %s\n", (long long)s.steps, s.resume_hint.c_str());
+            if (!s.resume_hint.empty())
+                std::printf("stopped at step %lld; continue with --resume %s\n", (long long)s.steps,
+                            s.resume_hint.c_str());
             return 130;
         }
         return 0;

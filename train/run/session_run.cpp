@@ -65,7 +65,7 @@ public:
     RunSummary run();
 
 private:
-    void cache();
+    bool cache();  // false: stopped (the entries cached so far are kept)
     void allocate();
     void init_network();
     gl::Runtime& step_runtime(size_t i);
@@ -102,7 +102,7 @@ private:
     data::Loader* loader_ = nullptr;
 };
 
-void Runner::cache() {
+bool Runner::cache() {
     const data::Dataset& ds = m_.data.dataset;
     const std::string identity = model_identity(m_.model);
     if (c_.cache_latents) {
@@ -116,12 +116,15 @@ void Runner::cache() {
         o.vae_batch_size = c_.vae_batch_size;
         o.seed = m_.seed;
         o.stop = stop_;
-        o.progress = [this](size_t done, size_t total, double rate) {
+        auto last = std::chrono::steady_clock::now() - std::chrono::hours(1);
+        o.progress = [this, &last](size_t done, size_t total, double rate) {  // a line every 2 s, and the last
+            if (done < total && seconds_since(last) < 2.0) return;
+            last = std::chrono::steady_clock::now();
             m_.message(gl::cat("caching latents: ", done, "/", total, " (", int(rate), " images/s)"));
         };
         latent_keys_ = data::cache_latents(ds, m_.data.buckets, *latent_cache_, enc, o);
         enc.release();
-        GL_CHECK(!latent_keys_.interrupted, "stopped while caching latents (the cached ones are kept)");
+        if (latent_keys_.interrupted) return false;
         for (const data::SkippedImage& s : latent_keys_.skipped) sum_.skipped_images.push_back(s.path + ": " + s.reason);
     }
     if (m_.cache_text) {
@@ -138,6 +141,7 @@ void Runner::cache() {
         text_keys_ = data::cache_text_outputs(ds, *text_cache_, enc);
         enc.release();
     }
+    return true;
 }
 
 gl::Runtime& Runner::step_runtime(size_t i) {
@@ -407,7 +411,12 @@ RunSummary Runner::run() {
     facts_ = facts;
     schedule_ = lr_schedule(c_, m_.plan.counts.max_train_steps);
 
-    cache();
+    if (!cache()) {
+        sum_.interrupted = true;
+        m_.message("stopped while caching latents: nothing trained or saved (cached latents are kept with "
+                   "--cache_latents_to_disk)");
+        return sum_;
+    }
     sample_host();
     allocate();
     sample_host();
