@@ -88,6 +88,12 @@ TEST_CASE("sdtrain run: plan, two buckets, kohya files and metadata, state, bit-
     CHECK(rec.plan_text.find("frozen weights") != std::string::npos);
     CHECK(rec.plan_text.find("predicted peak") != std::string::npos);
     CHECK(plan.configuration.find("micro-batch 2 x 2 accumulation") != std::string::npos);
+    CHECK(plan.memory.largest_step == "48x24 batch 2");
+    CHECK(plan.memory.largest_step_timeline_svg.rfind("<svg", 0) == 0);
+    REQUIRE(plan.config.size() == 8);
+    CHECK(plan.config[0].title == "Model");
+    CHECK(plan.config[0].entries[0] == std::pair<std::string, std::string>{"pretrained_model_name_or_path",
+                                                                         model.string()});
     const train::RunSummary r = full.run();
     CHECK(r.steps == 6);
     CHECK_FALSE(r.interrupted);

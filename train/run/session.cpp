@@ -6,6 +6,7 @@
 #include "ggml-lite/io/sha256.h"
 #include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/core/autofit.h"
+#include "ggml-lite/core/plan_svg.h"
 #include "train/run/save.h"
 #include "train/run/session_impl.h"
 
@@ -154,6 +155,8 @@ const RunPlan& Session::prepare() {
         GL_CHECK(m.resume->step < m.plan.counts.max_train_steps, "--resume ", *c.resume, ": the state is at step ",
                  m.resume->step, ", the run ends at ", m.plan.counts.max_train_steps);
     }
+    m.cfg.seed = m.seed;  // the configuration shows the seed the run uses
+    m.plan.config = config_sections(m.cfg);
     m.prepared = true;
     m.obs->on_plan(m.plan);
     return m.plan;
@@ -237,6 +240,9 @@ void Session::Impl::plan_memory() {
     mp.planned_bytes = L.total_bytes();
     mp.predicted_peak = mp.planned_bytes + mp.context_bytes;
     const GraphSet::Step& big = graphs->steps()[graphs->largest_step()];
+    mp.largest_step = big.shape.label(f);
+    mp.largest_step_report = big.plan.report();
+    mp.largest_step_timeline_svg = gl::timeline_svg(big.plan, nullptr, "step " + mp.largest_step);
     auto arena = [&](gl::Category k) { return L.arena_bytes[size_t(k)]; };
     std::string& t = mp.by_category;
     t = gl::cat("memory plan (", mp.backend, "; the whole run: ", graphs->steps().size(), " step graphs",

@@ -18,6 +18,7 @@
 
 #include "ggml-lite/core/error.h"
 #include "train/run/config.h"
+#include "train/run/config_view.h"
 #include "train/run/data_plan.h"
 #include "train/run/observer.h"
 
@@ -35,6 +36,9 @@ struct MemoryPlan {
     size_t predicted_peak = 0;    // planned + context
     std::string by_category;      // the table the user reads
     std::string choice;           // auto-fit: what was chosen and the alternatives; else empty
+    std::string largest_step;     // "512x768 batch 2": the step graph with the largest activations
+    std::string largest_step_report;  // its gl::Plan::report()
+    std::string largest_step_timeline_svg;  // gl::timeline_svg of its plan
 };
 
 struct RunPlan {
@@ -44,6 +48,7 @@ struct RunPlan {
     MemoryPlan memory;
     std::vector<std::string> notes;     // kohya options accepted but not needed, silent fixes
     std::vector<std::string> warnings;  // dataset warnings
+    std::vector<ConfigSection> config;  // every option's effective value, by group
     std::string text() const;           // the whole plan as printed before a run
 };
 
