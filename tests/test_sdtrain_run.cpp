@@ -230,3 +230,63 @@ TEST_CASE("sdtrain run: a stop between steps saves a LoRA and a state, the resum
     const gl::io::SafetensorsFile f((s.root / "a" / "tiny.safetensors").string());
     for (const gl::io::TensorInfo& t : f.list()) CHECK(t.name.rfind("lora_unet_", 0) == 0);
 }
+
+TEST_CASE("sdtrain run: text encoder only, LoCon, --network_weights with --dim_from_weights, --no_metadata") {
+    Scratch s("variants");
+    const fs::path model = make_tiny_model(s.root), data = make_dataset(s.root);
+    // The text encoder alone, saved in fp16 with the minimum metadata.
+    train::RunConfig te = tiny_config(model, data, s.root / "te");
+    te.network_train_text_encoder_only = true;
+    te.max_train_steps = 2;
+    te.save_precision = "fp16";
+    te.no_metadata = true;
+    train::Session(te).run();
+    {
+        const gl::io::SafetensorsFile f((s.root / "te" / "tiny.safetensors").string());
+        for (const gl::io::TensorInfo& t : f.list()) {
+            CHECK(t.name.rfind("lora_te_", 0) == 0);
+            CHECK(t.dtype == gl::DType::f16);
+        }
+        CHECK(f.metadata().count("ss_network_dim"));
+        CHECK(f.metadata().count("modelspec.architecture"));
+        CHECK_FALSE(f.metadata().count("ss_tag_frequency"));
+        CHECK_FALSE(f.metadata().count("ss_steps"));
+    }
+    // LoCon: 3x3 convs get conv_dim modules too.
+    train::RunConfig lc = tiny_config(model, data, s.root / "locon");
+    lc.network_args = {"conv_dim=2", "conv_alpha=1"};
+    lc.max_train_steps = 2;
+    lc.network_alpha = 4;
+    train::Session(lc).run();
+    const fs::path locon = s.root / "locon" / "tiny.safetensors";
+    bool conv = false;
+    for (const gl::io::TensorInfo& t : gl::io::SafetensorsFile(locon.string()).list())
+        conv = conv || (t.shape.size() == 4 && t.shape[2] == 3);
+    CHECK(conv);
+    CHECK(gl::io::SafetensorsFile(locon.string()).metadata().at("ss_network_args") ==
+          "{\"conv_dim\": \"2\", \"conv_alpha\": \"1\", \"dropout\": null}");
+    // Continuing from that file: rank, alpha and conv rank read from it; the first step starts
+    // from its weights (0 steps would save them unchanged: one step at learning rate 0).
+    train::RunConfig cont = tiny_config(model, data, s.root / "cont");
+    cont.network_weights = locon.string();
+    cont.dim_from_weights = true;
+    cont.network_dim.reset();
+    cont.max_train_steps = 1;
+    cont.learning_rate = 0;
+    cont.text_encoder_lr = 0;  // the UNet's modules only: a zero lr for the text encoder leaves it out
+    cont.unet_lr = 0;
+    cont.network_train_unet_only = true;
+    train::Session cs(cont);
+    cs.prepare();
+    CHECK(cs.config().network_dim == 4);
+    CHECK(cs.config().network_alpha == 4.0);
+    CHECK(cs.config().lora_config().conv_dim == 2);
+    cs.run();
+    const auto before = tensors(locon), after = tensors(s.root / "cont" / "tiny.safetensors");
+    size_t same = 0;
+    for (const auto& [k, v] : after) {
+        REQUIRE(before.count(k));
+        same += std::memcmp(v.data(), before.at(k).data(), v.size() * sizeof(float)) == 0;
+    }
+    CHECK(same == after.size());
+}
