@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "ggml-lite/io/torch_ckpt.h"
+#include "ggml-lite/io/atomic_file.h"
 #include "ggml-lite/io/files.h"
 #include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/io/sources.h"
@@ -226,4 +227,26 @@ TEST_CASE("files: a writer killed mid-write leaves a temporary with its pid, and
     io::write_safetensors(path, {{"x", DType::f32, {4}, x.data()}});
     CHECK(!fs::exists(stale));
     CHECK(io::SafetensorsFile(path).has("x"));
+}
+
+TEST_CASE("files: write_file_atomic (PNG, SVG, safetensors) names a full disk and removes a killed writer's leftovers") {
+    TempDir dir;
+    const std::string path = dir / "grid.png";
+    io::write_file_atomic(path, std::string_view("old"));
+    const std::string stale = temp_name(path, dead_pid(), "qwerty");
+    std::ofstream(stale) << "stale";
+    {
+        FaultScope full(ENOSPC, 0);
+        const std::string e = error_of([&] { io::write_file_atomic(path, std::string_view("new!")); });
+        CHECK_MESSAGE(e.find(path + ": no space left on the device: 4 bytes") == 0, e);
+    }
+    CHECK(listing(dir.path) == std::vector<std::string>{"grid.png"});  // stale one removed, no new one left
+    CHECK(io::read_small_file(path) == "old");
+    const std::string parts[] = {"he", "", "llo"};
+    const io::ByteRange ranges[] = {{parts[0].data(), 2}, {parts[1].data(), 0}, {parts[2].data(), 3}};
+    io::write_file_atomic(path, ranges);
+    CHECK(io::read_small_file(path) == "hello");
+    CHECK((fs::status(path).permissions() & fs::perms::others_read) != fs::perms::none);
+    CHECK(error_of([&] { io::write_file_atomic(dir.path.string(), std::string_view("x")); }) ==
+          dir.path.string() + ": is a directory");
 }
