@@ -15,6 +15,7 @@
 #include "models/sd15/pipeline.h"
 #include "sampler_fixtures.h"
 #include "test_util.h"
+#include "tools/common/request_json.h"
 
 using namespace sampler_test;
 using gltest::error_of;
@@ -25,20 +26,6 @@ using sd::PipelineOptions;
 namespace {
 
 PipelineOptions f32_options() { return options("cpu", gl::DType::f32); }
-
-GenerationParams params_of(const nlohmann::json& c) {
-    GenerationParams p;
-    p.prompt = c.at("prompt");
-    p.negative = c.at("negative");
-    p.width = c.at("width");
-    p.height = c.at("height");
-    p.batch = c.at("batch");
-    p.steps = c.at("steps");
-    p.cfg_scale = c.at("cfg");
-    p.sampler = sd::SamplerOptions::diffusers_sd15(sd::parse_sampler_name(c.at("sampler")).kind);
-    p.sampler.karras = c.at("karras");
-    return p;
-}
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -55,7 +42,7 @@ TEST_CASE("pipeline: text to image matches diffusers' StableDiffusionPipeline") 
         o.clip_skip = c.at("clip_skip");
         for (const auto& l : c.at("loras"))
             o.loras.push_back({golden("sampler/" + l.at(0).get<std::string>() + ".safetensors"), l.at(1).get<float>()});
-        const GenerationParams p = params_of(c);
+        const GenerationParams p = gl::cli::request_from_json(c);
         const std::vector<float> noise = read(f, name + ".noise");
         for (bool merged : {false, true}) {
             if (merged && o.loras.empty()) continue;
@@ -269,4 +256,18 @@ TEST_CASE("pipeline: A1111 infotext") {
     p.sampler.eta = 0.5;
     CHECK(sd::a1111_infotext(p, 7, {}) ==
           "masterpiece, a cat\nSteps: 20, Sampler: DDIM, CFG scale: 7.5, Seed: 7, Size: 512x768, Eta DDIM: 0.5");
+}
+
+TEST_CASE("pipeline: a LoRA argument FILE[:MULT] takes the multiplier only when it reads whole as a number") {
+    auto check = [](const std::string& arg, const std::string& path, float mult) {
+        const sd::LoraFile l = sd::parse_lora_file(arg);
+        CHECK_MESSAGE(l.path == path, arg);
+        CHECK_MESSAGE(l.multiplier == mult, arg);
+    };
+    check("a.safetensors", "a.safetensors", 1.0f);
+    check("a.safetensors:0.5", "a.safetensors", 0.5f);
+    check("C:/loras/a.safetensors:-1", "C:/loras/a.safetensors", -1.0f);
+    check("dir:x/a.safetensors", "dir:x/a.safetensors", 1.0f);
+    check("a.safetensors:", "a.safetensors:", 1.0f);
+    check("a.safetensors:0.5x", "a.safetensors:0.5x", 1.0f);
 }

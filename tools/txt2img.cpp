@@ -56,18 +56,6 @@ struct Request {
     std::string where;
 };
 
-sd::LoraFile parse_lora(const std::string& arg) {
-    // FILE[:MULT]: the part after the last ':' is the multiplier when it is a number.
-    const size_t colon = arg.rfind(':');
-    if (colon != std::string::npos && colon + 1 < arg.size()) {
-        const std::string m = arg.substr(colon + 1);
-        char* end = nullptr;
-        const float v = std::strtof(m.c_str(), &end);
-        if (end && *end == '\0') return {arg.substr(0, colon), v};
-    }
-    return {arg, 1.0f};
-}
-
 uint64_t random_seed() {
     std::random_device rd;
     return uint64_t(rd());  // 32 bits, as A1111's seeds
@@ -162,7 +150,7 @@ int run(const Args& a) {
     po.clip_skip = a.clip_skip;
     po.merge_loras = a.merge_loras;
     po.vae_budget_bytes = size_t(a.vae_budget_mib * 1048576.0);
-    for (const std::string& l : a.loras) po.loras.push_back(parse_lora(l));
+    for (const std::string& l : a.loras) po.loras.push_back(sd::parse_lora_file(l));
 
     const std::vector<Request> reqs = requests_of(a);
     using Clock = std::chrono::steady_clock;
