@@ -20,7 +20,7 @@ TEST_CASE("CUDA text to image: f32 matches diffusers, bf16 stays within the bf16
         const std::string name = c.at("name");
         CAPTURE(name);
         const GenerationParams p = gl::cli::request_from_json(c);
-        const std::vector<float> noise = read(f, name + ".noise"), want = read(f, name + ".image");
+        const std::vector<float> noise = read_f32(f, name + ".noise"), want = read_f32(f, name + ".image");
         auto image = [&](const char* backend, gl::DType dt, bool merged) {
             sd::PipelineOptions o = options(backend, dt);
             o.clip_skip = c.at("clip_skip");
@@ -74,9 +74,9 @@ TEST_CASE("CUDA text to image: multiplier 0 is the base image bit for bit, odd s
         o.vae_budget_bytes = Pipeline(tiny_model(), options("cpu", gl::DType::f32)).plan_decode(1, 4, 4).activation_bytes;
         Pipeline pipe(tiny_model(), o);
         REQUIRE(pipe.plan_decode(2, 7, 10).mode == sd::VaeDecodePlan::Mode::tiled);
-        return pipe.decode(read(f, "tiled.z"), 2, 7, 10);
+        return pipe.decode(read_f32(f, "tiled.z"), 2, 7, 10);
     };
-    const double t = rel_error(tiled("cuda"), read(f, "tiled.image"));
+    const double t = rel_error(tiled("cuda"), read_f32(f, "tiled.image"));
     MESSAGE("tiled decode on CUDA vs diffusers: ", t);
     CHECK(t <= 1e-3);
 }
