@@ -4,7 +4,6 @@
 // JSON and missing pieces are refused with the file and field named.
 #include <doctest/doctest.h>
 
-#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -23,26 +22,13 @@
 using namespace gl;
 using gltest::read_f32;
 using gltest::rel_error;
+using gltest::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
 fs::path golden(const char* area) { return fs::path(__FILE__).parent_path() / "golden" / "data" / area; }
 
-// A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        static std::atomic<int> n{0};
-        path = fs::temp_directory_path() / ("gl-ckpt-test-" + std::to_string(getpid()) + "-" + std::to_string(n++));
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
 
 void write_text(const fs::path& p, const std::string& s) {
     fs::create_directories(p.parent_path());

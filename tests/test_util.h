@@ -2,9 +2,13 @@
 #pragma once
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -29,6 +33,25 @@ inline std::string golden_dir(const std::string& area) {
     const std::string f = __FILE__;
     return f.substr(0, f.find_last_of('/')) + "/golden/data/" + area + "/";
 }
+
+// A fresh folder under the system's temporary folder, removed with everything in it.
+struct TempDir {
+    std::filesystem::path path;
+    TempDir() {
+        static std::atomic<int> n{0};
+        path = std::filesystem::temp_directory_path() /
+               ("gl-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+        std::filesystem::remove_all(path);
+        std::filesystem::create_directories(path);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
 
 // A tensor of a checkpoint or golden file, as f32.
 inline std::vector<float> read_f32(const gl::io::TensorSource& src, const std::string& name) {
