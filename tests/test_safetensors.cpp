@@ -27,10 +27,7 @@ using gltest::TempDir;
 
 namespace {
 
-std::string golden_dir() {
-    std::string f = __FILE__;
-    return f.substr(0, f.find_last_of('/')) + "/golden/data/safetensors/";
-}
+std::string golden_dir() { return gltest::golden_dir("safetensors"); }
 
 
 std::vector<uint8_t> file_bytes(const std::string& path) {
