@@ -219,7 +219,7 @@ int run(const Args& a) {
     }
     if (a.grid && grid.size() > 1) {
         const fs::path file = fs::path(a.out) / numbered("grid-", next_index(a.out, "grid-"), ".png");
-        gl::io::write_png(file.string(), gl::io::make_grid(grid, a.batch), {{"parameters", grid_text}});
+        gl::io::write_png(file.string(), gl::io::make_grid(grid), {{"parameters", grid_text}});
         std::printf("grid %s\n", file.string().c_str());
     }
     return 0;
@@ -253,7 +253,7 @@ int parse_and_run(int argc, char** argv) {
     cli.add_int("--batch,-b", a.batch, 1, 64, "images per prompt");
     cli.add_int("--clip-skip", a.clip_skip, 1, 12, "CLIP layers to skip from the end (kohya / A1111: 2 = penultimate)");
     cli.add_path("--out,-o", a.out, "output folder");
-    cli.add_flag("--grid", a.grid, "also write a grid of all images (a row per prompt)");
+    cli.add_flag("--grid", a.grid, "also write a grid of all images (as A1111 lays them out: round(sqrt(n)) rows, 4 -> 2x2, 6 -> 2x3)");
     cli.add_backend(a.backend);
     cli.add_choice("--dtype", a.dtype, {"auto", "bf16", "f16", "f32"},
                    "weights and activations: auto (bf16 on CUDA, f32 on the CPU), bf16, f16, f32");
