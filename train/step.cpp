@@ -84,7 +84,7 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     ValueId scaled = gl::mul(g, s->loss, s->loss_scale);
     s->grads = gl::backward(g, scaled);
 
-    ParamGroup unet{"unet", {}, {}, opt.unet_lr}, te{"text_encoder", {}, {}, opt.text_encoder_lr};
+    ParamGroup unet{"unet", {}, {}, opt.unet_lr, {}}, te{"text_encoder", {}, {}, opt.text_encoder_lr, {}};
     for (const lora::LoraModule& m : s->net->modules()) {
         ParamGroup& grp = m.part == lora::Part::unet ? unet : te;
         // PyTorch's shapes, as kohya's Adafactor factors by them; a LoCon down weight is 4-D here

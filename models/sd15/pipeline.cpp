@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iterator>
 
 #include "ggml-lite/core/error.h"
@@ -212,6 +213,17 @@ GraphBuilder Pipeline::Impl::vae_builder(const Sd15Files& f, int batch, int h, i
 }
 
 // ---- construction: the holders and the LoRA files ----
+
+LoraFile parse_lora_file(const std::string& arg) {
+    const size_t colon = arg.rfind(':');
+    if (colon != std::string::npos && colon + 1 < arg.size()) {
+        const std::string m = arg.substr(colon + 1);
+        char* end = nullptr;
+        const float v = std::strtof(m.c_str(), &end);
+        if (end && *end == '\0') return {arg.substr(0, colon), v};
+    }
+    return {arg, 1.0f};
+}
 
 Pipeline::Pipeline(Sd15Files model, PipelineOptions opt)
     : model_(std::move(model)), opt_(std::move(opt)), impl_(std::make_unique<Impl>()) {

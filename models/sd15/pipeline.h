@@ -53,6 +53,9 @@ struct LoraFile {
     std::string path;
     float multiplier = 1.0f;
 };
+// A command line's "FILE[:MULT]": the part after the last ':' is the multiplier when all of it reads
+// as a number ("a.safetensors:0.8"); otherwise the whole argument is the path, at multiplier 1.
+LoraFile parse_lora_file(const std::string& arg);
 
 struct PipelineOptions {
     gl::Backend backend = gl::Backend::automatic;  // CUDA when available, else the CPU
