@@ -147,6 +147,12 @@ std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const 
     if (c.module_dropout > 0.0f) arg("module_dropout", py_float(c.module_dropout));
     if (!args.empty()) md["ss_network_args"] = "{" + args + "}";
     for (const auto& [k, v] : opt.training) md[k] = v;
+    if (opt.minimum_metadata)
+        std::erase_if(md, [](const auto& kv) {
+            static const std::set<std::string> keep = {"ss_v2", "ss_base_model_version", "ss_network_module",
+                                                       "ss_network_dim", "ss_network_alpha", "ss_network_args"};
+            return !keep.count(kv.first) && kv.first.rfind("modelspec.", 0) != 0;
+        });
     return md;
 }
 
