@@ -34,12 +34,16 @@ target_include_directories(gl-test-cases PUBLIC ${GL_TEST_DIR})
 target_link_libraries(gl-test-cases PUBLIC ggml-lite sd15)
 
 add_executable(gl-tests ${GL_TEST_SOURCES} $<TARGET_OBJECTS:gl-test-cases>)
-target_link_libraries(gl-tests PRIVATE gl-test-cases gl-demo-assets sddata sd15 ggml-lite gl-cli doctest::doctest)
-# The command-line test of gl-txt2img runs the built tool (skipped when tools are not built).
+target_link_libraries(gl-tests PRIVATE gl-test-cases gl-demo-assets sdtrain-options sdrun sddata sd15 ggml-lite gl-cli doctest::doctest)
+# The command-line tests of gl-txt2img and sdtrain run the built tools (skipped when tools are not built).
 if(TARGET gl-txt2img)
   target_compile_definitions(gl-tests PRIVATE GL_TXT2IMG_BIN="$<TARGET_FILE:gl-txt2img>"
                                               GL_VERSION_FOR_TESTS="${PROJECT_VERSION}")
   add_dependencies(gl-tests gl-txt2img)
+endif()
+if(TARGET gl-sdtrain)
+  target_compile_definitions(gl-tests PRIVATE GL_SDTRAIN_BIN="$<TARGET_FILE:gl-sdtrain>")
+  add_dependencies(gl-tests gl-sdtrain)
 endif()
 if(COMMAND doctest_discover_tests)
   # Discovery splits a test case name at ';' and its halves match no test case, and a run that
@@ -103,3 +107,14 @@ gl_cli_test("gl-merge --multiplier garbage" 2 "--multiplier wants a finite numbe
 gl_cli_test("gl-merge missing base" 1 "gl-merge: error: .*no-such-base" gl-merge no-such-base L O)
 gl_cli_test("gl-sd15check --runs 0" 2 "--runs wants an integer in \\[1, 100\\]" gl-sd15check --runs 0 M R)
 gl_cli_test("gl-sd15check missing reference" 2 "gl-sd15check: error: .*no-such-reference" gl-sd15check M no-such-reference --backend cpu)
+gl_cli_test("sdtrain --help" 0 "Network \\(LoRA / LoCon\\)" gl-sdtrain --help)
+gl_cli_test("sdtrain unknown option" 2 "sdtrain: error: .*--frobnicate" gl-sdtrain --frobnicate)
+gl_cli_test("sdtrain no model" 2 "--pretrained_model_name_or_path is required" gl-sdtrain --output_dir o)
+gl_cli_test("sdtrain full_bf16 without bf16" 2 "--full_bf16 needs --mixed_precision bf16" gl-sdtrain
+            --pretrained_model_name_or_path m --train_data_dir d --resolution 512 --output_dir o
+            --network_module networks.lora --full_bf16)
+gl_cli_test("sdtrain refused kohya option" 2 "--v2: kohya's option is not supported" gl-sdtrain --v2)
+gl_cli_test("sdtrain missing model file" 1 "sdtrain: error: .*no-such-model" gl-sdtrain
+            --pretrained_model_name_or_path no-such-model --train_data_dir d --resolution 512
+            --output_dir ${PROJECT_BINARY_DIR}/sdtrain-cli-out --network_module networks.lora)
+gl_cli_test("sdtrain missing config file" 2 "--config_file nope.toml: cannot be read" gl-sdtrain --config_file nope)

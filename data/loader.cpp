@@ -18,10 +18,15 @@ Loader::Loader(const Dataset& ds, const BucketAssignment& a, LoaderOptions opt) 
     EpochPlanner planner(a, ds.config.batch_size, opt_.seed);
     for (int e = 1; e <= opt_.epochs; e++)
         for (BatchRef& b : planner.epoch(e)) plan_.push_back({e, std::move(b)});
+    GL_CHECK(opt_.first_batch <= plan_.size(), "loader: first batch ", opt_.first_batch, " is past the run's ",
+             plan_.size(), " batches");
     pool_ = std::make_unique<Workers>(opt_.threads);
-    // At least one batch per thread may be in flight, so every thread has work.
-    batches_ = std::make_unique<Prefetch<Batch>>(*pool_, plan_.size(), size_t(std::max(opt_.queue_depth, opt_.threads)),
-                                                 [this](size_t step) { return make(step); });
+    // At least one batch per thread may be in flight, so every thread has work. A resumed run
+    // starts at first_batch: the batches before it are planned (the same order) but never made.
+    const size_t first = opt_.first_batch;
+    batches_ = std::make_unique<Prefetch<Batch>>(*pool_, plan_.size() - first,
+                                                 size_t(std::max(opt_.queue_depth, opt_.threads)),
+                                                 [this, first](size_t i) { return make(first + i); });
 }
 
 Loader::~Loader() {

@@ -43,6 +43,9 @@ struct LoaderOptions {
     // Cached latents (from cache_latents; keys per image * 2 + flip). Null: images are prepared.
     LatentCache* latents = nullptr;
     const CacheReport* latent_keys = nullptr;
+    // Resume: the first batch to make and hand out (its index in the whole run). Every batch is a
+    // function of (seed, its index), so the ones after it are those of an uninterrupted run.
+    size_t first_batch = 0;
 };
 
 class Loader {

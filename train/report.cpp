@@ -9,6 +9,7 @@
 #include "ggml-lite/core/autofit.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/plan_svg.h"
+#include "ggml-lite/io/atomic_file.h"
 
 namespace train {
 
@@ -299,7 +300,7 @@ std::string render_report(const ReportInput& in, const fs::path& report_dir) {
 
 void write_report(const fs::path& file, const ReportInput& in) {
     const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
-    gl::write_text_file(file.string(), render_report(in, dir));
+    gl::io::write_file_atomic(file.string(), render_report(in, dir));
 }
 
 }  // namespace train
