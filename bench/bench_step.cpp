@@ -269,9 +269,12 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc, size_
         std::vector<double> node_ms(pg.nodes.size());
         for (size_t i = 0; i < node_ms.size(); i++) node_ms[i] = rt->profiled_ms(i) / rt->profiled_runs();
         const gl::CostModel fit = gl::fit_cost_model(pg, node_ms, rm);
-        std::printf("fitted cost model: flops_per_s %.4g, bytes_per_s %.4g, launch_s %.4g (%s); before: %s\n%s",
-                    fit.flops_per_s, fit.bytes_per_s, fit.launch_s, fit.describe().c_str(),
-                    gl::PlanOptions{}.cost.describe().c_str(), gl::cost_model_report(fit, pg, node_ms).c_str());
+        const gl::CostModel defaults = gl::PlanOptions{}.cost;
+        std::printf("\nthe default cost model against this profile (step predicted %.2f ms, replayed %.2f ms):\n%s"
+                    "\nfitted to this profile (step scale: graph replay over the profile's total):\n%s"
+                    "fitted cost model: %s\n",
+                    defaults.graph_seconds(pg) * 1e3, rm, gl::cost_model_report(defaults, pg, node_ms).c_str(),
+                    gl::cost_model_report(fit, pg, node_ms).c_str(), fit.code().c_str());
     }
 }
 

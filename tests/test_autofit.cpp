@@ -2,6 +2,7 @@
 // users write them, the runtimes' memory limit, and the cost model's fit to a profile.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "ggml-lite/core/autofit.h"
@@ -9,6 +10,7 @@
 #include "ggml-lite/core/recompute_budget.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/ops/builder.h"
+#include "ggml-lite/ops/rng.h"
 #include "train/autofit.h"
 
 using namespace gl;
@@ -185,13 +187,16 @@ TEST_CASE("cost model: a fit to node times recovers the constants they were made
     CHECK(std::abs(fit.launch_s / truth.launch_s - 1) < 0.02);
     CHECK(std::abs(fit.flops_per_s / truth.flops_per_s - 1) < 0.05);
     CHECK(std::abs(fit.bytes_per_s / truth.bytes_per_s - 1) < 0.05);
+    CHECK(fit.step_scale == doctest::Approx(1.0));
     CHECK(std::abs(fit.graph_seconds(p.graph) * 1e3 / step - 1) < 1e-9);  // the step time is matched exactly
     for (const Node& n : p.graph.nodes) CHECK(std::abs(fit.op_scale[size_t(n.op)] - 1) < 0.05);  // the truth has none
     // A step measured twice as long as the profile (eager kernels against a replay the other way
-    // round): every op takes twice as long.
+    // round): the step scale says so; the op scales stay.
     const CostModel slow = fit_cost_model(p.graph, ms, 2 * step);
+    CHECK(slow.step_scale == doctest::Approx(2.0));
     CHECK(std::abs(slow.graph_seconds(p.graph) * 1e3 / (2 * step) - 1) < 1e-9);
-    // Ops whose kernels are slower than the rates say get their own scale.
+    CHECK(slow.op_scale == fit.op_scale);
+    // Ops whose kernels are slower than the rates say get their own scale; each op's total is matched.
     std::vector<double> ms2 = ms;
     for (size_t i = 0; i < ms2.size(); i++)
         if (p.graph.nodes[i].op == Op::layer_norm) ms2[i] *= 3;
@@ -203,9 +208,95 @@ TEST_CASE("cost model: a fit to node times recovers the constants they were made
             ln_pred += per_op.node_seconds(p.graph, p.graph.nodes[i]) * 1e3;
         }
     CHECK(std::abs(ln_pred / ln - 1) < 1e-9);
-    const std::string rep = cost_model_report(fit, p.graph, ms);
-    CHECK(rep.find("linear") != std::string::npos);
-    CHECK(rep.find("total") != std::string::npos);
+    CHECK(per_op.code().find("layer_norm") != std::string::npos);  // pasteable, scales named
     CHECK_THROWS_AS(fit_cost_model(p.graph, {1.0}), gl::Error);
     CHECK_THROWS_AS(fit_cost_model(p.graph, std::vector<double>(p.graph.nodes.size(), 0.0)), gl::Error);
+    CHECK_THROWS_AS(fit_cost_model(p.graph, ms, -1.0), gl::Error);
+    CHECK_THROWS_AS(cost_model_rows(fit, p.graph, {1.0}), gl::Error);
+}
+
+TEST_CASE("cost model: a synthetic profile with known per-op scales, fitted and reported op by op") {
+    // Layers of very different widths: every op has launch-bound nodes and large ones, which is
+    // what tells an op's scale apart from the constants.
+    Graph g;
+    const int64_t batch = 256;
+    const std::vector<int64_t> widths = {32, 1024, 2048, 48, 1536, 1536, 64, 32};
+    ValueId h = g.input("x", DType::f32, {batch, widths[0]});
+    for (size_t i = 1; i < widths.size(); i++) {
+        const int64_t w = widths[i];
+        h = linear(g, h, g.param(cat("w", i), DType::f32, {w, widths[i - 1]}));
+        h = silu(g, layer_norm(g, h, g.weight(cat("g", i), DType::f32, {w}), g.weight(cat("b", i), DType::f32, {w}), 1e-5f));
+    }
+    ValueId loss = mean(g, mul(g, h, h));
+    g.mark_output(loss);
+    backward(g, loss);
+    const Plan p = make_plan(g);
+
+    CostModel truth;
+    truth.flops_per_s = 40e12;
+    truth.bytes_per_s = 1.2e12;
+    truth.launch_s = 5e-6;
+    truth.op_scale.assign(size_t(kOpCount), 1.0);
+    std::vector<int> present(size_t(kOpCount), 0);
+    for (const Node& n : p.graph.nodes) present[size_t(n.op)] = 1;
+    int k = 0;
+    for (size_t op = 0; op < present.size(); op++)
+        if (present[op]) truth.op_scale[op] = 0.6 + 0.35 * (k++ % 5);  // 0.6 .. 2.0
+    REQUIRE(k >= 6);
+    // Measured: the truth with +-2 % of deterministic noise per node.
+    std::vector<double> ms;
+    double total = 0;
+    for (size_t i = 0; i < p.graph.nodes.size(); i++) {
+        const double noise = 1 + 0.04 * (rng_uniform(7, i) - 0.5);
+        ms.push_back(truth.node_seconds(p.graph, p.graph.nodes[i]) * 1e3 * noise);
+        total += ms.back();
+    }
+
+    const CostModel fit = fit_cost_model(p.graph, ms, 0.8 * total);
+    MESSAGE(cost_model_report(fit, p.graph, ms));
+    CHECK(fit.step_scale == doctest::Approx(0.8));
+    CHECK(fit.graph_seconds(p.graph) * 1e3 == doctest::Approx(0.8 * total).epsilon(1e-9));
+    // The scales are found up to one common factor r, which the constants carry the other way.
+    const size_t lin = size_t(Op::linear);
+    REQUIRE(present[lin]);
+    const double r = fit.op_scale[lin] / truth.op_scale[lin];
+    for (size_t op = 0; op < present.size(); op++) {
+        if (!present[op] || !op_def(Op(op)).cost || (op_def(Op(op)).flags & kOpView)) continue;
+        CAPTURE(op_name(Op(op)));
+        CHECK(fit.op_scale[op] / truth.op_scale[op] == doctest::Approx(r).epsilon(0.03));
+    }
+    CHECK(fit.flops_per_s / truth.flops_per_s == doctest::Approx(r).epsilon(0.03));
+    CHECK(fit.bytes_per_s / truth.bytes_per_s == doctest::Approx(r).epsilon(0.03));
+    CHECK(fit.launch_s / truth.launch_s == doctest::Approx(1 / r).epsilon(0.03));
+    // The constants alone predict the profile's total; node by node the model is as close as the noise.
+    const std::vector<CostModelRow> rows = cost_model_rows(fit, p.graph, ms);
+    REQUIRE(rows.back().op == "total");
+    CHECK(rows.back().rates_ms == doctest::Approx(total).epsilon(1e-9));
+    CHECK(rows.back().model_ms == doctest::Approx(total).epsilon(1e-9));
+    CHECK(rows.back().node_error < 0.015);
+    // Per op, measured over the rates is the op's own scale (not one figure for every op, which is
+    // what a report of the scaled model against its own fit shows), and it is the truth's up to r.
+    std::vector<double> seen;
+    for (size_t i = 0; i + 1 < rows.size(); i++) {
+        const CostModelRow& row = rows[i];
+        CAPTURE(row.op);
+        CHECK(row.scale == doctest::Approx(row.ratio()).epsilon(1e-6));
+        CHECK(row.model_ms == doctest::Approx(row.measured_ms).epsilon(1e-6));
+        CHECK(row.node_error < 0.03);
+        for (size_t op = 0; op < present.size(); op++)
+            if (row.op == op_name(Op(op))) CHECK(row.ratio() / truth.op_scale[op] == doctest::Approx(r).epsilon(0.03));
+        seen.push_back(row.ratio());
+    }
+    std::sort(seen.begin(), seen.end());
+    CHECK(seen.back() / seen.front() > 3.0);
+    // The default model against the same profile: no scales (1 for every op), model = rates.
+    for (const CostModelRow& row : cost_model_rows(CostModel{}, p.graph, ms)) {
+        CHECK(row.scale == 1.0);
+        CHECK(row.model_ms == doctest::Approx(row.rates_ms));
+    }
+    const std::string rep = cost_model_report(fit, p.graph, ms);
+    for (const char* want : {"linear", "layer_norm", "meas/rate", "node err", "total", "step scale 0.8"}) {
+        CAPTURE(want);
+        CHECK(rep.find(want) != std::string::npos);
+    }
 }
