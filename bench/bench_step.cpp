@@ -20,7 +20,7 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/plan_svg.h"
 #include "ggml-lite/core/planner.h"
-#include "ggml-lite/ops/rng.h"
+#include "bench/step_fixtures.h"
 #include "tools/common/cli.h"
 #include "train/trainer.h"
 #if GL_HAVE_CUDA
@@ -29,6 +29,9 @@
 
 namespace {
 
+using bench::median;
+using bench::randn;
+using bench::write_random_weights;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
@@ -74,11 +77,6 @@ Options parse(int argc, char** argv) {
     return o;
 }
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 // Device memory in use (all processes), MiB; 0 without CUDA.
@@ -88,45 +86,6 @@ double device_used_mib() {
     if (cudaMemGetInfo(&free, &total) == cudaSuccess) return mib(double(total - free));
 #endif
     return 0.0;
-}
-
-// Random frozen weights in the leaf's dtype, quickly: PyTorch-default-like uniform(-1/sqrt(fan_in),
-// 1/sqrt(fan_in)) for matrices and convs, ones for norm gains, zeros for biases. One buffer per
-// (fan_in, dtype) is drawn once (counter-based, so it is cheap) and reused for every tensor.
-void write_random_weights(const sd::Weights& w, gl::Runtime& rt) {
-    const gl::Graph& g = rt.plan().graph;
-    std::map<std::pair<int64_t, int>, std::vector<uint8_t>> pool;
-    std::vector<uint8_t> buf;
-    for (const sd::WeightEntry& e : w.entries()) {
-        const gl::Shape s = g.shape(e.id);
-        const gl::DType t = g.dtype(e.id);
-        const size_t n = size_t(s.numel()), es = gl::dtype_size(t);
-        const bool vec = s.nd == 1;
-        const bool gain = vec && e.name.find("norm") != std::string::npos && e.name.ends_with(".weight");
-        if (vec) {
-            buf.assign(n * es, 0);
-            for (size_t i = 0; i < n; i++) gl::store_from_f32(buf.data(), t, int64_t(i), gain ? 1.0f : 0.0f);
-            rt.write(e.id, buf.data(), t);
-            continue;
-        }
-        const int64_t fan_in = s.numel() / s[0];
-        std::vector<uint8_t>& r = pool[{fan_in, int(t)}];
-        if (r.size() < n * es) {
-            const size_t old = r.size() / es;
-            r.resize(n * es);
-            const float bound = 1.0f / std::sqrt(float(fan_in));
-            for (size_t i = old; i < n; i++)
-                gl::store_from_f32(r.data(), t, int64_t(i), bound * (2.0f * gl::rng_uniform(uint64_t(fan_in), i) - 1.0f));
-        }
-        rt.write(e.id, r.data(), t);
-    }
-}
-
-std::vector<float> randn(size_t n, uint64_t seed) {
-    sd::NoiseRng rng{seed, 0};
-    std::vector<float> v(n);
-    sd::fill_normal(v, rng);
-    return v;
 }
 
 // PyTorch figures of TARGETS.md (H200, eager / torch.compile with CUDA graphs), ms per step and

@@ -300,3 +300,71 @@ TEST_CASE("cost model: a synthetic profile with known per-op scales, fitted and 
         CHECK(rep.find(want) != std::string::npos);
     }
 }
+
+TEST_CASE("auto-fit: the largest batch without accumulation, within a slowdown and with any recompute (tiny UNet)") {
+    train::AutoFitRequest r;
+    r.step.unet = sd::UnetConfig::tiny();
+    r.step.context_tokens = 8;
+    r.step.latent_h = r.step.latent_w = 8;
+    r.step.lora = lora::LoraConfig{4, 4.0f, 1.0f};
+    r.step.batch = 3;  // ignored: every batch is fitted alone
+    r.cache_text_encoder = true;
+    r.reserve = 4096;
+    auto planned = [&](int64_t b, bool least) {
+        train::StepOptions o = r.step;
+        o.batch = b;
+        const auto s = train::build_step(o);
+        return (least ? RecomputeSearch(s->g, {}).min_bytes() : make_plan(s->g).total_bytes()) + r.reserve;
+    };
+    // What fits at batch b: nothing, or the predicted step and the same without recompute.
+    auto fit_at = [&](int64_t b) -> std::pair<double, double> {
+        train::AutoFitRequest q = r;
+        q.step.batch = b;
+        q.micro_batches = {b};
+        try {
+            const train::AutoFitChoice c = train::auto_fit_step(q);
+            const FitRow& row = *c.result.chosen();
+            return {row.seconds, row.seconds - row.recompute_seconds};
+        } catch (const gl::Error&) {
+            return {0.0, 0.0};
+        }
+    };
+    train::BatchSearch s;
+    s.max_slowdown = 1.10;
+    s.max_batch = 64;
+    r.vram = planned(6, false) + 512;  // batch 6 fits without recompute
+    const train::BatchFit f = train::largest_batch(r, s);
+    MESSAGE("batch ", f.batch, " (", f.seconds / f.none_seconds, "x), any recompute ", f.any_batch, ", ", f.probes,
+            " probes");
+    REQUIRE(f.batch >= 6);
+    CHECK(f.choice.step.batch == f.batch);
+    CHECK(f.choice.step.grad_accum == 1);
+    CHECK(f.seconds / f.none_seconds <= s.max_slowdown);
+    const Plan p = make_plan(train::build_step(f.choice.step)->g, f.choice.plan_options(0));
+    CHECK(p.total_bytes() + r.reserve <= r.vram);
+    const auto next = fit_at(f.batch + 1);
+    CHECK((next.first == 0 || next.first / next.second > s.max_slowdown));
+    CHECK(f.any_batch >= f.batch);
+    CHECK(f.any_batch < s.max_batch);
+    CHECK(fit_at(f.any_batch).first > 0);
+    CHECK(fit_at(f.any_batch + 1).first == 0);
+    CHECK(planned(f.any_batch, true) <= r.vram);
+    CHECK(planned(f.any_batch + 1, true) > r.vram);
+    CHECK(f.any_seconds >= f.any_none_seconds);
+    CHECK(!f.batch1_needs_recompute);
+    CHECK(f.probes < 16);
+
+    r.vram = (planned(1, true) + planned(1, false)) / 2;  // batch 1 fits only with recompute
+    s.max_slowdown = 10;
+    const train::BatchFit tight = train::largest_batch(r, s);
+    CHECK(tight.batch1_needs_recompute);
+    CHECK(tight.batch >= 1);
+    CHECK(tight.choice.recompute == Recompute::budget);
+    r.vram = planned(1, true) - 1;  // nothing fits
+    const train::BatchFit none = train::largest_batch(r, s);
+    CHECK(none.batch == 0);
+    CHECK(none.any_batch == 0);
+    CHECK(none.batch1_needs_recompute);
+    s.max_slowdown = 0.5;
+    CHECK_THROWS_AS(train::largest_batch(r, s), gl::Error);
+}
