@@ -202,8 +202,9 @@ BatchFit largest_batch(const AutoFitRequest& r, const BatchSearch& s) {
         return probes.emplace(b, std::move(p)).first->second;
     };
 
-    // Guesses, from the largest bucket's step planned without recompute at batches 1 and 2 (the
-    // memory is about affine in the batch) and, for any recompute, the least plan at batch 2.
+    // Guesses, from the largest bucket's step at batches 2 and 4: memory is about affine in the
+    // batch, and the recompute frontier's shape (the share of the activations a slowdown keeps)
+    // about the same at every batch.
     StepOptions big = base.step;
     if (!base.buckets.empty()) {
         const FitBucket& k = *std::max_element(base.buckets.begin(), base.buckets.end(), [](const auto& a, const auto& b) {
@@ -214,20 +215,31 @@ BatchFit largest_batch(const AutoFitRequest& r, const BatchSearch& s) {
     }
     gl::PlanOptions po;
     po.cost = r.cost;
-    double none_bytes[2], least2 = 0;
-    for (int64_t b : {1, 2}) {
-        big.batch = b;
-        const std::unique_ptr<StepGraph> st = build_step(big);
-        const size_t extra = r.reserve + (r.workspace ? r.workspace(st->g) : 0);
-        none_bytes[b - 1] = double(gl::make_plan(st->g, po).total_bytes() + extra);
-        if (b == 2 && s.any_recompute) least2 = double(gl::RecomputeSearch(st->g, po).min_bytes() + extra);
+    double none_bytes[2], extra[2];
+    std::unique_ptr<StepGraph> st[2];
+    for (int k = 0; k < 2; k++) {
+        big.batch = 2 + 2 * k;
+        st[k] = build_step(big);
+        extra[k] = double(r.reserve + (r.workspace ? r.workspace(st[k]->g) : 0));
+        none_bytes[k] = double(gl::make_plan(st[k]->g, po).total_bytes()) + extra[k];
     }
-    const double per_image = std::max(1.0, none_bytes[1] - none_bytes[0]), fixed = none_bytes[0] - per_image;
-    const double room = double(r.vram) - fixed;
-    auto guess = [&](double per) { return int64_t(std::clamp(room / per, 1.0, double(s.max_batch))); };
+    gl::RecomputeSearch search(st[1]->g, po);
+    const std::vector<gl::BudgetStep>& steps = search.frontier();
+    double slow_bytes = none_bytes[1], least_bytes = none_bytes[1];
+    for (const gl::BudgetStep& x : steps) {
+        least_bytes = std::min(least_bytes, double(x.total_bytes) + extra[1]);
+        if (x.predicted_seconds <= s.max_slowdown * steps[0].predicted_seconds)
+            slow_bytes = std::min(slow_bytes, double(x.total_bytes) + extra[1]);
+    }
+    const double per_image = std::max(1.0, (none_bytes[1] - none_bytes[0]) / 2), fixed = none_bytes[0] - 2 * per_image;
+    const double room = double(r.vram) - fixed, activations = std::max(1.0, none_bytes[1] - fixed);
+    auto guess = [&](double bytes_at_4) {  // the batch whose activations, in that share, fill the room
+        const double share = std::clamp((bytes_at_4 - fixed) / activations, 0.01, 1.0);
+        return int64_t(std::clamp(room / (per_image * share), 1.0, double(s.max_batch)));
+    };
 
     BatchFit f;
-    f.batch = largest_true(guess(per_image), s.max_batch, [&](int64_t b) {
+    f.batch = largest_true(guess(slow_bytes), s.max_batch, [&](int64_t b) {
         const Probe& p = probe(b);
         return p.fits() && p.slowdown() <= s.max_slowdown * (1 + 1e-12);
     });
@@ -238,8 +250,7 @@ BatchFit largest_batch(const AutoFitRequest& r, const BatchSearch& s) {
         f.none_seconds = p.none_seconds;
     }
     if (s.any_recompute) {
-        const double least_per = std::max(1.0, (least2 - fixed) / 2);
-        f.any_batch = largest_true(std::max(f.batch, guess(least_per)), s.max_batch,
+        f.any_batch = largest_true(std::max(f.batch, guess(least_bytes)), s.max_batch,
                                    [&](int64_t b) { return probe(b).fits(); });
         if (f.any_batch > 0) {
             f.any_seconds = probe(f.any_batch).seconds;

@@ -51,7 +51,12 @@ AutoFitChoice auto_fit_step(const AutoFitRequest& r);
 
 // The largest micro-batch, without gradient accumulation, whose step fits r.vram: within a predicted
 // slowdown over the same batch planned without recompute, and with any recompute at all. r's batch,
-// accumulation and micro_batches are ignored (each batch b is fitted as micro-batch b alone).
+// accumulation and micro_batches are ignored (each batch b is fitted as micro-batch b alone, by
+// auto_fit_step). The search gallops from a guess (the step planned at batches 2 and 4: memory
+// affine in the batch, the recompute frontier's shape alike at every batch) and then bisects, so
+// it fits a handful of batches. The greedy recompute search's smallest plan is not quite monotone
+// in the batch (a few % either way), so what is found is a batch that fits whose next does not;
+// near that edge a larger batch may fit again.
 struct BatchSearch {
     double max_slowdown = 1.05;  // predicted step time over the same batch's without recompute
     int64_t max_batch = 4096;    // the search stops here
