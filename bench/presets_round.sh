@@ -7,12 +7,14 @@
 #      without recompute or limit; kohya's 8 GB preset on our runtime; $OUT/presets.tsv;
 #   2. bench/presets_torch.py: PyTorch (diffusers UNet + peft LoRA rank 16, SDPA, gradient
 #      checkpointing, AdamW8bit when bitsandbytes imports) at the 512² batches step 1 picked and
-#      kohya's preset, side by side with step 1's rows.
+#      kohya's preset, side by side with step 1's rows;
+#   3. with PROFILE=1, the cost model's calibration: bench_step --profile at batch 8, 512², no
+#      recompute (the default model against the profile, the fit, and the fit as pasteable code).
 # Neither program reads model files (random weights, drawn in place), so no model is made.
 # Binaries already in build-gpu/ (built elsewhere for sm_90a and carried) are used as they are.
 # Logs go to $OUT. Usage (device): bash bench/presets_round.sh    exit status: 0 when bench_presets ran
 # Knobs: STEPS / WARMUP (per configuration), DEADLINE (s, no new bench_presets run after it),
-# TORCH_BUDGET (s, the same for presets_torch.py).
+# TORCH_BUDGET (s, the same for presets_torch.py), PROFILE=1 (step 3; needs build-gpu/bench_step).
 # The prelude (bench/round_common.sh) installs the diffusers wheel of .whl/ and the carried prefix.
 set -euo pipefail
 STEPS="${STEPS:-8}"
@@ -24,8 +26,12 @@ export OUT
 git log --oneline -1 | tee "$OUT/commit.txt" || true
 python3 -c "import peft" || die "python: peft must import (presets_torch.py)"
 
-if [ ! -x build-gpu/bench_presets ]; then
-  (configure_gpu_build && ninja -C build-gpu bench_presets) >"$OUT/build.log" 2>&1 \
+targets=(bench_presets)
+[ "${PROFILE:-0}" = 1 ] && targets+=(bench_step)
+missing=()
+for t in "${targets[@]}"; do [ -x "build-gpu/$t" ] || missing+=("$t"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  (configure_gpu_build && ninja -C build-gpu "${missing[@]}") >"$OUT/build.log" 2>&1 \
     || { grep -E "error|FAILED" "$OUT/build.log" | head -40; die "build (see build.log)"; }
   stamp "built"
 fi
@@ -43,4 +49,11 @@ timeout $((TORCH_BUDGET + 240)) python3 bench/presets_torch.py "${ours[@]}" --si
   --budget "$TORCH_BUDGET" >"$OUT/presets_torch.log" 2>&1 || echo "presets_torch.py: exit $? (see presets_torch.log)"
 grep -vE "^\{" "$OUT/presets_torch.log" || true
 stamp "presets_torch.py done"
+
+if [ "${PROFILE:-0}" = 1 ]; then
+  ./build-gpu/bench_step --batch 8 --recompute none --steps 10 --warmup 3 --profile 5 >"$OUT/profile.log" 2>&1 \
+    || echo "bench_step --profile: exit $? (see profile.log)"
+  sed -n '/^the default cost model/,$p' "$OUT/profile.log"
+  stamp "profile done"
+fi
 exit $status
