@@ -21,7 +21,7 @@
 #include "ggml-lite/core/plan_svg.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/atomic_file.h"
-#include "ggml-lite/ops/rng.h"
+#include "bench/step_fixtures.h"
 #include "tools/common/cli.h"
 #include "train/trainer.h"
 #if GL_HAVE_CUDA
@@ -30,6 +30,9 @@
 
 namespace {
 
+using bench::median;
+using bench::randn;
+using bench::write_random_weights;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
@@ -75,11 +78,6 @@ Options parse(int argc, char** argv) {
     return o;
 }
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 // Device memory in use (all processes), MiB; 0 without CUDA.
@@ -89,45 +87,6 @@ double device_used_mib() {
     if (cudaMemGetInfo(&free, &total) == cudaSuccess) return mib(double(total - free));
 #endif
     return 0.0;
-}
-
-// Random frozen weights in the leaf's dtype, quickly: PyTorch-default-like uniform(-1/sqrt(fan_in),
-// 1/sqrt(fan_in)) for matrices and convs, ones for norm gains, zeros for biases. One buffer per
-// (fan_in, dtype) is drawn once (counter-based, so it is cheap) and reused for every tensor.
-void write_random_weights(const nn::Weights& w, gl::Runtime& rt) {
-    const gl::Graph& g = rt.plan().graph;
-    std::map<std::pair<int64_t, int>, std::vector<uint8_t>> pool;
-    std::vector<uint8_t> buf;
-    for (const nn::WeightEntry& e : w.entries()) {
-        const gl::Shape s = g.shape(e.id);
-        const gl::DType t = g.dtype(e.id);
-        const size_t n = size_t(s.numel()), es = gl::dtype_size(t);
-        const bool vec = s.nd == 1;
-        const bool gain = vec && e.name.find("norm") != std::string::npos && e.name.ends_with(".weight");
-        if (vec) {
-            buf.assign(n * es, 0);
-            for (size_t i = 0; i < n; i++) gl::store_from_f32(buf.data(), t, int64_t(i), gain ? 1.0f : 0.0f);
-            rt.write(e.id, buf.data(), t);
-            continue;
-        }
-        const int64_t fan_in = s.numel() / s[0];
-        std::vector<uint8_t>& r = pool[{fan_in, int(t)}];
-        if (r.size() < n * es) {
-            const size_t old = r.size() / es;
-            r.resize(n * es);
-            const float bound = 1.0f / std::sqrt(float(fan_in));
-            for (size_t i = old; i < n; i++)
-                gl::store_from_f32(r.data(), t, int64_t(i), bound * (2.0f * gl::rng_uniform(uint64_t(fan_in), i) - 1.0f));
-        }
-        rt.write(e.id, r.data(), t);
-    }
-}
-
-std::vector<float> randn(size_t n, uint64_t seed) {
-    sd::NoiseRng rng{seed, 0};
-    std::vector<float> v(n);
-    sd::fill_normal(v, rng);
-    return v;
 }
 
 // PyTorch figures of TARGETS.md (H200, eager / torch.compile with CUDA graphs), ms per step and
@@ -270,9 +229,12 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc, size_
         std::vector<double> node_ms(pg.nodes.size());
         for (size_t i = 0; i < node_ms.size(); i++) node_ms[i] = rt->profiled_ms(i) / rt->profiled_runs();
         const gl::CostModel fit = gl::fit_cost_model(pg, node_ms, rm);
-        std::printf("fitted cost model: flops_per_s %.4g, bytes_per_s %.4g, launch_s %.4g (%s); before: %s\n%s",
-                    fit.flops_per_s, fit.bytes_per_s, fit.launch_s, fit.describe().c_str(),
-                    gl::PlanOptions{}.cost.describe().c_str(), gl::cost_model_report(fit, pg, node_ms).c_str());
+        const gl::CostModel defaults = gl::PlanOptions{}.cost;
+        std::printf("\nthe default cost model against this profile (step predicted %.2f ms, replayed %.2f ms):\n%s"
+                    "\nfitted to this profile (step scale: graph replay over the profile's total):\n%s"
+                    "fitted cost model: %s\n",
+                    defaults.graph_seconds(pg) * 1e3, rm, gl::cost_model_report(defaults, pg, node_ms).c_str(),
+                    gl::cost_model_report(fit, pg, node_ms).c_str(), fit.code().c_str());
     }
 }
 

@@ -2,6 +2,7 @@
 // users write them, the runtimes' memory limit, and the cost model's fit to a profile.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "ggml-lite/core/autofit.h"
@@ -9,6 +10,7 @@
 #include "ggml-lite/core/recompute_budget.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/ops/builder.h"
+#include "ggml-lite/ops/rng.h"
 #include "train/autofit.h"
 
 using namespace gl;
@@ -185,13 +187,16 @@ TEST_CASE("cost model: a fit to node times recovers the constants they were made
     CHECK(std::abs(fit.launch_s / truth.launch_s - 1) < 0.02);
     CHECK(std::abs(fit.flops_per_s / truth.flops_per_s - 1) < 0.05);
     CHECK(std::abs(fit.bytes_per_s / truth.bytes_per_s - 1) < 0.05);
+    CHECK(fit.step_scale == doctest::Approx(1.0));
     CHECK(std::abs(fit.graph_seconds(p.graph) * 1e3 / step - 1) < 1e-9);  // the step time is matched exactly
     for (const Node& n : p.graph.nodes) CHECK(std::abs(fit.op_scale[size_t(n.op)] - 1) < 0.05);  // the truth has none
     // A step measured twice as long as the profile (eager kernels against a replay the other way
-    // round): every op takes twice as long.
+    // round): the step scale says so; the op scales stay.
     const CostModel slow = fit_cost_model(p.graph, ms, 2 * step);
+    CHECK(slow.step_scale == doctest::Approx(2.0));
     CHECK(std::abs(slow.graph_seconds(p.graph) * 1e3 / (2 * step) - 1) < 1e-9);
-    // Ops whose kernels are slower than the rates say get their own scale.
+    CHECK(slow.op_scale == fit.op_scale);
+    // Ops whose kernels are slower than the rates say get their own scale; each op's total is matched.
     std::vector<double> ms2 = ms;
     for (size_t i = 0; i < ms2.size(); i++)
         if (p.graph.nodes[i].op == Op::layer_norm) ms2[i] *= 3;
@@ -203,9 +208,203 @@ TEST_CASE("cost model: a fit to node times recovers the constants they were made
             ln_pred += per_op.node_seconds(p.graph, p.graph.nodes[i]) * 1e3;
         }
     CHECK(std::abs(ln_pred / ln - 1) < 1e-9);
-    const std::string rep = cost_model_report(fit, p.graph, ms);
-    CHECK(rep.find("linear") != std::string::npos);
-    CHECK(rep.find("total") != std::string::npos);
+    CHECK(per_op.code().find("layer_norm") != std::string::npos);  // pasteable, scales named
     CHECK_THROWS_AS(fit_cost_model(p.graph, {1.0}), gl::Error);
     CHECK_THROWS_AS(fit_cost_model(p.graph, std::vector<double>(p.graph.nodes.size(), 0.0)), gl::Error);
+    CHECK_THROWS_AS(fit_cost_model(p.graph, ms, -1.0), gl::Error);
+    CHECK_THROWS_AS(cost_model_rows(fit, p.graph, {1.0}), gl::Error);
+}
+
+TEST_CASE("cost model: a synthetic profile with known per-op scales, fitted and reported op by op") {
+    // Layers of very different widths: every op has launch-bound nodes and large ones, which is
+    // what tells an op's scale apart from the constants.
+    Graph g;
+    const int64_t batch = 256;
+    const std::vector<int64_t> widths = {32, 1024, 2048, 48, 1536, 1536, 64, 32};
+    ValueId h = g.input("x", DType::f32, {batch, widths[0]});
+    for (size_t i = 1; i < widths.size(); i++) {
+        const int64_t w = widths[i];
+        h = linear(g, h, g.param(cat("w", i), DType::f32, {w, widths[i - 1]}));
+        h = silu(g, layer_norm(g, h, g.weight(cat("g", i), DType::f32, {w}), g.weight(cat("b", i), DType::f32, {w}), 1e-5f));
+    }
+    ValueId loss = mean(g, mul(g, h, h));
+    g.mark_output(loss);
+    backward(g, loss);
+    const Plan p = make_plan(g);
+
+    CostModel truth;
+    truth.flops_per_s = 40e12;
+    truth.bytes_per_s = 1.2e12;
+    truth.launch_s = 5e-6;
+    truth.op_scale.assign(size_t(kOpCount), 1.0);
+    std::vector<int> present(size_t(kOpCount), 0);
+    for (const Node& n : p.graph.nodes) present[size_t(n.op)] = 1;
+    int k = 0;
+    for (size_t op = 0; op < present.size(); op++)
+        if (present[op]) truth.op_scale[op] = 0.6 + 0.35 * (k++ % 5);  // 0.6 .. 2.0
+    REQUIRE(k >= 6);
+    // Measured: the truth with +-2 % of deterministic noise per node.
+    std::vector<double> ms;
+    double total = 0;
+    for (size_t i = 0; i < p.graph.nodes.size(); i++) {
+        const double noise = 1 + 0.04 * (rng_uniform(7, i) - 0.5);
+        ms.push_back(truth.node_seconds(p.graph, p.graph.nodes[i]) * 1e3 * noise);
+        total += ms.back();
+    }
+
+    const CostModel fit = fit_cost_model(p.graph, ms, 0.8 * total);
+    MESSAGE(cost_model_report(fit, p.graph, ms));
+    CHECK(fit.step_scale == doctest::Approx(0.8));
+    CHECK(fit.graph_seconds(p.graph) * 1e3 == doctest::Approx(0.8 * total).epsilon(1e-9));
+    // The scales are found up to one common factor r, which the constants carry the other way.
+    const size_t lin = size_t(Op::linear);
+    REQUIRE(present[lin]);
+    const double r = fit.op_scale[lin] / truth.op_scale[lin];
+    for (size_t op = 0; op < present.size(); op++) {
+        if (!present[op] || !op_def(Op(op)).cost || (op_def(Op(op)).flags & kOpView)) continue;
+        CAPTURE(op_name(Op(op)));
+        CHECK(fit.op_scale[op] / truth.op_scale[op] == doctest::Approx(r).epsilon(0.03));
+    }
+    CHECK(fit.flops_per_s / truth.flops_per_s == doctest::Approx(r).epsilon(0.03));
+    CHECK(fit.bytes_per_s / truth.bytes_per_s == doctest::Approx(r).epsilon(0.03));
+    CHECK(fit.launch_s / truth.launch_s == doctest::Approx(1 / r).epsilon(0.03));
+    // The constants alone predict the profile's total; node by node the model is as close as the noise.
+    const std::vector<CostModelRow> rows = cost_model_rows(fit, p.graph, ms);
+    REQUIRE(rows.back().op == "total");
+    CHECK(rows.back().rates_ms == doctest::Approx(total).epsilon(1e-9));
+    CHECK(rows.back().model_ms == doctest::Approx(total).epsilon(1e-9));
+    CHECK(rows.back().node_error < 0.015);
+    // Per op, measured over the rates is the op's own scale (not one figure for every op, which is
+    // what a report of the scaled model against its own fit shows), and it is the truth's up to r.
+    std::vector<double> seen;
+    for (size_t i = 0; i + 1 < rows.size(); i++) {
+        const CostModelRow& row = rows[i];
+        CAPTURE(row.op);
+        CHECK(row.scale == doctest::Approx(row.ratio()).epsilon(1e-6));
+        CHECK(row.model_ms == doctest::Approx(row.measured_ms).epsilon(1e-6));
+        CHECK(row.node_error < 0.03);
+        for (size_t op = 0; op < present.size(); op++)
+            if (row.op == op_name(Op(op))) CHECK(row.ratio() / truth.op_scale[op] == doctest::Approx(r).epsilon(0.03));
+        seen.push_back(row.ratio());
+    }
+    std::sort(seen.begin(), seen.end());
+    CHECK(seen.back() / seen.front() > 3.0);
+    // The default model against the same profile: no scales (1 for every op), model = rates.
+    for (const CostModelRow& row : cost_model_rows(CostModel{}, p.graph, ms)) {
+        CHECK(row.scale == 1.0);
+        CHECK(row.model_ms == doctest::Approx(row.rates_ms));
+    }
+    const std::string rep = cost_model_report(fit, p.graph, ms);
+    for (const char* want : {"linear", "layer_norm", "meas/rate", "node err", "total", "step scale 0.8"}) {
+        CAPTURE(want);
+        CHECK(rep.find(want) != std::string::npos);
+    }
+}
+
+TEST_CASE("auto-fit: the largest batch without accumulation, within a slowdown and with any recompute (tiny UNet)") {
+    train::AutoFitRequest r;
+    r.step.unet = sd::UnetConfig::tiny();
+    r.step.context_tokens = 8;
+    r.step.latent_h = r.step.latent_w = 8;
+    r.step.lora = lora::LoraConfig{4, 4.0f, 1.0f};
+    r.step.batch = 3;  // ignored: every batch is fitted alone
+    r.cache_text_encoder = true;
+    r.reserve = 4096;
+    auto planned = [&](int64_t b, bool least) {
+        train::StepOptions o = r.step;
+        o.batch = b;
+        const auto s = train::build_step(o);
+        return (least ? RecomputeSearch(s->g, {}).min_bytes() : make_plan(s->g).total_bytes()) + r.reserve;
+    };
+    // What fits at batch b: nothing, or the predicted step and the same without recompute.
+    auto fit_at = [&](int64_t b) -> std::pair<double, double> {
+        train::AutoFitRequest q = r;
+        q.step.batch = b;
+        q.micro_batches = {b};
+        try {
+            const train::AutoFitChoice c = train::auto_fit_step(q);
+            const FitRow& row = *c.result.chosen();
+            return {row.seconds, row.seconds - row.recompute_seconds};
+        } catch (const gl::Error&) {
+            return {0.0, 0.0};
+        }
+    };
+    train::BatchSearch s;
+    s.max_slowdown = 1.10;
+    s.max_batch = 64;
+    r.vram = planned(6, false) + 512;  // batch 6 fits without recompute
+    const train::BatchFit f = train::largest_batch(r, s);
+    MESSAGE("batch ", f.batch, " (", f.seconds / f.none_seconds, "x), any recompute ", f.any_batch, ", ", f.probes,
+            " probes");
+    REQUIRE(f.batch >= 6);
+    CHECK(f.choice.step.batch == f.batch);
+    CHECK(f.choice.step.grad_accum == 1);
+    CHECK(f.seconds / f.none_seconds <= s.max_slowdown);
+    const Plan p = make_plan(train::build_step(f.choice.step)->g, f.choice.plan_options(0));
+    CHECK(p.total_bytes() + r.reserve <= r.vram);
+    const auto next = fit_at(f.batch + 1);
+    CHECK((next.first == 0 || next.first / next.second > s.max_slowdown));
+    CHECK(f.any_batch >= f.batch);
+    CHECK(f.any_batch < s.max_batch);
+    CHECK(fit_at(f.any_batch).first > 0);
+    CHECK(fit_at(f.any_batch + 1).first == 0);
+    CHECK(planned(f.any_batch, true) <= r.vram);
+    CHECK(planned(f.any_batch + 1, true) > r.vram);
+    CHECK(f.any_seconds >= f.any_none_seconds);
+    CHECK(!f.batch1_needs_recompute);
+    CHECK(f.probes < 16);
+
+    r.vram = (planned(1, true) + planned(1, false)) / 2;  // batch 1 fits only with recompute
+    s.max_slowdown = 10;
+    const train::BatchFit tight = train::largest_batch(r, s);
+    CHECK(tight.batch1_needs_recompute);
+    CHECK(tight.batch >= 1);
+    CHECK(tight.choice.recompute == Recompute::budget);
+    r.vram = planned(1, true) - 1;  // nothing fits
+    const train::BatchFit none = train::largest_batch(r, s);
+    CHECK(none.batch == 0);
+    CHECK(none.any_batch == 0);
+    CHECK(none.batch1_needs_recompute);
+    s.max_slowdown = 0.5;
+    CHECK_THROWS_AS(train::largest_batch(r, s), gl::Error);
+}
+
+TEST_CASE("auto-fit: the largest batch over a sweep of budgets is monotone and its plan within the budget (tiny UNet)") {
+    train::AutoFitRequest r;
+    r.step.unet = sd::UnetConfig::tiny();
+    r.step.context_tokens = 8;
+    r.step.latent_h = r.step.latent_w = 8;
+    r.step.lora = lora::LoraConfig{4, 4.0f, 1.0f};
+    r.cache_text_encoder = true;
+    r.reserve = 64 << 10;  // a context beside the plans, as bench_presets counts one
+    auto planned = [&](int64_t b, bool least) {
+        train::StepOptions o = r.step;
+        o.batch = b;
+        const auto s = train::build_step(o);
+        return (least ? RecomputeSearch(s->g, {}).min_bytes() : make_plan(s->g).total_bytes()) + r.reserve;
+    };
+    train::BatchSearch s;
+    s.max_slowdown = 1.05;
+    s.max_batch = 64;
+    const size_t lo = planned(1, true), hi = planned(12, false);
+    int64_t last = 0, last_any = 0;
+    for (int k = 0; k <= 6; k++) {
+        r.vram = lo + (hi - lo) * size_t(k) / 6;
+        const train::BatchFit f = train::largest_batch(r, s);
+        CAPTURE(r.vram);
+        CAPTURE(f.batch);
+        CAPTURE(f.any_batch);
+        CHECK(f.any_batch >= 1);  // batch 1 with the least recompute fits from the first budget on
+        CHECK(f.batch >= last);
+        CHECK(f.any_batch >= last_any);
+        CHECK(f.any_batch >= f.batch);
+        last = f.batch;
+        last_any = f.any_batch;
+        if (f.batch == 0) continue;
+        CHECK(f.seconds / f.none_seconds <= s.max_slowdown * (1 + 1e-12));
+        const Plan p = make_plan(train::build_step(f.choice.step)->g, f.choice.plan_options(0));
+        CHECK(p.total_bytes() + r.reserve <= r.vram);
+        CHECK(p.total_bytes() + r.reserve == f.choice.result.chosen()->peak_bytes);  // predicted = planned
+    }
+    CHECK(last >= 12);  // the last budget holds batch 12 without recompute
 }

@@ -49,4 +49,31 @@ struct AutoFitChoice {
 // Throws gl::Error when nothing fits, with the table of what was tried in the message.
 AutoFitChoice auto_fit_step(const AutoFitRequest& r);
 
+// The largest micro-batch, without gradient accumulation, whose step fits r.vram: within a predicted
+// slowdown over the same batch planned without recompute, and with any recompute at all. r's batch,
+// accumulation and micro_batches are ignored (each batch b is fitted as micro-batch b alone, by
+// auto_fit_step). The search gallops from a guess (the step planned at batches 2 and 4: memory
+// affine in the batch, the recompute frontier's shape alike at every batch) and then bisects, so
+// it fits a handful of batches. The greedy recompute search's smallest plan is not quite monotone
+// in the batch (a few % either way), so what is found is a batch that fits whose next does not;
+// near that edge a larger batch may fit again.
+struct BatchSearch {
+    double max_slowdown = 1.05;  // predicted step time over the same batch's without recompute
+    int64_t max_batch = 4096;    // the search stops here
+    bool any_recompute = true;   // also search the largest batch that fits with any recompute
+};
+
+struct BatchFit {
+    int64_t batch = 0;  // the largest within max_slowdown; 0: not even batch 1
+    AutoFitChoice choice;  // batch's configuration (when batch > 0)
+    double seconds = 0, none_seconds = 0;  // batch's predicted step: as fitted, and without recompute
+    int64_t any_batch = 0;  // the largest that fits with any recompute (0: none, or not searched)
+    double any_seconds = 0, any_none_seconds = 0;
+    bool batch1_needs_recompute = false;  // even batch 1 does not fit without recompute
+    int probes = 0;  // batches fitted to find these
+};
+
+// Throws gl::Error for a request that does not validate or a failing builder.
+BatchFit largest_batch(const AutoFitRequest& r, const BatchSearch& s = {});
+
 }  // namespace train
