@@ -2,9 +2,10 @@
 // (tools/sdtrain/options.h) and engine (train/run/session.h). Prints the plan, trains with a
 // progress line, keeps metrics.jsonl and report.html in the output folder (tools/sdtrain/console.h),
 // saves.
-// Ctrl-C (SIGINT) or SIGTERM: the run stops after the current step, saves the LoRA at that step and
-// a state to --resume from, and exits with status 130; a second one ends the program at once
-// (every file is written under a temporary name and renamed, so what was saved stays whole).
+// Ctrl-C (SIGINT) or SIGTERM once the plan is made stops the run after the current step, saves the
+// LoRA at that step and a state to --resume from, and exits with status 130 (while caching latents
+// it stops there, with nothing saved); a second one ends the program at once (every file is
+// written under a temporary name and renamed, so what was saved stays whole).
 // Exit status: 0 done (or --dry_run, --help, --output_config), 2 a bad command line, 1 any other
 // error (a plan that does not fit the device included: it lists what would), 130 stopped by a signal.
 #include <unistd.h>
@@ -66,6 +67,9 @@ int main(int argc, char** argv) {
         std::fflush(stdout);  // from here on every line goes through the console's progress object
         sdtrain::Console console(gl::cli::Progress::on_fd(STDOUT_FILENO));
         train::Session session(cl.config, &console);
+        // The plan reads headers and plans graphs, writing nothing: a signal there ends the program
+        // as usual. From the caches on, the first one stops the run with a save.
+        session.prepare();
         install_signal_handlers();
         const train::RunSummary s = session.run(&g_stop);
         return s.interrupted ? 130 : 0;

@@ -95,7 +95,8 @@ void RunRecording::on_start(const RunStart& s) {
     r.config = std::move(report_.config);
     r.timings = {"", {"phase", "time"}, {}};
     for (const auto& [phase, seconds] : s.timings) r.timings.rows.push_back({phase, seconds_text(seconds)});
-    if (!s.resumed_from.empty()) r.run_rows.push_back({"Resumed from", s.resumed_from + " (step " + std::to_string(s.first_step) + ")"});
+    if (!s.resumed_from.empty())
+        r.run_rows.push_back({"Resumed from", s.resumed_from + " (step " + std::to_string(s.first_step) + ")"});
     rec_->write_report();
 }
 
