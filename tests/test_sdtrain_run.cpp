@@ -325,15 +325,21 @@ TEST_CASE("sdtrain run: a stop between steps saves a LoRA and a state, the resum
     rec.stop_at_step_flag = &stop;
     train::RunConfig cb = c;
     cb.output_dir = (s.root / "b").string();
+    // The stop comes at a save step, the end of epoch 1: its LoRA is not saved twice, its state is
+    // saved again after the epoch's end (sampling), so that the resume does not sample epoch 1 again.
+    cb.save_every_n_steps = 2;
+    cb.save_state = true;
     const train::RunSummary r = train::Session(cb, &rec).run(&stop);
     CHECK(r.interrupted);
     CHECK(r.steps == 2);
     CHECK(fs::exists(s.root / "b" / "tiny-step00000002.safetensors"));
     REQUIRE(fs::exists(s.root / "b" / "tiny-step00000002-state"));
     CHECK(r.resume_hint == (s.root / "b" / "tiny-step00000002-state").string());
+    CHECK(r.final_file == (s.root / "b" / "tiny-step00000002.safetensors").string());
+    CHECK(rec.saves.size() == 3);
     CHECK_FALSE(fs::exists(s.root / "b" / "tiny.safetensors"));
     const train::MetricsHistory stopped = train::read_metrics(s.root / "b" / "metrics.jsonl");
-    CHECK(event_kinds(stopped) == std::vector<std::string>{"start", "sample", "save", "save", "end"});
+    CHECK(event_kinds(stopped) == std::vector<std::string>{"start", "save", "save", "sample", "save", "end"});
     CHECK(stopped.events.back().message == "stopped at step 2 (Ctrl-C); continue with --resume " + r.resume_hint);
     CHECK(slurp((s.root / "b" / "report.html").string()).find("stopped at step 2 (Ctrl-C)") != std::string::npos);
 
@@ -350,9 +356,9 @@ TEST_CASE("sdtrain run: a stop between steps saves a LoRA and a state, the resum
     runs.insert(runs.end(), rec2.steps.begin(), rec2.steps.end());
     check_steps(both, runs, 2, 1, 2);
     for (size_t i = 0; i < both.steps.size(); i++) CHECK(both.steps[i].loss == full_rec.steps[i].loss);
-    CHECK(event_kinds(both) == std::vector<std::string>{"start", "sample", "save", "save", "end", "resume", "sample",
-                                                        "save", "end"});
-    CHECK(both.events[5].step == 2);
+    CHECK(event_kinds(both) == std::vector<std::string>{"start", "save", "save", "sample", "save", "end", "resume",
+                                                        "save", "save", "sample", "save", "save", "end"});
+    CHECK(both.events[6].step == 2);
     CHECK(both.events.back().message == "finished: 4 steps");
     const gl::io::SafetensorsFile f((s.root / "a" / "tiny.safetensors").string());
     for (const gl::io::TensorInfo& t : f.list()) CHECK(t.name.rfind("lora_unet_", 0) == 0);

@@ -101,6 +101,11 @@ private:
     std::chrono::steady_clock::time_point last_step_t_, train_t0_;
     data::Loader* loader_ = nullptr;
     int64_t first_step_ = 0;  // steps done when this run's loop began (a resumed state's)
+    // The last step saves: a stop right after one saves no copy (the state only when its position is
+    // still the same: an epoch's end since then changes where a resume starts).
+    int64_t step_lora_saved_ = -1;
+    int64_t step_state_saved_ = -1;
+    std::pair<int64_t, int64_t> state_saved_at_;  // its epoch_, batches_done_
     std::vector<std::pair<std::string, double>> timings_;  // the stages before training (RunStart)
 };
 
@@ -359,6 +364,7 @@ void Runner::flush() {
     const int64_t step = r.step;
     if (c_.save_every_n_steps && step % *c_.save_every_n_steps == 0) {
         SaveEvent s{save_lora(SaveKind::step, step, epoch_ - 1), false, false, step, epoch_, {}};
+        step_lora_saved_ = step;
         if (const auto old = step_to_remove(c_, step, false)) {
             const fs::path p = fs::path(c_.output_dir) / lora_file_name(c_, SaveKind::step, *old);
             if (fs::exists(p)) s.removed.push_back(p.string()), remove_save(p);
@@ -366,6 +372,8 @@ void Runner::flush() {
         m_.obs->on_save(s);
         if (c_.save_state) {
             SaveEvent st{save_state(SaveKind::step, step), true, false, step, epoch_, {}};
+            step_state_saved_ = step;
+            state_saved_at_ = std::pair{epoch_, batches_done_};
             if (const auto old = step_to_remove(c_, step, true)) {
                 const fs::path p = fs::path(c_.output_dir) / state_dir_name(c_, SaveKind::step, *old);
                 if (fs::exists(p)) st.removed.push_back(p.string()), remove_save(p);
@@ -490,11 +498,16 @@ RunSummary Runner::run() {
     if (sum_.interrupted && trainer_->steps_done() == first_step_) {
         m_.message("stopped before the first step of this run: nothing new to save");
         if (c_.resume) sum_.resume_hint = *c_.resume;  // still the place to continue from
-    } else if (sum_.interrupted) {  // a resumable save of where it stopped
+    } else if (sum_.interrupted) {  // a resumable save of where it stopped, unless that step was just saved
         const int64_t step = trainer_->steps_done();
-        sum_.final_file = save_lora(SaveKind::step, step, epoch_ - 1);
-        m_.obs->on_save({sum_.final_file, false, false, step, epoch_, {}});
-        m_.obs->on_save({save_state(SaveKind::step, step), true, false, step, epoch_, {}});
+        if (step_lora_saved_ == step) {
+            sum_.final_file = (fs::path(c_.output_dir) / lora_file_name(c_, SaveKind::step, step)).string();
+        } else {
+            sum_.final_file = save_lora(SaveKind::step, step, epoch_ - 1);
+            m_.obs->on_save({sum_.final_file, false, false, step, epoch_, {}});
+        }
+        if (step_state_saved_ != step || state_saved_at_ != std::pair{epoch_, batches_done_})
+            m_.obs->on_save({save_state(SaveKind::step, step), true, false, step, epoch_, {}});
     } else {
         if (c_.save_state || c_.save_state_on_train_end)
             m_.obs->on_save({save_state(SaveKind::last, 0), true, true, sum_.steps, m_.plan.counts.epochs, {}});
