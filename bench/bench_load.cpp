@@ -25,7 +25,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 struct UnetGraph {
     gl::Graph g;
-    sd::Weights w{g, gl::DType::bf16};
+    nn::Weights w{g, gl::DType::bf16};
     sd::UnetConfig c = sd::UnetConfig::sd15();
     UnetGraph() {
         gl::ValueId x = g.input("x", gl::DType::bf16, {1, 64, 64, 4});
@@ -39,10 +39,10 @@ void write_checkpoint(const UnetGraph& u, const std::string& path) {
     std::vector<gl::io::TensorToWrite> ts;
     std::vector<std::vector<uint16_t>> data;
     data.reserve(u.w.entries().size());
-    for (const sd::WeightEntry& e : u.w.entries()) {
+    for (const nn::WeightEntry& e : u.w.entries()) {
         gl::Shape s = u.g.shape(e.id);
         std::vector<int64_t> shape = s.vec();
-        if (e.layout == sd::WeightLayout::conv_ohwi) shape = {s[0], s[3], s[1], s[2]};  // PyTorch OIHW
+        if (e.layout == nn::WeightLayout::conv_ohwi) shape = {s[0], s[3], s[1], s[2]};  // PyTorch OIHW
         data.emplace_back(size_t(s.numel()));
         for (size_t i = 0; i < data.back().size(); i++)
             data.back()[i] = gl::f32_to_f16(0.05f * (2.0f * gl::rng_uniform(e.id, i) - 1.0f));
@@ -75,7 +75,7 @@ int run(int argc, char** argv) {
     for (int rep = 0; rep < 2; rep++) {  // the second pass reads the file from the page cache
         const auto t = Clock::now();
         gl::io::SafetensorsFile f(file);
-        sd::LoadReport r = sd::load_unet(u.w, u.c, f, *rt);
+        nn::LoadReport r = sd::load_unet(u.w, u.c, f, *rt);
         rt->synchronize();
         const double s = seconds_since(t);
         std::printf("load %d (%s): %zu tensors, %.1f MiB in the arenas, %.2f s, %.2f GB/s (runtime set-up %.2f s)\n", rep + 1,

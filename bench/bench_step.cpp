@@ -94,11 +94,11 @@ double device_used_mib() {
 // Random frozen weights in the leaf's dtype, quickly: PyTorch-default-like uniform(-1/sqrt(fan_in),
 // 1/sqrt(fan_in)) for matrices and convs, ones for norm gains, zeros for biases. One buffer per
 // (fan_in, dtype) is drawn once (counter-based, so it is cheap) and reused for every tensor.
-void write_random_weights(const sd::Weights& w, gl::Runtime& rt) {
+void write_random_weights(const nn::Weights& w, gl::Runtime& rt) {
     const gl::Graph& g = rt.plan().graph;
     std::map<std::pair<int64_t, int>, std::vector<uint8_t>> pool;
     std::vector<uint8_t> buf;
-    for (const sd::WeightEntry& e : w.entries()) {
+    for (const nn::WeightEntry& e : w.entries()) {
         const gl::Shape s = g.shape(e.id);
         const gl::DType t = g.dtype(e.id);
         const size_t n = size_t(s.numel()), es = gl::dtype_size(t);

@@ -22,7 +22,7 @@ std::vector<float> LatentEncoder::moments(const std::vector<float>& x, int batch
 
 struct VaeGraphEncoder::Planned {
     gl::Graph g;
-    std::unique_ptr<sd::Weights> w;
+    std::unique_ptr<nn::Weights> w;
     gl::ValueId x = 0, moments = 0;
     std::unique_ptr<gl::Plan> plan;
     std::unique_ptr<gl::Runtime> rt;  // on mem_, made on first use
@@ -50,7 +50,7 @@ VaeGraphEncoder::Planned& VaeGraphEncoder::planned(const EncoderShape& s) {
     std::unique_ptr<Planned>& p = shapes_[s];
     if (!p) {
         auto n = std::make_unique<Planned>();
-        n->w = std::make_unique<sd::Weights>(n->g, dtype_);
+        n->w = std::make_unique<nn::Weights>(n->g, dtype_);
         n->x = n->g.input("x", dtype_, {s.batch, s.height, s.width, config_.in_channels});
         n->moments = sd::vae_encode(*n->w, config_, n->x).moments;
         n->g.mark_output(n->moments);

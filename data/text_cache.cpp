@@ -17,7 +17,7 @@ namespace data {
 struct ClipGraphEncoder::Shape {
     int batch;
     gl::Graph g;
-    std::unique_ptr<sd::Weights> w;
+    std::unique_ptr<nn::Weights> w;
     gl::ValueId ids, hidden;
     std::unique_ptr<gl::Runtime> rt;
 };
@@ -51,7 +51,7 @@ std::vector<float> ClipGraphEncoder::encode(const std::vector<std::string>& capt
         current_.reset();
         auto s = std::make_unique<Shape>();
         s->batch = b;
-        s->w = std::make_unique<sd::Weights>(s->g, dtype_);
+        s->w = std::make_unique<nn::Weights>(s->g, dtype_);
         s->ids = s->g.input("ids", gl::DType::i32, {int64_t(b) * n_chunks_, 77});
         s->hidden = sd::build_clip_chunked(*s->w, s->g, s->ids, n_chunks_, config_, clip_skip_);
         s->g.mark_output(s->hidden);

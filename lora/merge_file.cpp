@@ -76,7 +76,7 @@ void check_finite(const gl::io::TensorSource& src, const gl::io::TensorInfo& t, 
 // A merged weight: its leaf and how the checkpoint stores it.
 struct Merged {
     gl::ValueId id;
-    sd::WeightLayout layout;
+    nn::WeightLayout layout;
 };
 
 // Writes every tensor of src to path: merged ones from rt (back to PyTorch's layout and the
@@ -104,7 +104,7 @@ size_t write_source(const gl::io::TensorSource& src, const std::map<std::string,
             GL_CHECK(w.size() == n, "lora merge: ", src.origin(), ": ", t.name, " holds ", n, " values, the model ",
                      w.size());
 
-            if (it->second.layout == sd::WeightLayout::conv_ohwi) {  // [O][kh][kw][I] -> [O][I][kh][kw]
+            if (it->second.layout == nn::WeightLayout::conv_ohwi) {  // [O][kh][kw][I] -> [O][I][kh][kw]
                 const gl::Shape s = g.shape(it->second.id);
                 const int64_t O = s[0], kh = s[1], kw = s[2], I = s[3];
                 std::vector<float> oihw(w.size());
@@ -181,7 +181,7 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
 
     // The base models in f32 with the network on them (tiny inputs: only the weights matter).
     gl::Graph g;
-    sd::Weights wu{g, DType::f32}, wc{g, DType::f32};
+    nn::Weights wu{g, DType::f32}, wc{g, DType::f32};
     LoraConfig cfg;
     cfg.rank = rep.rank > 0 ? rep.rank : rep.conv_rank;
     cfg.alpha = 0.0f;  // alpha = rank: load_lora folds the file's alphas into up
@@ -224,7 +224,7 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
         const bool unet = m.part == Part::unet;
         (unet ? n_unet : n_te)++;
         const std::string name = m.path + ".weight";
-        for (const sd::WeightEntry& e : (unet ? wu : wc).entries()) {
+        for (const nn::WeightEntry& e : (unet ? wu : wc).entries()) {
             if (e.name != name) continue;
             const std::string key = unet ? (ul == sd::UnetLayout::diffusers ? sd::unet_key_diffusers(name)
                                                                               : sd::unet_key_original(uc, name))

@@ -43,7 +43,7 @@ inline std::string tmp_path(const std::string& name) {
 // SD1.5's UNet and text encoder graphs with a LoRA attached (built, never run).
 struct Sd15Graphs {
     Graph g;
-    sd::Weights wu{g, DType::bf16}, wt{g, DType::bf16};
+    nn::Weights wu{g, DType::bf16}, wt{g, DType::bf16};
     LoraNetwork net;
     // One graph holds both models, as in training: a network's parameters live in one graph.
     explicit Sd15Graphs(LoraConfig c) : net(c) {

@@ -66,7 +66,7 @@ inline sd::Sd15Files tiny_files(std::shared_ptr<const io::TensorSource> unet, st
 // The tiny UNet and text encoder, optionally with a LoRA, outputs on fixed inputs.
 struct TinyModels {
     Graph g;
-    sd::Weights wu{g, DType::f32}, wc{g, DType::f32};
+    nn::Weights wu{g, DType::f32}, wc{g, DType::f32};
     std::unique_ptr<lora::LoraNetwork> net;
     ValueId x, t, ctx, ids, eps, hidden;
     std::unique_ptr<Runtime> rt;

@@ -61,13 +61,13 @@ inline const char* kVaeConfig = R"({"_class_name": "AutoencoderKL", "act_fn": "s
 inline void write_random_clip(const fs::path& file) {
     const sd::ClipConfig c{3514, 16, 2, 2, 32, 77, gl::Act::quick_gelu, 1e-5f};
     gl::Graph g;
-    sd::Weights w(g, gl::DType::f32);
+    nn::Weights w(g, gl::DType::f32);
     sd::build_clip(w, g, g.input("ids", gl::DType::i32, {1, 77}), c);
     sd::NoiseRng rng{20240611, 0};
     std::vector<std::vector<float>> data;
     std::vector<gl::io::TensorToWrite> out;
     data.reserve(w.entries().size());
-    for (const sd::WeightEntry& e : w.entries()) {
+    for (const nn::WeightEntry& e : w.entries()) {
         const gl::Shape& s = g.shape(e.id);
         std::vector<float> v(size_t(s.numel()));
         const bool norm = e.name.find("norm") != std::string::npos;

@@ -224,7 +224,7 @@ inline void unet_buckets_share(const std::string& backend, int steps) {
     ob.latent_w = 2 * kSide;
     auto sa = train::build_step(oa), sb = train::build_step(ob);
     Graph gs;
-    sd::Weights ws(gs, DType::f32);
+    nn::Weights ws(gs, DType::f32);
     lora::LoraNetwork net(oa.lora);
     net.attach_unet(ws);
     ValueId xs = gs.input("latents", DType::f32, {1, kSide, kSide, 4}), ts = gs.input("timesteps", DType::f32, {1});

@@ -63,11 +63,11 @@ private:
 // Random weights for cfg in layout l, plus whatever extra keys a checkpoint of that kind holds.
 MemSource random_checkpoint(const ClipConfig& cfg, ClipLayout l, uint64_t seed) {
     Graph g;
-    Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     build_clip(w, g, g.input("ids", DType::i32, {1, cfg.max_pos}), cfg);
     MemSource src("random.safetensors");
     Lcg r(seed);
-    for (const WeightEntry& e : w.entries()) {
+    for (const nn::WeightEntry& e : w.entries()) {
         std::vector<float> d(size_t(g.v(e.id).numel()));
         const bool norm_weight = e.name.find("norm") != std::string::npos && e.name.ends_with(".weight");
         for (float& x : d) x = norm_weight ? 1.0f + 0.1f * r.uniform() : 0.2f * r.uniform();
@@ -84,7 +84,7 @@ struct Encoded {
 Encoded encode(const ClipConfig& cfg, const io::TensorSource& src, const std::vector<int32_t>& ids, int64_t n, int clip_skip,
                int chunks = 0) {
     Graph g;
-    Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     ValueId in = g.input("ids", DType::i32, {n, int64_t(ids.size()) / n});
     ValueId out = chunks ? build_clip_chunked(w, g, in, chunks, cfg, clip_skip) : build_clip(w, g, in, cfg, clip_skip);
     g.mark_output(out);
@@ -108,10 +108,10 @@ std::vector<int32_t> random_ids(int64_t n, int64_t L, int64_t vocab, uint64_t se
 TEST_CASE("clip: weights are named by transformers' keys and each layer is a segment") {
     const ClipConfig cfg = ClipConfig::tiny();
     Graph g;
-    Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     build_clip(w, g, g.input("ids", DType::i32, {2, 77}), cfg);
     std::set<std::string> names;
-    for (const WeightEntry& e : w.entries()) names.insert(e.name);
+    for (const nn::WeightEntry& e : w.entries()) names.insert(e.name);
     CHECK(names.size() == size_t(2 + 16 * cfg.layers + 2));
     for (const char* k : {"text_model.embeddings.token_embedding.weight", "text_model.embeddings.position_embedding.weight",
                           "text_model.encoder.layers.0.self_attn.q_proj.weight",
@@ -122,10 +122,10 @@ TEST_CASE("clip: weights are named by transformers' keys and each layer is a seg
 
     // The full-size encoder has ViT-L/14's 123M parameters.
     Graph gl14;
-    Weights wl(gl14, DType::bf16);
+    nn::Weights wl(gl14, DType::bf16);
     build_clip(wl, gl14, gl14.input("ids", DType::i32, {1, 77}), ClipConfig::vit_l14());
     int64_t params = 0;
-    for (const WeightEntry& e : wl.entries()) params += gl14.v(e.id).numel();
+    for (const nn::WeightEntry& e : wl.entries()) params += gl14.v(e.id).numel();
     CHECK(params == 123060480);
 }
 
@@ -141,7 +141,7 @@ TEST_CASE("clip: clip_skip k runs the first L-k+1 layers, then the final layer n
     CHECK(encode(cfg, src, ids, 2, 3).out == encode(one, src, ids, 2, 1).out);
     CHECK(encode(cfg, src, ids, 2, 2).out != encode(cfg, src, ids, 2, 1).out);
     Graph g;
-    Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     ValueId in = g.input("ids", DType::i32, {1, 77});
     CHECK_THROWS_WITH_AS(build_clip(w, g, in, cfg, 0), doctest::Contains("clip_skip 0"), gl::Error);
     CHECK_THROWS_WITH_AS(build_clip(w, g, in, cfg, 4), doctest::Contains("clip_skip 4"), gl::Error);
@@ -210,10 +210,10 @@ TEST_CASE("clip: every checkpoint layout loads to the same encoder") {
         CHECK(detect_clip_layout(src) == l);
         CHECK(encode(cfg, src, ids, 1, 1).out == ref);
         Graph g;
-        Weights w(g, DType::f32);
+        nn::Weights w(g, DType::f32);
         g.mark_output(build_clip(w, g, g.input("ids", DType::i32, {1, 77}), cfg));
         auto rt = make_cpu_runtime(make_plan(g));
-        LoadReport r = load_clip(w, src, *rt);
+        nn::LoadReport r = load_clip(w, src, *rt);
         CHECK(r.unexpected.empty());
         CHECK(r.tensors == w.entries().size());
     }
@@ -222,7 +222,7 @@ TEST_CASE("clip: every checkpoint layout loads to the same encoder") {
 TEST_CASE("clip: a missing, misshapen or absent text encoder is named") {
     const ClipConfig cfg = ClipConfig::tiny();
     Graph g;
-    Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     g.mark_output(build_clip(w, g, g.input("ids", DType::i32, {1, 77}), cfg));
     auto rt = make_cpu_runtime(make_plan(g));
 
@@ -258,7 +258,7 @@ TEST_CASE("clip: gradients with respect to the input embeddings are identical wi
     std::vector<float> grads[3];
     for (Recompute policy : {Recompute::none, Recompute::blocks, Recompute::cheap}) {
         Graph g;
-        Weights w(g, DType::f32);
+        nn::Weights w(g, DType::f32);
         ValueId e = g.param("inputs_embeds", DType::f32, {N, L, D}), rr = g.input("R", DType::f32, {N, L, D});
         ValueId loss = sum(g, mul(g, build_clip_from_embeds(w, g, e, cfg, 1), rr));
         g.mark_output(loss);
@@ -311,7 +311,7 @@ std::pair<std::vector<float>, std::vector<float>> encode_with_grad(const ClipCon
                                                                    const io::TensorSource& io, int clip_skip) {
     const Shape s = Shape::of(io.info("inputs_embeds").shape);
     Graph g;
-    Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     ValueId e = g.param("inputs_embeds", DType::f32, s), r = g.input("R", DType::f32, s);
     ValueId out = build_clip_from_embeds(w, g, e, cfg, clip_skip);
     ValueId loss = sum(g, mul(g, out, r));
@@ -320,7 +320,7 @@ std::pair<std::vector<float>, std::vector<float>> encode_with_grad(const ClipCon
     Gradients gr = backward(g, loss);
     auto rt = make_cpu_runtime(make_plan(g, {Recompute::blocks}));
     rt->poison(0xff);
-    LoadReport rep = load_clip(w, weights, *rt);
+    nn::LoadReport rep = load_clip(w, weights, *rt);
     // The token embedding is not part of this graph, and the only weight the loader leaves unused.
     REQUIRE(rep.unexpected.size() == 1);
     CHECK(rep.unexpected[0].ends_with("embeddings.token_embedding.weight"));
@@ -373,7 +373,7 @@ TEST_CASE("clip golden: bf16 weights and activations stay within bf16 tolerance"
     io::SafetensorsFile io(dir / "clip_tiny_io.safetensors"), weights(dir / "clip_tiny_original.safetensors");
     const std::vector<int32_t> ids = read_all<int32_t>(io, "ids", DType::i32);
     Graph g;
-    Weights w(g, DType::bf16);
+    nn::Weights w(g, DType::bf16);
     ValueId in = g.input("ids", DType::i32, {2, 77});
     ValueId out = build_clip(w, g, in, ClipConfig::tiny(), 2);
     CHECK(g.dtype(out) == DType::bf16);

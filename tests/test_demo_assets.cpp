@@ -88,14 +88,14 @@ TEST_CASE("demo assets: the hand-set VAE averages 8x8 blocks and repeats them ba
     const sd::Sd15Files m = sd::open_sd15(dir.path.string());
     const int64_t B = 2, H = 24, W = 40, h = H / 8, w = W / 8;
     gl::Graph g;
-    sd::Weights wts(g, gl::DType::f32);
+    nn::Weights wts(g, gl::DType::f32);
     const gl::ValueId x = g.input("x", gl::DType::f32, {B, H, W, 3}), z = g.input("z", gl::DType::f32, {B, h, w, 4});
     const sd::VaeEncoded e = sd::vae_encode(wts, m.vae_cfg, x);
     const gl::ValueId img = sd::vae_decode(wts, m.vae_cfg, z);
     g.mark_output(e.moments);
     g.mark_output(img);
     auto rt = gl::make_cpu_runtime(gl::make_plan(g));
-    const sd::LoadReport r = sd::load_vae(wts, m.vae_cfg, *m.vae, *rt);
+    const nn::LoadReport r = sd::load_vae(wts, m.vae_cfg, *m.vae, *rt);
     CHECK(r.missing.empty());
     CHECK(r.unexpected.empty());
 
@@ -138,7 +138,7 @@ TEST_CASE("demo assets: the UNet starts as eps = x_t beside its random features"
     const sd::Sd15Files m = sd::open_sd15(dir.path.string());
     const int64_t B = 2, S = 16;
     gl::Graph g;
-    sd::Weights w(g, gl::DType::f32);
+    nn::Weights w(g, gl::DType::f32);
     const gl::ValueId x = g.input("x", gl::DType::f32, {B, S, S, 4}), t = g.input("t", gl::DType::f32, {B}),
                       ctx = g.input("ctx", gl::DType::f32, {B, 77, m.unet_cfg.cross_attention_dim});
     const gl::ValueId eps = sd::unet_forward(w, m.unet_cfg, x, t, ctx);
@@ -240,7 +240,7 @@ TEST_CASE("demo assets: the shapes dataset in kohya's layout caches and trains a
     o.unet_lr = 1e-3f;
     auto s = train::build_step(o);
     auto rt = gl::make_cpu_runtime(gl::make_plan(s->g));
-    const sd::LoadReport r = sd::load_unet(*s->unet_weights, o.unet, *m.unet, *rt);
+    const nn::LoadReport r = sd::load_unet(*s->unet_weights, o.unet, *m.unet, *rt);
     CHECK(r.missing.empty());
     train::Trainer tr(*s, *rt, {});
     tr.init(1);

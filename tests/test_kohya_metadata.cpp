@@ -92,7 +92,7 @@ TEST_CASE("kohya metadata: modelspec.* as sai_model_spec.build_metadata writes i
 TEST_CASE("kohya metadata: save_kohya writes the hashes of what it saved, the model hash being the data area's sha256") {
     lora::LoraConfig cfg{4, 2.0f, 1.0f};
     Graph g;
-    sd::Weights wt{g, DType::f32};
+    nn::Weights wt{g, DType::f32};
     LoraNetwork net(cfg);
     net.attach_text_encoder(wt);
     sd::build_clip(wt, g, g.input("ids", DType::i32, {1, 77}), sd::ClipConfig::tiny());

@@ -93,7 +93,7 @@ TEST_CASE("lora: SD1.5 has kohya's 192 UNet and 72 text encoder modules, the fil
 
 TEST_CASE("lora: save -> load is exact in fp32, rounds as bf16 in bf16, and reads other layouts") {
     Graph g;
-    sd::Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     const sd::UnetConfig c = sd::UnetConfig::tiny();
     LoraNetwork net(LoraConfig{4, 2.0f, 1.0f});
     net.attach_unet(w);
@@ -161,7 +161,7 @@ TEST_CASE("lora: save -> load is exact in fp32, rounds as bf16 in bf16, and read
     // A rank other than the network's is refused by name.
     LoraNetwork other(LoraConfig{8, 2.0f, 1.0f});
     Graph g2;
-    sd::Weights w2(g2, DType::f32);
+    nn::Weights w2(g2, DType::f32);
     other.attach_unet(w2);
     sd::unet_forward(w2, c, g2.input("x", DType::f32, {1, 4, 4, 4}), g2.input("t", DType::f32, {1}),
                      g2.input("c", DType::f32, {1, 3, 16}));
@@ -174,7 +174,7 @@ TEST_CASE("lora: save -> load is exact in fp32, rounds as bf16 in bf16, and read
 
 TEST_CASE("lora: malformed files are refused by name") {
     Graph g;
-    sd::Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     LoraNetwork net(LoraConfig{2, 1.0f, 1.0f});
     net.attach_text_encoder(w);
     sd::build_clip(w, g, g.input("ids", DType::i32, {1, 3}), sd::ClipConfig::tiny());

@@ -6,7 +6,7 @@
 
 TEST_CASE("lora: gradients of a LoRA-wrapped linear match finite differences") {
     Graph g;
-    sd::Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     LoraNetwork net(LoraConfig{3, 1.5f, 0.7f});
     net.attach_unet(w);
     const std::string path = "mid_block.attentions.0.transformer_blocks.0.attn1.to_q";
@@ -57,7 +57,7 @@ TEST_CASE("lora: gradients of a LoRA-wrapped linear match finite differences") {
 
 TEST_CASE("lora: init is Kaiming-uniform down, zero up") {
     Graph g;
-    sd::Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     LoraNetwork net(LoraConfig{8, 4.0f, 1.0f});
     net.attach_text_encoder(w);
     sd::build_clip(w, g, g.input("ids", DType::i32, {1, 5}), sd::ClipConfig::tiny());
@@ -80,14 +80,14 @@ namespace {
 // weights; returns the largest output difference (and checks the LoRA moved the outputs).
 double runtime_vs_merged(LoraConfig cfg, size_t expect_modules) {
     const sd::UnetConfig c = sd::UnetConfig::tiny();
-    auto build = [&](Graph& g, sd::Weights& w) {
+    auto build = [&](Graph& g, nn::Weights& w) {
         ValueId eps = sd::unet_forward(w, c, g.input("x", DType::f32, {2, 4, 4, 4}), g.input("t", DType::f32, {2}),
                                        g.input("c", DType::f32, {2, 3, 16}));
         g.mark_output(eps);
         return eps;
     };
     Graph g1, g2;
-    sd::Weights w1(g1, DType::f32), w2(g2, DType::f32);
+    nn::Weights w1(g1, DType::f32), w2(g2, DType::f32);
     LoraNetwork net(cfg);
     net.attach_unet(w1);
     ValueId e1 = build(g1, w1), e2 = build(g2, w2);
@@ -95,7 +95,7 @@ double runtime_vs_merged(LoraConfig cfg, size_t expect_modules) {
 
     std::mt19937 rng(9);
     std::map<std::string, std::vector<float>> by_name;
-    for (const sd::WeightEntry& e : w1.entries()) {
+    for (const nn::WeightEntry& e : w1.entries()) {
         const Shape s = g1.shape(e.id);
         const bool gain = e.name.find("norm") != std::string::npos && e.name.ends_with(".weight");
         std::vector<float> v = random_vec(size_t(s.numel()), s.nd == 1 ? 0.1f : 1.0f / std::sqrt(float(s.last())), rng);
@@ -104,7 +104,7 @@ double runtime_vs_merged(LoraConfig cfg, size_t expect_modules) {
         by_name[e.name] = v;
         rt1->write_f32(e.id, v);
     }
-    for (const sd::WeightEntry& e : w2.entries()) rt2->write_f32(e.id, by_name.at(e.name));
+    for (const nn::WeightEntry& e : w2.entries()) rt2->write_f32(e.id, by_name.at(e.name));
     for (const char* in : {"x", "t", "c"}) {
         ValueId a = kNoValue, b = kNoValue;
         for (ValueId v = 0; v < g1.value_count(); v++)
@@ -150,7 +150,7 @@ TEST_CASE("lora: a LoRA applied at runtime equals the LoRA merged into the weigh
 TEST_CASE("lora: text encoder LoRA at runtime equals merged (tiny CLIP), and bf16 training graphs give f32 gradients") {
     const sd::ClipConfig c = sd::ClipConfig::tiny();
     Graph g1, g2;
-    sd::Weights w1(g1, DType::f32), w2(g2, DType::f32);
+    nn::Weights w1(g1, DType::f32), w2(g2, DType::f32);
     LoraNetwork net(LoraConfig{2, 0.0f, 1.3f});  // alpha 0: alpha = rank
     net.attach_text_encoder(w1);
     ValueId h1 = sd::build_clip(w1, g1, g1.input("ids", DType::i32, {2, 7}), c);
@@ -160,7 +160,7 @@ TEST_CASE("lora: text encoder LoRA at runtime equals merged (tiny CLIP), and bf1
     auto rt1 = make_cpu_runtime(make_plan(g1)), rt2 = make_cpu_runtime(make_plan(g2));
     std::mt19937 rng(21);
     for (size_t i = 0; i < w1.entries().size(); i++) {
-        const sd::WeightEntry &a = w1.entries()[i], &b = w2.entries()[i];
+        const nn::WeightEntry &a = w1.entries()[i], &b = w2.entries()[i];
         REQUIRE(a.name == b.name);
         std::vector<float> v = random_vec(size_t(g1.shape(a.id).numel()), 0.2f, rng);
         if (a.name.find("layer_norm") != std::string::npos && a.name.ends_with(".weight"))
@@ -190,7 +190,7 @@ TEST_CASE("lora: text encoder LoRA at runtime equals merged (tiny CLIP), and bf1
     // bf16 frozen weights and activations, f32 masters: the branch runs in bf16, the gradients
     // reach the masters in f32; with up = 0 only up gets a gradient (kohya's starting point).
     Graph g;
-    sd::Weights w(g, DType::bf16);
+    nn::Weights w(g, DType::bf16);
     LoraNetwork n16(LoraConfig{4, 1.0f, 1.0f});
     n16.attach_unet(w);
     const sd::UnetConfig uc = sd::UnetConfig::tiny();
@@ -200,7 +200,7 @@ TEST_CASE("lora: text encoder LoRA at runtime equals merged (tiny CLIP), and bf1
     g.mark_output(loss);
     Gradients gr = backward(g, loss);
     auto rt = make_cpu_runtime(make_plan(g));
-    for (const sd::WeightEntry& e : w.entries())
+    for (const nn::WeightEntry& e : w.entries())
         rt->write_f32(e.id, random_vec(size_t(g.shape(e.id).numel()), 0.2f, rng));
     for (ValueId v = 0; v < g.value_count(); v++)
         if (g.v(v).role == Role::input) rt->write_f32(v, random_vec(size_t(g.shape(v).numel()), 1.0f, rng));
@@ -226,7 +226,7 @@ TEST_CASE("lora: rank and module dropout gates (kohya's rank_dropout / module_dr
     skip.module_dropout = 1.0f;
     struct Net {
         Graph g;
-        sd::Weights w{g, DType::f32};
+        nn::Weights w{g, DType::f32};
         LoraNetwork net;
         ValueId h;
         std::unique_ptr<Runtime> rt;

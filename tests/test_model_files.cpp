@@ -92,14 +92,14 @@ double check_against_golden(const sd::Sd15Files& m) {
     {
         io::SafetensorsFile io((golden("unet") / "io.safetensors").string());
         Graph g;
-        sd::Weights w(g, DType::f32);
+        nn::Weights w(g, DType::f32);
         ValueId x = g.input("x", DType::f32, Shape::of(io.info("x").shape));
         ValueId t = g.input("t", DType::f32, Shape::of(io.info("t").shape));
         ValueId ctx = g.input("context", DType::f32, Shape::of(io.info("context").shape));
         ValueId eps = sd::unet_forward(w, m.unet_cfg, x, t, ctx);
         g.mark_output(eps);
         auto rt = make_cpu_runtime(make_plan(g));
-        sd::LoadReport rep = sd::load_unet(w, m.unet_cfg, *m.unet, *rt);
+        nn::LoadReport rep = sd::load_unet(w, m.unet_cfg, *m.unet, *rt);
         CHECK(rep.missing.empty());
         CHECK(rep.unexpected.empty());
         for (auto [v, n] : {std::pair{x, "x"}, {t, "t"}, {ctx, "context"}}) rt->write_f32(v, read_f32(io, n));
@@ -114,12 +114,12 @@ double check_against_golden(const sd::Sd15Files& m) {
         std::vector<int32_t> ids(size_t(ii.numel()));
         io.read("ids", ids.data(), DType::i32);
         Graph g;
-        sd::Weights w(g, DType::f32);
+        nn::Weights w(g, DType::f32);
         ValueId in = g.input("ids", DType::i32, Shape::of(ii.shape));
         ValueId out = sd::build_clip(w, g, in, m.clip_cfg, 1);
         g.mark_output(out);
         auto rt = make_cpu_runtime(make_plan(g));
-        sd::LoadReport rep = sd::load_clip(w, *m.text_encoder, *rt);
+        nn::LoadReport rep = sd::load_clip(w, *m.text_encoder, *rt);
         CHECK(rep.missing.empty());
         rt->write(in, ids.data(), DType::i32);
         rt->run();
@@ -130,7 +130,7 @@ double check_against_golden(const sd::Sd15Files& m) {
     {
         io::SafetensorsFile io((golden("vae") / "io.safetensors").string());
         Graph g;
-        sd::Weights w(g, DType::f32);
+        nn::Weights w(g, DType::f32);
         ValueId x = g.input("x", DType::f32, Shape::of(io.info("x").shape));
         ValueId z = g.input("z", DType::f32, Shape::of(io.info("z").shape));
         sd::VaeEncoded enc = sd::vae_encode(w, m.vae_cfg, x);
@@ -138,7 +138,7 @@ double check_against_golden(const sd::Sd15Files& m) {
         g.mark_output(enc.moments);
         g.mark_output(image);
         auto rt = make_cpu_runtime(make_plan(g));
-        sd::LoadReport rep = sd::load_vae(w, m.vae_cfg, *m.vae, *rt);
+        nn::LoadReport rep = sd::load_vae(w, m.vae_cfg, *m.vae, *rt);
         CHECK(rep.missing.empty());
         CHECK(rep.unexpected.empty());
         rt->write_f32(x, read_f32(io, "x"));

@@ -86,7 +86,7 @@ void check_digest(const char* what, const Graph& g, uint64_t expected) {
     CHECK(got == expected);
 }
 
-ValueId unet(Graph& g, sd::Weights& w, const sd::UnetConfig& c, int64_t B, int64_t side, int64_t S) {
+ValueId unet(Graph& g, nn::Weights& w, const sd::UnetConfig& c, int64_t B, int64_t side, int64_t S) {
     ValueId x = g.input("x", DType::f32, {B, side, side, c.in_channels});
     ValueId t = g.input("t", DType::f32, {B});
     ValueId ctx = g.input("context", DType::f32, {B, S, c.cross_attention_dim});
@@ -97,7 +97,7 @@ ValueId unet(Graph& g, sd::Weights& w, const sd::UnetConfig& c, int64_t B, int64
 
 TEST_CASE("model graphs: the digest sees names, segments, order and parameters") {
     Graph g;
-    sd::Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     unet(g, w, sd::UnetConfig::tiny(), 1, 8, 3);
     const uint64_t base = graph_digest(g);
     auto changed = [&](auto edit) {
@@ -116,13 +116,13 @@ TEST_CASE("model graphs: the digest sees names, segments, order and parameters")
 TEST_CASE("model graphs: the tiny and the SD1.5 UNet") {
     {
         Graph g;
-        sd::Weights w(g, DType::f32);
+        nn::Weights w(g, DType::f32);
         unet(g, w, sd::UnetConfig::tiny(), 2, 8, 5);
         check_digest("tiny UNet", g, 0x26502b1684795f7cull);
     }
     {
         Graph g;
-        sd::Weights w(g, DType::bf16);
+        nn::Weights w(g, DType::bf16);
         unet(g, w, sd::UnetConfig::sd15(), 1, 64, 77);
         check_digest("SD1.5 UNet", g, 0xbc443dbd2dcb40e0ull);
     }
@@ -130,7 +130,7 @@ TEST_CASE("model graphs: the tiny and the SD1.5 UNet") {
 
 TEST_CASE("model graphs: the tiny UNet with LoRA and LoCon hooks") {
     Graph g;
-    sd::Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     lora::LoraConfig lc{4, 2.0f, 1.0f};
     lc.conv_dim = 2;
     lc.rank_dropout = 0.1f;
@@ -146,7 +146,7 @@ TEST_CASE("model graphs: the tiny and the SD1.5 VAE, encoder and decoder") {
         const sd::VaeConfig c = full ? sd::VaeConfig::sd15() : sd::VaeConfig::tiny();
         const int64_t side = full ? 256 : 8;
         Graph g;
-        sd::Weights w(g, full ? DType::bf16 : DType::f32);
+        nn::Weights w(g, full ? DType::bf16 : DType::f32);
         ValueId img = g.input("image", DType::f32, {2, side, side, c.in_channels});
         sd::VaeEncoded e = sd::vae_encode(w, c, img);
         sd::vae_decode(w, c, e.latent);
@@ -158,7 +158,7 @@ TEST_CASE("model graphs: the tiny and the SD1.5 VAE, encoder and decoder") {
 TEST_CASE("model graphs: the tiny and the SD1.5 CLIP text encoder, with LoRA and clip_skip") {
     {
         Graph g;
-        sd::Weights w(g, DType::f32);
+        nn::Weights w(g, DType::f32);
         const sd::ClipConfig c = sd::ClipConfig::tiny();
         ValueId ids = g.input("ids", DType::i32, {2, 7});
         sd::build_clip(w, g, ids, c);
@@ -168,7 +168,7 @@ TEST_CASE("model graphs: the tiny and the SD1.5 CLIP text encoder, with LoRA and
     }
     {
         Graph g;
-        sd::Weights w(g, DType::bf16);
+        nn::Weights w(g, DType::bf16);
         lora::LoraConfig lc{8, 4.0f, 1.0f};
         lc.module_dropout = 0.1f;
         lora::LoraNetwork net(lc);

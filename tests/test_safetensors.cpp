@@ -3,7 +3,11 @@
 // deterministic fuzz of the header parser (mutated headers must give gl::Error, never a crash
 // or an out-of-bounds read; run under ASan/UBSan to make that last part strict).
 #include <doctest/doctest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <cstdlib>
 #include <cstring>
@@ -131,6 +135,41 @@ TEST_CASE("safetensors: write, then read back every dtype, shape and conversion"
     REQUIRE(::stat(path.c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0644);
     CHECK(open_checkpoint(path)->list().size() == 8);
+}
+
+TEST_CASE("safetensors: a read gives the tensor's mapped pages back, and reading it again gives the same bytes") {
+    TempDir dir;
+    const std::string path = dir / "big.safetensors";
+    const size_t n = size_t(3) << 20;  // 12 MiB of f32: many whole pages inside the tensor
+    std::vector<float> w(n);
+    for (size_t i = 0; i < n; i++) w[i] = float(i % 9973) * 0.25f - 7.0f;
+    write_safetensors(path, {{"w", DType::f32, {int64_t(n)}, w.data()}}, {});
+    SafetensorsFile f(path);
+    const uint8_t* raw = static_cast<const uint8_t*>(f.raw("w"));
+    CHECK(std::memcmp(raw, w.data(), n * 4) == 0);  // every page resident now
+    CHECK(read_as<float>(f, "w", DType::f32) == w);
+    // The file's pages stay in the page cache; what must go is this mapping's share of the
+    // process's resident set (its Rss line in /proc/self/smaps).
+    auto rss_of_mapping_kib = [&] {
+        std::ifstream smaps("/proc/self/smaps");
+        std::string line;
+        bool in = false;
+        while (std::getline(smaps, line)) {
+            unsigned long lo = 0, hi = 0;
+            char perms[8] = {};
+            if (std::sscanf(line.c_str(), "%lx-%lx %7s", &lo, &hi, perms) == 3) {  // a mapping's first line
+                in = uintptr_t(raw) >= lo && uintptr_t(raw) < hi;
+                continue;
+            }
+            if (in && line.rfind("Rss:", 0) == 0) return std::stol(line.substr(4));
+        }
+        return -1L;
+    };
+    const long rss = rss_of_mapping_kib();
+    CHECK(rss >= 0);
+    CHECK(rss < 1024);  // of 12 MiB mapped, at most the partial first and last pages and the header
+    CHECK(read_as<float>(f, "w", DType::f32) == w);  // faulted in again from the file, unchanged
+    CHECK(std::memcmp(raw, w.data(), n * 4) == 0);
 }
 
 TEST_CASE("safetensors: the writer replaces atomically and refuses bad input before touching the disk") {

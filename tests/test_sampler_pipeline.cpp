@@ -98,7 +98,7 @@ TEST_CASE("pipeline: the tiled VAE decode matches diffusers' tiled_decode") {
 TEST_CASE("pipeline: the UNet at odd latent sides matches diffusers (sizes that are multiples of 8 pixels)") {
     const gl::io::SafetensorsFile f(golden("sampler/pipeline.safetensors"));
     gl::Graph g;
-    sd::Weights w(g, gl::DType::f32);
+    nn::Weights w(g, gl::DType::f32);
     const gl::ValueId x = g.input("x", gl::DType::f32, gl::Shape::of(f.info("unet_odd.x").shape));
     const gl::ValueId t = g.input("t", gl::DType::f32, {2});
     const gl::ValueId ctx = g.input("context", gl::DType::f32, gl::Shape::of(f.info("unet_odd.context").shape));

@@ -138,6 +138,21 @@ TEST_CASE("sdtrain run: --dry_run and --vram_limit plan without training") {
     CHECK(p.memory.choice.find("auto-fit (--vram_limit 1G)") != std::string::npos);
     CHECK(p.memory.limit == size_t(1) << 30);
     CHECK(p.memory.predicted_peak <= p.memory.limit);
+
+    // The VAE encoder on the device (latents not cached) shares the run's memory with the steps:
+    // a limit under the unconstrained plan fits the whole layout, not the step graphs alone.
+    c.cache_latents = false;
+    c.vram_limit.reset();
+    const size_t unconstrained = train::Session(c).prepare().memory.predicted_peak;
+    for (double share : {0.95, 0.85}) {
+        const size_t limit = size_t(double(unconstrained) * share) / 1024 * 1024;
+        c.vram_limit = std::to_string(limit / 1024) + "K";
+        CAPTURE(c.vram_limit);
+        train::Session tight(c);
+        const train::RunPlan& q = tight.prepare();
+        CHECK(q.memory.predicted_peak <= limit);
+        CHECK(q.memory.planned_bytes <= limit);
+    }
 }
 
 #ifdef GL_SDTRAIN_BIN

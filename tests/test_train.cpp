@@ -149,7 +149,7 @@ TEST_CASE("train step: noising, epsilon and v targets and the weighted loss matc
 
             // The same UNet and LoRA on the host-noised latents.
             Graph g;
-            sd::Weights w(g, DType::f32);
+            nn::Weights w(g, DType::f32);
             lora::LoraNetwork net(o.lora);
             net.attach_unet(w);
             ValueId xi = g.input("x", DType::f32, {2, kSide, kSide, 4}), ti = g.input("t", DType::f32, {2});
@@ -307,7 +307,7 @@ TEST_CASE("train step: a trained text encoder is in the graph and its LoRA learn
     sd::load_unet(*s->unet_weights, o.unet, f, *rt);
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> u(-0.2f, 0.2f);
-    for (const sd::WeightEntry& e : s->text_weights->entries()) {
+    for (const nn::WeightEntry& e : s->text_weights->entries()) {
         std::vector<float> v(size_t(s->g.shape(e.id).numel()));
         const bool gain = e.name.find("norm") != std::string::npos && e.name.ends_with(".weight");
         for (float& x : v) x = gain ? 1.0f : u(rng);

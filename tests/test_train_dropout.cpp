@@ -27,7 +27,7 @@ std::vector<float> uniform(size_t n, float s, std::mt19937& rng) {
 // The tiny text encoder with a LoRA (network dropout p) and loss = sum(h * r).
 struct DropNet {
     Graph g;
-    sd::Weights w{g, DType::f32};
+    nn::Weights w{g, DType::f32};
     lora::LoraNetwork net;
     ValueId ids, h, r, loss;
     Gradients grads;
@@ -50,7 +50,7 @@ struct DropNet {
         std::mt19937 rng(5);
         const std::vector<int32_t> tok = {0, 5, 17, 900, 3, 999, 2, 1, 4, 6};
         rt->write(ids, tok.data(), DType::i32);
-        for (const sd::WeightEntry& e : w.entries())
+        for (const nn::WeightEntry& e : w.entries())
             rt->write_f32(e.id, uniform(size_t(g.shape(e.id).numel()), 0.2f, rng));
         for (ValueId p : net.parameters()) rt->write_f32(p, uniform(size_t(g.shape(p).numel()), 0.3f, rng));
         rt->write_f32(r, uniform(size_t(g.shape(r).numel()), 1.0f, rng));

@@ -24,9 +24,9 @@ using sd::UnetConfig;
 
 namespace {
 
-int64_t parameter_count(const Graph& g, const sd::Weights& w) {
+int64_t parameter_count(const Graph& g, const nn::Weights& w) {
     int64_t n = 0;
-    for (const sd::WeightEntry& e : w.entries()) n += g.shape(e.id).numel();
+    for (const nn::WeightEntry& e : w.entries()) n += g.shape(e.id).numel();
     return n;
 }
 
@@ -34,7 +34,7 @@ int64_t parameter_count(const Graph& g, const sd::Weights& w) {
 // loss = sum(eps * r) for a fixed random r.
 struct TinyNet {
     Graph g;
-    sd::Weights w{g, DType::f32};
+    nn::Weights w{g, DType::f32};
     UnetConfig c = UnetConfig::tiny();
     ValueId x, t, ctx, r, eps, loss = kNoValue;
     Gradients grads;
@@ -59,7 +59,7 @@ struct TinyNet {
             for (float& e : d) e = offset + s * u(rng);
             data.emplace_back(v, std::move(d));
         };
-        for (const sd::WeightEntry& e : w.entries()) {
+        for (const nn::WeightEntry& e : w.entries()) {
             const Shape s = g.shape(e.id);
             const bool norm_gain = e.name.find("norm") != std::string::npos && e.name.ends_with(".weight");
             const int64_t fan_in = s.nd == 1 ? 1 : s.numel() / s[0];
@@ -89,7 +89,7 @@ struct TinyNet {
 
 TEST_CASE("unet: the SD1.5 config has 859.52 M parameters and plans at 64x64") {
     Graph g;
-    sd::Weights w(g, DType::bf16);
+    nn::Weights w(g, DType::bf16);
     const UnetConfig c = UnetConfig::sd15();
     ValueId x = g.input("x", DType::bf16, {2, 64, 64, 4});
     ValueId t = g.input("t", DType::f32, {2});
@@ -112,7 +112,7 @@ TEST_CASE("unet: the SD1.5 config has 859.52 M parameters and plans at 64x64") {
 TEST_CASE("unet: the SD1.5 backward plans at 64x64, with a lower peak when blocks recompute") {
     // The latents as the parameter: the backward then runs through every block, as a LoRA's does.
     Graph g;
-    sd::Weights w(g, DType::bf16);
+    nn::Weights w(g, DType::bf16);
     ValueId x = g.param("x", DType::bf16, {1, 64, 64, 4});
     ValueId eps = sd::unet_forward(w, UnetConfig::sd15(), x, g.input("t", DType::f32, {1}),
                                    g.input("context", DType::bf16, {1, 77, 768}));
@@ -130,12 +130,12 @@ TEST_CASE("unet: the SD1.5 backward plans at 64x64, with a lower peak when block
 
 TEST_CASE("unet: original-checkpoint keys are unique, complete and in the LDM layout") {
     Graph g;
-    sd::Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     const UnetConfig c = UnetConfig::sd15();
     sd::unet_forward(w, c, g.input("x", DType::f32, {1, 8, 8, 4}), g.input("t", DType::f32, {1}),
                      g.input("c", DType::f32, {1, 77, 768}));
     std::set<std::string> keys;
-    for (const sd::WeightEntry& e : w.entries()) {
+    for (const nn::WeightEntry& e : w.entries()) {
         std::string k = sd::unet_key_original(c, e.name);
         CHECK_MESSAGE(!k.empty(), e.name);
         CHECK_MESSAGE(keys.insert(k).second, e.name, " -> ", k, " twice");
@@ -236,7 +236,7 @@ TEST_CASE("unet: bad configs and inputs are refused with a clear error") {
 
     c = UnetConfig::tiny();
     Graph g;
-    sd::Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     ValueId t = g.input("t", DType::f32, {1});
     ValueId ctx = g.input("c", DType::f32, {1, 3, 16});
     CHECK_THROWS_WITH_AS(sd::unet_forward(w, c, g.input("x", DType::f32, {1, 8, 8, 3}), t, ctx),
@@ -264,7 +264,7 @@ std::vector<float> read_tensor(const io::TensorSource& src, const std::string& n
 
 struct GoldenRun {
     std::vector<float> eps, grad_x, grad_ctx;
-    sd::LoadReport report;
+    nn::LoadReport report;
 };
 
 // Builds the tiny UNet with the golden inputs' shapes, loads weights from `weights` (layout
@@ -274,7 +274,7 @@ GoldenRun run_golden(const io::TensorSource& inputs, const io::TensorSource& wei
     std::vector<float> xv = read_tensor(inputs, "x", &xs), tv = read_tensor(inputs, "t", &ts),
                        cv = read_tensor(inputs, "context", &cs), rv = read_tensor(inputs, "r", &rs);
     Graph g;
-    sd::Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     ValueId x = g.param("x", DType::f32, xs), t = g.input("t", DType::f32, ts);
     ValueId ctx = g.param("context", DType::f32, cs), r = g.input("r", DType::f32, rs);
     ValueId eps = sd::unet_forward(w, UnetConfig::tiny(), x, t, ctx);
@@ -369,11 +369,11 @@ TEST_CASE("unet: a single file's other models are not unexpected, a stray UNet k
     io::SafetensorsFile original((golden_dir() / "unet_original.safetensors").string());
     SingleFile file(original);
     Graph g;
-    sd::Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     sd::unet_forward(w, UnetConfig::tiny(), g.input("x", DType::f32, {1, 8, 8, 4}), g.input("t", DType::f32, {1}),
                      g.input("c", DType::f32, {1, 3, 16}));
     auto rt = make_cpu_runtime(make_plan(g));
-    sd::LoadReport r = sd::load_unet(w, UnetConfig::tiny(), file, *rt);
+    nn::LoadReport r = sd::load_unet(w, UnetConfig::tiny(), file, *rt);
     CHECK(r.missing.empty());
     CHECK(r.unexpected == std::vector<std::string>{"model.diffusion_model.stray.weight"});
     CHECK(r.tensors == original.list().size());
@@ -384,12 +384,12 @@ TEST_CASE("unet golden: every SD1.5 weight has diffusers' name, shape and origin
     std::ifstream f(golden_dir() / "sd15_keys.txt");
     REQUIRE(f.good());
     Graph g;
-    sd::Weights w(g, DType::bf16);
+    nn::Weights w(g, DType::bf16);
     const UnetConfig c = UnetConfig::sd15();
     sd::unet_forward(w, c, g.input("x", DType::bf16, {1, 8, 8, 4}), g.input("t", DType::f32, {1}),
                      g.input("c", DType::bf16, {1, 77, 768}));
-    std::map<std::string, const sd::WeightEntry*> ours;
-    for (const sd::WeightEntry& e : w.entries()) ours[e.name] = &e;
+    std::map<std::string, const nn::WeightEntry*> ours;
+    for (const nn::WeightEntry& e : w.entries()) ours[e.name] = &e;
     std::string line;
     size_t lines = 0;
     while (std::getline(f, line)) {
@@ -407,7 +407,7 @@ TEST_CASE("unet golden: every SD1.5 weight has diffusers' name, shape and origin
         std::vector<int64_t> want;
         for (std::stringstream ds(dims); std::getline(ds, line, ',');) want.push_back(std::stoll(line));
         Shape s = g.shape(it->second->id);
-        std::vector<int64_t> have = it->second->layout == sd::WeightLayout::conv_ohwi
+        std::vector<int64_t> have = it->second->layout == nn::WeightLayout::conv_ohwi
                                         ? std::vector<int64_t>{s[0], s[3], s[1], s[2]}
                                         : s.vec();
         while (want.size() > have.size() && want.back() == 1) want.pop_back();

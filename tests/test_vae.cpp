@@ -35,7 +35,7 @@ std::string data_dir() { return gltest::golden_dir("vae"); }
 // their gradients; loss = sum(moments * r_enc) + sum(image * r_dec).
 struct TinyVae {
     Graph g;
-    sd::Weights w{g, DType::f32};
+    nn::Weights w{g, DType::f32};
     VaeConfig c = VaeConfig::tiny();
     ValueId x, z, r_enc, r_dec, image, loss;
     sd::VaeEncoded enc;
@@ -111,7 +111,7 @@ Results run_tiny(const io::TensorSource& weights, const io::TensorSource& io, Re
     o.recompute = rc;
     auto rt = make_cpu_runtime(make_plan(net.g, o));
     rt->poison(0xff);
-    sd::LoadReport rep = sd::load_vae(net.w, net.c, weights, *rt);
+    nn::LoadReport rep = sd::load_vae(net.w, net.c, weights, *rt);
     CHECK(rep.missing.empty());
     CHECK(rep.unexpected.empty());
     CHECK(rep.tensors == net.w.entries().size());
@@ -168,7 +168,7 @@ TEST_CASE("vae: the SD1.5 config has diffusers' weight names and shapes, and the
     REQUIRE(ref.size() > 200);
 
     Graph g;
-    sd::Weights w(g, DType::bf16);
+    nn::Weights w(g, DType::bf16);
     const VaeConfig c = VaeConfig::sd15();
     ValueId x = g.input("x", DType::bf16, {1, 64, 64, 3});
     ValueId z = g.input("z", DType::bf16, {1, 8, 8, 4});
@@ -181,12 +181,12 @@ TEST_CASE("vae: the SD1.5 config has diffusers' weight names and shapes, and the
     const sd::VaeKeyFn original = sd::vae_keys_original(c);
     std::set<std::string> seen, original_seen;
     int64_t params = 0;
-    for (const sd::WeightEntry& we : w.entries()) {
+    for (const nn::WeightEntry& we : w.entries()) {
         auto it = ref.find(we.name);
         REQUIRE_MESSAGE(it != ref.end(), we.name, " is not a diffusers key");
         const Shape s = g.shape(we.id);
         std::vector<int64_t> torch_shape = s.vec();
-        if (we.layout == sd::WeightLayout::conv_ohwi) torch_shape = {s[0], s[3], s[1], s[2]};
+        if (we.layout == nn::WeightLayout::conv_ohwi) torch_shape = {s[0], s[3], s[1], s[2]};
         CHECK_MESSAGE(torch_shape == it->second.shape, we.name);
         CHECK_MESSAGE(original(we.name) == it->second.original, we.name);
         original_seen.insert(original(we.name));
@@ -256,7 +256,7 @@ TEST_CASE("vae: bf16 weights and activations stay near diffusers' f64 numbers") 
     const VaeConfig c = VaeConfig::tiny();
     const Shape xs = Shape::of(io.info("x").shape), zs = Shape::of(io.info("z").shape);
     Graph g;
-    sd::Weights w(g, DType::bf16);
+    nn::Weights w(g, DType::bf16);
     ValueId x = g.input("x", DType::f32, xs), z = g.input("z", DType::f32, zs);
     ValueId moments = sd::vae_encode(w, c, x).moments, image = sd::vae_decode(w, c, z);
     g.mark_output(moments);
@@ -281,11 +281,11 @@ TEST_CASE("vae: loading from a whole pipeline file takes only what the graph use
     single.add("first_stage_model.decoder.stray.", std::make_unique<io::SafetensorsFile>(data_dir() + "io.safetensors"));
     const VaeConfig c = VaeConfig::tiny();
     Graph g;
-    sd::Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     ValueId img = sd::vae_decode(w, c, g.input("z", DType::f32, {1, 4, 4, 4}));
     g.mark_output(img);
     auto rt = make_cpu_runtime(make_plan(g));
-    sd::LoadReport r = sd::load_vae(w, c, single, *rt);
+    nn::LoadReport r = sd::load_vae(w, c, single, *rt);
     CHECK(r.missing.empty());
     CHECK(r.tensors == w.entries().size());
     // The encoder's tensors and the UNet's are someone else's; a stray decoder key is reported.
@@ -313,7 +313,7 @@ TEST_CASE("vae: recomputing every block gives identical outputs and gradients") 
 TEST_CASE("vae: bad configs and inputs are refused with the reason") {
     auto encode_err = [](VaeConfig c, Shape s) {
         Graph g;
-        sd::Weights w(g, DType::f32);
+        nn::Weights w(g, DType::f32);
         try {
             sd::vae_encode(w, c, g.input("x", DType::f32, s));
         } catch (const Error& e) {
@@ -337,7 +337,7 @@ TEST_CASE("vae: bad configs and inputs are refused with the reason") {
     CHECK(encode_err(c, {1, 16, 16, 3}).find("scaling_factor") != std::string::npos);
 
     Graph g;
-    sd::Weights w(g, DType::f32);
+    nn::Weights w(g, DType::f32);
     CHECK_THROWS_WITH_AS(sd::vae_decode(w, tiny, g.input("z", DType::f32, {1, 4, 4, 8})),
                          doctest::Contains("decoder input"), Error);
     // Any float input is cast to the weights' dtype.

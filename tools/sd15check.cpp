@@ -200,12 +200,12 @@ struct ModelGraph {
 
 // Builds a model's graph (build), plans it, allocates a runtime, poisons it (so an unloaded weight
 // shows as NaN), loads the weights (load), runs, compares, and prints times and memory.
-void check_model(Ctx& c, const char* name, const std::function<ModelGraph(sd::Weights&, Graph&)>& build,
-                 const std::function<sd::LoadReport(const sd::Weights&, Runtime&)>& load) {
+void check_model(Ctx& c, const char* name, const std::function<ModelGraph(nn::Weights&, Graph&)>& build,
+                 const std::function<nn::LoadReport(const nn::Weights&, Runtime&)>& load) {
     std::printf("\n== %s ==\n", name);
     auto t0 = Clock::now();
     Graph g;
-    sd::Weights w(g, c.dtype);
+    nn::Weights w(g, c.dtype);
     const ModelGraph mg = build(w, g);
     for (const Binding& b : mg.outputs) g.mark_output(b.id);
     Plan plan = make_plan(g);
@@ -217,7 +217,7 @@ void check_model(Ctx& c, const char* name, const std::function<ModelGraph(sd::We
     rt->poison(0xff);  // NaN in f32, bf16 and f16
     const double alloc_ms = ms_since(t0);
     t0 = Clock::now();
-    const sd::LoadReport rep = load(w, *rt);
+    const nn::LoadReport rep = load(w, *rt);
     rt->synchronize();
     const double load_ms = ms_since(t0);
     GL_CHECK(rep.missing.empty(), name, ": ", rep.missing.size(), " weights missing, first ", rep.missing.front());
@@ -336,32 +336,32 @@ int run(Options o) {
 
     check_model(
         c, "UNet",
-        [&](sd::Weights& w, Graph& g) {
+        [&](nn::Weights& w, Graph& g) {
             ModelGraph mg{{input(g, "unet.x", DType::f32), input(g, "unet.t", DType::f32),
                            input(g, "unet.context", DType::f32)}, {}};
             mg.outputs.push_back({"unet.eps", sd::unet_forward(w, m.unet_cfg, mg.inputs[0].id, mg.inputs[1].id,
                                                                mg.inputs[2].id)});
             return mg;
         },
-        [&](const sd::Weights& w, Runtime& rt) { return sd::load_unet(w, m.unet_cfg, *m.unet, rt); });
+        [&](const nn::Weights& w, Runtime& rt) { return sd::load_unet(w, m.unet_cfg, *m.unet, rt); });
     check_model(
         c, "CLIP text encoder",
-        [&](sd::Weights& w, Graph& g) {
+        [&](nn::Weights& w, Graph& g) {
             ModelGraph mg{{input(g, "clip.ids", DType::i32)}, {}};
             mg.outputs.push_back({"clip.last", sd::build_clip(w, g, mg.inputs[0].id, m.clip_cfg, 1)});
             mg.outputs.push_back({"clip.skip2", sd::build_clip(w, g, mg.inputs[0].id, m.clip_cfg, 2)});
             return mg;
         },
-        [&](const sd::Weights& w, Runtime& rt) { return sd::load_clip(w, *m.text_encoder, rt); });
+        [&](const nn::Weights& w, Runtime& rt) { return sd::load_clip(w, *m.text_encoder, rt); });
     check_model(
         c, "VAE",
-        [&](sd::Weights& w, Graph& g) {
+        [&](nn::Weights& w, Graph& g) {
             ModelGraph mg{{input(g, "vae.x", DType::f32), input(g, "vae.z", DType::f32)}, {}};
             mg.outputs.push_back({"vae.moments", sd::vae_encode(w, m.vae_cfg, mg.inputs[0].id).moments});
             mg.outputs.push_back({"vae.image", sd::vae_decode(w, m.vae_cfg, mg.inputs[1].id)});
             return mg;
         },
-        [&](const sd::Weights& w, Runtime& rt) { return sd::load_vae(w, m.vae_cfg, *m.vae, rt); });
+        [&](const nn::Weights& w, Runtime& rt) { return sd::load_vae(w, m.vae_cfg, *m.vae, rt); });
 
     int failed = tok_ok ? 0 : 1;
     std::printf("\nsummary (%s, %s, %s):\n", sd::sd15_layout_name(m.layout), backend_name(o.backend), o.dtype.c_str());

@@ -54,7 +54,7 @@ struct StepGraph {
     gl::Graph g;
     // Frozen weights (leaves named by diffusers / transformers keys); load them into the runtime
     // with sd::load_unet / sd::load_clip, or write random ones for benchmarks.
-    std::unique_ptr<sd::Weights> unet_weights, text_weights;  // text_weights: trained TE only
+    std::unique_ptr<nn::Weights> unet_weights, text_weights;  // text_weights: trained TE only
     std::unique_ptr<lora::LoraNetwork> net;
     gl::ValueId latents = gl::kNoValue, noise = gl::kNoValue, timesteps = gl::kNoValue;
     gl::ValueId sqrt_ac = gl::kNoValue, sqrt_1m_ac = gl::kNoValue, loss_weights = gl::kNoValue;
@@ -80,7 +80,7 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt);
 // its outputs) and write the result into StepGraph::context.
 struct TextEncoderGraph {
     gl::Graph g;
-    std::unique_ptr<sd::Weights> weights;
+    std::unique_ptr<nn::Weights> weights;
     gl::ValueId ids = gl::kNoValue, context = gl::kNoValue;
 };
 std::unique_ptr<TextEncoderGraph> build_text_encoder(const sd::ClipConfig& c, Precision p, int64_t batch,

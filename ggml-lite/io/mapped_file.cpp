@@ -31,6 +31,14 @@ FileBytes FileBytes::map(const std::string& path) {
     return f;
 }
 
+void FileBytes::drop_pages(const uint8_t* p, size_t n) const {
+    if (!mapped_ || !data_ || p < data_ || n > size_ || size_t(p - data_) > size_ - n) return;
+    const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = (uintptr_t(p) + page - 1) / page * page, end = (uintptr_t(p) + n) / page * page;
+    // Advice only: a failure leaves the pages resident, which costs memory, never correctness.
+    if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 FileBytes FileBytes::own(std::vector<uint8_t> bytes, std::string origin) {
     FileBytes f;
     f.owned_ = std::move(bytes);

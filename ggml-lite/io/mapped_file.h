@@ -25,6 +25,11 @@ public:
     const uint8_t* data() const { return data_; }
     size_t size() const { return size_; }
     const std::string& origin() const { return origin_; }
+    // Gives back the resident pages wholly inside [p, p + n) (a tensor read once and converted):
+    // a later read of them faults them in again from the file, so the bytes never change, but a
+    // model loaded tensor by tensor never holds the whole file in its resident set. A no-op for
+    // owned buffers and ranges outside the map.
+    void drop_pages(const uint8_t* p, size_t n) const;
 
 private:
     void release();

@@ -168,6 +168,7 @@ void SafetensorsFile::read(const std::string& name, void* dst, DType to) const {
     const Entry& e = entry(name);
     const int64_t n = (e.end - e.begin) / int64_t(stored_size(e.stored));
     convert_elements(data_area_ + e.begin, e.stored, dst, to, n, cat(origin(), ": tensor ", tick(name)));
+    bytes_.drop_pages(data_area_ + e.begin, size_t(e.end - e.begin));  // read once: loading streams
 }
 
 // ---- writer ----

@@ -21,7 +21,7 @@ void check_config(const ClipConfig& c) {
 }
 
 // One pre-LN encoder layer: x + attn(ln1(x)), then + mlp(ln2(.)). x [N, L, D].
-ValueId encoder_layer(Weights& w, Graph& g, ValueId x, const ClipConfig& c) {
+ValueId encoder_layer(nn::Weights& w, Graph& g, ValueId x, const ClipConfig& c) {
     ValueId h = nn::layer_norm(w, "layer_norm1", x, c.eps);
     h = nn::attention(w, "self_attn", h, h,
                       {.heads = c.heads, .qkv_bias = true, .causal = true, .q = "q_proj", .k = "k_proj",
@@ -40,17 +40,17 @@ ValueId encoder_layer(Weights& w, Graph& g, ValueId x, const ClipConfig& c) {
 // the names its graphs have always had (see Weights::layer_value_scopes).
 class BlockValueNames {
 public:
-    explicit BlockValueNames(Weights& w) : w_(w), saved_(std::exchange(w.layer_value_scopes, false)) {}
+    explicit BlockValueNames(nn::Weights& w) : w_(w), saved_(std::exchange(w.layer_value_scopes, false)) {}
     ~BlockValueNames() { w_.layer_value_scopes = saved_; }
     BlockValueNames(const BlockValueNames&) = delete;
     BlockValueNames& operator=(const BlockValueNames&) = delete;
 
 private:
-    Weights& w_;
+    nn::Weights& w_;
     bool saved_;
 };
 
-ValueId encode(Weights& w, Graph& g, ValueId ids, ValueId embeds, const ClipConfig& c, int clip_skip) {
+ValueId encode(nn::Weights& w, Graph& g, ValueId ids, ValueId embeds, const ClipConfig& c, int clip_skip) {
     check_config(c);
     GL_CHECK(clip_skip >= 1 && clip_skip <= c.layers, "clip: clip_skip ", clip_skip, " must be in 1..", c.layers,
              " (1 = last layer)");
@@ -90,11 +90,11 @@ ValueId encode(Weights& w, Graph& g, ValueId ids, ValueId embeds, const ClipConf
 
 }  // namespace
 
-ValueId build_clip(Weights& w, Graph& g, ValueId ids, const ClipConfig& cfg, int clip_skip) {
+ValueId build_clip(nn::Weights& w, Graph& g, ValueId ids, const ClipConfig& cfg, int clip_skip) {
     return encode(w, g, ids, gl::kNoValue, cfg, clip_skip);
 }
 
-ValueId build_clip_from_embeds(Weights& w, Graph& g, ValueId inputs_embeds, const ClipConfig& cfg, int clip_skip) {
+ValueId build_clip_from_embeds(nn::Weights& w, Graph& g, ValueId inputs_embeds, const ClipConfig& cfg, int clip_skip) {
     return encode(w, g, gl::kNoValue, inputs_embeds, cfg, clip_skip);
 }
 
@@ -112,7 +112,7 @@ ValueId join_clip_chunks(Graph& g, ValueId hidden, int n_chunks) {
     return gl::concat(g, parts, 1);
 }
 
-ValueId build_clip_chunked(Weights& w, Graph& g, ValueId ids, int n_chunks, const ClipConfig& cfg, int clip_skip) {
+ValueId build_clip_chunked(nn::Weights& w, Graph& g, ValueId ids, int n_chunks, const ClipConfig& cfg, int clip_skip) {
     return join_clip_chunks(g, build_clip(w, g, ids, cfg, clip_skip), n_chunks);
 }
 
@@ -140,10 +140,10 @@ bool starts_with(const std::string& s, const std::string& p) { return s.compare(
 // "unexpected": the position_ids buffer and the layers clip_skip leaves unbuilt.
 class ClipView : public gl::io::TensorSource {
 public:
-    ClipView(const gl::io::TensorSource& src, ClipLayout l, const Weights& w)
+    ClipView(const gl::io::TensorSource& src, ClipLayout l, const nn::Weights& w)
         : src_(src), prefix_(layout_prefix(l)) {
         std::set<std::string> built_layers;
-        for (const WeightEntry& e : w.entries())
+        for (const nn::WeightEntry& e : w.entries())
             if (starts_with(e.name, kInternalPrefix)) built_layers.insert(layer_of(e.name.substr(strlen(kInternalPrefix))));
         for (const gl::io::TensorInfo& t : src.list()) {
             if (!starts_with(t.name, prefix_)) continue;
@@ -205,7 +205,7 @@ ClipLayout detect_clip_layout(const gl::io::TensorSource& src) {
              kInternalPrefix, ", ", kOriginalPrefix, kInternalPrefix, " and ", kOriginalPrefix, ")");
 }
 
-LoadReport load_clip(const Weights& w, const gl::io::TensorSource& src, gl::Runtime& rt) {
+nn::LoadReport load_clip(const nn::Weights& w, const gl::io::TensorSource& src, gl::Runtime& rt) {
     const ClipLayout l = detect_clip_layout(src);
     ClipView view(src, l, w);
     return nn::load_weights(w, view, [l](const std::string& name) { return clip_key(l, name); }, rt);

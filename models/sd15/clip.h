@@ -11,13 +11,6 @@
 
 namespace sd {
 
-// The weight store of the shared layer set (models/nn/), under the names the SD1.5 model API
-// has always used (sd::Weights, sd::LoadReport, ...).
-using nn::LoadReport;
-using nn::WeightEntry;
-using nn::WeightLayout;
-using nn::Weights;
-
 struct ClipConfig {
     int64_t vocab = 49408;
     int64_t width = 768;
@@ -37,12 +30,12 @@ struct ClipConfig {
 // clip_skip k >= 1 runs only the first layers - k + 1 layers and then the final layer norm, as
 // kohya and A1111 do (hidden_states[-k] followed by final_layer_norm); 1 is the plain output.
 // Each layer is a checkpoint segment (recompute policy `blocks`) and a name scope.
-gl::ValueId build_clip(Weights& w, gl::Graph& g, gl::ValueId ids, const ClipConfig& cfg, int clip_skip = 1);
+gl::ValueId build_clip(nn::Weights& w, gl::Graph& g, gl::ValueId ids, const ClipConfig& cfg, int clip_skip = 1);
 
 // The same from token embeddings [N, L, width] (what token_embedding(ids) would give) instead
 // of ids: position embeddings are still added. Lets tests and textual-inversion style training
 // differentiate with respect to the embeddings.
-gl::ValueId build_clip_from_embeds(Weights& w, gl::Graph& g, gl::ValueId inputs_embeds, const ClipConfig& cfg,
+gl::ValueId build_clip_from_embeds(nn::Weights& w, gl::Graph& g, gl::ValueId inputs_embeds, const ClipConfig& cfg,
                                    int clip_skip = 1);
 
 // Long prompts the way kohya's sd-scripts encodes them (max_token_length 150 / 225): ids
@@ -50,7 +43,7 @@ gl::ValueId build_clip_from_embeds(Weights& w, gl::Graph& g, gl::ValueId inputs_
 // tokens + <EOS or padding>. Each row is encoded on its own; the result keeps the first row's
 // <BOS> state, the inner L - 2 states of every row and the last row's final state:
 // [B, n_chunks * (L - 2) + 2, width] (77, 152, 227 tokens for 1, 2, 3 chunks of 77).
-gl::ValueId build_clip_chunked(Weights& w, gl::Graph& g, gl::ValueId ids, int n_chunks, const ClipConfig& cfg,
+gl::ValueId build_clip_chunked(nn::Weights& w, gl::Graph& g, gl::ValueId ids, int n_chunks, const ClipConfig& cfg,
                                int clip_skip = 1);
 // The joining step alone: hidden [B * n_chunks, L, D] -> [B, n_chunks * (L - 2) + 2, D].
 gl::ValueId join_clip_chunks(gl::Graph& g, gl::ValueId hidden, int n_chunks);
@@ -73,6 +66,6 @@ ClipLayout detect_clip_layout(const gl::io::TensorSource& src);
 
 // Loads the text encoder's weights from src (layout detected); w holds the text encoder alone. Keys outside the text encoder
 // (a single file's UNet and VAE) and the position_ids buffer are not reported as unexpected.
-LoadReport load_clip(const Weights& w, const gl::io::TensorSource& src, gl::Runtime& rt);
+nn::LoadReport load_clip(const nn::Weights& w, const gl::io::TensorSource& src, gl::Runtime& rt);
 
 }  // namespace sd

@@ -107,7 +107,7 @@ UnetLayout detect_unet_layout(const gl::io::TensorSource& src) {
              map_name(UnetConfig::sd15(), probe), ")");
 }
 
-LoadReport load_unet(const Weights& w, const UnetConfig& c, const gl::io::TensorSource& src, gl::Runtime& rt) {
+nn::LoadReport load_unet(const nn::Weights& w, const UnetConfig& c, const gl::io::TensorSource& src, gl::Runtime& rt) {
     const UnetLayout l = detect_unet_layout(src);
     if (l == UnetLayout::diffusers) return nn::load_weights(w, src, unet_key_diffusers, rt);
     // A single file holds the whole pipeline: everything outside model.diffusion_model. is some

@@ -25,15 +25,15 @@ namespace {
 bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
 
 // Chains `net`'s hooks after whatever w already has, so several networks add their branches.
-void chain_attach(Weights& w, lora::LoraNetwork& net, lora::Part part) {
-    Weights::LinearHook prev_lin = std::move(w.linear_hook);
-    Weights::ConvHook prev_conv = std::move(w.conv_hook);
+void chain_attach(nn::Weights& w, lora::LoraNetwork& net, lora::Part part) {
+    nn::Weights::LinearHook prev_lin = std::move(w.linear_hook);
+    nn::Weights::ConvHook prev_conv = std::move(w.conv_hook);
     w.linear_hook = nullptr;
     w.conv_hook = nullptr;
     if (part == lora::Part::unet) net.attach_unet(w);
     else net.attach_text_encoder(w);
-    Weights::LinearHook lin = std::move(w.linear_hook);
-    Weights::ConvHook conv = std::move(w.conv_hook);
+    nn::Weights::LinearHook lin = std::move(w.linear_hook);
+    nn::Weights::ConvHook conv = std::move(w.conv_hook);
     if (prev_lin && lin)
         w.linear_hook = [prev_lin, lin](gl::Graph& g, const std::string& m, ValueId x, ValueId y) {
             return lin(g, m, x, prev_lin(g, m, x, y));
@@ -83,7 +83,7 @@ void rename_params(gl::Graph& g, const lora::LoraNetwork& net, size_t file) {
 
 // ---- graphs, plans, the shared memory ----
 
-std::vector<std::unique_ptr<lora::LoraNetwork>> Pipeline::Impl::attach_loras(const PipelineHolder& m, Weights& w,
+std::vector<std::unique_ptr<lora::LoraNetwork>> Pipeline::Impl::attach_loras(const PipelineHolder& m, nn::Weights& w,
                                                                              std::vector<size_t>* files) const {
     std::vector<std::unique_ptr<lora::LoraNetwork>> nets;
     if (!m.takes_lora) return nets;
@@ -104,7 +104,7 @@ std::vector<std::unique_ptr<lora::LoraNetwork>> Pipeline::Impl::attach_loras(con
 void Pipeline::Impl::build_holder(PipelineHolder& m, const std::string& key, const GraphBuilder& build) {
     m.key = key;
     m.graph = std::make_unique<gl::Graph>();
-    m.weights = std::make_unique<Weights>(*m.graph, dtype);
+    m.weights = std::make_unique<nn::Weights>(*m.graph, dtype);
     m.nets = attach_loras(m, *m.weights, &m.net_file);
     const BuiltGraph io = build(*m.weights, *m.graph);
     for (size_t k = 0; k < m.nets.size(); k++)
@@ -122,7 +122,7 @@ const Pipeline::Impl::Planned& Pipeline::Impl::plan(const PipelineHolder& m, con
 
 Pipeline::Impl::Planned Pipeline::Impl::plan_graph(const PipelineHolder& m, const GraphBuilder& build) const {
     gl::Graph g;
-    Weights w(g, dtype);
+    nn::Weights w(g, dtype);
     std::vector<size_t> files;
     std::vector<std::unique_ptr<lora::LoraNetwork>> nets;
     if (runtime_lora) nets = attach_loras(m, w, &files);
@@ -186,7 +186,7 @@ std::string Pipeline::Impl::unet_key(int batch, int h, int w, int l) { return gl
 std::string Pipeline::Impl::vae_key(int batch, int h, int w) { return gl::cat("vae b", batch, " ", w, "x", h); }
 
 GraphBuilder Pipeline::Impl::text_builder(const Sd15Files& f, int n, int chunks, int clip_skip) const {
-    return [&f, n, chunks, clip_skip](Weights& w, gl::Graph& g) {
+    return [&f, n, chunks, clip_skip](nn::Weights& w, gl::Graph& g) {
         const int64_t L = f.clip_cfg.max_pos;
         const ValueId ids = g.input("ids", DType::i32, {int64_t(n) * chunks, L});
         const ValueId h = build_clip(w, g, ids, f.clip_cfg, clip_skip);
@@ -196,7 +196,7 @@ GraphBuilder Pipeline::Impl::text_builder(const Sd15Files& f, int n, int chunks,
 }
 
 GraphBuilder Pipeline::Impl::unet_builder(const Sd15Files& f, int batch, int h, int w, int context_len) const {
-    return [&f, batch, h, w, context_len](Weights& wt, gl::Graph& g) {
+    return [&f, batch, h, w, context_len](nn::Weights& wt, gl::Graph& g) {
         const UnetConfig& c = f.unet_cfg;
         const ValueId x = g.input("x", DType::f32, {batch, h, w, c.in_channels});
         const ValueId t = g.input("t", DType::f32, {batch});
@@ -206,7 +206,7 @@ GraphBuilder Pipeline::Impl::unet_builder(const Sd15Files& f, int batch, int h, 
 }
 
 GraphBuilder Pipeline::Impl::vae_builder(const Sd15Files& f, int batch, int h, int w) const {
-    return [&f, batch, h, w](Weights& wt, gl::Graph& g) {
+    return [&f, batch, h, w](nn::Weights& wt, gl::Graph& g) {
         const ValueId z = g.input("z", DType::f32, {batch, h, w, f.vae_cfg.latent_channels});
         return BuiltGraph{{z}, vae_decode(wt, f.vae_cfg, z)};
     };

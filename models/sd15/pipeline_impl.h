@@ -19,7 +19,7 @@ struct BuiltGraph {
     std::vector<gl::ValueId> in;
     gl::ValueId out = gl::kNoValue;
 };
-using GraphBuilder = std::function<BuiltGraph(Weights&, gl::Graph&)>;
+using GraphBuilder = std::function<BuiltGraph(nn::Weights&, gl::Graph&)>;
 
 struct LoraSource {
     std::unique_ptr<gl::io::TensorSource> file;
@@ -36,8 +36,8 @@ struct PipelineHolder {
     std::string key;  // its plan's key
     lora::Part part = lora::Part::unet;
     bool takes_lora = false;  // the VAE takes none
-    std::unique_ptr<gl::Graph> graph;  // its Weights refer to it
-    std::unique_ptr<Weights> weights;
+    std::unique_ptr<gl::Graph> graph;  // its nn::Weights refer to it
+    std::unique_ptr<nn::Weights> weights;
     std::vector<std::unique_ptr<lora::LoraNetwork>> nets;  // one per LoRA file holding this part
     std::vector<size_t> net_file;                          // the file of each net (kTrainedLora: none)
 };
@@ -72,7 +72,7 @@ struct Pipeline::Impl {
     // The holder's graph: built once, kept with its Weights and networks.
     void build_holder(PipelineHolder& m, const std::string& key, const GraphBuilder& build);
     // Installs the LoRA networks of m's part on w (hooks chained, one network per file).
-    std::vector<std::unique_ptr<lora::LoraNetwork>> attach_loras(const PipelineHolder& m, Weights& w,
+    std::vector<std::unique_ptr<lora::LoraNetwork>> attach_loras(const PipelineHolder& m, nn::Weights& w,
                                                                  std::vector<size_t>* files = nullptr) const;
 
     // Makes sure the memory holds every plan of `keys` (planned before): allocates it (from all

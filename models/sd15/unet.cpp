@@ -68,7 +68,7 @@ namespace {
 
 // What every block reads besides its input.
 struct Builder {
-    Weights& w;
+    nn::Weights& w;
     Graph& g;
     const UnetConfig& c;
     ValueId temb_act = gl::kNoValue;  // silu(time embedding) [B, time_embed_dim], shared by every resnet
@@ -139,7 +139,7 @@ ValueId time_embedding(Builder& b, ValueId t) {
 
 }  // namespace
 
-ValueId unet_forward(Weights& w, const UnetConfig& c, ValueId x, ValueId t, ValueId context) {
+ValueId unet_forward(nn::Weights& w, const UnetConfig& c, ValueId x, ValueId t, ValueId context) {
     c.validate();
     Graph& g = w.graph();
     const Shape xs = g.shape(x), ts = g.shape(t), cs = g.shape(context);

@@ -16,13 +16,6 @@
 
 namespace sd {
 
-// The weight store of the shared layer set (models/nn/), under the names the SD1.5 model API
-// has always used (sd::Weights, sd::LoadReport, ...).
-using nn::LoadReport;
-using nn::WeightEntry;
-using nn::WeightLayout;
-using nn::Weights;
-
 enum class UnetBlock : uint8_t {
     plain,       // DownBlock2D / UpBlock2D: resnets only
     cross_attn,  // CrossAttnDownBlock2D / CrossAttnUpBlock2D: a Transformer2DModel after each resnet
@@ -70,7 +63,7 @@ struct UnetConfig {
 // Builds the UNet's forward pass into w's graph and returns eps [B, h, w, out_channels].
 // Weight leaves are created in w on first use (building twice shares them). x [B, h, w,
 // in_channels], t [B], context [B, S, cross_attention_dim]; any float dtype (cast to w's).
-gl::ValueId unet_forward(Weights& w, const UnetConfig& c, gl::ValueId x, gl::ValueId t, gl::ValueId context);
+gl::ValueId unet_forward(nn::Weights& w, const UnetConfig& c, gl::ValueId x, gl::ValueId t, gl::ValueId context);
 
 // Checkpoint key functions for load_weights, from internal (diffusers) names:
 // - a diffusers `unet/diffusion_pytorch_model.safetensors`: the name itself;
@@ -92,6 +85,6 @@ UnetLayout detect_unet_layout(const gl::io::TensorSource& src);
 // Loads the UNet's weights from src (layout detected) into rt; w holds the UNet alone (built
 // by unet_forward with config c). Tensors outside the UNet (a single file's text encoder, VAE,
 // EMA copy, schedule buffers) are not reported as unexpected.
-LoadReport load_unet(const Weights& w, const UnetConfig& c, const gl::io::TensorSource& src, gl::Runtime& rt);
+nn::LoadReport load_unet(const nn::Weights& w, const UnetConfig& c, const gl::io::TensorSource& src, gl::Runtime& rt);
 
 }  // namespace sd

@@ -49,7 +49,7 @@ namespace {
 // same paths, so a value or a segment in a plan report reads like the module it belongs to
 // ("decoder.up_blocks.3.resnets.0.norm1.group_norm").
 struct Builder {
-    Weights& w;
+    nn::Weights& w;
     Graph& g;
     const VaeConfig& c;
 
@@ -134,7 +134,7 @@ std::string idx(size_t i) { return std::to_string(i); }
 
 }  // namespace
 
-VaeEncoded vae_encode(Weights& w, const VaeConfig& c, ValueId x) {
+VaeEncoded vae_encode(nn::Weights& w, const VaeConfig& c, ValueId x) {
     c.validate();
     Graph& g = w.graph();
     check_input(g, x, c.in_channels, c.downscale(), "encoder input");
@@ -164,7 +164,7 @@ VaeEncoded vae_encode(Weights& w, const VaeConfig& c, ValueId x) {
     return e;
 }
 
-ValueId vae_decode(Weights& w, const VaeConfig& c, ValueId z) {
+ValueId vae_decode(nn::Weights& w, const VaeConfig& c, ValueId z) {
     c.validate();
     Graph& g = w.graph();
     check_input(g, z, c.latent_channels, 1, "decoder input");
@@ -319,14 +319,14 @@ VaeFormat detect_vae_layout(const gl::io::TensorSource& src) {
              "]{decoder,encoder}.mid.block_1.conv1.weight and {decoder,encoder}.mid_block.resnets.0.conv1.weight)");
 }
 
-LoadReport load_vae(const Weights& w, const VaeConfig& c, const gl::io::TensorSource& src, gl::Runtime& rt) {
+nn::LoadReport load_vae(const nn::Weights& w, const VaeConfig& c, const gl::io::TensorSource& src, gl::Runtime& rt) {
     const VaeFormat f = detect_vae_layout(src);
     // The two halves by their first name parts (the same in both layouts); a half w does not
     // hold is not loaded, so its tensors are not unexpected either.
     const std::vector<std::string> encoder = {"encoder.", "quant_conv."}, decoder = {"decoder.", "post_quant_conv."};
     auto starts = [](const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; };
     bool has_encoder = false, has_decoder = false;
-    for (const WeightEntry& e : w.entries()) {
+    for (const nn::WeightEntry& e : w.entries()) {
         for (const std::string& p : encoder) has_encoder = has_encoder || starts(e.name, p);
         for (const std::string& p : decoder) has_decoder = has_decoder || starts(e.name, p);
     }

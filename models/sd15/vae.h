@@ -13,13 +13,6 @@
 
 namespace sd {
 
-// The weight store of the shared layer set (models/nn/), under the names the SD1.5 model API
-// has always used (sd::Weights, sd::LoadReport, ...).
-using nn::LoadReport;
-using nn::WeightEntry;
-using nn::WeightLayout;
-using nn::Weights;
-
 struct VaeConfig {
     int in_channels = 3;
     int out_channels = 3;
@@ -53,10 +46,10 @@ struct VaeEncoded {
 
 // x [B, H, W, in_channels] in [-1, 1], H and W multiples of downscale(). Weights are created in w
 // (under its current scope) on first use.
-VaeEncoded vae_encode(Weights& w, const VaeConfig& c, gl::ValueId x);
+VaeEncoded vae_encode(nn::Weights& w, const VaeConfig& c, gl::ValueId x);
 // z [B, h, w, latent] as the UNet sees it (scaled); divided by scaling_factor first.
 // Returns the image [B, h * downscale, w * downscale, out_channels], about [-1, 1].
-gl::ValueId vae_decode(Weights& w, const VaeConfig& c, gl::ValueId z);
+gl::ValueId vae_decode(nn::Weights& w, const VaeConfig& c, gl::ValueId z);
 
 // A sampled latent for caching, computed on the host from the encoder's moments (nothing in it
 // needs a gradient): scaling_factor * (mean + exp(logvar / 2) * noise), logvar clamped to [-30, 20]
@@ -96,6 +89,6 @@ VaeFormat detect_vae_layout(const gl::io::TensorSource& src);
 // (layout detected) into rt. Not reported as unexpected: tensors outside the VAE (a single
 // file's UNet and text encoder, a standalone file's training leftovers) and the half of the VAE
 // that w does not use (the encoder's tensors when only decoding).
-LoadReport load_vae(const Weights& w, const VaeConfig& c, const gl::io::TensorSource& src, gl::Runtime& rt);
+nn::LoadReport load_vae(const nn::Weights& w, const VaeConfig& c, const gl::io::TensorSource& src, gl::Runtime& rt);
 
 }  // namespace sd

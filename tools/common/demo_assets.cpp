@@ -132,12 +132,12 @@ uint64_t name_hash(const std::string& s) {
 }
 
 // Every weight a model graph creates, with its checkpoint shape ([O, I, kh, kw] for convolutions).
-std::vector<NamedTensor> leaves(sd::Weights& w) {
+std::vector<NamedTensor> leaves(nn::Weights& w) {
     std::vector<NamedTensor> out;
-    for (const sd::WeightEntry& e : w.entries()) {
+    for (const nn::WeightEntry& e : w.entries()) {
         const gl::Shape s = w.graph().shape(e.id);
         NamedTensor t{e.name, {}, {}};
-        if (e.layout == sd::WeightLayout::conv_ohwi) t.shape = {s[0], s[3], s[1], s[2]};
+        if (e.layout == nn::WeightLayout::conv_ohwi) t.shape = {s[0], s[3], s[1], s[2]};
         else
             for (int i = 0; i < s.nd; i++) t.shape.push_back(s[i]);
         int64_t n = 1;
@@ -253,7 +253,7 @@ std::vector<NamedTensor> analytic_vae_weights(const sd::VaeConfig& c) {
              "analytic VAE: needs 3 image channels, 4 latent channels and 3 groups");
     for (int ch : c.block_out) GL_CHECK(ch == C, "analytic VAE: every level needs 12 channels, got ", ch);
     gl::Graph g;
-    sd::Weights w(g, gl::DType::f32);
+    nn::Weights w(g, gl::DType::f32);
     const int64_t f = c.downscale();
     vae_encode(w, c, g.input("x", gl::DType::f32, {1, f, f, 3}));
     vae_decode(w, c, g.input("z", gl::DType::f32, {1, 1, 1, 4}));
@@ -309,7 +309,7 @@ void write_model(const fs::path& dir, const ModelConfig& c, uint64_t seed) {
     write_text(dir / "vae" / "config.json", vae_config_json(c.vae));
     {
         gl::Graph g;
-        sd::Weights w(g, gl::DType::f32);
+        nn::Weights w(g, gl::DType::f32);
         const int64_t m = c.unet.size_multiple();
         sd::unet_forward(w, c.unet, g.input("x", gl::DType::f32, {1, m, m, c.unet.in_channels}),
                          g.input("t", gl::DType::f32, {1}),
@@ -321,7 +321,7 @@ void write_model(const fs::path& dir, const ModelConfig& c, uint64_t seed) {
     }
     {
         gl::Graph g;
-        sd::Weights w(g, gl::DType::f32);
+        nn::Weights w(g, gl::DType::f32);
         sd::build_clip(w, g, g.input("ids", gl::DType::i32, {1, 77}), c.clip);
         std::vector<NamedTensor> ts = leaves(w);
         init_random(ts, seed + 1);

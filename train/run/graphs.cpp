@@ -15,7 +15,7 @@ std::unique_ptr<VaeEncoderGraph> build_vae_encoder(const sd::VaeConfig& c, gl::D
                                                    int64_t height, int64_t width) {
     GL_CHECK(batch >= 1 && height >= 1 && width >= 1, "VAE encoder graph: batch and size must be positive");
     auto v = std::make_unique<VaeEncoderGraph>();
-    v->weights = std::make_unique<sd::Weights>(v->g, dtype);
+    v->weights = std::make_unique<nn::Weights>(v->g, dtype);
     v->x = v->g.input("vae.x", gl::DType::f32, {batch, height, width, c.in_channels});
     v->moments = sd::vae_encode(*v->weights, c, v->x).moments;
     v->g.mark_output(v->moments);

@@ -28,7 +28,7 @@ struct GraphShape {
 // The VAE encoder as its own graph: x [B, H, W, 3] in [-1, 1] -> moments [B, h, w, 2 * latent].
 struct VaeEncoderGraph {
     gl::Graph g;
-    std::unique_ptr<sd::Weights> weights;
+    std::unique_ptr<nn::Weights> weights;
     gl::ValueId x = gl::kNoValue, moments = gl::kNoValue;
 };
 std::unique_ptr<VaeEncoderGraph> build_vae_encoder(const sd::VaeConfig& c, gl::DType dtype, int64_t batch,

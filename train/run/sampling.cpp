@@ -107,7 +107,7 @@ SampleEvent RunSampler::sample(int64_t step, std::optional<int64_t> epoch) {
     for (size_t i = 0; i < requests_.size(); i++) {
         const sd::GenerationParams& g = requests_[i];
         const std::vector<gl::io::Image> img = pipeline_->generate(g);
-        char idx[24];  // room for any size_t: no truncation warning
+        char idx[24];
         std::snprintf(idx, sizeof idx, "%02zu", i);
         const std::string name = (c_.output_name ? *c_.output_name + "_" : std::string()) + num + "_" + idx + "_" +
                                  ts + "_" + std::to_string(g.seed) + ".png";

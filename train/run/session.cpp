@@ -178,63 +178,82 @@ void Session::Impl::plan_memory() {
             if (shares[i].latent_h == s.latent_h && shares[i].latent_w == s.latent_w) return i;
         return size_t(0);
     };
-    GraphSetOptions go;
-    go.vae = model.vae_cfg;
-    go.vae_dtype = c.no_half_vae ? gl::DType::f32 : activation_dtype(step.precision);
-    go.vae_on_device = !c.cache_latents;
-    go.backend = mp.backend;
-
-    std::function<gl::PlanOptions(const GraphShape&)> plan_options;
-    std::string recompute = c.gradient_checkpointing ? "blocks (--gradient_checkpointing)" : "none";
-    if (c.vram_limit) {
-        AutoFitRequest r;
-        r.step = step;
-        for (const BucketShare& b : shares) r.buckets.push_back({b.latent_h, b.latent_w, b.images});
-        if (*c.vram_limit == "auto") {
-            GL_CHECK(cuda, "--vram_limit auto reads the free memory of a CUDA device; this run is on the CPU "
-                           "(give a size such as 8G)");
-            r.vram = mp.free_bytes;
-        } else {
-            r.vram = gl::parse_bytes(*c.vram_limit);
-            r.reserve = mp.context_bytes;
-        }
-        mp.limit = r.vram;
-        if (cuda) r.workspace = [](const gl::Graph& g) { return gl::cuda_workspace_bytes(g); };
-        r.allow_8bit_optimizer = c.allow_8bit_optimizer;
-        r.allow_cached_text_encoder = c.allow_cached_text_encoder;
-        r.allow_unet_only = c.allow_unet_only;
-        r.cache_text_encoder = c.cache_text_encoder_outputs;
-        AutoFitChoice ch;
-        try {
-            ch = auto_fit_step(r);
-        } catch (const gl::Error& e) {
-            throw PlanRefused(gl::cat("--vram_limit ", *c.vram_limit, ": ", e.what()));
-        }
-        mp.choice = "auto-fit (--vram_limit " + *c.vram_limit + "):\n" + ch.result.table();
-        step.batch = ch.step.batch;
-        step.grad_accum = ch.step.grad_accum;
-        step.optimizer = ch.step.optimizer;
-        step.train_text_encoder = ch.step.train_text_encoder;
-        cache_text = ch.cache_text_encoder;
-        recompute = ch.recompute == gl::Recompute::none ? "none" : "budget (auto-fit)";
-        plan_options = [ch, bucket_of](const GraphShape& s) { return ch.plan_options(bucket_of(s)); };
-    } else {
-        gl::PlanOptions po;
-        po.recompute = c.gradient_checkpointing ? gl::Recompute::blocks : gl::Recompute::none;
-        plan_options = [po](const GraphShape&) { return po; };
-        if (cuda) mp.limit = mp.free_bytes;
-    }
-    go.step = step;
-    go.text_encoder_on_device = !step.train_text_encoder && !cache_text;
-    go.plan_options = plan_options;
-    plan.counts = count_steps(c, data, step.batch, step.grad_accum);
-    message("planning the graphs");
+    // Auto-fit sizes the step graphs; the run's shared memory also holds what the other graphs
+    // need (the VAE encoder or text encoder weights on the device, the sampling graphs). When that
+    // puts the whole layout over the limit, fit again with the excess reserved (a few rounds).
+    const StepOptions user_step = step;
+    const bool user_cache_text = cache_text;
+    size_t fit_extra = 0;
+    std::string recompute;
     std::vector<const gl::Plan*> sampling;
-    if (c.sample_prompts) {
-        sampler = std::make_unique<RunSampler>(c, model, step, seed);
-        sampling = sampler->plans();
+    for (int fit_round = 0;; fit_round++) {
+        step = user_step;
+        cache_text = user_cache_text;
+        GraphSetOptions go;
+        go.vae = model.vae_cfg;
+        go.vae_dtype = c.no_half_vae ? gl::DType::f32 : activation_dtype(step.precision);
+        go.vae_on_device = !c.cache_latents;
+        go.backend = mp.backend;
+
+        std::function<gl::PlanOptions(const GraphShape&)> plan_options;
+        recompute = c.gradient_checkpointing ? "blocks (--gradient_checkpointing)" : "none";
+        if (c.vram_limit) {
+            AutoFitRequest r;
+            r.step = step;
+            for (const BucketShare& b : shares) r.buckets.push_back({b.latent_h, b.latent_w, b.images});
+            if (*c.vram_limit == "auto") {
+                GL_CHECK(cuda, "--vram_limit auto reads the free memory of a CUDA device; this run is on the CPU "
+                               "(give a size such as 8G)");
+                r.vram = mp.free_bytes;
+            } else {
+                r.vram = gl::parse_bytes(*c.vram_limit);
+                r.reserve = mp.context_bytes;
+        }
+        r.reserve += fit_extra;
+        {
+            }
+            mp.limit = r.vram;
+            if (cuda) r.workspace = [](const gl::Graph& g) { return gl::cuda_workspace_bytes(g); };
+            r.allow_8bit_optimizer = c.allow_8bit_optimizer;
+            r.allow_cached_text_encoder = c.allow_cached_text_encoder;
+            r.allow_unet_only = c.allow_unet_only;
+            r.cache_text_encoder = c.cache_text_encoder_outputs;
+            AutoFitChoice ch;
+            try {
+                ch = auto_fit_step(r);
+            } catch (const gl::Error& e) {
+                throw PlanRefused(gl::cat("--vram_limit ", *c.vram_limit, ": ", e.what()));
+            }
+            mp.choice = "auto-fit (--vram_limit " + *c.vram_limit + "):\n" + ch.result.table();
+            step.batch = ch.step.batch;
+            step.grad_accum = ch.step.grad_accum;
+            step.optimizer = ch.step.optimizer;
+            step.train_text_encoder = ch.step.train_text_encoder;
+            cache_text = ch.cache_text_encoder;
+            recompute = ch.recompute == gl::Recompute::none ? "none" : "budget (auto-fit)";
+            plan_options = [ch, bucket_of](const GraphShape& s) { return ch.plan_options(bucket_of(s)); };
+        } else {
+            gl::PlanOptions po;
+            po.recompute = c.gradient_checkpointing ? gl::Recompute::blocks : gl::Recompute::none;
+            plan_options = [po](const GraphShape&) { return po; };
+            if (cuda) mp.limit = mp.free_bytes;
+        }
+        go.step = step;
+        go.text_encoder_on_device = !step.train_text_encoder && !cache_text;
+        go.plan_options = plan_options;
+        plan.counts = count_steps(c, data, step.batch, step.grad_accum);
+        message("planning the graphs");
+        sampling.clear();
+        if (c.sample_prompts) {
+            sampler = std::make_unique<RunSampler>(c, model, step, seed);
+            sampling = sampler->plans();
+        }
+        graphs = std::make_unique<GraphSet>(go, graph_shapes(data, step.batch, f, step.unet.size_multiple()), sampling);
+        if (!c.vram_limit || fit_round == 3) break;
+        const size_t total = graphs->layout().total_bytes() + (*c.vram_limit == "auto" ? 0 : mp.context_bytes);
+        if (total <= mp.limit) break;
+        fit_extra += total - mp.limit;
     }
-    graphs = std::make_unique<GraphSet>(go, graph_shapes(data, step.batch, f, step.unet.size_multiple()), sampling);
 
     const gl::SharedLayout& L = graphs->layout();
     mp.planned_bytes = L.total_bytes();
