@@ -388,6 +388,7 @@ TEST_CASE("sdtrain run: text encoder only, LoCon, --network_weights with --dim_f
     // LoCon: 3x3 convs get conv_dim modules too.
     train::RunConfig lc = tiny_config(model, data, s.root / "locon");
     lc.network_args = {"conv_dim=2", "conv_alpha=1"};
+    lc.optimizer_args = {"weight_decay=0.01", "betas=0.9,0.99"};
     lc.max_train_steps = 2;
     lc.network_alpha = 4;
     train::Session(lc).run();
@@ -398,6 +399,9 @@ TEST_CASE("sdtrain run: text encoder only, LoCon, --network_weights with --dim_f
     CHECK(conv);
     CHECK(gl::io::SafetensorsFile(locon.string()).metadata().at("ss_network_args") ==
           "{\"conv_dim\": \"2\", \"conv_alpha\": \"1\", \"dropout\": null}");
+    // kohya's ss_optimizer: module.Class(k=v,...), a tuple value as Python prints it.
+    CHECK(gl::io::SafetensorsFile(locon.string()).metadata().at("ss_optimizer") ==
+          "torch.optim.adamw.AdamW(weight_decay=0.01,betas=(0.9, 0.99))");
     // Continuing from that file: rank, alpha and conv rank read from it; the first step starts
     // from its weights (0 steps would save them unchanged: one step at learning rate 0).
     train::RunConfig cont = tiny_config(model, data, s.root / "cont");
