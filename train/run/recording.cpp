@@ -110,7 +110,8 @@ void RunRecording::on_sample(const SampleEvent& e) {
     std::vector<SampleImage> images;
     for (size_t i = 0; i < e.images.size(); i++)
         images.push_back({relative(e.images[i]), i < e.prompts.size() ? e.prompts[i] : std::string()});
-    rec_->sample(e.step, e.epoch.value_or(0), std::move(images));
+    // Per-step samples carry no epoch of their own: the one of the step they follow.
+    rec_->sample(e.step, e.epoch.value_or(last_ ? last_->epoch : 0), std::move(images));
 }
 
 void RunRecording::on_save(const SaveEvent& e) {
