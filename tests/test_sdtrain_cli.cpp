@@ -1,6 +1,7 @@
 // sdtrain's refusals before a run (bad paths, FIFOs, an unwritable output folder, a plan that does
-// not fit) leave existing files untouched; --dry_run and auto-fit plan without training; the binary
-// trains the tiny model from a kohya config file; a signal mid-run saves, exits with 130 and leaves
+// not fit) leave existing files untouched; --dry_run and auto-fit plan without training; the console
+// (lines, the progress line below them, the summary, the recording behind it); the binary trains
+// the tiny model from a kohya config file; a signal mid-run saves, exits with 130 and leaves
 // a state to resume from, a second one ends the program at once, both leaving earlier saves whole.
 #include <doctest/doctest.h>
 #include <fcntl.h>
@@ -16,6 +17,7 @@
 
 #include "ggml-lite/io/safetensors.h"
 #include "sdtrain_fixtures.h"
+#include "tools/sdtrain/console.h"
 #include "train/metrics.h"
 #include "train/run/session.h"
 
@@ -61,8 +63,10 @@ TEST_CASE("sdtrain run: bad paths, unwritable output and bad states are refused,
         {[&](train::RunConfig& c) { c.output_dir = (out / "tiny.safetensors").string(); }, "exists and is not a folder"},
         {[&](train::RunConfig& c) { c.output_dir = (out / "tiny.safetensors" / "sub").string(); }, "cannot be created"},
         // Unwritable, even by root: procfs takes no new files or folders.
-        {[&](train::RunConfig& c) { c.output_dir = "/proc/gl-sdtrain-out"; }, "--output_dir /proc/gl-sdtrain-out: cannot be created"},
-        {[&](train::RunConfig& c) { c.output_dir = "/proc/self"; }, "--output_dir /proc/self: files cannot be created there"},
+        {[&](train::RunConfig& c) { c.output_dir = "/proc/gl-sdtrain-out"; },
+         "--output_dir /proc/gl-sdtrain-out: cannot be created"},
+        {[&](train::RunConfig& c) { c.output_dir = "/proc/self"; },
+         "--output_dir /proc/self: files cannot be created there"},
         {[&](train::RunConfig& c) { c.resume = (s.root / "no-state").string(); }, "--resume"},
         {[&](train::RunConfig& c) { c.resume = data.string(); }, "train_state.json"},
         {[&](train::RunConfig& c) { c.network_weights = (s.root / "no-lora.safetensors").string(); }, "--network_weights"},
@@ -73,7 +77,8 @@ TEST_CASE("sdtrain run: bad paths, unwritable output and bad states are refused,
         {[&](train::RunConfig& c) { c.sample_prompts = "p.txt"; }, "--sample_prompts"},
         // A FIFO would block the reader forever; a folder is not a file.
         {[&](train::RunConfig& c) { c.dataset_config = (s.root / "fifo").string(), c.train_data_dir.reset(); },
-         "--dataset_config: dataset config " + (s.root / "fifo").string() + ": is a FIFO (named pipe), not a regular file"},
+         "--dataset_config: dataset config " + (s.root / "fifo").string() +
+             ": is a FIFO (named pipe), not a regular file"},
         {[&](train::RunConfig& c) { c.sample_prompts = (s.root / "fifo").string(); }, "is a FIFO (named pipe)"},
         {[&](train::RunConfig& c) { c.sample_prompts = data.string(); }, "not a regular file"},
         {[&](train::RunConfig& c) { c.network_weights = (s.root / "fifo").string(); }, "--network_weights"},
@@ -155,6 +160,69 @@ TEST_CASE("sdtrain run: --dry_run and --vram_limit plan without training") {
     }
 }
 
+TEST_CASE("sdtrain console: plan and messages as lines, the progress line redrawn below them, the summary") {
+    Scratch s("console");
+    std::string screen;
+    double now = 0;
+    gl::cli::ProgressOptions po;
+    po.tty = true;
+    po.redraw_seconds = 0;
+    sdtrain::Console con(gl::cli::Progress(
+        po, [&](std::string_view w) { screen += w; }, [] { return 160; }, [&] { return now; }));
+    train::RunPlan plan;
+    plan.dataset = "dataset (folders):\n";
+    plan.memory.by_category = "memory plan (cuda; ...):\n  predicted peak 1.5 GiB\n";
+    plan.config = {{"Model", {{"pretrained_model_name_or_path", "m.safetensors"}}}};
+    con.on_plan(plan);
+    con.on_message("caching latents: 6/6");
+    CHECK_FALSE(fs::exists(s.root / "metrics.jsonl"));  // nothing written before training starts
+    con.on_start({.output_dir = s.root.string(), .name = "sks", .total_steps = 3, .epochs = 1, .updates_per_epoch = 3});
+    for (int64_t step = 1; step <= 3; step++) {
+        now += 0.5;
+        train::StepEvent e;
+        e.step = step;
+        e.total_steps = 3;
+        e.loss = e.loss_mean = 0.25;
+        e.lr_unet = 1e-4;
+        e.images = 4;
+        e.device_bytes_in_use = size_t(1) << 30;  // as on CUDA
+        e.planned_bytes = size_t(3) << 29;
+        con.on_step(e);
+        if (step == 2) con.on_save({(s.root / "sks-step00000002.safetensors").string(), false, false, 2, 1, {}});
+    }
+    train::RunSummary sum;
+    sum.steps = 3;
+    sum.final_file = (s.root / "sks.safetensors").string();
+    sum.peak_host_anon_bytes = size_t(80) << 20;
+    sum.peak_host_bytes = size_t(120) << 20;
+    sum.planned_device_bytes = size_t(3) << 29;
+    sum.peak_device_bytes = size_t(1) << 30;
+    con.on_end(sum);
+    CAPTURE(screen);
+    CHECK(screen.rfind(plan.text() + "caching latents: 6/6\n", 0) == 0);
+    // The save's line clears the progress line, which is drawn again below it.
+    const size_t saved =
+        screen.find("\r\x1b[Ksaved " + (s.root / "sks-step00000002.safetensors").string() + "\n\rstep 2/3");
+    CHECK(saved != std::string::npos);
+    CHECK(screen.find("mem 1.00/1.50 GiB", saved) != std::string::npos);
+    CHECK(screen.find("\rstep 3/3", saved) != std::string::npos);
+    for (const std::string& l :
+         {std::string("done: 3 steps"), std::string("host memory: peak 80.0 MiB of its own, 120.0 MiB resident"),
+          std::string("device memory: planned 1.50 GiB, measured peak 1.00 GiB"),
+          "the LoRA: " + (s.root / "sks.safetensors").string(), "report:   " + (s.root / "report.html").string()})
+        CHECK_MESSAGE(screen.find("\n" + l) != std::string::npos, l);
+    // The recording behind it: three steps, the save, the end; the report with the run's figures.
+    const train::MetricsHistory h = train::read_metrics(s.root / "metrics.jsonl");
+    CHECK(h.steps.size() == 3);
+    CHECK(h.steps[2].mem_used == size_t(1) << 30);
+    CHECK(h.events.back().message == "finished: 3 steps");
+    const std::string html = slurp(s.root / "report.html");
+    CHECK(html.find("<th>Peak host memory</th><td>80.0 MiB of its own") != std::string::npos);
+    CHECK(html.find("<th>Device memory, measured</th><td>1.00 GiB peak in use, 1.50 GiB predicted") !=
+          std::string::npos);
+    CHECK(html.find("<th>pretrained_model_name_or_path</th><td>m.safetensors</td>") != std::string::npos);
+}
+
 #ifdef GL_SDTRAIN_BIN
 TEST_CASE("sdtrain binary: trains the tiny model from a kohya config file") {
     Scratch s("bin");
@@ -228,7 +296,8 @@ struct Child {
 int64_t steps_recorded(const fs::path& metrics) {
     const std::string t = slurp(metrics);
     int64_t n = 0;
-    for (size_t at = t.find("\"type\":\"step\""); at != std::string::npos; at = t.find("\"type\":\"step\"", at + 1)) n++;
+    const std::string key = "\"type\":\"step\"";
+    for (size_t at = t.find(key); at != std::string::npos; at = t.find(key, at + 1)) n++;
     return n;
 }
 

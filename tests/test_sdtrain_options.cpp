@@ -319,14 +319,30 @@ TEST_CASE("sdtrain options: --help groups the options") {
             group_of[name] = section;
         }
         const std::pair<const char*, const char*> placed[] = {
-            {"--train_data_dir", "Data ("}, {"--dataset_config", "Data ("}, {"--cache_latents", "Data ("},
-            {"--enable_bucket", "Data ("}, {"--pretrained_model_name_or_path", "Model:"}, {"--clip_skip", "Model:"},
-            {"--network_dim", "Network ("}, {"--network_args", "Network ("}, {"--network_weights", "Network ("},
-            {"--optimizer_type", "Optimizer and"}, {"--learning_rate", "Optimizer and"}, {"--lr_scheduler", "Optimizer and"},
-            {"--gradient_checkpointing", "Memory ("}, {"--vram_limit", "Memory ("}, {"--output_dir", "Output ("},
-            {"--save_every_n_steps", "Output ("}, {"--save_state", "Output ("}, {"--resume", "Output ("},
-            {"--sample_prompts", "Sampling:"}, {"--sample_every_n_steps", "Sampling:"}, {"--sample_sampler", "Sampling:"},
-            {"--max_train_steps", "Training ("}, {"--mixed_precision", "Training ("}, {"--xformers", "Accepted for kohya"}};
+            {"--train_data_dir", "Data ("},
+            {"--dataset_config", "Data ("},
+            {"--cache_latents", "Data ("},
+            {"--enable_bucket", "Data ("},
+            {"--pretrained_model_name_or_path", "Model:"},
+            {"--clip_skip", "Model:"},
+            {"--network_dim", "Network ("},
+            {"--network_args", "Network ("},
+            {"--network_weights", "Network ("},
+            {"--optimizer_type", "Optimizer and"},
+            {"--learning_rate", "Optimizer and"},
+            {"--lr_scheduler", "Optimizer and"},
+            {"--gradient_checkpointing", "Memory ("},
+            {"--vram_limit", "Memory ("},
+            {"--output_dir", "Output ("},
+            {"--save_every_n_steps", "Output ("},
+            {"--save_state", "Output ("},
+            {"--resume", "Output ("},
+            {"--sample_prompts", "Sampling:"},
+            {"--sample_every_n_steps", "Sampling:"},
+            {"--sample_sampler", "Sampling:"},
+            {"--max_train_steps", "Training ("},
+            {"--mixed_precision", "Training ("},
+            {"--xformers", "Accepted for kohya"}};
         for (const auto& [option, group] : placed) {
             CAPTURE(option);
             REQUIRE(group_of.count(option));

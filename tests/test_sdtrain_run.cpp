@@ -272,7 +272,8 @@ TEST_CASE("sdtrain run: plan, two buckets, kohya files and metadata, state, bit-
     // arithmetic, the configuration by option group, the peak host memory; self-contained.
     const std::string html = slurp((out / "report.html").string());
     for (const char* part : {"<p class=\"status\">finished: 6 steps", ">Loss</text>", ">Learning rate</text>",
-                             "<h3>step 3, epoch 2</h3>", "alt=\"a wide room\"", "<h3>Largest training step: 48x24 batch 2</h3>",
+                             "<h3>step 3, epoch 2</h3>", "alt=\"a wide room\"",
+                             "<h3>Largest training step: 48x24 batch 2</h3>",
                              "src=\"data:image/svg+xml;base64,", "frozen weights", "ceil(3/2) + ceil(3/2) = 2 + 2 = 4",
                              "<h3>Model options</h3>", "<h3>Sampling options</h3>",
                              "<th>sample_every_n_steps</th><td class=\"num\">3</td>",
