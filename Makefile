@@ -68,7 +68,7 @@ sanitize: sanitize-build
 
 # The demo downloads nothing: gl-make-demo writes a tiny SD1.5-architecture model, a dataset of
 # coloured shapes and sample prompts; sdtrain caches latents, trains a LoRA (LoCon) for DEMO_STEPS
-# steps on the GPU when there is one (else the CPU: about 1.5 minutes on 2 cores), samples every 100
+# steps on the GPU when there is one (else the CPU: about 100 s of CPU time), samples every 100
 # steps (euler_a: kohya's ddim clips the predicted latents to [-1, 1], which leaves the demo's
 # samples noisy), keeps metrics.jsonl and report.html, and prints where the LoRA, the samples and
 # the report are. DEMO_DIR/output is replaced on every run.
