@@ -68,9 +68,10 @@ sanitize: sanitize-build
 
 # The demo downloads nothing: gl-make-demo writes a tiny SD1.5-architecture model, a dataset of
 # coloured shapes and sample prompts; sdtrain caches latents, trains a LoRA (LoCon) for DEMO_STEPS
-# steps on the GPU when there is one (else the CPU), samples every 100 steps (euler_a: kohya's ddim
-# clips the predicted latents to [-1, 1], which leaves the demo's samples noisy) and writes the report.
-# DEMO_DIR/output is replaced on every run.
+# steps on the GPU when there is one (else the CPU: about 100 s of CPU time), samples every 100
+# steps (euler_a: kohya's ddim clips the predicted latents to [-1, 1], which leaves the demo's
+# samples noisy), keeps metrics.jsonl and report.html, and prints where the LoRA, the samples and
+# the report are. DEMO_DIR/output is replaced on every run.
 demo:
 	@$(MAKE) --no-print-directory deps
 	@$(MAKE) --no-print-directory configure
@@ -87,8 +88,8 @@ demo:
 	  --sample_prompts $(DEMO_DIR)/prompts.txt --sample_sampler euler_a --sample_at_first \
 	  --sample_every_n_steps 100 --save_every_n_steps 100 \
 	  --output_dir $(DEMO_DIR)/output --output_name demo $(DEMO_ARGS)
-	@echo "make demo: the LoRA is $(DEMO_DIR)/output/demo.safetensors, the samples are in" \
-	      "$(DEMO_DIR)/output/sample/, the report is $(DEMO_DIR)/output/report.html"
+	@echo "make demo: done; open the report (the path above) in a browser: loss and learning-rate" \
+	      "curves, the samples of every 100 steps, the memory plan, the configuration"
 
 bench:
 	@$(MAKE) --no-print-directory deps

@@ -84,7 +84,8 @@ fi
 [ -n "$smi_pid" ] && kill "$smi_pid" 2>/dev/null
 [ -s "$OUT/run.smi" ] && echo "nvidia-smi: device memory used at most $(sort -n "$OUT/run.smi" | tail -1) MiB during the run (all processes)"
 stamp "sdtrain exit $status"
-grep -E "^step (1|[0-9]*00)/|^saved|^done|predicted peak|error" "$OUT/run.log" || true
+# Not a terminal: sdtrain prints a progress line every 10 s (and the first and last steps).
+grep -E "^step |^saved|^done|^host memory|^device memory|predicted peak|error" "$OUT/run.log" || true
 grep -E "Maximum resident|Elapsed" "$OUT/run.time" 2>/dev/null || true
 ls -la "$OUT/run" "$OUT/run/sample" 2>/dev/null | head -40
 

@@ -118,3 +118,6 @@ gl_cli_test("sdtrain missing model file" 1 "sdtrain: error: .*no-such-model" gl-
             --pretrained_model_name_or_path no-such-model --train_data_dir d --resolution 512
             --output_dir ${PROJECT_BINARY_DIR}/sdtrain-cli-out --network_module networks.lora)
 gl_cli_test("sdtrain missing config file" 2 "--config_file nope.toml: cannot be read" gl-sdtrain --config_file nope)
+gl_cli_test("sdtrain unwritable output folder" 1 "sdtrain: error: --output_dir /proc/sdtrain-out: cannot be created"
+            gl-sdtrain --pretrained_model_name_or_path m --train_data_dir d --resolution 512
+            --output_dir /proc/sdtrain-out --network_module networks.lora)

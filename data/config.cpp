@@ -1,12 +1,12 @@
 #include "data/config.h"
 
 #include <algorithm>
-#include <fstream>
 #include <sstream>
 
 #include <toml++/toml.h>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/io/files.h"
 
 namespace data {
 namespace fs = std::filesystem;
@@ -269,11 +269,13 @@ std::vector<DatasetConfig> parse_dataset_config(const std::string& text, const s
 }
 
 std::vector<DatasetConfig> load_dataset_config(const fs::path& file, const ConfigLevel& command_line) {
-    std::ifstream f(file, std::ios::binary);
-    GL_CHECK(f, "dataset config ", file.string(), ": cannot be opened");
-    std::ostringstream text;
-    text << f.rdbuf();
-    return parse_dataset_config(text.str(), file.string(), command_line);
+    std::string text;
+    try {  // a FIFO or a folder is refused, never waited on
+        text = gl::io::read_small_file(file.string());
+    } catch (const gl::Error& e) {
+        gl::fail("dataset config ", e.what());
+    }
+    return parse_dataset_config(text, file.string(), command_line);
 }
 
 DatasetConfig folder_dataset_config(const fs::path& train_dir, const std::optional<fs::path>& reg_dir,

@@ -1,6 +1,7 @@
 // Training metrics: the step meter's running mean, moving rates, ETA and pauses on a fake clock;
 // the JSONL file written and read back exactly (non-finite numbers, user text), appended across
-// writers, a torn last line skipped, a resume replacing the steps it redid; refusals.
+// writers, a torn last line skipped, a resume replacing the steps it redid, a new start beginning
+// the history anew; refusals.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -203,7 +204,7 @@ TEST_CASE("metrics: records written and read back exactly") {
     CHECK(h.events[2].time > 1.6e9);  // filled in by the writer
 }
 
-TEST_CASE("metrics: a torn last line is skipped and a resumed run replaces the steps it redid") {
+TEST_CASE("metrics: a torn last line is skipped, a resumed run replaces the steps it redid, a new run starts anew") {
     TempDir dir;
     const fs::path file = dir.path / "metrics.jsonl";
     {
@@ -231,6 +232,18 @@ TEST_CASE("metrics: a torn last line is skipped and a resumed run replaces the s
     CHECK(h.events[0].kind == EventKind::save);
     CHECK(h.events[1].kind == EventKind::resume);
     CHECK(h.events[1].path == "state-4");
+
+    // A new run started in the same folder: the history is that run's alone.
+    {
+        train::MetricsWriter w(file);
+        w.write(MetricsEvent{.kind = EventKind::start, .step = 0});
+        w.write(facts(1, 0.25));
+    }
+    const train::MetricsHistory fresh = train::read_metrics(file);
+    REQUIRE(fresh.steps.size() == 1);
+    CHECK(fresh.steps[0].loss == 0.25);
+    REQUIRE(fresh.events.size() == 1);
+    CHECK(fresh.events[0].kind == EventKind::start);
 
     // Foreign or malformed lines are counted, not fatal.
     const train::MetricsHistory g =

@@ -119,7 +119,7 @@ TEST_CASE("prompt file: reading files") {
     REQUIRE(ps.size() == 2);
     CHECK(ps[1].prompt == "two");
     std::remove(path.c_str());
-    CHECK(has(error_of([&] { sd::read_prompt_file(path, sd::kohya_prompt_defaults()); }), "cannot open it"));
+    CHECK(has(error_of([&] { sd::read_prompt_file(path, sd::kohya_prompt_defaults()); }), "cannot open"));
     CHECK(has(error_of([] { sd::read_prompt_file("/tmp/p.toml", sd::kohya_prompt_defaults()); }),
               "kohya's .toml prompt files are not read here"));
 }

@@ -1,12 +1,24 @@
-// sdtrain's refusals before a run (bad paths, an unwritable output folder, a plan that does not fit)
-// leave existing files untouched; --dry_run and auto-fit plan without training; the binary trains
-// the tiny model from a kohya config file.
+// sdtrain's refusals before a run (bad paths, FIFOs, an unwritable output folder, a plan that does
+// not fit) leave existing files untouched; --dry_run and auto-fit plan without training; the console
+// (lines, the progress line below them, the summary, the recording behind it); the binary trains
+// the tiny model from a kohya config file; a signal mid-run saves, exits with 130 and leaves
+// a state to resume from, a second one ends the program at once, both leaving earlier saves whole.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <sstream>
+#include <thread>
 
+#include "ggml-lite/io/safetensors.h"
 #include "sdtrain_fixtures.h"
+#include "tools/sdtrain/console.h"
+#include "train/metrics.h"
 #include "train/run/session.h"
 
 using namespace sdtrain_test;
@@ -39,11 +51,10 @@ TEST_CASE("sdtrain run: bad paths, unwritable output and bad states are refused,
     write_text(out / "tiny-step00000002.safetensors", "an earlier step save");
     const train::RunConfig good = tiny_config(model, data, out);
 
-    struct Case {
+    const struct {
         std::function<void(train::RunConfig&)> change;
-        const char* error;
-    };
-    const Case cases[] = {
+        std::string error;
+    } cases[] = {
         {[&](train::RunConfig& c) { c.pretrained_model_name_or_path = (s.root / "no-such-model").string(); },
          "no-such-model"},
         {[&](train::RunConfig& c) { c.train_data_dir = (s.root / "no-such-data").string(); }, "no-such-data"},
@@ -51,6 +62,11 @@ TEST_CASE("sdtrain run: bad paths, unwritable output and bad states are refused,
         {[&](train::RunConfig& c) { c.reg_data_dir = (s.root / "no-reg").string(); }, "no-reg"},
         {[&](train::RunConfig& c) { c.output_dir = (out / "tiny.safetensors").string(); }, "exists and is not a folder"},
         {[&](train::RunConfig& c) { c.output_dir = (out / "tiny.safetensors" / "sub").string(); }, "cannot be created"},
+        // Unwritable, even by root: procfs takes no new files or folders.
+        {[&](train::RunConfig& c) { c.output_dir = "/proc/gl-sdtrain-out"; },
+         "--output_dir /proc/gl-sdtrain-out: cannot be created"},
+        {[&](train::RunConfig& c) { c.output_dir = "/proc/self"; },
+         "--output_dir /proc/self: files cannot be created there"},
         {[&](train::RunConfig& c) { c.resume = (s.root / "no-state").string(); }, "--resume"},
         {[&](train::RunConfig& c) { c.resume = data.string(); }, "train_state.json"},
         {[&](train::RunConfig& c) { c.network_weights = (s.root / "no-lora.safetensors").string(); }, "--network_weights"},
@@ -59,8 +75,23 @@ TEST_CASE("sdtrain run: bad paths, unwritable output and bad states are refused,
         {[&](train::RunConfig& c) { c.vram_limit = "1M"; }, "--vram_limit 1M"},
         {[&](train::RunConfig& c) { c.clip_skip = 5; }, "--clip_skip 5: the text encoder has 2 layers"},
         {[&](train::RunConfig& c) { c.sample_prompts = "p.txt"; }, "--sample_prompts"},
+        // A FIFO would block the reader forever; a folder is not a file.
+        {[&](train::RunConfig& c) { c.dataset_config = (s.root / "fifo").string(), c.train_data_dir.reset(); },
+         "--dataset_config: dataset config " + (s.root / "fifo").string() +
+             ": is a FIFO (named pipe), not a regular file"},
+        {[&](train::RunConfig& c) { c.sample_prompts = (s.root / "fifo").string(); }, "is a FIFO (named pipe)"},
+        {[&](train::RunConfig& c) { c.sample_prompts = data.string(); }, "not a regular file"},
+        {[&](train::RunConfig& c) { c.network_weights = (s.root / "fifo").string(); }, "--network_weights"},
+        {[&](train::RunConfig& c) { c.resume = (s.root / "fifo").string(); }, "--resume"},
     };
-    for (const Case& k : cases) {
+    REQUIRE(::mkfifo((s.root / "fifo").c_str(), 0644) == 0);
+    if (::geteuid() != 0) {  // root writes anywhere: the permission case needs another user
+        REQUIRE(::mkdir((s.root / "read-only").c_str(), 0555) == 0);
+        train::RunConfig c = good;
+        c.output_dir = (s.root / "read-only").string();
+        CHECK(run_error(c).find("files cannot be created there") != std::string::npos);
+    }
+    for (const auto& k : cases) {
         train::RunConfig c = good;
         k.change(c);
         const std::string e = run_error(c);
@@ -68,6 +99,7 @@ TEST_CASE("sdtrain run: bad paths, unwritable output and bad states are refused,
         CHECK(e.find(k.error) != std::string::npos);
         CHECK(slurp(out / "tiny.safetensors") == "an earlier LoRA");
         CHECK(slurp(out / "tiny-step00000002.safetensors") == "an earlier step save");
+        CHECK_FALSE(fs::exists(out / "metrics.jsonl"));  // nothing recorded before the run starts
     }
     // A state of another run (other batch size) is refused naming why.
     train::RunConfig a = tiny_config(model, data, s.root / "a");
@@ -128,6 +160,69 @@ TEST_CASE("sdtrain run: --dry_run and --vram_limit plan without training") {
     }
 }
 
+TEST_CASE("sdtrain console: plan and messages as lines, the progress line redrawn below them, the summary") {
+    Scratch s("console");
+    std::string screen;
+    double now = 0;
+    gl::cli::ProgressOptions po;
+    po.tty = true;
+    po.redraw_seconds = 0;
+    sdtrain::Console con(gl::cli::Progress(
+        po, [&](std::string_view w) { screen += w; }, [] { return 160; }, [&] { return now; }));
+    train::RunPlan plan;
+    plan.dataset = "dataset (folders):\n";
+    plan.memory.by_category = "memory plan (cuda; ...):\n  predicted peak 1.5 GiB\n";
+    plan.config = {{"Model", {{"pretrained_model_name_or_path", "m.safetensors"}}}};
+    con.on_plan(plan);
+    con.on_message("caching latents: 6/6");
+    CHECK_FALSE(fs::exists(s.root / "metrics.jsonl"));  // nothing written before training starts
+    con.on_start({.output_dir = s.root.string(), .name = "sks", .total_steps = 3, .epochs = 1, .updates_per_epoch = 3});
+    for (int64_t step = 1; step <= 3; step++) {
+        now += 0.5;
+        train::StepEvent e;
+        e.step = step;
+        e.total_steps = 3;
+        e.loss = e.loss_mean = 0.25;
+        e.lr_unet = 1e-4;
+        e.images = 4;
+        e.device_bytes_in_use = size_t(1) << 30;  // as on CUDA
+        e.planned_bytes = size_t(3) << 29;
+        con.on_step(e);
+        if (step == 2) con.on_save({(s.root / "sks-step00000002.safetensors").string(), false, false, 2, 1, {}});
+    }
+    train::RunSummary sum;
+    sum.steps = 3;
+    sum.final_file = (s.root / "sks.safetensors").string();
+    sum.peak_host_anon_bytes = size_t(80) << 20;
+    sum.peak_host_bytes = size_t(120) << 20;
+    sum.planned_device_bytes = size_t(3) << 29;
+    sum.peak_device_bytes = size_t(1) << 30;
+    con.on_end(sum);
+    CAPTURE(screen);
+    CHECK(screen.rfind(plan.text() + "caching latents: 6/6\n", 0) == 0);
+    // The save's line clears the progress line, which is drawn again below it.
+    const size_t saved =
+        screen.find("\r\x1b[Ksaved " + (s.root / "sks-step00000002.safetensors").string() + "\n\rstep 2/3");
+    CHECK(saved != std::string::npos);
+    CHECK(screen.find("mem 1.00/1.50 GiB", saved) != std::string::npos);
+    CHECK(screen.find("\rstep 3/3", saved) != std::string::npos);
+    for (const std::string& l :
+         {std::string("done: 3 steps"), std::string("host memory: peak 80.0 MiB of its own, 120.0 MiB resident"),
+          std::string("device memory: planned 1.50 GiB, measured peak 1.00 GiB"),
+          "the LoRA: " + (s.root / "sks.safetensors").string(), "report:   " + (s.root / "report.html").string()})
+        CHECK_MESSAGE(screen.find("\n" + l) != std::string::npos, l);
+    // The recording behind it: three steps, the save, the end; the report with the run's figures.
+    const train::MetricsHistory h = train::read_metrics(s.root / "metrics.jsonl");
+    CHECK(h.steps.size() == 3);
+    CHECK(h.steps[2].mem_used == size_t(1) << 30);
+    CHECK(h.events.back().message == "finished: 3 steps");
+    const std::string html = slurp(s.root / "report.html");
+    CHECK(html.find("<th>Peak host memory</th><td>80.0 MiB of its own") != std::string::npos);
+    CHECK(html.find("<th>Device memory, measured</th><td>1.00 GiB peak in use, 1.50 GiB predicted") !=
+          std::string::npos);
+    CHECK(html.find("<th>pretrained_model_name_or_path</th><td>m.safetensors</td>") != std::string::npos);
+}
+
 #ifdef GL_SDTRAIN_BIN
 TEST_CASE("sdtrain binary: trains the tiny model from a kohya config file") {
     Scratch s("bin");
@@ -154,5 +249,182 @@ TEST_CASE("sdtrain binary: trains the tiny model from a kohya config file") {
     CHECK(text.find("note: --xformers: not needed") != std::string::npos);
     CHECK(text.find("step 2/2") != std::string::npos);
     CHECK(fs::exists(out / "bin.safetensors"));
+}
+
+namespace {
+
+// The binary training the tiny model in the background, its output in a log file.
+struct Child {
+    pid_t pid = -1;
+    fs::path log;
+
+    Child(const std::vector<std::string>& args, const fs::path& log_file) : log(log_file) {
+        std::vector<std::string> all{GL_SDTRAIN_BIN};
+        all.insert(all.end(), args.begin(), args.end());
+        std::vector<char*> argv;
+        for (std::string& a : all) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        posix_spawn_file_actions_adddup2(&fa, 1, 2);
+        REQUIRE(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) == 0);
+        posix_spawn_file_actions_destroy(&fa);
+    }
+    ~Child() {
+        if (pid > 0) {  // a test that failed midway: leave no process behind
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, nullptr, 0);
+        }
+    }
+    // The wait status, or nullopt after `seconds` (the child is then killed).
+    std::optional<int> wait(double seconds) {
+        const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+        int status = 0;
+        while (std::chrono::steady_clock::now() < end) {
+            if (::waitpid(pid, &status, WNOHANG) == pid) {
+                pid = -1;
+                return status;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return std::nullopt;
+    }
+};
+
+// Step records in a metrics file (0 while it does not exist).
+int64_t steps_recorded(const fs::path& metrics) {
+    const std::string t = slurp(metrics);
+    int64_t n = 0;
+    const std::string key = "\"type\":\"step\"";
+    for (size_t at = t.find(key); at != std::string::npos; at = t.find(key, at + 1)) n++;
+    return n;
+}
+
+// Waits until the run has recorded `steps` steps (false after a minute, or when it ended).
+bool wait_for_steps(Child& c, const fs::path& metrics, int64_t steps) {
+    for (int i = 0; i < 3000; i++) {
+        if (steps_recorded(metrics) >= steps) return true;
+        if (::waitpid(c.pid, nullptr, WNOHANG) == c.pid) {
+            c.pid = -1;
+            return false;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+}
+
+std::vector<std::string> long_run_args(const fs::path& model, const fs::path& data, const fs::path& out) {
+    return {"--pretrained_model_name_or_path", model.string(), "--train_data_dir", data.string(), "--resolution", "48",
+            "--enable_bucket", "--bucket_no_upscale", "--bucket_reso_steps", "8", "--min_bucket_reso", "16",
+            "--caption_extension", ".txt", "--cache_latents", "--train_batch_size", "2", "--network_module",
+            "networks.lora", "--network_dim", "4", "--learning_rate", "1e-3", "--seed", "42", "--backend", "cpu",
+            "--output_dir", out.string(), "--output_name", "tiny", "--save_every_n_steps", "3",
+            "--max_train_steps", "1000000"};
+}
+
+// Every LoRA file in the folder opens and holds tensors; no temporary file is left.
+void check_saves_whole(const fs::path& out) {
+    int files = 0;
+    for (const auto& e : fs::directory_iterator(out)) {
+        const std::string name = e.path().filename().string();
+        CAPTURE(name);
+        CHECK(name.find(".tmp") == std::string::npos);
+        CHECK(name.find(".partial") == std::string::npos);
+        if (e.path().extension() != ".safetensors") continue;
+        CHECK_FALSE(gl::io::SafetensorsFile(e.path().string()).list().empty());
+        files++;
+    }
+    CHECK(files > 0);
+}
+
+}  // namespace
+
+TEST_CASE("sdtrain binary: a signal mid-run saves the LoRA and a state, exits 130, and the run resumes") {
+    Scratch s("signal");
+    const fs::path model = make_tiny_model(s.root), data = make_dataset(s.root), out = s.root / "out";
+    // An earlier LoRA of the same name: the stopped run must leave it as it was.
+    train::RunConfig earlier = tiny_config(model, data, out);
+    earlier.max_train_steps = 1;
+    train::Session(earlier).run();
+    const std::string earlier_bytes = slurp(out / "tiny.safetensors");
+    fs::remove(out / "metrics.jsonl");
+    fs::remove(out / "report.html");
+
+    Child c(long_run_args(model, data, out), s.root / "log.txt");
+    REQUIRE(wait_for_steps(c, out / "metrics.jsonl", 5));
+    REQUIRE(::kill(c.pid, SIGINT) == 0);
+    const std::optional<int> status = c.wait(120);
+    const std::string log = slurp(c.log);
+    CAPTURE(log);
+    REQUIRE(status);
+    REQUIRE(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 130);
+    CHECK(log.find("sdtrain: stopping after the current step") != std::string::npos);
+
+    // The step it stopped at: saved as a LoRA that loads and a state, both named in the log.
+    const train::MetricsHistory h = train::read_metrics(out / "metrics.jsonl");
+    REQUIRE_FALSE(h.steps.empty());
+    const int64_t step = h.steps.back().step;
+    CHECK(step >= 5);
+    char name[64];
+    std::snprintf(name, sizeof name, "tiny-step%08lld", (long long)step);
+    const fs::path lora = out / (std::string(name) + ".safetensors"), state = out / (std::string(name) + "-state");
+    const gl::io::SafetensorsFile f(lora.string());
+    CHECK(f.metadata().at("ss_steps") == std::to_string(step));
+    CHECK(fs::is_regular_file(state / "train_state.json"));
+    CHECK(log.find(gl::cat("stopped at step ", step, ": the LoRA is ", lora.string())) != std::string::npos);
+    CHECK(log.find("continue with --resume " + state.string()) != std::string::npos);
+    const std::string saved_line = "saved " + lora.string() + "\n";  // once, also when the stop came at a save step
+    CHECK(log.find(saved_line) != std::string::npos);
+    CHECK(log.find(saved_line) == log.rfind(saved_line));
+    CHECK(h.events.back().kind == train::EventKind::end);
+    CHECK(h.events.back().message.rfind(gl::cat("stopped at step ", step, " (Ctrl-C)"), 0) == 0);
+    CHECK(slurp(out / "report.html").find(gl::cat("stopped at step ", step, " (Ctrl-C)")) != std::string::npos);
+    CHECK(slurp(out / "tiny.safetensors") == earlier_bytes);
+    check_saves_whole(out);
+
+    // Resumed from the state for two more steps: it continues where it stopped.
+    std::vector<std::string> args = long_run_args(model, data, out);
+    args.back() = std::to_string(step + 2);
+    args.insert(args.end(), {"--resume", state.string()});
+    Child r(args, s.root / "resume-log.txt");
+    const std::optional<int> rs = r.wait(120);
+    CAPTURE(slurp(r.log));
+    REQUIRE(rs);
+    CHECK(WIFEXITED(*rs));
+    CHECK(WEXITSTATUS(*rs) == 0);
+    CHECK(gl::io::SafetensorsFile((out / "tiny.safetensors").string()).metadata().at("ss_steps") ==
+          std::to_string(step + 2));
+    const train::MetricsHistory after = train::read_metrics(out / "metrics.jsonl");
+    REQUIRE(after.steps.size() == size_t(step + 2));
+    for (size_t i = 0; i < after.steps.size(); i++) CHECK(after.steps[i].step == int64_t(i) + 1);
+}
+
+TEST_CASE("sdtrain binary: a second signal ends the program at once, earlier saves stay whole") {
+    Scratch s("signal2");
+    const fs::path model = make_tiny_model(s.root), data = make_dataset(s.root), out = s.root / "out";
+    train::RunConfig earlier = tiny_config(model, data, out);
+    earlier.max_train_steps = 1;
+    train::Session(earlier).run();
+    const std::string earlier_bytes = slurp(out / "tiny.safetensors");
+
+    Child c(long_run_args(model, data, out), s.root / "log.txt");
+    REQUIRE(wait_for_steps(c, out / "metrics.jsonl", 4));
+    // Two signals of different kinds, so that neither merges into the other while pending: the
+    // second arrives long before the step in progress could end and save.
+    REQUIRE(::kill(c.pid, SIGINT) == 0);
+    REQUIRE(::kill(c.pid, SIGTERM) == 0);
+    const std::optional<int> status = c.wait(60);
+    const std::string log = slurp(c.log);
+    CAPTURE(log);
+    REQUIRE(status);
+    REQUIRE(WIFSIGNALED(*status));
+    CHECK((WTERMSIG(*status) == SIGINT || WTERMSIG(*status) == SIGTERM));
+    CHECK(log.find("sdtrain: stopped at once (second signal)") != std::string::npos);
+    CHECK(slurp(out / "tiny.safetensors") == earlier_bytes);
+    check_saves_whole(out);
+    const train::MetricsHistory h = train::read_metrics(out / "metrics.jsonl");
+    for (size_t i = 1; i < h.steps.size(); i++) CHECK(h.steps[i].step == h.steps[i - 1].step + 1);
 }
 #endif

@@ -3,7 +3,11 @@
 // kohya has that sdtrain refuses or only notes, and kohya's rules for contradictions.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <map>
+#include <sstream>
 
 #include "sdtrain_fixtures.h"
 #include "tools/common/cli.h"
@@ -256,6 +260,17 @@ optimizer_args = ["weight_decay=0.05"]
     } catch (const gl::cli::UsageError& e) {
         CHECK(std::string(e.what()).find("missing.toml: cannot be read") != std::string::npos);
     }
+    // A FIFO or a folder as the config file is refused, not waited on.
+    REQUIRE(::mkfifo((s.root / "fifo.toml").c_str(), 0644) == 0);
+    fs::create_directory(s.root / "folder.toml");
+    for (const fs::path& p : {s.root / "fifo.toml", s.root / "folder.toml"}) {
+        try {
+            sdtrain::parse_command_line({"--config_file", p.string()});
+            FAIL("a config file that is not a regular file was accepted");
+        } catch (const gl::cli::UsageError& e) {
+            CHECK(std::string(e.what()).find("not a regular file") != std::string::npos);
+        }
+    }
 
     // --output_config writes the command line's options; reading it back gives the same run.
     std::vector<std::string> a = kRequired;
@@ -292,6 +307,47 @@ TEST_CASE("sdtrain options: --help groups the options") {
             CHECK(t.find(g) != std::string::npos);
         CHECK(t.find("--pretrained_model_name_or_path") < t.find("--train_data_dir"));
         CHECK(t.find("--v2") == std::string::npos);  // refused options stay out of the help
+        // Each option once, under the group a user looks in.
+        std::map<std::string, std::string> group_of;  // option -> the section heading above it
+        std::istringstream lines(t);
+        std::string line, section;
+        while (std::getline(lines, line)) {
+            if (!line.empty() && line[0] != ' ' && line.back() == ':') section = line;
+            if (line.rfind("  --", 0) != 0) continue;
+            const std::string name = line.substr(2, line.find(' ', 2) - 2);
+            CHECK_MESSAGE(group_of.count(name) == 0, name);
+            group_of[name] = section;
+        }
+        const std::pair<const char*, const char*> placed[] = {
+            {"--train_data_dir", "Data ("},
+            {"--dataset_config", "Data ("},
+            {"--cache_latents", "Data ("},
+            {"--enable_bucket", "Data ("},
+            {"--pretrained_model_name_or_path", "Model:"},
+            {"--clip_skip", "Model:"},
+            {"--network_dim", "Network ("},
+            {"--network_args", "Network ("},
+            {"--network_weights", "Network ("},
+            {"--optimizer_type", "Optimizer and"},
+            {"--learning_rate", "Optimizer and"},
+            {"--lr_scheduler", "Optimizer and"},
+            {"--gradient_checkpointing", "Memory ("},
+            {"--vram_limit", "Memory ("},
+            {"--output_dir", "Output ("},
+            {"--save_every_n_steps", "Output ("},
+            {"--save_state", "Output ("},
+            {"--resume", "Output ("},
+            {"--sample_prompts", "Sampling:"},
+            {"--sample_every_n_steps", "Sampling:"},
+            {"--sample_sampler", "Sampling:"},
+            {"--max_train_steps", "Training ("},
+            {"--mixed_precision", "Training ("},
+            {"--xformers", "Accepted for kohya"}};
+        for (const auto& [option, group] : placed) {
+            CAPTURE(option);
+            REQUIRE(group_of.count(option));
+            CHECK(group_of[option].rfind(group, 0) == 0);
+        }
     }
     const std::vector<std::string> names = sdtrain::known_option_names();
     for (const char* k : {"pretrained_model_name_or_path", "network_weights", "save_last_n_epochs", "sample_sampler",

@@ -1,6 +1,7 @@
 // sdtrain end to end on the tiny model (train/run/session.h): the plan, training over two buckets
 // with short batches and accumulation across them, kohya-named files with their metadata, states,
-// and a resume that continues bit for bit; the observer's events.
+// and a resume that continues bit for bit; the observer's events, and what RunRecording makes of
+// them (metrics.jsonl consistent with the steps, report.html self-contained, a resume appending).
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -11,26 +12,38 @@
 #include "ggml-lite/io/png.h"
 #include "ggml-lite/io/safetensors.h"
 #include "sdtrain_fixtures.h"
+#include "train/run/recording.h"
 #include "train/run/session.h"
 
 using namespace sdtrain_test;
 
 namespace {
 
-struct Recorder : train::RunObserver {
+// The events as they came, and the metrics file and report (the base class).
+struct Events : train::RunRecording {
     std::vector<train::StepEvent> steps;
     std::vector<train::SaveEvent> saves;
     std::vector<train::SampleEvent> samples;
     std::string plan_text;
     std::atomic<bool>* stop_at_step_flag = nullptr;
     int64_t stop_at_step = -1;
-    void on_plan(const train::RunPlan& p) override { plan_text = p.text(); }
+    void on_plan(const train::RunPlan& p) override {
+        RunRecording::on_plan(p);
+        plan_text = p.text();
+    }
     void on_step(const train::StepEvent& e) override {
+        RunRecording::on_step(e);
         steps.push_back(e);
         if (e.step == stop_at_step && stop_at_step_flag) stop_at_step_flag->store(true);
     }
-    void on_save(const train::SaveEvent& e) override { saves.push_back(e); }
-    void on_sample(const train::SampleEvent& e) override { samples.push_back(e); }
+    void on_save(const train::SaveEvent& e) override {
+        RunRecording::on_save(e);
+        saves.push_back(e);
+    }
+    void on_sample(const train::SampleEvent& e) override {
+        RunRecording::on_sample(e);
+        samples.push_back(e);
+    }
 };
 
 std::map<std::string, std::vector<float>> tensors(const fs::path& file) {
@@ -60,6 +73,59 @@ bool bitwise_equal(const std::map<std::string, std::vector<float>>& a, const std
     return true;
 }
 
+// The metrics file's step records agree with the run's step events: one per step in order, the
+// same loss, running mean, epoch and images, the totals, the learning rates of both parts, rates
+// from the second step of each run (a resumed one starts its rates anew after step resumed_at), no
+// device memory on the CPU.
+void check_steps(const train::MetricsHistory& h, const std::vector<train::StepEvent>& events, int64_t epochs,
+                 size_t lr_groups, int64_t resumed_at = -1) {
+    REQUIRE(h.steps.size() == events.size());
+    for (size_t i = 0; i < events.size(); i++) {
+        const train::StepMetrics& m = h.steps[i];
+        const train::StepEvent& e = events[i];
+        CAPTURE(e.step);
+        CHECK(m.step == e.step);
+        CHECK(m.total_steps == e.total_steps);
+        CHECK(m.total_epochs == epochs);
+        CHECK(m.epoch == e.epoch);
+        CHECK(m.loss == e.loss);  // JSON keeps every bit of a double
+        CHECK(m.loss_mean == e.loss_mean);
+        CHECK(m.images == e.images);
+        CHECK(m.lr.size() == lr_groups);
+        if (!m.lr.empty()) CHECK(m.lr[0].lr == doctest::Approx(*(e.lr_unet ? e.lr_unet : e.lr_text_encoder)));
+        CHECK(m.mem_used == 0);
+        CHECK(m.mem_plan == 0);
+        if (i > 0 && e.step != resumed_at + 1) CHECK(m.images_per_s > 0);
+    }
+}
+
+// The report stands alone: every src and href is an anchor, a data: URI or a relative path to a
+// file of the output folder (no network, nothing outside it).
+void check_links(const std::string& html, const fs::path& dir) {
+    int files = 0;
+    for (const char* attr : {" src=\"", " href=\""}) {
+        for (size_t at = html.find(attr); at != std::string::npos; at = html.find(attr, at + 1)) {
+            const size_t begin = at + std::strlen(attr), end = html.find('"', begin);
+            REQUIRE(end != std::string::npos);
+            const std::string url = html.substr(begin, end - begin);
+            CAPTURE(url);
+            if (url.rfind("#", 0) == 0 || url.rfind("data:image/svg+xml;base64,", 0) == 0) continue;
+            CHECK(url.find(':') == std::string::npos);
+            CHECK(url.find("..") == std::string::npos);
+            CHECK(fs::path(url).is_relative());
+            CHECK(fs::is_regular_file(dir / url));
+            files++;
+        }
+    }
+    CHECK(files > 0);
+}
+
+std::vector<std::string> event_kinds(const train::MetricsHistory& h) {
+    std::vector<std::string> out;
+    for (const train::MetricsEvent& e : h.events) out.push_back(train::event_kind_name(e.kind));
+    return out;
+}
+
 }  // namespace
 
 TEST_CASE("sdtrain run: plan, two buckets, kohya files and metadata, state, bit-identical resume") {
@@ -78,7 +144,7 @@ TEST_CASE("sdtrain run: plan, two buckets, kohya files and metadata, state, bit-
     c.sample_prompts = (s.root / "prompts.txt").string();
     c.sample_every_n_steps = 3;
     c.sample_at_first = true;
-    Recorder rec;
+    Events rec;
     train::Session full(c, &rec);
     const train::RunPlan& plan = full.prepare();
     CHECK(plan.counts.batches_per_epoch == 4);  // ceil(3/2) + ceil(3/2)
@@ -173,11 +239,53 @@ TEST_CASE("sdtrain run: plan, two buckets, kohya files and metadata, state, bit-
     // The step-6 file and the final one hold the same weights.
     CHECK(bitwise_equal(tensors(out / "tiny.safetensors"), tensors(out / "tiny-step00000006.safetensors")));
 
+    // metrics.jsonl: every step, and the events in order with paths relative to the folder.
+    REQUIRE(rec.metrics_path() == out / "metrics.jsonl");
+    const train::MetricsHistory h = train::read_metrics(out / "metrics.jsonl");
+    CHECK(h.skipped_lines == 0);
+    check_steps(h, rec.steps, 3, 2);
+    CHECK(h.steps[0].lr[0].group == "unet");
+    CHECK(h.steps[0].lr[1].group == "text_encoder");
+    CHECK(event_kinds(h) == std::vector<std::string>{"start", "sample", "save", "save", "sample", "save", "save",
+                                                     "save", "save", "sample", "save", "save", "end"});
+    std::vector<std::pair<int64_t, std::string>> saved;
+    for (const train::MetricsEvent& e : h.events) {
+        if (e.kind == train::EventKind::save) saved.emplace_back(e.step, e.path);
+        if (e.kind != train::EventKind::sample) continue;
+        REQUIRE(e.images.size() == 2);
+        CHECK(e.epoch == (e.step == 0 ? 0 : e.step == 3 ? 2 : 3));  // the epoch of the step sampled after
+        CHECK(e.images[0].prompt == "a red cat");
+        CHECK(e.images[1].prompt == "a wide room");
+        for (const train::SampleImage& im : e.images) {
+            CHECK(im.path.rfind("sample/tiny_", 0) == 0);
+            CHECK(fs::is_regular_file(out / im.path));
+        }
+    }
+    CHECK(saved == std::vector<std::pair<int64_t, std::string>>{
+                       {2, "tiny-step00000002.safetensors"}, {2, "tiny-step00000002-state"},
+                       {4, "tiny-step00000004.safetensors"}, {4, "tiny-step00000004-state"},
+                       {6, "tiny-step00000006.safetensors"}, {6, "tiny-step00000006-state"},
+                       {6, "tiny-state"}, {6, "tiny.safetensors"}});
+    CHECK(h.events.back().message == "finished: 6 steps");
+    CHECK(h.events.back().step == 6);
+    // report.html: status, curves, samples, the memory plan and timeline, the dataset and steps
+    // arithmetic, the configuration by option group, the peak host memory; self-contained.
+    const std::string html = slurp((out / "report.html").string());
+    for (const char* part : {"<p class=\"status\">finished: 6 steps", ">Loss</text>", ">Learning rate</text>",
+                             "<h3>step 3, epoch 2</h3>", "alt=\"a wide room\"",
+                             "<h3>Largest training step: 48x24 batch 2</h3>",
+                             "src=\"data:image/svg+xml;base64,", "frozen weights", "ceil(3/2) + ceil(3/2) = 2 + 2 = 4",
+                             "<h3>Model options</h3>", "<h3>Sampling options</h3>",
+                             "<th>sample_every_n_steps</th><td class=\"num\">3</td>",
+                             "<th>Peak host memory</th>", "caching latents", "tiny-step00000004.safetensors"})
+        CHECK_MESSAGE(html.find(part) != std::string::npos, std::string(part));
+    check_links(html, out);
+
     // Resume from the step-4 state into another folder: steps 5 and 6 continue bit for bit.
     train::RunConfig rc = tiny_config(model, data, s.root / "resumed");
     rc.resume = (out / "tiny-step00000004-state").string();
     rc.seed.reset();  // taken from the state
-    Recorder rec2;
+    Events rec2;
     train::Session resumed(rc, &rec2);
     const train::RunSummary r2 = resumed.run();
     CHECK(r2.steps == 6);
@@ -186,6 +294,13 @@ TEST_CASE("sdtrain run: plan, two buckets, kohya files and metadata, state, bit-
     CHECK(rec2.steps[0].loss == rec.steps[4].loss);
     CHECK(rec2.steps[1].loss == rec.steps[5].loss);
     CHECK(bitwise_equal(tensors(s.root / "resumed" / "tiny.safetensors"), tensors(out / "tiny.safetensors")));
+    // The resumed run's metrics begin with the resume record.
+    const train::MetricsHistory h2 = train::read_metrics(s.root / "resumed" / "metrics.jsonl");
+    REQUIRE_FALSE(h2.events.empty());
+    CHECK(h2.events[0].kind == train::EventKind::resume);
+    CHECK(h2.events[0].step == 4);
+    CHECK(h2.events[0].path == *rc.resume);
+    check_steps(h2, rec2.steps, 3, 2);
 }
 
 TEST_CASE("sdtrain run: a stop between steps saves a LoRA and a state, the resume matches (frozen text encoder)") {
@@ -199,7 +314,7 @@ TEST_CASE("sdtrain run: a stop between steps saves a LoRA and a state, the resum
     write_text(s.root / "prompts.txt", "a wide field --w 16 --h 16 --s 2\n");
     c.sample_prompts = (s.root / "prompts.txt").string();
     c.sample_every_n_epochs = 1;
-    Recorder full_rec;
+    Events full_rec;
     train::Session(c, &full_rec).run();
     REQUIRE(full_rec.steps.size() == 4);
     REQUIRE(full_rec.samples.size() == 2);  // every epoch: 2 updates per epoch, 2 epochs
@@ -207,26 +322,46 @@ TEST_CASE("sdtrain run: a stop between steps saves a LoRA and a state, the resum
     CHECK(fs::path(full_rec.samples[1].images.at(0)).filename().string().rfind("tiny_e000002_00_", 0) == 0);
 
     std::atomic<bool> stop{false};
-    Recorder rec;
+    Events rec;
     rec.stop_at_step = 2;
     rec.stop_at_step_flag = &stop;
     train::RunConfig cb = c;
     cb.output_dir = (s.root / "b").string();
+    // The stop comes at a save step, the end of epoch 1: its LoRA is not saved twice, its state is
+    // saved again after the epoch's end (sampling), so that the resume does not sample epoch 1 again.
+    cb.save_every_n_steps = 2;
+    cb.save_state = true;
     const train::RunSummary r = train::Session(cb, &rec).run(&stop);
     CHECK(r.interrupted);
     CHECK(r.steps == 2);
     CHECK(fs::exists(s.root / "b" / "tiny-step00000002.safetensors"));
     REQUIRE(fs::exists(s.root / "b" / "tiny-step00000002-state"));
     CHECK(r.resume_hint == (s.root / "b" / "tiny-step00000002-state").string());
+    CHECK(r.final_file == (s.root / "b" / "tiny-step00000002.safetensors").string());
+    CHECK(rec.saves.size() == 3);
     CHECK_FALSE(fs::exists(s.root / "b" / "tiny.safetensors"));
+    const train::MetricsHistory stopped = train::read_metrics(s.root / "b" / "metrics.jsonl");
+    CHECK(event_kinds(stopped) == std::vector<std::string>{"start", "save", "save", "sample", "save", "end"});
+    CHECK(stopped.events.back().message == "stopped at step 2 (Ctrl-C); continue with --resume " + r.resume_hint);
+    CHECK(slurp((s.root / "b" / "report.html").string()).find("stopped at step 2 (Ctrl-C)") != std::string::npos);
 
+    // Resumed in the same folder: its metrics file goes on, and reads as one run of 4 steps.
     train::RunConfig rc = cb;
     rc.resume = r.resume_hint;
-    Recorder rec2;
+    Events rec2;
     train::Session(rc, &rec2).run();
     REQUIRE(rec2.steps.size() == 2);
     CHECK(rec2.steps[1].loss == full_rec.steps[3].loss);
     CHECK(bitwise_equal(tensors(s.root / "b" / "tiny.safetensors"), tensors(s.root / "a" / "tiny.safetensors")));
+    const train::MetricsHistory both = train::read_metrics(s.root / "b" / "metrics.jsonl");
+    std::vector<train::StepEvent> runs = rec.steps;  // the running mean starts anew at a resume, as kohya's
+    runs.insert(runs.end(), rec2.steps.begin(), rec2.steps.end());
+    check_steps(both, runs, 2, 1, 2);
+    for (size_t i = 0; i < both.steps.size(); i++) CHECK(both.steps[i].loss == full_rec.steps[i].loss);
+    CHECK(event_kinds(both) == std::vector<std::string>{"start", "save", "save", "sample", "save", "end", "resume",
+                                                        "save", "save", "sample", "save", "save", "end"});
+    CHECK(both.events[6].step == 2);
+    CHECK(both.events.back().message == "finished: 4 steps");
     const gl::io::SafetensorsFile f((s.root / "a" / "tiny.safetensors").string());
     for (const gl::io::TensorInfo& t : f.list()) CHECK(t.name.rfind("lora_unet_", 0) == 0);
 }
@@ -255,6 +390,7 @@ TEST_CASE("sdtrain run: text encoder only, LoCon, --network_weights with --dim_f
     // LoCon: 3x3 convs get conv_dim modules too.
     train::RunConfig lc = tiny_config(model, data, s.root / "locon");
     lc.network_args = {"conv_dim=2", "conv_alpha=1"};
+    lc.optimizer_args = {"weight_decay=0.01", "betas=0.9,0.99"};
     lc.max_train_steps = 2;
     lc.network_alpha = 4;
     train::Session(lc).run();
@@ -265,6 +401,9 @@ TEST_CASE("sdtrain run: text encoder only, LoCon, --network_weights with --dim_f
     CHECK(conv);
     CHECK(gl::io::SafetensorsFile(locon.string()).metadata().at("ss_network_args") ==
           "{\"conv_dim\": \"2\", \"conv_alpha\": \"1\", \"dropout\": null}");
+    // kohya's ss_optimizer: module.Class(k=v,...), a tuple value as Python prints it.
+    CHECK(gl::io::SafetensorsFile(locon.string()).metadata().at("ss_optimizer") ==
+          "torch.optim.adamw.AdamW(weight_decay=0.01,betas=(0.9, 0.99))");
     // Continuing from that file: rank, alpha and conv rank read from it; the first step starts
     // from its weights (0 steps would save them unchanged: one step at learning rate 0).
     train::RunConfig cont = tiny_config(model, data, s.root / "cont");

@@ -1,13 +1,22 @@
 // sdtrain: the single-binary SD1.5 LoRA trainer, with kohya sd-scripts' train_network.py options
-// (tools/sdtrain/options.h) and engine (train/run/session.h). Prints the plan, trains, saves.
+// (tools/sdtrain/options.h) and engine (train/run/session.h). Prints the plan, trains with a
+// progress line, keeps metrics.jsonl and report.html in the output folder (tools/sdtrain/console.h),
+// saves.
+// Ctrl-C (SIGINT) or SIGTERM once the plan is made stops the run after the current step, saves the
+// LoRA at that step and a state to --resume from, and exits with status 130 (while caching latents
+// it stops there, with nothing saved); a second one ends the program at once (every file is
+// written under a temporary name and renamed, so what was saved stays whole).
 // Exit status: 0 done (or --dry_run, --help, --output_config), 2 a bad command line, 1 any other
-// error (a plan that does not fit the device included: it lists what would), 130 stopped by Ctrl-C
-// after saving a LoRA and a state to --resume from.
+// error (a plan that does not fit the device included: it lists what would), 130 stopped by a signal.
+#include <unistd.h>
+
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 
-#include "ggml-lite/core/autofit.h"
 #include "tools/common/cli.h"
+#include "tools/common/progress.h"
+#include "tools/sdtrain/console.h"
 #include "tools/sdtrain/options.h"
 #include "train/run/session.h"
 
@@ -15,45 +24,36 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 
-void on_sigint(int) {
-    g_stop.store(true);
-    std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the program at once
+void say(const char* text, size_t n) {
+    const ssize_t w = ::write(STDERR_FILENO, text, n);
+    (void)w;
 }
 
-// Plain lines on stdout: the plan, the stages, one line per step, saves, the summary.
-class PlainObserver : public train::RunObserver {
-public:
-    void on_plan(const train::RunPlan& p) override { std::printf("%s", p.text().c_str()); }
-    void on_message(const std::string& m) override { std::printf("%s\n", m.c_str()); }
-    void on_step(const train::StepEvent& e) override {
-        std::printf("step %lld/%lld  epoch %lld/%lld  loss %.5f (mean %.5f)  lr %.3g  %.2f s/step%s\n",
-                    (long long)e.step, (long long)e.total_steps, (long long)e.epoch, (long long)e.epochs, e.loss,
-                    e.loss_mean, e.lr_unet > 0 ? e.lr_unet : e.lr_text_encoder, e.seconds,
-                    e.applied ? "" : "  (skipped: fp16 overflow)");
-        std::fflush(stdout);
+// Async-signal-safe: an atomic, write(2), sigaction, raise.
+void on_signal(int sig) {
+    gl::cli::Progress::end_line_from_signal();
+    if (g_stop.exchange(true)) {
+        static const char kAbort[] = "sdtrain: stopped at once (second signal); the files saved so far are whole\n";
+        say(kAbort, sizeof kAbort - 1);
+        struct sigaction dfl {};
+        dfl.sa_handler = SIG_DFL;
+        sigaction(sig, &dfl, nullptr);
+        raise(sig);  // delivered when this handler returns: the default action ends the program
+        return;
     }
-    void on_save(const train::SaveEvent& e) override {
-        std::printf("saved %s%s\n", e.path.c_str(), e.state ? " (state)" : "");
-        for (const std::string& r : e.removed) std::printf("removed %s\n", r.c_str());
-    }
-    void on_end(const train::RunSummary& s) override {
-        if (s.dry_run) {
-            std::printf("dry run: nothing was loaded or written\n");
-            return;
-        }
-        std::printf("done: %lld steps, %.2f images/s, start-up %.1f s, host memory %s (peak resident %s with the "
-                    "mapped model), device memory planned %s",
-                    (long long)s.steps, s.images_per_second, s.startup_seconds,
-                    gl::format_bytes(s.peak_host_anon_bytes).c_str(), gl::format_bytes(s.peak_host_bytes).c_str(),
-                    gl::format_bytes(s.planned_device_bytes).c_str());
-        if (s.peak_device_bytes) std::printf(", measured %s", gl::format_bytes(s.peak_device_bytes).c_str());
-        std::printf("\n");
-        if (!s.skipped_images.empty()) {
-            std::printf("%zu images skipped:\n", s.skipped_images.size());
-            for (const std::string& l : s.skipped_images) std::printf("  %s\n", l.c_str());
-        }
-    }
-};
+    static const char kStop[] = "sdtrain: stopping after the current step to save the LoRA and a state "
+                                "(again to quit at once)\n";
+    say(kStop, sizeof kStop - 1);
+}
+
+void install_signal_handlers() {
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;  // reads and writes in progress continue rather than fail with EINTR
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+}
 
 }  // namespace
 
@@ -64,16 +64,14 @@ int main(int argc, char** argv) {
             std::printf("wrote %s\n", cl.wrote_config.c_str());
             return 0;
         }
-        PlainObserver obs;
-        train::Session session(cl.config, &obs);
-        std::signal(SIGINT, on_sigint);
+        std::fflush(stdout);  // from here on every line goes through the console's progress object
+        sdtrain::Console console(gl::cli::Progress::on_fd(STDOUT_FILENO));
+        train::Session session(cl.config, &console);
+        // The plan reads headers and plans graphs, writing nothing: a signal there ends the program
+        // as usual. From the caches on, the first one stops the run with a save.
+        session.prepare();
+        install_signal_handlers();
         const train::RunSummary s = session.run(&g_stop);
-        if (s.interrupted) {
-            if (!s.resume_hint.empty())
-                std::printf("stopped at step %lld; continue with --resume %s\n", (long long)s.steps,
-                            s.resume_hint.c_str());
-            return 130;
-        }
-        return 0;
+        return s.interrupted ? 130 : 0;
     });
 }

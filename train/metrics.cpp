@@ -296,6 +296,10 @@ MetricsHistory parse_metrics(const std::string& text) {
                 h.steps.push_back(step_of(j));
             } else if (event_kind_of(type, kind)) {
                 MetricsEvent e = event_of(j, kind);
+                if (kind == EventKind::start) {  // a new run in the same folder
+                    h.steps.clear();
+                    h.events.clear();
+                }
                 if (kind == EventKind::resume) {
                     // The steps after the state resumed from were done again: keep the new records.
                     std::erase_if(h.steps, [&](const StepMetrics& s) { return s.step > e.step; });

@@ -136,7 +136,9 @@ std::string metrics_json(const MetricsEvent& e);
 
 struct MetricsHistory {
     // In file order, except that a resume event at step N drops the steps above N recorded before
-    // it (and the save / sample events there): the resumed run redid them.
+    // it (and the save / sample events there): the resumed run redid them; and a start event
+    // begins the history anew: the records before it are an earlier run's in the same folder
+    // (they stay in the file).
     std::vector<StepMetrics> steps;
     std::vector<MetricsEvent> events;
     int64_t skipped_lines = 0;  // lines that are not a record (a torn last line, foreign text)

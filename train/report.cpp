@@ -120,8 +120,12 @@ ReportTable run_table(const ReportInput& in) {
     const MetricsHistory& h = in.metrics;
     ReportTable t;
     t.rows.push_back({"Status", in.status.empty() ? "–" : in.status});
+    auto caller_rows = [&] {
+        for (const auto& [k, v] : in.run_rows) t.rows.push_back({k, v});
+    };
     if (h.steps.empty()) {
         t.rows.push_back({"Step", "no step recorded yet"});
+        caller_rows();
         return t;
     }
     const StepMetrics& last = h.steps.back();
@@ -144,8 +148,9 @@ ReportTable run_table(const ReportInput& in) {
     t.rows.push_back({"Speed (moving)", num(last.it_per_s, "%.3g") + " it/s, " + num(last.images_per_s, "%.3g") + " images/s"});
     size_t peak = 0, plan = 0;
     for (const StepMetrics& m : h.steps) peak = std::max(peak, m.mem_used), plan = std::max(plan, m.mem_plan);
-    t.rows.push_back({"Device memory", (peak ? "peak " + gl::format_bytes(peak) + " in use" : std::string("in use: not known")) +
-                                           (plan ? ", plan " + gl::format_bytes(plan) : std::string())});
+    if (peak || plan)  // neither on the CPU, whose memory is the host's
+        t.rows.push_back({"Device memory", (peak ? "peak " + gl::format_bytes(peak) + " in use" : std::string("in use: not known")) +
+                                               (plan ? ", plan " + gl::format_bytes(plan) : std::string())});
     const auto skipped = std::count_if(h.steps.begin(), h.steps.end(), [](const StepMetrics& m) { return !m.applied; });
     t.rows.push_back({"Updates skipped", std::to_string(skipped)});
     double started = h.steps.front().time;
@@ -158,6 +163,7 @@ ReportTable run_table(const ReportInput& in) {
     t.rows.push_back({"Last step recorded", local_time(last.time)});
     t.rows.push_back({"Elapsed (this run)", duration(last.elapsed_s)});
     if (last.total_steps > 0) t.rows.push_back({"ETA", duration(last.eta_s)});
+    caller_rows();
     return t;
 }
 

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "train/metrics.h"
@@ -46,6 +47,9 @@ struct ReportInput {
     std::vector<ReportBlock> config_text;   // the configuration summary, notes
     std::vector<ReportTable> config;        // the run's configuration (e.g. one table per option group)
     ReportTable timings;               // phases timed by the caller (model load, latent caching, ...)
+    // Rows the caller adds to the Run table (what the metrics do not hold: the end-of-run figures,
+    // such as the peak host memory).
+    std::vector<std::pair<std::string, std::string>> run_rows;
 };
 
 // The page. Sample paths that are relative are taken relative to report_dir (the report sits in

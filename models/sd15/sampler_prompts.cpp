@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/io/files.h"
 #include "models/sd15/sampler.h"
 
 namespace sd {
@@ -145,12 +144,13 @@ std::vector<SamplePrompt> read_prompt_file(const std::string& path, const Sample
     const std::string ext = lower(path.substr(std::min(path.size(), path.find_last_of('.'))));
     GL_CHECK(ext != ".toml" && ext != ".json", "prompt file ", path, ": kohya's ", ext,
              " prompt files are not read here; write one prompt per line in a .txt file");
-    std::ifstream in(path, std::ios::binary);
-    GL_CHECK(in.good(), "prompt file ", path, ": cannot open it");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    GL_CHECK(!in.bad(), "prompt file ", path, ": read error");
-    std::vector<SamplePrompt> out = parse_prompt_text(ss.str(), defaults, path);
+    std::string text;
+    try {  // a FIFO or a folder is refused, never waited on
+        text = gl::io::read_small_file(path);
+    } catch (const gl::Error& e) {
+        gl::fail("prompt file ", e.what());
+    }
+    std::vector<SamplePrompt> out = parse_prompt_text(text, defaults, path);
     GL_CHECK(!out.empty(), "prompt file ", path, ": holds no prompt (only empty or '#' comment lines)");
     return out;
 }

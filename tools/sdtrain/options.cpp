@@ -8,6 +8,7 @@
 
 #include <toml++/toml.h>
 
+#include "ggml-lite/io/files.h"
 #include "tools/common/cli.h"
 #include "tools/sdtrain/option_table.h"
 
@@ -89,13 +90,15 @@ void write_config(const std::string& path, const std::map<std::string, Values>& 
 }  // namespace
 
 std::vector<std::pair<std::string, Values>> read_config_file(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw UsageError("--config_file " + path + ": cannot be read (kohya: 'not found')");
-    std::ostringstream text;
-    text << f.rdbuf();
+    std::string text;
+    try {  // a FIFO or a folder is refused, never waited on
+        text = gl::io::read_small_file(path);
+    } catch (const gl::Error& e) {
+        throw UsageError("--config_file " + path + ": cannot be read (" + e.what() + ")");
+    }
     toml::table root;
     try {
-        root = toml::parse(text.str(), path);
+        root = toml::parse(text, path);
     } catch (const toml::parse_error& e) {
         std::ostringstream os;
         os << e.description() << " (line " << e.source().begin.line << ", column " << e.source().begin.column << ")";

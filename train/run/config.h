@@ -133,7 +133,6 @@ struct RunConfig {
     // ---- derived ----
     Precision precision() const;              // mixed_precision: no -> fp32, fp16, bf16
     lora::SavePrecision save_dtype() const;   // save_precision, else the masters' f32
-    std::string model_name() const;           // output_name, else kohya's default for the file kind
     bool train_unet() const { return !network_train_text_encoder_only; }
     // kohya trains the text encoder unless --network_train_unet_only; a text-encoder lr of 0
     // leaves it untrained too (kohya then skips its parameters: "NO LR skipping!").

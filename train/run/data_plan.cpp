@@ -40,7 +40,12 @@ RunData load_run_data(const RunConfig& c) {
     RunData d;
     data::DatasetConfig dc;
     if (c.dataset_config) {
-        std::vector<data::DatasetConfig> all = data::load_dataset_config(*c.dataset_config, dataset_command_line(c));
+        std::vector<data::DatasetConfig> all;
+        try {
+            all = data::load_dataset_config(*c.dataset_config, dataset_command_line(c));
+        } catch (const gl::Error& e) {
+            gl::fail("--dataset_config: ", e.what());
+        }
         GL_CHECK(all.size() == 1, "--dataset_config ", *c.dataset_config, ": ", all.size(),
                  " [[datasets]] tables; sdtrain trains one dataset (put every subset in one [[datasets]])");
         dc = std::move(all[0]);

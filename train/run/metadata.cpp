@@ -145,7 +145,9 @@ std::string optimizer_text(const RunConfig& c) {
             for (char ch : v) t += ch == ',' ? std::string(", ") : std::string(1, ch);
             v = "(" + t + ")";
         }
-        args += (args.empty() ? "" : ",") + a.substr(0, eq) + "=" + v;
+        // Appended piece by piece: GCC 12 warns falsely on "literal" + std::string&& (PR 105651).
+        if (!args.empty()) args += ',';
+        args.append(a, 0, eq).append("=").append(v);
     }
     return args.empty() ? cls : cls + "(" + args + ")";
 }

@@ -1,22 +1,40 @@
 // What a run tells the outside while it goes (the terminal progress, the metrics file and the HTML
-// report implement it; the engine knows none of them). Callbacks run on the training thread,
-// between steps; an exception thrown by one stops the run like any other error.
+// report implement it: train/run/recording.h, tools/sdtrain/console.h; the engine knows none of
+// them). Callbacks run on the training thread, between steps; an exception thrown by one stops the
+// run like any other error.
+//
+// Order: on_plan (prepare), on_message (stages), then for a run that trains: on_start, on_step /
+// on_sample / on_save, on_end. A run that fails in Session::run gets on_error (then the error
+// propagates); one stopped while caching gets on_end without on_start; a dry run gets on_end only.
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace train {
 
 struct RunPlan;
 
+// The training loop is about to begin: caches filled, weights loaded, the LoRA initialised or
+// resumed.
+struct RunStart {
+    std::string output_dir;
+    std::string name;                 // the LoRA's name (--output_name, else kohya's default)
+    int64_t first_step = 0;           // steps done before this run (the resumed state's), else 0
+    int64_t total_steps = 0, epochs = 0;
+    int64_t updates_per_epoch = 0;    // the window of StepEvent::loss_mean
+    std::string resumed_from;         // --resume's state folder, or empty
+    std::vector<std::pair<std::string, double>> timings;  // phase, seconds (caching, loading, ...)
+};
+
 struct StepEvent {
     int64_t step = 0, total_steps = 0;  // 1-based optimizer step of total
     int64_t epoch = 1, epochs = 1;
     double loss = 0;        // this update's mean loss over its micro-batches
     double loss_mean = 0;   // running mean over the last updates-per-epoch updates (kohya's avr_loss)
-    double lr_unet = 0, lr_text_encoder = 0;  // this step's learning rates (0: part not trained)
+    std::optional<double> lr_unet, lr_text_encoder;  // this step's learning rates (unset: part not trained)
     double grad_norm = 0;
     bool applied = true;    // false: an fp16 overflow skipped the update
     double loss_scale = 1;
@@ -63,10 +81,12 @@ public:
     virtual ~RunObserver() = default;
     virtual void on_plan(const RunPlan&) {}
     virtual void on_message(const std::string&) {}  // progress of the stages before training, notes
+    virtual void on_start(const RunStart&) {}
     virtual void on_step(const StepEvent&) {}
     virtual void on_sample(const SampleEvent&) {}
     virtual void on_save(const SaveEvent&) {}
     virtual void on_end(const RunSummary&) {}
+    virtual void on_error(const std::string&) {}  // Session::run failed (the error's message)
 };
 
 }  // namespace train

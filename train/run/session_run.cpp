@@ -100,6 +100,13 @@ private:
     int64_t images_trained_ = 0;
     std::chrono::steady_clock::time_point last_step_t_, train_t0_;
     data::Loader* loader_ = nullptr;
+    int64_t first_step_ = 0;  // steps done when this run's loop began (a resumed state's)
+    // The last step saves: a stop right after one saves no copy (the state only when its position is
+    // still the same: an epoch's end since then changes where a resume starts).
+    int64_t step_lora_saved_ = -1;
+    int64_t step_state_saved_ = -1;
+    std::pair<int64_t, int64_t> state_saved_at_;  // its epoch_, batches_done_
+    std::vector<std::pair<std::string, double>> timings_;  // the stages before training (RunStart)
 };
 
 bool Runner::cache() {
@@ -110,6 +117,7 @@ bool Runner::cache() {
         if (c_.cache_latents_to_disk) dir = fs::path(c_.output_dir) / "latent_cache";
         if (dir) fs::create_directories(*dir);
         latent_cache_ = std::make_unique<data::LatentCache>(dir);
+        const auto t = std::chrono::steady_clock::now();
         data::VaeGraphEncoder enc(m_.model.vae_cfg, *m_.model.vae, "vae|" + identity,
                                   c_.no_half_vae ? gl::DType::f32 : activation_dtype(m_.step.precision), m_.backend);
         data::CacheOptions o;
@@ -124,6 +132,7 @@ bool Runner::cache() {
         };
         latent_keys_ = data::cache_latents(ds, m_.data.buckets, *latent_cache_, enc, o);
         enc.release();
+        timings_.emplace_back("caching latents", seconds_since(t));
         if (latent_keys_.interrupted) return false;
         for (const data::SkippedImage& s : latent_keys_.skipped) sum_.skipped_images.push_back(s.path + ": " + s.reason);
     }
@@ -132,6 +141,7 @@ bool Runner::cache() {
         if (c_.cache_text_encoder_outputs_to_disk) dir = fs::path(c_.output_dir) / "text_encoder_cache";
         if (dir) fs::create_directories(*dir);
         text_cache_ = std::make_unique<data::LatentCache>(dir);
+        const auto t = std::chrono::steady_clock::now();
         const int chunks = m_.step.clip_chunks;
         auto tok = m_.model.tokenizer;
         data::ClipGraphEncoder enc(m_.model.clip_cfg, *m_.model.text_encoder, "clip|" + identity, m_.step.clip_skip,
@@ -140,6 +150,7 @@ bool Runner::cache() {
         m_.message("caching text encoder outputs");
         text_keys_ = data::cache_text_outputs(ds, *text_cache_, enc);
         enc.release();
+        timings_.emplace_back("caching text encoder outputs", seconds_since(t));
     }
     return true;
 }
@@ -330,8 +341,8 @@ void Runner::flush() {
         recent_losses_.pop_front();
     }
     e.loss_mean = loss_sum_ / double(recent_losses_.size());
-    e.lr_unet = m_.step.train_unet ? m_.step.unet_lr * factor : 0.0;
-    e.lr_text_encoder = m_.step.train_text_encoder ? m_.step.text_encoder_lr * factor : 0.0;
+    if (m_.step.train_unet) e.lr_unet = m_.step.unet_lr * factor;
+    if (m_.step.train_text_encoder) e.lr_text_encoder = m_.step.text_encoder_lr * factor;
     e.grad_norm = r.grad_norm;
     e.applied = r.applied;
     e.loss_scale = r.loss_scale;
@@ -353,6 +364,7 @@ void Runner::flush() {
     const int64_t step = r.step;
     if (c_.save_every_n_steps && step % *c_.save_every_n_steps == 0) {
         SaveEvent s{save_lora(SaveKind::step, step, epoch_ - 1), false, false, step, epoch_, {}};
+        step_lora_saved_ = step;
         if (const auto old = step_to_remove(c_, step, false)) {
             const fs::path p = fs::path(c_.output_dir) / lora_file_name(c_, SaveKind::step, *old);
             if (fs::exists(p)) s.removed.push_back(p.string()), remove_save(p);
@@ -360,6 +372,8 @@ void Runner::flush() {
         m_.obs->on_save(s);
         if (c_.save_state) {
             SaveEvent st{save_state(SaveKind::step, step), true, false, step, epoch_, {}};
+            step_state_saved_ = step;
+            state_saved_at_ = std::pair{epoch_, batches_done_};
             if (const auto old = step_to_remove(c_, step, true)) {
                 const fs::path p = fs::path(c_.output_dir) / state_dir_name(c_, SaveKind::step, *old);
                 if (fs::exists(p)) st.removed.push_back(p.string()), remove_save(p);
@@ -418,9 +432,12 @@ RunSummary Runner::run() {
         return sum_;
     }
     sample_host();
+    const auto load_t = std::chrono::steady_clock::now();
     allocate();
     sample_host();
     init_network();
+    timings_.emplace_back("allocating, loading the weights, initialising the LoRA", seconds_since(load_t));
+    first_step_ = trainer_->steps_done();
     data::Dataset& ds = m_.data.dataset;
     ds.config.batch_size = int(m_.step.batch);  // the loader cuts micro-batches
     data::LoaderOptions lo;
@@ -434,6 +451,17 @@ RunSummary Runner::run() {
     loader_ = &loader;
     const int64_t per_epoch = m_.plan.counts.batches_per_epoch;
     m_.message(gl::cat("training: ", m_.plan.counts.max_train_steps - trainer_->steps_done(), " steps"));
+    RunStart start;
+    start.output_dir = c_.output_dir;
+    start.name = c_.output_name.value_or("last");  // kohya names the final file "last" without one
+    start.first_step = first_step_;
+    start.total_steps = m_.plan.counts.max_train_steps;
+    start.epochs = m_.plan.counts.epochs;
+    start.updates_per_epoch = m_.plan.counts.updates_per_epoch;
+    start.resumed_from = c_.resume.value_or("");
+    timings_.emplace_back("start-up (from the start to the training loop)", seconds_since(m_.t0));
+    start.timings = timings_;
+    m_.obs->on_start(start);
     if (m_.sampler && c_.sample_at_first && !m_.resume) m_.obs->on_sample(m_.sampler->sample(0, std::nullopt));
     train_t0_ = last_step_t_ = std::chrono::steady_clock::now();
     if (m_.resume && batches_done_ % per_epoch == 0 && batches_done_ > 0 && epoch_ == batches_done_ / per_epoch)
@@ -467,11 +495,19 @@ RunSummary Runner::run() {
     sum_.train_seconds = seconds_since(train_t0_);
     sum_.steps = trainer_->steps_done();
     sum_.epochs = std::min(epoch_, m_.plan.counts.epochs);
-    if (sum_.interrupted) {  // a resumable save of where it stopped
+    if (sum_.interrupted && trainer_->steps_done() == first_step_) {
+        m_.message("stopped before the first step of this run: nothing new to save");
+        if (c_.resume) sum_.resume_hint = *c_.resume;  // still the place to continue from
+    } else if (sum_.interrupted) {  // a resumable save of where it stopped, unless that step was just saved
         const int64_t step = trainer_->steps_done();
-        sum_.final_file = save_lora(SaveKind::step, step, epoch_ - 1);
-        m_.obs->on_save({sum_.final_file, false, false, step, epoch_, {}});
-        m_.obs->on_save({save_state(SaveKind::step, step), true, false, step, epoch_, {}});
+        if (step_lora_saved_ == step) {
+            sum_.final_file = (fs::path(c_.output_dir) / lora_file_name(c_, SaveKind::step, step)).string();
+        } else {
+            sum_.final_file = save_lora(SaveKind::step, step, epoch_ - 1);
+            m_.obs->on_save({sum_.final_file, false, false, step, epoch_, {}});
+        }
+        if (step_state_saved_ != step || state_saved_at_ != std::pair{epoch_, batches_done_})
+            m_.obs->on_save({save_state(SaveKind::step, step), true, false, step, epoch_, {}});
     } else {
         if (c_.save_state || c_.save_state_on_train_end)
             m_.obs->on_save({save_state(SaveKind::last, 0), true, true, sum_.steps, m_.plan.counts.epochs, {}});
@@ -499,7 +535,13 @@ RunSummary Session::run(const std::atomic<bool>* stop) {
         return s;
     }
     Runner r(*impl_, stop);
-    RunSummary s = r.run();
+    RunSummary s;
+    try {
+        s = r.run();
+    } catch (const std::exception& e) {
+        impl_->obs->on_error(e.what());
+        throw;
+    }
     impl_->obs->on_end(s);
     return s;
 }

@@ -1,0 +1,60 @@
+// A run's metrics file and report (train/recorder.h) kept from its Session's events: plug it in as
+// the observer (or forward a console's events to it, as sdtrain does) and the output folder gets
+//   metrics.jsonl  every step (loss, running mean, learning rates, it/s, images/s, ETA, memory) and
+//                  every event (start or resume, samples, saves, the end), appended by a resume;
+//   report.html    written when training starts, at every save and at the end: the loss and LR
+//                  curves, the samples, the memory plan with the largest step's timeline, the
+//                  dataset and steps arithmetic, the configuration by option group, the timings,
+//                  the peak host memory.
+// Nothing is written before on_start: a dry run, a refused plan or a run stopped while caching
+// leave the output folder as it was. Paths in the records are relative to the output folder
+// (sample/<name>.png, <name>.safetensors), so the folder can be moved or copied whole.
+#pragma once
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "train/metrics.h"
+#include "train/recorder.h"
+#include "train/run/observer.h"
+
+namespace train {
+
+class RunRecording : public RunObserver {
+public:
+    // The clocks of the step meter and the records (tests pass their own).
+    explicit RunRecording(Clock monotonic = monotonic_seconds, Clock wall = unix_seconds);
+    ~RunRecording() override;
+
+    void on_plan(const RunPlan& p) override;    // keeps what the report shows of the plan
+    void on_start(const RunStart& s) override;  // opens metrics.jsonl, writes the first report
+    void on_step(const StepEvent& e) override;
+    void on_sample(const SampleEvent& e) override;
+    void on_save(const SaveEvent& e) override;  // the report is rewritten
+    void on_end(const RunSummary& s) override;  // the end record and the final report
+    // The end record says the run failed; never throws (the run's own error is the one to report).
+    void on_error(const std::string& message) override;
+
+    // The last step's full record (running mean, rates, ETA), what a progress line shows; null
+    // before the first step.
+    const StepMetrics* last_step() const { return last_ ? &*last_ : nullptr; }
+    // Where the files are once on_start has opened them (empty before).
+    std::filesystem::path metrics_path() const;
+    std::filesystem::path report_path() const;
+
+private:
+    std::string relative(const std::string& path) const;
+    Clock mono_, wall_;
+    ReportInput report_;  // the plan's part, until the recorder exists
+    std::unique_ptr<Recorder> rec_;
+    std::filesystem::path dir_;
+    std::optional<StepMetrics> last_;
+    bool ended_ = false;
+};
+
+// What a step event is as a metrics record (before StepMeter derives rates and ETA). Device
+// memory stays 0 (not shown) when the event has none: on the CPU the plan is host memory.
+StepMetrics step_metrics(const StepEvent& e);
+
+}  // namespace train
