@@ -43,6 +43,8 @@ struct Options {
     std::string timeline;         // write each config's memory timeline (SVG) here
     std::string frontier;         // per batch: the recompute frontier table, its plot (SVG) here
     train::Precision precision = train::Precision::bf16;
+    std::vector<gl::WeightFormat> formats = {gl::WeightFormat::dense};  // frozen matrices' storage
+    gl::WeightFormat format = gl::WeightFormat::dense;                  // the one being run
 };
 
 Options parse(int argc, char** argv) {
@@ -62,6 +64,8 @@ Options parse(int argc, char** argv) {
     p.add_int("--size", o.size, 8, 16384, "image side in pixels (default 512; 64 with --tiny)");
     p.add_parsed("--precision", o.precision, &train::parse_precision, "bf16|fp16|fp32", "weights and activations",
                  train::precision_name(o.precision));
+    p.add_parsed_list("--weights", o.formats, &gl::parse_weight_format, "dense|int8|fp8|fp8_cast,...",
+                      "how the frozen UNet matrices are stored (each a configuration)", "dense");
     p.add_int("--profile", o.profile, 1, 1'000'000, "N more steps timed node by node, then where the time went")
         ->default_str("");
     p.add_parsed_list("--budget", o.budgets, &gl::parse_bytes, "BYTES,...",
@@ -110,15 +114,19 @@ void write_random_weights(const sd::Weights& w, gl::Runtime& rt) {
             continue;
         }
         const int64_t fan_in = s.numel() / s[0];
-        std::vector<uint8_t>& r = pool[{fan_in, int(t)}];
-        if (r.size() < n * es) {
-            const size_t old = r.size() / es;
-            r.resize(n * es);
+        const bool quant = e.scale != gl::kNoValue;  // drawn in f32, then quantized per row
+        const gl::DType pt = quant ? gl::DType::f32 : t;
+        const size_t ps = gl::dtype_size(pt);
+        std::vector<uint8_t>& r = pool[{fan_in, int(pt)}];
+        if (r.size() < n * ps) {
+            const size_t old = r.size() / ps;
+            r.resize(n * ps);
             const float bound = 1.0f / std::sqrt(float(fan_in));
             for (size_t i = old; i < n; i++)
-                gl::store_from_f32(r.data(), t, int64_t(i), bound * (2.0f * gl::rng_uniform(uint64_t(fan_in), i) - 1.0f));
+                gl::store_from_f32(r.data(), pt, int64_t(i), bound * (2.0f * gl::rng_uniform(uint64_t(fan_in), i) - 1.0f));
         }
-        rt.write(e.id, r.data(), t);
+        if (quant) nn::write_weight(w, e, reinterpret_cast<const float*>(r.data()), rt);
+        else rt.write(e.id, r.data(), t);
     }
 }
 
@@ -150,6 +158,7 @@ train::StepOptions step_options(const Options& o, int64_t batch) {
     so.latent_h = so.latent_w = o.size / 8;
     so.context_tokens = o.tiny ? 8 : 77;
     so.precision = o.precision;
+    so.weight_format = o.format;
     so.lora = lora::LoraConfig{o.rank, float(o.rank), 1.0f};
     return so;
 }
@@ -209,9 +218,10 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc, size_
     po.budget = budget;
     gl::Plan plan = gl::make_plan(s->g, po);
     const double plan_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    std::printf("\n== %s, batch %lld, %dx%d, recompute %s, %s, LoRA rank %d on %zu modules (%zu nodes, planned in %.1f s)\n",
+    std::printf("\n== %s, batch %lld, %dx%d, recompute %s, %s, weights %s, LoRA rank %d on %zu modules (%zu nodes, "
+                "planned in %.1f s)\n",
                 o.tiny ? "tiny UNet" : "SD1.5 UNet", (long long)batch, o.size, o.size, gl::recompute_name(rc),
-                train::precision_name(o.precision), o.rank, s->net->modules().size(), plan.graph.nodes.size(), plan_s);
+                train::precision_name(o.precision), gl::weight_format_name(o.format), o.rank, s->net->modules().size(), plan.graph.nodes.size(), plan_s);
     std::printf("planned total %.1f MiB\n%s", mib(double(plan.total_bytes())), plan.report(o.plan_only ? 24 : 6).c_str());
     if (!o.timeline.empty()) {
         const bool several = o.batches.size() * (o.recompute.size() + o.budgets.size()) > 1;
@@ -253,9 +263,9 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc, size_
         std::printf("device memory in use (cudaMemGetInfo): %.1f MiB, %.1f MiB more than before the runtime\n", used,
                     used - base);
     const double sm = median(step_ms), rm = median(replay_ms);
-    std::printf("RESULT %s batch %lld recompute %s: step %.2f ms (%.2f ms/image), graph replay %.2f ms; "
+    std::printf("RESULT %s weights %s batch %lld recompute %s: step %.2f ms (%.2f ms/image), graph replay %.2f ms; "
                 "min step %.2f ms over %d steps; last loss %.4f\n",
-                o.tiny ? "tiny" : "sd15", (long long)batch, gl::recompute_name(rc), sm, sm / double(batch), rm,
+                o.tiny ? "tiny" : "sd15", gl::weight_format_name(o.format), (long long)batch, gl::recompute_name(rc), sm, sm / double(batch), rm,
                 *std::min_element(step_ms.begin(), step_ms.end()), o.steps, loss);
     if (!o.tiny && o.size == 512 && o.precision == train::Precision::bf16)
         std::printf("beside: %s\n", torch_figures(batch, rc).c_str());
@@ -282,10 +292,14 @@ int run(const Options& o) {
     if (!cuda && !o.tiny && !o.plan_only)
         gl::fail("the full-size benchmark needs CUDA", note, "; --tiny runs on the CPU, --plan-only runs nothing");
     std::printf("bench_step: backend %s%s\n", cuda ? "cuda" : "cpu", note.c_str());
-    for (int64_t b : o.batches) {
-        for (gl::Recompute rc : o.recompute) run_one(o, cuda, b, rc);
-        for (size_t budget : o.budgets) run_one(o, cuda, b, gl::Recompute::budget, budget);
-        if (!o.frontier.empty()) frontier(o, b);
+    for (gl::WeightFormat f : o.formats) {
+        Options of = o;
+        of.format = f;
+        for (int64_t b : o.batches) {
+            for (gl::Recompute rc : o.recompute) run_one(of, cuda, b, rc);
+            for (size_t budget : o.budgets) run_one(of, cuda, b, gl::Recompute::budget, budget);
+            if (!o.frontier.empty()) frontier(of, b);
+        }
     }
     return 0;
 }

@@ -30,6 +30,11 @@ struct StepOptions {
     sd::UnetConfig unet = sd::UnetConfig::sd15();
     int64_t batch = 1, latent_h = 64, latent_w = 64;  // per micro-batch; latent sides (pixels / 8)
     Precision precision = Precision::bf16;
+    // How the frozen UNet and text-encoder matrices (linear and conv weights) are stored
+    // (core/quant.h): dense in the precision's dtype, int8 or fp8 with a scale per output channel,
+    // or fp8_cast, kohya's --fp8_base (the plain float8_e4m3fn cast). The kernels dequantize while
+    // loading their tiles; the LoRA masters stay f32 whatever the format.
+    gl::WeightFormat weight_format = gl::WeightFormat::dense;
     // Frozen text encoder: `context_tokens` context rows are an input (77 per 75-token chunk, as
     // build_clip_chunked joins them: 77, 152, 227). Trained text encoder: CLIP is in the graph.
     bool train_text_encoder = false;
@@ -82,6 +87,7 @@ struct TextEncoderGraph {
     gl::ValueId ids = gl::kNoValue, context = gl::kNoValue;
 };
 std::unique_ptr<TextEncoderGraph> build_text_encoder(const sd::ClipConfig& c, Precision p, int64_t batch,
-                                                     int chunks = 1, int clip_skip = 1);
+                                                     int chunks = 1, int clip_skip = 1,
+                                                     gl::WeightFormat format = gl::WeightFormat::dense);
 
 }  // namespace train
