@@ -1,7 +1,8 @@
 # The developer loop. CMakeLists.txt is the real build; this file only drives it.
 #   make          configure (Ninja, into build/) and build everything
 #   make test     install missing Debian packages, build, run every test (ctest)
-#   make demo     install missing Debian packages, build and run the demo (tools/demo.cpp)
+#   make demo     install missing Debian packages, build, write the demo's model and dataset
+#                 (gl-make-demo) and train a LoRA on them with sdtrain (into DEMO_DIR=build/demo)
 #   make bench    build and run the Google Benchmark programs (bench/*.cpp)
 #   make deps     install the Debian packages the build needs, those that are missing
 #   make sanitize build the library and the tests of untrusted input with ASan + UBSan (CPU only,
@@ -9,7 +10,8 @@
 #   make install  install the library, headers and CMake package under PREFIX
 # Variables (make VAR=value): BUILD=build  BUILD_TYPE=Release  JOBS=<cores>
 #   GL_CUDA=AUTO|ON|OFF  GL_CUDA_ARCHS="80;90a"  (both are remembered in the build folder's cache)
-#   CMAKE_ARGS=...  CTEST_ARGS=...  DEMO_ARGS=...  BENCH_ARGS=...  PREFIX=/usr/local
+#   CMAKE_ARGS=...  CTEST_ARGS=...  DEMO_ARGS=... (more sdtrain options)  DEMO_STEPS=300
+#   DEMO_DIR=$(BUILD)/demo  BENCH_ARGS=...  PREFIX=/usr/local
 
 BUILD         ?= build
 SAN_BUILD     ?= build-san
@@ -20,6 +22,8 @@ GL_CUDA_ARCHS ?=
 CMAKE_ARGS    ?=
 CTEST_ARGS    ?=
 DEMO_ARGS     ?=
+DEMO_STEPS    ?= 300
+DEMO_DIR      ?= $(BUILD)/demo
 BENCH_ARGS    ?=
 PREFIX        ?= /usr/local
 
@@ -62,11 +66,29 @@ sanitize-build:
 sanitize: sanitize-build
 	ctest --test-dir $(SAN_BUILD) -L sanitize --output-on-failure --timeout 1800
 
+# The demo downloads nothing: gl-make-demo writes a tiny SD1.5-architecture model, a dataset of
+# coloured shapes and sample prompts; sdtrain caches latents, trains a LoRA (LoCon) for DEMO_STEPS
+# steps on the GPU when there is one (else the CPU), samples every 100 steps (euler_a: kohya's ddim
+# clips the predicted latents to [-1, 1], which leaves the demo's samples noisy) and writes the report.
+# DEMO_DIR/output is replaced on every run.
 demo:
 	@$(MAKE) --no-print-directory deps
 	@$(MAKE) --no-print-directory configure
-	cmake --build $(BUILD) -j $(JOBS) --target gl-demo
-	$(BUILD)/gl-demo $(DEMO_ARGS)
+	cmake --build $(BUILD) -j $(JOBS) --target gl-sdtrain gl-make-demo
+	$(BUILD)/gl-make-demo $(DEMO_DIR)
+	rm -rf $(DEMO_DIR)/output
+	$(BUILD)/sdtrain --pretrained_model_name_or_path $(DEMO_DIR)/model \
+	  --train_data_dir $(DEMO_DIR)/dataset --caption_extension .txt \
+	  --resolution 128 --enable_bucket --min_bucket_reso 64 --max_bucket_reso 256 --bucket_reso_steps 32 \
+	  --cache_latents --cache_text_encoder_outputs --network_train_unet_only \
+	  --network_module networks.lora --network_dim 16 --network_alpha 16 \
+	  --network_args conv_dim=16 conv_alpha=16 \
+	  --train_batch_size 4 --max_train_steps $(DEMO_STEPS) --learning_rate 1e-3 --seed 1 \
+	  --sample_prompts $(DEMO_DIR)/prompts.txt --sample_sampler euler_a --sample_at_first \
+	  --sample_every_n_steps 100 --save_every_n_steps 100 \
+	  --output_dir $(DEMO_DIR)/output --output_name demo $(DEMO_ARGS)
+	@echo "make demo: the LoRA is $(DEMO_DIR)/output/demo.safetensors, the samples are in" \
+	      "$(DEMO_DIR)/output/sample/, the report is $(DEMO_DIR)/output/report.html"
 
 bench:
 	@$(MAKE) --no-print-directory deps

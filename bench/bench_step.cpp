@@ -20,6 +20,7 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/plan_svg.h"
 #include "ggml-lite/core/planner.h"
+#include "ggml-lite/io/atomic_file.h"
 #include "ggml-lite/ops/rng.h"
 #include "tools/common/cli.h"
 #include "train/trainer.h"
@@ -204,7 +205,7 @@ void frontier(const Options& o, int64_t batch) {
         marks.push_back({gl::recompute_name(rc), p.total_bytes(), p.predicted_seconds});
     }
     const std::string path = svg_path(o.frontier, gl::cat("b", batch), o.batches.size() > 1);
-    gl::write_text_file(path, gl::frontier_svg(search.frontier(), marks,
+    gl::io::write_file_atomic(path, gl::frontier_svg(search.frontier(), marks,
                                                gl::cat("SD1.5 LoRA step, batch ", batch, ", ", o.size, "x", o.size,
                                                        ": recompute frontier (planned, predicted)")));
     std::printf("frontier plot: %s\n", path.c_str());
@@ -228,7 +229,7 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc, size_
         const std::string tag = gl::cat("b", batch, "-", gl::recompute_name(rc), budget ? gl::cat(budget >> 20) : "");
         const std::string path = svg_path(o.timeline, tag, several);
         const gl::Plan none = rc == gl::Recompute::none ? gl::Plan{} : gl::make_plan(s->g);
-        gl::write_text_file(path, gl::timeline_svg(plan, rc == gl::Recompute::none ? nullptr : &none,
+        gl::io::write_file_atomic(path, gl::timeline_svg(plan, rc == gl::Recompute::none ? nullptr : &none,
                                                    gl::cat("SD1.5 LoRA step, batch ", batch, ", ", o.size, "x", o.size,
                                                            ", recompute ", gl::recompute_name(rc))));
         std::printf("memory timeline: %s\n", path.c_str());

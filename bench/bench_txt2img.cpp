@@ -16,7 +16,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -27,6 +26,7 @@
 #include "models/sd15/model_files.h"
 #include "models/sd15/pipeline.h"
 #include "tools/common/cli.h"
+#include "tools/common/request_json.h"
 
 namespace {
 
@@ -117,14 +117,7 @@ int plan_only(const Options& o) {
 int check(const Options& o) {
     const gl::io::SafetensorsFile ref(o.check);
     const nlohmann::json r = nlohmann::json::parse(ref.metadata().at("request"));
-    sd::GenerationParams p;
-    p.prompt = r.at("prompt");
-    p.negative = r.at("negative");
-    p.width = r.at("width");
-    p.height = r.at("height");
-    p.steps = r.at("steps");
-    p.cfg_scale = r.at("cfg");
-    p.sampler = sd::SamplerOptions::diffusers_sd15(sd::parse_sampler_name(r.at("sampler")).kind);
+    const sd::GenerationParams p = gl::cli::request_from_json(r);
     auto read = [&](const char* k) {
         std::vector<float> v(size_t(ref.info(k).numel()));
         ref.read(k, v.data(), gl::DType::f32);
@@ -158,11 +151,7 @@ int bench(const Options& o) {
     sd::PipelineOptions po;
     po.backend = o.backend;
     po.dtype = dtype_of(o.dtype);
-    for (const std::string& l : o.loras) {
-        const size_t c = l.rfind(':');
-        po.loras.push_back(c == std::string::npos ? sd::LoraFile{l, 1.0f}
-                                                  : sd::LoraFile{l.substr(0, c), float(std::atof(l.c_str() + c + 1))});
-    }
+    for (const std::string& l : o.loras) po.loras.push_back(sd::parse_lora_file(l));
     po.merge_loras = o.merge;
     auto t0 = Clock::now();
     sd::Pipeline pipe(sd::open_sd15(o.model), po);

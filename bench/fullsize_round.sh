@@ -6,32 +6,15 @@
 # (which should agree with the fp32 reference to ~1e-6). Logs go to $OUT; the models (4.3 GB) stay
 # in $MODEL_DIR, outside $OUT.
 # Usage (device): bash bench/fullsize_round.sh      exit status: 0 when every check passed
-# Build dependencies the device image lacks (doctest) come from .carry/prefix, as in device_round.sh.
+# Build dependencies the device image lacks (doctest) come from .carry/prefix, as in device_round.sh;
+# the prelude (wheel install, $OUT, stamp / die) is bench/round_common.sh.
 set -euo pipefail
-OUT="${OUT:-/tmp/out}"
-MODEL_DIR="${MODEL_DIR:-/tmp/sd15full}"
-mkdir -p "$OUT"
-prefix="$PWD/.carry/prefix"
-export LD_LIBRARY_PATH="$prefix/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-export PYTHONUNBUFFERED=1
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-die() { echo "FAILED: $*" >&2; exit 1; }
-
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-compgen -G ".whl/diffusers-*.whl" >/dev/null || die "no .whl/diffusers-*.whl (download it as the README says)"
-rm -rf /tmp/site
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || die "pip install of .whl/"
-export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-python3 -c "import torch, diffusers, transformers, safetensors; assert torch.cuda.is_available()" \
-  || die "python: torch with CUDA, diffusers, transformers and safetensors must import"
+source bench/round_common.sh
 stamp "diffusers installed"
 
 # The build runs beside the generation (CPU cores vs the GPU and one core).
 (
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGL_CUDA=ON -DGL_CUDA_ARCHS=90a \
-    -DCMAKE_PREFIX_PATH="$prefix" -DGL_DOCTEST_INCLUDE_DIR="$prefix/include" \
-    && ninja -C build-gpu gl-sd15check
+  configure_gpu_build && ninja -C build-gpu gl-sd15check
 ) >"$OUT/build.log" 2>&1 &
 build_pid=$!
 

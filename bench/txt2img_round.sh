@@ -11,33 +11,16 @@
 #      (tiled decode), PNGs in $OUT/images.
 # Logs and JSON lines go to $OUT; the models (4.3 GB) stay in $MODEL_DIR, outside $OUT.
 # Usage (device): bash bench/txt2img_round.sh       exit status: 0 when the checks passed
-# Needs the diffusers wheel in .whl/ and doctest from .carry/prefix, as bench/fullsize_round.sh.
+# Needs the diffusers wheel in .whl/ and doctest from .carry/prefix: the prelude is bench/round_common.sh.
 set -euo pipefail
-OUT="${OUT:-/tmp/out}"
-MODEL_DIR="${MODEL_DIR:-/tmp/sd15full}"
 COMPILE_BUDGET="${COMPILE_BUDGET:-420}"
-mkdir -p "$OUT" "$OUT/images"
-prefix="$PWD/.carry/prefix"
-export LD_LIBRARY_PATH="$prefix/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-export PYTHONUNBUFFERED=1
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-die() { echo "FAILED: $*" >&2; exit 1; }
-
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+source bench/round_common.sh
+mkdir -p "$OUT/images"
 git log --oneline -1 | tee "$OUT/commit.txt"
-compgen -G ".whl/diffusers-*.whl" >/dev/null || die "no .whl/diffusers-*.whl (download it as the README says)"
-rm -rf /tmp/site
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || die "pip install of .whl/"
-export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-python3 -c "import torch, diffusers, transformers, safetensors; assert torch.cuda.is_available()" \
-  || die "python: torch with CUDA, diffusers, transformers and safetensors must import"
 
 # Binaries built elsewhere for this GPU and placed in build-gpu/ (as device rounds carry them) are used as they are.
 if [ -x build-gpu/bench_txt2img ] && [ -x build-gpu/gl-txt2img ]; then true; else (
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGL_CUDA=ON -DGL_CUDA_ARCHS=90a \
-    -DCMAKE_PREFIX_PATH="$prefix" -DGL_DOCTEST_INCLUDE_DIR="$prefix/include" \
-    && ninja -C build-gpu bench_txt2img gl-txt2img
+  configure_gpu_build && ninja -C build-gpu bench_txt2img gl-txt2img
 ) >"$OUT/build.log" 2>&1; fi &
 build_pid=$!
 if [ ! -f "$MODEL_DIR/sd15.safetensors" ]; then

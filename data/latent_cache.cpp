@@ -1,39 +1,59 @@
 #include "data/latent_cache.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <unistd.h>
+#include <deque>
+#include <set>
 
 #include "data/resize.h"
-#include "ggml-lite/io/sha256.h"
+#include "data/workers.h"
 #include "ggml-lite/core/error.h"
-#include "ggml-lite/core/planner.h"
+#include "ggml-lite/io/atomic_file.h"
+#include "ggml-lite/io/files.h"
+#include "ggml-lite/io/sha256.h"
 
 namespace data {
 namespace fs = std::filesystem;
 
 namespace {
 
-PreparedImage prepare_bytes(const std::vector<uint8_t>& bytes, const ImageEntry& e, const BucketChoice& ch,
-                            bool flip, bool keep_alpha, std::optional<std::array<int, 2>> crop_at) {
+// The image decoded and resized to choice.resized (not cropped yet).
+Image decode_resized(const std::vector<uint8_t>& bytes, const ImageEntry& e, const BucketChoice& ch, bool keep_alpha) {
     DecodeOptions dopt;
     dopt.alpha = keep_alpha ? AlphaMode::mask : AlphaMode::white;
     Image img = decode_image(bytes.data(), bytes.size(), e.path.string(), dopt);
     const Reso r = ch.resized, b = ch.bucket;
     GL_CHECK(r.w >= b.w && r.h >= b.h, e.path.string(), ": resized size ", r.w, "x", r.h, " does not cover bucket ",
              b.w, "x", b.h);
-    const int cx = crop_at ? (*crop_at)[0] : (r.w - b.w) / 2, cy = crop_at ? (*crop_at)[1] : (r.h - b.h) / 2;
+    Image out;
+    out.width = r.w;
+    out.height = r.h;
+    out.rgb = resize_like_kohya(img.rgb.data(), img.width, img.height, 3, r.w, r.h);
+    if (keep_alpha) out.alpha = resize_like_kohya(img.alpha.data(), img.width, img.height, 1, r.w, r.h);
+    return out;
+}
+
+std::array<int, 2> centre_crop(const BucketChoice& ch) {
+    return {(ch.resized.w - ch.bucket.w) / 2, (ch.resized.h - ch.bucket.h) / 2};
+}
+
+PreparedImage prepare_bytes(const std::vector<uint8_t>& bytes, const ImageEntry& e, const BucketChoice& ch,
+                            bool flip, bool keep_alpha, std::optional<std::array<int, 2>> crop_at) {
+    const Image img = decode_resized(bytes, e, ch, keep_alpha);
+    const Reso r = ch.resized, b = ch.bucket;
+    const auto [cx, cy] = crop_at ? *crop_at : centre_crop(ch);
     PreparedImage p;
     p.width = b.w;
     p.height = b.h;
-    std::vector<uint8_t> rgb = resize_like_kohya(img.rgb.data(), img.width, img.height, 3, r.w, r.h);
-    p.rgb = crop(rgb.data(), r.w, r.h, 3, cx, cy, b.w, b.h);
+    p.rgb = crop(img.rgb.data(), r.w, r.h, 3, cx, cy, b.w, b.h);
     if (flip) flip_horizontal(p.rgb.data(), b.w, b.h, 3);
     if (keep_alpha) {
-        std::vector<uint8_t> a = resize_like_kohya(img.alpha.data(), img.width, img.height, 1, r.w, r.h);
-        p.alpha = crop(a.data(), r.w, r.h, 1, cx, cy, b.w, b.h);
+        p.alpha = crop(img.alpha.data(), r.w, r.h, 1, cx, cy, b.w, b.h);
         if (flip) flip_horizontal(p.alpha.data(), b.w, b.h, 1);
     }
     return p;
@@ -66,48 +86,6 @@ void to_unit_range(const std::vector<uint8_t>& rgb, float* out) {
     for (size_t i = 0; i < rgb.size(); i++) out[i] = (float(rgb[i]) / 255.f - 0.5f) / 0.5f;
 }
 
-struct VaeGraphEncoder::Shape {
-    int batch, height, width;
-    gl::Graph g;
-    std::unique_ptr<sd::Weights> w;
-    gl::ValueId x, moments;
-    std::unique_ptr<gl::Runtime> rt;
-};
-
-VaeGraphEncoder::VaeGraphEncoder(sd::VaeConfig config, const gl::io::TensorSource& weights, std::string identity,
-                                 gl::DType dtype, gl::Backend backend)
-    : config_(std::move(config)), weights_(weights), identity_(std::move(identity)), dtype_(dtype),
-      backend_(backend) {
-    config_.validate();
-}
-VaeGraphEncoder::~VaeGraphEncoder() = default;
-
-void VaeGraphEncoder::release() { current_.reset(); }
-
-std::vector<float> VaeGraphEncoder::moments(const std::vector<float>& x, int batch, int height, int width) {
-    const int64_t f = config_.downscale();
-    GL_CHECK(batch > 0 && height > 0 && width > 0 && height % f == 0 && width % f == 0, "VAE encoder: input ",
-             batch, "x", height, "x", width, " must be positive multiples of ", f);
-    GL_CHECK(x.size() == size_t(batch) * height * width * 3, "VAE encoder: ", x.size(), " values for ", batch, "x",
-             height, "x", width, "x3");
-    if (!current_ || current_->batch != batch || current_->height != height || current_->width != width) {
-        current_.reset();  // the previous shape's weights go before the next are loaded
-        auto s = std::make_unique<Shape>();
-        s->batch = batch, s->height = height, s->width = width;
-        s->w = std::make_unique<sd::Weights>(s->g, dtype_);
-        s->x = s->g.input("x", gl::DType::f32, {batch, height, width, config_.in_channels});
-        s->moments = sd::vae_encode(*s->w, config_, s->x).moments;
-        s->g.mark_output(s->moments);
-        s->rt = gl::make_runtime(gl::make_plan(s->g), backend_);
-        sd::load_vae(*s->w, config_, weights_, *s->rt);
-        current_ = std::move(s);
-        graphs_built_++;
-    }
-    current_->rt->write_f32(current_->x, x);
-    current_->rt->run();
-    return current_->rt->read_f32(current_->moments);
-}
-
 std::string latent_key(const std::string& image_sha256, const BucketChoice& c, std::array<int, 2> crop, bool flip,
                        const std::string& encoder_identity) {
     return gl::io::sha256_hex(gl::cat("latent v1|", image_sha256, "|bucket ", c.bucket.w, "x", c.bucket.h, "|resized ",
@@ -116,7 +94,20 @@ std::string latent_key(const std::string& image_sha256, const BucketChoice& c, s
 }
 
 LatentCache::LatentCache(std::optional<fs::path> dir) : dir_(std::move(dir)) {
-    if (dir_) fs::create_directories(*dir_);
+    if (!dir_) return;
+    fs::create_directories(*dir_);
+    // Entries are written through temporaries named "<key>.latent.tmp-<host>-<pid>-XXXXXX": one
+    // look at the folder finds the entries that have any, and remove_stale_temps removes those of
+    // writers that no longer run.
+    std::set<std::string> written;
+    for (const fs::directory_entry& d : fs::directory_iterator(*dir_)) {
+        const std::string name = d.path().filename().string();
+        const size_t at = name.find(".latent.tmp-");
+        if (at != std::string::npos) written.insert(name.substr(0, at + 7));
+    }
+    for (const std::string& entry : written)
+        for (std::string& removed : gl::io::remove_stale_temps((*dir_ / entry).string()))
+            stale_removed_.push_back(std::move(removed));
 }
 
 std::optional<fs::path> LatentCache::file_of(const std::string& key) const {
@@ -129,6 +120,45 @@ size_t LatentCache::ram_entries() const {
     return ram_.size();
 }
 
+namespace {
+
+// The entry file: magic, height, width, channels, two zero uint16, then the floats.
+std::optional<Latent> read_entry(const fs::path& path) {
+    uint64_t size = 0;
+    int fd = -1;
+    try {
+        fd = gl::io::open_regular(path.string(), &size);
+    } catch (const gl::Error&) {
+        return std::nullopt;  // missing, or not a regular file: not an entry
+    }
+    auto read_all = [fd](void* p, size_t n) {
+        for (char* c = static_cast<char*>(p); n > 0;) {
+            const ssize_t r = ::read(fd, c, n);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) return false;
+            c += r;
+            n -= size_t(r);
+        }
+        return true;
+    };
+    std::optional<Latent> out;
+    char head[16];
+    if (size >= 16 && read_all(head, 16) && std::memcmp(head, kMagic, 8) == 0) {
+        uint16_t dims[3];
+        std::memcpy(dims, head + 8, 6);
+        Latent l{dims[0], dims[1], dims[2], {}};
+        const size_t n = size_t(l.height) * l.width * l.channels;
+        if (n > 0 && size == 16 + uint64_t(n) * 4) {
+            l.data.resize(n);
+            if (read_all(l.data.data(), n * 4)) out = std::move(l);
+        }
+    }
+    ::close(fd);
+    return out;
+}
+
+}  // namespace
+
 std::optional<Latent> LatentCache::get(const std::string& key) {
     {
         std::lock_guard<std::mutex> lock(mu_);
@@ -136,21 +166,10 @@ std::optional<Latent> LatentCache::get(const std::string& key) {
         if (it != ram_.end()) return it->second;
     }
     if (!dir_) return std::nullopt;
-    std::ifstream f(*file_of(key), std::ios::binary | std::ios::ate);
-    if (!f) return std::nullopt;
-    const std::streamoff size = f.tellg();
-    char head[16];
-    f.seekg(0);
-    if (size < 16 || !f.read(head, 16) || std::memcmp(head, kMagic, 8) != 0) return std::nullopt;
-    uint16_t dims[3];
-    std::memcpy(dims, head + 8, 6);
-    Latent l{dims[0], dims[1], dims[2], {}};
-    const size_t n = size_t(l.height) * l.width * l.channels;
-    if (n == 0 || uint64_t(size) != 16 + n * 4) return std::nullopt;
-    l.data.resize(n);
-    if (!f.read(reinterpret_cast<char*>(l.data.data()), std::streamsize(n * 4))) return std::nullopt;
+    std::optional<Latent> l = read_entry(*file_of(key));
+    if (!l) return std::nullopt;
     std::lock_guard<std::mutex> lock(mu_);
-    return ram_.emplace(key, std::move(l)).first->second;
+    return ram_.emplace(key, std::move(*l)).first->second;
 }
 
 void LatentCache::put(const std::string& key, Latent l) {
@@ -158,22 +177,158 @@ void LatentCache::put(const std::string& key, Latent l) {
                  l.channels < 65536,
              "latent cache: bad entry ", l.height, "x", l.width, "x", l.channels);
     if (dir_) {
-        const fs::path final_path = *file_of(key);
-        const fs::path tmp = final_path.string() + ".tmp." + std::to_string(getpid());
-        {
-            std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-            const uint16_t dims[5] = {uint16_t(l.height), uint16_t(l.width), uint16_t(l.channels), 0, 0};
-            f.write(kMagic, 8);
-            f.write(reinterpret_cast<const char*>(dims), 8);
-            f.write(reinterpret_cast<const char*>(l.data.data()), std::streamsize(l.data.size() * 4));
-            f.flush();
-            GL_CHECK(f, "latent cache: cannot write ", tmp.string());
-        }
-        fs::rename(tmp, final_path);
+        std::vector<char> bytes(16 + l.data.size() * 4);
+        const uint16_t dims[4] = {uint16_t(l.height), uint16_t(l.width), uint16_t(l.channels), 0};
+        std::memcpy(bytes.data(), kMagic, 8);
+        std::memcpy(bytes.data() + 8, dims, 8);
+        std::memcpy(bytes.data() + 16, l.data.data(), l.data.size() * 4);
+        gl::io::write_file_atomic(file_of(key)->string(), bytes.data(), bytes.size());
     }
     std::lock_guard<std::mutex> lock(mu_);
     ram_[key] = std::move(l);
 }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// What the scan found for one image: its hash, its keys ("" for a flip its subset does not use)
+// and which of them are cached already; or why it could not be read.
+struct Scan {
+    std::string sha;
+    std::array<std::string, 2> keys;
+    std::array<bool, 2> hit{};
+    std::optional<SkippedImage> skipped;
+};
+
+// One (image, flip) entry to encode, and its place: batch and position in it.
+struct Item {
+    int image = 0;
+    bool flip = false;
+    std::string key;
+    size_t batch = 0;
+    int slot = 0;
+};
+// The items of one image (one or both flips), decoded and resized once.
+struct Job {
+    int image = 0;
+    size_t first = 0, count = 0;
+    std::string sha;
+};
+struct VaeBatch {
+    EncoderShape shape;
+    size_t first = 0;  // items [first, first + shape.batch)
+};
+struct Prepared {
+    std::optional<SkippedImage> skipped;
+    double busy = 0;  // seconds the worker spent on it
+};
+
+// The encoder's input of each batch, filled place by place by the workers and taken whole by the
+// encoder's thread; buffers are reused.
+class Staging {
+public:
+    struct Buffer {
+        std::unique_ptr<uint8_t[]> data;
+        size_t bytes = 0;
+    };
+    uint8_t* batch(size_t index, size_t bytes) {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            auto it = live_.find(index);
+            if (it != live_.end()) return it->second.data.get();
+        }
+        Buffer b = reuse(bytes);
+        if (!b.data) b = {std::make_unique_for_overwrite<uint8_t[]>(bytes), bytes};
+        std::lock_guard<std::mutex> lock(mu_);
+        auto [it, fresh] = live_.emplace(index, std::move(b));
+        if (!fresh) spare_.push_back(std::move(b));  // another worker made it meanwhile
+        return it->second.data.get();
+    }
+    // nullopt when no worker wrote to it (every image of the batch failed).
+    std::optional<Buffer> take(size_t index) {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = live_.find(index);
+        if (it == live_.end()) return std::nullopt;
+        Buffer b = std::move(it->second);
+        live_.erase(it);
+        return b;
+    }
+    void recycle(Buffer b) {
+        std::lock_guard<std::mutex> lock(mu_);
+        spare_.push_back(std::move(b));
+    }
+
+private:
+    Buffer reuse(size_t bytes) {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (size_t i = 0; i < spare_.size(); i++)
+            if (spare_[i].bytes >= bytes) {
+                Buffer b = std::move(spare_[i]);
+                spare_.erase(spare_.begin() + long(i));
+                return b;
+            }
+        if (spare_.size() > 4) spare_.erase(spare_.begin());  // sizes that no longer come
+        return {};
+    }
+    std::mutex mu_;
+    std::map<size_t, Buffer> live_;
+    std::vector<Buffer> spare_;
+};
+
+// Bytes -> the encoder's input values exactly as to_unit_range computes them, rounded once to the
+// input dtype (what a cast node on the device would give), cropped and flipped on the way.
+class InputValues {
+public:
+    explicit InputValues(gl::DType t) : dtype_(t) {
+        GL_CHECK(t == gl::DType::f32 || t == gl::DType::bf16 || t == gl::DType::f16,
+                 "latent cache: the encoder takes ", gl::dtype_name(t), " input; f32, bf16 or f16 expected");
+        for (int v = 0; v < 256; v++) {
+            const float f = (float(v) / 255.f - 0.5f) / 0.5f;
+            f32_[size_t(v)] = f;
+            half_[size_t(v)] = t == gl::DType::bf16 ? gl::f32_to_bf16(f) : gl::f32_to_f16(f);
+        }
+    }
+    gl::DType dtype() const { return dtype_; }
+    size_t bytes_per_value() const { return dtype_ == gl::DType::f32 ? 4 : 2; }
+    // The window (cx, cy, w, h) of an image `stride` pixels wide, mirrored when flip, into out.
+    void write(const uint8_t* rgb, int stride, int cx, int cy, int w, int h, bool flip, uint8_t* out) const {
+        if (dtype_ == gl::DType::f32) fill(f32_, rgb, stride, cx, cy, w, h, flip, reinterpret_cast<float*>(out));
+        else fill(half_, rgb, stride, cx, cy, w, h, flip, reinterpret_cast<uint16_t*>(out));
+    }
+
+private:
+    template <class T>
+    static void fill(const std::array<T, 256>& lut, const uint8_t* rgb, int stride, int cx, int cy, int w, int h,
+                     bool flip, T* out) {
+        for (int y = 0; y < h; y++) {
+            const uint8_t* row = rgb + (size_t(cy + y) * size_t(stride) + size_t(cx)) * 3;
+            T* dst = out + size_t(y) * size_t(w) * 3;
+            for (int x = 0; x < w; x++) {
+                const uint8_t* px = row + size_t(flip ? w - 1 - x : x) * 3;
+                dst[size_t(x) * 3] = lut[px[0]];
+                dst[size_t(x) * 3 + 1] = lut[px[1]];
+                dst[size_t(x) * 3 + 2] = lut[px[2]];
+            }
+        }
+    }
+    gl::DType dtype_;
+    std::array<float, 256> f32_{};
+    std::array<uint16_t, 256> half_{};
+};
+
+// The entry of one image of a batch: one sample of its latent distribution, scaled.
+Latent sample_entry(const sd::VaeConfig& vc, const float* moments, int lh, int lw, const std::string& key,
+                    uint64_t seed, const std::string& path) {
+    const size_t per = size_t(lh) * size_t(lw) * 2 * size_t(vc.latent_channels);
+    const std::vector<float> m(moments, moments + per);
+    Latent l{lh, lw, vc.latent_channels, sd::vae_sample_latent(vc, m, normal_noise(key, seed, per / 2))};
+    for (float v : l.data) GL_CHECK(std::isfinite(v), "NaN or inf in the latents of ", path);
+    return l;
+}
+
+}  // namespace
 
 CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCache& cache, LatentEncoder& enc,
                           const CacheOptions& opt) {
@@ -181,100 +336,200 @@ CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCa
         GL_CHECK(!s.random_crop && !s.color_aug, "latents cannot be cached for ", s.image_dir.string(),
                  ": random_crop / color_aug change the image every step");
     GL_CHECK(opt.vae_batch_size >= 1, "vae_batch_size must be >= 1");
+    GL_CHECK(opt.threads >= 0, "latent caching threads must be >= 0 (0: one per hardware thread)");
+    const auto t_start = Clock::now();
     const sd::VaeConfig& vc = enc.config();
+    const std::string identity = enc.identity();
+    const InputValues values(enc.input_dtype());
+    const int threads = opt.threads > 0 ? opt.threads : default_worker_threads();
     CacheReport rep;
     rep.keys.assign(ds.images.size() * 2, "");
-    struct Todo {
-        int image;
-        bool flip;
-        std::string key;
-    };
-    const auto t0 = std::chrono::steady_clock::now();
-    for (const Bucket& b : a.buckets) {
-        std::vector<int> distinct(b.images.begin(), b.images.end());
+
+    // Every image of the buckets once, bucket by bucket, in index order.
+    std::vector<int> order, bucket_of(ds.images.size(), -1);
+    for (size_t b = 0; b < a.buckets.size(); b++) {
+        std::vector<int> distinct(a.buckets[b].images);
         std::sort(distinct.begin(), distinct.end());
         distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-        std::vector<Todo> todo;
-        std::map<int, std::vector<uint8_t>> bytes_of;
-        for (int i : distinct) {
+        for (int i : distinct) bucket_of[size_t(i)] = int(b);
+        order.insert(order.end(), distinct.begin(), distinct.end());
+    }
+    std::vector<Item> items;
+    std::vector<Job> jobs;
+    std::vector<VaeBatch> batches;
+    Staging staging;
+    std::deque<std::future<void>> writes;
+    Workers pool(threads);  // declared after everything its tasks use, so it joins before they go
+    auto finish = [&] {
+        const auto t0 = Clock::now();
+        for (std::future<void>& w : writes) w.get();
+        rep.times.wait_write = seconds_since(t0);
+        rep.times.total = seconds_since(t_start);
+        return rep;
+    };
+
+    // 1. Read and hash every image: its keys, and which entries are cached already.
+    {
+        const auto t0 = Clock::now();
+        Prefetch<Scan> scans(pool, order.size(), size_t(threads) * 4, [&](size_t k) {
+            const int i = order[k];
             const ImageEntry& e = ds.images[size_t(i)];
-            const bool flips = ds.config.subsets[size_t(e.subset)].flip_aug;
+            Scan s;
             std::vector<uint8_t> bytes;
             try {
                 bytes = read_file_bytes(e.path);
             } catch (const ImageError& err) {
-                rep.skipped.push_back({err.path(), err.reason()});
-                continue;
+                s.skipped = SkippedImage{err.path(), err.reason()};
+                return s;
             }
-            const std::string sha = gl::io::sha256_hex(bytes.data(), bytes.size());
+            s.sha = gl::io::sha256_hex(bytes.data(), bytes.size());
             const BucketChoice& ch = a.choice[size_t(i)];
-            const std::array<int, 2> crop{(ch.resized.w - ch.bucket.w) / 2, (ch.resized.h - ch.bucket.h) / 2};
-            bool any_miss = false;
-            for (bool flip : {false, true}) {
-                if (flip && !flips) continue;
-                const std::string key = latent_key(sha, ch, crop, flip, enc.identity());
-                rep.keys[size_t(i) * 2 + flip] = key;
-                rep.total++;
-                if (cache.get(key)) {
-                    rep.hits++;
-                } else {
-                    todo.push_back({i, flip, key});
-                    any_miss = true;
-                }
+            for (int f = 0; f < 2; f++) {
+                if (f == 1 && !ds.config.subsets[size_t(e.subset)].flip_aug) continue;
+                s.keys[size_t(f)] = latent_key(s.sha, ch, centre_crop(ch), f == 1, identity);
+                s.hit[size_t(f)] = cache.get(s.keys[size_t(f)]).has_value();
             }
-            if (any_miss) bytes_of[i] = std::move(bytes);
-        }
-        const size_t hw = size_t(b.reso.w) * b.reso.h;
-        for (size_t at = 0; at < todo.size();) {
+            return s;
+        });
+        for (size_t k = 0; k < order.size(); k++) {
             if (opt.stop && opt.stop->load()) {
                 rep.interrupted = true;
-                return rep;
+                break;
             }
-            std::vector<Todo> batch;
-            std::vector<float> x;
-            for (; at < todo.size() && int(batch.size()) < opt.vae_batch_size; at++) {
-                const Todo& t = todo[at];
-                const ImageEntry& e = ds.images[size_t(t.image)];
-                PreparedImage p;
-                try {
-                    p = prepare_bytes(bytes_of[t.image], e, a.choice[size_t(t.image)], t.flip, false, std::nullopt);
-                } catch (const ImageError& err) {
-                    rep.skipped.push_back({err.path(), err.reason()});
-                    rep.keys[size_t(t.image) * 2 + t.flip].clear();
-                    continue;
-                }
-                x.resize(x.size() + hw * 3);
-                to_unit_range(p.rgb, x.data() + x.size() - hw * 3);
-                batch.push_back(t);
+            Scan s = *scans.next();
+            const int i = order[k];
+            if (s.skipped) {
+                rep.skipped.push_back(std::move(*s.skipped));
+                continue;
             }
-            if (batch.empty()) continue;
-            // The bucket's last batch is padded (its last image repeated) to the bucket's batch
-            // size, so each bucket needs one graph: rebuilding one reloads the VAE's weights.
-            const size_t shape_batch = std::min(todo.size(), size_t(opt.vae_batch_size));
-            const std::vector<float> last(x.end() - long(hw * 3), x.end());
-            for (size_t k = batch.size(); k < shape_batch; k++) x.insert(x.end(), last.begin(), last.end());
-            const std::vector<float> m = enc.moments(x, int(std::max(shape_batch, batch.size())), b.reso.h, b.reso.w);
-            rep.vae_calls++;
-            const int lh = int(b.reso.h / vc.downscale()), lw = int(b.reso.w / vc.downscale());
-            const size_t per = size_t(lh) * lw * 2 * vc.latent_channels;
-            GL_CHECK(m.size() >= per * batch.size(), "VAE encoder returned ", m.size(), " values, expected ",
-                     per * batch.size());
-            for (size_t k = 0; k < batch.size(); k++) {
-                const std::vector<float> mk(m.begin() + long(k * per), m.begin() + long((k + 1) * per));
-                const std::vector<float> noise = normal_noise(batch[k].key, opt.seed, per / 2);
-                Latent l{lh, lw, vc.latent_channels, sd::vae_sample_latent(vc, mk, noise)};
-                for (float v : l.data)
-                    GL_CHECK(std::isfinite(v), "NaN or inf in the latents of ", ds.images[size_t(batch[k].image)].path.string());
-                cache.put(batch[k].key, std::move(l));
-                rep.encoded++;
+            Job job{i, items.size(), 0, s.sha};
+            for (size_t f = 0; f < 2; f++) {
+                if (s.keys[f].empty()) continue;
+                rep.keys[size_t(i) * 2 + f] = s.keys[f];
+                rep.total++;
+                if (s.hit[f]) rep.hits++;
+                else items.push_back({i, f == 1, s.keys[f]});
             }
-            if (opt.progress) {
-                const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                opt.progress(rep.hits + rep.encoded, rep.total, s > 0 ? double(rep.encoded) / s : 0);
+            job.count = items.size() - job.first;
+            if (job.count) jobs.push_back(std::move(job));
+        }
+        rep.times.scan = seconds_since(t0);
+    }
+    if (rep.interrupted) return finish();
+
+    // 2. Each bucket's misses in batches of vae_batch_size (the last may be smaller).
+    const size_t per_call = size_t(opt.vae_batch_size);
+    std::set<EncoderShape> shapes;
+    for (size_t at = 0; at < items.size();) {
+        const int bucket = bucket_of[size_t(items[at].image)];
+        const Reso r = a.buckets[size_t(bucket)].reso;
+        size_t end = at;
+        while (end < items.size() && bucket_of[size_t(items[end].image)] == bucket) end++;
+        for (size_t first = at; first < end; first += per_call) {
+            const int n = int(std::min(per_call, end - first));
+            for (int k = 0; k < n; k++) items[first + size_t(k)].batch = batches.size(), items[first + size_t(k)].slot = k;
+            batches.push_back({EncoderShape{n, r.h, r.w}, first});
+            shapes.insert(batches.back().shape);
+        }
+        at = end;
+    }
+    auto place_bytes = [&](const EncoderShape& s) {
+        return size_t(s.height) * size_t(s.width) * 3 * values.bytes_per_value();
+    };
+
+    // 3. The workers decode, resize and convert the images into their batch's input, a window
+    // ahead of the encoder (starting while it plans and loads its weights), and sample and write
+    // each batch's entries once its moments are back.
+    Prefetch<Prepared> prepared(pool, jobs.size(), std::max(size_t(threads) * 2, per_call * 2), [&](size_t j) {
+        const Job& job = jobs[j];
+        const ImageEntry& e = ds.images[size_t(job.image)];
+        const BucketChoice& ch = a.choice[size_t(job.image)];
+        Prepared out;
+        const auto t0 = Clock::now();
+        try {
+            const std::vector<uint8_t> bytes = read_file_bytes(e.path);
+            if (gl::io::sha256_hex(bytes.data(), bytes.size()) != job.sha)
+                throw ImageError(e.path.string(), "changed while caching (run again to cache its new content)");
+            const Image img = decode_resized(bytes, e, ch, false);
+            const auto [cx, cy] = centre_crop(ch);
+            for (size_t k = job.first; k < job.first + job.count; k++) {
+                const Item& it = items[k];
+                const EncoderShape& s = batches[it.batch].shape;
+                uint8_t* dst = staging.batch(it.batch, place_bytes(s) * size_t(s.batch)) + place_bytes(s) * size_t(it.slot);
+                values.write(img.rgb.data(), img.width, cx, cy, s.width, s.height, it.flip, dst);
+            }
+        } catch (const ImageError& err) {
+            out.skipped = SkippedImage{err.path(), err.reason()};
+        }
+        out.busy = seconds_since(t0);
+        return out;
+    });
+    if (!batches.empty()) {
+        const auto t0 = Clock::now();
+        enc.prepare(std::vector<EncoderShape>(shapes.begin(), shapes.end()));
+        rep.times.setup = seconds_since(t0);
+    }
+    std::vector<char> failed(items.size(), 0);
+    size_t jobs_done = 0;
+    for (size_t bi = 0; bi < batches.size(); bi++) {
+        if (opt.stop && opt.stop->load()) {
+            rep.interrupted = true;
+            break;
+        }
+        const EncoderShape& s = batches[bi].shape;
+        const size_t first = batches[bi].first, end = first + size_t(s.batch);
+        const auto t0 = Clock::now();
+        while (jobs_done < jobs.size() && jobs[jobs_done].first < end) {
+            Prepared p = *prepared.next();
+            const Job& job = jobs[jobs_done++];
+            rep.times.prepare_busy += p.busy;
+            if (!p.skipped) continue;
+            rep.skipped.push_back(std::move(*p.skipped));
+            for (size_t k = job.first; k < job.first + job.count; k++) {
+                failed[k] = 1;
+                rep.keys[size_t(items[k].image) * 2 + items[k].flip].clear();
             }
         }
+        rep.times.wait_prepare += seconds_since(t0);
+        std::optional<Staging::Buffer> input = staging.take(bi);
+        size_t ok = first;
+        while (ok < end && failed[ok]) ok++;
+        if (ok == end) {  // every image of the batch failed: no call
+            if (input) staging.recycle(std::move(*input));
+            continue;
+        }
+        GL_CHECK(input.has_value(), "latent cache: batch ", bi, " has prepared images but no input buffer");
+        // A failed image's place holds a copy of another: the batch keeps its planned shape.
+        const size_t place = place_bytes(s);
+        for (size_t k = first; k < end; k++)
+            if (failed[k]) std::memcpy(input->data.get() + (k - first) * place, input->data.get() + (ok - first) * place, place);
+        const auto t1 = Clock::now();
+        auto m = std::make_shared<const std::vector<float>>(enc.moments(input->data.get(), values.dtype(), s));
+        rep.times.encode += seconds_since(t1);
+        staging.recycle(std::move(*input));
+        rep.vae_calls++;
+        const int lh = int(s.height / vc.downscale()), lw = int(s.width / vc.downscale());
+        const size_t per = size_t(lh) * size_t(lw) * 2 * size_t(vc.latent_channels);
+        GL_CHECK(m->size() == per * size_t(s.batch), "VAE encoder returned ", m->size(), " values, expected ",
+                 per * size_t(s.batch));
+        for (size_t k = first; k < end; k++) {
+            if (failed[k]) continue;
+            writes.push_back(pool.submit([&cache, &vc, m, at = (k - first) * per, lh, lw, key = items[k].key,
+                                          seed = opt.seed, path = ds.images[size_t(items[k].image)].path.string()] {
+                cache.put(key, sample_entry(vc, m->data() + at, lh, lw, key, seed, path));
+            }));
+            rep.encoded++;
+        }
+        while (!writes.empty() && writes.front().wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+            writes.front().get();  // a write's error stops caching now
+            writes.pop_front();
+        }
+        if (opt.progress) {
+            const double sec = seconds_since(t_start);
+            opt.progress(rep.hits + rep.encoded, rep.total, sec > 0 ? double(rep.encoded) / sec : 0);
+        }
     }
-    return rep;
+    return finish();
 }
 
 }  // namespace data

@@ -1,7 +1,6 @@
 #include "data/loader.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "data/caption.h"
 #include "ggml-lite/core/error.h"
@@ -19,16 +18,20 @@ Loader::Loader(const Dataset& ds, const BucketAssignment& a, LoaderOptions opt) 
     EpochPlanner planner(a, ds.config.batch_size, opt_.seed);
     for (int e = 1; e <= opt_.epochs; e++)
         for (BatchRef& b : planner.epoch(e)) plan_.push_back({e, std::move(b)});
-    for (int t = 0; t < opt_.threads; t++) workers_.emplace_back([this] { work(); });
+    GL_CHECK(opt_.first_batch <= plan_.size(), "loader: first batch ", opt_.first_batch, " is past the run's ",
+             plan_.size(), " batches");
+    pool_ = std::make_unique<Workers>(opt_.threads);
+    // At least one batch per thread may be in flight, so every thread has work. A resumed run
+    // starts at first_batch: the batches before it are planned (the same order) but never made.
+    const size_t first = opt_.first_batch;
+    batches_ = std::make_unique<Prefetch<Batch>>(*pool_, plan_.size() - first,
+                                                 size_t(std::max(opt_.queue_depth, opt_.threads)),
+                                                 [this, first](size_t i) { return make(first + i); });
 }
 
 Loader::~Loader() {
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        stop_ = true;
-    }
-    cv_.notify_all();
-    for (std::thread& t : workers_) t.join();
+    batches_.reset();  // waits for the batches under way, which use the pool and this loader
+    pool_.reset();
 }
 
 std::vector<SkippedImage> Loader::skipped() const {
@@ -79,44 +82,10 @@ Batch Loader::make(size_t step) const {
     return b;
 }
 
-void Loader::work() {
-    for (;;) {
-        size_t step;
-        {
-            std::unique_lock<std::mutex> lock(mu_);
-            cv_.wait(lock, [&] {
-                // At least one batch per thread may be in flight, so every thread has work.
-                const size_t window = size_t(std::max(opt_.queue_depth, opt_.threads));
-                return stop_ || error_ || (next_to_make_ < plan_.size() && next_to_make_ < next_to_give_ + window);
-            });
-            if (stop_ || error_) return;
-            step = next_to_make_++;
-        }
-        try {
-            Batch b = make(step);
-            std::lock_guard<std::mutex> lock(mu_);
-            ready_.emplace(step, std::move(b));
-        } catch (...) {
-            std::lock_guard<std::mutex> lock(mu_);
-            error_ = std::current_exception();
-        }
-        cv_.notify_all();
-    }
-}
-
 std::optional<Batch> Loader::next() {
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-        if (next_to_give_ >= plan_.size()) return std::nullopt;
-        const auto t0 = std::chrono::steady_clock::now();
-        cv_.wait(lock, [&] { return error_ || ready_.count(next_to_give_); });
-        wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (error_) std::rethrow_exception(error_);
-        Batch b = std::move(ready_.at(next_to_give_));
-        ready_.erase(next_to_give_++);
-        cv_.notify_all();
-        if (!b.samples.empty()) return b;  // a batch whose images all failed is passed over
-    }
+    while (std::optional<Batch> b = batches_->next())
+        if (!b->samples.empty()) return b;  // a batch whose images all failed is passed over
+    return std::nullopt;
 }
 
 }  // namespace data

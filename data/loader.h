@@ -4,18 +4,16 @@
 // comes from a stream derived from (seed, epoch, batch, position), so the batches are the same
 // whatever the thread count and timing.
 #pragma once
-#include <condition_variable>
 #include <cstdint>
-#include <exception>
-#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "data/bucket.h"
 #include "data/dataset.h"
 #include "data/latent_cache.h"
+#include "data/workers.h"
 
 namespace data {
 
@@ -45,6 +43,9 @@ struct LoaderOptions {
     // Cached latents (from cache_latents; keys per image * 2 + flip). Null: images are prepared.
     LatentCache* latents = nullptr;
     const CacheReport* latent_keys = nullptr;
+    // Resume: the first batch to make and hand out (its index in the whole run). Every batch is a
+    // function of (seed, its index), so the ones after it are those of an uninterrupted run.
+    size_t first_batch = 0;
 };
 
 class Loader {
@@ -58,7 +59,7 @@ public:
     std::optional<Batch> next();
     size_t batches() const { return plan_.size(); }
     // Seconds next() spent waiting for a batch that was not ready yet.
-    double wait_seconds() const { return wait_s_; }
+    double wait_seconds() const { return batches_->wait_seconds(); }
     // Images that failed to decode while loading (dropped from their batch).
     std::vector<SkippedImage> skipped() const;
 
@@ -67,22 +68,17 @@ private:
         int epoch;
         BatchRef ref;
     };
-    void work();
     Batch make(size_t step) const;
 
     const Dataset& ds_;
     const BucketAssignment& a_;
     LoaderOptions opt_;
     std::vector<Planned> plan_;
-    mutable std::mutex mu_;
-    std::condition_variable cv_;
-    size_t next_to_make_ = 0, next_to_give_ = 0;
-    std::map<size_t, Batch> ready_;
-    std::exception_ptr error_;
+    mutable std::mutex mu_;  // guards skipped_
     mutable std::vector<SkippedImage> skipped_;
-    bool stop_ = false;
-    double wait_s_ = 0;
-    std::vector<std::thread> workers_;
+    // Declared last: destroyed first, so no task outlives what it uses.
+    std::unique_ptr<Workers> pool_;
+    std::unique_ptr<Prefetch<Batch>> batches_;
 };
 
 }  // namespace data

@@ -1,7 +1,11 @@
 #include "data/text_cache.h"
 
+#include <future>
 #include <map>
+#include <memory>
 #include <set>
+
+#include "data/workers.h"
 
 #include "ggml-lite/io/sha256.h"
 #include "ggml-lite/core/error.h"
@@ -89,21 +93,26 @@ TextCacheReport cache_text_outputs(const Dataset& ds, LatentCache& cache, TextEn
         else todo[key] = caption;
     }
     std::vector<std::pair<std::string, std::string>> list(todo.begin(), todo.end());
+    // Entries are written (an fsync each on disk) by workers while the encoder runs the next batch.
+    std::vector<std::future<void>> writes;
+    Workers pool(default_worker_threads());
     for (size_t at = 0; at < list.size(); at += size_t(batch_size)) {
         const size_t n = std::min(list.size() - at, size_t(batch_size));
         std::vector<std::string> captions;
         for (size_t k = 0; k < n; k++) captions.push_back(list[at + k].second);
-        const std::vector<float> h = enc.encode(captions);
+        auto h = std::make_shared<const std::vector<float>>(enc.encode(captions));
         rep.encoder_calls++;
-        const size_t per = size_t(enc.tokens()) * enc.width();
-        GL_CHECK(h.size() == per * n, "text encoder returned ", h.size(), " values, expected ", per * n);
+        const int tokens = enc.tokens(), width = enc.width();
+        const size_t per = size_t(tokens) * size_t(width);
+        GL_CHECK(h->size() == per * n, "text encoder returned ", h->size(), " values, expected ", per * n);
         for (size_t k = 0; k < n; k++) {
-            cache.put(list[at + k].first,
-                      Latent{enc.tokens(), enc.width(), 1, std::vector<float>(h.begin() + long(k * per),
-                                                                              h.begin() + long((k + 1) * per))});
+            writes.push_back(pool.submit([&cache, h, key = list[at + k].first, tokens, width, at = k * per, per] {
+                cache.put(key, Latent{tokens, width, 1, std::vector<float>(h->begin() + long(at), h->begin() + long(at + per))});
+            }));
             rep.encoded++;
         }
     }
+    for (std::future<void>& w : writes) w.get();
     return rep;
 }
 

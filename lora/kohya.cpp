@@ -106,6 +106,9 @@ std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const 
     bool has_te = false, has_unet = false;
     for (const LoraModule& m : net.modules()) (m.part == Part::unet ? has_unet : has_te) = true;
     const std::string reso = std::to_string(opt.resolution_w) + "x" + std::to_string(opt.resolution_h);
+    // Appended, not "(" + a temporary: that sets off GCC 12's bogus -Wrestrict (its PR 105651).
+    std::string ss_resolution = "(";
+    ss_resolution += std::to_string(opt.resolution_w) + ", " + std::to_string(opt.resolution_h) + ")";
     std::map<std::string, std::string> md = {
         {"ss_network_module", "networks.lora"},
         {"ss_network_dim", std::to_string(c.rank)},
@@ -113,7 +116,7 @@ std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const 
         {"ss_network_dropout", c.dropout > 0.0f ? py_float(c.dropout) : "None"},  // kohya's --network_dropout
         {"ss_base_model_version", "sd_v1"},
         {"ss_v2", "False"},
-        {"ss_resolution", "(" + std::to_string(opt.resolution_w) + ", " + std::to_string(opt.resolution_h) + ")"},
+        {"ss_resolution", ss_resolution},
         {"ss_clip_skip", opt.clip_skip > 0 ? std::to_string(opt.clip_skip) : "None"},
         {"ss_tag_frequency", opt.tag_frequency_json},
         {"ss_output_name", opt.title},
@@ -144,6 +147,12 @@ std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const 
     if (c.module_dropout > 0.0f) arg("module_dropout", py_float(c.module_dropout));
     if (!args.empty()) md["ss_network_args"] = "{" + args + "}";
     for (const auto& [k, v] : opt.training) md[k] = v;
+    if (opt.minimum_metadata)
+        std::erase_if(md, [](const auto& kv) {
+            static const std::set<std::string> keep = {"ss_v2", "ss_base_model_version", "ss_network_module",
+                                                       "ss_network_dim", "ss_network_alpha", "ss_network_args"};
+            return !keep.count(kv.first) && kv.first.rfind("modelspec.", 0) != 0;
+        });
     return md;
 }
 
@@ -208,9 +217,13 @@ std::pair<std::string, std::string> kohya_model_hashes(const std::vector<gl::io:
     // The header exactly as the package writes it: compact JSON, the metadata object first (empty
     // or not), tensors in data order, padded with spaces to a multiple of 8. (It orders the
     // metadata keys at random; the hashes depend only on the header's length.)
+    // Built by appending, as ss_resolution above.
     std::string meta;
-    for (const auto& [k, v] : metadata)
-        if (k.rfind("ss_", 0) == 0) meta += (meta.empty() ? "" : ",") + json_string(k) + ":" + json_string(v);
+    for (const auto& [k, v] : metadata) {
+        if (k.rfind("ss_", 0) != 0) continue;
+        if (!meta.empty()) meta += ',';
+        meta += json_string(k) + ":" + json_string(v);
+    }
     std::string header = "{\"__metadata__\":{" + meta + "}";
     std::vector<uint64_t> sizes;
     uint64_t offset = 0;
@@ -218,8 +231,12 @@ std::pair<std::string, std::string> kohya_model_hashes(const std::vector<gl::io:
         const uint64_t n = uint64_t(gl::checked_bytes(gl::checked_numel(t->shape.data(), t->shape.size(), t->name),
                                                       gl::dtype_size(t->dtype), t->name));
         std::string shape;
-        for (int64_t d : t->shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
-        header += "," + json_string(t->name) + ":{\"dtype\":\"" +
+        for (int64_t d : t->shape) {
+            if (!shape.empty()) shape += ',';
+            shape += std::to_string(d);
+        }
+        header += ',';
+        header += json_string(t->name) + ":{\"dtype\":\"" +
                   gl::io::stored_name(gl::io::stored_of(t->dtype)) + "\",\"shape\":[" + shape +
                   "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + n) + "]}";
         sizes.push_back(n);

@@ -31,6 +31,9 @@ struct SaveOptions {
     // Training settings (ss_learning_rate, ss_optimizer, ss_steps, ...), written as given; they
     // override the defaults this writer derives.
     std::map<std::string, std::string> training;
+    // kohya's --no_metadata: only ss_v2, ss_base_model_version, ss_network_module / _dim / _alpha /
+    // _args and modelspec.* are written.
+    bool minimum_metadata = false;
 };
 
 // The metadata save_kohya writes (exposed so a tool can show it), as kohya's train_network.py

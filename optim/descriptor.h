@@ -35,6 +35,10 @@ const char* check_unit_open(const ArgValue& v);     // [0, 1)
 const char* check_unit_closed(const ArgValue& v);   // [0, 1]
 const char* check_weight_decay(const ArgValue& v);  // [0, 1e6]
 
+// How names and values are compared: ASCII lower case, and without surrounding spaces and tabs.
+std::string lower(std::string s);
+std::string trim(const std::string& s);
+
 // The arguments most optimizers share, with that class's default.
 inline ArgDef betas_arg(const char* fallback, const char* (*check)(const ArgValue&) = check_unit_open) {
     return {"betas", ArgType::pair, fallback, check, {&OptimizerConfig::beta1, &OptimizerConfig::beta2}};

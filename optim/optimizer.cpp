@@ -137,6 +137,11 @@ void Optimizer::set_step(gl::Runtime& rt, int64_t step, double lr_multiplier) {
     }
 }
 
+void Optimizer::set_steps_applied(int64_t n) {
+    GL_CHECK(n >= 0, "Optimizer::set_steps_applied: negative count ", n);
+    steps_applied_ = n;
+}
+
 StepResult Optimizer::after_step(gl::Runtime& rt) {
     GL_CHECK(finished_, "Optimizer::after_step: call finish() first");
     std::vector<float> s = rt.read_f32(gstat_);

@@ -73,6 +73,9 @@ public:
     bool last_step_skipped() const { return last_.skipped; }
     int64_t steps_applied() const { return steps_applied_; }
     int64_t next_step() const { return steps_applied_ + 1; }
+    // Several optimizers over one copy of state (a run's step graphs, one per bucket shape, on one
+    // shared memory) follow one count: the run sets it before each graph's step.
+    void set_steps_applied(int64_t n);
 
     // Every state tensor by name, the step count, the loss scaler's state (when given), the optimizer's
     // name and args, plus `extra` metadata; written atomically (temporary file + rename).

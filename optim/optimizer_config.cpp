@@ -13,8 +13,6 @@
 
 namespace optim {
 
-namespace {
-
 std::string lower(std::string s) {
     for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
     return s;
@@ -24,6 +22,8 @@ std::string trim(const std::string& s) {
     size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
     return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
 }
+
+namespace {
 
 [[noreturn]] void bad(const std::string& key, const std::string& value, const std::string& why) {
     gl::fail("optimizer_args: ", key, "=", value, ": ", why);

@@ -2,7 +2,6 @@
 // by CMake from that folder (a GL_OPTIMIZER(<file stem>) line per file), so adding an optimizer edits
 // no list, and every descriptor is referenced from here, so a static link keeps them all.
 #include <algorithm>
-#include <cctype>
 
 #include "ggml-lite/core/error.h"
 #include "optim/descriptor.h"
@@ -12,17 +11,6 @@ namespace optim {
 #define GL_OPTIMIZER(stem) const OptimizerDef& optimizer_##stem();
 #include "optim/optimizer_list.inc"
 #undef GL_OPTIMIZER
-
-namespace {
-std::string lower(std::string s) {
-    for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-}
-std::string trim(const std::string& s) {
-    size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
-    return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
-}
-}  // namespace
 
 const std::vector<const OptimizerDef*>& optimizer_defs() {
     static const std::vector<const OptimizerDef*> defs = [] {

@@ -5,13 +5,10 @@
 #pragma once
 #include <doctest/doctest.h>
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
-
-#include <unistd.h>
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
@@ -20,6 +17,7 @@
 #include "lora/kohya.h"
 #include "lora/merge_file.h"
 #include "op_harness.h"
+#include "test_util.h"
 
 namespace merge_test {
 
@@ -30,19 +28,7 @@ inline fs::path golden(const char* area, const char* file) {
     return fs::path(__FILE__).parent_path() / "golden" / "data" / area / file;
 }
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        static std::atomic<int> n{0};
-        path = fs::temp_directory_path() / ("gl-merge-test-" + std::to_string(getpid()) + "-" + std::to_string(n++));
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
+using gltest::TempDir;
 
 // Copies every tensor of the given files into one safetensors file (float tensors as f32: the tiny
 // UNet's golden weights are f16, and merged weights are stored back in their file's dtype).

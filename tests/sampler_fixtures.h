@@ -1,17 +1,16 @@
 // The tiny text-to-image model of the sampler tests (CPU suite and GPU suite): the UNet and VAE of
 // the unet / vae golden tests, the text encoder and LoRA files made by
-// tests/golden/make_sampler_golden.py, the tiny tokenizer; and small comparison helpers.
+// tests/golden/make_sampler_golden.py, the tiny tokenizer; test_util.h's comparison helpers.
 #pragma once
 #include <doctest/doctest.h>
 
-#include <algorithm>
-#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "ggml-lite/io/safetensors.h"
 #include "models/sd15/pipeline.h"
+#include "test_util.h"
 
 namespace sampler_test {
 
@@ -39,21 +38,7 @@ inline sd::PipelineOptions options(const char* backend, gl::DType dtype) {
     return o;
 }
 
-inline std::vector<float> read(const gl::io::SafetensorsFile& f, const std::string& name) {
-    std::vector<float> v(size_t(f.info(name).numel()));
-    f.read(name, v.data(), gl::DType::f32);
-    return v;
-}
-
-// max |a - b| / max |b|.
-inline double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
-    REQUIRE(a.size() == b.size());
-    double d = 0, r = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        d = std::max(d, std::abs(double(a[i]) - b[i]));
-        r = std::max(r, std::abs(double(b[i])));
-    }
-    return d / std::max(r, 1e-30);
-}
+using gltest::read_f32;
+using gltest::rel_error;
 
 }  // namespace sampler_test

@@ -1,7 +1,9 @@
 // The latent cache (data/latent_cache.h) with the tiny VAE golden weights on the CPU runtime:
 // entries equal the VAE's sample of the prepared image, hits on a second run (RAM and disk),
 // invalidation when an image changes, flips, batching per VAE call, interruption and resume,
-// and partial files from an interrupted write treated as missing.
+// partial files from an interrupted write treated as missing and a killed writer's temporaries
+// removed; the same entries for any thread count and batch size, one weight load for every bucket
+// shape, an image that fails to decode mid-run, and images staged in bf16 on the host.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -10,7 +12,12 @@
 #include <fstream>
 #include <unistd.h>
 
+#include <map>
+#include <sys/wait.h>
+
 #include "data/latent_cache.h"
+#include "ggml-lite/io/files.h"
+#include "ggml-lite/io/png.h"
 #include "ggml-lite/io/safetensors.h"
 #include "test_util.h"
 
@@ -46,6 +53,19 @@ struct Fixture {
     ~Fixture() { fs::remove_all(root); }
 };
 
+// A temporary file name of an atomic write to path by process pid (gl::io::temp_file_pattern).
+std::string temp_name(const std::string& path, long pid) {
+    std::string p = gl::io::temp_file_pattern(path, pid);
+    return p.replace(p.size() - 6, 6, "q1w2e3");
+}
+
+long dead_pid() {
+    const pid_t p = ::fork();
+    if (p == 0) ::_exit(0);
+    ::waitpid(p, nullptr, 0);
+    return long(p);
+}
+
 }  // namespace
 
 TEST_CASE("data latents: each entry is one scaled sample of the VAE's distribution for the prepared image") {
@@ -57,8 +77,9 @@ TEST_CASE("data latents: each entry is one scaled sample of the VAE's distributi
     const data::CacheReport r = data::cache_latents(f.ds, f.buckets, cache, enc, opt);
     CHECK(r.total == 3);
     CHECK(r.encoded == 3);
-    CHECK(r.vae_calls == 2);      // 2 + 1 images
-    CHECK(enc.graphs_built() == 1);  // the last batch padded to the bucket's batch size
+    CHECK(r.vae_calls == 2);         // 2 + 1 images
+    CHECK(enc.graphs_built() == 2);  // batches of 2 and 1
+    CHECK(enc.weight_loads() == 1);  // both planned first, on one copy of the weights
     const data::ImageEntry& e = f.ds.images[1];
     const data::PreparedImage p = data::prepare_image(e, f.buckets.choice[1], false, false);
     CHECK(p.width == 16);
@@ -66,6 +87,7 @@ TEST_CASE("data latents: each entry is one scaled sample of the VAE's distributi
     std::vector<float> x(p.rgb.size());
     data::to_unit_range(p.rgb, x.data());
     const std::vector<float> m = enc.moments(x, 1, 8, 16);
+    CHECK(enc.weight_loads() == 1);  // a planned shape: nothing reloaded
     const data::Latent l = *cache.get(r.keys[2]);
     REQUIRE(l.data.size() * 2 == m.size());
     CHECK(l.height == 4);
@@ -104,16 +126,23 @@ TEST_CASE("data latents: disk hits, invalidation on change, flips, interrupted r
         CHECK(r.interrupted);
         CHECK(r.encoded == 2);
     }
-    // A write cut short (a temporary file) and a truncated entry are both ignored and redone.
+    // Complete entries only. A write cut short by a kill (its temporary file) is removed by the
+    // next run; a running writer's temporary stays; a truncated entry is ignored and redone.
     size_t files = 0;
     fs::path one;
     for (const auto& d : fs::directory_iterator(dir)) files++, one = d.path();
     CHECK(files == 2);
-    std::ofstream(one.string() + ".tmp.999") << "partial";
+    const std::string killed = temp_name(one.string(), dead_pid()), running = temp_name(one.string(), getpid());
+    std::ofstream(killed) << "partial";
+    std::ofstream(running) << "partial";
     fs::resize_file(one, 40);
     stop = false;
     opt.progress = nullptr;
     data::LatentCache cache(dir);
+    CHECK(cache.stale_removed() == std::vector<std::string>{killed});
+    CHECK_FALSE(fs::exists(killed));
+    CHECK(fs::exists(running));
+    fs::remove(running);
     const data::CacheReport r = data::cache_latents(f.ds, f.buckets, cache, enc, opt);
     CHECK_FALSE(r.interrupted);
     CHECK(r.total == 6);  // 3 images x (plain, flipped)
@@ -145,4 +174,120 @@ TEST_CASE("data latents: random_crop cannot be cached") {
     data::LatentCache cache;
     CHECK(gltest::error_of([&] { data::cache_latents(f.ds, f.buckets, cache, enc); })
               .find("random_crop / color_aug change the image every step") != std::string::npos);
+}
+
+namespace {
+
+// Seven images in three buckets (wide, tall, square), mirrored, and a file whose header reads but
+// whose pixels do not decode.
+struct BucketsFixture {
+    fs::path root = fs::temp_directory_path() / ("gl_latent_buckets_" + std::to_string(getpid()));
+    gl::io::SafetensorsFile weights{golden("vae/weights_diffusers.safetensors")};
+    data::Dataset ds;
+    data::BucketAssignment a;
+    BucketsFixture() {
+        const int sizes[][2] = {{48, 16}, {96, 32}, {48, 16}, {16, 48}, {16, 48}, {16, 16}, {32, 32}};
+        fs::create_directories(root / "1_x");
+        for (int n = 0; n < 7; n++) {
+            gl::io::Image img;
+            img.width = sizes[n][0], img.height = sizes[n][1], img.channels = 3;
+            for (int i = 0; i < img.width * img.height * 3; i++) img.pixels.push_back(uint8_t((i * 37 + n * 91) % 251));
+            gl::io::write_png((root / "1_x" / (std::to_string(n) + ".png")).string(), img);
+        }
+        fs::copy_file(golden("dataset/images/bad/corrupt_data.png"), root / "1_x" / "3b.png");
+        data::ConfigLevel cli = {{"resolution", std::array<int64_t, 2>{16, 16}}, {"enable_bucket", true},
+                                 {"min_bucket_reso", int64_t(8)}, {"max_bucket_reso", int64_t(32)},
+                                 {"bucket_reso_steps", int64_t(8)}, {"flip_aug", true}};
+        std::vector<std::string> w;
+        ds = data::build_dataset(data::folder_dataset_config(root, std::nullopt, cli, w));
+        a = data::assign_buckets(ds);
+    }
+    ~BucketsFixture() { fs::remove_all(root); }
+};
+
+struct Cached {
+    data::CacheReport report;
+    std::map<std::string, std::vector<float>> entries;
+};
+
+Cached cache_all(const BucketsFixture& f, data::LatentEncoder& enc, int threads, int batch) {
+    data::LatentCache cache;
+    data::CacheOptions opt;
+    opt.threads = threads;
+    opt.vae_batch_size = batch;
+    opt.seed = 5;
+    Cached c;
+    c.report = data::cache_latents(f.ds, f.a, cache, enc, opt);
+    for (const std::string& k : c.report.keys)
+        if (!k.empty()) c.entries[k] = cache.get(k)->data;
+    return c;
+}
+
+// The same encoder, taking its input in f32 (the runtime converts it on write).
+class F32Input : public data::LatentEncoder {
+public:
+    explicit F32Input(data::LatentEncoder& e) : e_(e) {}
+    std::string identity() const override { return e_.identity(); }
+    const sd::VaeConfig& config() const override { return e_.config(); }
+    std::vector<float> moments(const void* x, gl::DType t, const data::EncoderShape& s) override {
+        CHECK(t == gl::DType::f32);
+        return e_.moments(x, t, s);
+    }
+    void release() override { e_.release(); }
+
+private:
+    data::LatentEncoder& e_;
+};
+
+}  // namespace
+
+TEST_CASE("data latents: the same entries for any thread count and batch size, one weight load for all buckets") {
+    BucketsFixture f;
+    REQUIRE(f.a.buckets.size() == 3);
+    data::VaeGraphEncoder enc(sd::VaeConfig::tiny(), f.weights, "tiny-vae");
+    const Cached one = cache_all(f, enc, 1, 3);
+    CHECK(enc.weight_loads() == 1);
+    const int shapes = enc.graphs_built();
+    CHECK(shapes >= 3);  // one per bucket, and a smaller last batch
+    const Cached many = cache_all(f, enc, 4, 3);
+    const Cached single = cache_all(f, enc, 3, 1);
+    CHECK(enc.graphs_built() > shapes);  // batches of 1 are new shapes, but they fit the memory:
+    CHECK(enc.weight_loads() == 1);      // nothing laid out or loaded again
+    for (const Cached* c : {&one, &many, &single}) {
+        CHECK(c->report.total == 16);  // 8 images x (plain, flipped)
+        CHECK(c->report.encoded == 14);  // the corrupt file's two entries failed
+        REQUIRE(c->report.skipped.size() == 1);  // the corrupt file: its place went to another image
+        CHECK(c->report.skipped[0].path.find("3b.png") != std::string::npos);
+        CHECK(c->report.skipped[0].reason.find("corrupt or truncated PNG data") == 0);
+        CHECK(c->report.keys == one.report.keys);
+        CHECK(c->entries == one.entries);  // bit for bit
+    }
+    CHECK(one.entries.size() == 14);
+    CHECK(single.report.vae_calls == 14);  // the corrupt file's places were not called alone
+    const int corrupt = int(std::find_if(f.ds.images.begin(), f.ds.images.end(), [](const data::ImageEntry& e) {
+                                return e.path.filename() == "3b.png";
+                            }) - f.ds.images.begin());
+    CHECK(one.report.keys[size_t(corrupt) * 2].empty());
+    CHECK(one.report.keys[size_t(corrupt) * 2 + 1].empty());
+    // Planned the other way round, the batches of 3 do not fit the memory of batches of 1: it is
+    // laid out again for both and the weights reloaded, once.
+    data::VaeGraphEncoder grows(sd::VaeConfig::tiny(), f.weights, "tiny-vae");
+    CHECK(cache_all(f, grows, 2, 1).entries == one.entries);
+    CHECK(cache_all(f, grows, 2, 3).entries == one.entries);
+    CHECK(grows.weight_loads() == 2);
+    CHECK(one.report.times.prepare_busy > 0);
+    CHECK(one.report.times.total >= one.report.times.encode);
+    enc.release();
+    CHECK(enc.memory_report().empty());
+}
+
+TEST_CASE("data latents: images staged in bf16 on the host give the entries of f32 input converted by the runtime") {
+    BucketsFixture f;
+    data::VaeGraphEncoder enc(sd::VaeConfig::tiny(), f.weights, "tiny-vae", gl::DType::bf16);
+    CHECK(enc.input_dtype() == gl::DType::bf16);
+    const Cached staged = cache_all(f, enc, 2, 4);
+    F32Input f32(enc);
+    const Cached converted = cache_all(f, f32, 2, 4);
+    CHECK(staged.entries.size() == 14);
+    CHECK(staged.entries == converted.entries);
 }

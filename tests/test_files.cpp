@@ -9,7 +9,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -18,6 +17,7 @@
 #include <thread>
 
 #include "ggml-lite/io/torch_ckpt.h"
+#include "ggml-lite/io/atomic_file.h"
 #include "ggml-lite/io/files.h"
 #include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/io/sources.h"
@@ -28,23 +28,9 @@
 using namespace gl;
 namespace fs = std::filesystem;
 using gltest::error_of;
+using gltest::TempDir;
 
 namespace {
-
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        static std::atomic<int> n{0};
-        path = fs::temp_directory_path() / ("gl-files-test-" + std::to_string(getpid()) + "-" + std::to_string(n++));
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 std::vector<std::string> listing(const fs::path& dir) {
     std::vector<std::string> out;
@@ -226,4 +212,26 @@ TEST_CASE("files: a writer killed mid-write leaves a temporary with its pid, and
     io::write_safetensors(path, {{"x", DType::f32, {4}, x.data()}});
     CHECK(!fs::exists(stale));
     CHECK(io::SafetensorsFile(path).has("x"));
+}
+
+TEST_CASE("files: write_file_atomic (PNG, SVG, safetensors) names a full disk and removes a killed writer's leftovers") {
+    TempDir dir;
+    const std::string path = dir / "grid.png";
+    io::write_file_atomic(path, std::string_view("old"));
+    const std::string stale = temp_name(path, dead_pid(), "qwerty");
+    std::ofstream(stale) << "stale";
+    {
+        FaultScope full(ENOSPC, 0);
+        const std::string e = error_of([&] { io::write_file_atomic(path, std::string_view("new!")); });
+        CHECK_MESSAGE(e.find(path + ": no space left on the device: 4 bytes") == 0, e);
+    }
+    CHECK(listing(dir.path) == std::vector<std::string>{"grid.png"});  // stale one removed, no new one left
+    CHECK(io::read_small_file(path) == "old");
+    const std::string parts[] = {"he", "", "llo"};
+    const io::ByteRange ranges[] = {{parts[0].data(), 2}, {parts[1].data(), 0}, {parts[2].data(), 3}};
+    io::write_file_atomic(path, ranges);
+    CHECK(io::read_small_file(path) == "hello");
+    CHECK((fs::status(path).permissions() & fs::perms::others_read) != fs::perms::none);
+    CHECK(error_of([&] { io::write_file_atomic(dir.path.string(), std::string_view("x")); }) ==
+          dir.path.string() + ": is a directory");
 }

@@ -63,6 +63,31 @@ void tiny_folder(const fs::path& root, const std::function<void(const std::strin
     place("vae/diffusion_pytorch_model.safetensors", golden("vae", "weights_diffusers.safetensors"));
 }
 
+// A single-file base (the tiny UNet and text encoder in one file) and a LoRA for it, made in dir.
+struct SingleFileBase {
+    fs::path base_path;
+    std::shared_ptr<io::SafetensorsFile> base_file;
+    sd::Sd15Files base;
+    io::SafetensorsFile lora_file;
+
+    explicit SingleFileBase(const fs::path& dir)
+        : base_path(dir / "base.safetensors"), base_file(concatenated(base_path)),
+          base(tiny_files(base_file, base_file, base_path.string(), base_path.string(), sd::Sd15Layout::single_file)),
+          lora_file(lora_for(*base_file, dir / "lora.safetensors")) {}
+
+private:
+    static std::shared_ptr<io::SafetensorsFile> concatenated(const fs::path& path) {
+        concat_files({golden("unet", "unet_original.safetensors"), golden("clip", "clip_tiny_original.safetensors")},
+                     path);
+        return std::make_shared<io::SafetensorsFile>(path.string());
+    }
+    static std::string lora_for(const io::SafetensorsFile& base, const fs::path& path) {
+        size_t modules = 0;
+        make_lora(base, base, path, &modules);
+        return path.string();
+    }
+};
+
 // The base as open_sd15_folder gives it: paths spelled under the folder, whatever they link to.
 struct FolderBase {
     fs::path dir;
@@ -155,14 +180,10 @@ TEST_CASE("merge safety: a Hugging Face cache snapshot, every file a link into b
 
 TEST_CASE("merge safety: the output is never the base, and an existing output is replaced only with overwrite") {
     TempDir tmp;
-    const fs::path base_path = tmp.path / "base.safetensors", lora_path = tmp.path / "lora.safetensors";
-    concat_files({golden("unet", "unet_original.safetensors"), golden("clip", "clip_tiny_original.safetensors")},
-                 base_path);
-    auto base_file = std::make_shared<io::SafetensorsFile>(base_path.string());
-    size_t modules = 0;
-    make_lora(*base_file, *base_file, lora_path, &modules);
-    const sd::Sd15Files base = tiny_files(base_file, base_file, base_path.string(), base_path.string(), sd::Sd15Layout::single_file);
-    io::SafetensorsFile lora_file(lora_path.string());
+    const SingleFileBase single(tmp.path);
+    const fs::path& base_path = single.base_path;
+    const sd::Sd15Files& base = single.base;
+    const io::SafetensorsFile& lora_file = single.lora_file;
     const auto before = checksums(base_path);
     lora::MergeOptions keep, overwrite;
     overwrite.overwrite = true;
@@ -225,14 +246,10 @@ TEST_CASE("merge safety: the output is never the base, and an existing output is
 
 TEST_CASE("merge safety: temporaries of a killed merge to the same output are found and removed") {
     TempDir tmp;
-    const fs::path base_path = tmp.path / "base.safetensors", lora_path = tmp.path / "lora.safetensors";
-    concat_files({golden("unet", "unet_original.safetensors"), golden("clip", "clip_tiny_original.safetensors")},
-                 base_path);
-    auto base_file = std::make_shared<io::SafetensorsFile>(base_path.string());
-    size_t modules = 0;
-    make_lora(*base_file, *base_file, lora_path, &modules);
-    const sd::Sd15Files base = tiny_files(base_file, base_file, base_path.string(), base_path.string(), sd::Sd15Layout::single_file);
-    io::SafetensorsFile lora_file(lora_path.string());
+    const SingleFileBase single(tmp.path);
+    const fs::path& base_path = single.base_path;
+    const sd::Sd15Files& base = single.base;
+    const io::SafetensorsFile& lora_file = single.lora_file;
     const fs::path out = tmp.path / "merged.safetensors";
     std::string pattern = io::temp_file_pattern(out.string(), dead_pid());
     const fs::path tmp_file = pattern.replace(pattern.size() - 6, 6, "Ab12Cd");
@@ -248,15 +265,12 @@ TEST_CASE("merge safety: temporaries of a killed merge to the same output are fo
 
 TEST_CASE("merge safety: non-finite LoRA weights, multipliers and merged values are refused by tensor name") {
     TempDir tmp;
-    const fs::path base_path = tmp.path / "base.safetensors", lora_path = tmp.path / "lora.safetensors",
-                   out = tmp.path / "merged.safetensors";
-    concat_files({golden("unet", "unet_original.safetensors"), golden("clip", "clip_tiny_original.safetensors")},
-                 base_path);
-    auto base_file = std::make_shared<io::SafetensorsFile>(base_path.string());
-    size_t modules = 0;
-    make_lora(*base_file, *base_file, lora_path, &modules);
-    const sd::Sd15Files base = tiny_files(base_file, base_file, base_path.string(), base_path.string(), sd::Sd15Layout::single_file);
-    io::SafetensorsFile lora_file(lora_path.string());
+    const SingleFileBase single(tmp.path);
+    const fs::path& base_path = single.base_path;
+    const auto& base_file = single.base_file;
+    const sd::Sd15Files& base = single.base;
+    const io::SafetensorsFile& lora_file = single.lora_file;
+    const fs::path out = tmp.path / "merged.safetensors";
     auto merge = [&](const sd::Sd15Files& b, const io::TensorSource& l, float multiplier) {
         lora::MergeOptions o;
         o.multiplier = multiplier;

@@ -4,7 +4,6 @@
 // JSON and missing pieces are refused with the file and field named.
 #include <doctest/doctest.h>
 
-#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -18,28 +17,18 @@
 #include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/ops/builder.h"
 #include "models/sd15/model_files.h"
+#include "test_util.h"
 
 using namespace gl;
+using gltest::read_f32;
+using gltest::rel_error;
+using gltest::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
 fs::path golden(const char* area) { return fs::path(__FILE__).parent_path() / "golden" / "data" / area; }
 
-// A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        static std::atomic<int> n{0};
-        path = fs::temp_directory_path() / ("gl-ckpt-test-" + std::to_string(getpid()) + "-" + std::to_string(n++));
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
 
 void write_text(const fs::path& p, const std::string& s) {
     fs::create_directories(p.parent_path());
@@ -96,22 +85,6 @@ void make_folder(const fs::path& root, bool with_index = true) {
     write_small_tokenizer(root / "tokenizer");
 }
 
-std::vector<float> tensor(const io::TensorSource& s, const std::string& k) {
-    std::vector<float> v(size_t(s.info(k).numel()));
-    s.read(k, v.data(), DType::f32);
-    return v;
-}
-
-double rel_error(const std::vector<float>& got, const std::vector<float>& want) {
-    REQUIRE(got.size() == want.size());
-    double diff = 0, ref = 0;
-    for (size_t i = 0; i < got.size(); i++) {
-        diff = std::fmax(diff, std::fabs(double(got[i]) - double(want[i])));
-        ref = std::fmax(ref, std::fabs(double(want[i])));
-    }
-    return diff / ref;
-}
-
 // Forward passes of the three models loaded from `m`, compared with the golden references;
 // returns the largest relative error.
 double check_against_golden(const sd::Sd15Files& m) {
@@ -129,9 +102,9 @@ double check_against_golden(const sd::Sd15Files& m) {
         sd::LoadReport rep = sd::load_unet(w, m.unet_cfg, *m.unet, *rt);
         CHECK(rep.missing.empty());
         CHECK(rep.unexpected.empty());
-        for (auto [v, n] : {std::pair{x, "x"}, {t, "t"}, {ctx, "context"}}) rt->write_f32(v, tensor(io, n));
+        for (auto [v, n] : {std::pair{x, "x"}, {t, "t"}, {ctx, "context"}}) rt->write_f32(v, read_f32(io, n));
         rt->run();
-        const double e = rel_error(rt->read_f32(eps), tensor(io, "eps"));
+        const double e = rel_error(rt->read_f32(eps), read_f32(io, "eps"));
         CHECK(e <= 1e-4);
         worst = std::max(worst, e);
     }
@@ -150,7 +123,7 @@ double check_against_golden(const sd::Sd15Files& m) {
         CHECK(rep.missing.empty());
         rt->write(in, ids.data(), DType::i32);
         rt->run();
-        const double e = rel_error(rt->read_f32(out), tensor(io, "out_last"));
+        const double e = rel_error(rt->read_f32(out), read_f32(io, "out_last"));
         CHECK(e <= 1e-4);
         worst = std::max(worst, e);
     }
@@ -168,11 +141,11 @@ double check_against_golden(const sd::Sd15Files& m) {
         sd::LoadReport rep = sd::load_vae(w, m.vae_cfg, *m.vae, *rt);
         CHECK(rep.missing.empty());
         CHECK(rep.unexpected.empty());
-        rt->write_f32(x, tensor(io, "x"));
-        rt->write_f32(z, tensor(io, "z"));
+        rt->write_f32(x, read_f32(io, "x"));
+        rt->write_f32(z, read_f32(io, "z"));
         rt->run();
-        const double e1 = rel_error(rt->read_f32(enc.moments), tensor(io, "moments"));
-        const double e2 = rel_error(rt->read_f32(image), tensor(io, "image"));
+        const double e1 = rel_error(rt->read_f32(enc.moments), read_f32(io, "moments"));
+        const double e2 = rel_error(rt->read_f32(image), read_f32(io, "image"));
         CHECK(e1 <= 1e-4);
         CHECK(e2 <= 1e-4);
         worst = std::max({worst, e1, e2});

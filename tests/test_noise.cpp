@@ -4,25 +4,19 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "ggml-lite/core/error.h"
 #include "models/sd15/noise.h"
+#include "ddpm_golden.h"
 #include "test_util.h"
 
 using sd::DdpmSchedule;
 using sd::NoiseRng;
 
-namespace {
-nlohmann::json ddpm_golden() {
-    std::ifstream in(gltest::golden_dir("schedule") + "ddpm.json");
-    REQUIRE(in.good());
-    return nlohmann::json::parse(in);
-}
-}  // namespace
+using gltest::ddpm_golden;
 
 TEST_CASE("ddpm: SD1.5 alphas_cumprod, add_noise and velocity match diffusers") {
     const auto g = ddpm_golden();
@@ -69,18 +63,11 @@ TEST_CASE("ddpm: SD1.5 alphas_cumprod, add_noise and velocity match diffusers") 
 }
 
 TEST_CASE("ddpm: SNR as kohya computes it") {
-    const auto g = ddpm_golden();
     const DdpmSchedule s = DdpmSchedule::sd15();
-    const auto ts = g.at("snr_t").get<std::vector<int>>();
-    const auto snr = g.at("snr").get<std::vector<double>>();
-    const auto ac_gold = g.at("alphas_cumprod").get<std::vector<double>>();
-    // Our alphas_cumprod differs from diffusers' f32 cumprod by d (up to 9.5e-7 relative); an SNR
-    // ac / (1 - ac) moves by d / (ac (1 - ac)) relative, and kohya's f32 arithmetic adds a few
-    // roundings (5e-7).
-    auto tol = [&](int t) {
-        const double ac = ac_gold[size_t(t)];
-        return std::abs(s.alphas_cumprod[size_t(t)] - ac) / (ac * (1 - ac)) + 5e-7;
-    };
+    const gltest::SnrGolden kohya(ddpm_golden());
+    const std::vector<int>& ts = kohya.ts;
+    const std::vector<double>& snr = kohya.snr;
+    auto tol = [&](int t) { return kohya.tolerance(s, t); };
     double worst_snr = 0;
     for (size_t i = 0; i < ts.size(); ++i) {
         const double rel = std::abs(s.snr(ts[i]) - snr[i]) / snr[i];

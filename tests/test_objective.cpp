@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "ggml-lite/core/error.h"
+#include "ddpm_golden.h"
 #include "test_util.h"
 #include "train/objective.h"
 
@@ -18,20 +18,13 @@ using sd::NoiseRng;
 using sd::Prediction;
 
 TEST_CASE("train objective: min-SNR-gamma weights as kohya computes them") {
-    std::ifstream in(gltest::golden_dir("schedule") + "ddpm.json");
-    REQUIRE(in.good());
-    const auto g = nlohmann::json::parse(in);
+    const auto g = gltest::ddpm_golden();
     const DdpmSchedule s = DdpmSchedule::sd15();
-    const auto ts = g.at("snr_t").get<std::vector<int>>();
-    const auto snr = g.at("snr").get<std::vector<double>>();
-    const auto ac_gold = g.at("alphas_cumprod").get<std::vector<double>>();
-    // Our alphas_cumprod differs from diffusers' f32 cumprod by d (up to 9.5e-7 relative); an SNR
-    // ac / (1 - ac) moves by d / (ac (1 - ac)) relative, and kohya's f32 arithmetic adds a few
-    // roundings (5e-7). Every weight is a function of the SNR with relative slope <= 1.
-    auto tol = [&](int t) {
-        const double ac = ac_gold[size_t(t)];
-        return std::abs(s.alphas_cumprod[size_t(t)] - ac) / (ac * (1 - ac)) + 5e-7;
-    };
+    const gltest::SnrGolden kohya(g);
+    const std::vector<int>& ts = kohya.ts;
+    const std::vector<double>& snr = kohya.snr;
+    // Every weight is a function of the SNR with relative slope <= 1: the SNR's tolerance holds.
+    auto tol = [&](int t) { return kohya.tolerance(s, t); };
     double worst_formula = 0, worst_w = 0;
     for (const auto& m : g.at("min_snr")) {
         const double gamma = m.at("gamma").get<double>();

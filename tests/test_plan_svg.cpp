@@ -12,6 +12,7 @@
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/plan_svg.h"
+#include "ggml-lite/io/atomic_file.h"
 #include "planner_nets.h"
 #include "train/step.h"
 
@@ -101,12 +102,12 @@ TEST_CASE("timeline: the SD1.5 step's picture carries the report's figures, and 
     const auto dir = std::filesystem::temp_directory_path() / cat("gl_plan_svg_", ::getpid());
     std::filesystem::create_directories(dir);
     const std::string path = (dir / "t.svg").string();
-    write_text_file(path, b);
-    write_text_file(path, a);  // replaces it whole
+    io::write_file_atomic(path, b);
+    io::write_file_atomic(path, a);  // replaces it whole
     std::ifstream in(path);
     std::stringstream got;
     got << in.rdbuf();
     CHECK(got.str() == a);
-    CHECK_THROWS_AS(write_text_file((dir / "missing" / "t.svg").string(), a), gl::Error);
+    CHECK_THROWS_AS(io::write_file_atomic((dir / "missing" / "t.svg").string(), a), gl::Error);
     std::filesystem::remove_all(dir);
 }

@@ -3,10 +3,14 @@
 // are refused, writes are atomic, grids tile.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <tuple>
+#include <vector>
+
 #include <unistd.h>
 
 #include "data/image.h"
@@ -108,15 +112,35 @@ TEST_CASE("png: atomic write over an existing file, and a failed write keeps it"
 
 TEST_CASE("png: grids") {
     const Image a = pattern(4, 3, 3, 1), b = pattern(2, 5, 3, 2), c = pattern(4, 3, 3, 3);
-    const Image g = gl::io::make_grid({a, b, c});  // 2 columns, 2 rows of 4x5 cells
+    // Pixels of g that differ from the images placed at their (x, y), or that are not black
+    // outside them.
+    auto wrong_pixels = [](const Image& g, const std::vector<std::tuple<const Image*, int, int>>& placed) {
+        std::vector<uint8_t> want(g.pixels.size(), 0);
+        for (const auto& [im, x0, y0] : placed)
+            for (int y = 0; y < im->height; y++)
+                std::copy_n(&im->pixels[size_t(y * im->width * 3)], im->width * 3,
+                            &want[size_t(((y0 + y) * g.width + x0) * 3)]);
+        int wrong = 0;
+        for (size_t i = 0; i < want.size(); i++) wrong += g.pixels[i] != want[i];
+        return wrong;
+    };
+    // Cells as large as the largest image (4x5), each image centred in its cell; 3 images make
+    // 2 rows of 2, as A1111 lays them out, the last cell black.
+    const Image g = gl::io::make_grid({a, b, c});
     CHECK(g.width == 8);
     CHECK(g.height == 10);
-    auto px = [&](const Image& im, int x, int y, int ch) { return im.pixels[size_t((y * im.width + x) * 3 + ch)]; };
-    CHECK(px(g, 3, 2, 1) == px(a, 3, 2, 1));
-    CHECK(px(g, 4 + 1, 4, 2) == px(b, 1, 4, 2));
-    CHECK(px(g, 0 + 2, 5 + 1, 0) == px(c, 2, 1, 0));
-    CHECK(px(g, 7, 9, 0) == 0);  // the empty fourth cell
-    CHECK(gl::io::make_grid({a, b, c}, 3).width == 12);
+    CHECK(wrong_pixels(g, {{&a, 0, 1}, {&b, 5, 0}, {&c, 0, 6}}) == 0);
+    const Image row = gl::io::make_grid({a, b, c}, 3);  // 3 columns asked for: one row
+    CHECK(row.width == 12);
+    CHECK(row.height == 5);
+    CHECK(wrong_pixels(row, {{&a, 0, 1}, {&b, 5, 0}, {&c, 8, 1}}) == 0);
+    // A1111's rows: round(sqrt(n)), then as many columns as needed.
+    for (const auto& [n, cols, rows] : {std::tuple{1, 1, 1}, {2, 2, 1}, {4, 2, 2}, {5, 3, 2}, {6, 3, 2}, {7, 3, 3},
+                                        {9, 3, 3}, {10, 4, 3}, {13, 4, 4}}) {
+        const Image grid = gl::io::make_grid(std::vector<Image>(size_t(n), a));
+        CHECK_MESSAGE(grid.width == 4 * cols, n, " images");
+        CHECK_MESSAGE(grid.height == 3 * rows, n, " images");
+    }
     CHECK(has(error_of([&] { gl::io::make_grid({a, pattern(2, 2, 4, 0)}); }), "images with 3 and 4 channels"));
     CHECK(has(error_of([] { gl::io::make_grid({}); }), "no images"));
 }

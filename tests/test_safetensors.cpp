@@ -23,24 +23,12 @@ namespace fs = std::filesystem;
 
 using gltest::error_of;
 using gltest::fuzz_iterations;
+using gltest::TempDir;
 
 namespace {
 
-std::string golden_dir() {
-    std::string f = __FILE__;
-    return f.substr(0, f.find_last_of('/')) + "/golden/data/safetensors/";
-}
+std::string golden_dir() { return gltest::golden_dir("safetensors"); }
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::string t = (fs::temp_directory_path() / "gl-st-XXXXXX").string();
-        REQUIRE(::mkdtemp(t.data()));
-        path = t;
-    }
-    ~TempDir() { fs::remove_all(path); }
-    std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 std::vector<uint8_t> file_bytes(const std::string& path) {
     std::ifstream f(path, std::ios::binary);

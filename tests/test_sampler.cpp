@@ -22,16 +22,7 @@ using sd::SamplerOptions;
 
 namespace {
 
-std::string golden_path() {
-    std::string f = __FILE__;
-    return f.substr(0, f.find_last_of('/')) + "/golden/data/sampler/schedulers.safetensors";
-}
-
-std::vector<float> tensor_f32(const gl::io::SafetensorsFile& f, const std::string& name) {
-    std::vector<float> v(size_t(f.info(name).numel()));
-    f.read(name, v.data(), gl::DType::f32);
-    return v;
-}
+std::string golden_path() { return gltest::golden_dir("sampler") + "schedulers.safetensors"; }
 
 std::vector<double> tensor_f64(const gl::io::SafetensorsFile& f, const std::string& name) {
     std::vector<double> v(size_t(f.info(name).numel()));
@@ -84,12 +75,12 @@ TEST_CASE("sampler: every scheduler case matches diffusers step by step") {
         CHECK(std::abs(s.init_noise_sigma() - c.at("init_noise_sigma").get<double>()) <=
               1e-6 * c.at("init_noise_sigma").get<double>());
 
-        std::vector<float> x = tensor_f32(f, name + ".x0");
+        std::vector<float> x = gltest::read_f32(f, name + ".x0");
         const size_t n = x.size();
-        const std::vector<float> want = tensor_f32(f, name + ".latents");
+        const std::vector<float> want = gltest::read_f32(f, name + ".latents");
         REQUIRE(want.size() == n * want_t.size());
         std::vector<float> noise;
-        if (f.has(name + ".noise")) noise = tensor_f32(f, name + ".noise");
+        if (f.has(name + ".noise")) noise = gltest::read_f32(f, name + ".noise");
         int noise_calls = 0;
         // The injected noise is stored per model call; steps draw it in call order.
         auto noise_fn = [&](std::span<float> z) {

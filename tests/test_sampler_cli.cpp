@@ -105,7 +105,7 @@ TEST_CASE("gl-txt2img: images, parameters, grid, prompt file, numbering, refusal
     // A prompt file: per-line options; numbering continues after what the folder holds.
     write_text(dir / "prompts.txt", "# two prompts\na lighthouse --w 24 --h 16 --d 3 --s 3 --l 4 --ss ddim\n\n"
                                     "a castle --n fog --d 5 --w 16 --h 16 --s 2\n");
-    r = txt2img(dir, common + "--prompt-file '" + (dir / "prompts.txt").string() + "' --clip-skip 2");
+    r = txt2img(dir, common + "--prompt-file '" + (dir / "prompts.txt").string() + "' --clip-skip 2 --grid");
     INFO(r.out, r.err);
     REQUIRE(r.status == 0);
     CHECK(parameters(dir / "out" / "00002-3.png") ==
@@ -113,6 +113,10 @@ TEST_CASE("gl-txt2img: images, parameters, grid, prompt file, numbering, refusal
           "Version: gl-txt2img " + std::string(GL_VERSION_FOR_TESTS));
     CHECK(has(parameters(dir / "out" / "00003-5.png"), "a castle\nNegative prompt: fog\nSteps: 2, Sampler: Euler a"));
     CHECK(gl::io::read_png_info((dir / "out" / "00002-3.png").string()).width == 24);
+    // The grid of both: one row of two 24x16 cells (A1111's layout; the 16x16 image centred in its cell).
+    const gl::io::PngInfo grid = gl::io::read_png_info((dir / "out" / "grid-00001.png").string());
+    CHECK(grid.width == 48);
+    CHECK(grid.height == 16);
 
     // --plan prints the plan and writes nothing.
     r = txt2img(dir, common + "-p x -W 32 -H 16 --plan");

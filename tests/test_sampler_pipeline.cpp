@@ -15,6 +15,7 @@
 #include "models/sd15/pipeline.h"
 #include "sampler_fixtures.h"
 #include "test_util.h"
+#include "tools/common/request_json.h"
 
 using namespace sampler_test;
 using gltest::error_of;
@@ -25,20 +26,6 @@ using sd::PipelineOptions;
 namespace {
 
 PipelineOptions f32_options() { return options("cpu", gl::DType::f32); }
-
-GenerationParams params_of(const nlohmann::json& c) {
-    GenerationParams p;
-    p.prompt = c.at("prompt");
-    p.negative = c.at("negative");
-    p.width = c.at("width");
-    p.height = c.at("height");
-    p.batch = c.at("batch");
-    p.steps = c.at("steps");
-    p.cfg_scale = c.at("cfg");
-    p.sampler = sd::SamplerOptions::diffusers_sd15(sd::parse_sampler_name(c.at("sampler")).kind);
-    p.sampler.karras = c.at("karras");
-    return p;
-}
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -55,8 +42,8 @@ TEST_CASE("pipeline: text to image matches diffusers' StableDiffusionPipeline") 
         o.clip_skip = c.at("clip_skip");
         for (const auto& l : c.at("loras"))
             o.loras.push_back({golden("sampler/" + l.at(0).get<std::string>() + ".safetensors"), l.at(1).get<float>()});
-        const GenerationParams p = params_of(c);
-        const std::vector<float> noise = read(f, name + ".noise");
+        const GenerationParams p = gl::cli::request_from_json(c);
+        const std::vector<float> noise = read_f32(f, name + ".noise");
         for (bool merged : {false, true}) {
             if (merged && o.loras.empty()) continue;
             o.merge_loras = merged;
@@ -65,8 +52,8 @@ TEST_CASE("pipeline: text to image matches diffusers' StableDiffusionPipeline") 
             int calls = 0;
             const std::vector<float> px = pipe.generate_pixels(p, &noise, [&](int, int) { calls++; }, &latents);
             CHECK(calls == p.steps);
-            const double el = rel_error(latents, read(f, name + ".latents"));
-            const double ei = rel_error(px, read(f, name + ".image"));
+            const double el = rel_error(latents, read_f32(f, name + ".latents"));
+            const double ei = rel_error(px, read_f32(f, name + ".image"));
             MESSAGE(name, std::string(merged ? " (LoRA merged)" : ""), ": final latents rel. error ", el, ", image ", ei);
             CHECK(el <= 2e-5);
             CHECK(ei <= 2e-5);
@@ -94,8 +81,8 @@ TEST_CASE("pipeline: the tiled VAE decode matches diffusers' tiled_decode") {
     CHECK(vp.tiles == 3 * 4);
     CHECK(vp.activation_bytes == tile.activation_bytes);
     CHECK(vp.whole_batch_bytes > vp.activation_bytes);
-    const std::vector<float> img = tiled.decode(read(f, "tiled.z"), 2, 7, 10);
-    const double e = rel_error(img, read(f, "tiled.image"));
+    const std::vector<float> img = tiled.decode(read_f32(f, "tiled.z"), 2, 7, 10);
+    const double e = rel_error(img, read_f32(f, "tiled.image"));
     MESSAGE("tiled decode rel. error ", e);
     CHECK(e <= 1e-5);
     // Per image when one image fits but the batch does not: the same pixels as the whole batch.
@@ -105,7 +92,7 @@ TEST_CASE("pipeline: the tiled VAE decode matches diffusers' tiled_decode") {
     one.vae_budget_bytes = single.activation_bytes;
     Pipeline per_image(tiny_model(), one);
     CHECK(per_image.plan_decode(2, 7, 10).mode == sd::VaeDecodePlan::Mode::per_image);
-    CHECK(per_image.decode(read(f, "tiled.z"), 2, 7, 10) == whole.decode(read(f, "tiled.z"), 2, 7, 10));
+    CHECK(per_image.decode(read_f32(f, "tiled.z"), 2, 7, 10) == whole.decode(read_f32(f, "tiled.z"), 2, 7, 10));
 }
 
 TEST_CASE("pipeline: the UNet at odd latent sides matches diffusers (sizes that are multiples of 8 pixels)") {
@@ -120,12 +107,12 @@ TEST_CASE("pipeline: the UNet at odd latent sides matches diffusers (sizes that 
     auto rt = gl::make_cpu_runtime(gl::make_plan(g));
     const gl::io::SafetensorsFile weights(golden("unet/unet_diffusers.safetensors"));
     sd::load_unet(w, sd::UnetConfig::tiny(), weights, *rt);
-    rt->write_f32(x, read(f, "unet_odd.x"));
-    rt->write_f32(t, read(f, "unet_odd.t"));
-    rt->write_f32(ctx, read(f, "unet_odd.context"));
+    rt->write_f32(x, read_f32(f, "unet_odd.x"));
+    rt->write_f32(t, read_f32(f, "unet_odd.t"));
+    rt->write_f32(ctx, read_f32(f, "unet_odd.context"));
     rt->run();
     CHECK(g.shape(eps) == gl::Shape{2, 7, 5, 4});
-    const double e = rel_error(rt->read_f32(eps), read(f, "unet_odd.eps"));
+    const double e = rel_error(rt->read_f32(eps), read_f32(f, "unet_odd.eps"));
     MESSAGE("UNet at 7x5 latents rel. error ", e);
     CHECK(e <= 1e-5);
     // The pipeline takes such sizes end to end (tiny: 2-pixel multiples; SD1.5: 8).
@@ -269,4 +256,18 @@ TEST_CASE("pipeline: A1111 infotext") {
     p.sampler.eta = 0.5;
     CHECK(sd::a1111_infotext(p, 7, {}) ==
           "masterpiece, a cat\nSteps: 20, Sampler: DDIM, CFG scale: 7.5, Seed: 7, Size: 512x768, Eta DDIM: 0.5");
+}
+
+TEST_CASE("pipeline: a LoRA argument FILE[:MULT] takes the multiplier only when it reads whole as a number") {
+    auto check = [](const std::string& arg, const std::string& path, float mult) {
+        const sd::LoraFile l = sd::parse_lora_file(arg);
+        CHECK_MESSAGE(l.path == path, arg);
+        CHECK_MESSAGE(l.multiplier == mult, arg);
+    };
+    check("a.safetensors", "a.safetensors", 1.0f);
+    check("a.safetensors:0.5", "a.safetensors", 0.5f);
+    check("C:/loras/a.safetensors:-1", "C:/loras/a.safetensors", -1.0f);
+    check("dir:x/a.safetensors", "dir:x/a.safetensors", 1.0f);
+    check("a.safetensors:", "a.safetensors:", 1.0f);
+    check("a.safetensors:0.5x", "a.safetensors:0.5x", 1.0f);
 }

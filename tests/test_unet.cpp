@@ -16,8 +16,10 @@
 #include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/ops/builder.h"
 #include "models/sd15/unet.h"
+#include "test_util.h"
 
 using namespace gl;
+using gltest::rel_error;
 using sd::UnetConfig;
 
 namespace {
@@ -258,18 +260,6 @@ std::vector<float> read_tensor(const io::TensorSource& src, const std::string& n
     src.read(name, d.data(), DType::f32);
     if (shape) *shape = Shape::of(info.shape);
     return d;
-}
-
-// max |a - b| / max |ref|: the error relative to the tensor's scale (elementwise relative error
-// is meaningless where the reference crosses zero).
-double rel_error(const std::vector<float>& a, const std::vector<float>& ref) {
-    REQUIRE(a.size() == ref.size());
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        diff = std::max(diff, std::abs(double(a[i]) - double(ref[i])));
-        scale = std::max(scale, std::abs(double(ref[i])));
-    }
-    return diff / scale;
 }
 
 struct GoldenRun {

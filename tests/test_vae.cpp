@@ -20,33 +20,16 @@
 #include "ggml-lite/io/sources.h"
 #include "ggml-lite/ops/builder.h"
 #include "models/sd15/vae.h"
+#include "test_util.h"
 
 using namespace gl;
+using gltest::read_f32;
+using gltest::rel_error;
 using sd::VaeConfig;
 
 namespace {
 
-std::string data_dir() {
-    std::string f = __FILE__;
-    return f.substr(0, f.find_last_of('/')) + "/golden/data/vae/";
-}
-
-// max |got - want| / max |want|: one number per tensor, independent of its scale.
-double rel_error(const std::vector<float>& got, const std::vector<float>& want) {
-    REQUIRE(got.size() == want.size());
-    double diff = 0, ref = 0;
-    for (size_t i = 0; i < got.size(); i++) {
-        diff = std::fmax(diff, std::fabs(double(got[i]) - double(want[i])));
-        ref = std::fmax(ref, std::fabs(double(want[i])));
-    }
-    return ref > 0 ? diff / ref : diff;
-}
-
-std::vector<float> tensor(const io::TensorSource& src, const std::string& name) {
-    std::vector<float> v(size_t(src.info(name).numel()));
-    src.read(name, v.data(), DType::f32);
-    return v;
-}
+std::string data_dir() { return gltest::golden_dir("vae"); }
 
 // The tiny VAE's encoder and decoder in one graph: x and z are parameters so autodiff gives
 // their gradients; loss = sum(moments * r_enc) + sum(image * r_dec).
@@ -133,25 +116,25 @@ Results run_tiny(const io::TensorSource& weights, const io::TensorSource& io, Re
     CHECK(rep.unexpected.empty());
     CHECK(rep.tensors == net.w.entries().size());
     for (auto [v, name] : {std::pair{net.x, "x"}, {net.z, "z"}, {net.r_enc, "r_enc"}, {net.r_dec, "r_dec"}})
-        rt->write_f32(v, tensor(io, name));
+        rt->write_f32(v, read_f32(io, name));
     rt->run();
     return {rt->read_f32(net.enc.moments), rt->read_f32(net.enc.latent), rt->read_f32(net.image),
             rt->read_f32(net.grads[net.x]), rt->read_f32(net.grads[net.z])};
 }
 
 void check_golden(const Results& r, const io::TensorSource& io, const VaeConfig& c) {
-    const std::vector<float> moments = tensor(io, "moments");
+    const std::vector<float> moments = read_f32(io, "moments");
     const double e_moments = rel_error(r.moments, moments);
-    const double e_image = rel_error(r.image, tensor(io, "image"));
-    const double e_gx = rel_error(r.grad_x, tensor(io, "grad_x"));
-    const double e_gz = rel_error(r.grad_z, tensor(io, "grad_z"));
+    const double e_image = rel_error(r.image, read_f32(io, "image"));
+    const double e_gx = rel_error(r.grad_x, read_f32(io, "grad_x"));
+    const double e_gz = rel_error(r.grad_z, read_f32(io, "grad_z"));
     // The mode latent is scaling_factor * mean, the sample adds std * the given noise.
     std::vector<float> mode;
     const size_t L = size_t(c.latent_channels);
     for (size_t i = 0; i < moments.size(); i++)
         if (i % (2 * L) < L) mode.push_back(c.scaling_factor * moments[i]);
     const double e_latent = rel_error(r.latent, mode);
-    const double e_sample = rel_error(sd::vae_sample_latent(c, r.moments, tensor(io, "noise")), tensor(io, "sample"));
+    const double e_sample = rel_error(sd::vae_sample_latent(c, r.moments, read_f32(io, "noise")), read_f32(io, "sample"));
     MESSAGE("rel. errors vs diffusers: moments ", e_moments, ", latent ", e_latent, ", sample ", e_sample, ", image ",
             e_image, ", d/dx ", e_gx, ", d/dz ", e_gz);
     CHECK(e_moments <= 1e-4);
@@ -280,11 +263,11 @@ TEST_CASE("vae: bf16 weights and activations stay near diffusers' f64 numbers") 
     g.mark_output(image);
     auto rt = make_cpu_runtime(make_plan(g));
     sd::load_vae(w, c, diffusers, *rt);
-    rt->write_f32(x, tensor(io, "x"));
-    rt->write_f32(z, tensor(io, "z"));
+    rt->write_f32(x, read_f32(io, "x"));
+    rt->write_f32(z, read_f32(io, "z"));
     rt->run();
-    const double e_moments = rel_error(rt->read_f32(moments), tensor(io, "moments"));
-    const double e_image = rel_error(rt->read_f32(image), tensor(io, "image"));
+    const double e_moments = rel_error(rt->read_f32(moments), read_f32(io, "moments"));
+    const double e_image = rel_error(rt->read_f32(image), read_f32(io, "image"));
     MESSAGE("bf16 rel. errors vs diffusers: moments ", e_moments, ", image ", e_image);
     CHECK(e_moments <= 3e-2);
     CHECK(e_image <= 3e-2);

@@ -56,18 +56,6 @@ struct Request {
     std::string where;
 };
 
-sd::LoraFile parse_lora(const std::string& arg) {
-    // FILE[:MULT]: the part after the last ':' is the multiplier when it is a number.
-    const size_t colon = arg.rfind(':');
-    if (colon != std::string::npos && colon + 1 < arg.size()) {
-        const std::string m = arg.substr(colon + 1);
-        char* end = nullptr;
-        const float v = std::strtof(m.c_str(), &end);
-        if (end && *end == '\0') return {arg.substr(0, colon), v};
-    }
-    return {arg, 1.0f};
-}
-
 uint64_t random_seed() {
     std::random_device rd;
     return uint64_t(rd());  // 32 bits, as A1111's seeds
@@ -162,7 +150,7 @@ int run(const Args& a) {
     po.clip_skip = a.clip_skip;
     po.merge_loras = a.merge_loras;
     po.vae_budget_bytes = size_t(a.vae_budget_mib * 1048576.0);
-    for (const std::string& l : a.loras) po.loras.push_back(parse_lora(l));
+    for (const std::string& l : a.loras) po.loras.push_back(sd::parse_lora_file(l));
 
     const std::vector<Request> reqs = requests_of(a);
     using Clock = std::chrono::steady_clock;
@@ -231,7 +219,7 @@ int run(const Args& a) {
     }
     if (a.grid && grid.size() > 1) {
         const fs::path file = fs::path(a.out) / numbered("grid-", next_index(a.out, "grid-"), ".png");
-        gl::io::write_png(file.string(), gl::io::make_grid(grid, a.batch), {{"parameters", grid_text}});
+        gl::io::write_png(file.string(), gl::io::make_grid(grid), {{"parameters", grid_text}});
         std::printf("grid %s\n", file.string().c_str());
     }
     return 0;
@@ -265,7 +253,7 @@ int parse_and_run(int argc, char** argv) {
     cli.add_int("--batch,-b", a.batch, 1, 64, "images per prompt");
     cli.add_int("--clip-skip", a.clip_skip, 1, 12, "CLIP layers to skip from the end (kohya / A1111: 2 = penultimate)");
     cli.add_path("--out,-o", a.out, "output folder");
-    cli.add_flag("--grid", a.grid, "also write a grid of all images (a row per prompt)");
+    cli.add_flag("--grid", a.grid, "also write a grid of all images (as A1111 lays them out: round(sqrt(n)) rows, 4 -> 2x2, 6 -> 2x3)");
     cli.add_backend(a.backend);
     cli.add_choice("--dtype", a.dtype, {"auto", "bf16", "f16", "f32"},
                    "weights and activations: auto (bf16 on CUDA, f32 on the CPU), bf16, f16, f32");

@@ -28,6 +28,7 @@ void StepOptions::validate() const {
     GL_CHECK(latent_h % m == 0 && latent_w % m == 0, "step: latent size ", latent_h, "x", latent_w,
              " must be a multiple of ", m, " (", 8 * m, " pixels)");
     GL_CHECK(clip_skip >= 1, "step: clip_skip must be >= 1");
+    GL_CHECK(train_unet || train_text_encoder, "step: neither the UNet nor the text encoder is trained");
     GL_CHECK(!train_text_encoder || clip.width == unet.cross_attention_dim, "step: the text encoder's width ",
              clip.width, " is not the UNet's cross-attention width ", unet.cross_attention_dim);
     GL_CHECK(unet_lr >= 0 && text_encoder_lr >= 0, "step: learning rates must be >= 0");
@@ -48,7 +49,7 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
 
     s->unet_weights = std::make_unique<sd::Weights>(g, act, opt.weight_format);
     s->net = std::make_unique<lora::LoraNetwork>(opt.lora);
-    s->net->attach_unet(*s->unet_weights);
+    if (opt.train_unet) s->net->attach_unet(*s->unet_weights);
 
     s->latents = g.input("latents", DType::f32, lat);
     s->noise = g.input("noise", DType::f32, lat);
@@ -83,7 +84,7 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     ValueId scaled = gl::mul(g, s->loss, s->loss_scale);
     s->grads = gl::backward(g, scaled);
 
-    ParamGroup unet{"unet", {}, {}, opt.unet_lr}, te{"text_encoder", {}, {}, opt.text_encoder_lr};
+    ParamGroup unet{"unet", {}, {}, opt.unet_lr, {}}, te{"text_encoder", {}, {}, opt.text_encoder_lr, {}};
     for (const lora::LoraModule& m : s->net->modules()) {
         ParamGroup& grp = m.part == lora::Part::unet ? unet : te;
         // PyTorch's shapes, as kohya's Adafactor factors by them; a LoCon down weight is 4-D here

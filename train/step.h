@@ -38,6 +38,8 @@ struct StepOptions {
     // Frozen text encoder: `context_tokens` context rows are an input (77 per 75-token chunk, as
     // build_clip_chunked joins them: 77, 152, 227). Trained text encoder: CLIP is in the graph.
     bool train_text_encoder = false;
+    // false: no UNet LoRA (kohya's --network_train_text_encoder_only; the text encoder is trained).
+    bool train_unet = true;
     int64_t context_tokens = 77;
     sd::ClipConfig clip = sd::ClipConfig::vit_l14();
     int clip_chunks = 1, clip_skip = 1;

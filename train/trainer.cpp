@@ -48,26 +48,27 @@ StepReport Trainer::step(std::span<const float> latents, std::span<const int32_t
     return run(latents, ids, lr_factor);
 }
 
-float Trainer::run_micro(const float* latents, Cond cond, const MicroBatch& mb, int64_t report_step, int k) {
-    rt_.write(s_.latents, latents, gl::DType::f32);
-    rt_.write_f32(s_.noise, mb.noise);
-    rt_.write_f32(s_.timesteps, mb.timesteps);
-    rt_.write_f32(s_.sqrt_ac, mb.sqrt_ac);
-    rt_.write_f32(s_.sqrt_1m_ac, mb.sqrt_1m_ac);
-    rt_.write_f32(s_.loss_weights, mb.weights);
-    if (s_.huber_c != gl::kNoValue) rt_.write_f32(s_.huber_c, mb.huber_c);
+float run_micro_batch(StepGraph& s, gl::Runtime& rt, const float* latents, StepCond cond, const MicroBatch& mb,
+                      const optim::LossScaler& scaler, int64_t report_step, int k) {
+    rt.write(s.latents, latents, gl::DType::f32);
+    rt.write_f32(s.noise, mb.noise);
+    rt.write_f32(s.timesteps, mb.timesteps);
+    rt.write_f32(s.sqrt_ac, mb.sqrt_ac);
+    rt.write_f32(s.sqrt_1m_ac, mb.sqrt_1m_ac);
+    rt.write_f32(s.loss_weights, mb.weights);
+    if (s.huber_c != gl::kNoValue) rt.write_f32(s.huber_c, mb.huber_c);
     if (const auto* ids = std::get_if<std::span<const int32_t>>(&cond))
-        rt_.write(s_.ids, ids->data(), gl::DType::i32);
+        rt.write(s.ids, ids->data(), gl::DType::i32);
     else
-        rt_.write(s_.context, std::get<std::span<const float>>(cond).data(), gl::DType::f32);
-    scaler_.write(rt_, s_.loss_scale);
-    rt_.run();
-    const float loss = rt_.read_f32(s_.loss)[0];
+        rt.write(s.context, std::get<std::span<const float>>(cond).data(), gl::DType::f32);
+    scaler.write(rt, s.loss_scale);
+    rt.run();
+    const float loss = rt.read_f32(s.loss)[0];
     if (!std::isfinite(loss)) {
         std::string ts;
         for (int32_t v : mb.t) ts += gl::cat(ts.empty() ? "" : " ", v);
         gl::fail("training step ", report_step, ": the loss is ", loss, " (micro-batch ", k + 1, " of ",
-                 s_.opt.grad_accum, ", timesteps ", ts, "); the LoRA and optimizer state were not updated by this step");
+                 s.opt.grad_accum, ", timesteps ", ts, "); the LoRA and optimizer state were not updated by this step");
     }
     return loss;
 }
@@ -86,7 +87,7 @@ StepReport Trainer::run(std::span<const float> latents, Cond cond, double lr_fac
         s_.net->sample_dropout(rt_, rng_.next_u64());
         s_.update->prepare(rt_, k, lr_factor);
         const Cond micro = std::visit([&](auto c) { return Cond(c.subspan(size_t(k) * cond_per, cond_per)); }, cond);
-        const float loss = run_micro(latents.data() + k * n, micro, last_, r.step, k);
+        const float loss = run_micro_batch(s_, rt_, latents.data() + k * n, micro, last_, scaler_, r.step, k);
         const UpdateReport u = s_.update->finish_run(rt_, k + 1 == accum);
         r.loss += double(loss) / accum;
         for (float e : rt_.read_f32(s_.per_sample)) r.per_sample.push_back(e);
@@ -129,7 +130,7 @@ StepReport Trainer::eval(std::span<const float> latents, Cond cond, uint64_t see
     StepReport r;
     r.step = step_;
     r.loss_scale = scaler_.scale();
-    r.loss = run_micro(latents.data(), cond, mb, step_, 0);
+    r.loss = run_micro_batch(s_, rt_, latents.data(), cond, mb, scaler_, step_, 0);
     r.per_sample = rt_.read_f32(s_.per_sample);
     s_.update->finish_run(rt_, false);
     return r;

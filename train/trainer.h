@@ -30,6 +30,16 @@ struct StepReport {
     double loss_scale = 1.0;        // the scale this step ran with
 };
 
+// What the UNet is conditioned on: the frozen text encoder's context (f32) or, when the text
+// encoder is trained, the token ids (i32).
+using StepCond = std::variant<std::span<const float>, std::span<const int32_t>>;
+
+// Writes one micro-batch's inputs into s's graph on rt (latents [B, h, w, C], the draws of mb, the
+// condition of this micro-batch, the loss scale), runs it and returns the unscaled loss. A NaN/inf
+// loss throws gl::Error naming report_step, micro-batch k of s.opt.grad_accum and the timesteps.
+float run_micro_batch(StepGraph& s, gl::Runtime& rt, const float* latents, StepCond cond, const MicroBatch& mb,
+                      const optim::LossScaler& scaler, int64_t report_step, int k);
+
 class Trainer {
 public:
     // The runtime must run a plan of s.g (CPU or CUDA, any recompute policy).
@@ -61,13 +71,8 @@ public:
     optim::LossScaler& loss_scaler() { return scaler_; }  // resume: Optimizer::load_state restores it
 
 private:
-    // What the UNet is conditioned on: the frozen text encoder's context (f32) or, when the text
-    // encoder is trained, the token ids (i32); one or grad_accum micro-batches of it.
-    using Cond = std::variant<std::span<const float>, std::span<const int32_t>>;
+    using Cond = StepCond;  // one or grad_accum micro-batches of it
     StepReport run(std::span<const float> latents, Cond cond, double lr_factor);
-    // Writes micro-batch k's inputs (cond: that micro-batch's) and runs the graph; returns the loss
-    // (checked finite).
-    float run_micro(const float* latents, Cond cond, const MicroBatch& mb, int64_t report_step, int k);
     StepReport eval(std::span<const float> latents, Cond cond, uint64_t seed);
     StepGraph& s_;
     gl::Runtime& rt_;

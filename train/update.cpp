@@ -49,11 +49,11 @@ void Update::init_state(gl::Runtime& rt) {
     opt_.init_state(rt);
 }
 
-void Update::prepare(gl::Runtime& rt, int micro, double lr_factor, bool skip) {
+void Update::prepare(gl::Runtime& rt, int micro, double lr_factor, bool skip, bool last) {
     GL_CHECK(micro >= 0 && micro < accum_, "update: micro-step ", micro, " outside [0, ", accum_, ")");
     opt_.set_step(rt, opt_.next_step(), lr_factor);
     if (ctl_ != gl::kNoValue) rt.write_f32(ctl_, {micro == 0 ? 1.0f : 0.0f, float(1.0 / double(accum_))});
-    const bool apply = micro == accum_ - 1 && !skip;
+    const bool apply = (micro == accum_ - 1 || last) && !skip;
     rt.write_f32(skip_, {apply ? 0.0f : std::numeric_limits<float>::quiet_NaN()});
 }
 

@@ -45,8 +45,10 @@ public:
     // Zeroes the optimizer state and the accumulators (write the parameters first: Prodigy copies them).
     void init_state(gl::Runtime& rt);
     // Writes this run's inputs for micro-step `micro` of `accum`; lr_factor scales every group's
-    // lr (LR schedules). skip: no update even on the final micro-step (evaluation runs).
-    void prepare(gl::Runtime& rt, int micro, double lr_factor = 1.0, bool skip = false);
+    // lr (LR schedules). skip: no update even on the final micro-step (evaluation runs). last: the
+    // update applies after this micro-step although fewer than `accum` ran (the end of an epoch,
+    // as accelerate does: the accumulated gradients keep their 1/accum weights).
+    void prepare(gl::Runtime& rt, int micro, double lr_factor = 1.0, bool skip = false, bool last = false);
     // After every run: reads the statistics; `apply` says whether the run was prepared to apply
     // (final micro-step, not skipped).
     UpdateReport finish_run(gl::Runtime& rt, bool apply);

@@ -1,15 +1,9 @@
 // SVG pictures of plans: the memory timeline and the recompute frontier.
 #include "ggml-lite/core/plan_svg.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 
 #include "ggml-lite/core/error.h"
 
@@ -325,32 +319,6 @@ std::string frontier_svg(const std::vector<BudgetStep>& steps, const std::vector
     text(fmt("least: %.0f MiB, %.1f ms", mib(double(front.back()->total_bytes)), front.back()->predicted_seconds * 1e3));
     text(cat(steps.size(), " steps, ", front.size(), " on the frontier"));
     return s + "</svg>\n";
-}
-
-void write_text_file(const std::string& path, const std::string& text) {
-    std::string tmp = path + ".tmp-XXXXXX";
-    const int fd = ::mkstemp(tmp.data());
-    GL_CHECK(fd >= 0, path, ": cannot create a temporary file next to it: ", std::strerror(errno));
-    ::fchmod(fd, 0644);
-    size_t done = 0;
-    while (done < text.size()) {
-        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            const int e = errno;
-            ::close(fd);
-            ::unlink(tmp.c_str());
-            fail(path, ": write failed: ", std::strerror(e));
-        }
-        done += size_t(n);
-    }
-    const bool synced = ::fsync(fd) == 0;
-    const bool closed = ::close(fd) == 0;
-    if (!synced || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
-        const int e = errno;
-        ::unlink(tmp.c_str());
-        fail(path, ": could not write it: ", std::strerror(e));
-    }
 }
 
 }  // namespace gl

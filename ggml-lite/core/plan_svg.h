@@ -36,7 +36,4 @@ struct FrontierMark {
 std::string frontier_svg(const std::vector<BudgetStep>& steps, const std::vector<FrontierMark>& marks = {},
                          const std::string& title = "");
 
-// Writes text to path through a temporary file and a rename (path is the old file or the new one).
-void write_text_file(const std::string& path, const std::string& text);
-
 }  // namespace gl

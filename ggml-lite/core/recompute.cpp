@@ -6,6 +6,7 @@
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
+#include "ggml-lite/core/recompute_clone.h"
 
 namespace gl {
 
@@ -143,73 +144,27 @@ Graph rewrite_for_recompute(const Graph& g, Recompute policy, int* added) {
         GL_CHECK(n.segment < int(g.segment_names.size()), "recompute: node has unknown segment ", n.segment);
 
     const Analysis a = analyse(g, policy);
-    const size_t V = size_t(g.value_count()), N = g.nodes.size();
+    const size_t N = g.nodes.size();
     std::vector<std::vector<int>> seg_nodes(a.first_reader.size());  // per group: nodes to clone, in order
     for (size_t i = 0; i < N; i++)
         if (a.clone[i]) seg_nodes[size_t(a.group[i])].push_back(int(i));
 
-    Graph r = g;
-    r.nodes.clear();
-    r.nodes.reserve(N);
-    std::vector<int> new_index(N, -1);
-    std::vector<ValueId> clone_of(V, kNoValue);  // a dropped value's recomputed copy
-
-    auto emit_clones = [&](size_t s) {
-        for (int p : seg_nodes[s]) {
-            const Node& src = g.nodes[size_t(p)];
-            const OpDef& def = op_def(src.op);
-            Node c = src;
-            c.segment = -1;
-            c.backward = true;  // runs inside the backward pass
-            c.recompute_of = new_index[size_t(p)];
-            for (ValueId& x : c.in)
-                if (a.dropped[size_t(x)]) x = clone_of[size_t(x)];
-            const int at = int(r.nodes.size());
-            for (size_t k = 0; k < c.out.size(); k++) {
-                ValueId y = c.out[k];
-                Value val = g.v(y);
-                ValueId id = ValueId(r.values.size());
-                val.name += ".recompute";
-                val.producer = at;
-                val.output = false;
-                // A cloned view is a view of the cloned base, with the same layout.
-                val.base = (def.flags & kOpView) && k == 0 ? r.v(c.in[0]).base : id;
-                val.category = val.base == id ? Category::activations : r.v(val.base).category;
-                r.values.push_back(std::move(val));
-                clone_of[size_t(y)] = id;
-                c.out[k] = id;
-            }
-            r.nodes.push_back(std::move(c));
-            if (added) ++*added;
-        }
-    };
-
+    RecomputeRewrite r(g, a.dropped, added);
     for (size_t i = 0; i < N; i++) {
         Node n = g.nodes[i];
         if (n.backward) {
             for (size_t s = 0; s < seg_nodes.size(); s++)
-                if (a.first_reader[s] == int(i)) emit_clones(s);
+                if (a.first_reader[s] == int(i))
+                    for (int p : seg_nodes[s]) r.clone_node(p);
             for (ValueId& x : n.in) {
                 if (!a.dropped[size_t(x)]) continue;
-                GL_CHECK(clone_of[size_t(x)] != kNoValue, "recompute: internal error, ", g.describe(x), " not recomputed");
-                x = clone_of[size_t(x)];
+                GL_CHECK(r.clone_of(x) != kNoValue, "recompute: internal error, ", g.describe(x), " not recomputed");
+                x = r.clone_of(x);
             }
         }
-        new_index[i] = int(r.nodes.size());
-        r.nodes.push_back(std::move(n));
+        r.keep(i, std::move(n));
     }
-    for (ValueId v = 0; v < ValueId(V); v++) {
-        Value& x = r.v(v);
-        if (x.producer >= 0) x.producer = new_index[size_t(x.producer)];
-    }
-    // A backward view of a dropped value now views its clone: it takes the clone's storage.
-    for (const Node& n : r.nodes) {
-        if (!(op_def(n.op).flags & kOpView) || n.recompute_of >= 0) continue;
-        Value& y = r.v(n.out[0]);
-        y.base = r.v(n.in[0]).base;
-        y.category = r.v(y.base).category;
-    }
-    return r;
+    return r.finish();
 }
 
 }  // namespace gl

@@ -4,28 +4,30 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/io/files.h"
 
 namespace gl::io {
 
-void write_file_atomic(const std::string& path, const void* data, size_t size) {
+void write_file_atomic(const std::string& path, std::span<const ByteRange> pieces) {
     GL_CHECK(!path.empty(), "write_file_atomic: empty path");
-    std::string tmp = path + ".tmp-XXXXXX";
+    struct stat st {};
+    GL_CHECK(::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), path, ": is a directory");
+    remove_stale_temps(path);  // what a killed writer of this path left behind
+    uint64_t remaining = 0;
+    for (const ByteRange& r : pieces) remaining += r.size;
+    std::string tmp = temp_file_pattern(path);
     int fd = ::mkstemp(tmp.data());
     if (fd < 0) fail(path, ": cannot create a temporary file ", tmp, ": ", std::strerror(errno));
     try {
         ::fchmod(fd, 0644);  // mkstemp makes 0600; outputs are for others to read too
-        const char* p = static_cast<const char*>(data);
-        for (size_t left = size; left > 0;) {
-            const ssize_t w = ::write(fd, p, std::min<size_t>(left, size_t(1) << 30));
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) fail(tmp, ": write failed: ", std::strerror(errno));
-            p += w;
-            left -= size_t(w);
+        for (const ByteRange& r : pieces) {
+            if (r.size == 0) continue;
+            write_fully(fd, r.data, r.size, path, remaining);
+            remaining -= r.size;
         }
         if (::fsync(fd) != 0) fail(tmp, ": fsync failed: ", std::strerror(errno));
         const int rc = ::close(fd);
@@ -44,6 +46,15 @@ void write_file_atomic(const std::string& path, const void* data, size_t size) {
         ::fsync(dfd);
         ::close(dfd);
     }
+}
+
+void write_file_atomic(const std::string& path, const void* data, size_t size) {
+    const ByteRange whole{data, size};
+    write_file_atomic(path, std::span<const ByteRange>(&whole, 1));
+}
+
+void write_file_atomic(const std::string& path, std::string_view text) {
+    write_file_atomic(path, text.data(), text.size());
 }
 
 }  // namespace gl::io

@@ -199,7 +199,10 @@ PngInfo read_png_info(const std::string& path) {
 Image make_grid(const std::vector<Image>& images, int cols) {
     GL_CHECK(!images.empty(), "image grid: no images");
     const int n = int(images.size());
-    if (cols <= 0) cols = int(std::ceil(std::sqrt(double(n))));
+    if (cols <= 0) {  // A1111's default layout: round(sqrt(n)) rows
+        const int rows = int(std::lround(std::sqrt(double(n))));
+        cols = (n + rows - 1) / rows;
+    }
     cols = std::min(cols, n);
     const int rows = (n + cols - 1) / cols;
     int cw = 0, ch = 0;
@@ -220,7 +223,8 @@ Image make_grid(const std::vector<Image>& images, int cols) {
     g.pixels.assign(size_t(g.width) * size_t(g.height) * size_t(g.channels), 0);
     for (int i = 0; i < n; i++) {
         const Image& im = images[size_t(i)];
-        const size_t x0 = size_t(i % cols) * size_t(cw), y0 = size_t(i / cols) * size_t(ch), c = size_t(g.channels);
+        const size_t x0 = size_t(i % cols) * size_t(cw) + size_t(cw - im.width) / 2,
+                     y0 = size_t(i / cols) * size_t(ch) + size_t(ch - im.height) / 2, c = size_t(g.channels);
         for (size_t y = 0; y < size_t(im.height); y++)
             std::memcpy(&g.pixels[((y0 + y) * size_t(g.width) + x0) * c], &im.pixels[y * size_t(im.width) * c],
                         size_t(im.width) * c);

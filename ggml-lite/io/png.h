@@ -44,9 +44,10 @@ struct PngInfo {
 PngInfo read_png_info(const std::vector<uint8_t>& bytes, const std::string& origin);
 PngInfo read_png_info(const std::string& path);
 
-// Tiles images into a grid of `cols` columns (0: the smallest square-ish grid that holds them),
-// each cell as large as the largest image, images at their cells' top-left corners, the rest
-// black. All images must have the same channel count.
+// Tiles images row by row into a grid of `cols` columns. cols 0 lays them out as A1111's grids
+// do by default: round(sqrt(n)) rows of as many columns as needed (2 -> 1x2, 3 and 4 -> 2x2,
+// 5 and 6 -> 2x3, 7 to 9 -> 3x3). Every cell is as large as the largest image, each image centred
+// in its cell, the rest black. All images must have the same channel count.
 Image make_grid(const std::vector<Image>& images, int cols = 0);
 
 }  // namespace gl::io

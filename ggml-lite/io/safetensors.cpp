@@ -1,17 +1,11 @@
 #include "ggml-lite/io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "ggml-lite/core/checked.h"
-#include "ggml-lite/io/files.h"
+#include "ggml-lite/io/atomic_file.h"
 
 namespace gl::io {
 
@@ -178,16 +172,6 @@ void SafetensorsFile::read(const std::string& name, void* dst, DType to) const {
 
 // ---- writer ----
 
-namespace {
-
-std::string dir_of(const std::string& path) {
-    size_t slash = path.rfind('/');
-    if (slash == std::string::npos) return ".";
-    return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-}  // namespace
-
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata) {
     // Validate everything and build the header before touching the disk.
@@ -231,40 +215,9 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     uint8_t len[8];
     for (int i = 0; i < 8; i++) len[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
 
-    struct stat st {};
-    GL_CHECK(::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), path, ": is a directory");
-    remove_stale_temps(path);  // what a killed writer of this path left behind
-    const uint64_t total = 8 + text.size() + offset;
-    std::string tmp = temp_file_pattern(path);
-    int fd = ::mkstemp(tmp.data());
-    if (fd < 0) fail(path, ": cannot create a temporary file ", tmp, ": ", std::strerror(errno));
-    try {
-        ::fchmod(fd, 0644);  // mkstemp makes 0600; a model file is for others to read too
-        uint64_t remaining = total;
-        auto put = [&](const void* p, size_t n) {
-            write_fully(fd, p, n, path, remaining);
-            remaining -= n;
-        };
-        put(len, 8);
-        put(text.data(), text.size());
-        for (size_t i = 0; i < order.size(); i++)
-            if (sizes[i]) put(order[i]->data, sizes[i]);
-        if (::fsync(fd) != 0) fail(tmp, ": fsync failed: ", std::strerror(errno));
-        int rc = ::close(fd);
-        fd = -1;
-        if (rc != 0) fail(tmp, ": close failed: ", std::strerror(errno));
-        if (::rename(tmp.c_str(), path.c_str()) != 0) fail(path, ": cannot rename ", tmp, " onto it: ", std::strerror(errno));
-    } catch (...) {
-        if (fd >= 0) ::close(fd);
-        ::unlink(tmp.c_str());
-        throw;
-    }
-    // Make the rename itself durable; a failure here leaves a complete file, so it is not fatal.
-    int dfd = ::open(dir_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        ::fsync(dfd);
-        ::close(dfd);
-    }
+    std::vector<ByteRange> pieces{{len, 8}, {text.data(), text.size()}};
+    for (size_t i = 0; i < order.size(); i++) pieces.push_back({order[i]->data, sizes[i]});
+    write_file_atomic(path, pieces);
 }
 
 }  // namespace gl::io

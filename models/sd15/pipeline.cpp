@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iterator>
 
 #include "ggml-lite/core/error.h"
@@ -86,6 +87,11 @@ std::vector<std::unique_ptr<lora::LoraNetwork>> Pipeline::Impl::attach_loras(con
                                                                              std::vector<size_t>* files) const {
     std::vector<std::unique_ptr<lora::LoraNetwork>> nets;
     if (!m.takes_lora) return nets;
+    if (trained && (m.part == lora::Part::unet ? trained_unet : trained_text_encoder)) {
+        nets.push_back(std::make_unique<lora::LoraNetwork>(*trained));
+        chain_attach(w, *nets.back(), m.part);
+        if (files) files->push_back(kTrainedLora);
+    }
     for (size_t i = 0; i < loras.size(); i++) {
         if (m.part == lora::Part::unet ? !loras[i].unet : !loras[i].text_encoder) continue;
         nets.push_back(std::make_unique<lora::LoraNetwork>(loras[i].cfg));
@@ -101,7 +107,8 @@ void Pipeline::Impl::build_holder(PipelineHolder& m, const std::string& key, con
     m.weights = std::make_unique<Weights>(*m.graph, dtype);
     m.nets = attach_loras(m, *m.weights, &m.net_file);
     const BuiltGraph io = build(*m.weights, *m.graph);
-    for (size_t k = 0; k < m.nets.size(); k++) rename_params(*m.graph, *m.nets[k], m.net_file[k]);
+    for (size_t k = 0; k < m.nets.size(); k++)
+        if (m.net_file[k] != kTrainedLora) rename_params(*m.graph, *m.nets[k], m.net_file[k]);
     m.graph->mark_output(io.out);
     plans.emplace(key, Planned{gl::make_plan(*m.graph), io});
 }
@@ -120,7 +127,8 @@ Pipeline::Impl::Planned Pipeline::Impl::plan_graph(const PipelineHolder& m, cons
     std::vector<std::unique_ptr<lora::LoraNetwork>> nets;
     if (runtime_lora) nets = attach_loras(m, w, &files);
     const BuiltGraph io = build(w, g);
-    for (size_t k = 0; k < nets.size(); k++) rename_params(g, *nets[k], files[k]);
+    for (size_t k = 0; k < nets.size(); k++)
+        if (files[k] != kTrainedLora) rename_params(g, *nets[k], files[k]);
     g.mark_output(io.out);
     return Planned{gl::make_plan(g), io};
 }
@@ -134,6 +142,8 @@ void Pipeline::Impl::ensure(const Sd15Files& f, const PipelineOptions& o, const 
                (backend != "cuda" || gl::cuda_workspace_bytes(p.graph) <= L.scratch_bytes);
     }
     if (fits) return;
+    GL_CHECK(!external_memory, "pipeline: the request's graphs do not fit the memory it was given (plan them "
+                               "with plans() before that memory is laid out)");
     // A new layout from every shape planned so far; the old memory goes first (no two copies of
     // the weights at once), and the weights are loaded again.
     runtimes.clear();
@@ -153,15 +163,16 @@ Pipeline::Impl::Instance& Pipeline::Impl::runtime(const std::string& key) {
     return runtimes.emplace(key, std::move(inst)).first->second;
 }
 
-void Pipeline::Impl::load(const Sd15Files& f, const PipelineOptions& o) {
-    load_clip(*text.weights, *f.text_encoder, *runtime(text.key).rt);
-    load_unet(*unet.weights, f.unet_cfg, *f.unet, *runtime(unet.key).rt);
-    load_vae(*vae.weights, f.vae_cfg, *f.vae, *runtime(vae.key).rt);
+void Pipeline::Impl::load(const Sd15Files& f, const PipelineOptions& o, Pipeline::LoadParts parts) {
+    if (parts.text_encoder) load_clip(*text.weights, *f.text_encoder, *runtime(text.key).rt);
+    if (parts.unet) load_unet(*unet.weights, f.unet_cfg, *f.unet, *runtime(unet.key).rt);
+    if (parts.vae) load_vae(*vae.weights, f.vae_cfg, *f.vae, *runtime(vae.key).rt);
     // Every module zero-initialised first (init writes up = 0: modules a file lacks add nothing),
     // then the file; merged ones then fold into the weights.
     for (PipelineHolder* m : {&text, &unet}) {
         gl::Runtime& rt = *runtime(m->key).rt;
         for (size_t k = 0; k < m->nets.size(); k++) {
+            if (m->net_file[k] == kTrainedLora) continue;  // the trainer's parameters
             lora::LoraNetwork& net = *m->nets[k];
             net.init(rt, 0);
             lora::load_lora(*loras[m->net_file[k]].file, net, rt, &f.unet_cfg);
@@ -203,6 +214,17 @@ GraphBuilder Pipeline::Impl::vae_builder(const Sd15Files& f, int batch, int h, i
 
 // ---- construction: the holders and the LoRA files ----
 
+LoraFile parse_lora_file(const std::string& arg) {
+    const size_t colon = arg.rfind(':');
+    if (colon != std::string::npos && colon + 1 < arg.size()) {
+        const std::string m = arg.substr(colon + 1);
+        char* end = nullptr;
+        const float v = std::strtof(m.c_str(), &end);
+        if (end && *end == '\0') return {arg.substr(0, colon), v};
+    }
+    return {arg, 1.0f};
+}
+
 Pipeline::Pipeline(Sd15Files model, PipelineOptions opt)
     : model_(std::move(model)), opt_(std::move(opt)), impl_(std::make_unique<Impl>()) {
     GL_CHECK(opt_.clip_skip >= 1 && opt_.clip_skip <= model_.clip_cfg.layers, "pipeline: clip_skip ", opt_.clip_skip,
@@ -217,6 +239,15 @@ Pipeline::Pipeline(Sd15Files model, PipelineOptions opt)
     m.dtype = opt_.dtype;
     for (const LoraFile& f : opt_.loras) m.loras.push_back(open_lora(f));
     m.runtime_lora = !m.loras.empty() && !opt_.merge_loras;
+    if (opt_.trained_lora) {
+        GL_CHECK(m.loras.empty() && !opt_.merge_loras, "pipeline: a trained LoRA runs alone, as runtime branches");
+        m.trained = *opt_.trained_lora;
+        m.trained->rank_dropout = m.trained->module_dropout = m.trained->dropout = 0.0f;
+        m.trained->multiplier = 1.0f;
+        m.trained_unet = opt_.trained_unet;
+        m.trained_text_encoder = opt_.trained_text_encoder;
+        m.runtime_lora = true;
+    }
     m.text.part = lora::Part::text_encoder;
     m.text.takes_lora = true;
     m.unet.part = lora::Part::unet;
@@ -308,6 +339,30 @@ void Pipeline::reserve(const std::vector<GenerationParams>& requests) {
         keys.insert(keys.end(), k.begin(), k.end());
     }
     impl_->ensure(model_, opt_, keys);
+}
+
+std::vector<const gl::Plan*> Pipeline::plans(const std::vector<GenerationParams>& requests) {
+    Impl& m = *impl_;
+    std::vector<std::string> keys = {m.text.key, m.unet.key, m.vae.key};
+    for (const GenerationParams& p : requests) {
+        const std::vector<std::string> k = graphs_for(p);
+        keys.insert(keys.end(), k.begin(), k.end());
+    }
+    std::vector<const gl::Plan*> out;
+    for (const std::string& k : keys) out.push_back(&m.plans.at(k).plan);
+    return out;
+}
+
+void Pipeline::use_memory(std::shared_ptr<gl::SharedMemory> mem, LoadParts load) {
+    GL_CHECK(mem != nullptr, "pipeline: no memory given");
+    Impl& m = *impl_;
+    m.runtimes.clear();
+    m.mem = std::move(mem);
+    m.external_memory = true;
+    m.load(model_, opt_, load);
+    model_.unet.reset();  // never read again: the mapped files can go
+    model_.text_encoder.reset();
+    model_.vae.reset();
 }
 
 std::vector<float> Pipeline::encode_text(const std::vector<std::string>& texts, int* chunks_out) {

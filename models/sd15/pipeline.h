@@ -35,12 +35,15 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "ggml-lite/core/runtime.h"
+#include "ggml-lite/core/shared_memory.h"
 #include "ggml-lite/io/png.h"
+#include "lora/lora.h"
 #include "models/sd15/model_files.h"
 #include "models/sd15/sampler.h"
 
@@ -50,6 +53,9 @@ struct LoraFile {
     std::string path;
     float multiplier = 1.0f;
 };
+// A command line's "FILE[:MULT]": the part after the last ':' is the multiplier when all of it reads
+// as a number ("a.safetensors:0.8"); otherwise the whole argument is the path, at multiplier 1.
+LoraFile parse_lora_file(const std::string& arg);
 
 struct PipelineOptions {
     gl::Backend backend = gl::Backend::automatic;  // CUDA when available, else the CPU
@@ -60,6 +66,11 @@ struct PipelineOptions {
     int max_chunks = 3;                 // long prompts: at most 3 x 75 tokens
     size_t vae_budget_bytes = size_t(2) << 30;  // activations of one VAE decode pass
     int vae_tile = 64;                  // latent side of a VAE tile (diffusers: sample_size / 8)
+    // Sampling while training (sdtrain): the LoRA being trained, applied as branches whose
+    // parameters carry the trainer's names, so that on the trainer's memory (use_memory) they are
+    // the trainer's current values, not a copy. Its dropouts are not applied. Not with `loras`.
+    std::optional<lora::LoraConfig> trained_lora;
+    bool trained_unet = true, trained_text_encoder = false;  // the parts it has modules for
 };
 
 struct GenerationParams {
@@ -103,6 +114,19 @@ public:
     // Plans every graph these requests need and lays the memory out for all of them at once
     // (allocating it and loading the weights), so no later request among them reloads.
     void reserve(const std::vector<GenerationParams>& requests);
+
+    // Running in a caller's memory (sdtrain samples beside its training graphs, on one copy of the
+    // UNet and text encoder): plans() plans what these requests need and returns those plans with
+    // each model's weight holder, for the caller's layout; use_memory() then hands over the memory
+    // laid out with them. From then on the pipeline runs there (it never lays out memory of its
+    // own; a request whose graphs do not fit is refused) and loads the weights of the models in
+    // `load` now (the caller has loaded the others under the same names); the model files are
+    // not read again.
+    std::vector<const gl::Plan*> plans(const std::vector<GenerationParams>& requests);
+    struct LoadParts {
+        bool text_encoder = true, unet = true, vae = true;
+    };
+    void use_memory(std::shared_ptr<gl::SharedMemory> mem, LoadParts load);
 
     // The images of one request, RGB 8 bits. initial_noise: the unit noise to start from (NHWC,
     // batch x h/8 x w/8 x 4, f32) instead of the seeds' (tests inject diffusers' latents); the

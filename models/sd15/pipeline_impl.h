@@ -29,6 +29,9 @@ struct LoraSource {
 
 // One model's weight holder: its graph at a minimal shape, planned with every weight (and, with
 // LoRA, every LoRA parameter) in it, whose runtime loads them into the shared memory.
+// PipelineHolder::net_file of the trained LoRA (PipelineOptions::trained_lora): no file.
+inline constexpr size_t kTrainedLora = size_t(-1);
+
 struct PipelineHolder {
     std::string key;  // its plan's key
     lora::Part part = lora::Part::unet;
@@ -36,7 +39,7 @@ struct PipelineHolder {
     std::unique_ptr<gl::Graph> graph;  // its Weights refer to it
     std::unique_ptr<Weights> weights;
     std::vector<std::unique_ptr<lora::LoraNetwork>> nets;  // one per LoRA file holding this part
-    std::vector<size_t> net_file;                          // the file of each net
+    std::vector<size_t> net_file;                          // the file of each net (kTrainedLora: none)
 };
 
 struct Pipeline::Impl {
@@ -58,6 +61,9 @@ struct Pipeline::Impl {
     };
     std::map<std::string, Instance> runtimes;  // on mem, by plan key
     std::map<std::string, size_t> decode_bytes;  // planned activations of VAE decode shapes
+    bool external_memory = false;  // use_memory(): the caller's, never laid out again
+    std::optional<lora::LoraConfig> trained;  // PipelineOptions::trained_lora, dropouts off
+    bool trained_unet = false, trained_text_encoder = false;
 
     // Builds a graph of m's model with `build` (LoRA networks attached when they run as branches)
     // and plans it; plan() also keeps it under `key` (so the memory's layout includes it).
@@ -82,8 +88,8 @@ struct Pipeline::Impl {
     static std::string unet_key(int batch, int h, int w, int context_len);
     static std::string vae_key(int batch, int h, int w);
 
-private:
-    void load(const Sd15Files& f, const PipelineOptions& o);
+    // Loads the weights of the parts named (every part when the pipeline owns its memory).
+    void load(const Sd15Files& f, const PipelineOptions& o, Pipeline::LoadParts parts = {});
 };
 
 }  // namespace sd

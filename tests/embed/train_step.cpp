@@ -24,16 +24,24 @@ std::vector<float> uniform(size_t n, float lo, float hi, std::mt19937& rng) {
     return v;
 }
 
+// The model both trainings use: silu(x w^T + b) against target, MSE loss.
+struct TinyModel {
+    gl::Graph g;
+    gl::ValueId x, target, w, b, loss;
+    TinyModel(int64_t B, int64_t In, int64_t Out)
+        : x(g.input("x", gl::DType::f32, {B, In})), target(g.input("target", gl::DType::f32, {B, Out})),
+          w(g.param("w", gl::DType::f32, {Out, In})), b(g.param("b", gl::DType::f32, {Out})),
+          loss(gl::mse_loss(g, gl::silu(g, gl::linear(g, x, w, b)), target)) {
+        g.mark_output(loss);
+    }
+};
+
 // The same model trained by optim::Optimizer, as found through the registry by kohya's name.
 bool falls_with_optimizer(const std::vector<float>& xs, const std::vector<float>& ts, const std::vector<float>& ws,
                           int64_t B, int64_t In, int64_t Out) {
-    gl::Graph g;
-    gl::ValueId x = g.input("x", gl::DType::f32, {B, In});
-    gl::ValueId target = g.input("target", gl::DType::f32, {B, Out});
-    gl::ValueId w = g.param("w", gl::DType::f32, {Out, In});
-    gl::ValueId b = g.param("b", gl::DType::f32, {Out});
-    gl::ValueId loss = gl::mse_loss(g, gl::silu(g, gl::linear(g, x, w, b)), target);
-    g.mark_output(loss);
+    TinyModel m(B, In, Out);
+    gl::Graph& g = m.g;
+    const gl::ValueId x = m.x, target = m.target, w = m.w, b = m.b, loss = m.loss;
     gl::Gradients grads = gl::backward(g, loss);
     optim::Optimizer opt(optim::parse_optimizer("torch.optim.AdamW", {"weight_decay=0"}));
     opt.add_group(g, "all", {w, b}, {grads[w], grads[b]}, 5e-2);
@@ -58,13 +66,9 @@ bool falls_with_optimizer(const std::vector<float>& xs, const std::vector<float>
 
 int run() {
     constexpr int64_t B = 16, In = 8, Out = 4;
-    gl::Graph g;
-    gl::ValueId x = g.input("x", gl::DType::f32, {B, In});
-    gl::ValueId target = g.input("target", gl::DType::f32, {B, Out});
-    gl::ValueId w = g.param("w", gl::DType::f32, {Out, In});
-    gl::ValueId b = g.param("b", gl::DType::f32, {Out});
-    gl::ValueId loss = gl::mse_loss(g, gl::silu(g, gl::linear(g, x, w, b)), target);
-    g.mark_output(loss);
+    TinyModel m(B, In, Out);
+    gl::Graph& g = m.g;
+    const gl::ValueId x = m.x, target = m.target, w = m.w, b = m.b, loss = m.loss;
 
     gl::Gradients grads = gl::backward(g, loss);
     if (grads[w] == gl::kNoValue || grads[b] == gl::kNoValue) {

@@ -205,20 +205,12 @@ def tiny_pipeline(sampler, karras):
 
 
 def make_text_encoder(gen):
+    sys.path.insert(0, str(GOLDEN))
+    import make_unet_golden
     from transformers import CLIPTextConfig, CLIPTextModel
     model = CLIPTextModel(CLIPTextConfig(**TEXT_CONFIG))
-    sd = {}
-    for name, p in model.state_dict().items():
-        if "position_ids" in name:
-            continue
-        u = torch.rand(p.shape, generator=gen, dtype=torch.float64) * 2 - 1
-        if p.dim() == 1 and "norm" in name and name.endswith(".weight"):
-            v = 1 + 0.2 * u
-        elif p.dim() == 1:
-            v = 0.1 * u
-        else:
-            v = u * (3.0 / p[0].numel()) ** 0.5
-        sd[name] = v.to(torch.float16).contiguous()
+    sd = {name: make_unet_golden.random_value(name, p, gen).contiguous()
+          for name, p in model.state_dict().items() if "position_ids" not in name}
     save_file(sd, str(OUT / "text_encoder.safetensors"))
 
 

@@ -128,19 +128,26 @@ def write_sd15_keys(path):
             f.write(f"{k} {by_tensor[id(v)]} {','.join(str(d) for d in v.shape)}\n")
 
 
+def random_value(name, p, gen):
+    """f16 values of a sensible scale for parameter `name` shaped like p: norm gains around 1,
+    other vectors around 0, matrices uniform with variance 1 / fan_in (also the text encoder of
+    make_sampler_golden.py)."""
+    u = torch.rand(p.shape, generator=gen, dtype=torch.float64) * 2 - 1
+    if p.dim() == 1 and "norm" in name and name.endswith(".weight"):
+        v = 1 + 0.2 * u
+    elif p.dim() == 1:
+        v = 0.1 * u
+    else:
+        v = u * (3.0 / (p[0].numel())) ** 0.5
+    return v.to(torch.float16)
+
+
 def randomize(model, gen):
     """Replaces every parameter (norm gains and biases included, so the key map is exercised by
     values, not only by names) with f16-representable values of a sensible scale."""
     with torch.no_grad():
         for name, p in model.named_parameters():
-            u = torch.rand(p.shape, generator=gen, dtype=torch.float64) * 2 - 1
-            if p.dim() == 1 and "norm" in name and name.endswith(".weight"):
-                v = 1 + 0.2 * u
-            elif p.dim() == 1:
-                v = 0.1 * u
-            else:
-                v = u * (3.0 / (p[0].numel())) ** 0.5  # uniform with variance 1 / fan_in
-            p.copy_(v.to(torch.float16).to(p.dtype))
+            p.copy_(random_value(name, p, gen).to(p.dtype))
 
 
 def main():

@@ -7,28 +7,11 @@
 #include <nlohmann/json.hpp>
 
 #include "../sampler_fixtures.h"
+#include "tools/common/request_json.h"
 
 using namespace sampler_test;
 using sd::GenerationParams;
 using sd::Pipeline;
-
-namespace {
-
-GenerationParams golden_request(const nlohmann::json& c) {
-    GenerationParams p;
-    p.prompt = c.at("prompt");
-    p.negative = c.at("negative");
-    p.width = c.at("width");
-    p.height = c.at("height");
-    p.batch = c.at("batch");
-    p.steps = c.at("steps");
-    p.cfg_scale = c.at("cfg");
-    p.sampler = sd::SamplerOptions::diffusers_sd15(sd::parse_sampler_name(c.at("sampler")).kind);
-    p.sampler.karras = c.at("karras");
-    return p;
-}
-
-}  // namespace
 
 TEST_CASE("CUDA text to image: f32 matches diffusers, bf16 stays within the bf16 noise of the CPU") {
     const gl::io::SafetensorsFile f(golden("sampler/pipeline.safetensors"));
@@ -36,8 +19,8 @@ TEST_CASE("CUDA text to image: f32 matches diffusers, bf16 stays within the bf16
     for (const auto& c : cases) {
         const std::string name = c.at("name");
         CAPTURE(name);
-        const GenerationParams p = golden_request(c);
-        const std::vector<float> noise = read(f, name + ".noise"), want = read(f, name + ".image");
+        const GenerationParams p = gl::cli::request_from_json(c);
+        const std::vector<float> noise = read_f32(f, name + ".noise"), want = read_f32(f, name + ".image");
         auto image = [&](const char* backend, gl::DType dt, bool merged) {
             sd::PipelineOptions o = options(backend, dt);
             o.clip_skip = c.at("clip_skip");
@@ -91,9 +74,9 @@ TEST_CASE("CUDA text to image: multiplier 0 is the base image bit for bit, odd s
         o.vae_budget_bytes = Pipeline(tiny_model(), options("cpu", gl::DType::f32)).plan_decode(1, 4, 4).activation_bytes;
         Pipeline pipe(tiny_model(), o);
         REQUIRE(pipe.plan_decode(2, 7, 10).mode == sd::VaeDecodePlan::Mode::tiled);
-        return pipe.decode(read(f, "tiled.z"), 2, 7, 10);
+        return pipe.decode(read_f32(f, "tiled.z"), 2, 7, 10);
     };
-    const double t = rel_error(tiled("cuda"), read(f, "tiled.image"));
+    const double t = rel_error(tiled("cuda"), read_f32(f, "tiled.image"));
     MESSAGE("tiled decode on CUDA vs diffusers: ", t);
     CHECK(t <= 1e-3);
 }

@@ -1,4 +1,4 @@
-// gl-demo: trains a small conv + attention denoiser end to end with ggml-lite, to show the
+// example-denoiser: trains a small conv + attention denoiser end to end with ggml-lite, to show the
 // whole path: define -> differentiate -> plan (memory by category, recompute none vs blocks)
 // -> run, with the loss falling. The data is generated: noisy colour waves in, clean waves out.
 //
@@ -37,9 +37,10 @@ struct Options {
 
 Options parse(int argc, char** argv) {
     Options o;
-    cli::Parser p("gl-demo", "gl-demo: trains a small conv + attention denoiser end to end and prints its memory plans "
-                             "(recompute none and blocks side by side) and the falling loss.");
-    p.add_backend(o.backend, "where the demo trains");
+    cli::Parser p("example-denoiser", "example-denoiser: trains a small conv + attention denoiser end to end and "
+                                      "prints its memory plans (recompute none and blocks side by side) and the "
+                                      "falling loss.");
+    p.add_backend(o.backend, "where the example trains");
     p.add_parsed("--recompute", o.recompute, &parse_recompute, "none|blocks|cheap", "the recompute policy it trains with",
                  recompute_name(o.recompute));
     p.add_int("--steps", o.steps, 1, 1'000'000'000, "training steps");
@@ -186,12 +187,17 @@ int run(const Options& o) {
     const Backend backend = resolve_backend(o.backend, &why);  // --backend cuda without CUDA: refused before any work
     Model m;
     build(m, o);
-    std::printf("gl-demo: conv + attention denoiser, %d res+attn blocks, batch %d, %dx%d pixels, %d channels, "
+    std::printf("example-denoiser: conv + attention denoiser, %d res+attn blocks, batch %d, %dx%d pixels, %d channels, "
                 "%d tokens; %zu nodes after backward\n\n",
                 o.depth, o.batch, o.size, o.size, o.channels, o.size * o.size, m.g.nodes.size());
 
-    Plan none = make_plan(m.g, {Recompute::none});
-    Plan blocks = make_plan(m.g, {Recompute::blocks});
+    const auto policy = [](Recompute r) {
+        PlanOptions po;
+        po.recompute = r;
+        return po;
+    };
+    Plan none = make_plan(m.g, policy(Recompute::none));
+    Plan blocks = make_plan(m.g, policy(Recompute::blocks));
     print_side_by_side(none.report(4), blocks.report(4));
     const double saved = double(none.arena_bytes[size_t(Category::activations)]) -
                          double(blocks.arena_bytes[size_t(Category::activations)]);
@@ -201,10 +207,10 @@ int run(const Options& o) {
                 blocks.recompute_nodes, blocks.recompute_flops / 1e6);
 
     if (!why.empty()) std::printf("backend: cpu (CUDA not used: %s)\n", why.c_str());
-    // The rest of the demo is backend-neutral.
+    // The rest of the example is backend-neutral.
     auto rt = make_runtime(o.recompute == Recompute::none     ? std::move(none)
                            : o.recompute == Recompute::blocks ? std::move(blocks)
-                                                              : make_plan(m.g, {o.recompute}),
+                                                              : make_plan(m.g, policy(o.recompute)),
                            backend);
     std::printf("training on %s with recompute %s, AdamW in the graph (adamw_step), lr %g\n",
                 rt->backend_name(), recompute_name(o.recompute), double(o.lr));
@@ -260,5 +266,5 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    return cli::run_main("gl-demo", [&] { return run(parse(argc, argv)); });
+    return cli::run_main("example-denoiser", [&] { return run(parse(argc, argv)); });
 }

@@ -1,0 +1,292 @@
+// sdtrain end to end on the tiny model (train/run/session.h): the plan, training over two buckets
+// with short batches and accumulation across them, kohya-named files with their metadata, states,
+// and a resume that continues bit for bit; the observer's events.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "ggml-lite/io/png.h"
+#include "ggml-lite/io/safetensors.h"
+#include "sdtrain_fixtures.h"
+#include "train/run/session.h"
+
+using namespace sdtrain_test;
+
+namespace {
+
+struct Recorder : train::RunObserver {
+    std::vector<train::StepEvent> steps;
+    std::vector<train::SaveEvent> saves;
+    std::vector<train::SampleEvent> samples;
+    std::string plan_text;
+    std::atomic<bool>* stop_at_step_flag = nullptr;
+    int64_t stop_at_step = -1;
+    void on_plan(const train::RunPlan& p) override { plan_text = p.text(); }
+    void on_step(const train::StepEvent& e) override {
+        steps.push_back(e);
+        if (e.step == stop_at_step && stop_at_step_flag) stop_at_step_flag->store(true);
+    }
+    void on_save(const train::SaveEvent& e) override { saves.push_back(e); }
+    void on_sample(const train::SampleEvent& e) override { samples.push_back(e); }
+};
+
+std::map<std::string, std::vector<float>> tensors(const fs::path& file) {
+    const gl::io::SafetensorsFile f(file.string());
+    std::map<std::string, std::vector<float>> out;
+    for (const gl::io::TensorInfo& t : f.list()) {
+        std::vector<float> v(size_t(t.numel()));
+        f.read(t.name, v.data(), gl::DType::f32);
+        out[t.name] = std::move(v);
+    }
+    return out;
+}
+
+std::string slurp(const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+bool bitwise_equal(const std::map<std::string, std::vector<float>>& a, const std::map<std::string, std::vector<float>>& b) {
+    if (a.size() != b.size()) return false;
+    for (const auto& [k, v] : a) {
+        auto it = b.find(k);
+        if (it == b.end() || it->second.size() != v.size() ||
+            std::memcmp(v.data(), it->second.data(), v.size() * sizeof(float)) != 0)
+            return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+TEST_CASE("sdtrain run: plan, two buckets, kohya files and metadata, state, bit-identical resume") {
+    Scratch s("run");
+    const fs::path model = make_tiny_model(s.root), data = make_dataset(s.root);
+
+    // The uninterrupted run: 6 steps, saves every 2 with states, keeping the last 2 steps' saves.
+    train::RunConfig c = tiny_config(model, data, s.root / "full");
+    c.save_every_n_steps = 2;
+    c.save_last_n_steps = 2;
+    c.save_state = true;
+    c.training_comment = "tiny run";
+    // Samples every 3 steps from a kohya prompt file, in the run's memory.
+    write_text(s.root / "prompts.txt", "# samples\na red cat --w 32 --h 32 --s 3 --d 5 --l 4\n"
+                                       "a wide room --n blurry --w 48 --h 24 --s 2 --ss euler_a\n");
+    c.sample_prompts = (s.root / "prompts.txt").string();
+    c.sample_every_n_steps = 3;
+    c.sample_at_first = true;
+    Recorder rec;
+    train::Session full(c, &rec);
+    const train::RunPlan& plan = full.prepare();
+    CHECK(plan.counts.batches_per_epoch == 4);  // ceil(3/2) + ceil(3/2)
+    CHECK(plan.counts.updates_per_epoch == 2);
+    CHECK(plan.counts.epochs == 3);
+    CHECK(plan.counts.arithmetic.find("ceil(3/2) + ceil(3/2) = 2 + 2 = 4") != std::string::npos);
+    CHECK(rec.plan_text.find("frozen weights") != std::string::npos);
+    CHECK(rec.plan_text.find("predicted peak") != std::string::npos);
+    CHECK(plan.configuration.find("micro-batch 2 x 2 accumulation") != std::string::npos);
+    CHECK(plan.memory.largest_step == "48x24 batch 2");
+    CHECK(plan.memory.largest_step_timeline_svg.rfind("<svg", 0) == 0);
+    REQUIRE(plan.config.size() == 8);
+    CHECK(plan.config[0].title == "Model");
+    CHECK(plan.config[0].entries[0] == std::pair<std::string, std::string>{"pretrained_model_name_or_path",
+                                                                         model.string()});
+    const train::RunSummary r = full.run();
+    CHECK(r.steps == 6);
+    CHECK_FALSE(r.interrupted);
+    REQUIRE(rec.steps.size() == 6);
+    for (const train::StepEvent& e : rec.steps) {
+        CHECK(std::isfinite(e.loss));
+        CHECK(e.images >= 2);  // two micro-batches, one may be short
+        CHECK(e.images <= 4);
+    }
+    CHECK(rec.steps[5].epoch == 3);
+    // Sampled before the first step and at steps 3 and 6: two images each, kohya's names, A1111's text.
+    REQUIRE(rec.samples.size() == 3);
+    CHECK(rec.samples[0].step == 0);
+    CHECK(rec.samples[2].step == 6);
+    for (const train::SampleEvent& e : rec.samples) {
+        REQUIRE(e.images.size() == 2);
+        const std::string first = fs::path(e.images[0]).filename().string();
+        CHECK(first.rfind(gl::cat("tiny_", e.step == 0 ? "000000" : e.step == 3 ? "000003" : "000006", "_00_"), 0) == 0);
+        CHECK(first.size() > 6);
+        CHECK(first.substr(first.size() - 6) == "_5.png");  // --d 5
+        const gl::io::PngInfo info = gl::io::read_png_info(e.images[0]);
+        CHECK(info.width == 32);
+        REQUIRE(info.text.size() == 1);
+        CHECK(info.text[0].first == "parameters");
+        CHECK(info.text[0].second.find("a red cat <lora:tiny:1>") != std::string::npos);
+        CHECK(info.text[0].second.find("Steps: 3") != std::string::npos);
+        CHECK(gl::io::read_png_info(e.images[1]).width == 48);
+    }
+    // The LoRA trained in between shows in the samples: the first and last differ.
+    CHECK(slurp(rec.samples[0].images[0]) != slurp(rec.samples[2].images[0]));
+
+    // kohya's names; the step-2 save removed once step 6 is saved (keep the last 2 steps: 4, 6).
+    const fs::path out = s.root / "full";
+    CHECK(fs::exists(out / "tiny.safetensors"));
+    CHECK(fs::exists(out / "tiny-step00000006.safetensors"));
+    CHECK(fs::exists(out / "tiny-step00000004.safetensors"));
+    CHECK_FALSE(fs::exists(out / "tiny-step00000002.safetensors"));
+    CHECK(fs::exists(out / "tiny-step00000004-state" / "train_state.json"));
+    CHECK_FALSE(fs::exists(out / "tiny-step00000002-state"));
+    for (const auto& e : fs::directory_iterator(out))  // no temporaries left behind
+        CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+
+    const gl::io::SafetensorsFile last((out / "tiny.safetensors").string());
+    const auto& md = last.metadata();
+    CHECK(md.at("ss_network_module") == "networks.lora");
+    CHECK(md.at("ss_network_dim") == "4");
+    CHECK(md.at("ss_network_alpha") == "2.0");
+    CHECK(md.at("ss_steps") == "6");
+    CHECK(md.at("ss_epoch") == "3");
+    CHECK(md.at("ss_num_train_images") == "6");
+    CHECK(md.at("ss_num_reg_images") == "0");
+    CHECK(md.at("ss_num_batches_per_epoch") == "4");
+    CHECK(md.at("ss_max_train_steps") == "6");
+    CHECK(md.at("ss_gradient_accumulation_steps") == "2");
+    CHECK(md.at("ss_learning_rate") == "0.001");
+    CHECK(md.at("ss_seed") == "42");
+    CHECK(md.at("ss_training_comment") == "tiny run");
+    CHECK(md.at("ss_optimizer") == "torch.optim.adamw.AdamW");
+    CHECK(md.at("ss_resolution") == "(48, 48)");
+    CHECK(md.at("ss_dataset_dirs") == "{\"1_tiny\": {\"n_repeats\": 1, \"img_count\": 6}}");
+    CHECK(md.at("ss_tag_frequency").find("\"a red cat\": 2") != std::string::npos);
+    CHECK(md.at("ss_bucket_info").find("\"resolution\": [48, 24], \"count\": 3") != std::string::npos);
+    CHECK(md.at("ss_sd_model_name") == "model");
+    CHECK(md.at("ss_new_sd_model_hash") == "IsADirectory");
+    CHECK(md.at("ss_mixed_precision") == "no");
+    CHECK(md.count("ss_training_started_at"));
+    CHECK(md.count("modelspec.architecture"));
+    // Every LoRA module of both parts, f32 (no --save_precision: as trained).
+    size_t te = 0, unet = 0;
+    for (const gl::io::TensorInfo& t : last.list()) {
+        te += t.name.rfind("lora_te_", 0) == 0;
+        unet += t.name.rfind("lora_unet_", 0) == 0;
+        CHECK(t.dtype == gl::DType::f32);
+    }
+    CHECK(te > 0);
+    CHECK(unet > 0);
+    // The step-6 file and the final one hold the same weights.
+    CHECK(bitwise_equal(tensors(out / "tiny.safetensors"), tensors(out / "tiny-step00000006.safetensors")));
+
+    // Resume from the step-4 state into another folder: steps 5 and 6 continue bit for bit.
+    train::RunConfig rc = tiny_config(model, data, s.root / "resumed");
+    rc.resume = (out / "tiny-step00000004-state").string();
+    rc.seed.reset();  // taken from the state
+    Recorder rec2;
+    train::Session resumed(rc, &rec2);
+    const train::RunSummary r2 = resumed.run();
+    CHECK(r2.steps == 6);
+    REQUIRE(rec2.steps.size() == 2);
+    CHECK(rec2.steps[0].step == 5);
+    CHECK(rec2.steps[0].loss == rec.steps[4].loss);
+    CHECK(rec2.steps[1].loss == rec.steps[5].loss);
+    CHECK(bitwise_equal(tensors(s.root / "resumed" / "tiny.safetensors"), tensors(out / "tiny.safetensors")));
+}
+
+TEST_CASE("sdtrain run: a stop between steps saves a LoRA and a state, the resume matches (frozen text encoder)") {
+    Scratch s("stop");
+    const fs::path model = make_tiny_model(s.root), data = make_dataset(s.root);
+    // Latents encoded each step (no cache), the text encoder frozen and run each step.
+    train::RunConfig c = tiny_config(model, data, s.root / "a");
+    c.cache_latents = false;
+    c.network_train_unet_only = true;
+    c.max_train_steps = 4;
+    write_text(s.root / "prompts.txt", "a wide field --w 16 --h 16 --s 2\n");
+    c.sample_prompts = (s.root / "prompts.txt").string();
+    c.sample_every_n_epochs = 1;
+    Recorder full_rec;
+    train::Session(c, &full_rec).run();
+    REQUIRE(full_rec.steps.size() == 4);
+    REQUIRE(full_rec.samples.size() == 2);  // every epoch: 2 updates per epoch, 2 epochs
+    CHECK(full_rec.samples[1].epoch == 2);
+    CHECK(fs::path(full_rec.samples[1].images.at(0)).filename().string().rfind("tiny_e000002_00_", 0) == 0);
+
+    std::atomic<bool> stop{false};
+    Recorder rec;
+    rec.stop_at_step = 2;
+    rec.stop_at_step_flag = &stop;
+    train::RunConfig cb = c;
+    cb.output_dir = (s.root / "b").string();
+    const train::RunSummary r = train::Session(cb, &rec).run(&stop);
+    CHECK(r.interrupted);
+    CHECK(r.steps == 2);
+    CHECK(fs::exists(s.root / "b" / "tiny-step00000002.safetensors"));
+    REQUIRE(fs::exists(s.root / "b" / "tiny-step00000002-state"));
+    CHECK(r.resume_hint == (s.root / "b" / "tiny-step00000002-state").string());
+    CHECK_FALSE(fs::exists(s.root / "b" / "tiny.safetensors"));
+
+    train::RunConfig rc = cb;
+    rc.resume = r.resume_hint;
+    Recorder rec2;
+    train::Session(rc, &rec2).run();
+    REQUIRE(rec2.steps.size() == 2);
+    CHECK(rec2.steps[1].loss == full_rec.steps[3].loss);
+    CHECK(bitwise_equal(tensors(s.root / "b" / "tiny.safetensors"), tensors(s.root / "a" / "tiny.safetensors")));
+    const gl::io::SafetensorsFile f((s.root / "a" / "tiny.safetensors").string());
+    for (const gl::io::TensorInfo& t : f.list()) CHECK(t.name.rfind("lora_unet_", 0) == 0);
+}
+
+TEST_CASE("sdtrain run: text encoder only, LoCon, --network_weights with --dim_from_weights, --no_metadata") {
+    Scratch s("variants");
+    const fs::path model = make_tiny_model(s.root), data = make_dataset(s.root);
+    // The text encoder alone, saved in fp16 with the minimum metadata.
+    train::RunConfig te = tiny_config(model, data, s.root / "te");
+    te.network_train_text_encoder_only = true;
+    te.max_train_steps = 2;
+    te.save_precision = "fp16";
+    te.no_metadata = true;
+    train::Session(te).run();
+    {
+        const gl::io::SafetensorsFile f((s.root / "te" / "tiny.safetensors").string());
+        for (const gl::io::TensorInfo& t : f.list()) {
+            CHECK(t.name.rfind("lora_te_", 0) == 0);
+            CHECK(t.dtype == gl::DType::f16);
+        }
+        CHECK(f.metadata().count("ss_network_dim"));
+        CHECK(f.metadata().count("modelspec.architecture"));
+        CHECK_FALSE(f.metadata().count("ss_tag_frequency"));
+        CHECK_FALSE(f.metadata().count("ss_steps"));
+    }
+    // LoCon: 3x3 convs get conv_dim modules too.
+    train::RunConfig lc = tiny_config(model, data, s.root / "locon");
+    lc.network_args = {"conv_dim=2", "conv_alpha=1"};
+    lc.max_train_steps = 2;
+    lc.network_alpha = 4;
+    train::Session(lc).run();
+    const fs::path locon = s.root / "locon" / "tiny.safetensors";
+    bool conv = false;
+    for (const gl::io::TensorInfo& t : gl::io::SafetensorsFile(locon.string()).list())
+        conv = conv || (t.shape.size() == 4 && t.shape[2] == 3);
+    CHECK(conv);
+    CHECK(gl::io::SafetensorsFile(locon.string()).metadata().at("ss_network_args") ==
+          "{\"conv_dim\": \"2\", \"conv_alpha\": \"1\", \"dropout\": null}");
+    // Continuing from that file: rank, alpha and conv rank read from it; the first step starts
+    // from its weights (0 steps would save them unchanged: one step at learning rate 0).
+    train::RunConfig cont = tiny_config(model, data, s.root / "cont");
+    cont.network_weights = locon.string();
+    cont.dim_from_weights = true;
+    cont.network_dim.reset();
+    cont.max_train_steps = 1;
+    cont.learning_rate = 0;
+    cont.text_encoder_lr = 0;  // the UNet's modules only: a zero lr for the text encoder leaves it out
+    cont.unet_lr = 0;
+    cont.network_train_unet_only = true;
+    train::Session cs(cont);
+    cs.prepare();
+    CHECK(cs.config().network_dim == 4);
+    CHECK(cs.config().network_alpha == 4.0);
+    CHECK(cs.config().lora_config().conv_dim == 2);
+    cs.run();
+    const auto before = tensors(locon), after = tensors(s.root / "cont" / "tiny.safetensors");
+    size_t same = 0;
+    for (const auto& [k, v] : after) {
+        REQUIRE(before.count(k));
+        same += std::memcmp(v.data(), before.at(k).data(), v.size() * sizeof(float)) == 0;
+    }
+    CHECK(same == after.size());
+}

@@ -1,0 +1,199 @@
+#include "tools/sdtrain/options.h"
+
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "tools/common/cli.h"
+#include "tools/sdtrain/option_table.h"
+
+namespace sdtrain {
+
+namespace fs = std::filesystem;
+using gl::cli::UsageError;
+
+namespace {
+
+constexpr const char* kDescription =
+    "sdtrain: train an SD1.5 LoRA (kohya sd-scripts' train_network.py options and config files)";
+
+std::string number_text(double x) {
+    char buf[64];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
+    return std::string(buf, end);
+}
+
+// One TOML value as option text (arrays: one text per element).
+Values toml_values(const toml::node& n, const std::string& where) {
+    if (auto b = n.value_exact<bool>()) return {*b ? "true" : "false"};
+    if (auto i = n.value_exact<int64_t>()) return {std::to_string(*i)};
+    if (auto d = n.value_exact<double>()) return {number_text(*d)};
+    if (auto s = n.value_exact<std::string>()) return {*s};
+    if (const toml::array* a = n.as_array()) {
+        Values out;
+        for (const toml::node& e : *a) {
+            Values v = toml_values(e, where);
+            if (v.size() != 1 || e.is_array()) throw UsageError(where + ": nested arrays are not option values");
+            out.push_back(v[0]);
+        }
+        return out;
+    }
+    throw UsageError(where + ": a value of an unsupported type (tables nest one level, as kohya reads them)");
+}
+
+std::string toml_quote(const std::string& s) {
+    std::string out = "\"";
+    for (char ch : s) {
+        if (ch == '"' || ch == '\\') out += '\\';
+        if (ch == '\n') {
+            out += "\\n";
+            continue;
+        }
+        out += ch;
+    }
+    return out + "\"";
+}
+
+// kohya's --output_config: the options given on the command line, as a TOML file (refused when
+// the file exists).
+void write_config(const std::string& path, const std::map<std::string, Values>& given) {
+    std::error_code ec;
+    if (fs::exists(path, ec)) throw UsageError("--output_config: " + path + " exists already (kohya refuses too)");
+    std::string text;
+    for (const auto& [name, values] : given) {
+        if (name == "config_file" || name == "output_config") continue;
+        const Option& o = *find_option(name);
+        text += name + " = ";
+        if (o.kind == Kind::flag) {
+            text += "true";
+        } else if (o.kind == Kind::list) {
+            text += "[";
+            for (size_t i = 0; i < values.size(); i++)
+                text += (i ? ", " : "") + (o.numeric ? values[i] : toml_quote(values[i]));
+            text += "]";
+        } else {
+            text += o.numeric ? values.at(0) : toml_quote(values.at(0));
+        }
+        text += "\n";
+    }
+    std::ofstream f(path, std::ios::binary);
+    f << text;
+    f.flush();
+    if (!f) throw gl::Error("--output_config: cannot write " + path);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, Values>> read_config_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw UsageError("--config_file " + path + ": cannot be read (kohya: 'not found')");
+    std::ostringstream text;
+    text << f.rdbuf();
+    toml::table root;
+    try {
+        root = toml::parse(text.str(), path);
+    } catch (const toml::parse_error& e) {
+        std::ostringstream os;
+        os << e.description() << " (line " << e.source().begin.line << ", column " << e.source().begin.column << ")";
+        throw UsageError("--config_file " + path + ": invalid TOML: " + os.str());
+    }
+    std::vector<std::pair<std::string, Values>> out;
+    auto add = [&](const std::string& key, const toml::node& n, const std::string& where) {
+        out.emplace_back(key, toml_values(n, where));
+    };
+    for (const auto& [k, node] : root) {
+        const std::string key(k.str());
+        if (const toml::table* t = node.as_table()) {  // a section: its keys, the section's name ignored
+            for (const auto& [k2, n2] : *t) add(std::string(k2.str()), n2, path + ": [" + key + "] " + std::string(k2.str()));
+        } else {
+            add(key, node, path + ": " + key);
+        }
+    }
+    return out;
+}
+
+std::vector<std::string> known_option_names() {
+    std::vector<std::string> n;
+    for (const Option& o : option_table()) n.push_back(o.name);
+    return n;
+}
+
+CommandLine parse_command_line(const std::vector<std::string>& args) {
+    gl::cli::Parser p("sdtrain", kDescription);
+    CLI::App& app = p.app();
+    std::map<std::string, Values> given;  // what the command line said, by option
+    for (const Option& o : option_table()) {
+        const std::string flag = "--" + o.name, name = o.name;
+        CLI::Option* opt = nullptr;
+        if (o.kind == Kind::flag) {
+            opt = app.add_flag_callback(flag, [&given, name] { given[name] = {}; }, o.help);
+        } else {
+            opt = app.add_option(
+                flag,
+                [&given, name, kind = o.kind](const CLI::results_t& r) {
+                    given[name] = kind == Kind::list ? Values(r.begin(), r.end()) : Values{r.back()};
+                    return true;
+                },
+                o.help);
+            opt->type_name(o.type);
+            if (o.kind == Kind::list) {
+                opt->expected(0, -1)->allow_extra_args(true);
+            } else {
+                opt->type_size(1)->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+            }
+        }
+        opt->group(o.group);
+    }
+    app.add_option("--config_file", [&given](const CLI::results_t& r) {
+           given["config_file"] = {r.back()};
+           return true;
+       }, "kohya's TOML of these options (sections ignored; the command line wins)")
+        ->type_name("TOML")
+        ->expected(1)
+        ->group("Run");
+    app.add_flag_callback("--output_config", [&given] { given["output_config"] = {}; },
+                          "write the command line's options to --config_file and stop")
+        ->group("Run");
+    p.parse(args);
+
+    CommandLine cl;
+    train::RunConfig& c = cl.config;
+    std::string config_file;
+    if (given.count("config_file")) {
+        config_file = given["config_file"][0];
+        if (config_file.size() < 5 || config_file.compare(config_file.size() - 5, 5, ".toml") != 0)
+            config_file += ".toml";  // kohya appends it
+    }
+    if (given.count("output_config")) {
+        if (config_file.empty()) throw UsageError("--output_config needs --config_file (the file to write)");
+        write_config(config_file, given);
+        cl.wrote_config = config_file;
+        return cl;
+    }
+    if (!config_file.empty())
+        for (const auto& [key, values] : read_config_file(config_file)) {
+            const std::string where = config_file + ": " + key;
+            if (key == "config_file" || key == "output_config")
+                throw UsageError(where + ": not an option a config file can set");
+            const Option* o = find_option(key);
+            if (!o) throw UsageError(where + ": unknown option (sdtrain takes train_network.py's option names)");
+            if (given.count(key)) continue;  // the command line wins
+            o->set(c, where, values);
+        }
+    for (const auto& [name, values] : given)
+        if (const Option* o = find_option(name)) o->set(c, "--" + name, values);
+    try {
+        c.validate();
+    } catch (const UsageError&) {
+        throw;
+    } catch (const gl::Error& e) {
+        throw UsageError(e.what());
+    }
+    return cl;
+}
+
+}  // namespace sdtrain

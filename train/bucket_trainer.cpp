@@ -1,0 +1,138 @@
+#include "train/bucket_trainer.h"
+
+#include <cmath>
+
+#include "ggml-lite/core/error.h"
+
+namespace train {
+
+namespace {
+optim::LossScaler::Options unit_scale() {
+    optim::LossScaler::Options o;
+    o.init_scale = 1.0;
+    return o;
+}
+
+// The names of a graph's parameter groups and their parameters: equal across a run's graphs.
+std::string group_signature(const StepGraph& s) {
+    std::string sig;
+    for (const ParamGroup& grp : s.update->groups()) {
+        sig += grp.name + gl::cat("(", grp.params.size(), ",", grp.lr, ")");
+        for (gl::ValueId p : grp.params) sig += "," + s.g.v(p).name;
+    }
+    return sig;
+}
+}  // namespace
+
+BucketTrainer::BucketTrainer(std::vector<Member> graphs, const TrainerOptions& o)
+    : graphs_(std::move(graphs)), o_(o), sched_(sd::DdpmSchedule::sd15()), rng_{o.seed, 0},
+      scaler_(!graphs_.empty() && graphs_[0].step && graphs_[0].step->opt.precision == Precision::fp16 ? o.loss_scale
+                                                                                                      : unit_scale()) {
+    GL_CHECK(!graphs_.empty(), "bucket trainer: no step graphs");
+    o_.objective.validate(sched_);
+    for (size_t i = 0; i < graphs_.size(); i++) check(i);
+}
+
+void BucketTrainer::check(size_t i) const {
+    const Member& m = graphs_[i];
+    GL_CHECK(m.step && m.rt, "bucket trainer: graph ", i, " has no step graph or runtime");
+    const StepGraph& s = *m.step;
+    const StepGraph& first = *graphs_[0].step;
+    GL_CHECK(o_.objective.prediction == s.opt.prediction && o_.objective.loss == s.opt.loss, "bucket trainer: graph ",
+             i, " was built with another prediction type or loss than the objective");
+    GL_CHECK(s.opt.grad_accum == first.opt.grad_accum && s.opt.precision == first.opt.precision &&
+                 std::string(s.opt.optimizer.name()) == first.opt.optimizer.name() &&
+                 s.opt.train_text_encoder == first.opt.train_text_encoder,
+             "bucket trainer: graph ", i, " differs from graph 0 in accumulation, precision, optimizer or text encoder");
+    GL_CHECK(group_signature(s) == group_signature(first), "bucket trainer: graph ", i,
+             "'s parameter groups differ from graph 0's");
+    const gl::Graph& pg = m.rt->plan().graph;
+    GL_CHECK(pg.value_count() >= s.g.value_count() && pg.v(s.latents).name == s.g.v(s.latents).name &&
+                 pg.shape(s.latents) == s.g.shape(s.latents),
+             "bucket trainer: runtime ", i, " does not run its step graph");
+}
+
+size_t BucketTrainer::add(Member m) {
+    graphs_.push_back(m);
+    try {
+        check(graphs_.size() - 1);
+    } catch (...) {
+        graphs_.pop_back();
+        throw;
+    }
+    return graphs_.size() - 1;
+}
+
+void BucketTrainer::init(uint64_t lora_seed) {
+    graphs_[0].step->net->init(*graphs_[0].rt, lora_seed);
+    init_optimizer();
+}
+
+void BucketTrainer::init_optimizer() {
+    graphs_[0].step->update->init_state(*graphs_[0].rt);
+    applied_ = 0;
+}
+
+StepReport BucketTrainer::update(const std::vector<MicroInput>& micro, double lr_factor) {
+    const int accum = graphs_[0].step->opt.grad_accum;
+    GL_CHECK(!micro.empty() && int(micro.size()) <= accum, "bucket trainer: an update takes 1 to ", accum,
+             " micro-batches, got ", micro.size());
+    StepReport r;
+    r.step = steps_ + 1;
+    r.loss_scale = scaler_.scale();
+    for (size_t k = 0; k < micro.size(); k++) {
+        const MicroInput& in = micro[k];
+        GL_CHECK(in.graph < graphs_.size(), "bucket trainer: graph ", in.graph, " of ", graphs_.size());
+        StepGraph& s = *graphs_[in.graph].step;
+        gl::Runtime& rt = *graphs_[in.graph].rt;
+        const int64_t n = s.latent_numel();
+        GL_CHECK(int64_t(in.latents.size()) == n, "bucket trainer: micro-batch ", k + 1, " holds ", in.latents.size(),
+                 " latent values, graph ", in.graph, " takes ", n);
+        const bool ids = std::holds_alternative<std::span<const int32_t>>(in.cond);
+        const size_t cond_n = std::visit([](auto c) { return c.size(); }, in.cond);
+        GL_CHECK(ids == s.opt.train_text_encoder &&
+                     int64_t(cond_n) == (ids ? s.ids_numel() : s.context_numel()),
+                 "bucket trainer: micro-batch ", k + 1, " has ", cond_n, ids ? " token ids" : " context values",
+                 ", graph ", in.graph, " takes ", ids ? s.ids_numel() : s.context_numel(),
+                 s.opt.train_text_encoder ? " token ids" : " context values");
+        const bool last = k + 1 == micro.size();
+        const MicroBatch mb = draw_micro_batch(o_.objective, sched_, s.opt.batch, n, s.latent_channels(), rng_);
+        s.net->sample_dropout(rt, rng_.next_u64());
+        s.update->optimizer().set_steps_applied(applied_);
+        s.update->prepare(rt, int(k), lr_factor, false, last);
+        const float loss = run_micro_batch(s, rt, in.latents.data(), in.cond, mb, scaler_, r.step, int(k));
+        const UpdateReport u = s.update->finish_run(rt, last);
+        r.loss += double(loss) / double(micro.size());
+        for (float e : rt.read_f32(s.per_sample)) r.per_sample.push_back(e);
+        if (last) {
+            r.applied = u.applied;
+            r.grad_norm = u.grad_norm;
+            applied_ = s.update->optimizer().steps_applied();
+        }
+    }
+    steps_++;
+    // bf16 / fp32 gradients do not overflow at scale 1; a non-finite one there is a real fault.
+    if (graphs_[0].step->opt.precision == Precision::fp16) scaler_.update(!r.applied);
+    else if (!r.applied)
+        gl::fail("training step ", r.step, ": the gradients hold inf/NaN with a finite loss (", r.loss,
+                 "); the LoRA and optimizer state were not updated by this step");
+    return r;
+}
+
+void BucketTrainer::save_optimizer(const std::string& path, const std::map<std::string, std::string>& extra) {
+    optimizer(0).set_steps_applied(applied_);
+    optimizer(0).save_state(path, *graphs_[0].rt, &scaler_, extra);
+}
+
+std::string BucketTrainer::load_state(const std::string& optimizer_file, const BucketTrainerState& state) {
+    GL_CHECK(state.steps >= 0, "bucket trainer: negative step count ", state.steps, " in the state");
+    const std::string note = optimizer(0).load_state(optimizer_file, *graphs_[0].rt, &scaler_);
+    applied_ = optimizer(0).steps_applied();
+    GL_CHECK(applied_ <= state.steps, "bucket trainer: ", optimizer_file, " counts ", applied_,
+             " applied updates but the state only ", state.steps, " steps");
+    steps_ = state.steps;
+    rng_.counter = state.noise_counter;
+    return note;
+}
+
+}  // namespace train

@@ -1,0 +1,80 @@
+// The host loop of a run over several step graphs: one per bucket shape and micro-batch size,
+// all on one gl::SharedMemory, so their LoRA parameters, optimizer state and gradient
+// accumulators are one copy (core/shared_memory.h). Whatever graph runs, the run keeps ONE
+// optimizer step count, ONE loss scaler and ONE noise generator, and an update may gather its
+// micro-batches from different graphs: kohya (accelerate) accumulates over consecutive batches
+// whatever their bucket, and at the end of an epoch applies the update with fewer micro-batches
+// than --gradient_accumulation_steps, each still weighted 1 / accumulation steps.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "train/trainer.h"
+
+namespace train {
+
+// One micro-batch of an update: the graph that runs it (index into the trainer's graphs), its
+// latents [B, h, w, C] (f32, NHWC) and its condition (frozen text encoder: the context; trained:
+// the token ids), B the graph's batch.
+struct MicroInput {
+    size_t graph = 0;
+    std::span<const float> latents;
+    StepCond cond;
+};
+
+// What a resumed run restores beside the optimizer's state file (train/run/state.h saves it).
+struct BucketTrainerState {
+    int64_t steps = 0;             // optimizer steps run, applied or skipped
+    uint64_t noise_counter = 0;    // the noise generator's position (its seed is the run's)
+};
+
+class BucketTrainer {
+public:
+    struct Member {
+        StepGraph* step = nullptr;
+        gl::Runtime* rt = nullptr;  // runs a plan of step->g on the shared memory
+    };
+    // Every graph must have the same parameter groups, optimizer and accumulation steps (the
+    // bucket shapes and micro-batch sizes differ). Throws gl::Error naming the graph otherwise.
+    BucketTrainer(std::vector<Member> graphs, const TrainerOptions& o);
+
+    // Adds a graph (a shape planned late: a batch shortened by images that failed to load), checked
+    // as the constructor checks; returns its index.
+    size_t add(Member m);
+
+    // Initialises the LoRA (down Kaiming-uniform from lora_seed, up zero) and zeroes the optimizer
+    // state, once for all graphs. Skip it when loading a LoRA (then call init_optimizer) or a state.
+    void init(uint64_t lora_seed);
+    void init_optimizer();
+
+    // One optimizer step over 1..accum micro-batches (fewer than accum: the end of an epoch).
+    // lr_factor multiplies the groups' learning rates (the LR schedule at updates_applied()).
+    // Throws gl::Error naming the step when a loss is NaN/inf (the update is then not applied).
+    StepReport update(const std::vector<MicroInput>& micro, double lr_factor = 1.0);
+
+    int64_t steps_done() const { return steps_; }
+    int64_t updates_applied() const { return applied_; }
+    const optim::LossScaler& loss_scaler() const { return scaler_; }
+    BucketTrainerState state() const { return {steps_, rng_.counter}; }
+    const std::vector<Member>& graphs() const { return graphs_; }
+
+    // The optimizer state (every state tensor, the update count, the loss scaler; extra: metadata)
+    // to a file, atomically; load_state checks it against this run's optimizer, restores it and
+    // the counters (state: from the same save). Returns the optimizer's note about changed args.
+    void save_optimizer(const std::string& path, const std::map<std::string, std::string>& extra = {});
+    std::string load_state(const std::string& optimizer_file, const BucketTrainerState& state);
+
+private:
+    void check(size_t i) const;
+    optim::Optimizer& optimizer(size_t g) { return graphs_[g].step->update->optimizer(); }
+    std::vector<Member> graphs_;
+    TrainerOptions o_;
+    sd::DdpmSchedule sched_;
+    sd::NoiseRng rng_;
+    optim::LossScaler scaler_;
+    int64_t steps_ = 0, applied_ = 0;
+};
+
+}  // namespace train

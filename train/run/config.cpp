@@ -1,0 +1,311 @@
+#include "train/run/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "ggml-lite/core/autofit.h"
+#include "ggml-lite/core/error.h"
+
+namespace train {
+
+namespace {
+
+std::string lower(std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+    return s;
+}
+
+bool one_of(const std::string& v, std::initializer_list<const char*> set) {
+    return std::any_of(set.begin(), set.end(), [&](const char* s) { return v == s; });
+}
+
+// kohya's --sample_sampler choices.
+constexpr std::initializer_list<const char*> kSamplers = {
+    "ddim", "pndm", "lms", "euler", "euler_a", "heun", "dpm_2", "dpm_2_a", "dpmsolver", "dpmsolver++", "dpmsingle",
+    "k_lms", "k_euler", "k_euler_a", "k_dpm_2", "k_dpm_2_a"};
+
+// network_args keys of networks.lora that sdtrain does not implement.
+constexpr std::initializer_list<const char*> kUnsupportedNetworkArgs = {
+    "block_dims", "block_alphas", "conv_block_dims", "conv_block_alphas", "down_lr_weight", "mid_lr_weight",
+    "up_lr_weight", "block_lr_zero_threshold", "loraplus_lr_ratio", "loraplus_unet_lr_ratio",
+    "loraplus_text_encoder_lr_ratio", "train_blocks", "exclude_patterns", "include_patterns"};
+
+double arg_number(const std::string& key, const std::string& v) {
+    try {
+        size_t used = 0;
+        const double x = std::stod(v, &used);
+        if (used == v.size() && std::isfinite(x)) return x;
+    } catch (const std::exception&) {
+    }
+    gl::fail("--network_args ", key, "=", v, ": not a number");
+}
+
+void check_rate(const char* name, double v) {
+    GL_CHECK(std::isfinite(v) && v >= 0.0 && v < 1.0, "--", name, " must be in [0, 1), got ", v);
+}
+
+void check_positive(const char* name, const std::optional<int>& v) {
+    GL_CHECK(!v || *v >= 1, "--", name, " must be >= 1, got ", v.value_or(0));
+}
+
+}  // namespace
+
+int64_t WarmupSteps::steps(int64_t total) const {
+    return ratio ? optim::warmup_steps_from_ratio(value, total) : int64_t(value);
+}
+
+std::vector<std::pair<std::string, std::string>> parse_network_args(const std::vector<std::string>& args) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const std::string& a : args) {
+        const size_t eq = a.find('=');
+        GL_CHECK(eq != std::string::npos && eq > 0, "--network_args: '", a, "' is not key=value");
+        out.emplace_back(a.substr(0, eq), a.substr(eq + 1));
+    }
+    return out;
+}
+
+void RunConfig::note(const std::string& text) {
+    if (std::find(notes.begin(), notes.end(), text) == notes.end()) notes.push_back(text);
+}
+
+void RunConfig::validate() {
+    GL_CHECK(!pretrained_model_name_or_path.empty(), "--pretrained_model_name_or_path is required");
+    GL_CHECK(!output_dir.empty(), "--output_dir is required");
+    GL_CHECK(!network_module.empty(), "--network_module is required (sdtrain trains networks.lora)");
+    GL_CHECK(network_module == "networks.lora", "--network_module ", network_module,
+             " is not supported: sdtrain trains networks.lora (LoRA; LoCon through --network_args conv_dim=N "
+             "conv_alpha=A)");
+    GL_CHECK(!output_name || (!output_name->empty() && output_name->find('/') == std::string::npos),
+             "--output_name must be a file name without '/', got '", output_name.value_or(""), "'");
+
+    // Data: one source.
+    GL_CHECK(!(dataset_config && (train_data_dir || reg_data_dir)),
+             "--dataset_config and --train_data_dir / --reg_data_dir were both given: the dataset config names the "
+             "image folders (kohya ignores the folder options then; sdtrain refuses the contradiction)");
+    GL_CHECK(dataset_config || train_data_dir, "no dataset: give --train_data_dir or --dataset_config");
+    GL_CHECK(dataset_config || resolution, "--resolution is required with --train_data_dir (kohya: 'resolution is "
+                                           "required')");
+    GL_CHECK(!resolution || ((*resolution)[0] >= 1 && (*resolution)[1] >= 1), "--resolution must be positive");
+    GL_CHECK(train_batch_size >= 1, "--train_batch_size must be >= 1");
+    GL_CHECK(min_bucket_reso >= 1 && max_bucket_reso >= min_bucket_reso && bucket_reso_steps >= 1,
+             "bucket options: need 1 <= --min_bucket_reso <= --max_bucket_reso and --bucket_reso_steps >= 1");
+    check_rate("caption_dropout_rate", caption_dropout_rate);
+    check_rate("caption_tag_dropout_rate", caption_tag_dropout_rate);
+    GL_CHECK(keep_tokens >= 0 && caption_dropout_every_n_epochs >= 0,
+             "--keep_tokens and --caption_dropout_every_n_epochs must be >= 0");
+    GL_CHECK(std::isfinite(prior_loss_weight) && prior_loss_weight >= 0, "--prior_loss_weight must be >= 0");
+    GL_CHECK(vae_batch_size >= 1, "--vae_batch_size must be >= 1");
+    GL_CHECK(max_data_loader_n_workers >= 0, "--max_data_loader_n_workers must be >= 0");
+    GL_CHECK(!color_aug, "--color_aug is not supported (its latents change every step; kohya disallows it with "
+                         "latent caching too)");
+    if (cache_latents_to_disk && !cache_latents) {
+        cache_latents = true;
+        note("--cache_latents_to_disk turns --cache_latents on (as kohya)");
+    }
+    GL_CHECK(!(cache_latents && random_crop), "--cache_latents cannot be used with --random_crop (the crop changes "
+                                              "every step)");
+    if (cache_text_encoder_outputs_to_disk && !cache_text_encoder_outputs) {
+        cache_text_encoder_outputs = true;
+        note("--cache_text_encoder_outputs_to_disk turns --cache_text_encoder_outputs on");
+    }
+
+    // Model.
+    GL_CHECK(!clip_skip || *clip_skip >= 1, "--clip_skip must be >= 1");
+    GL_CHECK(!max_token_length || *max_token_length == 150 || *max_token_length == 225,
+             "--max_token_length must be 150 or 225 (75 when not given), got ", max_token_length.value_or(0));
+
+    // Network.
+    GL_CHECK(!network_dim || *network_dim >= 1, "--network_dim must be >= 1");
+    GL_CHECK(std::isfinite(network_alpha) && network_alpha >= 0, "--network_alpha must be >= 0");
+    if (network_dropout) check_rate("network_dropout", *network_dropout);
+    GL_CHECK(!(network_train_unet_only && network_train_text_encoder_only),
+             "--network_train_unet_only and --network_train_text_encoder_only contradict each other");
+    GL_CHECK(!dim_from_weights || network_weights, "--dim_from_weights needs --network_weights");
+    lora_config();  // checks network_args
+    GL_CHECK(!(cache_text_encoder_outputs && train_text_encoder()),
+             "--cache_text_encoder_outputs needs a frozen text encoder: add --network_train_unet_only");
+    GL_CHECK(!(network_train_text_encoder_only && text_encoder_lr && *text_encoder_lr == 0),
+             "--network_train_text_encoder_only with --text_encoder_lr 0 trains nothing");
+
+    // Optimizer and schedule.
+    GL_CHECK(!(use_8bit_adam && use_lion_optimizer), "--use_8bit_adam and --use_lion_optimizer contradict each other");
+    GL_CHECK(optimizer_type.empty() || !(use_8bit_adam || use_lion_optimizer),
+             "--optimizer_type and --", use_8bit_adam ? "use_8bit_adam" : "use_lion_optimizer",
+             " were both given (kohya refuses the pair too)");
+    for (double lr : {learning_rate, unet_lr.value_or(0), text_encoder_lr.value_or(0)})
+        GL_CHECK(std::isfinite(lr) && lr >= 0, "learning rates must be finite and >= 0, got ", lr);
+    GL_CHECK(std::isfinite(max_grad_norm) && max_grad_norm >= 0, "--max_grad_norm must be >= 0 (0: no clipping)");
+    const optim::OptimizerConfig opt = optimizer();  // checks optimizer_type and optimizer_args
+    GL_CHECK(one_of(lr_scheduler, {"constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts",
+                                   "polynomial", "adafactor"}),
+             "--lr_scheduler ", lr_scheduler, " is not supported (constant, constant_with_warmup, linear, cosine, "
+             "cosine_with_restarts, polynomial, adafactor)");
+    GL_CHECK(lr_warmup_steps.value >= 0 && (!lr_warmup_steps.ratio || lr_warmup_steps.value <= 1),
+             "--lr_warmup_steps must be >= 0 steps or a ratio in [0, 1]");
+    if (adafactor_relative_step() && lr_scheduler != "adafactor") {
+        note("Adafactor with relative_step=True sets its own learning rate: --lr_scheduler becomes "
+                        "adafactor (as kohya)");
+        lr_scheduler = "adafactor";
+    }
+    GL_CHECK(lr_scheduler != "adafactor" || std::string(opt.name()) == "Adafactor",
+             "--lr_scheduler adafactor needs --optimizer_type Adafactor");
+    GL_CHECK(!(one_of(lr_scheduler, {"constant", "adafactor"}) && lr_warmup_steps.value != 0),
+             "--lr_scheduler ", lr_scheduler, " does not take --lr_warmup_steps (kohya: 'does not require "
+             "num_warmup_steps. Set None or 0'); use constant_with_warmup");
+    GL_CHECK(lr_scheduler_num_cycles >= 1, "--lr_scheduler_num_cycles must be >= 1");
+    GL_CHECK(std::isfinite(lr_scheduler_power) && lr_scheduler_power > 0, "--lr_scheduler_power must be > 0");
+
+    // Training.
+    GL_CHECK(max_train_steps >= 1, "--max_train_steps must be >= 1");
+    check_positive("max_train_epochs", max_train_epochs);
+    GL_CHECK(gradient_accumulation_steps >= 1, "--gradient_accumulation_steps must be >= 1");
+    GL_CHECK(one_of(mixed_precision, {"no", "fp16", "bf16"}), "--mixed_precision must be no, fp16 or bf16, got '",
+             mixed_precision, "'");
+    GL_CHECK(!(full_fp16 && full_bf16), "--full_fp16 and --full_bf16 contradict each other");
+    GL_CHECK(!full_fp16 || mixed_precision == "fp16", "--full_fp16 needs --mixed_precision fp16 (kohya: 'full_fp16 "
+                                                      "requires mixed precision='fp16'')");
+    GL_CHECK(!full_bf16 || mixed_precision == "bf16", "--full_bf16 needs --mixed_precision bf16 (kohya: 'full_bf16 "
+                                                      "requires mixed precision='bf16'')");
+    if (full_fp16 || full_bf16)
+        note("--full_fp16 / --full_bf16: the frozen weights and activations are in half precision; the "
+                        "LoRA masters and optimizer state stay f32 (the file is saved in half precision)");
+    GL_CHECK(!noise_offset || (std::isfinite(*noise_offset) && *noise_offset >= 0), "--noise_offset must be >= 0");
+    GL_CHECK(!min_snr_gamma || (std::isfinite(*min_snr_gamma) && *min_snr_gamma >= 0),
+             "--min_snr_gamma must be >= 0");
+    GL_CHECK(loss_type != "smooth_l1", "--loss_type smooth_l1 is not supported (l1, l2, huber)");
+    GL_CHECK(one_of(loss_type, {"l1", "l2", "huber"}), "--loss_type must be l1, l2 or huber, got '", loss_type, "'");
+    GL_CHECK(one_of(huber_schedule, {"constant", "exponential", "snr"}),
+             "--huber_schedule must be constant, exponential or snr");
+    objective().validate(sd::DdpmSchedule::sd15());
+
+    // Memory.
+    if (vram_limit && *vram_limit != "auto") gl::parse_bytes(*vram_limit);
+    if (!vram_limit && (allow_8bit_optimizer || allow_cached_text_encoder || allow_unet_only))
+        note("--allow_* options only widen what --vram_limit may choose, and what a refused plan suggests");
+
+    // Output.
+    GL_CHECK(save_model_as == "safetensors", "--save_model_as ", save_model_as,
+             " is not supported: sdtrain saves safetensors (what A1111, ComfyUI and stable-diffusion.cpp load)");
+    GL_CHECK(!save_precision || one_of(*save_precision, {"float", "fp16", "bf16"}),
+             "--save_precision must be float, fp16 or bf16");
+    for (const auto& [name, v] : {std::pair{"save_every_n_steps", save_every_n_steps},
+                                  {"save_every_n_epochs", save_every_n_epochs},
+                                  {"save_n_epoch_ratio", save_n_epoch_ratio},
+                                  {"save_last_n_steps", save_last_n_steps},
+                                  {"save_last_n_epochs", save_last_n_epochs},
+                                  {"save_last_n_steps_state", save_last_n_steps_state},
+                                  {"save_last_n_epochs_state", save_last_n_epochs_state}})
+        check_positive(name, v);
+    GL_CHECK(!(save_last_n_steps || save_last_n_steps_state) || save_every_n_steps,
+             "--save_last_n_steps", save_last_n_steps ? "" : "_state", " needs --save_every_n_steps");
+    GL_CHECK(!(save_last_n_epochs || save_last_n_epochs_state) || save_every_n_epochs || save_n_epoch_ratio,
+             "--save_last_n_epochs", save_last_n_epochs ? "" : "_state", " needs --save_every_n_epochs");
+    GL_CHECK(!resume || !resume->empty(), "--resume needs a state folder");
+
+    // Sampling: kohya turns intervals <= 0 off with a warning.
+    for (auto* v : {&sample_every_n_steps, &sample_every_n_epochs})
+        if (*v && **v <= 0) {
+            note(gl::cat(v == &sample_every_n_steps ? "--sample_every_n_steps" : "--sample_every_n_epochs",
+                                    " ", **v, " <= 0: no samples at that interval (as kohya)"));
+            v->reset();
+        }
+    GL_CHECK(sample_prompts || !(sample_every_n_steps || sample_every_n_epochs || sample_at_first),
+             "sampling (--sample_every_n_steps / --sample_every_n_epochs / --sample_at_first) needs --sample_prompts");
+    GL_CHECK(one_of(sample_sampler, kSamplers), "--sample_sampler ", sample_sampler,
+             " is not one of kohya's samplers (ddim, pndm, lms, euler, euler_a, heun, dpm_2, dpm_2_a, dpmsolver, "
+             "dpmsolver++, dpmsingle, k_lms, k_euler, k_euler_a, k_dpm_2, k_dpm_2_a)");
+    if (sample_every_n_steps && sample_every_n_epochs)
+        note("--sample_every_n_epochs overrides --sample_every_n_steps (as kohya)");
+}
+
+Precision RunConfig::precision() const {
+    return mixed_precision == "fp16" ? Precision::fp16 : mixed_precision == "bf16" ? Precision::bf16 : Precision::fp32;
+}
+
+lora::SavePrecision RunConfig::save_dtype() const {
+    const std::string p = save_precision.value_or(full_fp16 ? "fp16" : full_bf16 ? "bf16" : "float");
+    return p == "fp16" ? lora::SavePrecision::fp16 : p == "bf16" ? lora::SavePrecision::bf16 : lora::SavePrecision::fp32;
+}
+
+bool RunConfig::train_text_encoder() const {
+    return !network_train_unet_only && text_encoder_learning_rate() != 0.0;
+}
+
+lora::LoraConfig RunConfig::lora_config() const {
+    lora::LoraConfig c;
+    c.rank = network_dim.value_or(4);
+    c.alpha = float(network_alpha);
+    c.dropout = float(network_dropout.value_or(0.0));
+    bool conv_alpha_given = false;
+    for (const auto& [key, value] : parse_network_args(network_args)) {
+        GL_CHECK(!one_of(key, kUnsupportedNetworkArgs), "--network_args ", key,
+                 " is not supported (sdtrain's network args: conv_dim, conv_alpha, rank_dropout, module_dropout, "
+                 "dropout)");
+        const double x = arg_number(key, value);
+        if (key == "conv_dim") {
+            GL_CHECK(x >= 1 && x == std::floor(x) && x < 1e6, "--network_args conv_dim must be an integer >= 1");
+            c.conv_dim = int(x);
+        } else if (key == "conv_alpha") {
+            GL_CHECK(x >= 0, "--network_args conv_alpha must be >= 0");
+            c.conv_alpha = float(x);
+            conv_alpha_given = true;
+        } else if (key == "rank_dropout" || key == "module_dropout" || key == "dropout") {
+            check_rate(("network_args " + key).c_str(), x);
+            (key == "rank_dropout" ? c.rank_dropout : key == "module_dropout" ? c.module_dropout : c.dropout) = float(x);
+        } else {
+            gl::fail("--network_args: unknown key '", key, "' (conv_dim, conv_alpha, rank_dropout, module_dropout, "
+                     "dropout)");
+        }
+    }
+    GL_CHECK(!conv_alpha_given || c.conv_dim > 0, "--network_args conv_alpha needs conv_dim");
+    if (c.conv_dim > 0 && !conv_alpha_given) c.conv_alpha = 1.0f;  // networks.lora's default
+    return c;
+}
+
+optim::OptimizerConfig RunConfig::optimizer() const {
+    const std::string type = !optimizer_type.empty() ? optimizer_type
+                             : use_8bit_adam         ? "AdamW8bit"
+                             : use_lion_optimizer    ? "Lion"
+                                                     : "AdamW";
+    try {
+        return optim::parse_optimizer(type, optimizer_args);
+    } catch (const gl::Error& e) {
+        gl::fail("--optimizer_type ", type, ": ", e.what());
+    }
+}
+
+bool RunConfig::adafactor_relative_step() const {
+    const optim::OptimizerConfig o = optimizer();
+    return lower(o.name()) == "adafactor" && o.flag("relative_step");
+}
+
+Objective RunConfig::objective() const {
+    Objective o;
+    o.prediction = v_parameterization ? sd::Prediction::v_prediction : sd::Prediction::epsilon;
+    o.loss = loss_type == "l1" ? gl::LossKind::l1 : loss_type == "huber" ? gl::LossKind::huber : gl::LossKind::l2;
+    o.min_snr_gamma = min_snr_gamma.value_or(0.0);
+    o.noise_offset = noise_offset.value_or(0.0);
+    o.min_timestep = min_timestep.value_or(0);
+    o.max_timestep = max_timestep.value_or(1000);
+    o.huber_schedule = parse_huber_schedule(huber_schedule);
+    o.huber_c = huber_c;
+    o.huber_scale = huber_scale;
+    return o;
+}
+
+optim::LrSchedule lr_schedule(const RunConfig& c, int64_t total_steps) {
+    // Adafactor with a relative step computes its own lr: the factor stays 1 (kohya's AdafactorSchedule).
+    const optim::LrKind kind = c.lr_scheduler == "adafactor" ? optim::LrKind::Constant
+                                                             : optim::parse_lr_kind(c.lr_scheduler);
+    // base_lr: the optimizer's default lr (kohya's --learning_rate), which diffusers' polynomial
+    // schedule divides its absolute lr_end by; the other kinds do not read it.
+    optim::LrSchedule s =
+        optim::LrSchedule::make(kind, c.learning_rate, c.lr_warmup_steps.steps(total_steps), total_steps);
+    if (kind == optim::LrKind::CosineWithRestarts) s.num_cycles = c.lr_scheduler_num_cycles;
+    s.power = c.lr_scheduler_power;
+    s.validate();
+    return s;
+}
+
+}  // namespace train

@@ -1,0 +1,148 @@
+#include "train/run/data_plan.h"
+
+#include <filesystem>
+#include <map>
+
+#include "ggml-lite/core/error.h"
+
+namespace train {
+
+namespace fs = std::filesystem;
+
+data::ConfigLevel dataset_command_line(const RunConfig& c) {
+    data::ConfigLevel l = {
+        {"batch_size", int64_t(c.train_batch_size)},
+        {"enable_bucket", c.enable_bucket},
+        {"min_bucket_reso", int64_t(c.min_bucket_reso)},
+        {"max_bucket_reso", int64_t(c.max_bucket_reso)},
+        {"bucket_reso_steps", int64_t(c.bucket_reso_steps)},
+        {"bucket_no_upscale", c.bucket_no_upscale},
+        {"caption_extension", c.caption_extension},
+        {"shuffle_caption", c.shuffle_caption},
+        {"caption_separator", c.caption_separator},
+        {"keep_tokens", int64_t(c.keep_tokens)},
+        {"keep_tokens_separator", c.keep_tokens_separator},
+        {"caption_dropout_rate", c.caption_dropout_rate},
+        {"caption_dropout_every_n_epochs", int64_t(c.caption_dropout_every_n_epochs)},
+        {"caption_tag_dropout_rate", c.caption_tag_dropout_rate},
+        {"flip_aug", c.flip_aug},
+        {"random_crop", c.random_crop},
+        {"color_aug", c.color_aug},
+    };
+    if (c.resolution) l["resolution"] = std::array<int64_t, 2>{(*c.resolution)[0], (*c.resolution)[1]};
+    if (c.secondary_separator) l["secondary_separator"] = *c.secondary_separator;
+    if (c.caption_prefix) l["caption_prefix"] = *c.caption_prefix;
+    if (c.caption_suffix) l["caption_suffix"] = *c.caption_suffix;
+    return l;
+}
+
+RunData load_run_data(const RunConfig& c) {
+    RunData d;
+    data::DatasetConfig dc;
+    if (c.dataset_config) {
+        std::vector<data::DatasetConfig> all = data::load_dataset_config(*c.dataset_config, dataset_command_line(c));
+        GL_CHECK(all.size() == 1, "--dataset_config ", *c.dataset_config, ": ", all.size(),
+                 " [[datasets]] tables; sdtrain trains one dataset (put every subset in one [[datasets]])");
+        dc = std::move(all[0]);
+        d.from_dataset_config = true;
+    } else {
+        std::optional<fs::path> reg;
+        if (c.reg_data_dir) reg = fs::path(*c.reg_data_dir);
+        dc = data::folder_dataset_config(*c.train_data_dir, reg, dataset_command_line(c), d.warnings);
+        GL_CHECK(!dc.subsets.empty(), "--train_data_dir ", *c.train_data_dir,
+                 ": no <repeats>_<name> folder (train_data_dir must be the parent of the image folders, as kohya's)");
+    }
+    for (const data::SubsetConfig& s : dc.subsets)
+        GL_CHECK(!s.alpha_mask, "subset ", s.image_dir.string(),
+                 ": alpha_mask (a masked loss) is not supported by sdtrain's training step");
+    d.dataset = data::build_dataset(dc);
+    d.buckets = data::assign_buckets(d.dataset);
+    GL_CHECK(!d.buckets.buckets.empty(), "no image fits a bucket (", d.buckets.skipped.size(), " skipped)\n",
+             data::describe_skipped(d.buckets.skipped));
+    for (const std::string& w : d.dataset.warnings) d.warnings.push_back(w);
+    for (const std::string& w : d.buckets.warnings) d.warnings.push_back(w);
+    return d;
+}
+
+std::string dataset_summary(const RunData& d) {
+    const data::Dataset& ds = d.dataset;
+    std::map<int, std::pair<int64_t, int64_t>> per_subset;  // subset -> images, images with repeats
+    for (const data::ImageEntry& e : ds.images) {
+        per_subset[e.subset].first++;
+        per_subset[e.subset].second += e.num_repeats;
+    }
+    std::string s = gl::cat("dataset (", d.from_dataset_config ? "dataset config" : "folders", "):\n");
+    for (const auto& [i, n] : per_subset) {
+        const data::SubsetConfig& sc = ds.config.subsets[size_t(i)];
+        s += gl::cat("  ", sc.is_reg ? "reg   " : "train ", sc.image_dir.filename().string(), ": ", n.first,
+                     " images x ", sc.num_repeats, " repeats", sc.is_reg && n.second != n.first * sc.num_repeats
+                                                                   ? gl::cat(" (balanced to ", n.second, ")")
+                                                                   : std::string(),
+                     " = ", n.second, "\n");
+    }
+    s += gl::cat("  images with repeats: ", ds.num_train_images, " train", ds.num_reg_images
+                     ? gl::cat(" + ", ds.num_reg_images, " regularisation (balanced against the training images)")
+                     : std::string(),
+                 "\n");
+    if (!ds.skipped.empty() || !d.buckets.skipped.empty())
+        s += gl::cat("  skipped: ", ds.skipped.size() + d.buckets.skipped.size(), " images (listed at the end)\n");
+    s += data::bucket_table(d.buckets);
+    return s;
+}
+
+StepCounts count_steps(const RunConfig& c, const RunData& d, int64_t micro_batch, int accum) {
+    GL_CHECK(micro_batch >= 1 && accum >= 1, "steps: micro-batch and accumulation must be >= 1");
+    StepCounts k;
+    k.micro_batch = micro_batch;
+    k.accum = accum;
+    std::string terms, values;
+    for (const data::Bucket& b : d.buckets.buckets) {
+        const int64_t n = int64_t(b.images.size()), batches = (n + micro_batch - 1) / micro_batch;
+        k.batches_per_epoch += batches;
+        terms += gl::cat(terms.empty() ? "" : " + ", "ceil(", n, "/", micro_batch, ")");
+        values += gl::cat(values.empty() ? "" : " + ", batches);
+    }
+    k.updates_per_epoch = (k.batches_per_epoch + accum - 1) / accum;
+    std::string& a = k.arithmetic;
+    a = gl::cat("  batches per epoch  = ", terms, d.buckets.buckets.size() > 1 ? " = " + values : std::string(), " = ",
+                k.batches_per_epoch, "   (per bucket: images with repeats / batch ", micro_batch, ")\n");
+    a += gl::cat("  updates per epoch  = ceil(", k.batches_per_epoch, " / ", accum, " accumulation steps) = ",
+                 k.updates_per_epoch, "\n");
+    if (c.max_train_epochs) {
+        k.epochs = *c.max_train_epochs;
+        k.max_train_steps = k.epochs * k.updates_per_epoch;
+        a += gl::cat("  total steps        = ", k.epochs, " epochs (--max_train_epochs) x ", k.updates_per_epoch, " = ",
+                     k.max_train_steps, "\n");
+    } else {
+        k.max_train_steps = c.max_train_steps;
+        k.epochs = (k.max_train_steps + k.updates_per_epoch - 1) / k.updates_per_epoch;
+        a += gl::cat("  epochs             = ceil(", k.max_train_steps, " steps (--max_train_steps) / ",
+                     k.updates_per_epoch, ") = ", k.epochs, "\n");
+    }
+    a += gl::cat("  images per update  = ", micro_batch, " x ", accum, " = ", micro_batch * accum, "\n");
+    return k;
+}
+
+std::vector<GraphShape> graph_shapes(const RunData& d, int64_t micro_batch, int64_t downscale, int unet_multiple) {
+    std::vector<GraphShape> out;
+    for (const data::Bucket& b : d.buckets.buckets) {
+        const int64_t m = downscale * unet_multiple;
+        GL_CHECK(b.reso.w % m == 0 && b.reso.h % m == 0, "bucket ", b.reso.w, "x", b.reso.h,
+                 ": the UNet takes sides that are multiples of ", m,
+                 " pixels (use --bucket_reso_steps 64 and a resolution that is a multiple of 64)");
+        const int64_t n = int64_t(b.images.size());
+        const GraphShape full{b.reso.h / downscale, b.reso.w / downscale, std::min(n, micro_batch)};
+        out.push_back(full);
+        if (n > micro_batch && n % micro_batch != 0) out.push_back({full.latent_h, full.latent_w, n % micro_batch});
+    }
+    return out;
+}
+
+std::vector<BucketShare> bucket_shares(const RunData& d, int64_t downscale) {
+    std::vector<BucketShare> out;
+    for (const data::Bucket& b : d.buckets.buckets)
+        out.push_back({b.reso.h / downscale, b.reso.w / downscale, double(b.images.size())});
+    return out;
+}
+
+}  // namespace train

@@ -1,0 +1,58 @@
+// The dataset side of a run's plan: the kohya dataset (folders or --dataset_config) read from the
+// run's options, its buckets, and kohya's steps arithmetic (batches per epoch, updates per epoch,
+// total steps and epochs), spelled out for the user the way it is computed.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/bucket.h"
+#include "data/config.h"
+#include "data/dataset.h"
+#include "train/run/config.h"
+#include "train/run/graphs.h"
+
+namespace train {
+
+struct RunData {
+    data::Dataset dataset;
+    data::BucketAssignment buckets;
+    bool from_dataset_config = false;  // --dataset_config (else the folder layout)
+    std::vector<std::string> warnings;  // the dataset's and the buckets'
+};
+
+// The command line's level of the dataset settings (data/config.h): what kohya's dataset
+// blueprint falls back to when a subset, dataset or [general] does not set a key.
+data::ConfigLevel dataset_command_line(const RunConfig& c);
+
+// Reads the dataset and assigns buckets. Throws gl::Error naming the file or option: no usable
+// image, more than one [[datasets]] (sdtrain trains one), alpha_mask (no masked loss here).
+RunData load_run_data(const RunConfig& c);
+
+// "images: ..., subsets with repeats, reg images, buckets" for the plan.
+std::string dataset_summary(const RunData& d);
+
+// kohya's arithmetic for a micro-batch and accumulation: an epoch holds, per bucket,
+// ceil(images with repeats / micro-batch) batches; an update takes `accum` of them (the last of an
+// epoch fewer); --max_train_epochs sets the total steps, else --max_train_steps sets the epochs.
+struct StepCounts {
+    int64_t micro_batch = 1;
+    int accum = 1;
+    int64_t batches_per_epoch = 0, updates_per_epoch = 0, max_train_steps = 0, epochs = 0;
+    std::string arithmetic;  // the computation, line by line
+};
+StepCounts count_steps(const RunConfig& c, const RunData& d, int64_t micro_batch, int accum);
+
+// The graph shapes an epoch runs: per bucket its full micro-batch and, when its image count is not
+// a multiple, the short last batch. Latent sides are the bucket's pixels / downscale (checked
+// against the UNet's size multiple: gl::Error naming the bucket).
+std::vector<GraphShape> graph_shapes(const RunData& d, int64_t micro_batch, int64_t downscale, int unet_multiple);
+
+// The buckets for auto-fit: latent sides and their share of the images (with repeats).
+struct BucketShare {
+    int64_t latent_h = 0, latent_w = 0;
+    double images = 0;
+};
+std::vector<BucketShare> bucket_shares(const RunData& d, int64_t downscale);
+
+}  // namespace train

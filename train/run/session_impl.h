@@ -1,0 +1,49 @@
+// The state a Session carries from prepare() to run() (private to train/run/session*.cpp).
+#pragma once
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "data/latent_cache.h"
+#include "data/text_cache.h"
+#include "models/sd15/model_files.h"
+#include "train/autofit.h"
+#include "train/run/graphs.h"
+#include "train/run/sampling.h"
+#include "train/run/session.h"
+#include "train/run/state.h"
+
+namespace train {
+
+struct Session::Impl {
+    RunConfig cfg;
+    RunObserver* obs = nullptr;
+    RunObserver quiet;  // when no observer is given
+    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+
+    bool prepared = false;
+    RunPlan plan;
+    std::optional<RunPosition> resume;  // --resume's train_state.json
+    sd::Sd15Files model;
+    RunData data;
+    gl::Backend backend = gl::Backend::cpu;
+    StepOptions step;            // the configuration the graphs are built with
+    bool cache_text = false;     // frozen text encoder outputs cached before training
+    std::unique_ptr<GraphSet> graphs;
+    std::unique_ptr<RunSampler> sampler;  // --sample_prompts: in the same memory
+    uint64_t seed = 0;
+
+    void message(const std::string& m) { obs->on_message(m); }
+    // prepare()'s parts (session.cpp).
+    StepOptions base_step() const;
+    void plan_memory();
+    std::string refusal(const std::string& why);  // the plan and the changes that would fit
+    // run()'s parts (session_run.cpp).
+    RunSummary train_loop(const std::atomic<bool>* stop);
+};
+
+// The identity of a run's data order, stored in states: a resume must see the same.
+std::string run_identity(const RunData& d, uint64_t seed, int64_t micro_batch, int accum);
+
+}  // namespace train
