@@ -130,8 +130,15 @@ Register r({
          matmul(g, g.input("a", DType::f32, {2, 3, 4}), QuantWeight{g.weight("q", DType::i8, {2, 4, 5}),
                                                                      g.weight("s", DType::f32, {2})});
      }},
-    {"matmul", "quantized f8e4m3 b, trans_a and trans_b, odd sizes", [](CaseBuilder& b) {
-         b.out(matmul(b.g, b.x("a", {3, 7, 5}), qweight(b, "b", {9, 7}, DType::f8e4m3, 300.0f), true, true));
+    {"matmul", "quantized f8e4m3 b, trans_b, odd sizes", [](CaseBuilder& b) {
+         b.out(matmul(b.g, b.x("a", {3, 5, 7}), qweight(b, "b", {9, 7}, DType::f8e4m3, 300.0f), false, true));
+     },
+     [](Graph& g) {  // a is never transposed against a quantized b
+         matmul(g, g.input("a", DType::f32, {4, 3}),
+                QuantWeight{g.weight("q", DType::i8, {4, 5}), g.weight("s", DType::f32, {4})}, true, false);
+     }},
+    {"matmul", "quantized i8 b, one row of a, gradient to a", [](CaseBuilder& b) {
+         b.out(matmul(b.g, b.x("a", {1, 64}), qweight(b, "b", {64, 40}, DType::i8)));
      },
      [](Graph& g) {  // the scale must be f32 and one per row of b
          matmul(g, g.input("a", DType::f32, {3, 5}),

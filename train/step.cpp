@@ -47,7 +47,7 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     const int64_t B = opt.batch, C = opt.unet.in_channels;
     const Shape lat{B, opt.latent_h, opt.latent_w, C}, per{B}, col{B, 1, 1, 1};
 
-    s->unet_weights = std::make_unique<sd::Weights>(g, act, opt.weight_format);
+    s->unet_weights = std::make_unique<sd::Weights>(g, act, opt.base_format);
     s->net = std::make_unique<lora::LoraNetwork>(opt.lora);
     if (opt.train_unet) s->net->attach_unet(*s->unet_weights);
 
@@ -61,7 +61,7 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     s->loss_scale = g.input("loss_scale", DType::f32, {1});
 
     if (opt.train_text_encoder) {
-        s->text_weights = std::make_unique<sd::Weights>(g, act, opt.weight_format);
+        s->text_weights = std::make_unique<sd::Weights>(g, act, opt.text_encoder_format);
         s->net->attach_text_encoder(*s->text_weights);
         s->ids = g.input("ids", DType::i32, {B * opt.clip_chunks, 77});
         s->context = sd::build_clip_chunked(*s->text_weights, g, s->ids, opt.clip_chunks, opt.clip, opt.clip_skip);

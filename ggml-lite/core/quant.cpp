@@ -15,21 +15,20 @@ const char* weight_format_name(WeightFormat f) {
         case WeightFormat::dense: return "dense";
         case WeightFormat::int8: return "int8";
         case WeightFormat::fp8: return "fp8";
-        case WeightFormat::fp8_cast: return "fp8_cast";
     }
     return "invalid";
 }
 
 WeightFormat parse_weight_format(const std::string& s) {
-    for (WeightFormat f : {WeightFormat::dense, WeightFormat::int8, WeightFormat::fp8, WeightFormat::fp8_cast})
+    for (WeightFormat f : {WeightFormat::dense, WeightFormat::int8, WeightFormat::fp8})
         if (s == weight_format_name(f)) return f;
-    fail("unknown weight format '", s, "' (dense, int8, fp8 or fp8_cast)");
+    fail("unknown weight format '", s, "' (dense, int8 or fp8)");
 }
 
 DType weight_format_dtype(WeightFormat f) {
     switch (f) {
         case WeightFormat::int8: return DType::i8;
-        case WeightFormat::fp8: case WeightFormat::fp8_cast: return DType::f8e4m3;
+        case WeightFormat::fp8: return DType::f8e4m3;
         case WeightFormat::dense: break;
     }
     fail("weight format ", weight_format_name(f), " has no code dtype");
@@ -45,13 +44,6 @@ bool quantize_row(const float* w, int64_t cols, WeightFormat f, void* q, float& 
     for (int64_t j = 0; j < cols; j++) {
         if (!std::isfinite(w[j])) return false;
         absmax = std::max(absmax, std::fabs(w[j]));
-    }
-    if (f == WeightFormat::fp8_cast) {
-        if (absmax > kFp8Max) return false;
-        scale = 1.0f;
-        auto* out = static_cast<uint8_t*>(q);
-        for (int64_t j = 0; j < cols; j++) out[j] = f32_to_f8e4m3(w[j]);
-        return true;
     }
     const float top = f == WeightFormat::int8 ? 127.0f : kFp8Max;
     scale = absmax / top;
@@ -93,10 +85,10 @@ void quantize_rows(const float* w, int64_t rows, int64_t cols, WeightFormat f, v
     const int64_t r = bad.load();
     if (r == std::numeric_limits<int64_t>::max()) return;
     const float* row = w + r * cols;
-    for (int64_t j = 0; j < cols; j++)
-        if (!std::isfinite(row[j])) fail("quantize ", what, ": row ", r, " holds a non-finite value (", row[j], ")");
-    fail("quantize ", what, ": row ", r, " holds values beyond +-448, which the plain fp8 cast (", weight_format_name(f),
-         ") turns into NaN; use the fp8 format, which scales each row");
+    int64_t j = 0;
+    while (j + 1 < cols && std::isfinite(row[j])) j++;
+    fail("quantize ", what, " to ", weight_format_name(f), ": element ", j, " of row ", r, " is ", row[j],
+         "; a frozen weight must be finite");
 }
 
 void dequantize_rows(const void* q, DType qt, const float* scale, int64_t rows, int64_t cols, float* w) {

@@ -16,21 +16,20 @@ namespace gl {
 // How frozen matrices (linear and conv weights) are stored; norms, biases and embeddings stay in
 // the compute dtype whatever the format.
 enum class WeightFormat : uint8_t {
-    dense,     // the compute dtype (bf16, f16 or f32), as before
-    int8,      // i8 codes, symmetric per row: scale = absmax / 127, q = round(w / scale) in [-127, 127]
-    fp8,       // f8e4m3 codes of w / scale per row, scale = absmax / 448 (the format's largest value)
-    fp8_cast,  // kohya's --fp8_base: the plain float8_e4m3fn cast of w (every scale 1)
+    dense,  // the compute dtype (bf16, f16 or f32), as before
+    int8,   // i8 codes, symmetric per row: scale = absmax / 127, q = round(w / scale) in [-127, 127]
+    fp8,    // f8e4m3 codes of w / scale per row, scale = absmax / 448 (the format's largest value);
+            // kohya's --fp8_base casts w itself (scale 1), which loses small rows to subnormals
 };
-const char* weight_format_name(WeightFormat f);  // "dense", "int8", "fp8", "fp8_cast"
+const char* weight_format_name(WeightFormat f);  // "dense", "int8", "fp8"
 // One of those names; throws gl::Error naming s otherwise.
 WeightFormat parse_weight_format(const std::string& s);
 // The codes' dtype of a quantized format (i8 or f8e4m3); throws for dense.
 DType weight_format_dtype(WeightFormat f);
 
 // Quantizes a row-major [rows, cols] matrix into codes q (rows * cols elements of
-// weight_format_dtype(f)) and scale[rows]. A row of zeros gets scale 0 (int8, fp8). Throws
-// gl::Error naming `what` (the weight) for a non-finite value, and for fp8_cast for a value
-// beyond +-448, which the plain cast would turn into NaN.
+// weight_format_dtype(f)) and scale[rows]. A row of zeros gets scale 0 and zero codes. Throws
+// gl::Error naming `what` (the weight) and the row for a non-finite value, writing nothing useful.
 void quantize_rows(const float* w, int64_t rows, int64_t cols, WeightFormat f, void* q, float* scale,
                    const std::string& what);
 // w = scale[r] * q in f32 (exact: the product of an 8-bit code and an f32 scale is rounded once).

@@ -132,7 +132,8 @@ std::vector<int> swap_last2_perm(int nd) {
 // ---------------- matmul: p.i[0] trans_a, p.i[1] trans_b, p.i[kQuantSlot] quantized b ----------------
 // Inputs {a, b}, same float dtype; output in that dtype. a [..., M, K] (trans_a: [..., K, M]),
 // b [..., K, N] (trans_b: [..., N, K]); b's batch dims equal a's, or b is 2-D and shared.
-// Quantized (ops/quant.h): {a, b codes, b's scale [b rows]}, b 2-D, output in a's dtype.
+// Quantized (ops/quant.h): {a, b codes, b's scale [b rows]}, b 2-D, a not transposed, output in
+// a's dtype.
 
 static std::vector<OutSpec> matmul_infer(const OpCall& c) {
     c.check(c.p.i[kQuantSlot] == 0 || c.p.i[kQuantSlot] == 1, "the quantized flag must be 0 or 1");
@@ -141,6 +142,7 @@ static std::vector<OutSpec> matmul_infer(const OpCall& c) {
         c.check(dtype_is_float(c.dtype(0)), "a must be floating point");
         check_quant_weight(c, 1);
         c.check(c.shape(1).nd == 2, "a quantized b must be 2-D");
+        c.check(c.p.i[0] == 0, "a quantized b takes a untransposed (the kernels read a row-major)");
     } else {
         c.check(c.n_in() == 2, "takes two inputs");
         c.check(all_float_same(c), "inputs must share one floating-point dtype");
@@ -180,12 +182,8 @@ static void matmul_backward(BackwardCtx& bc) {
     const bool shared_b = g.shape(B).nd == 2 && as.nd > 2;
     if (is_quantized(bc.p())) {
         GL_CHECK(!bc.wants(1) && !bc.wants(2), "matmul: a quantized b is frozen and has no gradient");
-        // d op(A) = gC op(B)^T with B trailing (a quantized B never leads a product).
-        const QuantWeight qb{B, bc.in(2)};
-        if (bc.wants(0)) {
-            const ValueId d = matmul(g, gC, qb, false, !tb);
-            bc.add(0, ta ? contiguous(g, permute(g, d, swap_last2_perm(as.nd))) : d);
-        }
+        // dA = gC op(B)^T: the same codes and scales, read the other way (A is never transposed).
+        if (bc.wants(0)) bc.add(0, matmul(g, gC, QuantWeight{B, bc.in(2)}, false, !tb));
         return;
     }
     // With C = op(A) op(B): d op(A) = gC op(B)^T and d op(B) = op(A)^T gC.
