@@ -71,9 +71,9 @@ uint8_t f32_to_f8e4m3(float f) {
     const uint32_t u = bits_of(f);
     const uint8_t sign = uint8_t((u >> 24) & 0x80u);
     const uint32_t a = u & 0x7fffffffu;
-    // NaN, infinity and everything from 480 (the first value past 448 that would need the NaN
-    // code's exponent and mantissa) up: NaN, as PyTorch does.
-    if (a >= 0x43f00000u) return uint8_t(sign | 0x7fu);
+    if (a > 0x7f800000u) return uint8_t(sign | 0x7fu);  // NaN
+    // Above 448, the largest finite value, infinities included: 448, as PyTorch's cast saturates.
+    if (a > 0x43e00000u) return uint8_t(sign | 0x7eu);
     if (a < 0x3c800000u) {
         // Below 2^-6, the smallest normal: a subnormal m * 2^-9, m in 0..8 (8 is 2^-6 itself, whose
         // code 0x08 follows 0x07). The scaling by 2^9 is exact, and nearbyint rounds ties to even.
@@ -81,8 +81,8 @@ uint8_t f32_to_f8e4m3(float f) {
         std::memcpy(&m, &a, 4);
         return uint8_t(sign | uint8_t(std::nearbyint(m * 512.0f)));
     }
-    // Normal: keep 3 of the 23 mantissa bits, rounding ties to even (a carry may raise the exponent;
-    // a result of 0x7f, from (464, 480), is the NaN code, as in PyTorch), and rebias 127 -> 7.
+    // Normal: keep 3 of the 23 mantissa bits, rounding ties to even (a carry may raise the
+    // exponent; nothing at or below 448 reaches the NaN code 0x7f), and rebias 127 -> 7.
     const uint32_t r = a + 0x7ffffu + ((a >> 20) & 1u);
     return uint8_t(sign | uint8_t((r >> 20) - (120u << 3)));
 }

@@ -53,8 +53,8 @@ inline float bf16_to_f32(uint16_t b) {
 }
 
 // f32 <-> f8e4m3 as PyTorch converts to and from float8_e4m3fn: round to nearest, ties to even;
-// magnitudes that round above 448 (the largest finite value), infinities and NaN give NaN
-// (0x7f / 0xff: the format has no infinity); subnormals (multiples of 2^-9) are exact.
+// magnitudes above 448 (the largest finite value) and infinities saturate to +-448 (the format
+// has no infinity), NaN gives NaN (0x7f / 0xff); subnormals (multiples of 2^-9) are exact.
 uint8_t f32_to_f8e4m3(float f);
 inline float f8e4m3_to_f32(uint8_t b) {
     const uint32_t sign = uint32_t(b & 0x80u) << 24, exp = (b >> 3) & 0xfu, mant = b & 7u;

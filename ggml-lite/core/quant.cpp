@@ -48,9 +48,9 @@ bool quantize_row(const float* w, int64_t cols, WeightFormat f, void* q, float& 
     const float top = f == WeightFormat::int8 ? 127.0f : kFp8Max;
     scale = absmax / top;
     // Divide in double by the rounded f32 scale, so that scale * q is as near w as the codes allow;
-    // the absmax element may land a hair above `top`, which the clamp (int8) or the rounding
-    // (fp8: anything below 464 rounds to 448) takes back. fp8 rounds twice (the quotient to f32,
-    // then to 3 mantissa bits), which can move only a value within 2^-24 of a tie.
+    // the absmax element may land a hair above `top`, which the clamp (int8) or the conversion
+    // (fp8 saturates at 448) takes back. fp8 rounds twice (the quotient to f32, then to 3 mantissa
+    // bits), which can move only a value within 2^-24 of a tie.
     const double inv = scale > 0.0f ? 1.0 / double(scale) : 0.0;
     if (f == WeightFormat::int8) {
         auto* out = static_cast<int8_t*>(q);

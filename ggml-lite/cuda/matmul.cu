@@ -88,6 +88,7 @@ NodePlan plan_node(Op op, const Params& prm, const Layout* lay, const DType* dt,
     const bool quant = is_quantized(prm);
     if (quant) {  // codes row-major (their scales follow dim 0), the scales one dense vector
         np.scale = n_in - 1;
+        a.b_quant = true;
         a.b_codes = dt[1];
         if (!L[1].is_contiguous()) make_dense(1);
         if (!L[np.scale].is_contiguous()) make_dense(np.scale);
