@@ -124,7 +124,7 @@ TEST_CASE("quant: fp8 rows round trip within 2^-4 relative (normal codes) or hal
     }
 }
 
-TEST_CASE("quant: zero rows give scale 0; NaN and inf are refused naming the weight, row and element") {
+TEST_CASE("quant: zero rows give scale 0, NaN and inf are refused naming the weight, row and element") {
     for (WeightFormat f : {WeightFormat::int8, WeightFormat::fp8}) {
         CAPTURE(weight_format_name(f));
         std::vector<float> w(4 * 5, 0.5f);
