@@ -61,7 +61,8 @@ OpCase qconv_case(const std::string& label, Shape xs, int64_t cout, int64_t k, i
             [=](CaseBuilder& b) {
                 ValueId x = b.x("x", xs);
                 ValueId bv = b.x("bias", {cout});
-                b.out(conv2d(b.g, x, qconv(b, "w", {cout, k, k, xs[3]}, t, 300.0f), bv, stride, pad));
+                const float lim = t == DType::i8 ? 127.0f : 300.0f;  // codes over most of each format's range
+                b.out(conv2d(b.g, x, qconv(b, "w", {cout, k, k, xs[3]}, t, lim), bv, stride, pad));
             },
             std::move(bad)};
 }
@@ -106,6 +107,13 @@ Register r({
     qconv_case("quantized i8 k3 s1 p1, Cin 3 (the exact fallback)", {1, 5, 4, 3}, 5, 3, 1, 1, DType::i8,
                [](Graph& g) {  // the weight's Cin must match x
                    conv2d(g, in(g, "x", {1, 4, 4, 3}), bad_qweight(g, {8, 3, 3, 4}), kNoValue, 1, 1);
+               }),
+    qconv_case("quantized i8 k3 s1 p1, Cin 64 (channel slices through every tap)", {1, 4, 5, 64}, 16, 3, 1, 1,
+               DType::i8,
+               [](Graph& g) {  // one scale per Cout
+                   conv2d(g, in(g, "x", {1, 4, 4, 64}),
+                          QuantWeight{g.weight("q", DType::i8, {8, 3, 3, 64}), g.weight("s", DType::f32, {64})},
+                          kNoValue, 1, 1);
                }),
     qconv_case("quantized f8e4m3 k1, Cin 32 -> 64", {1, 4, 4, 32}, 64, 1, 1, 0, DType::f8e4m3,
                [](Graph& g) {  // the input gradient needs its scale too
