@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -22,9 +21,9 @@
 #include "ggml-lite/core/plan_svg.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/atomic_file.h"
-#include "ggml-lite/ops/rng.h"
 #include "tools/common/cli.h"
 #include "train/trainer.h"
+#include "random_weights.h"
 #if GL_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -95,42 +94,6 @@ double device_used_mib() {
     if (cudaMemGetInfo(&free, &total) == cudaSuccess) return mib(double(total - free));
 #endif
     return 0.0;
-}
-
-// Random frozen weights in the leaf's dtype, quickly: PyTorch-default-like uniform(-1/sqrt(fan_in),
-// 1/sqrt(fan_in)) for matrices and convs, ones for norm gains, zeros for biases. One buffer per
-// (fan_in, dtype) is drawn once (counter-based, so it is cheap) and reused for every tensor.
-void write_random_weights(const sd::Weights& w, gl::Runtime& rt) {
-    const gl::Graph& g = rt.plan().graph;
-    std::map<std::pair<int64_t, int>, std::vector<uint8_t>> pool;
-    std::vector<uint8_t> buf;
-    for (const sd::WeightEntry& e : w.entries()) {
-        const gl::Shape s = g.shape(e.id);
-        const gl::DType t = g.dtype(e.id);
-        const size_t n = size_t(s.numel()), es = gl::dtype_size(t);
-        const bool vec = s.nd == 1;
-        const bool gain = vec && e.name.find("norm") != std::string::npos && e.name.ends_with(".weight");
-        if (vec) {
-            buf.assign(n * es, 0);
-            for (size_t i = 0; i < n; i++) gl::store_from_f32(buf.data(), t, int64_t(i), gain ? 1.0f : 0.0f);
-            rt.write(e.id, buf.data(), t);
-            continue;
-        }
-        const int64_t fan_in = s.numel() / s[0];
-        const bool quant = e.scale != gl::kNoValue;  // drawn in f32, then quantized per row
-        const gl::DType pt = quant ? gl::DType::f32 : t;
-        const size_t ps = gl::dtype_size(pt);
-        std::vector<uint8_t>& r = pool[{fan_in, int(pt)}];
-        if (r.size() < n * ps) {
-            const size_t old = r.size() / ps;
-            r.resize(n * ps);
-            const float bound = 1.0f / std::sqrt(float(fan_in));
-            for (size_t i = old; i < n; i++)
-                gl::store_from_f32(r.data(), pt, int64_t(i), bound * (2.0f * gl::rng_uniform(uint64_t(fan_in), i) - 1.0f));
-        }
-        if (quant) nn::write_weight(w, e, reinterpret_cast<const float*>(r.data()), rt);
-        else rt.write(e.id, r.data(), t);
-    }
 }
 
 std::vector<float> randn(size_t n, uint64_t seed) {
@@ -246,7 +209,7 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc, size_
     if (o.plan_only) return;
     const double base = device_used_mib();
     auto rt = gl::make_runtime(std::move(plan), cuda ? gl::Backend::cuda : gl::Backend::cpu);
-    write_random_weights(*s->unet_weights, *rt);
+    bench::write_random_weights(*s->unet_weights, *rt);
     train::Trainer tr(*s, *rt, train::TrainerOptions{});
     tr.init(1);
     const int64_t n = s->latent_numel(), c = s->context_numel();

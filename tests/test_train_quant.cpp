@@ -145,6 +145,36 @@ TEST_CASE("train quant: the SD1.5 step on an 8-bit base plans under 1.1 GiB at b
     }
 }
 
+TEST_CASE("train quant: a trained text encoder on an fp8 base: codes for its matrices, gradients for its LoRA only") {
+    train::StepOptions o = train_test::tiny_options(Precision::bf16, 2, 1, 1e-3f);
+    o.train_text_encoder = true;
+    o.clip = sd::ClipConfig{1000, 16, 2, 2, 32, 77, Act::quick_gelu, 1e-5f};  // width = the UNet's cross-attention
+    o.base_format = WeightFormat::int8;
+    o.text_encoder_format = WeightFormat::fp8;
+    auto s = train::build_step(o);
+    REQUIRE(s->text_weights);
+    size_t matrices = 0;
+    for (const sd::WeightEntry& e : s->text_weights->entries()) {
+        CAPTURE(e.name);
+        if (e.scale == kNoValue) {  // embeddings, norms and biases stay in the precision
+            CHECK(s->g.dtype(e.id) == DType::bf16);
+            continue;
+        }
+        matrices++;
+        CHECK(s->g.dtype(e.id) == DType::f8e4m3);
+        CHECK(s->grads[e.id] == kNoValue);
+    }
+    CHECK(matrices == 2 * 6);  // per layer: q, k, v, out, fc1, fc2
+    for (const sd::WeightEntry& e : s->unet_weights->entries())
+        if (e.scale != kNoValue) CHECK(s->g.dtype(e.id) == DType::i8);
+    size_t te_params = 0;
+    for (const lora::LoraModule& m : s->net->modules())
+        if (m.part == lora::Part::text_encoder)
+            for (ValueId p : {m.down, m.up}) te_params += s->grads[p] != kNoValue;
+    CHECK(te_params == 2 * 2 * 6);
+    CHECK(check_overlaps(make_plan(s->g, {Recompute::blocks})) == "");
+}
+
 TEST_CASE("train quant: sdtrain's --fp8_base family sets the UNet's and the text encoder's formats as kohya's") {
     const std::vector<std::string> base = {"--pretrained_model_name_or_path", "m.safetensors", "--train_data_dir", "data",
                                            "--output_dir", "out", "--network_module", "networks.lora", "--resolution", "512"};
