@@ -220,13 +220,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
     } else {
         a_col_ok = m0 + a_cc * 8 < p.M;
     }
-    float b_row_scale[QB && B_KMAJ ? B_ROWS : 1];  // forward: the scale of row n (Cout) is fixed
     if constexpr (B_KMAJ) {
 #pragma unroll
         for (int i = 0; i < B_ROWS; i++) {
             int n = n0 + b_r0 + i * B_RSTEP;
             b_off[i] = n < p.NG ? n * p.K : -1;
-            if constexpr (QB) b_row_scale[i] = n < p.NG ? args.b_scale[n] : 0.f;
         }
     } else {
         int j = n0 + b_cc * 8;
@@ -290,7 +288,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
 #pragma unroll
             for (int i = 0; i < B_ROWS; i++) {
                 bool v = kval && b_off[i] >= 0;
-                b_chunk(i, off_k<BK>(b_r0 + i * B_RSTEP, b_cc), v, b_off[i] + kk, QB ? b_row_scale[i] : 0.f);
+                b_chunk(i, off_k<BK>(b_r0 + i * B_RSTEP, b_cc), v, b_off[i] + kk,
+                        QB && v ? args.b_scale[n0 + b_r0 + i * B_RSTEP] : 0.f);  // row n's scale (an L1 hit)
             }
         } else if constexpr (MODE == kDgrad) {
             const int ci = n0 + b_cc * 8;
