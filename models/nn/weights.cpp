@@ -1,5 +1,6 @@
 #include "models/nn/weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -110,6 +111,7 @@ LoadReport load_weights(const Weights& w, const gl::io::TensorSource& src,
     std::set<std::string> used;
     const gl::Graph& g = rt.plan().graph;
     std::vector<unsigned char> buf, perm;
+    std::vector<float> f32, scale;
     for (const WeightEntry& e : w.entries()) {
         std::string key = key_of(e.name);
         if (key.empty() || !src.has(key)) {
@@ -132,22 +134,36 @@ LoadReport load_weights(const Weights& w, const gl::io::TensorSource& src,
             for (int64_t d : info.shape) gs += std::to_string(d) + " ";
             fail(src.origin(), ": tensor ", key, " has shape [", gs, "], ", e.name, " needs [", ws, "]");
         }
-        // A quantized matrix is read as f32 and quantized from there.
-        const gl::DType read_as = e.scale == gl::kNoValue ? v.dtype : gl::DType::f32;
-        const size_t es = gl::dtype_size(read_as), n = size_t(info.numel());
-        buf.resize(n * es);
-        src.read(key, buf.data(), read_as);
-        if (e.layout == WeightLayout::conv_ohwi) {
-            perm.resize(buf.size());
-            to_ohwi(buf.data(), perm.data(), s, es);
-            buf.swap(perm);
-        }
+        const size_t n = size_t(info.numel());
         if (e.scale == gl::kNoValue) {
+            const size_t es = gl::dtype_size(v.dtype);
+            buf.resize(n * es);
+            src.read(key, buf.data(), v.dtype);
+            if (e.layout == WeightLayout::conv_ohwi) {
+                perm.resize(buf.size());
+                to_ohwi(buf.data(), perm.data(), s, es);
+                buf.swap(perm);
+            }
             rt.write(e.id, buf.data(), v.dtype);
             r.bytes += buf.size();
         } else {
-            write_weight(w, e, reinterpret_cast<const float*>(buf.data()), rt);
-            r.bytes += n * gl::dtype_size(v.dtype) + size_t(s[0]) * sizeof(float);
+            // A quantized matrix: read as f32 and quantized per row in the checkpoint's layout (an
+            // OIHW row holds the same elements as its OHWI row), then the codes re-laid out, so the
+            // host holds one tensor in f32 and two in codes at most.
+            const int64_t rows = s[0], cols = int64_t(n) / std::max<int64_t>(rows, 1);
+            f32.resize(n);
+            src.read(key, f32.data(), gl::DType::f32);
+            buf.resize(n);
+            scale.resize(size_t(rows));
+            gl::quantize_rows(f32.data(), rows, cols, w.format(), buf.data(), scale.data(), e.name);
+            if (e.layout == WeightLayout::conv_ohwi) {
+                perm.resize(n);
+                to_ohwi(buf.data(), perm.data(), s, 1);
+                buf.swap(perm);
+            }
+            rt.write(e.id, buf.data(), v.dtype);
+            rt.write(e.scale, scale.data(), gl::DType::f32);
+            r.bytes += n + size_t(rows) * sizeof(float);
         }
         r.tensors++;
     }

@@ -111,9 +111,10 @@ void write_weight(const Weights& w, const WeightEntry& e, const float* values, g
 // Reads every weight from src (checkpoint key = key_of(internal name); "" means "not in this
 // checkpoint": reported missing), checks its shape (a [O, I, 1, 1] conv tensor may feed an [O, I]
 // linear weight, as in the original VAE's attention), converts it to the leaf's dtype and
-// layout (quantizing the matrices of a quantized store, per row, as write_weight does) one
-// tensor at a time and writes it into the runtime. Missing weights throw gl::Error
-// listing them (all of them) unless allow_missing; unexpected keys are only reported.
+// layout (quantizing the matrices of a quantized store per row, as write_weight does: one tensor
+// in f32 on the host at a time, never the model) and writes it into the runtime. Missing weights
+// throw gl::Error listing them (all of them) unless allow_missing; unexpected keys are only
+// reported.
 LoadReport load_weights(const Weights& w, const gl::io::TensorSource& src,
                         const std::function<std::string(const std::string&)>& key_of, gl::Runtime& rt,
                         const std::vector<std::string>& ignore_prefixes = {}, bool allow_missing = false);
