@@ -5,14 +5,14 @@
 // prints the planned memory (plan report), the runtime's memory report, cudaMemGetInfo's device
 // memory in use, and the median time of a trainer step (host draws + input writes + the captured
 // CUDA graph replay + the loss / statistics reads) and of a bare graph replay, over >= 20 steps
-// after warm-up. --tiny runs the golden tests' tiny UNet instead (on the CPU too).
+// after warm-up. --tiny runs the golden tests' tiny UNet instead (on the CPU too). --base-format
+// int8,fp8 adds configurations with the UNet's matrices stored in 8 bits (core/quant.h).
 // A plain program (no Google Benchmark); built by `ninja bench_step`, not by `make bench`.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -47,6 +47,8 @@ struct Options {
     std::string timeline;         // write each config's memory timeline (SVG) here
     std::string frontier;         // per batch: the recompute frontier table, its plot (SVG) here
     train::Precision precision = train::Precision::bf16;
+    std::vector<gl::WeightFormat> formats = {gl::WeightFormat::dense};  // frozen matrices' storage
+    gl::WeightFormat format = gl::WeightFormat::dense;                  // the one being run
 };
 
 Options parse(int argc, char** argv) {
@@ -66,6 +68,9 @@ Options parse(int argc, char** argv) {
     p.add_int("--size", o.size, 8, 16384, "image side in pixels (default 512; 64 with --tiny)");
     p.add_parsed("--precision", o.precision, &train::parse_precision, "bf16|fp16|fp32", "weights and activations",
                  train::precision_name(o.precision));
+    p.add_parsed_list("--base-format", o.formats, &gl::parse_weight_format, "dense|int8|fp8,...",
+                      "how the frozen UNet's matrices are stored, each a configuration (dense: in the precision)",
+                      "dense");
     p.add_int("--profile", o.profile, 1, 1'000'000, "N more steps timed node by node, then where the time went")
         ->default_str("");
     p.add_parsed_list("--budget", o.budgets, &gl::parse_bytes, "BYTES,...",
@@ -110,8 +115,14 @@ train::StepOptions step_options(const Options& o, int64_t batch) {
     so.latent_h = so.latent_w = o.size / 8;
     so.context_tokens = o.tiny ? 8 : 77;
     so.precision = o.precision;
+    so.base_format = so.text_encoder_format = o.format;
     so.lora = lora::LoraConfig{o.rank, float(o.rank), 1.0f};
     return so;
+}
+
+// "-int8" / "-fp8" in the file names of a quantized base's pictures.
+std::string format_tag(const Options& o) {
+    return o.format == gl::WeightFormat::dense ? "" : std::string("-") + gl::weight_format_name(o.format);
 }
 
 // FILE.svg as given for one picture, FILE-<tag>.svg for one of several.
@@ -154,7 +165,7 @@ void frontier(const Options& o, int64_t batch) {
                     p.predicted_seconds * 1e3, p.predicted_seconds / base, p.recompute_seconds * 1e3, p.recompute_nodes);
         marks.push_back({gl::recompute_name(rc), p.total_bytes(), p.predicted_seconds});
     }
-    const std::string path = svg_path(o.frontier, gl::cat("b", batch), o.batches.size() > 1);
+    const std::string path = svg_path(o.frontier, gl::cat("b", batch, format_tag(o)), o.batches.size() * o.formats.size() > 1);
     gl::io::write_file_atomic(path, gl::frontier_svg(search.frontier(), marks,
                                                gl::cat("SD1.5 LoRA step, batch ", batch, ", ", o.size, "x", o.size,
                                                        ": recompute frontier (planned, predicted)")));
@@ -169,14 +180,17 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc, size_
     po.budget = budget;
     gl::Plan plan = gl::make_plan(s->g, po);
     const double plan_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    std::printf("\n== %s, batch %lld, %dx%d, recompute %s, %s, LoRA rank %d on %zu modules (%zu nodes, planned in %.1f s)\n",
+    std::printf("\n== %s, batch %lld, %dx%d, recompute %s, %s, base %s, LoRA rank %d on %zu modules (%zu nodes, "
+                "planned in %.1f s)\n",
                 o.tiny ? "tiny UNet" : "SD1.5 UNet", (long long)batch, o.size, o.size, gl::recompute_name(rc),
-                train::precision_name(o.precision), o.rank, s->net->modules().size(), plan.graph.nodes.size(), plan_s);
+                train::precision_name(o.precision), gl::weight_format_name(o.format), o.rank, s->net->modules().size(),
+                plan.graph.nodes.size(), plan_s);
     std::printf("planned total %.1f MiB\n%s", mib(double(plan.total_bytes())), plan.report(o.plan_only ? 24 : 6).c_str());
     if (!o.timeline.empty()) {
         const bool several = o.batches.size() * (o.recompute.size() + o.budgets.size()) > 1;
-        const std::string tag = gl::cat("b", batch, "-", gl::recompute_name(rc), budget ? gl::cat(budget >> 20) : "");
-        const std::string path = svg_path(o.timeline, tag, several);
+        const std::string tag = gl::cat("b", batch, "-", gl::recompute_name(rc), budget ? gl::cat(budget >> 20) : "",
+                                        format_tag(o));
+        const std::string path = svg_path(o.timeline, tag, several || o.formats.size() > 1);
         const gl::Plan none = rc == gl::Recompute::none ? gl::Plan{} : gl::make_plan(s->g);
         gl::io::write_file_atomic(path, gl::timeline_svg(plan, rc == gl::Recompute::none ? nullptr : &none,
                                                    gl::cat("SD1.5 LoRA step, batch ", batch, ", ", o.size, "x", o.size,
@@ -186,7 +200,7 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc, size_
     if (o.plan_only) return;
     const double base = device_used_mib();
     auto rt = gl::make_runtime(std::move(plan), cuda ? gl::Backend::cuda : gl::Backend::cpu);
-    write_random_weights(*s->unet_weights, *rt);
+    bench::write_random_weights(*s->unet_weights, *rt);
     train::Trainer tr(*s, *rt, train::TrainerOptions{});
     tr.init(1);
     const int64_t n = s->latent_numel(), c = s->context_numel();
@@ -213,11 +227,11 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc, size_
         std::printf("device memory in use (cudaMemGetInfo): %.1f MiB, %.1f MiB more than before the runtime\n", used,
                     used - base);
     const double sm = median(step_ms), rm = median(replay_ms);
-    std::printf("RESULT %s batch %lld recompute %s: step %.2f ms (%.2f ms/image), graph replay %.2f ms; "
+    std::printf("RESULT %s base %s batch %lld recompute %s: step %.2f ms (%.2f ms/image), graph replay %.2f ms; "
                 "min step %.2f ms over %d steps; last loss %.4f\n",
-                o.tiny ? "tiny" : "sd15", (long long)batch, gl::recompute_name(rc), sm, sm / double(batch), rm,
-                *std::min_element(step_ms.begin(), step_ms.end()), o.steps, loss);
-    if (!o.tiny && o.size == 512 && o.precision == train::Precision::bf16)
+                o.tiny ? "tiny" : "sd15", gl::weight_format_name(o.format), (long long)batch, gl::recompute_name(rc), sm,
+                sm / double(batch), rm, *std::min_element(step_ms.begin(), step_ms.end()), o.steps, loss);
+    if (!o.tiny && o.size == 512 && o.precision == train::Precision::bf16 && o.format == gl::WeightFormat::dense)
         std::printf("beside: %s\n", torch_figures(batch, rc).c_str());
     if (o.profile > 0) {  // node by node (eagerly on CUDA), after the figures above
         rt->set_profiling(true);
@@ -245,10 +259,14 @@ int run(const Options& o) {
     if (!cuda && !o.tiny && !o.plan_only)
         gl::fail("the full-size benchmark needs CUDA", note, "; --tiny runs on the CPU, --plan-only runs nothing");
     std::printf("bench_step: backend %s%s\n", cuda ? "cuda" : "cpu", note.c_str());
-    for (int64_t b : o.batches) {
-        for (gl::Recompute rc : o.recompute) run_one(o, cuda, b, rc);
-        for (size_t budget : o.budgets) run_one(o, cuda, b, gl::Recompute::budget, budget);
-        if (!o.frontier.empty()) frontier(o, b);
+    for (gl::WeightFormat f : o.formats) {
+        Options of = o;
+        of.format = f;
+        for (int64_t b : o.batches) {
+            for (gl::Recompute rc : o.recompute) run_one(of, cuda, b, rc);
+            for (size_t budget : o.budgets) run_one(of, cuda, b, gl::Recompute::budget, budget);
+            if (!o.frontier.empty()) frontier(of, b);
+        }
     }
     return 0;
 }

@@ -25,6 +25,8 @@ inline double median(std::vector<double> v) {
 // 1/sqrt(fan_in)) for matrices and convs, ones for norm gains, zeros for biases. One buffer per
 // (fan_in, dtype) is drawn once (counter-based, so it is cheap) and reused for every tensor, and
 // for every runtime written by the same RandomWeights (bench_presets runs a score of step graphs).
+// A quantized matrix is drawn in f32 and quantized per row, so every store format holds the same
+// values up to its rounding.
 class RandomWeights {
 public:
     void write(const nn::Weights& w, gl::Runtime& rt) {
@@ -36,6 +38,9 @@ public:
             if (s.nd == 1) {
                 const bool gain = e.name.find("norm") != std::string::npos && e.name.ends_with(".weight");
                 rt.write(e.id, draw(gain ? -1 : 0, t, n).data(), t);
+            } else if (e.scale != gl::kNoValue) {  // an 8-bit matrix: drawn in f32, quantized per row
+                nn::write_weight(w, e, reinterpret_cast<const float*>(draw(s.numel() / s[0], gl::DType::f32, n).data()),
+                                 rt);
             } else {
                 rt.write(e.id, draw(s.numel() / s[0], t, n).data(), t);
             }

@@ -197,6 +197,7 @@ int python_dtype_rank(gl::DType t) {
         case gl::DType::f16: return 2;
         case gl::DType::i8: return 1;
         case gl::DType::u8: return 0;
+        case gl::DType::f8e4m3: break;  // never in a LoRA file
     }
     return -1;
 }

@@ -212,6 +212,7 @@ size_t merge_into(const LoraNetwork& net, const gl::Runtime& lora_rt, Part part,
         for (const nn::WeightEntry& x : base.entries())
             if (x.name == wname) e = &x;
         GL_CHECK(e != nullptr, "lora merge: the base model has no weight ", wname, " for ", m.key);
+        GL_CHECK(e->scale == gl::kNoValue, "lora merge: ", wname, " is stored quantized; merging needs dense base weights");
         const gl::Shape ws = base_rt.plan().graph.shape(e->id);
         // Linear [out, in]; conv [out, k, k, in], the same element order as down [r, k, k, in].
         const int64_t inner = m.in * m.k * m.k;

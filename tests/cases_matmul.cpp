@@ -27,6 +27,20 @@ std::vector<float> naive_matmul(const std::vector<float>& a, const std::vector<f
     return c;
 }
 
+// A quantized weight [rows, cols] of the case: codes of dtype t (i8 in [-127, 127]; f8e4m3 integers
+// in [-lim, lim) rounded to the format) and f32 row scales in [0.002, 0.02).
+QuantWeight qweight(CaseBuilder& b, const std::string& name, const Shape& s, DType t, float lim = 127.0f) {
+    return {b.kept(name, s, -lim, lim + 1.0f, t), b.kept(name + ".scale", {s.d[0]}, 0.002f, 0.02f, DType::f32)};
+}
+
+// codes [rows, cols] times their row scales.
+std::vector<float> dequant(const std::vector<float>& q, const std::vector<float>& scale) {
+    std::vector<float> w(q.size());
+    const size_t cols = q.size() / scale.size();
+    for (size_t i = 0; i < q.size(); i++) w[i] = q[i] * scale[i / cols];
+    return w;
+}
+
 Register r({
     {"matmul", "2-D [3,5] x [5,4]", [](CaseBuilder& b) {
          b.out(matmul(b.g, b.x("a", {3, 5}), b.x("b", {5, 4})));
@@ -109,6 +123,45 @@ Register r({
      },
      1e-5},
 
+    {"matmul", "quantized i8 b [48,64] (the tensor-core tiles), gradient to a", [](CaseBuilder& b) {
+         b.out(matmul(b.g, b.x("a", {2, 5, 48}), qweight(b, "b", {48, 64}, DType::i8)));
+     },
+     [](Graph& g) {  // a quantized b must be 2-D
+         matmul(g, g.input("a", DType::f32, {2, 3, 4}), QuantWeight{g.weight("q", DType::i8, {2, 4, 5}),
+                                                                     g.weight("s", DType::f32, {2})});
+     }},
+    {"matmul", "quantized f8e4m3 b, trans_b, odd sizes", [](CaseBuilder& b) {
+         b.out(matmul(b.g, b.x("a", {3, 5, 7}), qweight(b, "b", {9, 7}, DType::f8e4m3, 300.0f), false, true));
+     },
+     [](Graph& g) {  // a is never transposed against a quantized b
+         matmul(g, g.input("a", DType::f32, {4, 3}),
+                QuantWeight{g.weight("q", DType::i8, {4, 5}), g.weight("s", DType::f32, {4})}, true, false);
+     }},
+    {"matmul", "quantized i8 b, one row of a, gradient to a", [](CaseBuilder& b) {
+         b.out(matmul(b.g, b.x("a", {1, 64}), qweight(b, "b", {64, 40}, DType::i8)));
+     },
+     [](Graph& g) {  // the scale must be f32 and one per row of b
+         matmul(g, g.input("a", DType::f32, {3, 5}),
+                QuantWeight{g.weight("q", DType::i8, {5, 4}), g.weight("s", DType::f32, {4})});
+     }},
+    {"matmul", "quantized b matches the dequantized definition",
+     [](CaseBuilder& b) {
+         ValueId a = b.c("a", {2, 7, 5});
+         const QuantWeight q = qweight(b, "q", {5, 6}, DType::i8);
+         const QuantWeight qt = qweight(b, "qt", {6, 5}, DType::f8e4m3, 16.0f);
+         b.out(matmul(b.g, a, q));
+         b.out(matmul(b.g, a, qt, false, true));
+     },
+     [](Graph& g) {
+         matmul(g, g.input("a", DType::f32, {3, 5}),
+                QuantWeight{g.weight("q", DType::f32, {5, 4}), g.weight("s", DType::f32, {5})});
+     },
+     [](const Outputs& d) {
+         return Outputs{naive_matmul(d[0], dequant(d[1], d[2]), 2, 1, 7, 5, 6, false, false),
+                        naive_matmul(d[0], dequant(d[3], d[4]), 2, 1, 7, 5, 6, false, true)};
+     },
+     1e-5},
+
     {"linear", "[2,3,5] -> [2,3,4] with bias", [](CaseBuilder& b) {
          b.out(linear(b.g, b.x("x", {2, 3, 5}), b.x("w", {4, 5}), b.x("bias", {4})));
      },
@@ -132,6 +185,46 @@ Register r({
      [](Graph& g) {
          linear(g, g.input("x", DType::f32, {2, 5}), g.input("w", DType::bf16, {4, 5}), g.input("b", DType::f32, {4}));
      }},
+    {"linear", "quantized i8 weight with bias (the tensor-core tiles), gradient to x", [](CaseBuilder& b) {
+         b.out(linear(b.g, b.x("x", {2, 5, 64}), qweight(b, "w", {48, 64}, DType::i8), b.c("bias", {48})));
+     },
+     [](Graph& g) {  // the bias must have x's dtype
+         linear(g, g.input("x", DType::bf16, {2, 5}),
+                QuantWeight{g.weight("q", DType::i8, {4, 5}), g.weight("s", DType::f32, {4})}, g.input("b", DType::f32, {4}));
+     }},
+    {"linear", "quantized f8e4m3 weight, odd sizes, no bias", [](CaseBuilder& b) {
+         b.out(linear(b.g, b.x("x", {7, 13}), qweight(b, "w", {11, 13}, DType::f8e4m3, 300.0f)));
+     },
+     [](Graph& g) {  // codes must be i8 or f8e4m3
+         linear(g, g.input("x", DType::f32, {2, 5}),
+                QuantWeight{g.weight("q", DType::u8, {4, 5}), g.weight("s", DType::f32, {4})});
+     }},
+    {"linear", "quantized weight, K = 1024 over few tiles (split K)", [](CaseBuilder& b) {
+         b.out(linear(b.g, b.x("x", {2, 1024}), qweight(b, "w", {64, 1024}, DType::f8e4m3, 300.0f), b.c("bias", {64})));
+     },
+     [](Graph& g) {  // the scale must be [out]
+         linear(g, g.input("x", DType::f32, {2, 5}),
+                QuantWeight{g.weight("q", DType::i8, {4, 5}), g.weight("s", DType::f32, {5})});
+     }},
+    {"linear", "quantized weight matches the dequantized definition",
+     [](CaseBuilder& b) {
+         ValueId x = b.c("x", {3, 8});
+         const QuantWeight w = qweight(b, "w", {5, 8}, DType::i8);
+         ValueId bias = b.c("bias", {5});
+         const QuantWeight w8 = qweight(b, "w8", {5, 8}, DType::f8e4m3, 16.0f);
+         b.out(linear(b.g, x, w, bias));
+         b.out(linear(b.g, x, w8));
+     },
+     [](Graph& g) {
+         linear(g, g.input("x", DType::f32, {2, 5}),
+                QuantWeight{g.weight("q", DType::i8, {4, 5}), g.weight("s", DType::bf16, {4})});
+     },
+     [](const Outputs& d) {
+         std::vector<float> y = naive_matmul(d[0], dequant(d[1], d[2]), 1, 1, 3, 8, 5, false, true);
+         for (size_t i = 0; i < y.size(); i++) y[i] += d[3][i % 5];
+         return Outputs{y, naive_matmul(d[0], dequant(d[4], d[5]), 1, 1, 3, 8, 5, false, true)};
+     },
+     1e-5},
     {"linear", "known values", [](CaseBuilder& b) {
          ValueId x = b.c("x", {2, 3});
          ValueId w = b.c("w", {2, 3});

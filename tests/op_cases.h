@@ -30,6 +30,9 @@ struct CaseBuilder {
     ValueId x(const std::string& name, const Shape& s, float lo = -1.0f, float hi = 1.0f);
     // A constant input (no gradient), uniform in [lo, hi), of any float dtype.
     ValueId c(const std::string& name, const Shape& s, float lo = -1.0f, float hi = 1.0f, DType t = DType::f32);
+    // A constant input kept in dtype t whatever the compute dtype (a quantized weight's codes and
+    // f32 scales); integer-valued for non-float t, as c() makes them.
+    ValueId kept(const std::string& name, const Shape& s, float lo, float hi, DType t);
     // Integer ids in [0, n).
     ValueId ids(const std::string& name, const Shape& s, int n);
     // Replaces a leaf's initial contents.

@@ -38,6 +38,15 @@ ValueId CaseBuilder::c(const std::string& name, const Shape& s, float lo, float 
     return t == DType::f32 ? to_compute(v) : v;
 }
 
+ValueId CaseBuilder::kept(const std::string& name, const Shape& s, float lo, float hi, DType t) {
+    ValueId v = g.weight(name, t, s);
+    std::vector<float> d = random(g.v(v).numel(), lo, hi);
+    if (!gl::dtype_is_float(t))
+        for (auto& e : d) e = std::floor(e);
+    data.emplace_back(v, std::move(d));
+    return v;
+}
+
 ValueId CaseBuilder::ids(const std::string& name, const Shape& s, int n) {
     ValueId v = g.input(name, DType::i32, s);
     std::uniform_int_distribution<int> u(0, n - 1);

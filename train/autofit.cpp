@@ -100,7 +100,7 @@ AutoFitChoice fit_step(const AutoFitRequest& r) {
             b.extra_bytes = r.reserve + (r.workspace ? r.workspace(s->g) : 0);
             if (!c.train_te && !c.cache_te) {  // the frozen text encoder runs beside the step
                 const auto te = build_text_encoder(r.step.clip, r.step.precision, c.micro, r.step.clip_chunks,
-                                                   r.step.clip_skip);
+                                                   r.step.clip_skip, r.step.text_encoder_format);
                 const gl::Plan p = gl::make_plan(te->g, plan);
                 b.extra_bytes += p.total_bytes() + (r.workspace ? r.workspace(p.graph) : 0);
                 b.extra_seconds = p.predicted_seconds;

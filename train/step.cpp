@@ -47,7 +47,7 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     const int64_t B = opt.batch, C = opt.unet.in_channels;
     const Shape lat{B, opt.latent_h, opt.latent_w, C}, per{B}, col{B, 1, 1, 1};
 
-    s->unet_weights = std::make_unique<nn::Weights>(g, act);
+    s->unet_weights = std::make_unique<nn::Weights>(g, act, opt.base_format);
     s->net = std::make_unique<lora::LoraNetwork>(opt.lora);
     if (opt.train_unet) s->net->attach_unet(*s->unet_weights);
 
@@ -61,7 +61,7 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     s->loss_scale = g.input("loss_scale", DType::f32, {1});
 
     if (opt.train_text_encoder) {
-        s->text_weights = std::make_unique<nn::Weights>(g, act);
+        s->text_weights = std::make_unique<nn::Weights>(g, act, opt.text_encoder_format);
         s->net->attach_text_encoder(*s->text_weights);
         s->ids = g.input("ids", DType::i32, {B * opt.clip_chunks, 77});
         s->context = sd::build_clip_chunked(*s->text_weights, g, s->ids, opt.clip_chunks, opt.clip, opt.clip_skip);
@@ -107,10 +107,10 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
 }
 
 std::unique_ptr<TextEncoderGraph> build_text_encoder(const sd::ClipConfig& c, Precision p, int64_t batch, int chunks,
-                                                     int clip_skip) {
+                                                     int clip_skip, gl::WeightFormat format) {
     GL_CHECK(batch >= 1 && chunks >= 1, "text encoder: batch and chunks must be >= 1");
     auto t = std::make_unique<TextEncoderGraph>();
-    t->weights = std::make_unique<nn::Weights>(t->g, activation_dtype(p));
+    t->weights = std::make_unique<nn::Weights>(t->g, activation_dtype(p), format);
     t->ids = t->g.input("ids", DType::i32, {batch * chunks, 77});
     t->context = sd::build_clip_chunked(*t->weights, t->g, t->ids, chunks, c, clip_skip);
     t->g.mark_output(t->context);

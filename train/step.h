@@ -30,6 +30,13 @@ struct StepOptions {
     sd::UnetConfig unet = sd::UnetConfig::sd15();
     int64_t batch = 1, latent_h = 64, latent_w = 64;  // per micro-batch; latent sides (pixels / 8)
     Precision precision = Precision::bf16;
+    // How the frozen UNet's and text encoder's matrices (linear and conv weights) are stored
+    // (core/quant.h): dense in the precision's dtype, or int8 / fp8 codes with an f32 scale per
+    // output channel (kohya's --fp8_base is fp8 for both, --fp8_base_unet for the UNet only). The
+    // kernels convert codes while loading their tiles; no full-size 16-bit copy exists. The LoRA
+    // masters stay f32 and norms, biases and embeddings in the precision's dtype, whatever the format.
+    gl::WeightFormat base_format = gl::WeightFormat::dense;          // the UNet's
+    gl::WeightFormat text_encoder_format = gl::WeightFormat::dense;  // CLIP's (trained or beside)
     // Frozen text encoder: `context_tokens` context rows are an input (77 per 75-token chunk, as
     // build_clip_chunked joins them: 77, 152, 227). Trained text encoder: CLIP is in the graph.
     bool train_text_encoder = false;
@@ -84,6 +91,7 @@ struct TextEncoderGraph {
     gl::ValueId ids = gl::kNoValue, context = gl::kNoValue;
 };
 std::unique_ptr<TextEncoderGraph> build_text_encoder(const sd::ClipConfig& c, Precision p, int64_t batch,
-                                                     int chunks = 1, int clip_skip = 1);
+                                                     int chunks = 1, int clip_skip = 1,
+                                                     gl::WeightFormat format = gl::WeightFormat::dense);
 
 }  // namespace train

@@ -15,6 +15,7 @@ size_t dtype_size(DType t) {
         case DType::i32: return 4;
         case DType::u8: return 1;
         case DType::i8: return 1;
+        case DType::f8e4m3: return 1;
     }
     fail("dtype_size: invalid dtype ", int(t));
 }
@@ -27,6 +28,7 @@ const char* dtype_name(DType t) {
         case DType::i32: return "i32";
         case DType::u8: return "u8";
         case DType::i8: return "i8";
+        case DType::f8e4m3: return "f8e4m3";
     }
     return "invalid";
 }
@@ -65,6 +67,26 @@ uint16_t f32_to_f16(float f) {
     return uint16_t(sign | (r >> 13));
 }
 
+uint8_t f32_to_f8e4m3(float f) {
+    const uint32_t u = bits_of(f);
+    const uint8_t sign = uint8_t((u >> 24) & 0x80u);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return uint8_t(sign | 0x7fu);  // NaN
+    // Above 448, the largest finite value, infinities included: 448, as PyTorch's cast saturates.
+    if (a > 0x43e00000u) return uint8_t(sign | 0x7eu);
+    if (a < 0x3c800000u) {
+        // Below 2^-6, the smallest normal: a subnormal m * 2^-9, m in 0..8 (8 is 2^-6 itself, whose
+        // code 0x08 follows 0x07). The scaling by 2^9 is exact, and nearbyint rounds ties to even.
+        float m;
+        std::memcpy(&m, &a, 4);
+        return uint8_t(sign | uint8_t(std::nearbyint(m * 512.0f)));
+    }
+    // Normal: keep 3 of the 23 mantissa bits, rounding ties to even (a carry may raise the
+    // exponent; nothing at or below 448 reaches the NaN code 0x7f), and rebias 127 -> 7.
+    const uint32_t r = a + 0x7ffffu + ((a >> 20) & 1u);
+    return uint8_t(sign | uint8_t((r >> 20) - (120u << 3)));
+}
+
 float load_as_f32(const void* data, DType t, int64_t i) {
     switch (t) {
         case DType::f32: return static_cast<const float*>(data)[i];
@@ -73,6 +95,7 @@ float load_as_f32(const void* data, DType t, int64_t i) {
         case DType::i32: return float(static_cast<const int32_t*>(data)[i]);
         case DType::u8: return float(static_cast<const uint8_t*>(data)[i]);
         case DType::i8: return float(static_cast<const int8_t*>(data)[i]);
+        case DType::f8e4m3: return f8e4m3_to_f32(static_cast<const uint8_t*>(data)[i]);
     }
     fail("load_as_f32: invalid dtype");
 }
@@ -94,6 +117,7 @@ void store_from_f32(void* data, DType t, int64_t i, float v) {
         case DType::i32: static_cast<int32_t*>(data)[i] = saturate<int32_t>(v, -2147483648.0, 2147483647.0); return;
         case DType::u8: static_cast<uint8_t*>(data)[i] = saturate<uint8_t>(v, 0, 255); return;
         case DType::i8: static_cast<int8_t*>(data)[i] = saturate<int8_t>(v, -128, 127); return;
+        case DType::f8e4m3: static_cast<uint8_t*>(data)[i] = f32_to_f8e4m3(v); return;
     }
     fail("store_from_f32: invalid dtype");
 }

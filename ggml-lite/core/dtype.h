@@ -1,4 +1,4 @@
-// Element types and exact scalar conversions (round-to-nearest-even for f16 and bf16).
+// Element types and exact scalar conversions (round-to-nearest-even for f16, bf16 and f8e4m3).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -7,8 +7,11 @@
 
 namespace gl {
 
-enum class DType : uint8_t { f32, f16, bf16, i32, u8, i8 };
-constexpr int kDTypeCount = 6;
+// f8e4m3: 8-bit float, 1 sign, 4 exponent (bias 7), 3 mantissa bits, no infinity, one NaN code per
+// sign (PyTorch's float8_e4m3fn): a storage format for frozen weights (ops/quant.h), not a
+// compute dtype, so dtype_is_float() is false for it.
+enum class DType : uint8_t { f32, f16, bf16, i32, u8, i8, f8e4m3 };
+constexpr int kDTypeCount = 7;
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
@@ -49,10 +52,31 @@ inline float bf16_to_f32(uint16_t b) {
     return f;
 }
 
+// f32 <-> f8e4m3 as PyTorch converts to and from float8_e4m3fn: round to nearest, ties to even;
+// magnitudes above 448 (the largest finite value) and infinities saturate to +-448 (the format
+// has no infinity), NaN gives NaN (0x7f / 0xff); subnormals (multiples of 2^-9) are exact.
+uint8_t f32_to_f8e4m3(float f);
+inline float f8e4m3_to_f32(uint8_t b) {
+    const uint32_t sign = uint32_t(b & 0x80u) << 24, exp = (b >> 3) & 0xfu, mant = b & 7u;
+    uint32_t u;
+    if (exp == 0) {  // zero or subnormal: exactly mant * 2^-9
+        const float v = float(mant) * 0.001953125f;
+        std::memcpy(&u, &v, 4);
+        u |= sign;
+    } else if (exp == 15 && mant == 7) {
+        u = sign | 0x7fc00000u;
+    } else {
+        u = sign | ((exp + 120u) << 23) | (mant << 20);
+    }
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
 // Reads element i of a contiguous buffer of type t as float (integers convert exactly
 // when representable).
 float load_as_f32(const void* data, DType t, int64_t i);
-// Stores v into element i; integer types round to nearest and saturate.
+// Stores v into element i; integer types round to nearest and saturate; f8e4m3 as f32_to_f8e4m3.
 void store_from_f32(void* data, DType t, int64_t i, float v);
 
 }  // namespace gl

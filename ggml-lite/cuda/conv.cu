@@ -6,9 +6,11 @@
 // bf16/f16: implicit GEMM on tensor cores (conv_mma.cuh) when Cin % 8 == 0 (and Cout % 8 == 0
 // for the gradients), else the FFMA path; f32: the exact FFMA path (conv_simt.cuh). Split-K
 // partials go through this node's workspace and are summed in a fixed order: deterministic.
-// Limit: every tensor under 2^31 elements.
+// A quantized w (ops/quant.h: codes, its f32 scale per Cout as the last input) is converted to
+// the compute dtype inside the kernels' weight loads. Limit: every tensor under 2^31 elements.
 #include "ggml-lite/cuda/conv_launch.cuh"
 #include "ggml-lite/cuda/kernel.cuh"
+#include "ggml-lite/ops/quant.h"
 
 namespace gl {
 namespace {
@@ -41,7 +43,8 @@ size_t conv_ws(const Graph& g, const Node& n) {
     if (!fits_int32(a) || !fits_int32(b) || !fits_int32(o)) return 0;  // the launch reports it
     const Geom geo = geom_of(MODE, n, a, b, o);
     size_t bytes = 0;  // other dtypes: the launch reports them
-    visit_float(g.dtype(n.out[0]), [&](auto tag) { bytes = convk::conv_workspace<decltype(tag)>(MODE, geo); });
+    visit_float(g.dtype(n.out[0]),
+                [&](auto tag) { bytes = convk::conv_workspace<decltype(tag)>(MODE, geo, is_quantized(n.p)); });
     return bytes;
 }
 
@@ -52,11 +55,17 @@ void conv_run(CudaCtx& c) {
         GL_CHECK(fits_int32(c.in_shape(i)), op, ": input ", i, " ", c.in_shape(i).str(), " exceeds 2^31 elements");
     GL_CHECK(fits_int32(c.out_shape(0)), op, ": output ", c.out_shape(0).str(), " exceeds 2^31 elements");
     Geom geo = geom_of(MODE, c.node, c.in_shape(0), c.in_shape(1), c.out_shape(0));
-    const void* bias = MODE == convk::kFwd && c.in.size() > 2 ? c.in_ptr(2) : nullptr;
+    const int n_in = int(c.in.size());
+    const void* bias = MODE == convk::kFwd && inputs_without_scale(c.p(), n_in) > 2 ? c.in_ptr(2) : nullptr;
+    convk::QuantB qb;
+    if (is_quantized(c.p())) {
+        qb.scale = c.in_ptr<float>(n_in - 1);
+        qb.codes = c.in_dtype(1);
+    }
     dispatch_float(c.out_dtype(0), op, [&](auto t) {
         using T = decltype(t);
         const char* err = convk::launch_conv<T>(MODE, geo, c.in_ptr(0), c.in_ptr(1), bias, c.out_ptr(0),
-                                                c.workspace, c.workspace_bytes, c.stream);
+                                                c.workspace, c.workspace_bytes, c.stream, -1, 0, 0, qb);
         if (err) fail(op, ": ", err, " (in ", c.in_shape(0).str(), ", out ", c.out_shape(0).str(), ")");
     });
     GL_CUDA_LAUNCHED();

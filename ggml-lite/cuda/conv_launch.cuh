@@ -30,23 +30,23 @@ struct MmaEntry {
     int (*occupancy)();  // resident blocks per SM
 };
 
-template <class T, int MODE, class Cfg>
+template <class T, int MODE, class Cfg, bool QB = false>
 struct MmaKernel {
     static void set_attr() {
         // Once per kernel (raising the dynamic shared-memory limit is not a stream operation).
-        static const cudaError_t e = cudaFuncSetAttribute(conv_mma_kernel<T, MODE, Cfg>,
+        static const cudaError_t e = cudaFuncSetAttribute(conv_mma_kernel<T, MODE, Cfg, QB>,
                                                           cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem);
         (void)e;
     }
     static void launch(const Args& a, dim3 grid, cudaStream_t s) {
         set_attr();
-        conv_mma_kernel<T, MODE, Cfg><<<grid, Cfg::kThreads, Cfg::kSmem, s>>>(a);
+        conv_mma_kernel<T, MODE, Cfg, QB><<<grid, Cfg::kThreads, Cfg::kSmem, s>>>(a);
     }
     static int occupancy() {
         static const int occ = [] {
             set_attr();
             int n = 0;
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, conv_mma_kernel<T, MODE, Cfg>, Cfg::kThreads,
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, conv_mma_kernel<T, MODE, Cfg, QB>, Cfg::kThreads,
                                                               Cfg::kSmem) != cudaSuccess)
                 n = 1;
             return std::max(n, 1);
@@ -69,9 +69,29 @@ const MmaEntry* mma_table() {
     return t;
 }
 
+// A quantized weight (forward, input grad): three of the BK = 64 tiles (fewer configurations keep
+// the build short). Its B chunks wait in registers for a k-tile, so the 4-warp 128 x 128 tile
+// (64 x 64 per warp) would spill (ptxas, sm_90a): its 8-warp form takes that size.
+constexpr int kNumQuantCfg = 3;
+template <class T, int MODE>
+const MmaEntry* mma_quant_table() {
+    static const MmaEntry t[kNumQuantCfg] = {
+        MmaKernel<T, MODE, Cfg7, true>::entry(1.030),
+        MmaKernel<T, MODE, Cfg3, true>::entry(0.877),
+        MmaKernel<T, MODE, Cfg6, true>::entry(0.773),
+    };
+    return t;
+}
+
+struct MmaTable {
+    const MmaEntry* e;
+    int n;
+};
 template <class T>
-const MmaEntry* mma_table_for(int mode) {
-    return mode == kFwd ? mma_table<T, kFwd>() : mode == kDgrad ? mma_table<T, kDgrad>() : mma_table<T, kWgrad>();
+MmaTable mma_table_for(int mode, bool quant = false) {
+    if (quant) return {mode == kFwd ? mma_quant_table<T, kFwd>() : mma_quant_table<T, kDgrad>(), kNumQuantCfg};
+    return {mode == kFwd ? mma_table<T, kFwd>() : mode == kDgrad ? mma_table<T, kDgrad>() : mma_table<T, kWgrad>(),
+            kNumCfg};
 }
 
 constexpr size_t kMaxSplitWorkspace = size_t(32) << 20;
@@ -137,28 +157,29 @@ inline double est_seconds(int mode, const Geom& g, const MmaEntry& e, int occ, i
 
 // The (config, splits) with the least estimate; splits must win by 3 %. occ[c]: blocks per SM.
 // force_cfg / force_splits: bench overrides (-1 / 0 = choose).
-inline void choose_mma(int mode, const Geom& g, const MmaEntry* tab, const int* occ, int sms, int force_cfg,
+inline void choose_mma(int mode, const Geom& g, MmaTable tab, const int* occ, int sms, int force_cfg,
                        int force_splits, int* cfg, int* splits) {
     const Prob p0 = make_prob(g, mode, 0);
     const int max_s = max_splits_for(out_elems_of(mode, g), kMaxSplits);
     double best = 1e300;
     *cfg = -1;
     *splits = 1;
-    for (int c = 0; c < kNumCfg; c++) {
+    for (int c = 0; c < tab.n; c++) {
         if (force_cfg >= 0 && c != force_cfg) continue;
-        const int kt_total = (p0.K + tab[c].bk - 1) / tab[c].bk;
+        const int kt_total = (p0.K + tab.e[c].bk - 1) / tab.e[c].bk;
         for (int s = 1; s <= max_s; s++) {
             if (force_splits > 0 && s != force_splits) continue;
             if (force_splits == 0 && s > 1 && kt_total / s < 4) break;
-            double t = est_seconds(mode, g, tab[c], occ[c], s, sms) * (s > 1 ? 1.03 : 1.0);
+            double t = est_seconds(mode, g, tab.e[c], occ[c], s, sms) * (s > 1 ? 1.03 : 1.0);
             if (t < best) { best = t; *cfg = c; *splits = s; }
         }
     }
-    if (*cfg < 0) { *cfg = force_cfg >= 0 && force_cfg < kNumCfg ? force_cfg : 0; *splits = 1; }
+    if (*cfg < 0) { *cfg = force_cfg >= 0 && force_cfg < tab.n ? force_cfg : 0; *splits = 1; }
 }
 
+// quant: the weight operand is quantized (Args::b_scale), which has its own tile table.
 template <class T>
-ConvPlan plan_conv(int mode, const Geom& g, int force_cfg = -1, int force_splits = 0) {
+ConvPlan plan_conv(int mode, const Geom& g, int force_cfg = -1, int force_splits = 0, bool quant = false) {
     ConvPlan pl;
     pl.phases = mode == kDgrad ? g.S * g.S : 1;
     pl.out_elems = out_elems_of(mode, g);
@@ -166,12 +187,12 @@ ConvPlan plan_conv(int mode, const Geom& g, int force_cfg = -1, int force_splits
     pl.mma = mma_shape_ok(mode, g, int(sizeof(T)));
     if constexpr (sizeof(T) == 2) {
         if (pl.mma) {
-            const MmaEntry* tab = mma_table_for<T>(mode);
+            const MmaTable tab = mma_table_for<T>(mode, quant);
             int occ[kNumCfg];
-            for (int c = 0; c < kNumCfg; c++) occ[c] = tab[c].occupancy();
+            for (int c = 0; c < tab.n; c++) occ[c] = tab.e[c].occupancy();
             choose_mma(mode, g, tab, occ, sm_count(), force_cfg, force_splits, &pl.cfg, &pl.splits);
-            pl.m_tiles = (p0.M + tab[pl.cfg].bm - 1) / tab[pl.cfg].bm;
-            pl.n_tiles = (p0.NG + tab[pl.cfg].bn - 1) / tab[pl.cfg].bn;
+            pl.m_tiles = (p0.M + tab.e[pl.cfg].bm - 1) / tab.e[pl.cfg].bm;
+            pl.n_tiles = (p0.NG + tab.e[pl.cfg].bn - 1) / tab.e[pl.cfg].bn;
         }
     }
     if (!pl.mma) {
@@ -195,28 +216,39 @@ void launch_simt(const Args& a, dim3 grid, cudaStream_t s) {
     conv_simt_kernel<T, MODE><<<grid, 256, 0, s>>>(a);
 }
 
+// A quantized weight operand b (forward and input grad): its codes' dtype and f32 scale per Cout.
+struct QuantB {
+    const float* scale = nullptr;  // nullptr: b is dense
+    DType codes = DType::i8;
+};
+
 // Runs one convolution. a/b per Args; out dense; ws at least plan.ws_bytes. Returns an error
 // message (nullptr on success); launch errors are left for the caller's cudaGetLastError.
 template <class T>
 const char* launch_conv(int mode, const Geom& g, const void* a, const void* b, const void* bias, void* out,
                         void* ws, size_t ws_bytes, cudaStream_t st, int force_cfg = -1, int force_splits = 0,
-                        int linear_k = 0) {
+                        int linear_k = 0, QuantB qb = {}) {
     const int64_t lim = int64_t(1) << 31;
     if (int64_t(g.N) * g.H * g.W * g.C >= lim || int64_t(g.N) * g.Ho * g.Wo * g.Co >= lim ||
         int64_t(g.Co) * g.k * g.k * g.C >= lim)
         return "tensor too large for 32-bit indexing";
-    ConvPlan pl = plan_conv<T>(mode, g, force_cfg, force_splits);
+    const bool quant = qb.scale != nullptr;
+    if (quant && mode == kWgrad) return "a quantized weight has no weight gradient";
+    if (quant && qb.codes != DType::i8 && qb.codes != DType::f8e4m3) return "quantized codes must be i8 or f8e4m3";
+    ConvPlan pl = plan_conv<T>(mode, g, force_cfg, force_splits, quant);
     if (pl.out_elems == 0) return nullptr;
     if (pl.ws_bytes > ws_bytes) return "workspace too small";
     if (int64_t(pl.phases) * pl.splits > 65535) return "stride too large (grid z limit)";
-    Args args{g, a, b, mode == kFwd ? bias : nullptr, out, static_cast<float*>(ws), pl.out_elems, pl.splits, 1, 1, linear_k};
-    bool mma = pl.mma && aligned16(a) && aligned16(b) && (reinterpret_cast<uintptr_t>(out) & 3) == 0;
+    Args args{g, a, b, mode == kFwd ? bias : nullptr, out, static_cast<float*>(ws), pl.out_elems, pl.splits, 1, 1, linear_k,
+              qb.scale, qb.codes};
+    const bool b_ok = quant ? (reinterpret_cast<uintptr_t>(b) & 7) == 0 : aligned16(b);  // codes: 8-byte chunks
+    bool mma = pl.mma && aligned16(a) && b_ok && (reinterpret_cast<uintptr_t>(out) & 3) == 0;
     if constexpr (sizeof(T) == 2) {
         if (mma) {
             args.m_tiles = pl.m_tiles;
             args.n_tiles = pl.n_tiles;
             dim3 grid(unsigned(int64_t(pl.m_tiles) * pl.n_tiles), 1, unsigned(pl.phases * pl.splits));
-            mma_table_for<T>(mode)[pl.cfg].launch(args, grid, st);
+            mma_table_for<T>(mode, quant).e[pl.cfg].launch(args, grid, st);
         }
     } else {
         mma = false;
@@ -239,8 +271,8 @@ const char* launch_conv(int mode, const Geom& g, const void* a, const void* b, c
 }
 
 template <class T>
-size_t conv_workspace(int mode, const Geom& g) {
-    return plan_conv<T>(mode, g).ws_bytes;
+size_t conv_workspace(int mode, const Geom& g, bool quant = false) {
+    return plan_conv<T>(mode, g, -1, 0, quant).ws_bytes;
 }
 
 // ---- upsample launchers: x [N,H,W,C] -> y [N,2H,2W,C] and back ----

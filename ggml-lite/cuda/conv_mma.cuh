@@ -12,6 +12,9 @@
 // partials to a workspace that a second kernel sums in a fixed order: results never depend on
 // scheduling. Limits: Cin % 8 == 0 (and Cout % 8 == 0 for the gradients), 16-byte aligned
 // pointers, every tensor under 2^31 elements; other cases take the exact path (conv_simt.cuh).
+// A quantized weight (forward and input gradient: Args::b_scale, core/quant.h) is read as 8-bit
+// codes into registers with the A copies of a tile and converted to T (code * its Cout's scale)
+// into the B tile after that iteration's mmas (QB kernels); its pointer needs 8-byte alignment.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -50,6 +53,10 @@ struct Args {
     int64_t out_elems;
     int splits, m_tiles, n_tiles;
     int linear_k = 0;  // 1: walk K in memory order even where the tap-first order applies (bench)
+    // A quantized weight b (forward and input grad): 8-bit codes of dtype b_codes (i8 or f8e4m3)
+    // and one f32 scale per Cout; nullptr: b is dense T.
+    const float* b_scale = nullptr;
+    DType b_codes = DType::i8;
 };
 
 // The GEMM one block works on (a stride phase of the input gradient, or the whole problem).
@@ -156,7 +163,7 @@ struct MmaCfg {
     static constexpr int kSmem = STAGES * (BM + BN) * BK * 2;
 };
 
-template <class T, int MODE, class Cfg>
+template <class T, int MODE, class Cfg, bool QB = false>
 __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args) {
     constexpr int BM = Cfg::kBM, BN = Cfg::kBN, BK = Cfg::kBK, NT = Cfg::kThreads, STAGES = Cfg::kStages;
     constexpr int KS = BK / 16;
@@ -168,6 +175,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
     constexpr int A_RSTEP = NT / A_CPR, B_RSTEP = NT / B_CPR;
     constexpr int A_ROWS = (A_KMAJ ? BM : BK) / A_RSTEP, B_ROWS = (B_KMAJ ? BN : BK) / B_RSTEP;
     static_assert(NT % A_CPR == 0 && NT % B_CPR == 0 && A_ROWS >= 1 && B_ROWS >= 1, "loader");
+    static_assert(!QB || (MODE != kWgrad && STAGES >= 3), "a quantized B tile is stored one iteration late");
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T* smem = reinterpret_cast<T*>(smem_raw);
@@ -183,6 +191,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
     const bool tapfirst = MODE != kWgrad && !args.linear_k && p.Cg % BK == 0;
     const T* A = static_cast<const T*>(args.a);
     const T* B = static_cast<const T*>(args.b);
+    const uint8_t* Bq = static_cast<const uint8_t*>(args.b);  // QB: the codes, same element offsets
+    uint2 b_codes[QB ? B_ROWS : 1];  // QB: this thread's chunks of the tile in flight and their scales
+    float b_scale[QB ? B_ROWS : 1];
 
     // Source of the gathered operand (fwd, dgrad: A; wgrad: B). Offsets fit 32 bits (checked on launch).
     const int Hs = MODE == kDgrad ? g.Ho : g.H, Ws = MODE == kDgrad ? g.Wo : g.W, Cs = MODE == kDgrad ? g.Co : g.C;
@@ -261,6 +272,15 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
                 cp_async<16>(sA + off_mn<BM>(row, a_cc), v ? A + (pix * g.Co + m0 + a_cc * 8) : A, v);
             }
         }
+        // One B chunk: an async copy, or (QB) its codes and scale into registers (zeros: off the tensor).
+        auto b_chunk = [&](int i, int smem_off, bool v, int o, float scale) {
+            if constexpr (QB) {
+                b_codes[i] = v ? *reinterpret_cast<const uint2*>(Bq + o) : make_uint2(0u, 0u);
+                b_scale[i] = v ? scale : 0.f;
+            } else {
+                cp_async<16>(sB + smem_off, v ? B + o : B, v);
+            }
+        };
         if constexpr (B_KMAJ) {
             int kk = k0 + b_cc * 8;
             if (tapfirst) kk = (kb.r * p.ns + kb.s) * p.Cg + kb.c + b_cc * 8;
@@ -268,7 +288,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
 #pragma unroll
             for (int i = 0; i < B_ROWS; i++) {
                 bool v = kval && b_off[i] >= 0;
-                cp_async<16>(sB + off_k<BK>(b_r0 + i * B_RSTEP, b_cc), v ? B + (b_off[i] + kk) : B, v);
+                b_chunk(i, off_k<BK>(b_r0 + i * B_RSTEP, b_cc), v, b_off[i] + kk,
+                        QB && v ? args.b_scale[n0 + b_r0 + i * B_RSTEP] : 0.f);  // row n's scale (an L1 hit)
             }
         } else if constexpr (MODE == kDgrad) {
             const int ci = n0 + b_cc * 8;
@@ -278,7 +299,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
 #pragma unroll
                 for (int i = 0; i < B_ROWS; i++) {
                     int row = b_r0 + i * B_RSTEP;
-                    cp_async<16>(sB + off_mn<BN>(row, b_cc), b_col_ok ? B + (base + row * co_stride) : B, b_col_ok);
+                    b_chunk(i, off_mn<BN>(row, b_cc), b_col_ok, base + row * co_stride,
+                            QB && b_col_ok ? args.b_scale[kb.c + row] : 0.f);
                 }
             } else {
 #pragma unroll
@@ -288,7 +310,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
                     q.step_linear(row, p.Cg, p.ns);
                     bool v = b_col_ok && k0 + row < p.K;
                     int o = ((q.c * g.k + p.r0 + q.r * g.S) * g.k + p.s0 + q.s * g.S) * g.C + ci;
-                    cp_async<16>(sB + off_mn<BN>(row, b_cc), v ? B + o : B, v);
+                    b_chunk(i, off_mn<BN>(row, b_cc), v, o, QB && v ? args.b_scale[q.c] : 0.f);
                 }
             }
         } else {
@@ -310,6 +332,19 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
         if (MODE != kWgrad) {
             if (tapfirst) kb.step_tap(BK, p.nr, p.ns);
             else kb.step_linear(BK, p.Cg, p.ns);
+        }
+    };
+
+    // QB: the chunks load_tile fetched, converted into that tile's B slot.
+    auto store_codes = [&](int stage) {
+        if constexpr (QB) {
+            T* sB = smem + stage * STAGE + A_ELEMS;
+#pragma unroll
+            for (int i = 0; i < B_ROWS; i++) {
+                const int row = b_r0 + i * B_RSTEP;
+                const int off = B_KMAJ ? off_k<BK>(row, b_cc) : off_mn<BN>(row, b_cc);
+                *reinterpret_cast<uint4*>(sB + off) = dequant8<T>(b_codes[i], b_scale[i], args.b_codes);
+            }
         }
     };
 
@@ -355,7 +390,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
     const int nkt = kt1 - kt0;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
-        if (s < nkt) load_tile(s, kt0 + s);
+        if (s < nkt) {
+            load_tile(s, kt0 + s);
+            store_codes(s);
+        }
         cp_async_commit();
     }
     cp_async_wait<STAGES - 2>();
@@ -363,12 +401,15 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
     int rd = 0, wr = STAGES - 1;
     if (nkt > 0) load_frags(0, 0, 0);
     for (int it = 0; it < nkt; it++) {
+        // QB: the slot written this iteration was last read before the previous iteration's barrier
+        // and is first read after the next one (STAGES >= 3), so its codes are stored at the end.
+        const int fetched = it + STAGES - 1 < nkt ? wr : -1;
 #pragma unroll
         for (int ks = 0; ks < KS; ks++) {
             if (ks == KS - 1) rd = rd + 1 == STAGES ? 0 : rd + 1;
             if (ks < KS - 1 || it + 1 < nkt) load_frags((ks + 1) & 1, rd, (ks + 1) % KS);
             if (ks == 0) {
-                if (it + STAGES - 1 < nkt) load_tile(wr, kt0 + it + STAGES - 1);
+                if (fetched >= 0) load_tile(wr, kt0 + it + STAGES - 1);
                 cp_async_commit();
                 wr = wr + 1 == STAGES ? 0 : wr + 1;
             }
@@ -382,6 +423,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
                 __syncthreads();
             }
         }
+        if (fetched >= 0) store_codes(fetched);
     }
     cp_async_wait<0>();
 

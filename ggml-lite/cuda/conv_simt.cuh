@@ -1,8 +1,9 @@
 // Convolution, part 2 (see conv_mma.cuh for the geometry): the exact path. A tiled implicit GEMM
 // on FFMA with fp32 accumulation in a fixed order (no TF32), used for f32 graphs and as the
 // fallback for half types whose channels or pointers do not suit the tensor-core loader (e.g.
-// conv_in's Cin = 4). Any k, stride, pad, channel count. Also: the split-K reduction and the
-// nearest-2x upsample kernels (NHWC, vectorized when the channel bytes allow).
+// conv_in's Cin = 4), quantized weights included (Args::b_scale). Any k, stride, pad, channel
+// count. Also: the split-K reduction and the nearest-2x upsample kernels (NHWC, vectorized when
+// the channel bytes allow).
 #pragma once
 #include "ggml-lite/cuda/conv_mma.cuh"
 
@@ -41,14 +42,34 @@ struct SimtGather {
         return to_f32(A[((int64_t(b) * Hs + y) * Ws + x) * p.Cg + c]);
     }
 
+    // Offset of element (kk, n) of the weight operand (forward, input grad) in w; co: its Cout.
+    template <int MODE>
+    __device__ __forceinline__ int64_t w_offset(int kk, int n, int& co) const {
+        if (MODE == kFwd) {
+            co = n;
+            return int64_t(n) * p.K + kk;
+        }
+        int tap = dv_c.div(kk);
+        co = kk - tap * p.Cg;
+        int jr = dv_t.div(tap), js = tap - jr * p.ns;
+        return ((int64_t(co) * g.k + p.r0 + jr * g.S) * g.k + p.s0 + js * g.S) * g.C + n;
+    }
+
+    // Element (kk, n) of a quantized weight B (Args::b_scale): its code times its Cout's scale.
+    template <int MODE>
+    __device__ __forceinline__ float b_quant(const Args& a, int kk, int n) const {
+        if (kk >= p.K || n >= p.NG) return 0.f;
+        int co;
+        const int64_t o = w_offset<MODE>(kk, n, co);
+        return code_to_f32(static_cast<const uint8_t*>(a.b)[o], a.b_codes) * a.b_scale[co];
+    }
+
     template <class T, int MODE>
     __device__ __forceinline__ float b(const T* B, int kk, int n) const {
         if (kk >= p.K || n >= p.NG) return 0.f;
-        if (MODE == kFwd) return to_f32(B[int64_t(n) * p.K + kk]);
-        if (MODE == kDgrad) {
-            int tap = dv_c.div(kk), co = kk - tap * p.Cg;
-            int jr = dv_t.div(tap), js = tap - jr * p.ns;
-            return to_f32(B[((int64_t(co) * g.k + p.r0 + jr * g.S) * g.k + p.s0 + js * g.S) * g.C + n]);
+        if (MODE != kWgrad) {
+            int co;
+            return to_f32(B[w_offset<MODE>(kk, n, co)]);
         }
         int b = p.dv_hw.div(kk), rem = kk - b * int(p.dv_hw.d);
         int oy = p.dv_w.div(rem), ox = rem - oy * int(p.dv_w.d);
@@ -91,7 +112,8 @@ __global__ void __launch_bounds__(256) conv_simt_kernel(const Args args) {
             int am = MODE == kWgrad ? e % BM : e / BK, ak = MODE == kWgrad ? e / BM : e % BK;
             As[ak][am] = ga.a<T, MODE>(A, m0 + am, k0 + ak);
             int bn = MODE == kFwd ? e / BK : e % BN, bk = MODE == kFwd ? e % BK : e / BN;
-            Bs[bk][bn] = ga.b<T, MODE>(B, k0 + bk, n0 + bn);
+            if (MODE != kWgrad && args.b_scale) Bs[bk][bn] = ga.b_quant<MODE>(args, k0 + bk, n0 + bn);
+            else Bs[bk][bn] = ga.b<T, MODE>(B, k0 + bk, n0 + bn);
         }
         __syncthreads();
 #pragma unroll

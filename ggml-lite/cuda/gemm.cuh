@@ -11,6 +11,10 @@
 //   The 16-byte paths need the contiguous dims, leading dims and batch strides to be multiples of
 //   8 and 16-byte aligned pointers; otherwise a mma.sync kernel with scalar predicated loads runs.
 //   f32: exact FFMA tiled kernel (no TF32), for parity tests.
+// A quantized B (GemmArgs::b_quant: 8-bit codes and f32 row scales, a frozen weight) runs the
+//   mma.sync kernel (tiles 128 x 128 x 64, or 64 x 64) whose B loader converts codes to T in
+//   registers on their way to smem, or the FFMA kernel for f32; never wgmma nor cuBLAS. B's 8-byte
+//   chunks need K (tb) or N (else) and ldb to be multiples of 8 and an 8-byte aligned B.
 // Few output tiles and a long K: split-K with fp32 partials in the caller's workspace, summed in
 //   a fixed order (deterministic: no atomics anywhere).
 // GL_GEMM=cublas routes everything to cuBLAS (comparison; f32 uses CUBLAS_COMPUTE_32F).
@@ -78,7 +82,8 @@ template <class Cfg>
 constexpr int mma_smem(bool ta, bool tb) { return Cfg::smem_bytes(ta, tb); }
 
 inline GemmPlan plan_gemm(const GemmArgs& a, bool vec) {
-    if (use_cublas()) return {GemmKernel::cublas, 1};
+    const bool quant = a.b_quant;
+    if (use_cublas() && !quant) return {GemmKernel::cublas, 1};
     if (a.dtype == DType::f32) return {GemmKernel::ffma_f32, 1};
     const int64_t M = a.M, N = a.N, K = a.K, batch = a.batch;
     const DeviceInfo dev = device_info();
@@ -90,15 +95,16 @@ inline GemmPlan plan_gemm(const GemmArgs& a, bool vec) {
     };
     // Relative throughputs fitted to an H200 sweep of bench/gemm_check.cu (bench/RESULTS.md); the
     // 64-wide wgmma tile is rated lower for its short N. Earlier entries win ties.
-    const bool wg = vec && wgmma_usable();
+    const bool wg = vec && !quant && wgmma_usable();
     const bool ta = a.ta, tb = a.tb;
     const Cand cands[] = {
         {GemmKernel::wg128, 128, 128, 2, 1.90, wg},
         {GemmKernel::wg160, 128, 160, 2, 2.00, wg && tb},  // an N-major B needs 64-wide atoms
         {GemmKernel::wg64, 128, 64, 2, 1.40, wg},
         {GemmKernel::mma_k64, 128, 128, 2, 1.00, vec && !wg && mma_smem<CfgK64>(ta, tb) <= dev.smem_optin},
-        {GemmKernel::mma_w4, 128, 128, 2, 1.00, vec && !wg && mma_smem<CfgW4>(ta, tb) <= dev.smem_optin},
-        {GemmKernel::mma_wide, 256, 160, 1, 1.00, vec && !wg && mma_smem<CfgWide>(ta, tb) <= dev.smem_optin},
+        {GemmKernel::mma_w4, 128, 128, 2, 1.00, vec && !wg && !quant && mma_smem<CfgW4>(ta, tb) <= dev.smem_optin},
+        {GemmKernel::mma_wide, 256, 160, 1, 1.00,
+         vec && !wg && !quant && mma_smem<CfgWide>(ta, tb) <= dev.smem_optin},
         {GemmKernel::mma_small, 64, 64, 4, 0.60, !wg},
     };
     const Cand* best = nullptr;
@@ -128,7 +134,8 @@ inline bool vec_ok(const GemmArgs& a) {
     bool ok = lead_a % 8 == 0 && lead_b % 8 == 0 && a.N % 8 == 0;
     ok = ok && a.lda % 8 == 0 && a.ldb % 8 == 0 && a.ldc % 8 == 0;
     ok = ok && a.sA % 8 == 0 && a.sB % 8 == 0 && a.sC % 8 == 0;
-    ok = ok && aligned16(a.A) && aligned16(a.B) && aligned16(a.C);
+    ok = ok && aligned16(a.A) && aligned16(a.C);
+    ok = ok && (a.b_quant ? (reinterpret_cast<uintptr_t>(a.B) & 7) == 0 : aligned16(a.B));  // codes: 8-byte chunks
     if (a.epi.residual) ok = ok && aligned16(a.epi.residual) && a.epi.ldr % 8 == 0 && a.epi.sr % 8 == 0;
     return ok;
 }
@@ -165,8 +172,20 @@ void launch_wgmma_layout(const GemmArgs& a, int splits, float* partial, cudaStre
     }
 }
 
+// A quantized B: A row-major, B either way.
+template <class T, class Cfg, bool VEC>
+void launch_mma_quant(const GemmArgs& a, int splits, float* partial, cudaStream_t s) {
+    if (a.tb) launch_mma<T, Cfg, false, true, VEC, true>(a, splits, partial, s);
+    else launch_mma<T, Cfg, false, false, VEC, true>(a, splits, partial, s);
+}
+
 template <class T>
 void launch_tc(GemmKernel k, bool vec, const GemmArgs& a, int splits, float* partial, cudaStream_t s) {
+    if (a.b_quant) {
+        if (!vec) return launch_mma_quant<T, CfgSmall, false>(a, splits, partial, s);
+        if (k == GemmKernel::mma_k64) return launch_mma_quant<T, CfgK64, true>(a, splits, partial, s);
+        return launch_mma_quant<T, CfgSmall, true>(a, splits, partial, s);
+    }
     if (!vec) return launch_mma_layout<T, CfgSmall, false>(a, splits, partial, s);
     switch (k) {
         case GemmKernel::wg128: return launch_wgmma_layout<T, 128, kWg128Stages>(a, splits, partial, s);
@@ -218,6 +237,9 @@ inline void gemm(const GemmArgs& a, void* ws, size_t ws_bytes, cudaStream_t s) {
              "gemm: unsupported dtype");
     GL_CHECK(a.M < (int64_t(1) << 31) && a.N < (int64_t(1) << 31) && a.K < (int64_t(1) << 31),
              "gemm: dims must be < 2^31");
+    GL_CHECK(!a.b_quant || (a.b_scale && (a.b_codes == DType::i8 || a.b_codes == DType::f8e4m3) && !a.ta && a.sB == 0),
+             "gemm: a quantized B needs its scales, i8 or f8e4m3 codes, a row-major A and one B for every batch");
+    GL_CHECK(a.b_quant || !a.b_scale, "gemm: row scales for a B that is not quantized");
     if (a.M == 0 || a.N == 0 || a.batch == 0) return;
     const bool vec = a.dtype != DType::f32 && vec_ok(a);
     GemmPlan pl = plan_gemm(a, vec);

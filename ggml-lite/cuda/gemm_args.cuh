@@ -19,7 +19,7 @@ struct Epilogue {
 };
 
 struct GemmArgs {
-    DType dtype = DType::bf16;  // of A, B, C, bias and residual
+    DType dtype = DType::bf16;  // of A, B (unless quantized), C, bias and residual
     int64_t M = 0, N = 0, K = 0, batch = 1;
     const void* A = nullptr;
     int64_t lda = 0, sA = 0;
@@ -27,6 +27,13 @@ struct GemmArgs {
     const void* B = nullptr;
     int64_t ldb = 0, sB = 0;
     bool tb = false;
+    // A quantized B (a frozen weight, core/quant.h): B holds 8-bit codes of dtype b_codes (i8 or
+    // f8e4m3) and b_scale one f32 per stored row of B (its N rows when tb, its K rows otherwise);
+    // B's element is code * scale, rounded once to `dtype` as it is loaded. Takes ta = false and
+    // sB = 0. b_quant is set when planning too, before any pointer exists.
+    bool b_quant = false;
+    DType b_codes = DType::i8;
+    const float* b_scale = nullptr;
     void* C = nullptr;
     int64_t ldc = 0, sC = 0;
     Epilogue epi;

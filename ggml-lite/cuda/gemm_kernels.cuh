@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "ggml-lite/cuda/check.cuh"
 #include "ggml-lite/cuda/device.cuh"
@@ -53,6 +54,8 @@ struct TileCfg {
 struct MmaParams {
     const void* A;
     const void* B;
+    const float* b_scale;  // a quantized B's row scales (GemmArgs), else nullptr
+    DType b_codes;
     void* C;
     float* partial;  // split-K: fp32 [splits][batch][M][N]; nullptr writes C through the epilogue
     int M, N, K;
@@ -162,7 +165,76 @@ struct TileLoader {
     }
 };
 
-template <class T, class Cfg, bool TA, bool TB, bool VEC>
+// The B tile of a quantized weight: TileLoader's chunks and smem layout, read from 8-bit codes
+// (8 bytes a chunk) and converted to T with the scale of the chunk's stored row (KC: its n, fixed;
+// else its k, per tile). Two steps, so that the global loads of a tile are in flight while the
+// previous tile's mmas run: fetch() reads the codes and scales into registers, store() converts
+// them and writes the smem tile. Zero codes stand for everything out of range.
+template <class T, int S, int W, int NTH, bool KC, bool VEC>
+struct CodeTileLoader {
+    static constexpr int CPR = W / 8, CHUNKS = S * CPR, ITERS = ceil_div(CHUNKS, NTH), PITCH = W + 8;
+    const uint8_t* src[ITERS];
+    const float* scale;  // per stored row, from the block's k start (!KC) or absolute (KC)
+    DType kind;
+    int64_t kstep;
+    int kc[ITERS], fixed[ITERS], dst[ITERS];  // as TileLoader's
+    uint2 codes[ITERS];
+    float row_scale[ITERS];
+
+    __device__ __forceinline__ void init(const uint8_t* base, const float* sc, DType t, int64_t ld, int tid, int mn0,
+                                         int MN, int kbeg) {
+        kstep = KC ? 1 : ld;
+        kind = t;
+        scale = KC ? sc : sc + kbeg;
+#pragma unroll
+        for (int it = 0; it < ITERS; it++) {
+            const int i = tid + it * NTH;
+            const int r = i / CPR, c = (i % CPR) * 8;
+            dst[it] = i < CHUNKS ? r * PITCH + c : -1;
+            if (KC) {
+                fixed[it] = mn0 + r < MN ? 8 : 0;
+                kc[it] = c;
+                src[it] = base + int64_t(mn0 + r) * ld + kbeg + c;
+                row_scale[it] = fixed[it] > 0 && dst[it] >= 0 ? sc[mn0 + r] : 0.0f;
+            } else {
+                fixed[it] = MN - (mn0 + c);
+                kc[it] = r;
+                src[it] = base + int64_t(kbeg + r) * ld + mn0 + c;
+            }
+        }
+    }
+    __device__ __forceinline__ void fetch(int k0, int kend) {
+#pragma unroll
+        for (int it = 0; it < ITERS; it++) {
+            if (CHUNKS % NTH != 0 && dst[it] < 0) continue;
+            const int kk = k0 + kc[it];
+            const uint8_t* g = src[it] + int64_t(k0) * kstep;
+            if constexpr (VEC) {
+                const bool ok = fixed[it] > 0 && kk < kend;
+                codes[it] = ok ? *reinterpret_cast<const uint2*>(g) : make_uint2(0u, 0u);
+            } else {
+                uint32_t w[2] = {0u, 0u};
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    const bool ok = KC ? (fixed[it] > 0 && kk + e < kend) : (e < fixed[it] && kk < kend);
+                    if (ok) w[e / 4] |= uint32_t(g[e]) << (8 * (e % 4));
+                }
+                codes[it] = make_uint2(w[0], w[1]);
+            }
+            if (!KC) row_scale[it] = kk < kend ? scale[kk] : 0.0f;
+        }
+    }
+    __device__ __forceinline__ void store(T* sm) const {
+#pragma unroll
+        for (int it = 0; it < ITERS; it++) {
+            if (CHUNKS % NTH != 0 && dst[it] < 0) continue;
+            *reinterpret_cast<uint4*>(sm + dst[it]) = dequant8<T>(codes[it], row_scale[it], kind);
+        }
+    }
+};
+
+// QB: B is a quantized weight (MmaParams::b_scale; TA is false then), loaded by CodeTileLoader.
+template <class T, class Cfg, bool TA, bool TB, bool VEC, bool QB>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::MINB) mma_gemm_kernel(MmaParams p) {
     constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES, NTH = Cfg::kThreads;
     constexpr int MT = Cfg::MT, NT = Cfg::NT, PAD = Cfg::kPad;
@@ -177,7 +249,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::MINB) mma_gemm_kernel(MmaP
     const int m0 = (tile / p.tiles_n) * BM, n0 = (tile % p.tiles_n) * BN;
     const int64_t bz = int64_t(blockIdx.z) + p.batch0;
     const T* A = static_cast<const T*>(p.A) + bz * p.sA;
-    const T* B = static_cast<const T*>(p.B) + bz * p.sB;
     const int kbeg = blockIdx.y * p.k_per_split;
     const int kend = max(0, min(p.K, kbeg + p.k_per_split) - kbeg);  // relative to kbeg
     // written out: through ceil_div the compiler no longer uses kend >= 0 (a signed division)
@@ -185,13 +256,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::MINB) mma_gemm_kernel(MmaP
 
     // A tile is S strided rows of W contiguous elements: K-contiguous operands have S = BM or BN
     // rows (m or n) of W = BK; the others S = BK rows (k) of W = BM or BN.
+    static_assert(!QB || !TA, "a quantized B takes a row-major A");
     TileLoader<T, (TA ? BK : BM), (TA ? BM : BK), NTH, !TA, VEC> la;
-    TileLoader<T, (TB ? BN : BK), (TB ? BK : BN), NTH, TB, VEC> lb;
+    std::conditional_t<QB, CodeTileLoader<T, (TB ? BN : BK), (TB ? BK : BN), NTH, TB, VEC>,
+                       TileLoader<T, (TB ? BN : BK), (TB ? BK : BN), NTH, TB, VEC>>
+        lb;
     la.init(A, p.lda, tid, m0, p.M, kbeg);
-    lb.init(B, p.ldb, tid, n0, p.N, kbeg);
+    if constexpr (QB)
+        lb.init(static_cast<const uint8_t*>(p.B), p.b_scale, p.b_codes, p.ldb, tid, n0, p.N, kbeg);
+    else
+        lb.init(static_cast<const T*>(p.B) + bz * p.sB, p.ldb, tid, n0, p.N, kbeg);
+    // A quantized B tile is fetched with A's copies and stored after the mmas of the tile in flight.
     auto load_stage = [&](int slot, int kt) {
         la.load(smA + slot * A_EL, kt * BK, kend);
-        lb.load(smB + slot * B_EL, kt * BK, kend);
+        if constexpr (QB) lb.fetch(kt * BK, kend);
+        else lb.load(smB + slot * B_EL, kt * BK, kend);
     };
 
     float acc[MT][NT][4];
@@ -204,7 +283,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::MINB) mma_gemm_kernel(MmaP
 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
-        if (s < ktiles) load_stage(s, s);
+        if (s < ktiles) {
+            load_stage(s, s);
+            if constexpr (QB) lb.store(smB + s * B_EL);
+        }
         cp_async_commit();
     }
 
@@ -213,11 +295,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::MINB) mma_gemm_kernel(MmaP
     for (int kt = 0; kt < ktiles; kt++) {
         cp_async_wait<STAGES - 2>();
         __syncthreads();  // stage kt landed for everyone; slot (kt-1) % STAGES is free again
-        {
-            const int nk = kt + STAGES - 1;
-            if (nk < ktiles) load_stage(nk % STAGES, nk);
-            cp_async_commit();
-        }
+        const int nk = kt + STAGES - 1;
+        if (nk < ktiles) load_stage(nk % STAGES, nk);
+        cp_async_commit();
         const T* sa = smA + (kt % STAGES) * A_EL;
         const T* sb = smB + (kt % STAGES) * B_EL;
 #pragma unroll
@@ -251,6 +331,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::MINB) mma_gemm_kernel(MmaP
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) mma16816<T>(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
         }
+        // The slot of tile nk was freed by this iteration's barrier and is read after a later one.
+        if constexpr (QB)
+            if (nk < ktiles) lb.store(smB + (nk % STAGES) * B_EL);
     }
     cp_async_wait<0>();
     __syncthreads();  // the pipeline smem is reused for the epilogue tile
@@ -300,7 +383,7 @@ __global__ void __launch_bounds__(256) ffma_gemm_kernel(MmaParams p) {
     const int m0 = (blockIdx.x / p.tiles_n) * 64, n0 = (blockIdx.x % p.tiles_n) * 64;
     const int64_t bz = int64_t(blockIdx.z) + p.batch0;
     const float* A = static_cast<const float*>(p.A) + bz * p.sA;
-    const float* B = static_cast<const float*>(p.B) + bz * p.sB;
+    const float* B = p.b_scale ? nullptr : static_cast<const float*>(p.B) + bz * p.sB;
     float acc[4][4] = {};
     for (int k0 = 0; k0 < p.K; k0 += 16) {
 #pragma unroll
@@ -313,7 +396,15 @@ __global__ void __launch_bounds__(256) ffma_gemm_kernel(MmaParams p) {
             int n;
             if (TB) { n = e >> 4; k = e & 15; } else { n = e & 63; k = e >> 6; }
             const int gn = n0 + n, gk2 = k0 + k;
-            Bs[k][n] = (gn < p.N && gk2 < p.K) ? (TB ? B[int64_t(gn) * p.ldb + gk2] : B[int64_t(gk2) * p.ldb + gn]) : 0.0f;
+            float bv = 0.0f;
+            if (gn < p.N && gk2 < p.K) {
+                const int64_t bi = TB ? int64_t(gn) * p.ldb + gk2 : int64_t(gk2) * p.ldb + gn;
+                if (p.b_scale)  // a quantized B: code times the scale of its stored row
+                    bv = code_to_f32(static_cast<const uint8_t*>(p.B)[bi], p.b_codes) * p.b_scale[TB ? gn : gk2];
+                else
+                    bv = B[bi];
+            }
+            Bs[k][n] = bv;
         }
         __syncthreads();
 #pragma unroll
@@ -377,6 +468,8 @@ inline MmaParams params_of(const GemmArgs& a) {
     MmaParams p{};
     p.A = a.A;
     p.B = a.B;
+    p.b_scale = a.b_scale;
+    p.b_codes = a.b_codes;
     p.C = a.C;
     p.M = int(a.M);
     p.N = int(a.N);
@@ -392,9 +485,9 @@ inline MmaParams params_of(const GemmArgs& a) {
     return p;
 }
 
-template <class T, class Cfg, bool TA, bool TB, bool VEC>
+template <class T, class Cfg, bool TA, bool TB, bool VEC, bool QB = false>
 void launch_mma(const GemmArgs& a, int splits, float* partial, cudaStream_t s) {
-    auto kern = mma_gemm_kernel<T, Cfg, TA, TB, VEC>;
+    auto kern = mma_gemm_kernel<T, Cfg, TA, TB, VEC, QB>;
     constexpr int smem = Cfg::smem_bytes(TA, TB);
     static thread_local uint64_t smem_set = 0;
     allow_smem(reinterpret_cast<const void*>(kern), smem, smem_set);

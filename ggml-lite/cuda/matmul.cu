@@ -7,8 +7,12 @@
 // major with one leading stride, and whose batch dims collapse to one stride, is used in place
 // (a transposed view just flips the kernel's layout flag); anything else is copied dense into
 // this node's workspace first. A shared b folds a's batch into M (one larger GEMM).
+// A quantized weight (ops/quant.h: codes, then the f32 row scales as the last input) is passed to
+// gemm() as codes + scales (GemmArgs::b_scale), which converts it while loading; its a / x is
+// made row-major first where it is not.
 #include "ggml-lite/cuda/kernel.cuh"
 #include "ggml-lite/cuda/gemm.cuh"
+#include "ggml-lite/ops/quant.h"
 
 namespace gl {
 namespace {
@@ -52,13 +56,15 @@ Mat mat_of(const Layout& L, int rd, int cd) {
     return {};
 }
 
+constexpr int kMaxIn = 4;  // linear with a quantized weight: x, codes, bias, scale
+
 // Everything about a node that does not depend on where its tensors live.
 struct NodePlan {
-    gemm::GemmArgs args;       // pointers unset
-    bool dense_in[3] = {};     // input i is first copied dense into the workspace
-    size_t dense_bytes[3] = {};
+    gemm::GemmArgs args;            // pointers unset
+    bool dense_in[kMaxIn] = {};     // input i is first copied dense into the workspace
+    size_t dense_bytes[kMaxIn] = {};
     size_t split_bytes = 0;
-    bool bias = false;
+    int bias = -1, scale = -1;      // inputs holding the bias and a quantized weight's scale
 };
 
 // Matrix view of an operand of `rank >= 2` dims whose batch dims [0, nd-2) must collapse.
@@ -72,13 +78,21 @@ NodePlan plan_node(Op op, const Params& prm, const Layout* lay, const DType* dt,
     NodePlan np;
     gemm::GemmArgs& a = np.args;
     a.dtype = dt[0];
-    Layout L[3];
+    Layout L[kMaxIn];
     for (int i = 0; i < n_in; i++) L[i] = lay[i];
     auto make_dense = [&](int i) {
         np.dense_in[i] = true;
         np.dense_bytes[i] = align_up(size_t(L[i].shape.numel()) * dtype_size(dt[i]));
         L[i] = Layout::contiguous(L[i].shape);
     };
+    const bool quant = is_quantized(prm);
+    if (quant) {  // codes row-major (their scales follow dim 0), the scales one dense vector
+        np.scale = n_in - 1;
+        a.b_quant = true;
+        a.b_codes = dt[1];
+        if (!L[1].is_contiguous()) make_dense(1);
+        if (!L[np.scale].is_contiguous()) make_dense(np.scale);
+    }
     if (op == Op::matmul) {
         const bool ta = prm.i[0] != 0, tb = prm.i[1] != 0;
         const Shape &as = L[0].shape, &bs = L[1].shape;
@@ -91,7 +105,7 @@ NodePlan plan_node(Op op, const Params& prm, const Layout* lay, const DType* dt,
         const bool shared_b = bs.nd == 2;
         Mat ma, mb;
         int64_t sa = 0, sb = 0;
-        if (!batched_mat(L[0], ma, sa)) {
+        if (!batched_mat(L[0], ma, sa) || (quant && ma.col)) {
             make_dense(0);
             batched_mat(L[0], ma, sa);
         }
@@ -124,7 +138,8 @@ NodePlan plan_node(Op op, const Params& prm, const Layout* lay, const DType* dt,
             if (!collapse(L[0], 0, xs.nd - 1, rs)) return false;
             return L[0].stride[size_t(xs.nd - 1)] == 1 || xs.last() == 1 || rs == 1;
         };
-        if (!x_ok()) {
+        const bool x_rows = xs.nd == 1 || L[0].stride[size_t(xs.nd - 1)] == 1 || xs.last() == 1;
+        if (!x_ok() || (quant && !x_rows)) {
             make_dense(0);
             x_ok();
         }
@@ -142,8 +157,8 @@ NodePlan plan_node(Op op, const Params& prm, const Layout* lay, const DType* dt,
         }
         a.tb = !mw.col;  // w [N, K] row-major is B stored N x K
         a.ldb = mw.ld;
-        if (n_in == 3) {
-            np.bias = true;
+        if (inputs_without_scale(prm, n_in) == 3) {
+            np.bias = 2;
             if (L[2].stride[0] != 1 && L[2].shape.d[0] != 1) make_dense(2);
         }
     }
@@ -154,8 +169,8 @@ NodePlan plan_node(Op op, const Params& prm, const Layout* lay, const DType* dt,
 }
 
 size_t matmul_workspace(const Graph& g, const Node& n) {
-    Layout L[3];
-    DType dt[3];
+    Layout L[kMaxIn];
+    DType dt[kMaxIn];
     const int n_in = int(n.in.size());
     for (int i = 0; i < n_in; i++) {
         L[i] = g.v(n.in[size_t(i)]).layout;
@@ -169,8 +184,8 @@ size_t matmul_workspace(const Graph& g, const Node& n) {
 
 void matmul_run(CudaCtx& c) {
     const int n_in = int(c.in.size());
-    Layout L[3];
-    DType dt[3];
+    Layout L[kMaxIn];
+    DType dt[kMaxIn];
     for (int i = 0; i < n_in; i++) {
         L[i] = c.in[size_t(i)].layout;
         dt[i] = c.in[size_t(i)].dtype;
@@ -180,7 +195,7 @@ void matmul_run(CudaCtx& c) {
     if (a.M == 0 || a.N == 0) return;
     char* ws = c.workspace;
     size_t ws_left = c.workspace_bytes;
-    const void* ptr[3] = {};
+    const void* ptr[kMaxIn] = {};
     for (int i = 0; i < n_in; i++) {
         if (np.dense_in[i]) {
             GL_CHECK(ws_left >= np.dense_bytes[i], op_name(c.node.op), ": workspace too small");
@@ -195,7 +210,8 @@ void matmul_run(CudaCtx& c) {
     a.A = ptr[0];
     a.B = ptr[1];
     a.C = c.out_ptr(0);
-    if (np.bias) a.epi.bias = ptr[2];
+    if (np.bias >= 0) a.epi.bias = ptr[np.bias];
+    if (np.scale >= 0) a.b_scale = static_cast<const float*>(ptr[np.scale]);
     gemm::gemm(a, ws, ws_left, c.stream);
 }
 

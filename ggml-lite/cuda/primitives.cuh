@@ -6,6 +6,8 @@
 //                  load_any (an element of a run-time float dtype), pack2 (two values rounded
 //                  into one 32-bit register, low half first), visit_float (run-time DType ->
 //                  device type), ex2 (the hardware 2^x)
+//   8-bit codes    code_to_f32, dequant8: a quantized weight's i8 / f8e4m3 codes (core/quant.h)
+//                  times their row scale, as the GEMM and conv loaders convert them
 //   arithmetic     ceil_div
 //   memory         smem_u32, cp.async (cp_async, cp_async_commit, cp_async_wait), copy16
 //   tensor cores   ldmatrix x4 (ldsm_x4, transposed ldsm_x4_t) and mma.sync m16n8k16 with fp32
@@ -18,6 +20,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -75,6 +78,44 @@ __device__ __forceinline__ float ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
+}
+
+// ---------------- 8-bit weight codes (core/quant.h) ----------------
+
+// A code of dtype t (DType::i8 or DType::f8e4m3, PyTorch's float8_e4m3fn) as f32, exactly.
+__device__ __forceinline__ float code_to_f32(uint8_t c, DType t) {
+    if (t == DType::i8) return float(int8_t(c));
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(c), __NV_E4M3)));
+}
+
+// Eight codes (first code in the low byte) times scale, each rounded once to T, packed as the 16
+// bytes a dense 8-element chunk would occupy in shared memory. t is uniform over a launch, so the
+// branch costs nothing; e4m3 pairs convert in one instruction on sm_89 and later.
+template <class T>
+__device__ __forceinline__ uint4 dequant8(uint2 codes, float scale, DType t) {
+    float v[8];
+    if (t == DType::i8) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            v[e] = float(int8_t(codes.x >> (8 * e))) * scale;
+            v[4 + e] = float(int8_t(codes.y >> (8 * e))) * scale;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const uint32_t w = e < 2 ? codes.x : codes.y;
+            const float2 f = __half22float2(
+                __half2(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w >> (16 * (e & 1))), __NV_E4M3)));
+            v[2 * e] = f.x * scale;
+            v[2 * e + 1] = f.y * scale;
+        }
+    }
+    uint4 r;
+    r.x = pack2<T>(v[0], v[1]);
+    r.y = pack2<T>(v[2], v[3]);
+    r.z = pack2<T>(v[4], v[5]);
+    r.w = pack2<T>(v[6], v[7]);
+    return r;
 }
 
 // ---------------- arithmetic ----------------

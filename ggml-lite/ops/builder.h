@@ -86,11 +86,22 @@ ValueId weighted_loss_grad(Graph& g, LossKind kind, ValueId coef, ValueId pred, 
 ValueId matmul(Graph& g, ValueId a, ValueId b, bool trans_a = false, bool trans_b = false);
 // x [..., in], w [out, in], bias [out] (optional) -> [..., out].
 ValueId linear(Graph& g, ValueId x, ValueId w, ValueId bias = kNoValue);
+// A frozen weight stored in 8 bits (core/quant.h): codes q (i8 or f8e4m3) of the weight's shape
+// and the f32 scale of each row (dim 0), w = scale[r] * q[r, ...]. The ops below take it where
+// they take a weight; it never gets a gradient.
+struct QuantWeight {
+    ValueId q = kNoValue, scale = kNoValue;
+};
+// b is 2-D (shared by every batch of a).
+ValueId matmul(Graph& g, ValueId a, const QuantWeight& b, bool trans_a = false, bool trans_b = false);
+ValueId linear(Graph& g, ValueId x, const QuantWeight& w, ValueId bias = kNoValue);
 
 // ---- convolution and resampling, NHWC (ops/conv.cpp) ----
 // x [N, H, W, Cin], w [Cout, k, k, Cin], bias [Cout] optional -> [N, Ho, Wo, Cout].
 ValueId conv2d(Graph& g, ValueId x, ValueId w, ValueId bias, int stride, int pad);
 ValueId conv2d_grad_input(Graph& g, ValueId gy, ValueId w, int stride, int pad, int64_t H, int64_t W);
+ValueId conv2d(Graph& g, ValueId x, const QuantWeight& w, ValueId bias, int stride, int pad);
+ValueId conv2d_grad_input(Graph& g, ValueId gy, const QuantWeight& w, int stride, int pad, int64_t H, int64_t W);
 ValueId conv2d_grad_weight(Graph& g, ValueId gy, ValueId x, int stride, int pad, int64_t k);
 ValueId upsample2x(Graph& g, ValueId x);          // nearest, [N, H, W, C] -> [N, 2H, 2W, C]
 ValueId upsample2x_grad(Graph& g, ValueId gy);    // sums each 2x2 block

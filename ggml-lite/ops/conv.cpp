@@ -9,6 +9,7 @@
 
 #include "ggml-lite/ops/cpu_gemm.h"
 #include "ggml-lite/ops/family.h"
+#include "ggml-lite/ops/quant.h"
 
 namespace gl {
 namespace {
@@ -22,6 +23,19 @@ bool same_float(const OpCall& c) {
     for (int i = 0; i < c.n_in(); i++)
         if (!dtype_is_float(c.dtype(i)) || c.dtype(i) != c.dtype(0)) return false;
     return true;
+}
+
+// The dtypes of a call whose input 1 is a weight: every input one float dtype, or (quantized)
+// the weight's codes and scale checked by ops/quant.h and the others one float dtype.
+void check_weight_dtypes(const OpCall& c) {
+    c.check(c.p.i[kQuantSlot] == 0 || c.p.i[kQuantSlot] == 1, "the quantized flag must be 0 or 1");
+    if (!is_quantized(c.p)) {
+        c.check(same_float(c), "inputs must share one floating-point dtype");
+        return;
+    }
+    check_quant_weight(c, 1);
+    for (int i = 0; i < c.n_in() - 1; i++)
+        if (i != 1) c.check(dtype_is_float(c.dtype(i)) && c.dtype(i) == c.dtype(0), "inputs besides the weight must share one floating-point dtype");
 }
 
 void check_stride_pad(const OpCall& c) {
@@ -130,18 +144,22 @@ Cost conv_cost(const OpCall& c, const Shape& y, int64_t k, int64_t cin, const Sh
 
 }  // namespace
 
-// ---------------- conv2d: p.i[0] stride, p.i[1] pad ----------------
-// Inputs {x [N, H, W, Cin], w [Cout, k, k, Cin]} or plus bias [Cout]; one float dtype.
+// ---------------- conv2d: p.i[0] stride, p.i[1] pad, p.i[kQuantSlot] quantized w ----------------
+// Inputs {x [N, H, W, Cin], w [Cout, k, k, Cin]} or plus bias [Cout]; one float dtype. Quantized
+// (ops/quant.h): w holds codes and w's scale [Cout] follows as the last input.
+
+static bool conv2d_has_bias(const Params& p, int n_in) { return inputs_without_scale(p, n_in) == 3; }
 
 static std::vector<OutSpec> conv2d_infer(const OpCall& c) {
-    c.check(c.n_in() == 2 || c.n_in() == 3, "takes x, w and an optional bias");
-    c.check(same_float(c), "inputs must share one floating-point dtype");
+    const int n = inputs_without_scale(c.p, c.n_in());
+    c.check(n == 2 || n == 3, "takes x, w and an optional bias (and a quantized w's scale)");
+    check_weight_dtypes(c);
     const Shape &x = c.shape(0), &w = c.shape(1);
     c.check(x.nd == 4, "x must be NHWC [N, H, W, Cin]");
     c.check(w.nd == 4 && w.d[1] == w.d[2] && w.d[1] >= 1, "w must be [Cout, k, k, Cin]");
     c.check(w.d[3] == x.d[3], cat("x has ", x.d[3], " channels, w expects ", w.d[3]));
     check_stride_pad(c);
-    if (c.n_in() == 3) c.check(c.shape(2) == Shape{w.d[0]}, cat("bias must be [", w.d[0], "]"));
+    if (n == 3) c.check(c.shape(2) == Shape{w.d[0]}, cat("bias must be [", w.d[0], "]"));
     const int64_t k = w.d[1], s = c.p.i[0], p = c.p.i[1];
     c.check(x.d[1] + 2 * p >= k && x.d[2] + 2 * p >= k, cat("kernel ", k, " is larger than the padded input"));
     return {dense(c.dtype(0), {x.d[0], conv_out(x.d[1], k, s, p), conv_out(x.d[2], k, s, p), w.d[0]})};
@@ -154,11 +172,16 @@ static Cost conv2d_cost(const OpCall& c) {
 
 static void conv2d_backward(BackwardCtx& bc) {
     Graph& g = bc.g;
-    const int stride = int(bc.p().i[0]), pad = int(bc.p().i[1]);
+    const int stride = int(bc.p().i[0]), pad = int(bc.p().i[1]), n_in = int(bc.node.in.size());
     const Shape xs = g.shape(bc.in(0)), ws = g.shape(bc.in(1));
-    if (bc.wants(0)) bc.add(0, conv2d_grad_input(g, bc.grad(), bc.in(1), stride, pad, xs.d[1], xs.d[2]));
-    if (bc.wants(1)) bc.add(1, conv2d_grad_weight(g, bc.grad(), bc.in(0), stride, pad, ws.d[1]));
-    if (bc.node.in.size() == 3 && bc.wants(2)) bc.add(2, sum_to(g, bc.grad(), {ws.d[0]}));
+    const bool quant = is_quantized(bc.p());
+    if (quant) GL_CHECK(!bc.wants(1) && !bc.wants(n_in - 1), "conv2d: a quantized weight is frozen and has no gradient");
+    if (bc.wants(0)) {
+        bc.add(0, quant ? conv2d_grad_input(g, bc.grad(), QuantWeight{bc.in(1), bc.in(n_in - 1)}, stride, pad, xs.d[1], xs.d[2])
+                        : conv2d_grad_input(g, bc.grad(), bc.in(1), stride, pad, xs.d[1], xs.d[2]));
+    }
+    if (!quant && bc.wants(1)) bc.add(1, conv2d_grad_weight(g, bc.grad(), bc.in(0), stride, pad, ws.d[1]));
+    if (conv2d_has_bias(bc.p(), n_in) && bc.wants(2)) bc.add(2, sum_to(g, bc.grad(), {ws.d[0]}));
 }
 
 static void conv2d_cpu(CpuCtx& c) {
@@ -168,9 +191,10 @@ static void conv2d_cpu(CpuCtx& c) {
     t.Ho = y.d[1], t.Wo = y.d[2], t.Co = y.d[3];
     t.k = w.d[1], t.stride = c.p().i[0], t.pad = c.p().i[1];
     t.src = c.in_f32(0);
-    const std::vector<float> wt = pack_forward(c.in_f32(1), t.Co, t.k * t.k, t.Cs);
+    std::vector<float> dequant;
+    const std::vector<float> wt = pack_forward(cpu_weight(c, 1, dequant), t.Co, t.k * t.k, t.Cs);
     t.wt = wt.data();
-    t.bias = c.n_in() == 3 ? c.in_f32(2) : nullptr;
+    t.bias = conv2d_has_bias(c.p(), c.n_in()) ? c.in_f32(2) : nullptr;
     t.out = c.out_f32(0);
     tap_conv(t);
 }
@@ -183,15 +207,25 @@ ValueId conv2d(Graph& g, ValueId x, ValueId w, ValueId bias, int stride, int pad
     return g.apply1(Op::conv2d, {x, w, bias}, p);
 }
 
+ValueId conv2d(Graph& g, ValueId x, const QuantWeight& w, ValueId bias, int stride, int pad) {
+    Params p;
+    p.i[0] = stride;
+    p.i[1] = pad;
+    p.i[kQuantSlot] = 1;
+    if (bias == kNoValue) return g.apply1(Op::conv2d, {x, w.q, w.scale}, p);
+    return g.apply1(Op::conv2d, {x, w.q, bias, w.scale}, p);
+}
+
 const OpDef def_conv2d{"conv2d", "conv", conv2d_infer, conv2d_cost, conv2d_backward, conv2d_cpu, 0};
 
-// ---------------- conv2d_grad_input: p.i[0] stride, p.i[1] pad, p.i[2] H, p.i[3] W ----------------
+// ------- conv2d_grad_input: p.i[0] stride, p.i[1] pad, p.i[2] H, p.i[3] W, p.i[kQuantSlot] quantized w -------
 // Inputs {gy [N, Ho, Wo, Cout], w [Cout, k, k, Cin]} -> dx [N, H, W, Cin]. H and W are
-// explicit because a strided conv maps several input sizes to the same output size.
+// explicit because a strided conv maps several input sizes to the same output size. Quantized:
+// {gy, w codes, w's scale [Cout]}.
 
 static std::vector<OutSpec> conv2d_grad_input_infer(const OpCall& c) {
-    c.check(c.n_in() == 2, "takes gy and w");
-    c.check(same_float(c), "inputs must share one floating-point dtype");
+    c.check(inputs_without_scale(c.p, c.n_in()) == 2, "takes gy and w (and a quantized w's scale)");
+    check_weight_dtypes(c);
     const Shape &gy = c.shape(0), &w = c.shape(1);
     c.check(gy.nd == 4, "gy must be NHWC [N, Ho, Wo, Cout]");
     c.check(w.nd == 4 && w.d[1] == w.d[2] && w.d[1] >= 1, "w must be [Cout, k, k, Cin]");
@@ -218,7 +252,8 @@ static void conv2d_grad_input_cpu(CpuCtx& c) {
     t.k = w.d[1], t.stride = c.p().i[0], t.pad = c.p().i[1];
     t.grad_input = true;
     t.src = c.in_f32(0);
-    const std::vector<float> wt = pack_grad_input(c.in_f32(1), t.Cs, t.k * t.k, t.Co);
+    std::vector<float> dequant;
+    const std::vector<float> wt = pack_grad_input(cpu_weight(c, 1, dequant), t.Cs, t.k * t.k, t.Co);
     t.wt = wt.data();
     t.out = c.out_f32(0);
     tap_conv(t);
@@ -231,6 +266,16 @@ ValueId conv2d_grad_input(Graph& g, ValueId gy, ValueId w, int stride, int pad, 
     p.i[2] = H;
     p.i[3] = W;
     return g.apply1(Op::conv2d_grad_input, {gy, w}, p);
+}
+
+ValueId conv2d_grad_input(Graph& g, ValueId gy, const QuantWeight& w, int stride, int pad, int64_t H, int64_t W) {
+    Params p;
+    p.i[0] = stride;
+    p.i[1] = pad;
+    p.i[2] = H;
+    p.i[3] = W;
+    p.i[kQuantSlot] = 1;
+    return g.apply1(Op::conv2d_grad_input, {gy, w.q, w.scale}, p);
 }
 
 const OpDef def_conv2d_grad_input{"conv2d_grad_input", "conv", conv2d_grad_input_infer, conv2d_grad_input_cost,

@@ -7,6 +7,7 @@
 
 #include "ggml-lite/ops/cpu_gemm.h"
 #include "ggml-lite/ops/family.h"
+#include "ggml-lite/ops/quant.h"
 
 // On x86-64 glibc the block is also compiled for AVX2, picked at load time. Without FMA
 // contraction (ISO C++ mode) both versions round every product and sum alike, so the
@@ -128,13 +129,24 @@ std::vector<int> swap_last2_perm(int nd) {
 
 }  // namespace
 
-// ---------------- matmul: p.i[0] trans_a, p.i[1] trans_b ----------------
+// ---------------- matmul: p.i[0] trans_a, p.i[1] trans_b, p.i[kQuantSlot] quantized b ----------------
 // Inputs {a, b}, same float dtype; output in that dtype. a [..., M, K] (trans_a: [..., K, M]),
 // b [..., K, N] (trans_b: [..., N, K]); b's batch dims equal a's, or b is 2-D and shared.
+// Quantized (ops/quant.h): {a, b codes, b's scale [b rows]}, b 2-D, a not transposed, output in
+// a's dtype.
 
 static std::vector<OutSpec> matmul_infer(const OpCall& c) {
-    c.check(c.n_in() == 2, "takes two inputs");
-    c.check(all_float_same(c), "inputs must share one floating-point dtype");
+    c.check(c.p.i[kQuantSlot] == 0 || c.p.i[kQuantSlot] == 1, "the quantized flag must be 0 or 1");
+    if (is_quantized(c.p)) {
+        c.check(c.n_in() == 3, "takes a, quantized b and b's scale");
+        c.check(dtype_is_float(c.dtype(0)), "a must be floating point");
+        check_quant_weight(c, 1);
+        c.check(c.shape(1).nd == 2, "a quantized b must be 2-D");
+        c.check(c.p.i[0] == 0, "a quantized b takes a untransposed (the kernels read a row-major)");
+    } else {
+        c.check(c.n_in() == 2, "takes two inputs");
+        c.check(all_float_same(c), "inputs must share one floating-point dtype");
+    }
     const Shape &a = c.shape(0), &b = c.shape(1);
     c.check(c.p.i[0] == 0 || c.p.i[0] == 1, "trans_a must be 0 or 1");
     c.check(c.p.i[1] == 0 || c.p.i[1] == 1, "trans_b must be 0 or 1");
@@ -168,6 +180,12 @@ static void matmul_backward(BackwardCtx& bc) {
     const bool ta = bc.p().i[0] != 0, tb = bc.p().i[1] != 0;
     const Shape as = g.shape(A);
     const bool shared_b = g.shape(B).nd == 2 && as.nd > 2;
+    if (is_quantized(bc.p())) {
+        GL_CHECK(!bc.wants(1) && !bc.wants(2), "matmul: a quantized b is frozen and has no gradient");
+        // dA = gC op(B)^T: the same codes and scales, read the other way (A is never transposed).
+        if (bc.wants(0)) bc.add(0, matmul(g, gC, QuantWeight{B, bc.in(2)}, false, !tb));
+        return;
+    }
     // With C = op(A) op(B): d op(A) = gC op(B)^T and d op(B) = op(A)^T gC.
     if (bc.wants(0)) {
         if (!ta)
@@ -202,13 +220,13 @@ static void matmul_cpu(CpuCtx& c) {
     g.batch = cs.numel() / std::max<int64_t>(1, g.M * g.N);
     if (g.M * g.N == 0) return;
     const int64_t b_batch = bs.nd == 2 ? 1 : g.batch;
-    std::vector<float> a_packed, b_packed;
+    std::vector<float> a_packed, b_packed, b_dequant;
     g.A = c.in_f32(0);
     if (ta) {
         a_packed = transpose_batched(g.A, g.batch, g.K, g.M);
         g.A = a_packed.data();
     }
-    g.B = c.in_f32(1);
+    g.B = cpu_weight(c, 1, b_dequant);
     if (tb) {
         b_packed = transpose_batched(g.B, b_batch, g.N, g.K);
         g.B = b_packed.data();
@@ -227,19 +245,38 @@ ValueId matmul(Graph& g, ValueId a, ValueId b, bool trans_a, bool trans_b) {
     return g.apply1(Op::matmul, {a, b}, p);
 }
 
+ValueId matmul(Graph& g, ValueId a, const QuantWeight& b, bool trans_a, bool trans_b) {
+    Params p;
+    p.i[0] = trans_a ? 1 : 0;
+    p.i[1] = trans_b ? 1 : 0;
+    p.i[kQuantSlot] = 1;
+    return g.apply1(Op::matmul, {a, b.q, b.scale}, p);
+}
+
 const OpDef def_matmul{"matmul", "matmul", matmul_infer, matmul_cost, matmul_backward, matmul_cpu, 0};
 
-// ---------------- linear: no params ----------------
+// ---------------- linear: p.i[kQuantSlot] quantized w ----------------
 // Inputs {x, w} or {x, w, bias}, one float dtype; x [..., in], w [out, in], bias [out] -> [..., out].
+// Quantized (ops/quant.h): w holds codes and w's scale [out] follows as the last input.
+
+static bool linear_has_bias(const Params& p, int n_in) { return inputs_without_scale(p, n_in) == 3; }
 
 static std::vector<OutSpec> linear_infer(const OpCall& c) {
-    c.check(c.n_in() == 2 || c.n_in() == 3, "takes x, w and an optional bias");
-    c.check(all_float_same(c), "inputs must share one floating-point dtype");
+    c.check(c.p.i[kQuantSlot] == 0 || c.p.i[kQuantSlot] == 1, "the quantized flag must be 0 or 1");
+    const int n = inputs_without_scale(c.p, c.n_in());
+    c.check(n == 2 || n == 3, "takes x, w and an optional bias (and a quantized w's scale)");
+    if (is_quantized(c.p)) {
+        check_quant_weight(c, 1);
+        c.check(dtype_is_float(c.dtype(0)), "x must be floating point");
+        c.check(n == 2 || c.dtype(2) == c.dtype(0), "bias must have x's dtype");
+    } else {
+        c.check(all_float_same(c), "inputs must share one floating-point dtype");
+    }
     const Shape &x = c.shape(0), &w = c.shape(1);
     c.check(x.nd >= 1, "x needs at least 1 dim");
     c.check(w.nd == 2, "w must be [out, in]");
     c.check(x.last() == w.d[1], cat("x has ", x.last(), " features, w expects ", w.d[1]));
-    if (c.n_in() == 3) c.check(c.shape(2) == Shape{w.d[0]}, cat("bias must be [", w.d[0], "]"));
+    if (n == 3) c.check(c.shape(2) == Shape{w.d[0]}, cat("bias must be [", w.d[0], "]"));
     Shape out = x;
     out.d[size_t(x.nd - 1)] = w.d[0];
     return {dense(c.dtype(0), out)};
@@ -258,9 +295,15 @@ static void linear_backward(BackwardCtx& bc) {
     const Shape xs = g.shape(x), ws = g.shape(w);
     const int64_t rows = xs.numel() / std::max<int64_t>(1, xs.last());
     const ValueId gy_rows = reshape(g, gy, {rows, ws.d[0]});
-    if (bc.wants(0)) bc.add(0, reshape(g, matmul(g, gy_rows, w), xs));
-    if (bc.wants(1)) bc.add(1, matmul(g, gy_rows, reshape(g, x, {rows, ws.d[1]}), true, false));
-    if (bc.node.in.size() == 3 && bc.wants(2)) bc.add(2, sum_to(g, gy, {ws.d[0]}));
+    const int n_in = int(bc.node.in.size());
+    const bool quant = is_quantized(bc.p()), bias = linear_has_bias(bc.p(), n_in);
+    if (quant) GL_CHECK(!bc.wants(1) && !bc.wants(n_in - 1), "linear: a quantized weight is frozen and has no gradient");
+    if (bc.wants(0)) {
+        const ValueId gx = quant ? matmul(g, gy_rows, QuantWeight{w, bc.in(n_in - 1)}) : matmul(g, gy_rows, w);
+        bc.add(0, reshape(g, gx, xs));
+    }
+    if (!quant && bc.wants(1)) bc.add(1, matmul(g, gy_rows, reshape(g, x, {rows, ws.d[1]}), true, false));
+    if (bias && bc.wants(2)) bc.add(2, sum_to(g, gy, {ws.d[0]}));
 }
 
 static void linear_cpu(CpuCtx& c) {
@@ -271,9 +314,10 @@ static void linear_cpu(CpuCtx& c) {
     g.M = xs.numel() / std::max<int64_t>(1, g.K);
     if (g.M * g.N == 0) return;
     g.A = c.in_f32(0);
-    std::vector<float> wt = transpose_batched(c.in_f32(1), 1, g.N, g.K);
+    std::vector<float> dequant;
+    std::vector<float> wt = transpose_batched(cpu_weight(c, 1, dequant), 1, g.N, g.K);
     g.B = wt.data();
-    g.bias = c.n_in() == 3 ? c.in_f32(2) : nullptr;
+    g.bias = linear_has_bias(c.p(), c.n_in()) ? c.in_f32(2) : nullptr;
     g.C = c.out_f32(0);
     gemm(g);
 }
@@ -281,6 +325,13 @@ static void linear_cpu(CpuCtx& c) {
 ValueId linear(Graph& g, ValueId x, ValueId w, ValueId bias) {
     if (bias == kNoValue) return g.apply1(Op::linear, {x, w});
     return g.apply1(Op::linear, {x, w, bias});
+}
+
+ValueId linear(Graph& g, ValueId x, const QuantWeight& w, ValueId bias) {
+    Params p;
+    p.i[kQuantSlot] = 1;
+    if (bias == kNoValue) return g.apply1(Op::linear, {x, w.q, w.scale}, p);
+    return g.apply1(Op::linear, {x, w.q, bias, w.scale}, p);
 }
 
 const OpDef def_linear{"linear", "matmul", linear_infer, linear_cost, linear_backward, linear_cpu, 0};

@@ -30,18 +30,19 @@ private:
 ValueId linear(Weights& w, const std::string& name, ValueId x, int64_t out, bool bias) {
     LayerScope s(w, name);
     Graph& g = w.graph();
-    ValueId wt = w.get("weight", Shape{out, g.shape(x).last()});
+    const gl::QuantWeight wt = w.matrix("weight", Shape{out, g.shape(x).last()});
     ValueId b = bias ? w.get("bias", Shape{out}) : gl::kNoValue;
-    ValueId y = gl::linear(g, x, wt, b);
+    ValueId y = wt.scale == gl::kNoValue ? gl::linear(g, x, wt.q, b) : gl::linear(g, x, wt, b);
     return w.linear_hook ? w.linear_hook(g, w.module_path(), x, y) : y;
 }
 
 ValueId conv2d(Weights& w, const std::string& name, ValueId x, int64_t cout, int k, int stride, int pad) {
     LayerScope s(w, name);
     Graph& g = w.graph();
-    ValueId wt = w.conv("weight", cout, g.shape(x).last(), k);
+    const int64_t cin = g.shape(x).last();
+    const gl::QuantWeight wt = w.matrix("weight", Shape{cout, k, k, cin}, WeightLayout::conv_ohwi);
     ValueId b = w.get("bias", Shape{cout});
-    ValueId y = gl::conv2d(g, x, wt, b, stride, pad);
+    ValueId y = wt.scale == gl::kNoValue ? gl::conv2d(g, x, wt.q, b, stride, pad) : gl::conv2d(g, x, wt, b, stride, pad);
     return w.conv_hook ? w.conv_hook(g, w.module_path(), x, y, k, stride, pad) : y;
 }
 

@@ -1,5 +1,6 @@
 #include "models/nn/weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -18,6 +19,7 @@ gl::ValueId Weights::get(const std::string& local, const gl::Shape& shape, Weigh
         const WeightEntry& e = entries_[it->second];
         GL_CHECK(g_.shape(e.id) == shape, "weights: ", name, " requested as ", shape.str(), " but exists as ",
                  g_.shape(e.id).str());
+        GL_CHECK(e.scale == gl::kNoValue, "weights: ", name, " is a quantized matrix, asked for as a plain weight");
         return e.id;
     }
     gl::ValueId id = g_.weight(name, dtype_, shape);
@@ -25,6 +27,27 @@ gl::ValueId Weights::get(const std::string& local, const gl::Shape& shape, Weigh
     index_[name] = entries_.size();
     entries_.push_back({name, id, layout});
     return id;
+}
+
+gl::QuantWeight Weights::matrix(const std::string& local, const gl::Shape& shape, WeightLayout layout) {
+    if (format_ == gl::WeightFormat::dense) return {get(local, shape, layout), gl::kNoValue};
+    std::string name = full(local);
+    auto it = index_.find(name);
+    if (it != index_.end()) {
+        const WeightEntry& e = entries_[it->second];
+        GL_CHECK(g_.shape(e.id) == shape, "weights: ", name, " requested as ", shape.str(), " but exists as ",
+                 g_.shape(e.id).str());
+        GL_CHECK(e.scale != gl::kNoValue, "weights: ", name, " is a plain weight, asked for as a quantized matrix");
+        return {e.id, e.scale};
+    }
+    GL_CHECK(shape.nd >= 1, "weights: ", name, ": a matrix needs at least one dim");
+    gl::ValueId id = g_.weight(name, gl::weight_format_dtype(format_), shape);
+    g_.set_name(id, name);
+    gl::ValueId scale = g_.weight(name + ".scale", gl::DType::f32, gl::Shape{shape.d[0]});
+    g_.set_name(scale, name + ".scale");
+    index_[name] = entries_.size();
+    entries_.push_back({name, id, layout, scale});
+    return {id, scale};
 }
 
 void Weights::push(const std::string& scope) { scope_.push_back(scope); }
@@ -66,6 +89,21 @@ void to_ohwi(const unsigned char* in, unsigned char* out, const gl::Shape& s, si
 
 }  // namespace
 
+void write_weight(const Weights& w, const WeightEntry& e, const float* values, gl::Runtime& rt) {
+    const gl::Graph& g = rt.plan().graph;
+    const gl::Value& v = g.v(e.id);
+    if (e.scale == gl::kNoValue) {
+        rt.write(e.id, values, gl::DType::f32);
+        return;
+    }
+    const int64_t rows = v.shape()[0], cols = rows > 0 ? v.numel() / rows : 0;
+    std::vector<unsigned char> codes(size_t(v.numel()));
+    std::vector<float> scale(static_cast<size_t>(rows));
+    gl::quantize_rows(values, rows, cols, w.format(), codes.data(), scale.data(), e.name);
+    rt.write(e.id, codes.data(), v.dtype);
+    rt.write(e.scale, scale.data(), gl::DType::f32);
+}
+
 LoadReport load_weights(const Weights& w, const gl::io::TensorSource& src,
                         const std::function<std::string(const std::string&)>& key_of, gl::Runtime& rt,
                         const std::vector<std::string>& ignore_prefixes, bool allow_missing) {
@@ -73,6 +111,7 @@ LoadReport load_weights(const Weights& w, const gl::io::TensorSource& src,
     std::set<std::string> used;
     const gl::Graph& g = rt.plan().graph;
     std::vector<unsigned char> buf, perm;
+    std::vector<float> f32, scale;
     for (const WeightEntry& e : w.entries()) {
         std::string key = key_of(e.name);
         if (key.empty() || !src.has(key)) {
@@ -95,17 +134,38 @@ LoadReport load_weights(const Weights& w, const gl::io::TensorSource& src,
             for (int64_t d : info.shape) gs += std::to_string(d) + " ";
             fail(src.origin(), ": tensor ", key, " has shape [", gs, "], ", e.name, " needs [", ws, "]");
         }
-        const size_t es = gl::dtype_size(v.dtype), n = size_t(info.numel());
-        buf.resize(n * es);
-        src.read(key, buf.data(), v.dtype);
-        if (e.layout == WeightLayout::conv_ohwi) {
-            perm.resize(buf.size());
-            to_ohwi(buf.data(), perm.data(), s, es);
-            buf.swap(perm);
+        const size_t n = size_t(info.numel());
+        if (e.scale == gl::kNoValue) {
+            const size_t es = gl::dtype_size(v.dtype);
+            buf.resize(n * es);
+            src.read(key, buf.data(), v.dtype);
+            if (e.layout == WeightLayout::conv_ohwi) {
+                perm.resize(buf.size());
+                to_ohwi(buf.data(), perm.data(), s, es);
+                buf.swap(perm);
+            }
+            rt.write(e.id, buf.data(), v.dtype);
+            r.bytes += buf.size();
+        } else {
+            // A quantized matrix: read as f32 and quantized per row in the checkpoint's layout (an
+            // OIHW row holds the same elements as its OHWI row), then the codes re-laid out, so the
+            // host holds one tensor in f32 and two in codes at most.
+            const int64_t rows = s[0], cols = int64_t(n) / std::max<int64_t>(rows, 1);
+            f32.resize(n);
+            src.read(key, f32.data(), gl::DType::f32);
+            buf.resize(n);
+            scale.resize(size_t(rows));
+            gl::quantize_rows(f32.data(), rows, cols, w.format(), buf.data(), scale.data(), e.name);
+            if (e.layout == WeightLayout::conv_ohwi) {
+                perm.resize(n);
+                to_ohwi(buf.data(), perm.data(), s, 1);
+                buf.swap(perm);
+            }
+            rt.write(e.id, buf.data(), v.dtype);
+            rt.write(e.scale, scale.data(), gl::DType::f32);
+            r.bytes += n + size_t(rows) * sizeof(float);
         }
-        rt.write(e.id, buf.data(), v.dtype);
         r.tensors++;
-        r.bytes += buf.size();
     }
     for (const gl::io::TensorInfo& t : src.list()) {
         if (used.count(t.name)) continue;

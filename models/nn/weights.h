@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "ggml-lite/core/graph.h"
+#include "ggml-lite/core/quant.h"
 #include "ggml-lite/io/tensor_source.h"
+#include "ggml-lite/ops/builder.h"
 
 namespace gl {
 class Runtime;
@@ -25,26 +27,36 @@ enum class WeightLayout : uint8_t {
 
 struct WeightEntry {
     std::string name;  // internal key, full dotted path
-    gl::ValueId id;
+    gl::ValueId id;    // the leaf; for a quantized matrix its codes (i8 or f8e4m3)
     WeightLayout layout;
+    gl::ValueId scale = gl::kNoValue;  // a quantized matrix's f32 scale per row ("<name>.scale")
 };
 
 // Creates frozen weight leaves (g.weight, in the store's dtype) under a dotted scope; asking for
-// a name again returns the same leaf, so building a model twice shares its weights.
+// a name again returns the same leaf, so building a model twice shares its weights. With a
+// quantized WeightFormat (core/quant.h) the matrices the layers multiply by (linear and conv
+// weights, asked for through matrix()) are stored as codes and row scales instead; everything
+// else (norms, biases, embeddings) stays in the store's dtype, which is also what the layers
+// compute in.
 class Weights {
 public:
-    Weights(gl::Graph& g, gl::DType dtype) : g_(g), dtype_(dtype) {}
+    Weights(gl::Graph& g, gl::DType dtype, gl::WeightFormat format = gl::WeightFormat::dense)
+        : g_(g), dtype_(dtype), format_(format) {}
 
     gl::ValueId get(const std::string& local, const gl::Shape& shape, WeightLayout layout = WeightLayout::plain);
     gl::ValueId conv(const std::string& local, int64_t cout, int64_t cin, int64_t k) {
         return get(local, gl::Shape{cout, k, k, cin}, WeightLayout::conv_ohwi);
     }
+    // A linear or conv weight in the store's format: {the leaf, kNoValue} when dense, else the
+    // codes and their scale leaf (gl::QuantWeight; the ops of builder.h take either).
+    gl::QuantWeight matrix(const std::string& local, const gl::Shape& shape, WeightLayout layout = WeightLayout::plain);
     void push(const std::string& scope);
     void pop();
     std::string full(const std::string& local) const;
 
     gl::Graph& graph() { return g_; }
     gl::DType dtype() const { return dtype_; }
+    gl::WeightFormat format() const { return format_; }
     const std::vector<WeightEntry>& entries() const { return entries_; }
 
     // Called by nn::linear for every Linear (and every 1x1 conv run as one) with the module's
@@ -72,6 +84,7 @@ public:
 private:
     gl::Graph& g_;
     gl::DType dtype_;
+    gl::WeightFormat format_;
     std::vector<std::string> scope_;
     std::vector<WeightEntry> entries_;
     std::map<std::string, size_t> index_;
@@ -90,11 +103,18 @@ struct LoadReport {
     size_t tensors = 0, bytes = 0;        // what was loaded
 };
 
+// Writes one weight from f32 values in the leaf's layout (conv weights [O, kh, kw, I]): converted
+// to the leaf's dtype, or quantized per row (scales computed here) for a quantized matrix.
+// Throws gl::Error naming the weight for a value its format cannot hold.
+void write_weight(const Weights& w, const WeightEntry& e, const float* values, gl::Runtime& rt);
+
 // Reads every weight from src (checkpoint key = key_of(internal name); "" means "not in this
 // checkpoint": reported missing), checks its shape (a [O, I, 1, 1] conv tensor may feed an [O, I]
 // linear weight, as in the original VAE's attention), converts it to the leaf's dtype and
-// layout one tensor at a time and writes it into the runtime. Missing weights throw gl::Error
-// listing them (all of them) unless allow_missing; unexpected keys are only reported.
+// layout (quantizing the matrices of a quantized store per row, as write_weight does: one tensor
+// in f32 on the host at a time, never the model) and writes it into the runtime. Missing weights
+// throw gl::Error listing them (all of them) unless allow_missing; unexpected keys are only
+// reported.
 LoadReport load_weights(const Weights& w, const gl::io::TensorSource& src,
                         const std::function<std::string(const std::string&)>& key_of, gl::Runtime& rt,
                         const std::vector<std::string>& ignore_prefixes = {}, bool allow_missing = false);

@@ -104,7 +104,7 @@ std::vector<std::unique_ptr<lora::LoraNetwork>> Pipeline::Impl::attach_loras(con
 void Pipeline::Impl::build_holder(PipelineHolder& m, const std::string& key, const GraphBuilder& build) {
     m.key = key;
     m.graph = std::make_unique<gl::Graph>();
-    m.weights = std::make_unique<nn::Weights>(*m.graph, dtype);
+    m.weights = std::make_unique<nn::Weights>(*m.graph, dtype, m.format);
     m.nets = attach_loras(m, *m.weights, &m.net_file);
     const BuiltGraph io = build(*m.weights, *m.graph);
     for (size_t k = 0; k < m.nets.size(); k++)
@@ -122,7 +122,7 @@ const Pipeline::Impl::Planned& Pipeline::Impl::plan(const PipelineHolder& m, con
 
 Pipeline::Impl::Planned Pipeline::Impl::plan_graph(const PipelineHolder& m, const GraphBuilder& build) const {
     gl::Graph g;
-    nn::Weights w(g, dtype);
+    nn::Weights w(g, dtype, m.format);
     std::vector<size_t> files;
     std::vector<std::unique_ptr<lora::LoraNetwork>> nets;
     if (runtime_lora) nets = attach_loras(m, w, &files);
@@ -248,10 +248,16 @@ Pipeline::Pipeline(Sd15Files model, PipelineOptions opt)
         m.trained_text_encoder = opt_.trained_text_encoder;
         m.runtime_lora = true;
     }
+    GL_CHECK(!opt_.merge_loras || (opt_.unet_format == gl::WeightFormat::dense &&
+                                   opt_.text_encoder_format == gl::WeightFormat::dense),
+             "pipeline: merging LoRA files needs dense base weights (not ", gl::weight_format_name(opt_.unet_format),
+             " / ", gl::weight_format_name(opt_.text_encoder_format), "); apply them as runtime branches");
     m.text.part = lora::Part::text_encoder;
     m.text.takes_lora = true;
+    m.text.format = opt_.text_encoder_format;
     m.unet.part = lora::Part::unet;
     m.unet.takes_lora = true;
+    m.unet.format = opt_.unet_format;
     const int s = model_.unet_cfg.size_multiple();
     m.build_holder(m.text, "text holder", m.text_builder(model_, 1, 1, opt_.clip_skip));
     m.build_holder(m.unet, "unet holder", m.unet_builder(model_, 1, s, s, int(model_.clip_cfg.max_pos)));

@@ -40,6 +40,7 @@
 #include <tuple>
 #include <vector>
 
+#include "ggml-lite/core/quant.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/core/shared_memory.h"
 #include "ggml-lite/io/png.h"
@@ -60,6 +61,8 @@ LoraFile parse_lora_file(const std::string& arg);
 struct PipelineOptions {
     gl::Backend backend = gl::Backend::automatic;  // CUDA when available, else the CPU
     gl::DType dtype = gl::DType::bf16;  // weights and activations (f32 for the CPU reference)
+    // The UNet's and text encoder's matrices in 8 bits (core/quant.h; not with merge_loras).
+    gl::WeightFormat unet_format = gl::WeightFormat::dense, text_encoder_format = gl::WeightFormat::dense;
     std::vector<LoraFile> loras;
     bool merge_loras = false;           // merged into the weights at load instead of runtime branches
     int clip_skip = 1;                  // kohya / A1111 numbering: 2 takes the penultimate layer

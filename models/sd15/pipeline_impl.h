@@ -36,6 +36,7 @@ struct PipelineHolder {
     std::string key;  // its plan's key
     lora::Part part = lora::Part::unet;
     bool takes_lora = false;  // the VAE takes none
+    gl::WeightFormat format = gl::WeightFormat::dense;  // of its matrices
     std::unique_ptr<gl::Graph> graph;  // its nn::Weights refer to it
     std::unique_ptr<nn::Weights> weights;
     std::vector<std::unique_ptr<lora::LoraNetwork>> nets;  // one per LoRA file holding this part

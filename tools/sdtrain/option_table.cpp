@@ -275,6 +275,12 @@ std::vector<Option> build() {
         flag("allow_cached_text_encoder", kMemory, "auto-fit may cache the frozen text encoder's outputs",
              &RunConfig::allow_cached_text_encoder),
         flag("allow_unet_only", kMemory, "auto-fit may leave the text encoder untrained", &RunConfig::allow_unet_only),
+        flag("fp8_base", kMemory, "the frozen UNet and text encoder in fp8 e4m3, scaled per output channel",
+             &RunConfig::fp8_base),
+        flag("fp8_base_unet", kMemory, "the frozen UNet alone in fp8 e4m3", &RunConfig::fp8_base_unet),
+        flag("int8_base", kMemory, "the frozen UNet and text encoder in int8, scaled per output channel (not kohya's)",
+             &RunConfig::int8_base),
+        flag("int8_base_unet", kMemory, "the frozen UNet alone in int8 (not kohya's)", &RunConfig::int8_base_unet),
         make("backend", kMemory, Kind::value, "auto|cpu|cuda", "where the graphs run (auto: CUDA when available)",
              [](RunConfig& c, const std::string& w, const Values& v) {
                  try {
@@ -346,7 +352,7 @@ std::vector<Option> build() {
     t.push_back(refused("dataset_repeats", Kind::value, "fine-tuning metadata", "1"));
     for (const char* f : {"enable_wildcard", "weighted_captions", "alpha_mask", "masked_loss",
                           "noise_offset_random_strength", "ip_noise_gamma_random_strength", "zero_terminal_snr",
-                          "debiased_estimation_loss", "scale_v_pred_loss_like_noise_pred", "fp8_base", "fp8_base_unet",
+                          "debiased_estimation_loss", "scale_v_pred_loss_like_noise_pred",
                           "deepspeed", "ddp_gradient_as_bucket_view", "ddp_static_graph", "torch_compile",
                           "cpu_offload_checkpointing", "fused_backward_pass", "skip_until_initial_step",
                           "debug_dataset", "cache_info"})

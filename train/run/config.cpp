@@ -181,6 +181,8 @@ void RunConfig::validate() {
 
     // Memory.
     if (vram_limit && *vram_limit != "auto") gl::parse_bytes(*vram_limit);
+    GL_CHECK(!((fp8_base || fp8_base_unet) && (int8_base || int8_base_unet)),
+             "--fp8_base(_unet) and --int8_base(_unet) contradict each other: the base is stored one way");
     if (!vram_limit && (allow_8bit_optimizer || allow_cached_text_encoder || allow_unet_only))
         note("--allow_* options only widen what --vram_limit may choose, and what a refused plan suggests");
 
@@ -226,6 +228,18 @@ Precision RunConfig::precision() const {
 lora::SavePrecision RunConfig::save_dtype() const {
     const std::string p = save_precision.value_or(full_fp16 ? "fp16" : full_bf16 ? "bf16" : "float");
     return p == "fp16" ? lora::SavePrecision::fp16 : p == "bf16" ? lora::SavePrecision::bf16 : lora::SavePrecision::fp32;
+}
+
+gl::WeightFormat RunConfig::unet_base_format() const {
+    if (fp8_base || fp8_base_unet) return gl::WeightFormat::fp8;
+    if (int8_base || int8_base_unet) return gl::WeightFormat::int8;
+    return gl::WeightFormat::dense;
+}
+
+// kohya: --fp8_base_unet keeps the text encoder in the mixed precision even beside --fp8_base.
+gl::WeightFormat RunConfig::text_encoder_base_format() const {
+    if (fp8_base_unet || int8_base_unet) return gl::WeightFormat::dense;
+    return unet_base_format();
 }
 
 bool RunConfig::train_text_encoder() const {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ggml-lite/core/quant.h"
 #include "ggml-lite/core/runtime.h"
 #include "lora/kohya.h"
 #include "optim/optimizer_config.h"
@@ -98,6 +99,9 @@ struct RunConfig {
     std::optional<std::string> vram_limit;  // "8G" or "auto": auto-fit the configuration
     bool allow_8bit_optimizer = false, allow_cached_text_encoder = false, allow_unet_only = false;
     gl::Backend backend = gl::Backend::automatic;
+    // The frozen base's matrices in 8 bits (core/quant.h), scaled per output channel: kohya's
+    // --fp8_base (UNet and text encoder) and --fp8_base_unet (UNet only), and the same in int8.
+    bool fp8_base = false, fp8_base_unet = false, int8_base = false, int8_base_unet = false;
 
     // ---- output ----
     std::string output_dir;
@@ -144,6 +148,8 @@ struct RunConfig {
     bool adafactor_relative_step() const;     // the lr and its schedule are Adafactor's own
     Objective objective() const;
     int clip_chunks() const { return max_token_length.value_or(75) / 75; }
+    gl::WeightFormat unet_base_format() const;          // from --fp8_base* / --int8_base*
+    gl::WeightFormat text_encoder_base_format() const;  // only --fp8_base / --int8_base reach it
     uint64_t seed_or(uint64_t drawn) const { return seed.value_or(drawn); }
 };
 

@@ -58,7 +58,8 @@ size_t GraphSet::text_index(int64_t batch) {
     const StepOptions& so = o_.step;
     Text t;
     t.batch = batch;
-    t.graph = build_text_encoder(so.clip, so.precision, batch, so.clip_chunks, so.clip_skip);
+    t.graph =
+        build_text_encoder(so.clip, so.precision, batch, so.clip_chunks, so.clip_skip, so.text_encoder_format);
     gl::PlanOptions po;
     po.cost = o_.plan_options(GraphShape{so.latent_h, so.latent_w, batch}).cost;
     t.plan = gl::make_plan(t.graph->g, po);

@@ -51,6 +51,8 @@ RunSampler::RunSampler(const RunConfig& c, const sd::Sd15Files& model, const Ste
     sd::PipelineOptions po;
     po.backend = c.backend;
     po.dtype = activation_dtype(step.precision);
+    po.unet_format = step.base_format;  // the trainer's weights, stored as the step stores them
+    po.text_encoder_format = step.text_encoder_format;
     po.clip_skip = step.clip_skip;
     po.trained_lora = step.lora;
     po.trained_unet = step.train_unet;

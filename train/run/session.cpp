@@ -94,6 +94,8 @@ StepOptions Session::Impl::base_step() const {
     so.unet = model.unet_cfg;
     so.clip = model.clip_cfg;
     so.precision = cfg.precision();
+    so.base_format = cfg.unet_base_format();
+    so.text_encoder_format = cfg.text_encoder_base_format();
     so.batch = data.dataset.config.batch_size;
     so.train_text_encoder = cfg.train_text_encoder();
     so.train_unet = cfg.train_unet();
