@@ -16,6 +16,8 @@
 #include "train/metrics.h"
 
 namespace fs = std::filesystem;
+using gltest::TempDir;
+using gltest::slurp;
 using gltest::error_of;
 using train::EventKind;
 using train::MetricsEvent;
@@ -23,26 +25,7 @@ using train::StepMetrics;
 
 namespace {
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        static std::atomic<int> n{0};
-        path = fs::temp_directory_path() / ("gl-metrics-test-" + std::to_string(getpid()) + "-" + std::to_string(n++));
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
 
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::ostringstream os;
-    os << f.rdbuf();
-    return os.str();
-}
 
 StepMetrics facts(int64_t step, double loss, int64_t images = 4) {
     StepMetrics m;

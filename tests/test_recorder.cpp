@@ -10,31 +10,15 @@
 #include <sstream>
 
 #include "train/recorder.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
+using gltest::TempDir;
+using gltest::slurp;
 
 namespace {
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        static std::atomic<int> n{0};
-        path = fs::temp_directory_path() / ("gl-recorder-test-" + std::to_string(getpid()) + "-" + std::to_string(n++));
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
 
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::ostringstream os;
-    os << f.rdbuf();
-    return os.str();
-}
 
 train::StepMetrics facts(int64_t step, double loss) {
     train::StepMetrics m;

@@ -19,6 +19,8 @@
 #include "train/report.h"
 
 namespace fs = std::filesystem;
+using gltest::TempDir;
+using gltest::slurp;
 using gltest::error_of;
 using train::EventKind;
 using train::MetricsEvent;
@@ -26,19 +28,6 @@ using train::StepMetrics;
 
 namespace {
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        static std::atomic<int> n{0};
-        path = fs::temp_directory_path() / ("gl-report-test-" + std::to_string(getpid()) + "-" + std::to_string(n++));
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
 
 size_t count(const std::string& s, const std::string& part) {
     size_t n = 0;
@@ -48,12 +37,6 @@ size_t count(const std::string& s, const std::string& part) {
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::ostringstream os;
-    os << f.rdbuf();
-    return os.str();
-}
 
 std::string fmt6(double v) {
     char b[64];

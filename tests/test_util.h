@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -52,6 +54,14 @@ struct TempDir {
     TempDir& operator=(const TempDir&) = delete;
     std::string operator/(const std::string& name) const { return (path / name).string(); }
 };
+
+// A file's bytes ("" when it cannot be read).
+inline std::string slurp(const std::filesystem::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    std::ostringstream os;
+    os << f.rdbuf();
+    return os.str();
+}
 
 // A tensor of a checkpoint or golden file, as f32.
 inline std::vector<float> read_f32(const gl::io::TensorSource& src, const std::string& name) {
