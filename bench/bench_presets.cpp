@@ -51,7 +51,19 @@ struct Options {
     int steps = 10, warmup = 2, rank = 16, jobs = 0;
     int64_t effective = 8, max_batch = 4096;
     train::Precision precision = train::Precision::bf16;
+    std::vector<std::pair<size_t, int64_t>> goals;  // (card, batch): fastest fit of that batch, first size
 };
+
+// "8G:8": a card and a batch.
+std::pair<size_t, int64_t> parse_goal(const std::string& s) {
+    const size_t colon = s.rfind(':');
+    GL_CHECK(colon != std::string::npos, "'", s, "' is not CARD:BATCH (e.g. 8G:8)");
+    const std::string b = s.substr(colon + 1);
+    char* end = nullptr;
+    const long long batch = std::strtoll(b.c_str(), &end, 10);
+    GL_CHECK(!b.empty() && *end == 0 && batch >= 1 && batch <= 4096, "'", s, "': the batch must be 1 to 4096");
+    return {gl::parse_bytes(s.substr(0, colon)), int64_t(batch)};
+}
 
 Options parse(int argc, char** argv) {
     Options o;
@@ -70,6 +82,10 @@ Options parse(int argc, char** argv) {
     p.add_flag("--no-kohya", o.no_kohya, "skip kohya's preset (batch 1 x 8 accumulation, blocks, fp16, AdamW8bit)");
     p.add_parsed("--kohya-card", o.kohya_card, &gl::parse_bytes, "BYTES", "the card kohya's preset runs within",
                  "8G");
+    p.add_parsed_list("--goal", o.goals, &parse_goal, "CARD:BATCH,...",
+                      "rows for a given batch (no accumulation) on a card: its fastest fit, at the first --size",
+                      "6G:4,8G:8,12G:16");
+    o.goals = {parse_goal("6G:4"), parse_goal("8G:8"), parse_goal("12G:16")};  // the goals
     p.add_int("--max-batch", o.max_batch, int64_t(1), int64_t(1) << 20, "the largest batch tried");
     p.app().add_option("--context", o.context,
                        "the CUDA context's bytes beside the plans: 'auto' measures it (CUDA; 549M assumed without), "
@@ -143,7 +159,7 @@ size_t device_used_bytes() {
 
 struct Device {
     bool cuda = false;       // steps run on CUDA
-    bool workspace = false;  // the CUDA workspace is counted beside the plans
+    bool runtime = false;    // the CUDA runtime's bytes (workspace, graph, page) are counted beside the plans
     size_t context = 0;      // bytes held beside the plans (the CUDA context)
     size_t used0 = 0;        // device bytes in use right after the context exists
     double idle_mib = -1;    // nvidia-smi's figure before the context (< 0: no answer)
@@ -166,7 +182,7 @@ Device find_device(const Options& o) {
     if (!d.cuda && !o.tiny && !o.plan_only)
         gl::fail("the full-size table needs CUDA (", why, "); --tiny runs on the CPU, --plan-only runs nothing");
     // The workspace depends on the device (which GEMM kernels it can run): counted where one is.
-    d.workspace = d.cuda || (o.plan_only && gl::cuda_available());
+    d.runtime = d.cuda || (o.plan_only && gl::cuda_available());
     const bool given = o.context != "auto";
     if (given) d.context = gl::parse_bytes(o.context);
     if (d.cuda) {
@@ -186,7 +202,7 @@ Device find_device(const Options& o) {
         if (!given) d.context = gl::parse_bytes("549M");  // the H200's, CUDA 13 (bench/RESULTS.md)
         d.note = gl::cat(given ? "given " : "assumed (no device measured) ", gl::format_bytes(d.context));
     }
-    if (!d.workspace) d.note += "; no CUDA workspace counted (no usable CUDA device here)";
+    if (!d.runtime) d.note += "; no CUDA runtime bytes counted (no usable CUDA device here)";
     return d;
 }
 
@@ -217,7 +233,7 @@ struct Row {
     train::StepOptions step;
     gl::PlanOptions plan;
     double seconds = 0, none_seconds = 0;  // predicted per optimizer step: as planned, and without recompute
-    size_t predicted = 0;    // the plan, its workspace and the context; 0: nothing fits
+    size_t predicted = 0;    // the plan, its runtime's bytes and the context; 0: nothing fits
     int64_t any_batch = 0;   // the largest batch with any recompute (0: not searched or none)
     double any_slowdown = 0;  // its predicted step over its step without recompute
     Measured run, free;      // within the card; the same step without limit or recompute
@@ -298,6 +314,32 @@ Row cell_row(const Options& o, const Cell& c) {
     return r;
 }
 
+// A given batch without accumulation on a card: the fastest configuration of it that fits
+// (recompute only where needed); predicted 0 when none does.
+Row goal_row(const Options& o, const Device& d, size_t card, int64_t batch, int64_t size) {
+    Row r;
+    r.card = card;
+    r.size = size;
+    r.batch = gl::cat(batch, " (goal)");
+    train::AutoFitRequest q;
+    q.step = step_options(o, size);
+    q.step.batch = batch;
+    q.micro_batches = {batch};
+    q.vram = card;
+    q.reserve = d.context;
+    q.cache_text_encoder = true;
+    if (d.runtime) q.runtime_bytes = [](const gl::Graph& g) { return gl::cuda_runtime_bytes(g); };
+    const train::AutoFitChoice a = train::auto_fit_step(q);
+    const gl::FitRow* row = a.result.chosen();
+    if (!row) return r;
+    r.step = a.step;
+    r.plan = a.plan_options(0);
+    r.seconds = row->seconds;
+    r.none_seconds = row->seconds - row->recompute_seconds;
+    r.predicted = row->peak_bytes;
+    return r;
+}
+
 // kohya's 8 GB preset (the seed's): batch 1, 8 micro-batches accumulated, every block recomputed
 // (gradient checkpointing), fp16, AdamW8bit; planned for the card it is meant for.
 Row kohya_row(const Options& o, const Device& d, int64_t size) {
@@ -314,7 +356,7 @@ Row kohya_row(const Options& o, const Device& d, int64_t size) {
     const gl::Plan blocks = gl::make_plan(s->g, r.plan), none = gl::make_plan(s->g);
     r.seconds = 8 * blocks.predicted_seconds;
     r.none_seconds = 8 * none.predicted_seconds;
-    r.predicted = blocks.total_bytes() + (d.workspace ? gl::cuda_workspace_bytes(blocks.graph) : 0) + d.context;
+    r.predicted = blocks.total_bytes() + (d.runtime ? gl::cuda_runtime_bytes(blocks.graph) : 0) + d.context;
     return r;
 }
 
@@ -327,7 +369,7 @@ Measured run_config(const Options& o, const Device& d, bench::RandomWeights& wei
     if (d.cuda && memory_limit == 0) {  // without a limit: is there room on this device at all?
         size_t free = 0, total = 0;
         gl::cuda_memory_info(&free, &total);
-        const size_t need = plan.total_bytes() + gl::cuda_workspace_bytes(plan.graph);
+        const size_t need = plan.total_bytes() + gl::cuda_runtime_bytes(plan.graph);
         if (need > free) {
             m.note = gl::cat("needs ", gl::format_bytes(need), ", ", gl::format_bytes(free), " free");
             return m;
@@ -453,7 +495,7 @@ int run(const Options& o) {
             c.request.vram = card;
             c.request.reserve = d.context;
             c.request.cache_text_encoder = true;
-            if (d.workspace) c.request.workspace = [](const gl::Graph& g) { return gl::cuda_workspace_bytes(g); };
+            if (d.runtime) c.request.runtime_bytes = [](const gl::Graph& g) { return gl::cuda_runtime_bytes(g); };
             GL_CHECK(d.context < card, "card ", gl::format_bytes(card), " is not larger than the context (",
                      gl::format_bytes(d.context), ")");
             cells.push_back(std::move(c));
@@ -470,6 +512,10 @@ int run(const Options& o) {
                     f.probes, c.plan_s, o.no_any ? "" : gl::cat("; any recompute: batch ", f.any_batch).c_str());
         if (!c.accumulation.empty()) std::printf("  even batch 1 needs recompute; %s", c.accumulation.c_str());
         rows.push_back(cell_row(o, c));
+    }
+    for (const auto& [card, batch] : o.goals) {
+        GL_CHECK(d.context < card, "--goal card ", gl::format_bytes(card), " is not larger than the context");
+        rows.push_back(goal_row(o, d, card, batch, o.sizes.front()));
     }
     if (!o.no_kohya)
         for (int64_t size : o.sizes) rows.push_back(kohya_row(o, d, size));

@@ -199,6 +199,7 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc, size_
     }
     if (o.plan_only) return;
     const double base = device_used_mib();
+    const double predicted = cuda ? mib(double(plan.total_bytes() + gl::cuda_runtime_bytes(plan.graph))) : 0.0;
     auto rt = gl::make_runtime(std::move(plan), cuda ? gl::Backend::cuda : gl::Backend::cpu);
     bench::write_random_weights(*s->unet_weights, *rt);
     train::Trainer tr(*s, *rt, train::TrainerOptions{});
@@ -224,8 +225,9 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc, size_
     const double used = device_used_mib();
     std::printf("%s", rt->memory_report().c_str());
     if (cuda)
-        std::printf("device memory in use (cudaMemGetInfo): %.1f MiB, %.1f MiB more than before the runtime\n", used,
-                    used - base);
+        std::printf("device memory in use (cudaMemGetInfo): %.1f MiB, %.1f MiB more than before the runtime "
+                    "(predicted at most %.1f: plan + cuda_runtime_bytes)\n",
+                    used, used - base, predicted);
     const double sm = median(step_ms), rm = median(replay_ms);
     std::printf("RESULT %s base %s batch %lld recompute %s: step %.2f ms (%.2f ms/image), graph replay %.2f ms; "
                 "min step %.2f ms over %d steps; last loss %.4f\n",

@@ -138,6 +138,44 @@ TEST_CASE("auto-fit: the fastest configuration that fits, recompute only where n
     CHECK_THROWS_WITH_AS(auto_fit(options, st), doctest::Contains("batch 32"), gl::Error);
 }
 
+TEST_CASE("auto-fit: the runtime's bytes, counted on the planned graph, keep every fitted plan within the limit") {
+    // Like a CUDA runtime: bytes per node of the planned graph, so recompute (more nodes) costs memory too.
+    const size_t per_node = 4096;
+    auto runtime = [per_node](const Graph& g) { return g.nodes.size() * per_node; };
+    std::vector<FitOption> options(1);
+    options[0].label = "batch 64";
+    options[0].build = [](size_t) { return FitBuild{mlp(64), 1000, 0}; };
+    const Graph g64 = mlp(64);
+    RecomputeSearch search(g64, {});
+    const Plan none = make_plan(g64), least = search.plan(search.min_bytes());
+    REQUIRE(least.graph.nodes.size() > none.graph.nodes.size());
+    FitSettings st;
+    st.runtime_bytes = runtime;
+    st.limit = none.total_bytes() + 1000 + runtime(none.graph);  // exactly none's
+    FitResult r = auto_fit(options, st);
+    REQUIRE(r.chosen());
+    CHECK(r.chosen()->recompute == Recompute::none);
+    CHECK(r.chosen()->peak_bytes == st.limit);
+    st.limit -= 1;  // one byte less: recompute, whose added nodes the budget pays for
+    for (size_t limit : {st.limit, (st.limit + least.total_bytes() + runtime(least.graph) + 1000) / 2}) {
+        st.limit = limit;
+        r = auto_fit(options, st);
+        REQUIRE(r.chosen());
+        const FitRow& row = *r.chosen();
+        CHECK(row.recompute == Recompute::budget);
+        PlanOptions po;
+        po.recompute = row.recompute;
+        po.budget = row.budgets[0];
+        const Plan p = make_plan(mlp(64), po);
+        CHECK(p.total_bytes() + 1000 + runtime(p.graph) == row.peak_bytes);
+        CHECK(row.peak_bytes <= st.limit);
+    }
+    st.limit = least.total_bytes() + 1000 + runtime(least.graph) - 1;  // below the least plan with its runtime
+    r = auto_fit(options, st);
+    CHECK(r.chosen() == nullptr);
+    CHECK(r.rows[0].least_bytes == least.total_bytes() + 1000 + runtime(least.graph));
+}
+
 TEST_CASE("auto-fit: the SD1.5 step at 512x512, effective batch 8, on 8 and 5 GiB devices (planned only)") {
     train::AutoFitRequest r;
     r.step.lora = lora::LoraConfig{16, 16.0f, 1.0f};

@@ -8,6 +8,7 @@
 // written under a temporary name and renamed, so what was saved stays whole).
 // Exit status: 0 done (or --dry_run, --help, --output_config), 2 a bad command line, 1 any other
 // error (a plan that does not fit the device included: it lists what would), 130 stopped by a signal.
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -58,6 +59,10 @@ void install_signal_handlers() {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // Every kernel module loaded with the context (unless the user chose): the context the plan
+    // measures then holds all the code a run executes, where lazy loading would add a few MiB
+    // beside the plan at the first steps and samples (bench/RESULTS.md, sixth session).
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
     return gl::cli::run_main("sdtrain", [&] {
         const sdtrain::CommandLine cl = sdtrain::parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
         if (!cl.wrote_config.empty()) {

@@ -97,12 +97,12 @@ AutoFitChoice fit_step(const AutoFitRequest& r) {
         o.build = [&, c](size_t bucket) {
             std::unique_ptr<StepGraph> s = build_step(step_of(c, bucket));
             gl::FitBuild b;
-            b.extra_bytes = r.reserve + (r.workspace ? r.workspace(s->g) : 0);
+            b.extra_bytes = r.reserve;  // the step's own runtime bytes: FitSettings::runtime_bytes
             if (!c.train_te && !c.cache_te) {  // the frozen text encoder runs beside the step
                 const auto te = build_text_encoder(r.step.clip, r.step.precision, c.micro, r.step.clip_chunks,
                                                    r.step.clip_skip, r.step.text_encoder_format);
                 const gl::Plan p = gl::make_plan(te->g, plan);
-                b.extra_bytes += p.total_bytes() + (r.workspace ? r.workspace(p.graph) : 0);
+                b.extra_bytes += p.total_bytes() + (r.runtime_bytes ? r.runtime_bytes(p.graph) : 0);
                 b.extra_seconds = p.predicted_seconds;
             }
             b.graph = std::move(s->g);
@@ -113,6 +113,7 @@ AutoFitChoice fit_step(const AutoFitRequest& r) {
     gl::FitSettings st;
     st.limit = r.vram;
     st.plan = plan;
+    st.runtime_bytes = r.runtime_bytes;
     st.shapes.clear();
     for (const FitBucket& k : buckets) st.shapes.push_back({gl::cat(k.latent_w * 8, "x", k.latent_h * 8), k.images});
 
@@ -220,7 +221,7 @@ BatchFit largest_batch(const AutoFitRequest& r, const BatchSearch& s) {
     for (int k = 0; k < 2; k++) {
         big.batch = 2 + 2 * k;
         st[k] = build_step(big);
-        extra[k] = double(r.reserve + (r.workspace ? r.workspace(st[k]->g) : 0));
+        extra[k] = double(r.reserve + (r.runtime_bytes ? r.runtime_bytes(st[k]->g) : 0));
         none_bytes[k] = double(gl::make_plan(st[k]->g, po).total_bytes()) + extra[k];
     }
     gl::RecomputeSearch search(st[1]->g, po);

@@ -23,8 +23,9 @@ struct AutoFitRequest {
     size_t reserve = 0;  // of which held outside the plans: the CUDA context (549 MiB measured on the
                          // H200 with CUDA 13) and other processes; 0 when vram is what is free after
                          // the context exists
-    // The backend scratch beside a plan (gl::cuda_workspace_bytes when training on CUDA); none: 0.
-    std::function<size_t(const gl::Graph&)> workspace;
+    // What the backend's runtime holds beside a plan of a graph (gl::cuda_runtime_bytes when training
+    // on CUDA: workspace, graph executable, allocation page); none: 0.
+    std::function<size_t(const gl::Graph&)> runtime_bytes;
     std::vector<int64_t> micro_batches;  // to try; empty: every divisor of the effective batch
     bool allow_8bit_optimizer = false;     // AdamW may become AdamW8bit
     bool allow_cached_text_encoder = false;  // a frozen text encoder's outputs may be cached (not on the device)

@@ -49,6 +49,8 @@ std::string format_bytes(size_t b) {
 
 namespace {
 
+size_t runtime_bytes(const FitSettings& st, const Graph& g) { return st.runtime_bytes ? st.runtime_bytes(g) : 0; }
+
 FitBuild build(const FitOption& o, size_t shape) {
     try {
         return o.build(shape);
@@ -96,9 +98,10 @@ FitResult auto_fit(const std::vector<FitOption>& options, const FitSettings& st)
         for (size_t k = 0; k < S; k++) {
             FitBuild b = build(options[i], k);
             const Plan p = make_plan(b.graph, none);
-            const size_t total = p.total_bytes() + b.extra_bytes;
+            const size_t beside = b.extra_bytes + runtime_bytes(st, p.graph);
+            const size_t total = p.total_bytes() + beside;
             const size_t fixed = total - p.arena_bytes[size_t(Category::activations)];
-            row.budgets.push_back(st.limit > b.extra_bytes ? st.limit - b.extra_bytes : 0);
+            row.budgets.push_back(st.limit > beside ? st.limit - beside : 0);
             row.peak_bytes = std::max(row.peak_bytes, total);
             row.fits = row.fits && total <= st.limit;
             if (fixed > st.limit) {
@@ -137,17 +140,29 @@ FitResult auto_fit(const std::vector<FitOption>& options, const FitSettings& st)
             RecomputeSearch search(b.graph, budget);
             if (row.budgets[k] == 0) {
                 fits = false;
-                least = b.extra_bytes + search.min_bytes();
+                least = b.extra_bytes + runtime_bytes(st, search.plan(search.min_bytes()).graph) + search.min_bytes();
                 break;
             }
             try {
-                const Plan p = search.plan(row.budgets[k]);
-                peak = std::max(peak, p.total_bytes() + b.extra_bytes);
-                secs[k] = options[i].runs * (p.predicted_seconds + b.extra_seconds);
-                rec[k] = options[i].runs * p.recompute_seconds;
+                // Recompute adds nodes, so the runtime's bytes grow as the budget shrinks: lower the
+                // budget by the excess until plan and runtime fit (a few rounds; monotone).
+                for (int round = 0;; round++) {
+                    const Plan p = search.plan(row.budgets[k]);
+                    const size_t total = p.total_bytes() + b.extra_bytes + runtime_bytes(st, p.graph);
+                    if (total > st.limit) {
+                        const size_t excess = total - st.limit;
+                        GL_CHECK(round < 8 && row.budgets[k] > excess, "auto-fit: no budget fits beside the runtime");
+                        row.budgets[k] -= excess;
+                        continue;
+                    }
+                    peak = std::max(peak, total);
+                    secs[k] = options[i].runs * (p.predicted_seconds + b.extra_seconds);
+                    rec[k] = options[i].runs * p.recompute_seconds;
+                    break;
+                }
             } catch (const Error&) {
                 fits = false;
-                least = b.extra_bytes + search.min_bytes();
+                least = b.extra_bytes + runtime_bytes(st, search.plan(search.min_bytes()).graph) + search.min_bytes();
             }
         }
         if (!fits) {

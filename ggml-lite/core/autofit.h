@@ -39,6 +39,9 @@ struct FitSettings {
     size_t limit = 0;            // device bytes the plans plus extra_bytes may take
     std::vector<FitShape> shapes = {FitShape{}};
     PlanOptions plan;            // alignment and cost model (recompute is chosen per option)
+    // Bytes the backend's runtime holds beside a plan, counted on the planned graph (recompute adds
+    // nodes): gl::cuda_runtime_bytes on CUDA (workspace, graph executable, page). None: 0.
+    std::function<size_t(const Graph&)> runtime_bytes;
 };
 
 struct FitRow {
@@ -48,7 +51,7 @@ struct FitRow {
     bool planned = true;          // false: not planned with recompute (no faster than the choice anyway)
     Recompute recompute = Recompute::none;  // none when every shape fits without, else budget
     std::vector<size_t> budgets;  // per shape: the PlanOptions::budget to plan it with (recompute budget)
-    size_t peak_bytes = 0;        // the largest shape's plan total plus its extra bytes
+    size_t peak_bytes = 0;        // the largest shape's plan total plus its extra and runtime bytes
     size_t least_bytes = 0;       // when it does not fit: the least the largest shape can be planned in
     double seconds = 0;           // predicted per update, shapes weighted
     double recompute_seconds = 0; // of which recompute

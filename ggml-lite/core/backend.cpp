@@ -31,6 +31,11 @@ Backend resolve_backend(Backend b, std::string* why) {
     return cuda ? Backend::cuda : Backend::cpu;
 }
 
+size_t cuda_graph_bytes(const Graph& g) {
+    const size_t b = g.nodes.size() * kCudaGraphBytesPerNode;  // nodes live in memory: no overflow
+    return (b + kCudaAllocationPage - 1) / kCudaAllocationPage * kCudaAllocationPage;
+}
+
 std::unique_ptr<Runtime> make_runtime(Plan plan, Backend b, const RuntimeOptions& o) {
     return resolve_backend(b) == Backend::cuda ? make_cuda_runtime(std::move(plan), o)
                                                : make_cpu_runtime(std::move(plan), o);

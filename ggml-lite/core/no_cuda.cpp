@@ -31,5 +31,9 @@ size_t cuda_workspace_bytes(const Graph&) {
     fail("cuda_workspace_bytes: ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)");
 }
 
+size_t cuda_runtime_bytes(const Graph&) {
+    fail("cuda_runtime_bytes: ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)");
+}
+
 }  // namespace gl
 #endif

@@ -77,8 +77,9 @@ private:
 };
 
 struct RuntimeOptions {
-    // The most bytes the runtime may allocate: the plan's arenas plus the backend's own (the CUDA
-    // workspace). A plan above it is refused with gl::Error before anything is allocated. 0: none.
+    // The most bytes the runtime may allocate: the plan's arenas plus the backend's own (for CUDA
+    // cuda_runtime_bytes: workspace, graph executable, page rounding). A plan above it is refused
+    // with gl::Error before anything is allocated. 0: none.
     size_t memory_limit = 0;
 };
 
@@ -100,6 +101,18 @@ bool cuda_available(std::string* why = nullptr);
 // The scratch the CUDA runtime allocates beside a plan of g: the largest node's kernel workspace
 // plus its densified inputs (no device needed; throws gl::Error in a build without CUDA).
 size_t cuda_workspace_bytes(const Graph& g);
+// The device memory a CUDA graph executable of g takes (the runtime instantiates one after the
+// first run): kCudaGraphBytesPerNode for every node of g, in whole allocation pages. An upper
+// bound from measurement (H200, CUDA 13: 2.2-2.5 KiB per plan node, 2.4-2.8 KiB per captured
+// kernel, taken in 2 MiB pages and kept by the driver after the executable is destroyed); no
+// device needed, any build.
+inline constexpr size_t kCudaGraphBytesPerNode = 3072;
+inline constexpr size_t kCudaAllocationPage = size_t(2) << 20;  // cudaMalloc's granularity for large blocks
+size_t cuda_graph_bytes(const Graph& g);
+// Every device byte a CUDA runtime of a plan of g holds beside the plan's arenas: the workspace,
+// the graph executable and the rounding of its one allocation to a whole page. What the runtime's
+// memory limit and auto-fit count (throws gl::Error in a build without CUDA, as the workspace).
+size_t cuda_runtime_bytes(const Graph& g);
 // The current CUDA device's free and total memory (cudaMemGetInfo, after creating the context):
 // what an automatic memory limit starts from. Throws gl::Error without CUDA or a device.
 void cuda_memory_info(size_t* free_bytes, size_t* total_bytes);

@@ -73,7 +73,9 @@ SharedLayout make_shared_layout(const std::vector<const Plan*>& plans, const std
         m.nodes = g.nodes.size();
         m.activations = p.arena_bytes[size_t(Category::activations)];
         m.scratch = scratch_of(p, backend);
-        m.alone = p.total_bytes() + m.scratch;
+        if (backend == "cuda") m.graph = cuda_graph_bytes(g);
+        m.alone = p.total_bytes() + m.scratch + m.graph + (backend == "cuda" ? kCudaAllocationPage : 0);
+        L.runtime_bytes += m.graph;
         for (ValueId v = 0; v < g.value_count(); v++) {
             if (!is_persistent_owner(g, v)) continue;
             const Value& x = g.v(v);
@@ -100,6 +102,7 @@ SharedLayout make_shared_layout(const std::vector<const Plan*>& plans, const std
         L.scratch_bytes = std::max(L.scratch_bytes, m.scratch);
         L.members.push_back(m);
     }
+    if (backend == "cuda") L.runtime_bytes += kCudaAllocationPage;
     // What only one plan holds (a sampler's text encoder, a step's gradients when it is the only step).
     for (size_t i = 0; i < plans.size(); i++) {
         const Graph& g = plans[i]->graph;
@@ -113,7 +116,7 @@ SharedLayout make_shared_layout(const std::vector<const Plan*>& plans, const std
 }
 
 size_t SharedLayout::total_bytes() const {
-    size_t t = scratch_bytes;
+    size_t t = scratch_bytes + runtime_bytes;
     for (size_t b : arena_bytes) t += b;
     return t;
 }
@@ -135,6 +138,11 @@ std::string SharedLayout::report() const {
     std::snprintf(line, sizeof line, "  %-20s %s (%s scratch of the largest plan)\n", "backend scratch",
                   mib(scratch_bytes).c_str(), backend.c_str());
     s += line;
+    if (runtime_bytes) {
+        std::snprintf(line, sizeof line, "  %-20s %s (CUDA graph executables of %zu plans, allocation page)\n",
+                      "runtimes", mib(runtime_bytes).c_str(), members.size());
+        s += line;
+    }
     std::snprintf(line, sizeof line, "  %-20s %s (each plan on its own: %s)\n", "total", mib(total_bytes()).c_str(),
                   mib(unshared_bytes()).c_str());
     s += line;

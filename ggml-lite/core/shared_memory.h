@@ -53,7 +53,8 @@ struct SharedLayout {
         size_t persistent = 0;   // bytes of the persistent values it holds
         size_t unshared = 0;     // of those, bytes no other listed plan holds
         int unshared_values = 0;
-        size_t alone = 0;        // what a runtime of this plan alone allocates (arenas + scratch)
+        size_t graph = 0;        // its CUDA graph executable (cuda_graph_bytes; cpu: 0)
+        size_t alone = 0;        // what a runtime of this plan alone holds (arenas, scratch, graph, page)
     };
 
     std::string backend;  // "cpu" or "cuda": whose scratch rule sized scratch_bytes
@@ -63,9 +64,12 @@ struct SharedLayout {
     // Persistent categories: the sum of their slots (aligned); activations: the largest plan's.
     std::array<size_t, kCategoryCount> arena_bytes{};
     size_t scratch_bytes = 0;  // the backend's node scratch (CUDA workspace) of the largest plan
+    // CUDA: what the runtimes on the memory hold beside it, their graph executables (cuda_graph_bytes
+    // of every plan), and the rounding of the one allocation to a page; cpu: 0.
+    size_t runtime_bytes = 0;
     std::vector<Member> members;
 
-    // Every byte the memory allocates: the arenas and the scratch.
+    // Every byte the memory and its runtimes hold: the arenas, the scratch and runtime_bytes.
     size_t total_bytes() const;
     // What the plans would allocate each on its own (runtimes without sharing).
     size_t unshared_bytes() const;

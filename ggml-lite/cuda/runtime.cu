@@ -94,6 +94,40 @@ void start_cuda(const char* who) {
     GL_CUDA_CHECK(cudaFree(nullptr));  // creates the context
 }
 
+// One device allocation for the arenas (by category, each aligned) and the scratch after them: a
+// single block is rounded to the allocation page once, where one per arena would be rounded each.
+struct DeviceBlock {
+    void* base = nullptr;
+    std::array<void*, kCategoryCount> arenas{};
+    void* scratch = nullptr;
+
+    // align: the plans' value alignment (every arena starts on it; cudaMalloc's base is 256-aligned).
+    void allocate(const std::array<size_t, kCategoryCount>& arena_bytes, size_t scratch_bytes, size_t align) {
+        align = std::max(align, kAlign);
+        size_t offsets[kCategoryCount + 1], top = 0;
+        for (int c = 0; c < kCategoryCount; c++) {
+            offsets[c] = top;
+            top += ceil_div(arena_bytes[size_t(c)], align) * align;
+        }
+        offsets[kCategoryCount] = top;
+        top += scratch_bytes;
+        if (top == 0) return;
+        GL_CUDA_CHECK(cudaMalloc(&base, top));
+        if (reinterpret_cast<uintptr_t>(base) % align) {
+            release();
+            fail("cuda: the device allocation is not aligned to the plans' ", align, " bytes");
+        }
+        char* b = static_cast<char*>(base);
+        for (int c = 0; c < kCategoryCount; c++)
+            if (arena_bytes[size_t(c)]) arenas[size_t(c)] = b + offsets[c];
+        if (scratch_bytes) scratch = b + offsets[kCategoryCount];
+    }
+    void release() {
+        if (base) cudaFree(base);
+        *this = DeviceBlock{};
+    }
+};
+
 // The arenas, workspace and stream of runtimes that share them.
 class CudaSharedMemory final : public SharedMemory {
 public:
@@ -102,9 +136,9 @@ public:
         used_before_ = device_bytes_in_use();
         try {
             GL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-            for (int c = 0; c < kCategoryCount; c++)
-                if (size_t b = layout_.arena_bytes[size_t(c)]) GL_CUDA_CHECK(cudaMalloc(&arenas_[size_t(c)], b));
-            if (layout_.scratch_bytes) GL_CUDA_CHECK(cudaMalloc(&scratch_, layout_.scratch_bytes));
+            block_.allocate(layout_.arena_bytes, layout_.scratch_bytes, layout_.alignment);
+            arenas_ = block_.arenas;
+            scratch_ = block_.scratch;
         } catch (...) {
             release();
             throw;
@@ -120,11 +154,12 @@ public:
 private:
     void release() {
         if (stream_) cudaStreamSynchronize(stream_);
-        for (void*& a : arenas_)
-            if (a) cudaFree(std::exchange(a, nullptr));
-        if (scratch_) cudaFree(std::exchange(scratch_, nullptr));
+        block_.release();
+        arenas_ = {};
+        scratch_ = nullptr;
         if (stream_) cudaStreamDestroy(std::exchange(stream_, nullptr));
     }
+    DeviceBlock block_;
     cudaStream_t stream_ = nullptr;
     size_t used_before_ = 0, used_after_ = 0;
 };
@@ -153,6 +188,10 @@ size_t cuda_workspace_bytes(const Graph& g) {
     return most;
 }
 
+size_t cuda_runtime_bytes(const Graph& g) {
+    return align_up(cuda_workspace_bytes(g)) + cuda_graph_bytes(g) + kCudaAllocationPage;
+}
+
 namespace {
 
 class CudaRuntime final : public Runtime {
@@ -161,12 +200,15 @@ public:
         start_cuda("make_cuda_runtime");
         used_before_ = device_bytes_in_use();
         GL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-        for (int c = 0; c < kCategoryCount; c++) {
-            size_t b = plan_.arena_bytes[size_t(c)];
-            if (b) GL_CUDA_CHECK(cudaMalloc(&arenas_[size_t(c)], b));
-        }
         workspace_bytes_ = cuda_workspace_bytes(plan_.graph);
-        if (workspace_bytes_) GL_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+        try {
+            block_.allocate(plan_.arena_bytes, workspace_bytes_, plan_.options.alignment);
+        } catch (...) {
+            cudaStreamDestroy(stream_);
+            throw;
+        }
+        arenas_ = block_.arenas;
+        workspace_ = block_.scratch;
         used_after_ = device_bytes_in_use();
         read_graph_env();
     }
@@ -188,9 +230,7 @@ public:
         for (cudaEvent_t e : timing_) cudaEventDestroy(e);
         if (exec_) cudaGraphExecDestroy(exec_);
         if (shared_) return;  // the shared memory frees its arenas and stream
-        for (void* a : arenas_)
-            if (a) cudaFree(a);
-        if (workspace_) cudaFree(workspace_);
+        block_.release();
         if (stream_) cudaStreamDestroy(stream_);
     }
 
@@ -257,12 +297,23 @@ public:
                     throw;
                 }
                 GL_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+                GL_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &graph_nodes_));
                 GL_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph, 0));
                 GL_CUDA_CHECK(cudaGraphDestroy(graph));
+                used_after_instantiate_ = device_bytes_in_use();
+                GL_CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
+                GL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+                used_after_graph_ = device_bytes_in_use();
+                runs_++;
+                return;
             }
             GL_CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
         } else {
             launch_all();
+            if (runs_ == 0) {  // what the first run adds (kernels' local memory, lazily loaded modules)
+                GL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+                used_after_first_run_ = device_bytes_in_use();
+            }
         }
         runs_++;  // no host synchronisation: read() waits for the stream
     }
@@ -296,6 +347,21 @@ public:
         std::snprintf(line, sizeof line, "  %-20s %10.2f MiB (cudaMemGetInfo; arenas + workspace = %.2f MiB)\n",
                       "device in use", mib(used_after_), mib(arenas + workspace_bytes_));
         s += line;
+        if (used_after_first_run_) {
+            size_t stack = 0;
+            cudaDeviceGetLimit(&stack, cudaLimitStackSize);
+            std::snprintf(line, sizeof line, "  %-20s %10.2f MiB (%+.2f MiB; stack limit %zu B per thread)\n",
+                          "after the first run", mib(used_after_first_run_),
+                          mib(used_after_first_run_) - mib(used_after_), stack);
+            s += line;
+        }
+        if (used_after_graph_) {
+            std::snprintf(line, sizeof line, "  %-20s %10.2f MiB (%zu nodes: %+.2f MiB instantiated, %+.2f MiB launched)\n",
+                          "after the CUDA graph", mib(used_after_graph_), graph_nodes_,
+                          mib(used_after_instantiate_) - mib(used_after_first_run_ ? used_after_first_run_ : used_after_),
+                          mib(used_after_graph_) - mib(used_after_instantiate_));
+            s += line;
+        }
         return s;
     }
 
@@ -341,10 +407,12 @@ private:
     }
 
     cudaStream_t stream_ = nullptr;
+    DeviceBlock block_;  // without shared memory: the arenas and the workspace
     std::array<void*, kCategoryCount> arenas_{};
     void* workspace_ = nullptr;
     size_t workspace_bytes_ = 0;
     size_t used_before_ = 0, used_after_ = 0;
+    size_t used_after_first_run_ = 0, used_after_instantiate_ = 0, used_after_graph_ = 0, graph_nodes_ = 0;
     bool use_graph_ = true;
     int runs_ = 0;
     cudaGraphExec_t exec_ = nullptr;
@@ -355,7 +423,7 @@ private:
 }  // namespace
 
 std::unique_ptr<Runtime> make_cuda_runtime(Plan plan, const RuntimeOptions& o) {
-    check_memory_limit(plan, cuda_workspace_bytes(plan.graph), o, "cuda");
+    check_memory_limit(plan, cuda_runtime_bytes(plan.graph), o, "cuda");
     return std::make_unique<CudaRuntime>(std::move(plan));
 }
 

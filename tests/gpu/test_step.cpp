@@ -130,7 +130,9 @@ TEST_CASE("recompute budget on CUDA: the least plan gives none's results; a plan
     }
     CHECK(out[0] == out[1]);  // recompute repeats the same kernels on the same inputs
 
-    const size_t need = none.total_bytes() + cuda_workspace_bytes(none.graph);
+    const size_t need = none.total_bytes() + cuda_runtime_bytes(none.graph);
+    CHECK(cuda_runtime_bytes(none.graph) ==
+          (cuda_workspace_bytes(none.graph) + 255) / 256 * 256 + cuda_graph_bytes(none.graph) + kCudaAllocationPage);
     size_t free0 = 0, free1 = 0;
     cuda_memory_info(&free0, nullptr);
     CHECK_THROWS_WITH_AS(make_cuda_runtime(none, RuntimeOptions{need - 1}), doctest::Contains("memory limit"), gl::Error);
@@ -138,6 +140,13 @@ TEST_CASE("recompute budget on CUDA: the least plan gives none's results; a plan
     CHECK(free1 == free0);
     auto fits = make_cuda_runtime(none, RuntimeOptions{need});
     CHECK(fits->allocated_bytes(Category::activations) == none.arena_bytes[size_t(Category::activations)]);
+    for (auto& [v, d] : n.leaves) fits->write_f32(v, d);
+    for (int k = 0; k < 3; k++) fits->run();  // eager, captured, replayed: the graph executable exists
+    fits->synchronize();
+    size_t free2 = 0;
+    cuda_memory_info(&free2, nullptr);
+    CHECK_MESSAGE(free0 - free2 <= need, "the runtime holds ", free0 - free2, " bytes, the limit counted ", need);
+    CHECK(fits->memory_report().find("after the CUDA graph") != std::string::npos);
 }
 
 // n elements through `steps` AdamW8bit steps on the CPU and on CUDA, a NaN gradient every 10th step.

@@ -215,7 +215,7 @@ void Session::Impl::plan_memory() {
         {
             }
             mp.limit = r.vram;
-            if (cuda) r.workspace = [](const gl::Graph& g) { return gl::cuda_workspace_bytes(g); };
+            if (cuda) r.runtime_bytes = [](const gl::Graph& g) { return gl::cuda_runtime_bytes(g); };
             r.allow_8bit_optimizer = c.allow_8bit_optimizer;
             r.allow_cached_text_encoder = c.allow_cached_text_encoder;
             r.allow_unet_only = c.allow_unet_only;
@@ -276,7 +276,10 @@ void Session::Impl::plan_memory() {
     t += category_line("optimizer state", arena(gl::Category::optimizer), step.optimizer.name());
     t += category_line("activations", arena(gl::Category::activations), "the largest graph's");
     t += category_line("workspace", arena(gl::Category::workspace) + L.scratch_bytes);
-    if (cuda) t += category_line("CUDA context", mp.context_bytes, "measured (H200, CUDA 13); outside the plan");
+    if (cuda) {
+        t += category_line("CUDA graphs", L.runtime_bytes, "the runtimes' graph executables, allocation page");
+        t += category_line("CUDA context", mp.context_bytes, "measured (H200, CUDA 13); outside the plan");
+    }
     t += category_line("predicted peak", mp.predicted_peak,
                        mp.limit ? gl::cat("of ", gl::format_bytes(mp.limit), c.vram_limit ? " (--vram_limit)" : " free")
                                 : std::string("(no device limit on the CPU)"));
@@ -303,7 +306,7 @@ std::string Session::Impl::refusal(const std::string& why) {
     r.vram = plan.memory.limit;
     r.allow_8bit_optimizer = r.allow_cached_text_encoder = r.allow_unet_only = true;
     r.cache_text_encoder = cache_text;
-    if (plan.memory.backend == "cuda") r.workspace = [](const gl::Graph& g) { return gl::cuda_workspace_bytes(g); };
+    if (plan.memory.backend == "cuda") r.runtime_bytes = [](const gl::Graph& g) { return gl::cuda_runtime_bytes(g); };
     s += "changes that would fit (batch with accumulation, recompute, 8-bit optimizer (--optimizer_type AdamW8bit), "
          "UNet only (--network_train_unet_only), cached text encoder (--cache_text_encoder_outputs); "
          "--vram_limit picks among them):\n";
