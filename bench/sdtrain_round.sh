@@ -11,6 +11,7 @@
 #   3. the PyTorch anchor (diffusers UNet + peft LoRA rank 16, bf16 autocast, SDPA, fused AdamW,
 #      frozen text encoder) at the same batch and 512², for images/s: $ANCHOR (the lead's
 #      shared/anchors/torch_sd15_lora.py; skipped when absent).
+# EXTRA: more sdtrain options for both runs (e.g. EXTRA="--vram_limit 6G" to check the limit).
 # Logs go to $OUT. Usage (device): bash bench/sdtrain_round.sh    exit status: 0 when the run finished
 # Build dependencies the device image lacks (doctest) come from .carry/prefix, as in device_round.sh;
 # diffusers comes from .whl/ (as fullsize_round.sh) when the model must be made.
@@ -21,6 +22,7 @@ DATA_DIR="${DATA_DIR:-/tmp/sdtrain_data}"
 IMAGES="${IMAGES:-120}"
 STEPS="${STEPS:-300}"
 BATCH="${BATCH:-4}"
+read -r -a extra <<<"${EXTRA:-}"
 ANCHOR="${ANCHOR:-shared/anchors/torch_sd15_lora.py}"
 mkdir -p "$OUT"
 prefix="$PWD/.carry/prefix"
@@ -68,7 +70,8 @@ args=(--pretrained_model_name_or_path "$MODEL_DIR/sd15.safetensors" --train_data
       --network_module networks.lora --network_dim 16 --network_alpha 16 --network_train_unet_only
       --learning_rate 1e-4 --max_train_steps "$STEPS" --train_batch_size "$BATCH" --mixed_precision bf16
       --cache_latents --cache_text_encoder_outputs --seed 1 --save_every_n_steps 100 --save_state
-      --sample_prompts "$OUT/prompts.txt" --sample_every_n_steps 100 --sample_sampler ddim --backend cuda)
+      --sample_prompts "$OUT/prompts.txt" --sample_every_n_steps 100 --sample_sampler ddim --backend cuda
+      ${extra[@]+"${extra[@]}"})
 ./build-gpu/sdtrain "${args[@]}" --dry_run >"$OUT/dry_run.log" 2>&1 || { cat "$OUT/dry_run.log"; die "dry run"; }
 sed -n '/^dataset/,/^note\|^hashing/p' "$OUT/dry_run.log"
 stamp "dry run"
