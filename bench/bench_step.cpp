@@ -23,6 +23,7 @@
 #include "ggml-lite/io/atomic_file.h"
 #include "bench/step_fixtures.h"
 #include "tools/common/cli.h"
+#include "optim/optimizer_config.h"
 #include "train/trainer.h"
 #if GL_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -49,7 +50,10 @@ struct Options {
     train::Precision precision = train::Precision::bf16;
     std::vector<gl::WeightFormat> formats = {gl::WeightFormat::dense};  // frozen matrices' storage
     gl::WeightFormat format = gl::WeightFormat::dense;                  // the one being run
+    optim::OptimizerConfig optimizer = optim::parse_optimizer("AdamW", {});  // kohya's --optimizer_type
 };
+
+optim::OptimizerConfig parse_optimizer_type(const std::string& s) { return optim::parse_optimizer(s, {}); }
 
 Options parse(int argc, char** argv) {
     Options o;
@@ -65,6 +69,8 @@ Options parse(int argc, char** argv) {
     p.add_int("--steps", o.steps, 1, 1'000'000, "timed steps (>= 20 counts)");
     p.add_int("--warmup", o.warmup, 1, 1'000'000, "untimed steps first");
     p.add_int("--rank", o.rank, 1, 4096, "LoRA rank");
+    p.add_parsed("--optimizer", o.optimizer, &parse_optimizer_type, "NAME",
+                 "kohya's --optimizer_type (AdamW, AdamW8bit, Lion, Prodigy, Adafactor), default arguments", "AdamW");
     p.add_int("--size", o.size, 8, 16384, "image side in pixels (default 512; 64 with --tiny)");
     p.add_parsed("--precision", o.precision, &train::parse_precision, "bf16|fp16|fp32", "weights and activations",
                  train::precision_name(o.precision));
@@ -117,6 +123,7 @@ train::StepOptions step_options(const Options& o, int64_t batch) {
     so.precision = o.precision;
     so.base_format = so.text_encoder_format = o.format;
     so.lora = lora::LoraConfig{o.rank, float(o.rank), 1.0f};
+    so.optimizer = o.optimizer;
     return so;
 }
 
@@ -180,11 +187,11 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc, size_
     po.budget = budget;
     gl::Plan plan = gl::make_plan(s->g, po);
     const double plan_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    std::printf("\n== %s, batch %lld, %dx%d, recompute %s, %s, base %s, LoRA rank %d on %zu modules (%zu nodes, "
+    std::printf("\n== %s, batch %lld, %dx%d, recompute %s, %s, base %s, LoRA rank %d on %zu modules, %s (%zu nodes, "
                 "planned in %.1f s)\n",
                 o.tiny ? "tiny UNet" : "SD1.5 UNet", (long long)batch, o.size, o.size, gl::recompute_name(rc),
                 train::precision_name(o.precision), gl::weight_format_name(o.format), o.rank, s->net->modules().size(),
-                plan.graph.nodes.size(), plan_s);
+                o.optimizer.name(), plan.graph.nodes.size(), plan_s);
     std::printf("planned total %.1f MiB\n%s", mib(double(plan.total_bytes())), plan.report(o.plan_only ? 24 : 6).c_str());
     if (!o.timeline.empty()) {
         const bool several = o.batches.size() * (o.recompute.size() + o.budgets.size()) > 1;
