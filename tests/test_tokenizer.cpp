@@ -5,7 +5,6 @@
 // written out as vocab.json), then malformed text and files.
 #include <doctest/doctest.h>
 
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -22,6 +21,7 @@
 using sd::ClipTokenizer;
 
 using gltest::error_of;
+using gltest::TempDir;
 
 namespace {
 
@@ -77,20 +77,6 @@ std::string printable(const std::vector<int32_t>& v) {
     return s;
 }
 
-struct TempDir {
-    std::filesystem::path path;
-    TempDir() {
-        path = std::filesystem::temp_directory_path() /
-               ("gl-tokenizer-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-        std::filesystem::create_directories(path);
-    }
-    ~TempDir() { std::filesystem::remove_all(path); }
-    std::string file(const std::string& name, const std::string& text) const {
-        std::ofstream(path / name, std::ios::binary) << text;
-        return (path / name).string();
-    }
-};
-
 std::string json_string(const std::string& s) {
     std::string out = "\"";
     for (unsigned char c : s) {
@@ -111,9 +97,7 @@ std::string json_string(const std::string& s) {
 }  // namespace
 
 TEST_CASE("tokenizer: golden ids of 426 captions match transformers' CLIPTokenizer") {
-    auto t0 = std::chrono::steady_clock::now();
     const ClipTokenizer& tok = ClipTokenizer::builtin();
-    double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     CHECK(tok.vocab_size() == 49408);
     CHECK(tok.bos() == 49406);
     CHECK(tok.eos() == 49407);
@@ -128,11 +112,9 @@ TEST_CASE("tokenizer: golden ids of 426 captions match transformers' CLIPTokeniz
     REQUIRE(want77.size() == caps.size());
     REQUIRE(want_tokens.size() == caps.size());
 
-    // First pass timed: the BPE cache is cold (only earlier tests in this file could warm it).
+    // First pass with the BPE cache cold (only earlier tests in this file could warm it), then warm.
     std::vector<std::vector<int32_t>> enc(caps.size());
-    auto t1 = std::chrono::steady_clock::now();
     for (size_t i = 0; i < caps.size(); ++i) enc[i] = tok.encode(caps[i]);
-    double cold_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
 
     int bad = 0;
     for (size_t i = 0; i < caps.size(); ++i) {
@@ -147,13 +129,9 @@ TEST_CASE("tokenizer: golden ids of 426 captions match transformers' CLIPTokeniz
     CHECK(bad == 0);
 
     // Again with the cache warm (as in training, where captions come back every epoch).
-    auto t2 = std::chrono::steady_clock::now();
-    size_t total = 0;
-    for (const std::string& c : caps) total += tok.encode(c).size();
-    double warm_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t2).count();
-    CHECK(total == caps.size() * 77);
-    MESSAGE("built-in vocabulary built in ", build_ms, " ms; ", caps.size(), " captions encoded in ", cold_ms,
-            " ms (cold cache), ", warm_ms, " ms (warm)");
+    int changed = 0;
+    for (size_t i = 0; i < caps.size(); ++i) changed += tok.encode(caps[i]) != enc[i];
+    CHECK(changed == 0);
 }
 
 TEST_CASE("tokenizer: kohya long-prompt chunks (150, 225) match sd-scripts") {
@@ -249,11 +227,10 @@ TEST_CASE("tokenizer: encodings, truncation, special tokens, threads") {
     th.join();
     CHECK(a == b);
 
-    // A pathological word stays fast (the BPE heap is O(n log n)).
+    // A pathological word: the BPE heap is O(n log n); a quadratic merge loop would take minutes on
+    // it and run into the test's timeout (speed itself is the benchmarks' business, not a test's).
     std::string huge(200000, 'a');
-    auto t0 = std::chrono::steady_clock::now();
     CHECK(tok.tokenize(huge).size() > 1000);
-    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
 }
 
 TEST_CASE("tokenizer: malformed text and files give clear errors") {

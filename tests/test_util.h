@@ -53,6 +53,11 @@ struct TempDir {
     TempDir(const TempDir&) = delete;
     TempDir& operator=(const TempDir&) = delete;
     std::string operator/(const std::string& name) const { return (path / name).string(); }
+    // Writes text to a file of the folder; its path.
+    std::string file(const std::string& name, const std::string& text) const {
+        std::ofstream(path / name, std::ios::binary) << text;
+        return (path / name).string();
+    }
 };
 
 // A file's bytes ("" when it cannot be read).
