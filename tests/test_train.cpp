@@ -48,27 +48,7 @@ struct Tiny {
     }
 };
 
-// A fixed tiny "dataset": n latents with some structure (per-channel offsets and smooth waves).
-std::vector<float> tiny_latents(int64_t n, uint64_t seed) {
-    std::mt19937 rng{uint32_t(seed)};
-    std::normal_distribution<float> z(0.0f, 1.0f);
-    std::vector<float> v;
-    for (int64_t s = 0; s < n; s++) {
-        const float f = 0.5f + 0.3f * z(rng), ph = z(rng), off[4] = {z(rng), z(rng), z(rng), z(rng)};
-        for (int64_t y = 0; y < kSide; y++)
-            for (int64_t x = 0; x < kSide; x++)
-                for (int c = 0; c < 4; c++) v.push_back(0.5f * off[c] + std::sin(f * float(x + 2 * y) + ph + float(c)));
-    }
-    return v;
-}
-
-std::vector<float> tiny_context(int64_t n, uint64_t seed) {
-    std::mt19937 rng{uint32_t(seed)};
-    std::normal_distribution<float> z(0.0f, 1.0f);
-    std::vector<float> v(size_t(n * kTokens * 16));
-    for (float& e : v) e = z(rng);
-    return v;
-}
+std::vector<float> tiny_context(int64_t n, uint32_t seed) { return normal(size_t(n * kTokens * 16), seed); }
 
 // Largest difference relative to the largest reference value (at least 1e-6).
 double max_rel(const std::vector<float>& a, const std::vector<float>& b) { return gltest::rel_err(a, b, 1e-6); }
@@ -115,7 +95,7 @@ TEST_CASE("train objective: Huber schedules, min-SNR weights and draws against s
 }
 
 TEST_CASE("train step: noising, epsilon and v targets and the weighted loss match a plain UNet and host arithmetic") {
-    const std::vector<float> x0 = tiny_latents(2, 1), ctx = tiny_context(2, 2);
+    const std::vector<float> x0 = structured_latents(2, 1), ctx = tiny_context(2, 2);
     for (sd::Prediction pred : {sd::Prediction::epsilon, sd::Prediction::v_prediction})
         for (LossKind kind : {LossKind::l2, LossKind::l1, LossKind::huber}) {
             CAPTURE(int(pred));
@@ -193,7 +173,7 @@ TEST_CASE("train step: noising, epsilon and v targets and the weighted loss matc
 }
 
 TEST_CASE("train: a tiny UNet LoRA learns a fixed latent set on the CPU (fixed-draw loss falls)") {
-    const std::vector<float> data = tiny_latents(4, 11), ctx = tiny_context(4, 12);
+    const std::vector<float> data = structured_latents(4, 11), ctx = tiny_context(4, 12);
     Tiny t(tiny_options(Precision::fp32, 2, 4e-3f), Recompute::blocks);
     train::TrainerOptions to;
     to.seed = 5;
@@ -226,7 +206,7 @@ TEST_CASE("train: a tiny UNet LoRA learns a fixed latent set on the CPU (fixed-d
 }
 
 TEST_CASE("train: fp32, bf16 and fp16 runs of the tiny model agree over 5 steps") {
-    const std::vector<float> data = tiny_latents(2, 21), ctx = tiny_context(2, 22);
+    const std::vector<float> data = structured_latents(2, 21), ctx = tiny_context(2, 22);
     std::vector<std::vector<double>> losses;
     std::vector<std::vector<float>> params;
     for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16}) {
@@ -321,7 +301,7 @@ TEST_CASE("train step: a trained text encoder is in the graph and its LoRA learn
             for (float x : rt->read_f32(m.up)) before.push_back(x);
     std::vector<int32_t> ids(size_t(s->ids_numel()));
     for (size_t i = 0; i < ids.size(); i++) ids[i] = int32_t((i * 37) % 1000);
-    const std::vector<float> x0 = tiny_latents(2, 4);
+    const std::vector<float> x0 = structured_latents(2, 4);
     for (int k = 0; k < 2; k++) CHECK(tr.step(x0, std::span<const int32_t>(ids)).applied);
     std::vector<float> after;
     for (const lora::LoraModule& m : s->net->modules())

@@ -40,14 +40,6 @@ struct Tiny {
     std::vector<float> state() const { return read_all(s->update->optimizer().state_values()); }
 };
 
-std::vector<float> normal(size_t n, uint32_t seed, float sd = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> z(0.0f, sd);
-    std::vector<float> v(n);
-    for (float& e : v) e = z(rng);
-    return v;
-}
-
 std::vector<float> part(const std::vector<float>& v, size_t i, size_t n) {
     return {v.begin() + std::ptrdiff_t(i * n), v.begin() + std::ptrdiff_t((i + 1) * n)};
 }

@@ -17,30 +17,10 @@ using namespace gl;
 using train::Precision;
 using train_test::kSide;
 using train_test::kTokens;
+using train_test::normal;
+using train_test::structured_latents;
 
 namespace {
-
-std::vector<float> normal(size_t n, uint32_t seed, float sd = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> z(0.0f, sd);
-    std::vector<float> v(n);
-    for (float& e : v) e = z(rng);
-    return v;
-}
-
-// Structured latents (per-channel offsets and waves) the LoRA can learn, as test_train.cpp's.
-std::vector<float> latents(int64_t n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> z(0.0f, 1.0f);
-    std::vector<float> v;
-    for (int64_t s = 0; s < n; s++) {
-        const float f = 0.5f + 0.3f * z(rng), ph = z(rng), off[4] = {z(rng), z(rng), z(rng), z(rng)};
-        for (int64_t y = 0; y < kSide; y++)
-            for (int64_t x = 0; x < kSide; x++)
-                for (int c = 0; c < 4; c++) v.push_back(0.5f * off[c] + std::sin(f * float(x + 2 * y) + ph + float(c)));
-    }
-    return v;
-}
 
 struct Curve {
     std::vector<double> loss;
@@ -60,7 +40,7 @@ Curve train_tiny(Precision prec, WeightFormat f) {
     to.seed = 5;
     train::Trainer tr(*s, *rt, to);
     tr.init(1);
-    const std::vector<float> data = latents(4, 11), ctx = normal(size_t(4 * kTokens * 16), 12);
+    const std::vector<float> data = structured_latents(4, 11), ctx = normal(size_t(4 * kTokens * 16), 12);
     auto half = [](const std::vector<float>& v, size_t h) { return std::span(v).subspan(h * v.size() / 2, v.size() / 2); };
     auto fixed = [&] {
         double sum = 0;

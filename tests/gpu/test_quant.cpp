@@ -16,16 +16,9 @@
 #include "../train_fixtures.h"
 
 using namespace gl;
+using train_test::normal;
 
 namespace {
-
-std::vector<float> normal(size_t n, uint32_t seed, float sd = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> z(0.0f, sd);
-    std::vector<float> v(n);
-    for (float& e : v) e = z(rng);
-    return v;
-}
 
 // A weight [rows, ...] quantized to format f: codes, scales, and the dense weight the quantized
 // kernels compute with (scale * code rounded to `dense`), as f32 host values.

@@ -14,6 +14,7 @@
 #include "../train_fixtures.h"
 
 using namespace gl;
+using train_test::normal;
 using train::Precision;
 
 namespace {
@@ -21,14 +22,6 @@ namespace {
 using train_test::kTinyUnet;
 
 train::StepOptions tiny_options(Precision p, int accum) { return train_test::tiny_options(p, 2, accum, 4e-3f); }
-
-std::vector<float> normal(size_t n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> z(0.0f, 1.0f);
-    std::vector<float> v(n);
-    for (float& e : v) e = z(rng);
-    return v;
-}
 
 // One backend's run: `steps` optimizer steps on a fixed data set, the loss per step, the
 // fixed-draw loss before and after, and the final LoRA.
