@@ -46,8 +46,11 @@ struct OpCall {
     int n_in() const { return int(in.size()); }
     // Throws gl::Error prefixed with the op name and every input's dtype and shape.
     [[noreturn]] void fail(const std::string& why) const;
-    void check(bool cond, const std::string& why) const {
-        if (!cond) fail(why);
+    // The message is formatted only when cond fails: shape rules run for every node a graph
+    // builds, and formatting eagerly was most of the time it takes to build a training step.
+    template <class... Why>
+    void check(bool cond, const Why&... why) const {
+        if (!cond) fail(cat(why...));
     }
 };
 

@@ -1,5 +1,7 @@
 #include "ggml-lite/core/shape.h"
 
+#include <ostream>
+
 #include "ggml-lite/core/checked.h"
 
 namespace gl {
@@ -47,6 +49,8 @@ std::string Shape::str() const {
     }
     return s + "]";
 }
+
+std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.str(); }
 
 Layout Layout::contiguous(const Shape& s) {
     Layout l;

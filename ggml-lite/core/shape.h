@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@ struct Shape {
     bool operator!=(const Shape& o) const { return !(*this == o); }
     std::string str() const;  // "[2, 3, 4]"
 };
+std::ostream& operator<<(std::ostream& os, const Shape& s);  // as str()
 
 // Element strides and an element offset into the storage of a base value.
 struct Layout {

@@ -51,7 +51,7 @@ static std::vector<OutSpec> act_grad_infer(const OpCall& c) {
     c.check(c.n_in() == 2, "takes {gy, x}");
     c.check(dtype_is_float(c.dtype(0)) && dtype_is_float(c.dtype(1)), "inputs must be floating point");
     c.check(c.shape(0) == c.shape(1), "gy and x must have the same shape");
-    c.check(c.p.i[0] >= 0 && c.p.i[0] <= int64_t(Act::quick_gelu), cat("invalid activation kind ", c.p.i[0]));
+    c.check(c.p.i[0] >= 0 && c.p.i[0] <= int64_t(Act::quick_gelu), "invalid activation kind ", c.p.i[0]);
     return {dense(c.dtype(0), c.shape(0))};
 }
 static Cost act_grad_cost(const OpCall& c) { return {14.0 * double(c.shape(0).numel()), 3 * call_bytes_in(c, 0)}; }
@@ -118,7 +118,7 @@ static std::vector<OutSpec> geglu_grad_infer(const OpCall& c) {
     c.check(s.nd >= 1 && s.last() > 0 && s.last() % 2 == 0, "x's last dim must be even and non-zero");
     Shape half = s;
     half.d[size_t(s.nd - 1)] /= 2;
-    c.check(c.shape(1) == half, cat("gy must have shape ", half.str()));
+    c.check(c.shape(1) == half, "gy must have shape ", half);
     return {dense(c.dtype(0), s)};
 }
 static Cost geglu_grad_cost(const OpCall& c) {

@@ -139,7 +139,7 @@ static std::vector<OutSpec> adamw8bit_infer(const OpCall& c) {
     }
     for (int i = 4; i < 6; i++) {
         check_state_f32(c, i, "absmax");
-        c.check(c.shape(i).numel() == blocks, cat("absmax must hold one float per block of ", kAdam8bitBlock, " (", blocks, ")"));
+        c.check(c.shape(i).numel() == blocks, "absmax must hold one float per block of ", kAdam8bitBlock, " (", blocks, ")");
     }
     check_hyper_input(c, 6);
     return {};

@@ -37,10 +37,10 @@ void check_qkv(const OpCall& c) {
     c.check(c.dtype(1) == c.dtype(0) && c.dtype(2) == c.dtype(0), "q, k, v must share a dtype");
     c.check(k[0] == q[0] && v[0] == q[0], "batch sizes of q, k, v differ");
     c.check(k[2] == q[2] && v[2] == q[2], "head counts of q, k, v differ");
-    c.check(k[3] == q[3], cat("q and k head dims differ (", q[3], " vs ", k[3], ")"));
-    c.check(v[1] == k[1], cat("k and v lengths differ (", k[1], " vs ", v[1], ")"));
+    c.check(k[3] == q[3], "q and k head dims differ (", q[3], " vs ", k[3], ")");
+    c.check(v[1] == k[1], "k and v lengths differ (", k[1], " vs ", v[1], ")");
     c.check(q.numel() > 0 && k.numel() > 0 && v.numel() > 0, "q, k, v must not be empty");
-    c.check(c.p.i[0] == 0 || q[1] == k[1], cat("causal attention needs L == S, got L ", q[1], ", S ", k[1]));
+    c.check(c.p.i[0] == 0 || q[1] == k[1], "causal attention needs L == S, got L ", q[1], ", S ", k[1]);
     c.check(std::isfinite(c.p.f[0]), "scale must be finite");
 }
 
@@ -174,9 +174,9 @@ static std::vector<OutSpec> attention_grad_infer(const OpCall& c) {
     check_qkv(c);
     const AttnDims D = attn_dims(c.shape(0), c.shape(1), c.shape(2));
     const Shape os{D.B, D.L, D.H, D.dv};
-    c.check(c.shape(3) == os && dtype_is_float(c.dtype(3)), cat("o must be ", os.str()));
+    c.check(c.shape(3) == os && dtype_is_float(c.dtype(3)), "o must be ", os);
     c.check(c.shape(4) == Shape({D.B, D.H, D.L}) && c.dtype(4) == DType::f32, "lse must be f32 [B, H, L]");
-    c.check(c.shape(5) == os && dtype_is_float(c.dtype(5)), cat("go must be ", os.str()));
+    c.check(c.shape(5) == os && dtype_is_float(c.dtype(5)), "go must be ", os);
     return {dense(c.dtype(0), c.shape(0)), dense(c.dtype(1), c.shape(1)), dense(c.dtype(2), c.shape(2))};
 }
 static Cost attention_grad_cost(const OpCall& c) {

@@ -39,8 +39,8 @@ void check_weight_dtypes(const OpCall& c) {
 }
 
 void check_stride_pad(const OpCall& c) {
-    c.check(c.p.i[0] >= 1, cat("stride must be >= 1, got ", c.p.i[0]));
-    c.check(c.p.i[1] >= 0, cat("pad must be >= 0, got ", c.p.i[1]));
+    c.check(c.p.i[0] >= 1, "stride must be >= 1, got ", c.p.i[0]);
+    c.check(c.p.i[1] >= 0, "pad must be >= 0, got ", c.p.i[1]);
 }
 
 // out[n, oh, ow, :] = bias + sum over taps (kh, kw) and source channels c of
@@ -157,11 +157,11 @@ static std::vector<OutSpec> conv2d_infer(const OpCall& c) {
     const Shape &x = c.shape(0), &w = c.shape(1);
     c.check(x.nd == 4, "x must be NHWC [N, H, W, Cin]");
     c.check(w.nd == 4 && w.d[1] == w.d[2] && w.d[1] >= 1, "w must be [Cout, k, k, Cin]");
-    c.check(w.d[3] == x.d[3], cat("x has ", x.d[3], " channels, w expects ", w.d[3]));
+    c.check(w.d[3] == x.d[3], "x has ", x.d[3], " channels, w expects ", w.d[3]);
     check_stride_pad(c);
-    if (n == 3) c.check(c.shape(2) == Shape{w.d[0]}, cat("bias must be [", w.d[0], "]"));
+    if (n == 3) c.check(c.shape(2) == Shape{w.d[0]}, "bias must be [", w.d[0], "]");
     const int64_t k = w.d[1], s = c.p.i[0], p = c.p.i[1];
-    c.check(x.d[1] + 2 * p >= k && x.d[2] + 2 * p >= k, cat("kernel ", k, " is larger than the padded input"));
+    c.check(x.d[1] + 2 * p >= k && x.d[2] + 2 * p >= k, "kernel ", k, " is larger than the padded input");
     return {dense(c.dtype(0), {x.d[0], conv_out(x.d[1], k, s, p), conv_out(x.d[2], k, s, p), w.d[0]})};
 }
 
@@ -229,12 +229,12 @@ static std::vector<OutSpec> conv2d_grad_input_infer(const OpCall& c) {
     const Shape &gy = c.shape(0), &w = c.shape(1);
     c.check(gy.nd == 4, "gy must be NHWC [N, Ho, Wo, Cout]");
     c.check(w.nd == 4 && w.d[1] == w.d[2] && w.d[1] >= 1, "w must be [Cout, k, k, Cin]");
-    c.check(gy.d[3] == w.d[0], cat("gy has ", gy.d[3], " channels, w has Cout ", w.d[0]));
+    c.check(gy.d[3] == w.d[0], "gy has ", gy.d[3], " channels, w has Cout ", w.d[0]);
     check_stride_pad(c);
     const int64_t k = w.d[1], s = c.p.i[0], p = c.p.i[1], H = c.p.i[2], W = c.p.i[3];
-    c.check(H >= 1 && W >= 1 && H + 2 * p >= k && W + 2 * p >= k, cat("invalid input size ", H, "x", W));
+    c.check(H >= 1 && W >= 1 && H + 2 * p >= k && W + 2 * p >= k, "invalid input size ", H, "x", W);
     c.check(conv_out(H, k, s, p) == gy.d[1] && conv_out(W, k, s, p) == gy.d[2],
-            cat("an input of ", H, "x", W, " does not give gy's ", gy.d[1], "x", gy.d[2]));
+            "an input of ", H, "x", W, " does not give gy's ", gy.d[1], "x", gy.d[2]);
     return {dense(c.dtype(0), {gy.d[0], H, W, w.d[3]})};
 }
 
@@ -292,9 +292,9 @@ static std::vector<OutSpec> conv2d_grad_weight_infer(const OpCall& c) {
     c.check(gy.d[0] == x.d[0], "gy and x differ in batch size");
     check_stride_pad(c);
     const int64_t s = c.p.i[0], p = c.p.i[1], k = c.p.i[2];
-    c.check(k >= 1 && x.d[1] + 2 * p >= k && x.d[2] + 2 * p >= k, cat("invalid kernel size ", k));
+    c.check(k >= 1 && x.d[1] + 2 * p >= k && x.d[2] + 2 * p >= k, "invalid kernel size ", k);
     c.check(conv_out(x.d[1], k, s, p) == gy.d[1] && conv_out(x.d[2], k, s, p) == gy.d[2],
-            cat("x's ", x.d[1], "x", x.d[2], " does not give gy's ", gy.d[1], "x", gy.d[2]));
+            "x's ", x.d[1], "x", x.d[2], " does not give gy's ", gy.d[1], "x", gy.d[2]);
     return {dense(c.dtype(0), {gy.d[3], k, k, x.d[3]})};
 }
 

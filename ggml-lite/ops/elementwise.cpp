@@ -125,7 +125,7 @@ const OpDef def_scale{"scale", "elementwise", unary_infer, unary_cost, scale_bac
 // seed is dropout_step_seed(p.i[0], value): the host changes it per step without a rebuild.
 
 static std::vector<OutSpec> dropout_infer(const OpCall& c) {
-    c.check(c.p.f[0] >= 0.0f && c.p.f[0] < 1.0f, cat("drop probability ", c.p.f[0], " not in [0, 1)"));
+    c.check(c.p.f[0] >= 0.0f && c.p.f[0] < 1.0f, "drop probability ", c.p.f[0], " not in [0, 1)");
     c.check(c.n_in() == 1 || c.n_in() == 2, "takes x or {x, seed_input}");
     if (c.n_in() == 2)
         c.check(c.dtype(1) == DType::i32 && c.shape(1).numel() == 1, "seed_input must be an i32 scalar");

@@ -23,7 +23,7 @@ static std::vector<OutSpec> embedding_infer(const OpCall& c) {
     c.check(c.shape(0).nd == 2, "table must be [V, D]");
     c.check(c.dtype(1) == DType::i32, "ids must be i32");
     const Shape& ids = c.shape(1);
-    c.check(ids.nd < kMaxDims, cat("ids may have at most ", kMaxDims - 1, " dims"));
+    c.check(ids.nd < kMaxDims, "ids may have at most ", kMaxDims - 1, " dims");
     Shape s = ids;
     s.d[size_t(s.nd)] = c.shape(0).d[1];
     s.nd++;
@@ -70,7 +70,7 @@ static std::vector<OutSpec> embedding_grad_infer(const OpCall& c) {
     c.check(c.n_in() == 2, "takes {gy, ids}");
     c.check(dtype_is_float(c.dtype(0)), "gy must be floating point");
     c.check(c.dtype(1) == DType::i32, "ids must be i32");
-    c.check(c.p.i[0] > 0, cat("table rows p.i[0] must be positive, got ", c.p.i[0]));
+    c.check(c.p.i[0] > 0, "table rows p.i[0] must be positive, got ", c.p.i[0]);
     const Shape& gy = c.shape(0);
     const Shape& ids = c.shape(1);
     bool ok = gy.nd == ids.nd + 1;
@@ -120,8 +120,8 @@ static std::vector<OutSpec> timestep_infer(const OpCall& c) {
     c.check(dtype_is_float(c.dtype(0)), "t must be floating point");
     c.check(c.shape(0).nd == 1, "t must be [B]");
     const int64_t dim = c.p.i[0];
-    c.check(dim >= 1, cat("dim must be positive, got ", dim));
-    c.check(c.p.f[1] > 0, cat("max_period must be positive, got ", c.p.f[1]));
+    c.check(dim >= 1, "dim must be positive, got ", dim);
+    c.check(c.p.f[1] > 0, "max_period must be positive, got ", c.p.f[1]);
     c.check(dim / 2 == 0 || float(dim / 2) - c.p.f[0] != 0.0f, "shift must differ from dim / 2");
     return {dense(DType::f32, Shape{c.shape(0).d[0], dim})};
 }

@@ -153,11 +153,11 @@ static std::vector<OutSpec> matmul_infer(const OpCall& c) {
     c.check(a.nd >= 2 && b.nd >= 2, "inputs need at least 2 dims");
     c.check(b.nd == 2 || b.nd == a.nd, "b must be 2-D or have a's batch dims");
     for (int k = 0; b.nd > 2 && k < a.nd - 2; k++)
-        c.check(a.d[size_t(k)] == b.d[size_t(k)], cat("batch dim ", k, " differs"));
+        c.check(a.d[size_t(k)] == b.d[size_t(k)], "batch dim ", k, " differs");
     const bool ta = c.p.i[0] != 0, tb = c.p.i[1] != 0;
     const int64_t M = ta ? a.dim(-1) : a.dim(-2), Ka = ta ? a.dim(-2) : a.dim(-1);
     const int64_t Kb = tb ? b.dim(-1) : b.dim(-2), N = tb ? b.dim(-2) : b.dim(-1);
-    c.check(Ka == Kb, cat("inner dims differ: ", Ka, " vs ", Kb));
+    c.check(Ka == Kb, "inner dims differ: ", Ka, " vs ", Kb);
     Shape out = a;
     out.d[size_t(a.nd - 2)] = M;
     out.d[size_t(a.nd - 1)] = N;
@@ -275,8 +275,8 @@ static std::vector<OutSpec> linear_infer(const OpCall& c) {
     const Shape &x = c.shape(0), &w = c.shape(1);
     c.check(x.nd >= 1, "x needs at least 1 dim");
     c.check(w.nd == 2, "w must be [out, in]");
-    c.check(x.last() == w.d[1], cat("x has ", x.last(), " features, w expects ", w.d[1]));
-    if (n == 3) c.check(c.shape(2) == Shape{w.d[0]}, cat("bias must be [", w.d[0], "]"));
+    c.check(x.last() == w.d[1], "x has ", x.last(), " features, w expects ", w.d[1]);
+    if (n == 3) c.check(c.shape(2) == Shape{w.d[0]}, "bias must be [", w.d[0], "]");
     Shape out = x;
     out.d[size_t(x.nd - 1)] = w.d[0];
     return {dense(c.dtype(0), out)};

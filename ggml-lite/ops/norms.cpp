@@ -30,8 +30,8 @@ GnDims gn_dims(const Shape& x, int64_t groups) {
 // Checks that input xi is floating point and inputs gi, bi (gamma, beta) are floating point [C].
 void check_affine(const OpCall& c, int xi, int gi, int bi, int64_t C) {
     c.check(dtype_is_float(c.dtype(gi)) && dtype_is_float(c.dtype(bi)), "gamma and beta must be floating point");
-    c.check(c.shape(gi) == Shape{C}, cat("gamma must be [", C, "], got ", c.shape(gi).str()));
-    c.check(c.shape(bi) == Shape{C}, cat("beta must be [", C, "], got ", c.shape(bi).str()));
+    c.check(c.shape(gi) == Shape{C}, "gamma must be [", C, "], got ", c.shape(gi));
+    c.check(c.shape(bi) == Shape{C}, "beta must be [", C, "], got ", c.shape(bi));
     c.check(dtype_is_float(c.dtype(xi)), "x must be floating point");
 }
 
@@ -45,8 +45,8 @@ static void gn_check_common(const OpCall& c) {
     c.check(x.nd >= 2, "x must be [N, ..., C] with at least 2 dims");
     c.check(x.numel() > 0, "x must not be empty");
     int64_t G = c.p.i[0];
-    c.check(G >= 1, cat("groups must be >= 1, got ", G));
-    c.check(x.last() % G == 0, cat("channels ", x.last(), " are not divisible by groups ", G));
+    c.check(G >= 1, "groups must be >= 1, got ", G);
+    c.check(x.last() % G == 0, "channels ", x.last(), " are not divisible by groups ", G);
     c.check(finite_f(c.p.f[0]) && c.p.f[0] >= 0.0f, "eps must be finite and >= 0");
 }
 
@@ -137,11 +137,11 @@ static std::vector<OutSpec> group_norm_grad_infer(const OpCall& c) {
     c.check(x.nd >= 2 && x.numel() > 0, "x must be [N, ..., C]");
     c.check(c.shape(0) == x && dtype_is_float(c.dtype(0)), "gy must be floating point and shaped like x");
     int64_t G = c.p.i[0];
-    c.check(G >= 1 && x.last() % G == 0, cat("channels ", x.last(), " are not divisible by groups ", G));
+    c.check(G >= 1 && x.last() % G == 0, "channels ", x.last(), " are not divisible by groups ", G);
     check_affine(c, 1, 2, 3, x.last());
     Shape st{x[0], G};
     for (int i : {4, 5})
-        c.check(c.dtype(i) == DType::f32 && c.shape(i) == st, cat("mean and rstd must be f32 ", st.str()));
+        c.check(c.dtype(i) == DType::f32 && c.shape(i) == st, "mean and rstd must be f32 ", st);
     return {dense(c.dtype(1), x), dense(c.dtype(2), c.shape(2)), dense(c.dtype(3), c.shape(3))};
 }
 static Cost group_norm_grad_cost(const OpCall& c) {
@@ -283,7 +283,7 @@ static std::vector<OutSpec> layer_norm_grad_infer(const OpCall& c) {
     check_affine(c, 1, 2, 3, x.last());
     Shape st{x.numel() / x.last()};
     for (int i : {4, 5})
-        c.check(c.dtype(i) == DType::f32 && c.shape(i) == st, cat("mean and rstd must be f32 ", st.str()));
+        c.check(c.dtype(i) == DType::f32 && c.shape(i) == st, "mean and rstd must be f32 ", st);
     return {dense(c.dtype(1), x), dense(c.dtype(2), c.shape(2)), dense(c.dtype(3), c.shape(3))};
 }
 static Cost layer_norm_grad_cost(const OpCall& c) {

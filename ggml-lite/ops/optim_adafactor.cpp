@@ -67,10 +67,10 @@ static std::vector<OutSpec> adafactor_infer(const OpCall& c) {
         c.check(O >= 1 && R >= 1 && C >= 1 && I >= 1 && O * R * C * I == n, "the factoring must cover the param");
     const int64_t rows = factored ? O * I * R : n, cols = factored ? O * I * C : 0;
     check_state_f32(c, s.vr, factored ? "v_row" : "v");
-    c.check(c.shape(s.vr).numel() == rows, cat(factored ? "v_row" : "v", " must hold ", rows, " floats"));
+    c.check(c.shape(s.vr).numel() == rows, factored ? "v_row" : "v", " must hold ", rows, " floats");
     if (factored) {
         check_state_f32(c, s.vc, "v_col");
-        c.check(c.shape(s.vc).numel() == cols, cat("v_col must hold ", cols, " floats"));
+        c.check(c.shape(s.vc).numel() == cols, "v_col must hold ", cols, " floats");
     }
     check_hyper_input(c, s.hyper);
     c.check(c.p.f[1] > 0.0f && c.p.f[2] > 0.0f, "eps2 and clip_threshold must be positive");

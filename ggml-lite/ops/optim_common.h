@@ -6,21 +6,21 @@
 namespace gl {
 
 inline void check_state_f32(const OpCall& c, int i, const char* what) {
-    c.check(c.dtype(i) == DType::f32, cat(what, " must be f32"));
-    c.check(c.layout(i).is_contiguous() && c.g.v(c.in[size_t(i)]).base == c.in[size_t(i)], cat(what, " must be a dense storage owner"));
+    c.check(c.dtype(i) == DType::f32, what, " must be f32");
+    c.check(c.layout(i).is_contiguous() && c.g.v(c.in[size_t(i)]).base == c.in[size_t(i)], what, " must be a dense storage owner");
 }
 
 inline void check_hyper_input(const OpCall& c, int i) {
     check_state_f32(c, i, "hyper");
-    c.check(c.shape(i).numel() == kHyperSize, cat("hyper must hold ", int(kHyperSize), " floats"));
+    c.check(c.shape(i).numel() == kHyperSize, "hyper must hold ", int(kHyperSize), " floats");
 }
 
 // gstat is optional: present when the call has one input more than `n_fixed`.
 inline void check_gstat_input(const OpCall& c, int n_fixed) {
-    c.check(c.n_in() == n_fixed || c.n_in() == n_fixed + 1, cat("takes ", n_fixed, " inputs plus an optional gstat"));
+    c.check(c.n_in() == n_fixed || c.n_in() == n_fixed + 1, "takes ", n_fixed, " inputs plus an optional gstat");
     if (c.n_in() == n_fixed + 1) {
         check_state_f32(c, n_fixed, "gstat");
-        c.check(c.shape(n_fixed).numel() == kGstatSize, cat("gstat must hold ", int(kGstatSize), " floats"));
+        c.check(c.shape(n_fixed).numel() == kGstatSize, "gstat must hold ", int(kGstatSize), " floats");
     }
 }
 

@@ -29,7 +29,7 @@ static double beta3_of(const Params& p, const float* h) { return p.f[0] < 0.0f ?
 
 static void check_pstate(const OpCall& c, int i) {
     check_state_f32(c, i, "pstate");
-    c.check(c.shape(i).numel() == kProdigyStateSize, cat("pstate must hold ", int(kProdigyStateSize), " floats"));
+    c.check(c.shape(i).numel() == kProdigyStateSize, "pstate must hold ", int(kProdigyStateSize), " floats");
 }
 
 static void check_options(const OpCall& c) {
@@ -66,12 +66,12 @@ static std::vector<OutSpec> accum_infer(const OpCall& c) {
     for (auto [i, what] : same) {
         if (i < 0) continue;
         check_state_f32(c, i, what);
-        c.check(c.shape(i).numel() == n, cat(what, " must have the parameter's element count"));
+        c.check(c.shape(i).numel() == n, what, " must have the parameter's element count");
     }
     check_hyper_input(c, k.hyper);
     check_pstate(c, k.pstate);
     check_state_f32(c, k.acc, "acc");
-    c.check(c.p.i[1] >= 0 && 2 * c.p.i[1] + 1 < c.shape(k.acc).numel(), cat("slot ", c.p.i[1], " is outside acc"));
+    c.check(c.p.i[1] >= 0 && 2 * c.p.i[1] + 1 < c.shape(k.acc).numel(), "slot ", c.p.i[1], " is outside acc");
     return {};
 }
 

@@ -26,7 +26,7 @@ inline void check_quant_weight(const OpCall& c, int wi) {
     c.check(si > wi, "a quantized weight needs its scale as the last input");
     c.check(c.dtype(si) == DType::f32, "a quantized weight's scale must be f32");
     c.check(c.shape(wi).nd >= 1 && c.shape(si) == Shape{c.shape(wi).d[0]},
-            cat("a quantized weight's scale must be [", c.shape(wi).nd >= 1 ? c.shape(wi).d[0] : 0, "]"));
+            "a quantized weight's scale must be [", c.shape(wi).nd >= 1 ? c.shape(wi).d[0] : 0, "]");
 }
 
 // The weight of a CPU call as dense f32: input wi itself, or, quantized, its codes times their

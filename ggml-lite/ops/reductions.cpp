@@ -76,7 +76,7 @@ static std::vector<OutSpec> reduce_infer(const OpCall& c) {
     if (!c.p.i[1]) return {dense(c.dtype(0), Shape{})};
     Shape s = c.shape(0);
     int64_t axis = c.p.i[0];
-    c.check(axis >= 0 && axis < s.nd, cat("axis ", axis, " out of range for ", s.nd, " dims"));
+    c.check(axis >= 0 && axis < s.nd, "axis ", axis, " out of range for ", s.nd, " dims");
     if (c.p.i[2]) {
         s.d[size_t(axis)] = 1;
     } else {
@@ -147,7 +147,7 @@ static std::vector<OutSpec> sum_to_infer(const OpCall& c) {
         int64_t d = s.d[size_t(i)], xd = x.d[size_t(x.nd - s.nd + i)];
         ok = d == xd || d == 1;
     }
-    c.check(ok, cat("target shape ", s.str(), " does not broadcast to the input's shape"));
+    c.check(ok, "target shape ", s, " does not broadcast to the input's shape");
     return {dense(c.dtype(0), s)};
 }
 static Cost sum_to_cost(const OpCall& c) { return {double(c.shape(0).numel()), call_bytes_in(c, 0)}; }
@@ -175,7 +175,7 @@ static void check_mse_inputs(const OpCall& c, int first) {
     c.check(s.nd >= 1 && s.d[0] > 0, "pred must have a non-empty leading batch dim [B, ...]");
     c.check(c.shape(first + 1) == s, "pred and target must have the same shape");
     for (int i = first; i < c.n_in(); i++) c.check(dtype_is_float(c.dtype(i)), "inputs must be floating point");
-    if (c.n_in() == first + 3) c.check(c.shape(first + 2) == Shape{s.d[0]}, cat("weights must have shape [", s.d[0], "]"));
+    if (c.n_in() == first + 3) c.check(c.shape(first + 2) == Shape{s.d[0]}, "weights must have shape [", s.d[0], "]");
 }
 
 static std::vector<OutSpec> mse_infer(const OpCall& c) {
@@ -280,16 +280,16 @@ namespace {
 
 // Checks pred, target (inputs first, first + 1) and the [B] side inputs after them; returns B.
 int64_t check_loss_inputs(const OpCall& c, int first, int64_t kind, int side_inputs) {
-    c.check(kind >= 0 && kind <= int64_t(LossKind::huber), cat("unknown loss kind ", kind));
+    c.check(kind >= 0 && kind <= int64_t(LossKind::huber), "unknown loss kind ", kind);
     c.check(c.n_in() == first + 2 + side_inputs,
-            cat("takes ", first + 2 + side_inputs, " inputs here (", first ? "coef, " : "", "pred, target",
-                side_inputs ? ", then [B] weights and/or huber_c as the flags say" : "", ")"));
+            "takes ", first + 2 + side_inputs, " inputs here (", first ? "coef, " : "", "pred, target",
+                side_inputs ? ", then [B] weights and/or huber_c as the flags say" : "", ")");
     const Shape& s = c.shape(first);
     c.check(s.nd >= 1 && s.d[0] > 0, "pred must have a non-empty leading batch dim [B, ...]");
     c.check(c.shape(first + 1) == s, "pred and target must have the same shape");
     for (int i = 0; i < c.n_in(); i++) c.check(dtype_is_float(c.dtype(i)), "inputs must be floating point");
     for (int i = first + 2; i < c.n_in(); i++)
-        c.check(c.shape(i) == Shape{s.d[0]}, cat("weights and huber_c must have shape [", s.d[0], "]"));
+        c.check(c.shape(i) == Shape{s.d[0]}, "weights and huber_c must have shape [", s.d[0], "]");
     return s.d[0];
 }
 
@@ -374,7 +374,7 @@ const OpDef def_weighted_loss{"weighted_loss", "reductions", wloss_infer, wloss_
 static std::vector<OutSpec> wloss_grad_infer(const OpCall& c) {
     c.check(c.n_in() >= 1 && c.shape(0).nd == 1, "coef must be a [B] vector");
     const int64_t B = check_loss_inputs(c, 1, c.p.i[0], LossKind(c.p.i[0]) == LossKind::huber ? 1 : 0);
-    c.check(c.shape(0) == Shape{B}, cat("coef must have shape [", B, "]"));
+    c.check(c.shape(0) == Shape{B}, "coef must have shape [", B, "]");
     return {dense(c.dtype(1), c.shape(1))};
 }
 static Cost wloss_grad_cost(const OpCall& c) {

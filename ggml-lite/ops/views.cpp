@@ -8,7 +8,7 @@ namespace gl {
 
 static std::vector<OutSpec> reshape_infer(const OpCall& c) {
     Shape s = shape_from_params(c.p);
-    c.check(s.numel() == c.shape(0).numel(), cat("cannot reshape to ", s.str(), ": element count differs"));
+    c.check(s.numel() == c.shape(0).numel(), "cannot reshape to ", s, ": element count differs");
     c.check(c.layout(0).is_contiguous(), "input must be contiguous (use the reshape() builder, which copies)");
     Layout l = Layout::contiguous(s);
     l.offset = c.layout(0).offset;
@@ -71,9 +71,9 @@ static std::vector<OutSpec> slice_infer(const OpCall& c) {
     Layout l = c.layout(0);
     int nd = l.shape.nd;
     int64_t axis = c.p.i[0], start = c.p.i[1], len = c.p.i[2];
-    c.check(axis >= 0 && axis < nd, cat("axis ", axis, " out of range"));
+    c.check(axis >= 0 && axis < nd, "axis ", axis, " out of range");
     c.check(start >= 0 && len >= 0 && start + len <= l.shape.d[size_t(axis)],
-            cat("range [", start, ", ", start + len, ") out of bounds for dim ", l.shape.d[size_t(axis)]));
+            "range [", start, ", ", start + len, ") out of bounds for dim ", l.shape.d[size_t(axis)]);
     l.offset += start * l.stride[size_t(axis)];
     l.shape.d[size_t(axis)] = len;
     return {{c.dtype(0), l}};
@@ -116,14 +116,14 @@ const OpDef def_slice{"slice", "views", slice_infer, view_cost, slice_backward, 
 static std::vector<OutSpec> expand_infer(const OpCall& c) {
     Shape s = shape_from_params(c.p);
     const Layout& in = c.layout(0);
-    c.check(s.nd >= in.shape.nd, cat("cannot expand to fewer dims ", s.str()));
+    c.check(s.nd >= in.shape.nd, "cannot expand to fewer dims ", s);
     Layout l;
     l.shape = s;
     l.offset = in.offset;
     for (int i = 0; i < s.nd; i++) {
         int j = in.shape.nd - s.nd + i;
         int64_t d = j >= 0 ? in.shape.d[size_t(j)] : 1;
-        c.check(d == s.d[size_t(i)] || d == 1, cat("cannot expand to ", s.str()));
+        c.check(d == s.d[size_t(i)] || d == 1, "cannot expand to ", s);
         l.stride[size_t(i)] = (j < 0 || (d == 1 && s.d[size_t(i)] != 1)) ? 0 : in.stride[size_t(j)];
     }
     return {{c.dtype(0), l}};
@@ -164,7 +164,7 @@ static std::vector<OutSpec> concat_infer(const OpCall& c) {
     c.check(c.n_in() >= 1, "needs at least one input");
     Shape s = c.shape(0);
     int axis = int(c.p.i[0]);
-    c.check(axis >= 0 && axis < s.nd, cat("axis ", axis, " out of range"));
+    c.check(axis >= 0 && axis < s.nd, "axis ", axis, " out of range");
     int64_t total = 0;
     for (int i = 0; i < c.n_in(); i++) {
         const Shape& si = c.shape(i);
