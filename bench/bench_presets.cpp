@@ -328,7 +328,7 @@ Row goal_row(const Options& o, const Device& d, size_t card, int64_t batch, int6
     q.vram = card;
     q.reserve = d.context;
     q.cache_text_encoder = true;
-    if (d.runtime) q.runtime_bytes = [](const gl::Graph& g) { return gl::cuda_runtime_bytes(g); };
+    if (d.runtime) q.rules = gl::layout_rules("cuda");
     const train::AutoFitChoice a = train::auto_fit_step(q);
     const gl::FitRow* row = a.result.chosen();
     if (!row) return r;
@@ -495,7 +495,7 @@ int run(const Options& o) {
             c.request.vram = card;
             c.request.reserve = d.context;
             c.request.cache_text_encoder = true;
-            if (d.runtime) c.request.runtime_bytes = [](const gl::Graph& g) { return gl::cuda_runtime_bytes(g); };
+            if (d.runtime) c.request.rules = gl::layout_rules("cuda");
             GL_CHECK(d.context < card, "card ", gl::format_bytes(card), " is not larger than the context (",
                      gl::format_bytes(d.context), ")");
             cells.push_back(std::move(c));

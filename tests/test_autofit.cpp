@@ -74,16 +74,46 @@ TEST_CASE("runtime: a plan above the memory limit is refused before anything is 
     check_memory_limit(p, 1 << 30, RuntimeOptions{}, "test");  // 0: no limit
 }
 
+namespace {
+
+// One configuration whose run is one MLP step (recomputable) and, optionally, a forward-only
+// graph beside it on the same memory (a sampler's, say).
+FitOption mlp_option(int64_t batch, double runs, size_t extra, int64_t beside_batch = 0) {
+    FitOption o;
+    o.label = cat("batch ", batch);
+    o.build = [=] {
+        auto graphs = std::make_shared<std::vector<Graph>>();
+        graphs->push_back(mlp(batch));
+        if (beside_batch) {
+            Graph f;
+            ValueId h = f.input("x", DType::f32, {beside_batch, 64});
+            for (int i = 0; i < 6; i++)
+                h = silu(f, linear(f, h, f.weight(cat("f", i), DType::f32, {64, 64})));
+            f.mark_output(h);
+            graphs->push_back(std::move(f));
+        }
+        FitBuild b;
+        b.owner = graphs;
+        b.extra_bytes = extra;
+        b.graphs.push_back({&(*graphs)[0], "step", true, runs, -1});
+        if (beside_batch) b.graphs.push_back({&(*graphs)[1], "beside", false, 0, -1});
+        return b;
+    };
+    return o;
+}
+
+size_t layout_total(const std::vector<Plan>& plans, const LayoutRules& rules) {
+    std::vector<const Plan*> ptrs;
+    for (const Plan& p : plans) ptrs.push_back(&p);
+    return make_shared_layout(ptrs, rules).total_bytes();
+}
+
+}  // namespace
+
 TEST_CASE("auto-fit: the fastest configuration that fits, recompute only where needed, alternatives listed") {
     // Batch 64 in one run, or 32 x 2 and 16 x 4 accumulated: the same effective batch.
     std::vector<FitOption> options;
-    for (int64_t b : {64, 32, 16}) {
-        FitOption o;
-        o.label = cat("batch ", b);
-        o.runs = double(64 / b);
-        o.build = [b](size_t) { return FitBuild{mlp(b), 1000, 0}; };
-        options.push_back(std::move(o));
-    }
+    for (int64_t b : {64, 32, 16}) options.push_back(mlp_option(b, double(64 / b), 1000));
     const size_t none64 = make_plan(mlp(64)).total_bytes() + 1000, none32 = make_plan(mlp(32)).total_bytes() + 1000;
     const Graph g64 = mlp(64);
     RecomputeSearch search(g64, {});
@@ -98,23 +128,17 @@ TEST_CASE("auto-fit: the fastest configuration that fits, recompute only where n
     CHECK(r.chosen()->recompute == Recompute::none);
     CHECK(r.rows.size() == 3);
     for (size_t k = 1; k < r.rows.size(); k++) CHECK(r.rows[k - 1].seconds <= r.rows[k].seconds);
+    REQUIRE(r.choice.plans.size() == 1);
+    CHECK(r.choice.layout.total_bytes() + 1000 == r.chosen()->peak_bytes);
 
     st.limit = (least64 + none32) / 2;  // 64 fits only with recompute; whether it beats 32 x 2 is the model's call
     r = auto_fit(options, st);
     REQUIRE(r.chosen());
     INFO(r.table());
-    for (const FitRow& row : r.rows) {
-        if (!row.fits) continue;
-        CHECK(row.peak_bytes <= st.limit);
-        REQUIRE(row.budgets.size() == 1);
-        CHECK(row.budgets[0] == st.limit - 1000);
-        // Planning the chosen configuration again gives the plan that was fitted.
-        PlanOptions po;
-        po.recompute = row.recompute;
-        po.budget = row.budgets[0];
-        const Plan p = make_plan(options[row.option].build(0).graph, po);
-        CHECK(p.total_bytes() + 1000 == row.peak_bytes);
-    }
+    for (const FitRow& row : r.rows)
+        if (row.fits) CHECK(row.peak_bytes <= st.limit);
+    // The choice's plans are the run: laid out again they take what the row says.
+    CHECK(layout_total(r.choice.plans, st.rules) + 1000 == r.chosen()->peak_bytes);
     CHECK(r.table().find("* ") != std::string::npos);
 
     st.limit = least64 - 1;  // 64 does not fit at all
@@ -122,58 +146,71 @@ TEST_CASE("auto-fit: the fastest configuration that fits, recompute only where n
     for (const FitRow& row : r.rows)
         if (row.label == "batch 64") {
             CHECK(!row.fits);
-            if (row.planned) CHECK(row.least_bytes == least64);
+            if (row.planned) CHECK(row.least_bytes >= least64 - 1000);
         }
 
     st.limit = 4096;  // nothing fits: the weights alone are larger
     r = auto_fit(options, st);
     CHECK(r.chosen() == nullptr);
+    CHECK(r.choice.plans.empty());
     CHECK(r.table().find("nothing fits") != std::string::npos);
-    for (const FitRow& row : r.rows) CHECK(row.note.find("alone need") != std::string::npos);
+    for (const FitRow& row : r.rows) CHECK(row.note.find("alone needs") != std::string::npos);
+
+    // Advice: every row says what it needs.
+    options[1].needs = "--allow_more";
+    st.limit = none64;
+    r = auto_fit(options, st);
+    CHECK(r.table(true).find("what would fit within") != std::string::npos);
+    CHECK(r.table(true).find("needs --allow_more") != std::string::npos);
+    CHECK(r.table(true).find("chose") == std::string::npos);
 
     st.limit = 0;
     CHECK_THROWS_AS(auto_fit(options, st), gl::Error);
     st.limit = none64;
-    options[1].build = [](size_t) -> FitBuild { fail("no such configuration"); };
+    options[1].build = []() -> FitBuild { fail("no such configuration"); };
     CHECK_THROWS_WITH_AS(auto_fit(options, st), doctest::Contains("batch 32"), gl::Error);
+    options[1].build = [] { return FitBuild{}; };
+    CHECK_THROWS_WITH_AS(auto_fit(options, st), doctest::Contains("built no graphs"), gl::Error);
 }
 
-TEST_CASE("auto-fit: the runtime's bytes, counted on the planned graph, keep every fitted plan within the limit") {
-    // Like a CUDA runtime: bytes per node of the planned graph, so recompute (more nodes) costs memory too.
-    const size_t per_node = 4096;
-    auto runtime = [per_node](const Graph& g) { return g.nodes.size() * per_node; };
-    std::vector<FitOption> options(1);
-    options[0].label = "batch 64";
-    options[0].build = [](size_t) { return FitBuild{mlp(64), 1000, 0}; };
-    const Graph g64 = mlp(64);
-    RecomputeSearch search(g64, {});
-    const Plan none = make_plan(g64), least = search.plan(search.min_bytes());
-    REQUIRE(least.graph.nodes.size() > none.graph.nodes.size());
+TEST_CASE("auto-fit: the whole layout fits, graph executables and graphs that cannot recompute included") {
+    // Like a CUDA runtime: bytes per node of every planned graph, so recompute (more nodes) costs
+    // memory too, and a forward graph beside the step shares the activation arena.
+    LayoutRules rules;
+    rules.backend = "cpu";
+    rules.graph = [](const Graph& g) { return g.nodes.size() * size_t(4096); };
+    rules.page = 1 << 16;
+    std::vector<FitOption> options{mlp_option(64, 1, 1000, 16)};
+    const FitBuild b = options[0].build();
+    std::vector<Plan> none{make_plan(*b.graphs[0].graph), make_plan(*b.graphs[1].graph)};
     FitSettings st;
-    st.runtime_bytes = runtime;
-    st.limit = none.total_bytes() + 1000 + runtime(none.graph);  // exactly none's
+    st.rules = rules;
+    st.limit = layout_total(none, rules) + 1000;  // exactly none's
     FitResult r = auto_fit(options, st);
     REQUIRE(r.chosen());
     CHECK(r.chosen()->recompute == Recompute::none);
     CHECK(r.chosen()->peak_bytes == st.limit);
-    st.limit -= 1;  // one byte less: recompute, whose added nodes the budget pays for
-    for (size_t limit : {st.limit, (st.limit + least.total_bytes() + runtime(least.graph) + 1000) / 2}) {
+    const Graph g64 = mlp(64);
+    RecomputeSearch search(g64, {});
+    const Plan least = search.plan(search.min_bytes());
+    REQUIRE(least.graph.nodes.size() > none[0].graph.nodes.size());
+    std::vector<Plan> least_run{least, none[1]};
+    const size_t least_total = layout_total(least_run, rules) + 1000;
+    for (size_t limit : {st.limit - 1, (st.limit + least_total) / 2, least_total}) {
+        CAPTURE(limit);
         st.limit = limit;
         r = auto_fit(options, st);
         REQUIRE(r.chosen());
-        const FitRow& row = *r.chosen();
-        CHECK(row.recompute == Recompute::budget);
-        PlanOptions po;
-        po.recompute = row.recompute;
-        po.budget = row.budgets[0];
-        const Plan p = make_plan(mlp(64), po);
-        CHECK(p.total_bytes() + 1000 + runtime(p.graph) == row.peak_bytes);
-        CHECK(row.peak_bytes <= st.limit);
+        CHECK(r.chosen()->recompute == Recompute::budget);
+        CHECK(r.chosen()->peak_bytes <= limit);
+        CHECK(layout_total(r.choice.plans, rules) + 1000 == r.chosen()->peak_bytes);
+        CHECK(r.choice.plans[1].recompute_nodes == 0);  // the forward graph is planned as it is
     }
-    st.limit = least.total_bytes() + 1000 + runtime(least.graph) - 1;  // below the least plan with its runtime
+    st.limit = least_total - 1;  // below the least plan with its executables
     r = auto_fit(options, st);
     CHECK(r.chosen() == nullptr);
-    CHECK(r.rows[0].least_bytes == least.total_bytes() + 1000 + runtime(least.graph));
+    CHECK(r.rows[0].least_bytes > 0);
+    CHECK(r.rows[0].least_bytes <= least_total);
 }
 
 TEST_CASE("auto-fit: the SD1.5 step at 512x512, effective batch 8, on 8 and 5 GiB devices (planned only)") {

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/core/parallel.h"
 #include "ggml-lite/core/recompute_budget.h"
 
 namespace train {
@@ -30,104 +31,129 @@ void AutoFitRequest::validate() const {
 gl::PlanOptions AutoFitChoice::plan_options(size_t bucket) const {
     GL_CHECK(bucket < budgets.size(), "auto-fit: bucket ", bucket, " of ", budgets.size());
     gl::PlanOptions o;
-    o.recompute = recompute;
+    o.recompute = budgets[bucket] ? gl::Recompute::budget : gl::Recompute::none;
     o.budget = budgets[bucket];
     o.cost = cost;
     return o;
 }
 
-namespace {
-
-struct Config {
-    int64_t micro = 1;
-    bool adam8 = false, train_te = false, cache_te = false;
-};
-
-std::string label(const Config& c, const StepOptions& user) {
-    const int64_t accum = user.batch * user.grad_accum / c.micro;
-    std::string s = accum == 1 ? gl::cat("batch ", c.micro) : gl::cat("batch ", c.micro, " x ", accum, " accumulated");
-    if (c.adam8) s += ", AdamW8bit";
-    if (user.train_text_encoder && !c.train_te) s += ", UNet only";
-    if (!c.train_te) s += c.cache_te ? ", TE cached" : ", TE on device";
-    return s;
+StepOptions FitConfig::step(const StepOptions& user) const {
+    StepOptions o = user;
+    const int64_t effective = user.batch * user.grad_accum;
+    o.batch = micro;
+    o.grad_accum = int(effective / micro);
+    o.train_text_encoder = train_te;
+    if (adam8) o.optimizer = optim::parse_optimizer("AdamW8bit", user.optimizer.args);  // same args
+    return o;
 }
 
-// auto_fit_step without the refusal: the result always, the choice only when something fits.
-AutoFitChoice fit_step(const AutoFitRequest& r) {
-    r.validate();
+std::vector<FitConfig> fit_configs(const AutoFitRequest& r) {
     const int64_t effective = r.step.batch * r.step.grad_accum;
     std::vector<int64_t> micro = r.micro_batches;
     if (micro.empty())
         for (int64_t b = effective; b >= 1; b--)
             if (effective % b == 0) micro.push_back(b);
-    std::vector<FitBucket> buckets = r.buckets;
-    if (buckets.empty()) buckets.push_back({r.step.latent_h, r.step.latent_w, 1});
-
-    std::vector<Config> configs;
     const bool adam = std::string(r.step.optimizer.name()) == "AdamW";
+    auto needs = [](std::initializer_list<std::pair<bool, const char*>> flags) {
+        std::string s;
+        for (const auto& [need, flag] : flags)
+            if (need) s += (s.empty() ? "" : " ") + std::string(flag);
+        return s;
+    };
+    std::vector<FitConfig> out;
     for (int64_t m : micro)
         for (bool a8 : {false, true}) {
-            if (a8 && !(adam && r.allow_8bit_optimizer)) continue;
-            std::vector<Config> te;
+            if (a8 && !adam) continue;
+            std::vector<FitConfig> te;
             if (r.step.train_text_encoder) te.push_back({m, a8, true, false});
-            if (!r.step.train_text_encoder || r.allow_unet_only) {
-                te.push_back({m, a8, false, r.cache_text_encoder});
-                if (!r.cache_text_encoder && r.allow_cached_text_encoder) te.push_back({m, a8, false, true});
+            te.push_back({m, a8, false, r.cache_text_encoder});
+            if (!r.cache_text_encoder) te.push_back({m, a8, false, true});
+            for (FitConfig& c : te) {
+                const bool unet_only = r.step.train_text_encoder && !c.train_te;
+                const bool cached = !c.train_te && c.cache_te && !r.cache_text_encoder;
+                c.needs = needs({{a8 && !r.allow_8bit_optimizer, "--allow_8bit_optimizer"},
+                                 {unet_only && !r.allow_unet_only, "--allow_unet_only"},
+                                 {cached && !r.allow_cached_text_encoder, "--allow_cached_text_encoder"}});
+                if (!c.needs.empty() && !r.advice) continue;
+                const int64_t accum = effective / m;
+                c.label = accum == 1 ? gl::cat("batch ", m) : gl::cat("batch ", m, " x ", accum, " accumulated");
+                if (a8) c.label += ", AdamW8bit";
+                if (unet_only) c.label += ", UNet only";
+                if (!c.train_te) c.label += c.cache_te ? ", TE cached" : ", TE on device";
+                out.push_back(std::move(c));
             }
-            configs.insert(configs.end(), te.begin(), te.end());
         }
+    return out;
+}
 
-    auto step_of = [&](const Config& c, size_t bucket) {
-        StepOptions o = r.step;
-        o.batch = c.micro;
-        o.grad_accum = int(effective / c.micro);
-        o.latent_h = buckets[bucket].latent_h;
-        o.latent_w = buckets[bucket].latent_w;
-        o.train_text_encoder = c.train_te;
-        if (c.adam8) o.optimizer = optim::parse_optimizer("AdamW8bit", r.step.optimizer.args);  // same args
-        return o;
-    };
-    gl::PlanOptions plan;
-    plan.cost = r.cost;
+namespace {
+
+// The graphs of one configuration: a step per bucket (recomputable), the frozen text encoder
+// beside them when it runs on the device.
+struct StepGraphs {
+    std::vector<std::unique_ptr<StepGraph>> steps;
+    std::unique_ptr<TextEncoderGraph> text;
+};
+
+// auto_fit_step without the refusal: the result always, the choice only when something fits.
+AutoFitChoice fit_step(const AutoFitRequest& r) {
+    r.validate();
+    std::vector<FitBucket> buckets = r.buckets;
+    if (buckets.empty()) buckets.push_back({r.step.latent_h, r.step.latent_w, 1});
+    double images = 0;
+    for (const FitBucket& k : buckets) images += k.images;
+
+    const std::vector<FitConfig> configs = fit_configs(r);
     std::vector<gl::FitOption> options;
-    for (const Config& c : configs) {
+    for (const FitConfig& c : configs) {
         gl::FitOption o;
-        o.label = label(c, r.step);
-        o.runs = double(effective / c.micro);
-        o.build = [&, c](size_t bucket) {
-            std::unique_ptr<StepGraph> s = build_step(step_of(c, bucket));
+        o.label = c.label;
+        o.needs = c.needs;
+        o.build = [&, c] {
+            auto owned = std::make_shared<StepGraphs>();
+            const StepOptions so = c.step(r.step);
+            owned->steps.resize(buckets.size());
+            gl::parallel_for(int64_t(buckets.size()), 1, [&](int64_t lo, int64_t hi) {
+                for (int64_t k = lo; k < hi; k++) {
+                    StepOptions o = so;
+                    o.latent_h = buckets[size_t(k)].latent_h;
+                    o.latent_w = buckets[size_t(k)].latent_w;
+                    owned->steps[size_t(k)] = build_step(o);
+                }
+            });
             gl::FitBuild b;
-            b.extra_bytes = r.reserve;  // the step's own runtime bytes: FitSettings::runtime_bytes
+            b.extra_bytes = r.reserve;
+            for (size_t k = 0; k < buckets.size(); k++)
+                b.graphs.push_back({&owned->steps[k]->g,
+                                    gl::cat("step ", buckets[k].latent_w * 8, "x", buckets[k].latent_h * 8, " batch ", so.batch),
+                                    true, so.grad_accum * buckets[k].images / images, -1});
             if (!c.train_te && !c.cache_te) {  // the frozen text encoder runs beside the step
-                const auto te = build_text_encoder(r.step.clip, r.step.precision, c.micro, r.step.clip_chunks,
-                                                   r.step.clip_skip, r.step.text_encoder_format);
-                const gl::Plan p = gl::make_plan(te->g, plan);
-                b.extra_bytes += p.total_bytes() + (r.runtime_bytes ? r.runtime_bytes(p.graph) : 0);
-                b.extra_seconds = p.predicted_seconds;
+                owned->text = build_text_encoder(r.step.clip, r.step.precision, c.micro, r.step.clip_chunks,
+                                                 r.step.clip_skip, r.step.text_encoder_format);
+                b.graphs.push_back({&owned->text->g, "text encoder", false, double(so.grad_accum), -1});
             }
-            b.graph = std::move(s->g);
+            b.owner = owned;
             return b;
         };
         options.push_back(std::move(o));
     }
     gl::FitSettings st;
     st.limit = r.vram;
-    st.plan = plan;
-    st.runtime_bytes = r.runtime_bytes;
-    st.shapes.clear();
-    for (const FitBucket& k : buckets) st.shapes.push_back({gl::cat(k.latent_w * 8, "x", k.latent_h * 8), k.images});
+    st.plan.cost = r.cost;
+    st.rules = r.rules;
 
     AutoFitChoice ch;
     ch.result = gl::auto_fit(options, st);
     const gl::FitRow* best = ch.result.chosen();
     if (!best) return ch;
-    const Config& c = configs[best->option];
-    ch.step = step_of(c, 0);
-    ch.step.latent_h = r.step.latent_h;
-    ch.step.latent_w = r.step.latent_w;
+    const FitConfig& c = configs[best->option];
+    ch.step = c.step(r.step);
     ch.cache_text_encoder = c.cache_te;
     ch.recompute = best->recompute;
-    ch.budgets = best->budgets;
+    for (size_t k = 0; k < buckets.size(); k++) {
+        const gl::Plan& p = ch.result.choice.plans[k];
+        ch.budgets.push_back(p.options.recompute == gl::Recompute::budget ? p.options.budget : 0);
+    }
     ch.cost = r.cost;
     return ch;
 }
@@ -221,7 +247,7 @@ BatchFit largest_batch(const AutoFitRequest& r, const BatchSearch& s) {
     for (int k = 0; k < 2; k++) {
         big.batch = 2 + 2 * k;
         st[k] = build_step(big);
-        extra[k] = double(r.reserve + (r.runtime_bytes ? r.runtime_bytes(st[k]->g) : 0));
+        extra[k] = double(r.reserve + r.rules.scratch_of(st[k]->g) + r.rules.graph_of(st[k]->g) + r.rules.page);
         none_bytes[k] = double(gl::make_plan(st[k]->g, po).total_bytes()) + extra[k];
     }
     gl::RecomputeSearch search(st[1]->g, po);

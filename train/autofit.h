@@ -2,7 +2,9 @@
 // the fastest step that fits, for every dataset bucket: the recompute budget, the micro-batch with
 // gradient accumulation keeping the user's effective batch, and, only where the user allows them,
 // 8-bit AdamW state, cached text-encoder outputs and UNet-only training (gl::auto_fit does the
-// planning; this file builds the configurations).
+// planning; this file builds the configurations). One step graph per bucket and the frozen text
+// encoder beside it share one memory; sdtrain fits its whole run (every batch shape, sampling)
+// with the same configurations (train/run/graphs.h).
 #pragma once
 #include <functional>
 
@@ -23,18 +25,36 @@ struct AutoFitRequest {
     size_t reserve = 0;  // of which held outside the plans: the CUDA context (549 MiB measured on the
                          // H200 with CUDA 13) and other processes; 0 when vram is what is free after
                          // the context exists
-    // What the backend's runtime holds beside a plan of a graph (gl::cuda_runtime_bytes when training
-    // on CUDA: workspace, graph executable, allocation page); none: 0.
-    std::function<size_t(const gl::Graph&)> runtime_bytes;
+    // What the backend holds beside the plans (gl::layout_rules("cuda") when training on CUDA:
+    // workspace, graph executables, allocation page; or a simulated device). Default: the CPU's.
+    gl::LayoutRules rules;
     std::vector<int64_t> micro_batches;  // to try; empty: every divisor of the effective batch
     bool allow_8bit_optimizer = false;     // AdamW may become AdamW8bit
     bool allow_cached_text_encoder = false;  // a frozen text encoder's outputs may be cached (not on the device)
     bool allow_unet_only = false;          // a trained text encoder may be left frozen
     bool cache_text_encoder = false;       // the user caches the frozen text encoder's outputs anyway
+    // Advice for a refused run: every change, allowed or not, each row naming the flags it needs.
+    bool advice = false;
     gl::CostModel cost;
 
     void validate() const;  // throws gl::Error naming the field
 };
+
+// One configuration auto-fit may choose: how the user's step changes.
+struct FitConfig {
+    int64_t micro = 1;     // micro-batch; accumulation makes up the effective batch
+    bool adam8 = false;    // AdamW became AdamW8bit
+    bool train_te = false, cache_te = false;
+    std::string label;     // "batch 4 x 2 accumulated, AdamW8bit, TE cached"
+    std::string needs;     // the flags that would allow it ("" when allowed)
+
+    StepOptions step(const StepOptions& user) const;  // the user's step with this configuration
+};
+
+// The configurations of a request, in the order tried: micro-batches as given (or every divisor of
+// the effective batch, largest first), then the optimizer and text-encoder changes allowed (with
+// r.advice, every change, each with the flags it needs).
+std::vector<FitConfig> fit_configs(const AutoFitRequest& r);
 
 struct AutoFitChoice {
     StepOptions step;          // batch, grad_accum, optimizer, train_text_encoder as chosen
@@ -42,7 +62,8 @@ struct AutoFitChoice {
     gl::Recompute recompute = gl::Recompute::none;  // none when every bucket fits without, else budget
     std::vector<size_t> budgets;  // per bucket: the bytes its step plan may take
     gl::CostModel cost;
-    gl::FitResult result;  // every configuration tried, with predicted peaks and times (table())
+    gl::FitResult result;  // every configuration tried, with predicted peaks and times (table()); the
+                           // choice's plans: one step per bucket, then the text encoder when it runs
 
     gl::PlanOptions plan_options(size_t bucket) const;  // what to plan bucket's step graph with
 };

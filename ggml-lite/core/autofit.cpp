@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/core/parallel.h"
 #include "ggml-lite/core/recompute_budget.h"
 
 namespace gl {
@@ -49,23 +50,150 @@ std::string format_bytes(size_t b) {
 
 namespace {
 
-size_t runtime_bytes(const FitSettings& st, const Graph& g) { return st.runtime_bytes ? st.runtime_bytes(g) : 0; }
+constexpr size_t kAct = size_t(Category::activations);
 
-FitBuild build(const FitOption& o, size_t shape) {
+FitBuild build_option(const FitOption& o) {
+    FitBuild b;
     try {
-        return o.build(shape);
+        b = o.build();
     } catch (const Error& e) {
-        fail("auto-fit: building '", o.label, "' (shape ", shape, ") failed: ", e.what());
+        fail("auto-fit: building '", o.label, "' failed: ", e.what());
+    }
+    GL_CHECK(!b.graphs.empty(), "auto-fit: '", o.label, "' built no graphs");
+    for (size_t i = 0; i < b.graphs.size(); i++) {
+        const FitGraph& f = b.graphs[i];
+        GL_CHECK(f.graph != nullptr, "auto-fit: '", o.label, "' built a null graph (", i, ")");
+        GL_CHECK(!f.planned || (&f.planned->graph == f.graph && !f.recompute), "auto-fit: '", o.label, "': graph ", i,
+                 " is planned by its owner, so it is its plan's graph and is not recomputed");
+        GL_CHECK(f.runs >= 0 && std::isfinite(f.runs), "auto-fit: '", o.label, "' runs graph ", i, " ", f.runs, " times");
+        GL_CHECK(f.like < int(i) && (f.like < 0 || b.graphs[size_t(f.like)].recompute), "auto-fit: '", o.label,
+                 "': graph ", i, " is like graph ", f.like, " (an earlier recomputable graph)");
+    }
+    return b;
+}
+
+// One configuration's graphs as planned, laid out on one memory.
+struct Planned {
+    std::vector<Plan> plans;
+    SharedLayout layout;
+    size_t total = 0;  // layout and extra bytes
+    double seconds = 0, recompute_seconds = 0;
+};
+
+void lay_out(const FitBuild& b, const FitSettings& st, Planned& p) {
+    std::vector<const Plan*> ptrs;
+    for (const Plan& q : p.plans) ptrs.push_back(&q);
+    p.layout = make_shared_layout(ptrs, st.rules);
+    p.total = p.layout.total_bytes() + b.extra_bytes;
+    p.seconds = b.extra_seconds;
+    p.recompute_seconds = 0;
+    for (size_t i = 0; i < p.plans.size(); i++) {
+        p.seconds += b.graphs[i].runs * p.plans[i].predicted_seconds;
+        p.recompute_seconds += b.graphs[i].runs * p.plans[i].recompute_seconds;
     }
 }
 
-double weighted(const std::vector<double>& per_shape, const std::vector<FitShape>& shapes) {
-    double s = 0, w = 0;
-    for (size_t k = 0; k < shapes.size(); k++) {
-        s += shapes[k].weight * per_shape[k];
-        w += shapes[k].weight;
+Planned plan_none(const FitBuild& b, const FitSettings& st) {
+    PlanOptions none = st.plan;
+    none.recompute = Recompute::none;
+    Planned p;
+    p.plans.resize(b.graphs.size());
+    parallel_for(int64_t(b.graphs.size()), 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; i++) {
+            const FitGraph& f = b.graphs[size_t(i)];
+            p.plans[size_t(i)] = f.planned ? *f.planned : make_plan(*f.graph, none);
+        }
+    });
+    lay_out(b, st, p);
+    return p;
+}
+
+// Everything but the activation arena: what no recompute can lower (graph executables grow with it).
+size_t beside_activations(const Planned& p) { return p.total - p.layout.arena_bytes[kAct]; }
+
+// Plans the recomputable graphs of b (planned without recompute in p) with the least recompute
+// that lets the whole layout fit st.limit: each gets the budget of its other arenas plus the room
+// left for the activation arena, and when the executables of the clones push the layout over, the
+// room shrinks by the excess and the graphs over it are planned again (each search is monotone, so
+// the rounds only add recompute). On success p holds the fitted plans; else *least and *note say
+// what the run needs at least.
+bool plan_recompute(const FitBuild& b, const FitSettings& st, Planned& p, size_t* least, std::string* note) {
+    const size_t n = b.graphs.size();
+    std::vector<size_t> fixed(n);  // per graph: its plan's bytes other than activations
+    size_t fixed_act = 0;          // the largest activation arena of graphs that cannot recompute
+    for (size_t i = 0; i < n; i++) {
+        fixed[i] = p.plans[i].total_bytes() - p.plans[i].arena_bytes[kAct];
+        if (!b.graphs[i].recompute) fixed_act = std::max(fixed_act, p.plans[i].arena_bytes[kAct]);
     }
-    return s / w;
+    std::vector<std::unique_ptr<RecomputeSearch>> search(n);
+    std::vector<std::vector<bool>> sets(n);
+    std::vector<std::string> failed(n);
+    PlanOptions budget = st.plan;
+    budget.recompute = Recompute::budget;
+    size_t room = 0;
+    auto replan = [&](size_t i) {
+        const Graph& g = *b.graphs[i].graph;
+        const size_t want = fixed[i] + room;
+        const int like = b.graphs[i].like;
+        if (like >= 0 && sets[size_t(like)].size() == g.nodes.size()) {
+            try {  // the set of the same nodes at a larger batch
+                int added = 0;
+                Graph r = rewrite_recompute_set(g, sets[size_t(like)], &added);
+                Plan q = plan_rewritten(std::move(r), st.plan, added);
+                if (q.total_bytes() <= want) {
+                    q.options.recompute = Recompute::budget;
+                    q.options.budget = want;
+                    p.plans[i] = std::move(q);
+                    sets[i] = sets[size_t(like)];
+                    return;
+                }
+            } catch (const Error&) {
+            }
+        }
+        if (!search[i]) search[i] = std::make_unique<RecomputeSearch>(g, budget);
+        try {
+            p.plans[i] = search[i]->plan(want, &sets[i]);
+        } catch (const Error&) {
+            failed[i] = cat(b.graphs[i].label.empty() ? cat("graph ", i) : b.graphs[i].label, " needs at least ",
+                            format_bytes(search[i]->min_bytes() - fixed[i]), " of activations with recompute");
+        }
+    };
+    for (int round = 0; round < 16; round++) {
+        const size_t beside = beside_activations(p);
+        const size_t bound = beside + std::max(fixed_act, size_t(1));
+        if (bound > st.limit) {
+            *least = bound;
+            *note = cat("the run needs ", format_bytes(beside), " beside its activations",
+                        fixed_act ? cat(", and its graphs that cannot recompute ", format_bytes(fixed_act), " of them")
+                                  : std::string());
+            return false;
+        }
+        room = st.limit - beside;
+        // First the graphs whose own search decides, then those that borrow a set.
+        for (bool borrowing : {false, true}) {
+            std::vector<size_t> todo;
+            for (size_t i = 0; i < n; i++)
+                if (b.graphs[i].recompute && (b.graphs[i].like >= 0) == borrowing &&
+                    p.plans[i].arena_bytes[kAct] > room)
+                    todo.push_back(i);
+            parallel_for(int64_t(todo.size()), 1, [&](int64_t lo, int64_t hi) {
+                for (int64_t k = lo; k < hi; k++) replan(todo[size_t(k)]);
+            });
+            for (size_t i : todo)
+                if (!failed[i].empty()) {
+                    *least = beside + (search[i]->min_bytes() - fixed[i]);
+                    *note = failed[i];
+                    return false;
+                }
+        }
+        lay_out(b, st, p);
+        if (p.total <= st.limit) return true;
+        // The clones' executables (or a scratch) grew past the limit: shrink the room by the excess.
+        GL_CHECK(p.layout.arena_bytes[kAct] <= room, "auto-fit: internal error, an activation arena above its room");
+    }
+    *least = p.total;
+    *note = "no recompute budget fits beside the graph executables it adds";
+    return false;
 }
 
 }  // namespace
@@ -73,130 +201,105 @@ double weighted(const std::vector<double>& per_shape, const std::vector<FitShape
 FitResult auto_fit(const std::vector<FitOption>& options, const FitSettings& st) {
     GL_CHECK(st.limit > 0, "auto-fit: the memory limit is 0");
     GL_CHECK(!options.empty(), "auto-fit: no configurations to choose from");
-    GL_CHECK(!st.shapes.empty(), "auto-fit: no shapes");
-    for (const FitShape& s : st.shapes)
-        GL_CHECK(s.weight > 0 && std::isfinite(s.weight), "auto-fit: shape '", s.label, "' has weight ", s.weight);
-    for (const FitOption& o : options) {
-        GL_CHECK(o.build, "auto-fit: '", o.label, "' has no builder");
-        GL_CHECK(o.runs > 0, "auto-fit: '", o.label, "' runs its graph ", o.runs, " times per update");
-    }
-    PlanOptions none = st.plan;
-    none.recompute = Recompute::none;
-    const size_t S = st.shapes.size();
+    for (const FitOption& o : options) GL_CHECK(o.build, "auto-fit: '", o.label, "' has no builder");
 
-    // Without recompute: every option, every shape.
+    struct Best {
+        size_t option = SIZE_MAX;
+        double seconds = std::numeric_limits<double>::infinity();
+        FitBuild build;
+        Planned planned;
+    } best;
+    auto consider = [&](size_t i, FitBuild& b, Planned& p) {
+        if (p.seconds >= best.seconds) return;
+        best.option = i;
+        best.seconds = p.seconds;
+        best.build = std::move(b);
+        best.planned = std::move(p);
+    };
+
+    // Without recompute: every option, one build at a time.
     FitResult R;
     R.limit = st.limit;
     std::vector<double> none_seconds(options.size());
-    std::vector<bool> hopeless(options.size(), false);  // its persistent arenas alone do not fit
+    std::vector<bool> hopeless(options.size(), false);
     for (size_t i = 0; i < options.size(); i++) {
         FitRow row;
         row.label = options[i].label;
+        row.needs = options[i].needs;
         row.option = i;
-        row.fits = true;
-        std::vector<double> secs(S), rec(S, 0.0);
-        for (size_t k = 0; k < S; k++) {
-            FitBuild b = build(options[i], k);
-            const Plan p = make_plan(b.graph, none);
-            const size_t beside = b.extra_bytes + runtime_bytes(st, p.graph);
-            const size_t total = p.total_bytes() + beside;
-            const size_t fixed = total - p.arena_bytes[size_t(Category::activations)];
-            row.budgets.push_back(st.limit > beside ? st.limit - beside : 0);
-            row.peak_bytes = std::max(row.peak_bytes, total);
-            row.fits = row.fits && total <= st.limit;
-            if (fixed > st.limit) {
-                hopeless[i] = true;
-                row.least_bytes = std::max(row.least_bytes, fixed);
-            }
-            secs[k] = options[i].runs * (p.predicted_seconds + b.extra_seconds);
+        FitBuild b = build_option(options[i]);
+        Planned p = plan_none(b, st);
+        row.fits = p.total <= st.limit;
+        row.peak_bytes = p.total;
+        row.seconds = none_seconds[i] = p.seconds;
+        const size_t beside = beside_activations(p);
+        if (!row.fits && beside >= st.limit) {
+            hopeless[i] = true;
+            row.least_bytes = beside;
+            row.note = cat("everything but the activations alone needs ", format_bytes(beside));
         }
-        row.seconds = none_seconds[i] = weighted(secs, st.shapes);
-        if (hopeless[i]) row.note = cat("the arenas other than activations alone need ", format_bytes(row.least_bytes));
+        if (row.fits) consider(i, b, p);
         R.rows.push_back(std::move(row));
     }
 
     // With recompute, fastest-without-recompute first: an option can only get slower with it.
-    double best = std::numeric_limits<double>::infinity();
-    for (size_t i = 0; i < options.size(); i++)
-        if (R.rows[i].fits) best = std::min(best, none_seconds[i]);
     std::vector<size_t> order(options.size());
     for (size_t i = 0; i < order.size(); i++) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return none_seconds[a] < none_seconds[b]; });
-    PlanOptions budget = st.plan;
-    budget.recompute = Recompute::budget;
     for (size_t i : order) {
         FitRow& row = R.rows[i];
         if (row.fits || hopeless[i]) continue;
-        if (none_seconds[i] >= best) {
+        if (none_seconds[i] >= best.seconds) {
             row.planned = false;
             row.note = "not planned with recompute: no faster than the choice even without";
             continue;
         }
-        std::vector<double> secs(S), rec(S);
-        size_t peak = 0, least = 0;
-        bool fits = true;
-        for (size_t k = 0; k < S && fits; k++) {
-            FitBuild b = build(options[i], k);
-            RecomputeSearch search(b.graph, budget);
-            if (row.budgets[k] == 0) {
-                fits = false;
-                least = b.extra_bytes + runtime_bytes(st, search.plan(search.min_bytes()).graph) + search.min_bytes();
-                break;
-            }
-            try {
-                // Recompute adds nodes, so the runtime's bytes grow as the budget shrinks: lower the
-                // budget by the excess until plan and runtime fit (a few rounds; monotone).
-                for (int round = 0;; round++) {
-                    const Plan p = search.plan(row.budgets[k]);
-                    const size_t total = p.total_bytes() + b.extra_bytes + runtime_bytes(st, p.graph);
-                    if (total > st.limit) {
-                        const size_t excess = total - st.limit;
-                        GL_CHECK(round < 8 && row.budgets[k] > excess, "auto-fit: no budget fits beside the runtime");
-                        row.budgets[k] -= excess;
-                        continue;
-                    }
-                    peak = std::max(peak, total);
-                    secs[k] = options[i].runs * (p.predicted_seconds + b.extra_seconds);
-                    rec[k] = options[i].runs * p.recompute_seconds;
-                    break;
-                }
-            } catch (const Error&) {
-                fits = false;
-                least = b.extra_bytes + runtime_bytes(st, search.plan(search.min_bytes()).graph) + search.min_bytes();
-            }
-        }
-        if (!fits) {
-            row.least_bytes = least;
-            row.note = cat("needs at least ", format_bytes(least), " with recompute");
-            continue;
-        }
+        FitBuild b = build_option(options[i]);
+        Planned p = plan_none(b, st);
+        if (!plan_recompute(b, st, p, &row.least_bytes, &row.note)) continue;
         row.fits = true;
-        row.recompute = Recompute::budget;
-        row.peak_bytes = peak;
-        row.seconds = weighted(secs, st.shapes);
-        row.recompute_seconds = weighted(rec, st.shapes);
-        best = std::min(best, row.seconds);
+        row.recompute = p.recompute_seconds > 0 || std::any_of(p.plans.begin(), p.plans.end(), [](const Plan& q) {
+                            return q.recompute_nodes > 0;
+                        })
+                            ? Recompute::budget
+                            : Recompute::none;
+        row.peak_bytes = p.total;
+        row.seconds = p.seconds;
+        row.recompute_seconds = p.recompute_seconds;
+        consider(i, b, p);
     }
     std::stable_sort(R.rows.begin(), R.rows.end(), [](const FitRow& a, const FitRow& b) {
         if (a.fits != b.fits) return a.fits;
         return a.fits ? a.seconds < b.seconds : false;
     });
+    if (best.option != SIZE_MAX) {
+        // The row kept (the first of equally fast ones planned) leads.
+        const auto kept = std::find_if(R.rows.begin(), R.rows.end(), [&](const FitRow& r) { return r.option == best.option; });
+        std::rotate(R.rows.begin(), kept, kept + 1);
+        R.choice.build = std::move(best.build);
+        R.choice.plans = std::move(best.planned.plans);
+        R.choice.layout = std::move(best.planned.layout);
+    }
     return R;
 }
 
-std::string FitResult::table() const {
-    std::string s = cat("auto-fit within ", format_bytes(limit), " (", limit, " bytes): ",
-                        chosen() ? cat("chose '", chosen()->label, "'") : std::string("nothing fits"), "\n");
-    char line[256];
+std::string FitResult::table(bool advice) const {
+    std::string s = advice ? cat("what would fit within ", format_bytes(limit), " (", limit, " bytes)",
+                                 chosen() ? "" : ": nothing", "\n")
+                           : cat("auto-fit within ", format_bytes(limit), " (", limit, " bytes): ",
+                                 chosen() ? cat("chose '", chosen()->label, "'") : std::string("nothing fits"), "\n");
+    char line[320];
     std::snprintf(line, sizeof line, "  %-2s %-44s %-9s %12s %14s %12s  %s\n", "", "configuration", "recompute",
                   "planned", "predicted", "recompute", "note");
     s += line;
     for (const FitRow& r : rows) {
         std::string label = r.label.size() > 44 ? r.label.substr(0, 41) + "..." : r.label;
-        std::snprintf(line, sizeof line, "  %-2s %-44s %-9s %12s %11.2f ms %9.2f ms  %s\n", &r == chosen() ? "*" : "",
-                      label.c_str(), r.fits ? recompute_name(r.recompute) : "-", format_bytes(r.peak_bytes).c_str(),
-                      r.seconds * 1e3, r.recompute_seconds * 1e3,
-                      r.fits ? "" : r.note.empty() ? "does not fit without recompute" : r.note.c_str());
+        std::string note = r.fits ? "" : r.note.empty() ? "does not fit without recompute" : r.note;
+        if (!r.needs.empty()) note = note.empty() ? "needs " + r.needs : "needs " + r.needs + "; " + note;
+        const char* mark = advice ? (r.fits ? "+" : "") : (&r == chosen() ? "*" : "");
+        std::snprintf(line, sizeof line, "  %-2s %-44s %-9s %12s %11.2f ms %9.2f ms  %s\n", mark, label.c_str(),
+                      r.fits ? recompute_name(r.recompute) : "-", format_bytes(r.peak_bytes).c_str(), r.seconds * 1e3,
+                      r.recompute_seconds * 1e3, note.c_str());
         s += line;
     }
     return s;

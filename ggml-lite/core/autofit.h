@@ -1,14 +1,21 @@
-// Auto-fit: the fastest of the configurations a caller allows whose plans fit a memory limit.
-// The caller describes each configuration by a callback that builds its graph (per shape, e.g.
-// per dataset bucket); auto_fit plans it without recompute and, when that does not fit, with the
-// least recompute that does (Recompute::budget), and ranks what fits by predicted time. Plans
-// need no device: a CPU-only machine can fit a configuration for any GPU size.
+// Auto-fit: the fastest of the configurations a caller allows whose whole run fits a memory limit.
+// A configuration is every graph its run holds on one shared memory (make_shared_layout): the
+// training steps (one per batch shape, which may recompute) and the graphs that run beside them (a
+// frozen text encoder, an image encoder, sampling), laid out exactly as the run lays them out, with
+// the backend's own bytes (scratch, graph executables, page) and what is held outside (the CUDA
+// context). auto_fit plans every graph without recompute; a configuration that does not fit so
+// is planned with the least recompute (Recompute::budget) that lets the activation arena, the
+// graph executables that recompute adds and everything else fit. The chosen configuration's plans
+// and layout are returned: the run uses what was fitted, so it never refuses what auto-fit chose.
+// Plans need no device: a CPU-only machine fits a configuration for any GPU size.
 #pragma once
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "ggml-lite/core/planner.h"
+#include "ggml-lite/core/shared_memory.h"
 
 namespace gl {
 
@@ -17,57 +24,75 @@ namespace gl {
 size_t parse_bytes(const std::string& text);
 std::string format_bytes(size_t bytes);  // "7.50 GiB", "512.0 MiB", "96 B"
 
-// What one configuration needs for one shape.
+// One graph of a configuration's run.
+struct FitGraph {
+    const Graph* graph = nullptr;  // lives in FitBuild::owner
+    std::string label;             // for messages: "step 512x768 batch 4"
+    bool recompute = false;        // may be planned with recompute (a training step); else as it is
+    double runs = 0;               // runs per update: its predicted time counts this often (0: memory only)
+    // An earlier graph of the build with the same nodes at a larger batch (a bucket's last, shorter
+    // batch): its recompute set is tried first, which saves a search of its own.
+    int like = -1;
+    const Plan* planned = nullptr;  // planned by its owner (graph is its graph): laid out as it is
+};
+
+// Everything one configuration's run holds.
 struct FitBuild {
-    Graph graph;               // the graph whose plan is fitted (recompute applies to it)
-    size_t extra_bytes = 0;    // device memory held beside the plan (other graphs' runtimes, ...)
-    double extra_seconds = 0;  // time per run spent outside the graph (other graphs, ...)
+    std::shared_ptr<void> owner;   // what the graphs live in; kept with the choice
+    std::vector<FitGraph> graphs;  // at least one
+    size_t extra_bytes = 0;        // device bytes held outside the layout (the CUDA context, ...)
+    double extra_seconds = 0;      // per update, spent outside the graphs
 };
 
 struct FitOption {
-    std::string label;  // what the user reads: "micro-batch 4 x 2 accumulation, AdamW8bit"
-    double runs = 1;    // graph runs per optimizer update (gradient accumulation steps)
-    std::function<FitBuild(size_t shape)> build;
-};
-
-struct FitShape {
-    std::string label;    // "512x512"
-    double weight = 1.0;  // its share of the updates (e.g. the bucket's image count)
+    std::string label;  // what the user reads: "batch 4 x 2 accumulated, AdamW8bit"
+    // Empty for a configuration the caller allows; else the flags that would allow it (advice
+    // tables: what the user could change, with what it takes).
+    std::string needs;
+    std::function<FitBuild()> build;
 };
 
 struct FitSettings {
-    size_t limit = 0;            // device bytes the plans plus extra_bytes may take
-    std::vector<FitShape> shapes = {FitShape{}};
-    PlanOptions plan;            // alignment and cost model (recompute is chosen per option)
-    // Bytes the backend's runtime holds beside a plan, counted on the planned graph (recompute adds
-    // nodes): gl::cuda_runtime_bytes on CUDA (workspace, graph executable, page). None: 0.
-    std::function<size_t(const Graph&)> runtime_bytes;
+    size_t limit = 0;    // device bytes a configuration's layout plus its extra_bytes may take
+    PlanOptions plan;    // alignment and cost model (recompute is chosen per graph)
+    LayoutRules rules;   // the backend's bytes beside the plans (layout_rules("cuda"), or simulated)
 };
 
 struct FitRow {
-    std::string label;
-    size_t option = 0;            // index in the options given
+    std::string label, needs;
+    size_t option = 0;              // index in the options given
     bool fits = false;
-    bool planned = true;          // false: not planned with recompute (no faster than the choice anyway)
-    Recompute recompute = Recompute::none;  // none when every shape fits without, else budget
-    std::vector<size_t> budgets;  // per shape: the PlanOptions::budget to plan it with (recompute budget)
-    size_t peak_bytes = 0;        // the largest shape's plan total plus its extra and runtime bytes
-    size_t least_bytes = 0;       // when it does not fit: the least the largest shape can be planned in
-    double seconds = 0;           // predicted per update, shapes weighted
-    double recompute_seconds = 0; // of which recompute
+    bool planned = true;            // false: not planned with recompute (no faster than the choice anyway)
+    Recompute recompute = Recompute::none;  // budget when some graph is recomputed
+    size_t peak_bytes = 0;          // the whole run as fitted (layout + extra); unfit: without recompute
+    size_t least_bytes = 0;         // unfit after recompute: the least the run was planned in
+    double seconds = 0;             // predicted per update
+    double recompute_seconds = 0;   // of which recompute
     std::string note;
+};
+
+// The chosen configuration as it was fitted.
+struct FitChoice {
+    FitBuild build;
+    std::vector<Plan> plans;  // one per build.graphs entry
+    SharedLayout layout;      // of the plans, with settings.rules
 };
 
 struct FitResult {
     size_t limit = 0;
     std::vector<FitRow> rows;  // fitting rows first, fastest first; then the others
+    FitChoice choice;          // the first row's, when it fits
     const FitRow* chosen() const { return !rows.empty() && rows[0].fits ? &rows[0] : nullptr; }
-    std::string table() const;  // the choice and the alternatives with predicted peaks and times
+    // The choice and the alternatives with predicted peaks and times. advice: a table of what
+    // would fit (no choice made; each row's needs shown).
+    std::string table(bool advice = false) const;
 };
 
-// Plans every option (every shape) and ranks them. Options whose plan without recompute is no
-// faster than an option that already fits are not searched further (their row says so). Throws
-// gl::Error for a zero limit, no options or shapes, or a failing builder (its label named).
+// Plans every option and ranks them. Options whose run without recompute is no faster than one
+// that already fits are not planned with recompute (their row says so). Builds run one at a time
+// (at most the best so far is kept); the graphs of one build are planned in parallel. Throws
+// gl::Error for a zero limit, no options, a build without graphs, or a failing builder (its label
+// named).
 FitResult auto_fit(const std::vector<FitOption>& options, const FitSettings& settings);
 
 }  // namespace gl

@@ -290,7 +290,7 @@ size_t RecomputeSearch::min_bytes() {
     return m;
 }
 
-Plan RecomputeSearch::plan(size_t budget) {
+Plan RecomputeSearch::plan(size_t budget, std::vector<bool>* set) {
     size_t k = 0;
     for (;; k++) {
         if (k == steps_.size() && !advance()) {
@@ -303,11 +303,17 @@ Plan RecomputeSearch::plan(size_t budget) {
     }
     // The shortest prefix of step k's choices that fits (the whole step does).
     Plan p;
+    std::vector<bool> chosen;
     for (size_t j = k == 0 ? 0 : 1; j <= moves_[k].size(); j++) {
-        p = plan_set(set_after(k, j));
+        const auto known = prefix_bytes_.find({k, j});
+        if (known != prefix_bytes_.end() && known->second > budget) continue;
+        chosen = set_after(k, j);
+        p = plan_set(chosen);
+        prefix_bytes_[{k, j}] = p.total_bytes();
         if (p.total_bytes() <= budget) break;
     }
     GL_CHECK(p.total_bytes() <= budget, "recompute budget: internal error, step ", k, " no longer fits");
+    if (set) *set = std::move(chosen);
     p.options.recompute = Recompute::budget;
     p.options.budget = budget;
     return p;

@@ -19,6 +19,7 @@
 // budget therefore never recomputes more (monotone), the same graph always gives the same plan
 // (deterministic), and a budget below every step's plan is refused naming the smallest one.
 #pragma once
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -50,9 +51,12 @@ public:
     // opt.alignment and opt.cost apply; opt.recompute and opt.budget are ignored.
     RecomputeSearch(const Graph& g, const PlanOptions& opt);
 
-    // The plan of the least recompute that fits `budget` bytes. Throws gl::Error naming the
-    // budget and the smallest plan the search reaches when none fits.
-    Plan plan(size_t budget);
+    // The plan of the least recompute that fits `budget` bytes, and in `set` (when given) its
+    // recompute set (one flag per node of g: rewrite_recompute_set of another graph with the same
+    // nodes, a smaller batch of it, recomputes the same). Throws gl::Error naming the budget and
+    // the smallest plan the search reaches when none fits. Calls with other budgets reuse what
+    // earlier calls planned.
+    Plan plan(size_t budget, std::vector<bool>* set = nullptr);
     // Every step, from the empty set (recompute none) to where no candidate is left.
     const std::vector<BudgetStep>& frontier();
     // The smallest plan total of any step (what plan() accepts at least).
@@ -74,6 +78,7 @@ private:
     std::vector<std::vector<std::vector<int>>> moves_;  // per step: the node groups it added
     std::vector<BudgetStep> steps_;
     std::set<int> rejected_;  // candidates (seed node, or -1 - segment) whose move raised the plan
+    std::map<std::pair<size_t, size_t>, size_t> prefix_bytes_;  // (step, moves) -> its plan's total, as planned
     Plan last_;               // the plan of the last step computed
     bool ended_ = false;
 };

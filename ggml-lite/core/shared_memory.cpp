@@ -42,9 +42,6 @@ bool same_value(const SharedLayout::Slot& s, const Value& x) {
     return s.category == x.category && s.role == x.role && s.dtype == x.dtype && s.shape == x.shape();
 }
 
-size_t scratch_of(const Plan& p, const std::string& backend) {
-    return backend == "cuda" ? cuda_workspace_bytes(p.graph) : 0;
-}
 
 // "%10.2f MiB" in the table's column, "%.2f MiB" inline.
 std::string mib(size_t b, bool column = true) {
@@ -55,12 +52,30 @@ std::string mib(size_t b, bool column = true) {
 
 }  // namespace
 
-SharedLayout make_shared_layout(const std::vector<const Plan*>& plans, const std::string& backend) {
+LayoutRules layout_rules(const std::string& backend) {
     GL_CHECK(backend == "cpu" || backend == "cuda", "shared layout: unknown backend '", backend,
+             "' (expected cpu or cuda)");
+    LayoutRules r;
+    r.backend = backend;
+    if (backend == "cuda") {
+        r.scratch = [](const Graph& g) { return cuda_workspace_bytes(g); };
+        r.graph = [](const Graph& g) { return cuda_graph_bytes(g); };
+        r.page = kCudaAllocationPage;
+    }
+    return r;
+}
+
+SharedLayout make_shared_layout(const std::vector<const Plan*>& plans, const std::string& backend) {
+    return make_shared_layout(plans, layout_rules(backend));
+}
+
+SharedLayout make_shared_layout(const std::vector<const Plan*>& plans, const LayoutRules& rules) {
+    GL_CHECK(rules.backend == "cpu" || rules.backend == "cuda", "shared layout: unknown backend '", rules.backend,
              "' (expected cpu or cuda)");
     GL_CHECK(!plans.empty(), "shared layout: no plans to share memory");
     SharedLayout L;
-    L.backend = backend;
+    L.backend = rules.backend;
+    L.rules = rules;
     for (const Plan* p : plans) {
         GL_CHECK(p != nullptr, "shared layout: a null plan");
         L.alignment = std::max(L.alignment, p->options.alignment);
@@ -72,9 +87,9 @@ SharedLayout make_shared_layout(const std::vector<const Plan*>& plans, const std
         SharedLayout::Member m;
         m.nodes = g.nodes.size();
         m.activations = p.arena_bytes[size_t(Category::activations)];
-        m.scratch = scratch_of(p, backend);
-        if (backend == "cuda") m.graph = cuda_graph_bytes(g);
-        m.alone = p.total_bytes() + m.scratch + m.graph + (backend == "cuda" ? kCudaAllocationPage : 0);
+        m.scratch = rules.scratch_of(g);
+        m.graph = rules.graph_of(g);
+        m.alone = p.total_bytes() + m.scratch + m.graph + rules.page;
         L.runtime_bytes += m.graph;
         for (ValueId v = 0; v < g.value_count(); v++) {
             if (!is_persistent_owner(g, v)) continue;
@@ -102,7 +117,7 @@ SharedLayout make_shared_layout(const std::vector<const Plan*>& plans, const std
         L.scratch_bytes = std::max(L.scratch_bytes, m.scratch);
         L.members.push_back(m);
     }
-    if (backend == "cuda") L.runtime_bytes += kCudaAllocationPage;
+    L.runtime_bytes += rules.page;
     // What only one plan holds (a sampler's text encoder, a step's gradients when it is the only step).
     for (size_t i = 0; i < plans.size(); i++) {
         const Graph& g = plans[i]->graph;
@@ -179,7 +194,7 @@ Plan SharedLayout::bind(Plan p) const {
     GL_CHECK(act <= arena_bytes[size_t(Category::activations)], "shared memory: the plan's activations need ", act,
              " bytes, the shared arena holds ", arena_bytes[size_t(Category::activations)],
              "; list its plan in make_shared_layout");
-    const size_t scratch = scratch_of(p, backend);
+    const size_t scratch = rules.scratch_of(p.graph);
     GL_CHECK(scratch <= scratch_bytes, "shared memory: the plan's ", backend, " scratch needs ", scratch,
              " bytes, the shared scratch holds ", scratch_bytes, "; list its plan in make_shared_layout");
     return p;

@@ -25,6 +25,7 @@
 #pragma once
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -33,6 +34,22 @@
 #include "ggml-lite/core/planner.h"
 
 namespace gl {
+
+// What a backend holds on the device beside the arenas of the plans it runs: the node scratch
+// (the CUDA workspace) of the largest plan, a graph executable per plan, and the rounding of the
+// one allocation to a page. layout_rules("cpu" | "cuda") gives the backends' own; a caller may
+// give other functions to plan for a device it does not have (tests simulate a GPU on the CPU).
+struct LayoutRules {
+    std::string backend = "cpu";  // whose memory make_shared_memory allocates
+    std::function<size_t(const Graph&)> scratch;  // per plan, of its (planned) graph; none: 0
+    std::function<size_t(const Graph&)> graph;    // per plan: its executable; none: 0
+    size_t page = 0;                              // added once to the layout
+    size_t scratch_of(const Graph& g) const { return scratch ? scratch(g) : 0; }
+    size_t graph_of(const Graph& g) const { return graph ? graph(g) : 0; }
+};
+// cpu: nothing beside the arenas; cuda: cuda_workspace_bytes, cuda_graph_bytes and one
+// kCudaAllocationPage (the workspace rule needs a CUDA build when a plan is laid out).
+LayoutRules layout_rules(const std::string& backend);
 
 struct SharedLayout {
     // One persistent value, placed once in its category's arena.
@@ -57,7 +74,8 @@ struct SharedLayout {
         size_t alone = 0;        // what a runtime of this plan alone holds (arenas, scratch, graph, page)
     };
 
-    std::string backend;  // "cpu" or "cuda": whose scratch rule sized scratch_bytes
+    std::string backend;  // "cpu" or "cuda": whose memory it is (rules.backend)
+    LayoutRules rules;    // what sized scratch_bytes and runtime_bytes
     size_t alignment = 0;  // of every slot's offset: the largest alignment of the plans
     std::vector<Slot> slots;  // in order of first appearance (plan order, then value order)
     std::unordered_map<std::string, size_t> index;  // name -> slot
@@ -87,6 +105,7 @@ struct SharedLayout {
 // known only to a CUDA build). Throws gl::Error naming the value when two plans disagree on a
 // persistent value, or when one plan holds two persistent values of one name.
 SharedLayout make_shared_layout(const std::vector<const Plan*>& plans, const std::string& backend);
+SharedLayout make_shared_layout(const std::vector<const Plan*>& plans, const LayoutRules& rules);
 
 // The bytes of one layout, allocated once; runtimes made on it hold it (std::shared_ptr) and it
 // lives until the last of them is gone.

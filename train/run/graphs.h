@@ -3,7 +3,9 @@
 // outputs are computed on the device each step, the VAE encoder per (bucket, batch size) when the
 // latents are not cached; all of them on one gl::SharedLayout (weights, LoRA, optimizer state once;
 // one activation arena for the largest graph), so the whole run's device memory is known exactly
-// before the first weight is read. A batch size that was not planned (images that failed to load
+// before the first weight is read. Graphs are built (and planned) in parallel. Auto-fit builds a
+// set unplanned, fits the whole of it (fit_build) and hands it the plans it fitted (adopt), so the
+// run holds exactly what was fitted. A batch size that was not planned (images that failed to load
 // shortened a batch) is planned when it comes and runs in the same memory.
 #pragma once
 #include <cstdint>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "ggml-lite/core/autofit.h"
 #include "ggml-lite/core/shared_memory.h"
 #include "models/sd15/vae.h"
 #include "train/step.h"
@@ -40,7 +43,7 @@ struct GraphSetOptions {
     bool vae_on_device = false;  // latents encoded each step (not cached)
     sd::VaeConfig vae;
     gl::DType vae_dtype = gl::DType::f32;
-    std::string backend = "cpu";  // "cpu" | "cuda": whose scratch the layout sizes
+    gl::LayoutRules rules;       // the backend's bytes beside the plans (gl::layout_rules("cuda"), ...)
     // How each step graph is planned (recompute policy and budget), by its shape's bucket.
     std::function<gl::PlanOptions(const GraphShape&)> plan_options;
 };
@@ -66,6 +69,21 @@ public:
     // Builds and plans every graph the shapes need; the layout is made from all of them and
     // `others` (the sampler's graphs, planned by their owner, which must outlive nothing here).
     GraphSet(GraphSetOptions o, const std::vector<GraphShape>& shapes, const std::vector<const gl::Plan*>& others = {});
+    // The graphs only (no plan, no layout): for auto-fit. o.plan_options is used for shapes planned
+    // later (step_index of a shape not given).
+    static std::unique_ptr<GraphSet> unplanned(GraphSetOptions o, const std::vector<GraphShape>& shapes,
+                                               const std::vector<const gl::Plan*>& others = {});
+
+    // Every graph of the run for gl::auto_fit, in the order adopt() takes their plans: the steps
+    // (recomputable; a bucket's shorter last batch like its full one), the text and VAE encoders,
+    // then `others` (as planned). Weights per graph: its runs per optimizer update over an epoch
+    // (`runs_per_epoch` of each step shape: how many batches of it an epoch holds; `updates`: the
+    // epoch's optimizer updates). owner: what keeps this set alive.
+    gl::FitBuild fit_build(std::shared_ptr<void> owner, const std::map<GraphShape, int64_t>& runs_per_epoch,
+                           double updates) const;
+    // The plans auto-fit chose (one per fit_build graph; others' are dropped: their owner holds
+    // them) and their layout.
+    void adopt(std::vector<gl::Plan> plans, gl::SharedLayout layout);
 
     const GraphSetOptions& options() const { return o_; }
     const gl::SharedLayout& layout() const { return layout_; }
@@ -82,7 +100,13 @@ public:
     size_t largest_step() const;
 
 private:
+    GraphSet(GraphSetOptions o, const std::vector<GraphShape>& shapes, const std::vector<const gl::Plan*>& others,
+             bool plan);
+    void plan_all();
+    Step& add_step(const GraphShape& s);  // built, not planned
+
     GraphSetOptions o_;
+    std::vector<const gl::Plan*> others_;
     std::vector<Step> steps_;
     std::vector<Text> text_;
     std::vector<Vae> vae_;

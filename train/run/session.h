@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/core/shared_memory.h"
 #include "train/run/config.h"
 #include "train/run/config_view.h"
 #include "train/run/data_plan.h"
@@ -25,6 +26,18 @@
 namespace train {
 
 class Runner;
+
+// The device a run is planned for: by default the backend's own (CUDA: its free memory, the
+// context it holds, its workspace / graph-executable rules; the CPU: the host's available memory).
+// Session::plan_for replaces it to plan for a device this machine does not have (tests simulate
+// a GPU on the CPU); such a session plans and refuses as it would there, but does not run.
+struct DeviceModel {
+    std::string backend = "cpu";            // "cpu" | "cuda": whose memory the layout describes
+    size_t free_bytes = 0, total_bytes = 0;  // after the context exists; 0: unknown (no limit)
+    size_t context_bytes = 0;               // held outside the plans (the CUDA context)
+    std::string context_note;               // how context_bytes was found, for the plan
+    gl::LayoutRules rules;                  // the backend's bytes beside the plans
+};
 
 // The memory of a run before it starts.
 struct MemoryPlan {
@@ -68,6 +81,8 @@ public:
     Session& operator=(const Session&) = delete;
 
     const RunConfig& config() const;
+    // Plan for this device instead of the backend's (before prepare()); run() then refuses.
+    void plan_for(DeviceModel device);
     // Output folder check, resume state read, model headers, dataset, buckets, steps, graphs and
     // memory plan. Throws gl::Error naming the culprit, PlanRefused when the memory does not fit.
     const RunPlan& prepare();

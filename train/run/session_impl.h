@@ -30,15 +30,18 @@ struct Session::Impl {
     gl::Backend backend = gl::Backend::cpu;
     StepOptions step;            // the configuration the graphs are built with
     bool cache_text = false;     // frozen text encoder outputs cached before training
+    std::optional<DeviceModel> device;  // plan_for's; else the backend's (memory_plan.cpp)
     std::unique_ptr<GraphSet> graphs;
-    std::unique_ptr<RunSampler> sampler;  // --sample_prompts: in the same memory
+    std::shared_ptr<RunSampler> sampler;  // --sample_prompts: in the same memory
     uint64_t seed = 0;
 
     void message(const std::string& m) { obs->on_message(m); }
     // prepare()'s parts (session.cpp).
     StepOptions base_step() const;
+    // memory_plan.cpp: the graphs of the run and their memory (auto-fit under --vram_limit), and
+    // the refusal of a plan that does not fit, with what would.
     void plan_memory();
-    std::string refusal(const std::string& why);  // the plan and the changes that would fit
+    std::string advice(const GraphSetOptions& base, size_t extra);
     // run()'s parts (session_run.cpp).
     RunSummary train_loop(const std::atomic<bool>* stop);
 };

@@ -534,6 +534,8 @@ RunSummary Session::run(const std::atomic<bool>* stop) {
         impl_->obs->on_end(s);
         return s;
     }
+    GL_CHECK(!impl_->device, "sdtrain: this session was planned for a simulated ", impl_->device->backend,
+             " device (plan_for); it plans, it does not run");
     Runner r(*impl_, stop);
     RunSummary s;
     try {
