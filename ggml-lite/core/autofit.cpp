@@ -289,15 +289,15 @@ std::string FitResult::table(bool advice) const {
                            : cat("auto-fit within ", format_bytes(limit), " (", limit, " bytes): ",
                                  chosen() ? cat("chose '", chosen()->label, "'") : std::string("nothing fits"), "\n");
     char line[320];
-    std::snprintf(line, sizeof line, "  %-2s %-44s %-9s %12s %14s %12s  %s\n", "", "configuration", "recompute",
+    std::snprintf(line, sizeof line, "  %-2s %-56s %-9s %12s %14s %12s  %s\n", "", "configuration", "recompute",
                   "planned", "predicted", "recompute", "note");
     s += line;
     for (const FitRow& r : rows) {
-        std::string label = r.label.size() > 44 ? r.label.substr(0, 41) + "..." : r.label;
+        std::string label = r.label.size() > 56 ? r.label.substr(0, 53) + "..." : r.label;
         std::string note = r.fits ? "" : r.note.empty() ? "does not fit without recompute" : r.note;
         if (!r.needs.empty()) note = note.empty() ? "needs " + r.needs : "needs " + r.needs + "; " + note;
         const char* mark = advice ? (r.fits ? "+" : "") : (&r == chosen() ? "*" : "");
-        std::snprintf(line, sizeof line, "  %-2s %-44s %-9s %12s %11.2f ms %9.2f ms  %s\n", mark, label.c_str(),
+        std::snprintf(line, sizeof line, "  %-2s %-56s %-9s %12s %11.2f ms %9.2f ms  %s\n", mark, label.c_str(),
                       r.fits ? recompute_name(r.recompute) : "-", format_bytes(r.peak_bytes).c_str(), r.seconds * 1e3,
                       r.recompute_seconds * 1e3, note.c_str());
         s += line;

@@ -153,8 +153,9 @@ void Session::Impl::plan_memory() {
                        "(give a size such as 8G)");
     mp.limit = sized ? gl::parse_bytes(*c.vram_limit) : dev.free_bytes;
     const size_t extra = sized ? mp.context_bytes : 0;
-    GL_CHECK(!sized || mp.limit > extra, "--vram_limit ", *c.vram_limit, ": less than the ",
-             gl::format_bytes(extra), " the CUDA context alone holds");
+    if (sized && mp.limit <= extra)
+        throw PlanRefused(gl::cat("--vram_limit ", *c.vram_limit, ": not more than the ", gl::format_bytes(extra),
+                                  " the CUDA context alone holds; nothing was loaded"));
 
     GraphSetOptions go;
     go.vae = model.vae_cfg;
@@ -173,8 +174,7 @@ void Session::Impl::plan_memory() {
         mp.choice = "auto-fit (--vram_limit " + *c.vram_limit + "):\n" + fit.table();
         if (!fit.chosen())
             throw PlanRefused(gl::cat("--vram_limit ", *c.vram_limit, ": no configuration allowed fits ",
-                                      gl::format_bytes(mp.limit), "; nothing was loaded.\n", fit.table(),
-                                      advice(go, extra)));
+                                      gl::format_bytes(mp.limit), "; nothing was loaded.\n", advice(go, extra)));
         auto cand = std::static_pointer_cast<RunCandidate>(fit.choice.build.owner);
         cand->graphs->adopt(std::move(fit.choice.plans), std::move(fit.choice.layout));
         step = cand->step;
@@ -182,6 +182,7 @@ void Session::Impl::plan_memory() {
         sampler = cand->sampler;
         graphs = std::move(cand->graphs);
         recompute = fit.chosen()->recompute == gl::Recompute::none ? "none" : "budget (auto-fit)";
+        mp.predicted_seconds = fit.chosen()->seconds;
     } else {
         gl::PlanOptions po;
         po.recompute = c.gradient_checkpointing ? gl::Recompute::blocks : gl::Recompute::none;

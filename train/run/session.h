@@ -49,6 +49,7 @@ struct MemoryPlan {
     size_t predicted_peak = 0;    // planned + context
     std::string by_category;      // the table the user reads
     std::string choice;           // auto-fit: what was chosen and the alternatives; else empty
+    double predicted_seconds = 0; // auto-fit: the choice's predicted time per optimizer update; else 0
     std::string largest_step;     // "512x768 batch 2": the step graph with the largest activations
     std::string largest_step_report;  // its gl::Plan::report()
     std::string largest_step_timeline_svg;  // gl::timeline_svg of its plan
