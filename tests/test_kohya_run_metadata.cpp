@@ -203,6 +203,38 @@ TEST_CASE("kohya run metadata: the implementation version names the project, its
           "ggml-lite/" + std::string(GL_VERSION_FOR_TESTS) + (commit.empty() ? "" : "+" + commit));
 }
 
+TEST_CASE("kohya run metadata: the plan counts regularisation images once, as kohya (balanced or partly unused)") {
+    gltest::TempDir dir;
+    auto image = [&](const std::string& rel, int w, int h) {
+        fs::create_directories((dir.path / rel).parent_path());
+        gl::io::write_png((dir.path / rel).string(), {w, h, 3, std::vector<uint8_t>(size_t(w * h * 3), 9)});
+    };
+    for (int i = 0; i < 3; i++) image("train/4_a/" + std::to_string(i) + ".png", 64, 64);
+    for (int i = 0; i < 2; i++) image("reg/1_r/" + std::to_string(i) + ".png", 64, 64);
+    for (int i = 0; i < 20; i++) image("many/1_r/" + std::to_string(i) + ".png", 64, 64);
+    train::RunConfig c;
+    c.pretrained_model_name_or_path = "m.safetensors";
+    c.output_dir = (dir.path / "out").string();
+    c.network_module = "networks.lora";
+    c.resolution = std::array<int, 2>{64, 64};
+    c.train_data_dir = (dir.path / "train").string();
+    c.reg_data_dir = (dir.path / "reg").string();
+    std::string s = train::dataset_summary(train::load_run_data(c));
+    CHECK(s.find("train 4_a: 3 images x 4 repeats = 12\n") != std::string::npos);
+    CHECK(s.find("reg   1_r: 2 images x 1 repeats = 2\n") != std::string::npos);
+    CHECK(s.find("images with repeats: 12 train + 2 regularisation (repeated to 12 per epoch to match the "
+                 "training images)\n") != std::string::npos);
+    CHECK(s.find("balanced") == std::string::npos);
+    // More regularisation images than training images: kohya's counts, and how many an epoch uses.
+    c.reg_data_dir = (dir.path / "many").string();
+    const train::RunData d = train::load_run_data(c);
+    CHECK(d.dataset.unused_reg.size() == 8);
+    s = train::dataset_summary(d);
+    CHECK(s.find("reg   1_r: 20 images x 1 repeats = 20\n") != std::string::npos);
+    CHECK(s.find("images with repeats: 12 train + 20 regularisation (12 of them per epoch to match the "
+                 "training images)\n") != std::string::npos);
+}
+
 TEST_CASE("kohya run metadata: sdtrain's LoRA of a CPU run on the demo model has kohya's formats") {
     gltest::TempDir dir;
     demo::write_model(dir.path / "model", demo::model_config(), 1);
