@@ -252,11 +252,20 @@ CASES = [
                   + images("reg/1_person", SIZES[4:16], first=7)},
     },
     {
-        # No bucketing (one fixed resolution), the minimum metadata.
-        "name": "folders_no_bucket_no_metadata",
+        # No bucketing: one fixed resolution, no bucket info, no bucket limits.
+        "name": "folders_no_bucket",
         "argv": COMMON + [
             "--train_data_dir", "{root}/train", "--resolution", "256", "--max_train_steps", "5", "--seed", "3",
-            "--network_dim", "16", "--network_alpha", "16", "--no_metadata", "--network_args", "conv_dim=2",
+            "--network_dim", "16", "--network_alpha", "16", "--network_args", "conv_dim=2",
+        ],
+        "files": {"images": images("train/3_thing", SIZES[16:22], first=2)},
+    },
+    {
+        # The minimum metadata.
+        "name": "no_metadata",
+        "argv": COMMON + [
+            "--train_data_dir", "{root}/train", "--resolution", "256", "--max_train_steps", "5", "--seed", "3",
+            "--network_dim", "16", "--network_alpha", "0", "--no_metadata", "--network_args", "conv_dim=2",
         ],
         "files": {"images": images("train/3_thing", SIZES[16:22], first=2)},
     },
