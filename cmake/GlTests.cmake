@@ -35,10 +35,10 @@ target_link_libraries(gl-test-cases PUBLIC ggml-lite sd15)
 
 add_executable(gl-tests ${GL_TEST_SOURCES} $<TARGET_OBJECTS:gl-test-cases>)
 target_link_libraries(gl-tests PRIVATE gl-test-cases gl-demo-assets sdtrain-options sdrun sddata sd15 ggml-lite gl-cli doctest::doctest)
+target_compile_definitions(gl-tests PRIVATE GL_VERSION_FOR_TESTS="${PROJECT_VERSION}")
 # The command-line tests of gl-txt2img and sdtrain run the built tools (skipped when tools are not built).
 if(TARGET gl-txt2img)
-  target_compile_definitions(gl-tests PRIVATE GL_TXT2IMG_BIN="$<TARGET_FILE:gl-txt2img>"
-                                              GL_VERSION_FOR_TESTS="${PROJECT_VERSION}")
+  target_compile_definitions(gl-tests PRIVATE GL_TXT2IMG_BIN="$<TARGET_FILE:gl-txt2img>")
   add_dependencies(gl-tests gl-txt2img)
 endif()
 if(TARGET gl-sdtrain)
@@ -82,6 +82,15 @@ add_test(NAME embed
                  -DGL_BUILD_TYPE=${CMAKE_BUILD_TYPE}
                  -P ${GL_TEST_DIR}/embed/run.cmake)
 set_tests_properties(embed PROPERTIES LABELS embed TIMEOUT 600)
+
+# cmake/GlBuildInfo.cmake's commit capture on scratch folders (a checkout, a plain folder, a folder
+# inside another checkout).
+if(GIT_FOUND)
+  add_test(NAME "cli: build info names the checkout's commit"
+           COMMAND ${CMAKE_COMMAND} -DGL_MODULE_DIR=${PROJECT_SOURCE_DIR}/cmake
+                   -DWORK=${PROJECT_BINARY_DIR}/build-info-test -P ${GL_TEST_DIR}/cli/build_info.cmake)
+  set_tests_properties("cli: build info names the checkout's commit" PROPERTIES LABELS cli)
+endif()
 
 # The tools' command lines (tools/common/cli.h, unit-tested in tests/test_cli.cpp): each program
 # refuses a bad value naming the flag, with exit status 2; a failure exits 1 (gl-sd15check: 2).

@@ -27,6 +27,34 @@ std::vector<Reso> make_bucket_resolutions(Reso max_reso, int min_size, int max_s
     return {resos.begin(), resos.end()};
 }
 
+namespace {
+
+double pairwise_sum(const double* x, size_t n) {
+    if (n < 8) {
+        double s = 0;
+        for (size_t i = 0; i < n; i++) s += x[i];
+        return s;
+    }
+    if (n <= 128) {
+        double r[8];
+        for (size_t j = 0; j < 8; j++) r[j] = x[j];
+        size_t i = 8;
+        for (; i < n - n % 8; i += 8)
+            for (size_t j = 0; j < 8; j++) r[j] += x[i + j];
+        double s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++) s += x[i];
+        return s;
+    }
+    const size_t half = n / 2 - (n / 2) % 8;
+    return pairwise_sum(x, half) + pairwise_sum(x + half, n - half);
+}
+
+}  // namespace
+
+double numpy_mean(const std::vector<double>& x) {
+    return x.empty() ? 0 : pairwise_sum(x.data(), x.size()) / double(x.size());
+}
+
 BucketSelector::BucketSelector(bool no_upscale, Reso max_reso, int min_size, int max_size, int steps)
     : no_upscale_(no_upscale), max_area_(int64_t(max_reso.w) * max_reso.h), steps_(steps) {
     if (!no_upscale) {
@@ -111,7 +139,7 @@ BucketAssignment assign_buckets(const Dataset& ds) {
         sel = BucketSelector(c.bucket_no_upscale, reso, lo, hi, st);
     }
     std::vector<Bucket> all;
-    double err = 0;
+    std::vector<double> errors;  // in the dataset's order, as kohya's image_data
     for (size_t i = 0; i < ds.images.size(); i++) {
         const ImageEntry& e = ds.images[i];
         const BucketChoice ch = sel.select(e.width, e.height);
@@ -131,7 +159,7 @@ BucketAssignment assign_buckets(const Dataset& ds) {
                                                           ch.bucket.h)});
             continue;
         }
-        err += std::fabs(ch.ar_error);
+        errors.push_back(std::fabs(ch.ar_error));
         auto it = std::find_if(all.begin(), all.end(), [&](const Bucket& b) { return b.reso == ch.bucket; });
         if (it == all.end()) it = all.insert(all.end(), Bucket{ch.bucket, {}, 0});
         it->distinct++;
@@ -139,8 +167,7 @@ BucketAssignment assign_buckets(const Dataset& ds) {
     }
     std::sort(all.begin(), all.end(), [](const Bucket& x, const Bucket& y) { return x.reso < y.reso; });
     a.buckets = std::move(all);
-    const size_t used = ds.images.size() - a.skipped.size();
-    a.mean_ar_error = used == 0 ? 0 : err / double(used);
+    a.mean_ar_error = numpy_mean(errors);
     GL_CHECK(!a.buckets.empty(), "no image fits a bucket (", a.skipped.size(), " skipped, first: ",
              a.skipped.empty() ? "" : a.skipped[0].path + ": " + a.skipped[0].reason, ")");
     return a;

@@ -24,6 +24,12 @@ struct Reso {
 // kohya's make_bucket_resolutions: sorted by (w, h).
 std::vector<Reso> make_bucket_resolutions(Reso max_reso, int min_size, int max_size, int divisible);
 
+// numpy's mean of a float64 array as np.mean computes it (kohya's mean_img_ar_error): the sum by
+// numpy's pairwise summation (below 8 values one after another; up to 128 in 8 interleaved
+// partial sums; above, the halves, cut at a multiple of 8, summed recursively), divided by n.
+// 0 for no values (kohya's "avoid NaN").
+double numpy_mean(const std::vector<double>& x);
+
 struct BucketChoice {
     Reso bucket;
     Reso resized;  // the image is resized to this (covering the bucket), then cropped to it
@@ -59,7 +65,7 @@ struct BucketAssignment {
     std::vector<Bucket> buckets;         // sorted by resolution; only non-empty ones
     std::vector<BucketChoice> choice;    // per image of the dataset
     std::vector<SkippedImage> skipped;   // images no bucket can take (empty bucket, extreme ratio)
-    double mean_ar_error = 0;            // over images, without repeats
+    double mean_ar_error = 0;            // |ar error| over images without repeats, as kohya's np.mean
     std::vector<std::string> warnings;   // kohya's min/max adjustments
 };
 

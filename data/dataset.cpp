@@ -104,6 +104,7 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy) {
             }
             first_round = false;
         }
+        ds.unused_reg.assign(reg.begin() + long(ds.images.size() - first_reg), reg.end());
     }
     if (ds.images.empty()) {
         std::string msg = "the dataset has no usable images";

@@ -31,6 +31,9 @@ struct SkippedImage {
 struct Dataset {
     DatasetConfig config;
     std::vector<ImageEntry> images;  // training images, then regularisation images
+    // Regularisation images the balancing did not need (more of them than training images):
+    // never trained on, yet kohya counts them in a subset's img_count and its tag frequency.
+    std::vector<ImageEntry> unused_reg;
     std::vector<std::string> warnings;
     std::vector<SkippedImage> skipped;
     int64_t num_train_images = 0;  // with repeats

@@ -19,15 +19,6 @@
 
 namespace lora {
 
-const char* save_precision_name(SavePrecision p) {
-    switch (p) {
-        case SavePrecision::fp16: return "fp16";
-        case SavePrecision::bf16: return "bf16";
-        case SavePrecision::fp32: return "float";
-    }
-    return "?";
-}
-
 const char* lora_format_name(LoraFormat f) {
     switch (f) {
         case LoraFormat::kohya: return "kohya";
@@ -103,12 +94,7 @@ std::vector<float> oihw_to_ohwi(const std::vector<float>& x, int64_t O, int64_t 
 
 std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const SaveOptions& opt) {
     const LoraConfig& c = net.config();
-    bool has_te = false, has_unet = false;
-    for (const LoraModule& m : net.modules()) (m.part == Part::unet ? has_unet : has_te) = true;
     const std::string reso = std::to_string(opt.resolution_w) + "x" + std::to_string(opt.resolution_h);
-    // Appended, not "(" + a temporary: that sets off GCC 12's bogus -Wrestrict (its PR 105651).
-    std::string ss_resolution = "(";
-    ss_resolution += std::to_string(opt.resolution_w) + ", " + std::to_string(opt.resolution_h) + ")";
     std::map<std::string, std::string> md = {
         {"ss_network_module", "networks.lora"},
         {"ss_network_dim", std::to_string(c.rank)},
@@ -116,14 +102,6 @@ std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const 
         {"ss_network_dropout", c.dropout > 0.0f ? py_float(c.dropout) : "None"},  // kohya's --network_dropout
         {"ss_base_model_version", "sd_v1"},
         {"ss_v2", "False"},
-        {"ss_resolution", ss_resolution},
-        {"ss_clip_skip", opt.clip_skip > 0 ? std::to_string(opt.clip_skip) : "None"},
-        {"ss_tag_frequency", opt.tag_frequency_json},
-        {"ss_output_name", opt.title},
-        {"ss_save_precision", save_precision_name(opt.precision)},
-        // kohya's markers of UNet-only / text-encoder-only training.
-        {"ss_network_train_unet_only", has_te ? "False" : "True"},
-        {"ss_network_train_text_encoder_only", has_unet ? "False" : "True"},
         // sai_model_spec.build_metadata: ModelSpec 1.0.1; an SD1.x LoRA is a "diffusers" implementation.
         {"modelspec.sai_model_spec", "1.0.1"},
         {"modelspec.architecture", "stable-diffusion-v1/lora"},
@@ -217,7 +195,7 @@ std::pair<std::string, std::string> kohya_model_hashes(const std::vector<gl::io:
     // The header exactly as the package writes it: compact JSON, the metadata object first (empty
     // or not), tensors in data order, padded with spaces to a multiple of 8. (It orders the
     // metadata keys at random; the hashes depend only on the header's length.)
-    // Built by appending, as ss_resolution above.
+    // Built by appending: "literal" + a temporary sets off GCC 12's bogus -Wrestrict (its PR 105651).
     std::string meta;
     for (const auto& [k, v] : metadata) {
         if (k.rfind("ss_", 0) != 0) continue;

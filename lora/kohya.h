@@ -19,25 +19,26 @@
 namespace lora {
 
 enum class SavePrecision : uint8_t { fp16, bf16, fp32 };
-const char* save_precision_name(SavePrecision p);
 
 struct SaveOptions {
     SavePrecision precision = SavePrecision::fp16;
-    std::string title = "lora";            // modelspec.title and ss_output_name
-    int resolution_w = 512, resolution_h = 512;
-    int clip_skip = 0;                     // 0: not set ("None")
+    std::string title = "lora";            // modelspec.title
+    int resolution_w = 512, resolution_h = 512;  // modelspec.resolution
+    int clip_skip = 0;                     // modelspec.encoder_layer; 0: not set
     std::string prediction_type = "epsilon";
-    std::string tag_frequency_json = "{}";  // ss_tag_frequency: {"dataset dir": {"tag": count}}
-    // Training settings (ss_learning_rate, ss_optimizer, ss_steps, ...), written as given; they
-    // override the defaults this writer derives.
+    // The trainer's keys (ss_learning_rate, ss_tag_frequency, ss_steps, modelspec.author, ...),
+    // written as given; they override the network's keys this writer derives. Nothing else is
+    // written: a file holds only keys kohya writes.
     std::map<std::string, std::string> training;
     // kohya's --no_metadata: only ss_v2, ss_base_model_version, ss_network_module / _dim / _alpha /
     // _args and modelspec.* are written.
     bool minimum_metadata = false;
 };
 
-// The metadata save_kohya writes (exposed so a tool can show it), as kohya's train_network.py
-// and sai_model_spec.build_metadata write it for an SD1.x LoRA; save_kohya adds the two hashes.
+// The metadata save_kohya writes (exposed so a tool can show it): the network's ss_* keys (module,
+// dim, alpha, dropout, args, v2, base model version) and modelspec.* as
+// sai_model_spec.build_metadata writes them for an SD1.x LoRA, then opt.training; save_kohya adds
+// the two hashes.
 std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const SaveOptions& opt);
 
 // sshs_model_hash and sshs_legacy_hash, computed as kohya does (train_util.

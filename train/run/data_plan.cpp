@@ -71,24 +71,30 @@ RunData load_run_data(const RunConfig& c) {
 
 std::string dataset_summary(const RunData& d) {
     const data::Dataset& ds = d.dataset;
-    std::map<int, std::pair<int64_t, int64_t>> per_subset;  // subset -> images, images with repeats
+    // Per subset its images as kohya counts them (the folder's, before the balancing), and the
+    // regularisation images an epoch holds after it.
+    std::map<int, int64_t> per_subset;
+    int64_t reg_per_epoch = 0;
     for (const data::ImageEntry& e : ds.images) {
-        per_subset[e.subset].first++;
-        per_subset[e.subset].second += e.num_repeats;
+        per_subset[e.subset]++;
+        if (e.is_reg) reg_per_epoch += e.num_repeats;
     }
+    for (const data::ImageEntry& e : ds.unused_reg) per_subset[e.subset]++;
     std::string s = gl::cat("dataset (", d.from_dataset_config ? "dataset config" : "folders", "):\n");
     for (const auto& [i, n] : per_subset) {
         const data::SubsetConfig& sc = ds.config.subsets[size_t(i)];
-        s += gl::cat("  ", sc.is_reg ? "reg   " : "train ", sc.image_dir.filename().string(), ": ", n.first,
-                     " images x ", sc.num_repeats, " repeats", sc.is_reg && n.second != n.first * sc.num_repeats
-                                                                   ? gl::cat(" (balanced to ", n.second, ")")
-                                                                   : std::string(),
-                     " = ", n.second, "\n");
+        s += gl::cat("  ", sc.is_reg ? "reg   " : "train ", sc.image_dir.filename().string(), ": ", n, " images x ",
+                     sc.num_repeats, " repeats = ", n * sc.num_repeats, "\n");
     }
-    s += gl::cat("  images with repeats: ", ds.num_train_images, " train", ds.num_reg_images
-                     ? gl::cat(" + ", ds.num_reg_images, " regularisation (balanced against the training images)")
-                     : std::string(),
-                 "\n");
+    std::string reg;
+    if (ds.num_reg_images > 0) {
+        reg = gl::cat(" + ", ds.num_reg_images, " regularisation");
+        if (reg_per_epoch > ds.num_reg_images)
+            reg += gl::cat(" (repeated to ", reg_per_epoch, " per epoch to match the training images)");
+        else if (reg_per_epoch < ds.num_reg_images)
+            reg += gl::cat(" (", reg_per_epoch, " of them per epoch to match the training images)");
+    }
+    s += gl::cat("  images with repeats: ", ds.num_train_images, " train", reg, "\n");
     if (!ds.skipped.empty() || !d.buckets.skipped.empty())
         s += gl::cat("  skipped: ", ds.skipped.size() + d.buckets.skipped.size(), " images (listed at the end)\n");
     s += data::bucket_table(d.buckets);

@@ -8,35 +8,61 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <string_view>
+#include <vector>
 
 #include "ggml-lite/io/sha256.h"
 #include "ggml-lite/core/error.h"
+#include "train/run/build_info.h"
 
 namespace train {
 
 namespace fs = std::filesystem;
 
+std::string build_version() { return GL_BUILD_VERSION; }
+std::string build_commit() { return GL_BUILD_COMMIT; }
+std::string implementation_version() {
+    const std::string commit = build_commit();
+    return "ggml-lite/" + build_version() + (commit.empty() ? "" : "+" + commit);
+}
+
 std::string py_float(double x) {
     if (std::isnan(x)) return "nan";
     if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+    if (x == 0) return std::signbit(x) ? "-0.0" : "0.0";
+    // The shortest digits that read back (as CPython's repr finds them), in the form d[.ddd]e<exp>.
     char buf[64];
-    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);  // shortest round trip, as repr
-    std::string s(buf, end);
-    // repr switches to exponent form below 1e-4 and from 1e16; to_chars picks the shorter form.
-    const double a = std::fabs(x);
-    if (a != 0 && (a < 1e-4 || a >= 1e16)) {
-        auto [e2, ec2] = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific);
-        s.assign(buf, e2);
-        const size_t e = s.find('e');
-        std::string mant = s.substr(0, e), ex = s.substr(e + 1);
-        const char sign = ex[0] == '-' ? '-' : '+';
-        if (ex[0] == '-' || ex[0] == '+') ex.erase(0, 1);
-        while (ex.size() > 2 && ex[0] == '0') ex.erase(0, 1);
-        if (ex.size() < 2) ex = "0" + ex;
-        return mant + "e" + sign + ex;
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific);
+    const std::string_view sci(buf, size_t(end - buf));
+    const bool negative = sci.front() == '-';
+    const size_t e = sci.find('e');
+    std::string digits;
+    for (char ch : sci.substr(negative ? 1 : 0, e - (negative ? 1 : 0)))
+        if (ch != '.') digits += ch;
+    int exp = 0;
+    const std::string_view ex = sci.substr(e + 1);
+    std::from_chars(ex.data() + (ex.front() == '+'), ex.data() + ex.size(), exp);
+    const int n = int(digits.size());
+    std::string out = negative ? "-" : "";
+    // repr's rule (float_repr_style 'short'): the exponent form when the first digit's decimal
+    // exponent is below -4 or at least 16, else positional digits; to_chars' own shortest form
+    // picks whichever is fewer characters ("1e-04" for 0.0001, "1e+15" for 1e15).
+    if (exp < -4 || exp >= 16) {
+        out += digits[0];
+        if (n > 1) out.append(".").append(digits, 1);
+        out += exp < 0 ? "e-" : "e+";
+        const int a = exp < 0 ? -exp : exp;
+        if (a < 10) out += '0';
+        out += std::to_string(a);
+    } else if (exp < 0) {
+        out.append("0.").append(size_t(-exp - 1), '0').append(digits);
+    } else if (n <= exp + 1) {
+        out.append(digits).append(size_t(exp + 1 - n), '0').append(".0");
+    } else {
+        out.append(digits, 0, size_t(exp + 1)).append(".").append(digits, size_t(exp + 1));
     }
-    if (s.find_first_of(".e") == std::string::npos) s += ".0";
-    return s;
+    return out;
 }
 
 std::string py_json_string(const std::string& u) {
@@ -82,6 +108,53 @@ std::string py_json_string(const std::string& u) {
     return out + "\"";
 }
 
+namespace {
+
+// The case mapping of Python's str.lower() on ASCII, Latin-1, Latin Extended-A, modern Greek
+// (U+0386-U+03CE) and basic Cyrillic (U+0400-U+045F), exact there; other code points are kept.
+uint32_t lower_code_point(uint32_t c) {
+    if ((c >= 'A' && c <= 'Z') || (c >= 0xc0 && c <= 0xde && c != 0xd7)) return c + 0x20;
+    if (c >= 0x100 && c <= 0x17f) {
+        if (c == 0x178) return 0xff;
+        // Capitals are the even code points, except in U+0139-U+0148 and U+0179-U+017E (odd).
+        const bool odd_capitals = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e);
+        const bool lower_only = c == 0x131 || c == 0x138 || c == 0x149 || c == 0x17f;
+        return !lower_only && c % 2 == (odd_capitals ? 1u : 0u) ? c + 1 : c;
+    }
+    if (c == 0x386) return 0x3ac;
+    if (c >= 0x388 && c <= 0x38a) return c + 0x25;
+    if (c == 0x38c) return 0x3cc;
+    if (c == 0x38e || c == 0x38f) return c + 0x3f;
+    if (c >= 0x391 && c <= 0x3ab && c != 0x3a2) return c + 0x20;
+    if (c >= 0x400 && c <= 0x40f) return c + 0x50;
+    if (c >= 0x410 && c <= 0x42f) return c + 0x20;
+    return c;
+}
+
+}  // namespace
+
+std::string py_lower(const std::string& u) {
+    std::string out;
+    for (size_t i = 0; i < u.size();) {
+        const unsigned char c = static_cast<unsigned char>(u[i]);
+        if (c < 0x80) {
+            out += c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : char(c);
+            i++;
+        } else if (c >= 0xc0 && c < 0xe0 && i + 1 < u.size()) {  // two bytes: U+0080-U+07FF
+            const uint32_t cp = (uint32_t(c & 0x1f) << 6) | (uint32_t(static_cast<unsigned char>(u[i + 1])) & 0x3f);
+            const uint32_t lo = lower_code_point(cp);
+            if (cp == 0x130) out += "i\xcc\x87";  // İ lowers to i + combining dot above
+            else if (lo < 0x80) out += char(lo);
+            else out += char(0xc0 | (lo >> 6)), out += char(0x80 | (lo & 0x3f));
+            i += 2;
+        } else {
+            out += char(c);
+            i++;
+        }
+    }
+    return out;
+}
+
 ModelFileInfo model_file_info(const std::string& path) {
     ModelFileInfo m;
     std::error_code ec;
@@ -116,6 +189,10 @@ ModelFileInfo model_file_info(const std::string& path) {
 }
 
 namespace {
+
+double unix_now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 std::string py_bool(bool b) { return b ? "True" : "False"; }
 template <class T>
@@ -152,80 +229,177 @@ std::string optimizer_text(const RunConfig& c) {
     return args.empty() ? cls : cls + "(" + args + ")";
 }
 
-// {dir: {"n_repeats": r, "img_count": n}} of the train (or reg) subsets, base names made unique
-// with " (2)" as kohya does for dataset configs.
-std::string dataset_dirs(const RunData& d, bool reg) {
-    std::vector<std::pair<std::string, std::string>> entries;
-    std::map<int, int64_t> count;
-    for (const data::ImageEntry& e : d.dataset.images) count[e.subset]++;
-    for (size_t i = 0; i < d.dataset.config.subsets.size(); i++) {
-        const data::SubsetConfig& s = d.dataset.config.subsets[i];
-        if (s.is_reg != reg) continue;
-        std::string name = s.image_dir.filename().string(), v = name;
-        for (int k = 2; std::any_of(entries.begin(), entries.end(), [&](const auto& e) { return e.first == v; }); k++)
-            v = gl::cat(name, " (", k, ")");
-        entries.emplace_back(v, gl::cat("{\"n_repeats\": ", s.num_repeats, ", \"img_count\": ", count[int(i)], "}"));
-    }
-    std::string out = "{";
-    for (size_t i = 0; i < entries.size(); i++)
-        out += (i ? ", " : "") + py_json_string(entries[i].first) + ": " + entries[i].second;
-    return out + "}";
+// The subsets kohya's DreamBoothDataset keeps (repeats >= 1, at least one image), in config order,
+// each with its images as kohya lists them: the folder's files, the regularisation images the
+// balancing left out included.
+struct SubsetImages {
+    const data::SubsetConfig* config = nullptr;
+    std::vector<const data::ImageEntry*> images;
+};
+std::vector<SubsetImages> kept_subsets(const data::Dataset& ds) {
+    std::vector<SubsetImages> out(ds.config.subsets.size());
+    for (size_t i = 0; i < out.size(); i++) out[i].config = &ds.config.subsets[i];
+    for (const data::ImageEntry& e : ds.images) out[size_t(e.subset)].images.push_back(&e);
+    for (const data::ImageEntry& e : ds.unused_reg) out[size_t(e.subset)].images.push_back(&e);
+    std::erase_if(out, [](const SubsetImages& s) { return s.images.empty(); });
+    return out;
 }
 
-// {dir: {tag: count}}: every caption split at ',', stripped, lower-cased (ASCII), in first-seen order.
-std::string tag_frequency(const RunData& d) {
+std::string dir_name(const data::SubsetConfig& s) { return s.image_dir.filename().string(); }
+
+// A json.dumps object built in insertion order; a key set again keeps its place (a dict's rule).
+struct PyDict {
+    std::vector<std::pair<std::string, std::string>> items;  // json key, json value
+    void set(const std::string& key, std::string value) {
+        const std::string k = py_json_string(key);
+        for (auto& [ik, iv] : items)
+            if (ik == k) return void(iv = std::move(value));
+        items.emplace_back(k, std::move(value));
+    }
+    bool has(const std::string& key) const {
+        const std::string k = py_json_string(key);
+        return std::any_of(items.begin(), items.end(), [&](const auto& kv) { return kv.first == k; });
+    }
+    std::string dump() const {
+        std::string out = "{";
+        for (size_t i = 0; i < items.size(); i++) out += (i ? ", " : "") + items[i].first + ": " + items[i].second;
+        return out + "}";
+    }
+};
+
+std::string dir_info(const SubsetImages& s) {
+    return gl::cat("{\"n_repeats\": ", s.config->num_repeats, ", \"img_count\": ", s.images.size(), "}");
+}
+
+// The folder layout's ss_dataset_dirs / ss_reg_dataset_dirs: {dir: {"n_repeats", "img_count"}}.
+std::string dataset_dirs(const std::vector<SubsetImages>& subsets, bool reg) {
+    PyDict d;
+    for (const SubsetImages& s : subsets)
+        if (s.config->is_reg == reg) d.set(dir_name(*s.config), dir_info(s));
+    return d.dump();
+}
+
+// Python's str.isspace() (what str.strip() removes): ASCII whitespace, \x1c-\x1f, NEL, NBSP and
+// Unicode's other spaces and separators (U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F,
+// U+3000, the ideographic space of Japanese captions).
+bool py_space(uint32_t c) {
+    return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f) || c == 0x85 || c == 0xa0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||
+           c == 0x205f || c == 0x3000;
+}
+
+// The code point of the UTF-8 sequence of n bytes at p (n from its lead byte).
+uint32_t decode_utf8(const unsigned char* p, size_t n) {
+    if (n == 1) return p[0] < 0x80 ? p[0] : 0xfffd;
+    uint32_t c = n == 2 ? p[0] & 0x1fu : n == 3 ? p[0] & 0x0fu : p[0] & 0x07u;
+    for (size_t k = 1; k < n; k++) c = (c << 6) | (p[k] & 0x3fu);
+    return c;
+}
+size_t utf8_length(unsigned char lead) { return lead < 0xc0 ? 1 : lead < 0xe0 ? 2 : lead < 0xf0 ? 3 : 4; }
+
+std::string py_strip(const std::string& s) {
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    size_t a = 0, b = s.size();
+    while (a < b) {
+        const size_t n = std::min(utf8_length(p[a]), b - a);
+        if (!py_space(decode_utf8(p + a, n))) break;
+        a += n;
+    }
+    while (b > a) {
+        size_t start = b - 1;  // back to the lead byte of the last character
+        while (start > a && (p[start] & 0xc0) == 0x80 && b - start < 4) start--;
+        if (utf8_length(p[start]) != b - start || !py_space(decode_utf8(p + start, b - start))) break;
+        b = start;
+    }
+    return s.substr(a, b - a);
+}
+
+// BaseDataset.set_tag_frequency: {dir: {tag: count}}, every caption split at ',', stripped and
+// lower-cased, tags in first-seen order; a folder seen twice adds to its counts.
+std::string tag_frequency(const std::vector<SubsetImages>& subsets) {
     std::vector<std::pair<std::string, std::vector<std::pair<std::string, int64_t>>>> dirs;
-    for (const data::ImageEntry& e : d.dataset.images) {
-        const std::string dir = d.dataset.config.subsets[size_t(e.subset)].image_dir.filename().string();
+    for (const SubsetImages& s : subsets) {
+        const std::string dir = dir_name(*s.config);
         auto it = std::find_if(dirs.begin(), dirs.end(), [&](const auto& x) { return x.first == dir; });
         if (it == dirs.end()) it = dirs.insert(dirs.end(), {dir, {}});
-        size_t a = 0;
-        for (;;) {
-            const size_t b = e.caption.find(',', a);
-            std::string tag = e.caption.substr(a, b == std::string::npos ? std::string::npos : b - a);
-            const size_t s = tag.find_first_not_of(" \t\r\n"), t = tag.find_last_not_of(" \t\r\n");
-            tag = s == std::string::npos ? "" : tag.substr(s, t - s + 1);
-            for (char& ch : tag)
-                if (ch >= 'A' && ch <= 'Z') ch = char(ch - 'A' + 'a');
-            if (!tag.empty()) {
-                auto& tags = it->second;
-                auto jt = std::find_if(tags.begin(), tags.end(), [&](const auto& x) { return x.first == tag; });
-                if (jt == tags.end()) tags.emplace_back(tag, 1);
-                else jt->second++;
+        for (const data::ImageEntry* e : s.images) {
+            for (size_t a = 0;;) {
+                const size_t b = e->caption.find(',', a);
+                const std::string tag = py_lower(py_strip(e->caption.substr(a, b == std::string::npos ? b : b - a)));
+                if (!tag.empty()) {
+                    auto& tags = it->second;
+                    auto jt = std::find_if(tags.begin(), tags.end(), [&](const auto& x) { return x.first == tag; });
+                    if (jt == tags.end()) tags.emplace_back(tag, 1);
+                    else jt->second++;
+                }
+                if (b == std::string::npos) break;
+                a = b + 1;
             }
-            if (b == std::string::npos) break;
-            a = b + 1;
         }
     }
-    std::string out = "{";
-    for (size_t i = 0; i < dirs.size(); i++) {
-        out += (i ? ", " : "") + py_json_string(dirs[i].first) + ": {";
-        for (size_t j = 0; j < dirs[i].second.size(); j++)
-            out += (j ? ", " : "") + py_json_string(dirs[i].second[j].first) + ": " +
-                   std::to_string(dirs[i].second[j].second);
-        out += "}";
+    PyDict out;
+    for (const auto& [dir, tags] : dirs) {
+        PyDict t;
+        for (const auto& [tag, n] : tags) t.set(tag, std::to_string(n));
+        out.set(dir, t.dump());
     }
-    return out + "}";
+    return out.dump();
 }
 
-// {"buckets": {index: {"resolution": [w, h], "count": n}}, "mean_img_ar_error": e}; index as kohya's
-// bucket manager numbers them (its predefined resolutions, or the sorted used ones without).
+// BaseDataset.bucket_info: {"buckets": {id: {"resolution": [w, h], "count": n}}, "mean_img_ar_error": e}.
+// kohya's bucket manager keeps only the resolutions some image chose and numbers them 0..n-1 in
+// (w, h) order (predefined resolutions or not); without bucketing there is none: null.
 std::string bucket_info(const RunData& d) {
-    const data::DatasetConfig& c = d.dataset.config;
-    std::vector<data::Reso> resos;
-    if (c.enable_bucket && !c.bucket_no_upscale)
-        resos = data::make_bucket_resolutions({c.width, c.height}, c.min_bucket_reso, c.max_bucket_reso,
-                                              c.bucket_reso_steps);
+    if (!d.dataset.config.enable_bucket) return "null";
     std::string out = "{\"buckets\": {";
     for (size_t i = 0; i < d.buckets.buckets.size(); i++) {
         const data::Bucket& b = d.buckets.buckets[i];
-        size_t index = i;
-        for (size_t k = 0; k < resos.size(); k++)
-            if (resos[k] == b.reso) index = k;
-        out += gl::cat(i ? ", " : "", "\"", index, "\": {\"resolution\": [", b.reso.w, ", ", b.reso.h,
+        out += gl::cat(i ? ", " : "", "\"", i, "\": {\"resolution\": [", b.reso.w, ", ", b.reso.h,
                        "], \"count\": ", b.images.size(), "}");
     }
     return out + "}, \"mean_img_ar_error\": " + py_float(d.buckets.mean_ar_error) + "}";
+}
+
+// The dataset's min / max bucket resolution as kohya keeps them: moved to multiples of the steps
+// (down / up), none without bucketing.
+std::optional<std::pair<int, int>> bucket_limits(const data::DatasetConfig& c) {
+    if (!c.enable_bucket) return std::nullopt;
+    const int st = c.bucket_reso_steps, lo = c.min_bucket_reso, hi = c.max_bucket_reso;
+    return std::pair{lo - lo % st, hi % st ? hi + st - hi % st : hi};
+}
+
+std::string json_bool(bool b) { return b ? "true" : "false"; }
+std::string json_opt_string(const std::string& s) { return s.empty() ? "null" : py_json_string(s); }
+
+// --dataset_config's ss_datasets: the dataset (sdtrain trains one) with its subsets, keys in
+// train_network.py's order.
+std::string datasets_json(const RunData& d, const std::vector<SubsetImages>& subsets) {
+    const data::DatasetConfig& dc = d.dataset.config;
+    const auto limits = bucket_limits(dc);
+    std::string list;
+    for (const SubsetImages& si : subsets) {
+        const data::SubsetConfig& s = *si.config;
+        const data::CaptionOptions& co = s.caption;
+        list += gl::cat(list.empty() ? "" : ", ", "{\"img_count\": ", si.images.size(), ", \"num_repeats\": ",
+                        s.num_repeats, ", \"color_aug\": ", json_bool(s.color_aug), ", \"flip_aug\": ",
+                        json_bool(s.flip_aug), ", \"random_crop\": ", json_bool(s.random_crop),
+                        ", \"shuffle_caption\": ", json_bool(co.shuffle_caption), ", \"keep_tokens\": ",
+                        co.keep_tokens, ", \"keep_tokens_separator\": ", py_json_string(co.keep_tokens_separator),
+                        ", \"secondary_separator\": ", json_opt_string(co.secondary_separator),
+                        ", \"enable_wildcard\": false, \"caption_prefix\": ", json_opt_string(co.caption_prefix),
+                        ", \"caption_suffix\": ", json_opt_string(co.caption_suffix),
+                        ", \"resize_interpolation\": null, \"image_dir\": ", py_json_string(dir_name(s)),
+                        ", \"class_tokens\": ", s.class_tokens ? py_json_string(*s.class_tokens) : "null",
+                        ", \"is_reg\": ", json_bool(s.is_reg), "}");
+    }
+    return gl::cat("[{\"is_dreambooth\": true, \"batch_size_per_device\": ", dc.batch_size,
+                   ", \"num_train_images\": ", d.dataset.num_train_images, ", \"num_reg_images\": ",
+                   d.dataset.num_reg_images, ", \"resolution\": [", dc.width, ", ", dc.height,
+                   "], \"enable_bucket\": ", json_bool(dc.enable_bucket), ", \"min_bucket_reso\": ",
+                   limits ? std::to_string(limits->first) : "null", ", \"max_bucket_reso\": ",
+                   limits ? std::to_string(limits->second) : "null", ", \"tag_frequency\": ", tag_frequency(subsets),
+                   ", \"bucket_info\": ", bucket_info(d), ", \"resize_interpolation\": null, \"subsets\": [", list,
+                   "]}]");
 }
 
 std::string network_args_json(const RunConfig& c) {
@@ -245,6 +419,7 @@ std::string network_args_json(const RunConfig& c) {
 
 std::map<std::string, std::string> run_metadata(const RunConfig& c, const RunData& d, const RunFacts& f) {
     const StepCounts& k = f.counts;
+    const std::vector<SubsetImages> subsets = kept_subsets(d.dataset);
     const std::string warmup = c.lr_warmup_steps.ratio ? py_float(c.lr_warmup_steps.value)
                                                        : std::to_string(int64_t(c.lr_warmup_steps.value));
     std::map<std::string, std::string> m = {
@@ -265,6 +440,9 @@ std::map<std::string, std::string> run_metadata(const RunConfig& c, const RunDat
         {"ss_lr_warmup_steps", warmup},
         {"ss_lr_scheduler", c.lr_scheduler},
         {"ss_network_module", c.network_module},
+        {"ss_network_dim", py_opt(c.network_dim)},
+        {"ss_network_alpha", py_float(c.network_alpha)},
+        {"ss_network_dropout", py_opt(c.network_dropout)},
         {"ss_mixed_precision", c.mixed_precision},
         {"ss_full_fp16", py_bool(c.full_fp16)},
         {"ss_v2", "False"},
@@ -280,7 +458,8 @@ std::map<std::string, std::string> run_metadata(const RunConfig& c, const RunDat
         {"ss_adaptive_noise_scale", "None"},
         {"ss_zero_terminal_snr", "False"},
         {"ss_training_comment", py_opt(c.training_comment)},
-        {"ss_sd_scripts_commit_hash", f.version},
+        // kohya's get_git_revision_hash: the commit, or "(unknown)" outside a git checkout.
+        {"ss_sd_scripts_commit_hash", build_commit().empty() ? "(unknown)" : build_commit()},
         {"ss_optimizer", optimizer_text(c)},
         {"ss_max_grad_norm", py_float(c.max_grad_norm)},
         {"ss_caption_dropout_rate", py_float(c.caption_dropout_rate)},
@@ -306,8 +485,7 @@ std::map<std::string, std::string> run_metadata(const RunConfig& c, const RunDat
         {"ss_validate_every_n_epochs", "None"},
         {"ss_validate_every_n_steps", "None"},
         {"ss_resize_interpolation", "None"},
-        {"ss_tag_frequency", tag_frequency(d)},
-        {"ss_dataset_dirs", dataset_dirs(d, false)},
+        {"ss_tag_frequency", tag_frequency(subsets)},
         {"ss_sd_model_name", f.model.name},
     };
     if (!f.model.sha256.empty()) {
@@ -324,47 +502,62 @@ std::map<std::string, std::string> run_metadata(const RunConfig& c, const RunDat
         m["ss_flip_aug"] = py_bool(c.flip_aug);
         m["ss_random_crop"] = py_bool(c.random_crop);
         m["ss_shuffle_caption"] = py_bool(c.shuffle_caption);
+        const auto limits = bucket_limits(dc);
         m["ss_enable_bucket"] = py_bool(dc.enable_bucket);
-        m["ss_bucket_no_upscale"] = py_bool(dc.bucket_no_upscale);
-        m["ss_min_bucket_reso"] = std::to_string(dc.min_bucket_reso);
-        m["ss_max_bucket_reso"] = std::to_string(dc.max_bucket_reso);
+        m["ss_bucket_no_upscale"] = py_bool(dc.enable_bucket && dc.bucket_no_upscale);
+        m["ss_min_bucket_reso"] = limits ? std::to_string(limits->first) : "None";
+        m["ss_max_bucket_reso"] = limits ? std::to_string(limits->second) : "None";
         m["ss_keep_tokens"] = std::to_string(c.keep_tokens);
-        m["ss_reg_dataset_dirs"] = dataset_dirs(d, true);
+        m["ss_dataset_dirs"] = dataset_dirs(subsets, false);
+        m["ss_reg_dataset_dirs"] = dataset_dirs(subsets, true);
         m["ss_bucket_info"] = bucket_info(d);
     } else {
-        // kohya's ss_datasets: one entry per dataset with its subsets.
-        std::string subsets;
-        std::map<int, int64_t> count;
-        for (const data::ImageEntry& e : d.dataset.images) count[e.subset]++;
-        for (size_t i = 0; i < dc.subsets.size(); i++) {
-            const data::SubsetConfig& s = dc.subsets[i];
-            const data::CaptionOptions& co = s.caption;
-            subsets += gl::cat(i ? ", " : "", "{\"img_count\": ", count[int(i)], ", \"num_repeats\": ", s.num_repeats,
-                               ", \"color_aug\": false, \"flip_aug\": ", s.flip_aug ? "true" : "false",
-                               ", \"random_crop\": ", s.random_crop ? "true" : "false", ", \"shuffle_caption\": ",
-                               co.shuffle_caption ? "true" : "false", ", \"keep_tokens\": ", co.keep_tokens,
-                               ", \"image_dir\": ", py_json_string(s.image_dir.filename().string()),
-                               ", \"class_tokens\": ", s.class_tokens ? py_json_string(*s.class_tokens) : "null",
-                               ", \"is_reg\": ", s.is_reg ? "true" : "false", "}");
+        m["ss_datasets"] = datasets_json(d, subsets);
+        // The folders of the training subsets, a name seen before numbered " (2)", " (3)", ...
+        PyDict dirs;
+        for (const SubsetImages& s : subsets) {
+            if (s.config->is_reg) continue;
+            std::string name = dir_name(*s.config);
+            for (int i = 2; dirs.has(name); i++) name = gl::cat(dir_name(*s.config), " (", i, ")");
+            dirs.set(name, dir_info(s));
         }
-        m["ss_datasets"] = gl::cat(
-            "[{\"is_dreambooth\": true, \"batch_size_per_device\": ", dc.batch_size, ", \"num_train_images\": ",
-            d.dataset.num_train_images, ", \"num_reg_images\": ", d.dataset.num_reg_images, ", \"resolution\": [",
-            dc.width, ", ", dc.height, "], \"enable_bucket\": ", dc.enable_bucket ? "true" : "false",
-            ", \"min_bucket_reso\": ", dc.min_bucket_reso, ", \"max_bucket_reso\": ", dc.max_bucket_reso,
-            ", \"tag_frequency\": ", tag_frequency(d), ", \"bucket_info\": ", bucket_info(d), ", \"subsets\": [",
-            subsets, "]}]");
+        m["ss_dataset_dirs"] = dirs.dump();
     }
     return m;
 }
 
 std::map<std::string, std::string> save_metadata(std::map<std::string, std::string> run, int64_t steps,
                                                  int64_t epoch) {
-    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    run["ss_training_finished_at"] = py_float(now);
+    run["ss_training_finished_at"] = py_float(unix_now());
     run["ss_steps"] = std::to_string(steps);
     run["ss_epoch"] = std::to_string(epoch);
     return run;
+}
+
+lora::SaveOptions lora_save_options(const RunConfig& c, std::map<std::string, std::string> training) {
+    lora::SaveOptions so;
+    so.precision = c.save_dtype();
+    // kohya: --metadata_title, else --output_name, else "LoRA@<the save's time.time()>".
+    const auto finished = training.find("ss_training_finished_at");
+    so.title = c.metadata_title.value_or(
+        c.output_name.value_or("LoRA@" + (finished != training.end() ? finished->second : py_float(unix_now()))));
+    // get_sai_model_spec takes --resolution, SD1's 512x512 without it (a dataset config's own
+    // resolution does not reach it).
+    const std::array<int, 2> reso = c.resolution.value_or(std::array<int, 2>{512, 512});
+    so.resolution_w = reso[0];
+    so.resolution_h = reso[1];
+    so.clip_skip = c.clip_skip.value_or(0);
+    so.prediction_type = c.v_parameterization ? "v" : "epsilon";
+    so.training = std::move(training);
+    for (const auto& [k, v] : {std::pair{"author", &c.metadata_author}, {"description", &c.metadata_description},
+                               {"license", &c.metadata_license}, {"tags", &c.metadata_tags}})
+        if (*v) so.training[std::string("modelspec.") + k] = **v;
+    if (c.min_timestep || c.max_timestep)
+        so.training["modelspec.timestep_range"] =
+            gl::cat(c.min_timestep.value_or(0), ",", c.max_timestep.value_or(1000));
+    so.training["modelspec.implementation_version"] = implementation_version();
+    so.minimum_metadata = c.no_metadata;
+    return so;
 }
 
 }  // namespace train

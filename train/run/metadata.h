@@ -1,7 +1,9 @@
 // kohya's ss_* metadata of a LoRA file, filled from the run as train_network.py fills it (values
 // are Python's str() of each setting: "True", "None", "0.0001", "(512, 512)"; the dataset keys are
-// json.dumps of dicts, with its ", " / ": " separators and ASCII escapes). lora::kohya_metadata adds
-// the network's own keys and modelspec.*; per save the step, epoch and finish time are added.
+// json.dumps of dicts, with its ", " / ": " separators and ASCII escapes). Per save the step, epoch
+// and finish time are added, and lora::kohya_metadata adds modelspec.* (sai_model_spec's keys).
+// tests/test_kohya_run_metadata.cpp compares every key with what kohya's own code writes for the
+// same runs (tests/golden/make_kohya_metadata.py).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -14,6 +16,9 @@ namespace train {
 
 // Python's str() of a float (repr: the shortest digits that read back, "1e-05", "1.0").
 std::string py_float(double x);
+// Python's str.lower() for ASCII, Latin-1, Latin Extended-A, modern Greek and basic Cyrillic
+// (what kohya's tag frequency lower-cases; other code points are kept).
+std::string py_lower(const std::string& utf8);
 // json.dumps of a string (ensure_ascii: non-ASCII as \uXXXX, surrogate pairs above U+FFFF).
 std::string py_json_string(const std::string& utf8);
 
@@ -27,13 +32,21 @@ struct ModelFileInfo {
 // Hashes the model file (reads it whole: seconds for a 2-4 GB checkpoint, at start-up).
 ModelFileInfo model_file_info(const std::string& path);
 
+// The build that writes the files: CMake's project version, and the git commit of its source
+// (40 hex digits; "" when it was not built from a git checkout).
+std::string build_version();
+std::string build_commit();
+// modelspec.implementation_version: "ggml-lite/<version>+<commit>" ("ggml-lite/<version>" without
+// a commit), kohya's "<implementation>/<commit>" with a SemVer version whose build metadata is the
+// commit.
+std::string implementation_version();
+
 struct RunFacts {
     uint64_t session_id = 0;
     double started_at = 0;  // unix time
     uint64_t seed = 0;
     StepCounts counts;
     ModelFileInfo model;
-    std::string version;    // ss_sd_scripts_commit_hash: which sdtrain wrote the file
 };
 
 // Every ss_* key train_network.py writes at the start of a run (ss_steps / ss_epoch /
@@ -41,5 +54,10 @@ struct RunFacts {
 std::map<std::string, std::string> run_metadata(const RunConfig& c, const RunData& d, const RunFacts& f);
 // The keys of one save: run_metadata plus ss_steps, ss_epoch, ss_training_finished_at (now).
 std::map<std::string, std::string> save_metadata(std::map<std::string, std::string> run, int64_t steps, int64_t epoch);
+// What a save hands lora::save_kohya: `training` (save_metadata's keys) and the modelspec.* settings
+// train_util.get_sai_model_spec takes from the options (title, resolution, clip skip, prediction
+// type, timestep range, author / description / license / tags, the implementation version);
+// --no_metadata keeps kohya's minimum keys only.
+lora::SaveOptions lora_save_options(const RunConfig& c, std::map<std::string, std::string> training);
 
 }  // namespace train

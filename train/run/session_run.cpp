@@ -286,22 +286,12 @@ RunPosition Runner::position() const {
 
 std::string Runner::save_lora(SaveKind kind, int64_t n, int64_t meta_epoch) {
     const fs::path path = fs::path(c_.output_dir) / lora_file_name(c_, kind, n);
-    lora::SaveOptions so;
-    so.precision = c_.save_dtype();
-    so.title = c_.metadata_title.value_or(c_.output_name.value_or(lora_file_name(c_, SaveKind::last)));
-    so.resolution_w = m_.data.dataset.config.width;
-    so.resolution_h = m_.data.dataset.config.height;
-    so.clip_skip = c_.clip_skip.value_or(0);
-    so.prediction_type = c_.v_parameterization ? "v" : "epsilon";
     if (run_md_.empty()) {
         facts_.model = model_info_.get();
         run_md_ = run_metadata(c_, m_.data, facts_);
     }
-    so.training = save_metadata(run_md_, trainer_->steps_done(), meta_epoch);
-    for (const auto& [k, v] : {std::pair{"author", &c_.metadata_author}, {"description", &c_.metadata_description},
-                               {"license", &c_.metadata_license}, {"tags", &c_.metadata_tags}})
-        if (*v) so.training[std::string("modelspec.") + k] = **v;
-    so.minimum_metadata = c_.no_metadata;
+    const lora::SaveOptions so =
+        lora_save_options(c_, save_metadata(run_md_, trainer_->steps_done(), meta_epoch));
     lora::save_kohya(path.string(), *m_.graphs->steps()[0].graph->net, *step_rt_[0], so);
     return path.string();
 }
@@ -417,7 +407,6 @@ RunSummary Runner::run() {
     facts.started_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     facts.seed = m_.seed;
     facts.counts = m_.plan.counts;
-    facts.version = "sdtrain (ggml-lite)";
     // The model's hashes (ss_sd_model_hash: the whole file read) are only needed by the first
     // save: they are computed beside caching and training.
     const std::string path = c_.pretrained_model_name_or_path;
