@@ -134,3 +134,7 @@ gl_cli_test("sdtrain --cache_latents=yes" 2 "--cache_latents is a switch and tak
 gl_cli_test("sdtrain --output_name .." 2 "--output_name must be a file name \\(not empty, '.' or '..'"
             gl-sdtrain --pretrained_model_name_or_path m --train_data_dir d --resolution 512 --output_dir o
             --network_module networks.lora --output_name ..)
+gl_cli_test("gl-txt2img -W 8192" 2 "--width wants an integer in \\[8, 2048\\], got '8192'"
+            gl-txt2img M -p x -W 8192 -H 8192 --steps 1)
+gl_cli_test("gl-txt2img --seed -2" 2 "--seed wants an integer in \\[0, 18446744073709551615\\], got '-2'"
+            gl-txt2img M -p x --seed -2)

@@ -4,6 +4,7 @@
 // the base image bit for bit; batch independence; the plan; refusals.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -218,7 +219,12 @@ TEST_CASE("pipeline: plan report and refusals") {
     CHECK(has(error_of([&] { pipe.generate(bad); }), "batch 0 must be in [1, 64]"));
     bad = p;
     bad.cfg_scale = NAN;
-    CHECK(has(error_of([&] { pipe.validate(bad); }), "CFG scale nan must be finite"));
+    CHECK(has(error_of([&] { pipe.validate(bad); }), "CFG scale nan must be in [0, 1000]"));
+    bad.cfg_scale = 1e39;
+    CHECK(has(error_of([&] { pipe.validate(bad); }), "CFG scale 1e+39 must be in [0, 1000]"));
+    bad = p;
+    bad.width = 2056;
+    CHECK(has(error_of([&] { pipe.validate(bad); }), "width 2056 must be a multiple of 2 in [2, 2048]"));
 
     PipelineOptions lo = f32_options();
     lo.loras = {{"/nonexistent/lora.safetensors", 1.0f}};

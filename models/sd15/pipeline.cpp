@@ -14,6 +14,7 @@
 #include "lora/merge_file.h"
 #include "models/sd15/noise.h"
 #include "models/sd15/pipeline_impl.h"
+#include "models/sd15/sampler_prompts.h"
 
 namespace sd {
 
@@ -292,12 +293,16 @@ Pipeline::~Pipeline() = default;
 
 void Pipeline::validate(const GenerationParams& p) const {
     const int px = int(model_.vae_cfg.downscale());
+    const SampleBounds& b = kSampleBounds;
     for (const auto& [name, v] : {std::pair{"width", p.width}, std::pair{"height", p.height}})
-        GL_CHECK(v >= px && v <= 8192 && v % px == 0, name, " ", v, " must be a multiple of ", px, " in [", px,
-                 ", 8192] (the VAE's ", px, "x downsampling)");
-    GL_CHECK(p.steps >= 1 && p.steps <= 1000, "steps ", p.steps, " must be in [1, 1000]");
-    GL_CHECK(std::isfinite(p.cfg_scale) && p.cfg_scale >= 0, "CFG scale ", p.cfg_scale, " must be finite and >= 0");
-    GL_CHECK(p.batch >= 1 && p.batch <= 64, "batch ", p.batch, " must be in [1, 64]");
+        GL_CHECK(v >= px && v <= b.side_max && v % px == 0, name, " ", v, " must be a multiple of ", px, " in [", px,
+                 ", ", b.side_max, "] (the VAE's ", px, "x downsampling)");
+    GL_CHECK(p.steps >= b.steps_min && p.steps <= b.steps_max, "steps ", p.steps, " must be in [", b.steps_min, ", ",
+             b.steps_max, "]");
+    GL_CHECK(std::isfinite(p.cfg_scale) && p.cfg_scale >= 0 && p.cfg_scale <= b.cfg_max, "CFG scale ", p.cfg_scale,
+             " must be in [0, ", b.cfg_max, "]");
+    GL_CHECK(p.batch >= b.batch_min && p.batch <= b.batch_max, "batch ", p.batch, " must be in [", b.batch_min, ", ",
+             b.batch_max, "]");
     p.sampler.validate();
 }
 
