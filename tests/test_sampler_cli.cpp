@@ -206,4 +206,35 @@ TEST_CASE("gl-txt2img: one set of bounds for flags and prompt files") {
     fs::remove_all(dir);
 }
 
+TEST_CASE("gl-txt2img: a plan over the memory is refused before anything is allocated, naming what fits") {
+    const fs::path dir = fs::temp_directory_path() / ("gl-test-txt2img-memory-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    const fs::path model = dir / "tiny-sd", out = dir / "out";
+    make_tiny_folder(model);
+    const std::string common = "'" + model.string() + "' --backend cpu --out '" + out.string() + "' ";
+    Result r;
+    for (const auto& [arg, want] : {std::pair<std::string, std::string>{"lots", "--memory-limit: "},
+                                    {"0", "--memory-limit: a limit of 0 bytes fits nothing"}}) {
+        r = txt2img(dir, common + "-p x --memory-limit " + arg);
+        CHECK(r.status == 2);
+        CHECK(has(r.err, want));
+    }
+    r = txt2img(dir, common + "-p x -W 16 -H 16 --steps 1 --memory-limit 1K");
+    CHECK(r.status == 1);
+    CHECK(has(r.err, "gl-txt2img: error: memory: 16x16 at batch 1 with CFG needs "));
+    CHECK(has(r.err, "of the memory limit; no smaller size fits either (the weights alone take "));
+    r = txt2img(dir, common + "-p x -W 16 -H 16 --plan");
+    REQUIRE(r.status == 0);
+    const size_t at = r.out.find("total          ");
+    REQUIRE(at != std::string::npos);
+    const double small_mib = std::stod(r.out.substr(at + 15));
+    r = txt2img(dir, common + "-p x -W 64 -H 64 --steps 1 --memory-limit " +
+                         std::to_string(size_t(small_mib * 1048576.0) + 65536));
+    CHECK(r.status == 1);
+    CHECK(has(r.err, "memory: 64x64 at batch 1 with CFG needs "));
+    CHECK(has(r.err, "of the memory limit; the largest that fits: "));
+    CHECK(!fs::exists(out));
+    fs::remove_all(dir);
+}
+
 #endif

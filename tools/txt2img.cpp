@@ -3,7 +3,9 @@
 // sampler.h, sampler_prompts.h). Every image is a PNG named NNNNN-SEED.png (numbering continues
 // after what the output folder holds) carrying its generation parameters in A1111's "parameters"
 // text chunk; --grid adds one grid of the run (a row per prompt). The memory plan of the largest
-// request is printed before anything runs.
+// request is printed before anything runs; requests over the GPU's free memory, the host's
+// available memory on the CPU, or --memory-limit, are refused before anything is allocated,
+// naming the largest size and batch that fit. Flags and prompt files share sd::kSampleBounds.
 //
 // Exit status (tools/common/cli.h): 0 done, 2 a bad command line, 1 an error (bad file, size,
 // sampler, CUDA failure), each error on one line naming the culprit.
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "ggml-lite/core/autofit.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/io/png.h"
@@ -50,6 +53,7 @@ struct Args {
     gl::Backend backend = gl::Backend::automatic;
     std::string dtype = "auto";
     double vae_budget_mib = 2048;
+    std::optional<size_t> memory_limit;  // none: what is free
 };
 
 // One request of the run and where it came from (for messages).
@@ -62,6 +66,12 @@ struct Request {
 std::optional<uint64_t> parse_seed(const std::string& text) {
     if (text == "-1") return std::nullopt;
     return gl::cli::parse_int<uint64_t>("--seed", text, 0, std::numeric_limits<uint64_t>::max());
+}
+
+std::optional<size_t> parse_limit(const std::string& text) {
+    const size_t bytes = gl::parse_bytes(text);
+    GL_CHECK(bytes > 0, "a limit of 0 bytes fits nothing, got '", text, "'");
+    return bytes;
 }
 
 uint64_t random_seed() {
@@ -158,6 +168,7 @@ int run(const Args& a) {
     po.clip_skip = a.clip_skip;
     po.merge_loras = a.merge_loras;
     po.vae_budget_bytes = size_t(a.vae_budget_mib * 1048576.0);
+    po.memory_limit = a.memory_limit;
     for (const std::string& l : a.loras) po.loras.push_back(sd::parse_lora_file(l));
 
     const std::vector<Request> reqs = requests_of(a);
@@ -269,6 +280,9 @@ int parse_and_run(int argc, char** argv) {
     cli.add_real("--vae-budget", a.vae_budget_mib, 1.0, 1e7,
                  "MiB of activations one VAE decode pass may plan; over it the batch decodes image by image, then in "
                  "tiles");
+    cli.add_parsed("--memory-limit", a.memory_limit, &parse_limit, "SIZE",
+                   "the most memory the run may lay out (8G, 512M; never more than the GPU's free memory, or the "
+                   "host's available memory on the CPU); a request over it is refused naming the sizes that fit");
     cli.add_flag("--prefer-fp16", a.prefer_fp16, "diffusers folders: read the .fp16 weight files when present");
     cli.add_flag("--plan", a.plan_only, "print the memory plan and exit");
     cli.parse(argc, argv);
