@@ -130,3 +130,20 @@ gl_cli_test("sdtrain missing config file" 2 "--config_file nope.toml: cannot be 
 gl_cli_test("sdtrain unwritable output folder" 1 "sdtrain: error: --output_dir /proc/sdtrain-out: cannot be created"
             gl-sdtrain --pretrained_model_name_or_path m --train_data_dir d --resolution 512
             --output_dir /proc/sdtrain-out --network_module networks.lora)
+# Numbers and values that pass a first check and break later are refused by the option's name.
+gl_cli_test("sdtrain --text_encoder_lr -inf" 2 "--text_encoder_lr wants a finite number >= 0, got '-inf'"
+            gl-sdtrain --text_encoder_lr -inf)
+gl_cli_test("sdtrain --learning_rate 1e39" 2 "--learning_rate wants a finite number >= 0 that a 32-bit float holds"
+            gl-sdtrain --learning_rate 1e39)
+gl_cli_test("sdtrain --huber_c 1e39" 2 "--huber_c wants a finite number in \\[0, 1\\], got '1e39'"
+            gl-sdtrain --huber_c 1e39)
+gl_cli_test("sdtrain --seed 2^64" 2 "--seed wants an integer in \\[0, 18446744073709551615\\]"
+            gl-sdtrain --seed 18446744073709551616)
+gl_cli_test("sdtrain --cache_latents=yes" 2 "--cache_latents is a switch and takes no value" gl-sdtrain --cache_latents=yes)
+gl_cli_test("sdtrain --output_name .." 2 "--output_name must be a file name \\(not empty, '.' or '..'"
+            gl-sdtrain --pretrained_model_name_or_path m --train_data_dir d --resolution 512 --output_dir o
+            --network_module networks.lora --output_name ..)
+gl_cli_test("gl-txt2img -W 8192" 2 "--width wants an integer in \\[8, 2048\\], got '8192'"
+            gl-txt2img M -p x -W 8192 -H 8192 --steps 1)
+gl_cli_test("gl-txt2img --seed -2" 2 "--seed wants an integer in \\[0, 18446744073709551615\\], got '-2'"
+            gl-txt2img M -p x --seed -2)

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <set>
 
 #include "ggml-lite/core/error.h"
@@ -79,6 +80,14 @@ void apply(OptimizerConfig& c, const ArgDef& a, const std::string& value) {
     const ArgValue v = parse_value(a.name, value, a.type);
     if (a.check)
         if (const char* why = a.check(v)) bad(a.name, value, why);
+    for (int i = 0; i < v.n && !v.none; i++) {
+        // The optimizers compute in float: a finite value float cannot hold would become inf (1e39)
+        // or 0 (1e-50); infinity itself is a value some arguments take (Prodigy's growth_rate).
+        const double x = v.x[i], size = std::fabs(x);
+        if (std::isfinite(x) && (size > std::numeric_limits<float>::max() ||
+                                 (x != 0 && size < std::numeric_limits<float>::denorm_min())))
+            bad(a.name, value, "does not fit a 32-bit float (the optimizer computes in one)");
+    }
     for (int i = 0; i < 2; i++)
         if (a.feeds[i]) c.*a.feeds[i] = v.none ? 0.0f : float(v.x[i]);
     c.values[a.name] = v;

@@ -151,4 +151,90 @@ TEST_CASE("gl-txt2img: images, parameters, grid, prompt file, numbering, refusal
     fs::remove_all(dir);
 }
 
+TEST_CASE("gl-txt2img: one set of bounds for flags and prompt files") {
+    const fs::path dir = fs::temp_directory_path() / ("gl-test-txt2img-bounds-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    const fs::path model = dir / "tiny-sd", out = dir / "out";
+    make_tiny_folder(model);
+    const std::string common = "'" + model.string() + "' --backend cpu --out '" + out.string() + "' ";
+
+    // Flags: a bad command line (2), naming the flag and the range.
+    const std::pair<std::string, std::string> flags[] = {
+        {"-p x -W 8192 -H 8192 --steps 1", "--width wants an integer in [8, 2048], got '8192'"},
+        {"-p x -H 2147483648", "--height wants an integer in [8, 2048], got '2147483648'"},
+        {"-p x --steps 1001", "--steps wants an integer in [1, 1000], got '1001'"},
+        {"-p x --steps -inf", "--steps wants an integer in [1, 1000], got '-inf'"},
+        {"-p x --cfg -inf", "--cfg wants a finite number in [0, 1000], got '-inf'"},
+        {"-p x --seed -2", "--seed wants an integer in [0, 18446744073709551615], got '-2'"},
+        {"-p x --seed 18446744073709551616", "--seed wants an integer in [0, 18446744073709551615]"},
+        {"-p x --batch 65", "--batch wants an integer in [1, 64], got '65'"},
+    };
+    for (const auto& [args, want] : flags) {
+        const Result r = txt2img(dir, common + args);
+        INFO(args, " -> ", r.err);
+        CHECK(r.status == 2);
+        CHECK(has(r.err, want));
+    }
+    // The prompt file: the same bounds, an error (1) naming the file, the line and the value.
+    const std::pair<std::string, std::string> lines[] = {
+        {"x --s 0", "p.txt:2: steps 0 must be in [1, 1000]"},
+        {"x --s 100000", "p.txt:2: steps 100000 must be in [1, 1000]"},
+        {"x --s 2147483648", "p.txt:2: --s 2147483648 is out of range: steps must be in [1, 1000]"},
+        {"x --w 8192 --h 8192", "p.txt:2: width 8192 must be a multiple of 8 in [8, 2048]"},
+        {"x --l 1001", "p.txt:2: CFG scale 1001 must be in [0, 1000]"},
+        {"x --d 18446744073709551616", "p.txt:2: --d 18446744073709551616 is out of range"},
+    };
+    for (const auto& [line, want] : lines) {
+        write_text(dir / "p.txt", "fine --w 16 --h 16\n" + line + "\n");
+        const Result r = txt2img(dir, common + "--prompt-file '" + (dir / "p.txt").string() + "'");
+        INFO(line, " -> ", r.err);
+        CHECK(r.status == 1);
+        CHECK(has(r.err, want));
+    }
+    CHECK(!fs::exists(out));  // nothing was made
+
+    // A seed is any uint64, from a file (kohya's --d) or the command line; the batch wraps.
+    write_text(dir / "p.txt", "x --d 9223372036854775808 --s 1 --w 16 --h 16 --l 1\n");
+    Result r = txt2img(dir, common + "--prompt-file '" + (dir / "p.txt").string() + "'");
+    INFO(r.out, r.err);
+    REQUIRE(r.status == 0);
+    CHECK(has(parameters(out / "00000-9223372036854775808.png"), "Seed: 9223372036854775808,"));
+    r = txt2img(dir, common + "-p x -W 16 -H 16 --steps 1 --cfg 1 --seed 18446744073709551615 --batch 2");
+    REQUIRE(r.status == 0);
+    CHECK(has(parameters(out / "00001-18446744073709551615.png"), "Seed: 18446744073709551615,"));
+    CHECK(has(parameters(out / "00002-0.png"), "Seed: 0,"));
+    fs::remove_all(dir);
+}
+
+TEST_CASE("gl-txt2img: a plan over the memory is refused before anything is allocated, naming what fits") {
+    const fs::path dir = fs::temp_directory_path() / ("gl-test-txt2img-memory-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    const fs::path model = dir / "tiny-sd", out = dir / "out";
+    make_tiny_folder(model);
+    const std::string common = "'" + model.string() + "' --backend cpu --out '" + out.string() + "' ";
+    Result r;
+    for (const auto& [arg, want] : {std::pair<std::string, std::string>{"lots", "--memory-limit: "},
+                                    {"0", "--memory-limit: a limit of 0 bytes fits nothing"}}) {
+        r = txt2img(dir, common + "-p x --memory-limit " + arg);
+        CHECK(r.status == 2);
+        CHECK(has(r.err, want));
+    }
+    r = txt2img(dir, common + "-p x -W 16 -H 16 --steps 1 --memory-limit 1K");
+    CHECK(r.status == 1);
+    CHECK(has(r.err, "gl-txt2img: error: memory: 16x16 at batch 1 with CFG needs "));
+    CHECK(has(r.err, "of the memory limit; no smaller size fits either (the weights alone take "));
+    r = txt2img(dir, common + "-p x -W 16 -H 16 --plan");
+    REQUIRE(r.status == 0);
+    const size_t at = r.out.find("total          ");
+    REQUIRE(at != std::string::npos);
+    const double small_mib = std::stod(r.out.substr(at + 15));
+    r = txt2img(dir, common + "-p x -W 64 -H 64 --steps 1 --memory-limit " +
+                         std::to_string(size_t(small_mib * 1048576.0) + 65536));
+    CHECK(r.status == 1);
+    CHECK(has(r.err, "memory: 64x64 at batch 1 with CFG needs "));
+    CHECK(has(r.err, "of the memory limit; the largest that fits: "));
+    CHECK(!fs::exists(out));
+    fs::remove_all(dir);
+}
+
 #endif

@@ -4,6 +4,7 @@
 // the base image bit for bit; batch independence; the plan; refusals.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -218,7 +219,12 @@ TEST_CASE("pipeline: plan report and refusals") {
     CHECK(has(error_of([&] { pipe.generate(bad); }), "batch 0 must be in [1, 64]"));
     bad = p;
     bad.cfg_scale = NAN;
-    CHECK(has(error_of([&] { pipe.validate(bad); }), "CFG scale nan must be finite"));
+    CHECK(has(error_of([&] { pipe.validate(bad); }), "CFG scale nan must be in [0, 1000]"));
+    bad.cfg_scale = 1e39;
+    CHECK(has(error_of([&] { pipe.validate(bad); }), "CFG scale 1e+39 must be in [0, 1000]"));
+    bad = p;
+    bad.width = 2056;
+    CHECK(has(error_of([&] { pipe.validate(bad); }), "width 2056 must be a multiple of 2 in [2, 2048]"));
 
     PipelineOptions lo = f32_options();
     lo.loras = {{"/nonexistent/lora.safetensors", 1.0f}};
@@ -230,6 +236,57 @@ TEST_CASE("pipeline: plan report and refusals") {
     PipelineOptions skip = f32_options();
     skip.clip_skip = 3;
     CHECK(has(error_of([&] { Pipeline(tiny_model(), skip); }), "clip_skip 3 must be in [1, 2]"));
+}
+
+TEST_CASE("pipeline: a request over the memory budget is refused before allocating, naming the sizes that fit") {
+    GenerationParams small, big;
+    small.prompt = big.prompt = "a lighthouse";
+    small.steps = big.steps = 1;
+    small.width = small.height = 16;
+    big.width = 64;
+    big.height = 32;
+    small.batch = big.batch = 2;
+    Pipeline probe(tiny_model(), f32_options());
+    const size_t budget = probe.memory_needed(small);
+    REQUIRE(budget < probe.memory_needed(big));
+    const std::string plan = probe.plan_report(small);
+    CHECK(has(plan, "available on the host (MemAvailable, or a cgroup's limit less its use)"));
+
+    PipelineOptions o = f32_options();
+    o.memory_limit = budget;  // exactly what the small request needs
+    Pipeline pipe(tiny_model(), o);
+    CHECK(has(pipe.plan_report(big), "of the memory limit (over it: refused)"));
+    const Pipeline::Fits f = pipe.largest_fitting(big, budget);
+    REQUIRE(f.smaller_size.has_value());
+    const GenerationParams& fit = *f.smaller_size;
+    // The same batch and aspect ratio, within the budget; one step larger is over it.
+    CHECK(fit.batch == 2);
+    auto half = [](int w) { return std::max(8, (w / 2 + 4) / 8 * 8); };  // to the nearest multiple of 8
+    CHECK(fit.height == half(fit.width));
+    CHECK(fit.width >= small.width);
+    CHECK(pipe.memory_needed(fit) <= budget);
+    GenerationParams next = fit;
+    next.width += 8;
+    next.height = half(next.width);
+    CHECK(pipe.memory_needed(next) > budget);
+    if (f.smaller_batch) {
+        CHECK(f.smaller_batch->width == big.width);
+        CHECK(pipe.memory_needed(*f.smaller_batch) <= budget);
+    }
+    const std::string e = error_of([&] { pipe.generate(big); });
+    CHECK(has(e, gl::cat("memory: 64x32 at batch 2 with CFG needs ")));
+    CHECK(has(e, gl::cat("of the memory limit; the largest that fits: ", fit.width, "x", fit.height,
+                         " at batch 2 with CFG")));
+    // What fits still runs after the refusal (the refused request's plans are forgotten), twice.
+    CHECK(pipe.generate(small).size() == 2);
+    CHECK(pipe.generate(fit).size() == 2);
+    CHECK(has(error_of([&] { pipe.reserve({small, big}); }), "memory: 64x32 at batch 2 with CFG needs"));
+
+    // Under the weights alone nothing fits.
+    o.memory_limit = 1024;
+    Pipeline none(tiny_model(), o);
+    CHECK(has(error_of([&] { none.generate(small); }),
+              "of the memory limit; no smaller size fits either (the weights alone take "));
 }
 
 TEST_CASE("pipeline: A1111 infotext") {

@@ -3,7 +3,9 @@
 // sampler.h, sampler_prompts.h). Every image is a PNG named NNNNN-SEED.png (numbering continues
 // after what the output folder holds) carrying its generation parameters in A1111's "parameters"
 // text chunk; --grid adds one grid of the run (a row per prompt). The memory plan of the largest
-// request is printed before anything runs.
+// request is printed before anything runs; requests over the GPU's free memory, the host's
+// available memory on the CPU, or --memory-limit, are refused before anything is allocated,
+// naming the largest size and batch that fit. Flags and prompt files share sd::kSampleBounds.
 //
 // Exit status (tools/common/cli.h): 0 done, 2 a bad command line, 1 an error (bad file, size,
 // sampler, CUDA failure), each error on one line naming the culprit.
@@ -11,10 +13,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "ggml-lite/core/autofit.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/io/png.h"
@@ -41,13 +46,14 @@ struct Args {
     double eta = 0.0;
     int steps = 20;
     double cfg = 7.5;
-    int64_t seed = -1;
+    std::optional<uint64_t> seed;  // none: random
     int width = 512, height = 512, batch = 1, clip_skip = 1;
     std::string out = "outputs";
     bool grid = false, plan_only = false, prefer_fp16 = false;
     gl::Backend backend = gl::Backend::automatic;
     std::string dtype = "auto";
     double vae_budget_mib = 2048;
+    std::optional<size_t> memory_limit;  // none: what is free
 };
 
 // One request of the run and where it came from (for messages).
@@ -55,6 +61,18 @@ struct Request {
     sd::GenerationParams p;
     std::string where;
 };
+
+// --seed: -1 (random) or any uint64, as a prompt file's --d.
+std::optional<uint64_t> parse_seed(const std::string& text) {
+    if (text == "-1") return std::nullopt;
+    return gl::cli::parse_int<uint64_t>("--seed", text, 0, std::numeric_limits<uint64_t>::max());
+}
+
+std::optional<size_t> parse_limit(const std::string& text) {
+    const size_t bytes = gl::parse_bytes(text);
+    GL_CHECK(bytes > 0, "a limit of 0 bytes fits nothing, got '", text, "'");
+    return bytes;
+}
 
 uint64_t random_seed() {
     std::random_device rd;
@@ -78,7 +96,7 @@ std::vector<Request> requests_of(const Args& a) {
     defaults.height = a.height;
     defaults.steps = a.steps;
     defaults.cfg_scale = a.cfg;
-    if (a.seed >= 0) defaults.seed = uint64_t(a.seed);
+    defaults.seed = a.seed;
     std::vector<sd::SamplePrompt> prompts;
     if (!a.prompt_file.empty()) {
         prompts = sd::read_prompt_file(a.prompt_file, defaults);
@@ -150,6 +168,7 @@ int run(const Args& a) {
     po.clip_skip = a.clip_skip;
     po.merge_loras = a.merge_loras;
     po.vae_budget_bytes = size_t(a.vae_budget_mib * 1048576.0);
+    po.memory_limit = a.memory_limit;
     for (const std::string& l : a.loras) po.loras.push_back(sd::parse_lora_file(l));
 
     const std::vector<Request> reqs = requests_of(a);
@@ -244,13 +263,14 @@ int parse_and_run(int argc, char** argv) {
     cli.add_choice("--sampler-config", a.sampler_config, {"diffusers", "kohya"},
                    "scheduler configuration: diffusers (SD1.5's scheduler_config.json) or kohya (sd-scripts' samples)");
     cli.add_real("--eta", a.eta, 0.0, 1.0, "DDIM eta (0 deterministic)");
-    cli.add_int("--steps", a.steps, 1, 1000, "sampling steps");
-    cli.add_real("--cfg", a.cfg, 0.0, 1000.0, "classifier-free guidance scale (<= 1: no negative pass)");
-    cli.add_int("--seed", a.seed, int64_t(-1), int64_t(UINT32_MAX) * 1024,
-                "seed of the first image (image b uses seed + b); -1: random");
-    cli.add_int("--width,-W", a.width, 8, 8192, "width in pixels, a multiple of 8");
-    cli.add_int("--height,-H", a.height, 8, 8192, "height in pixels, a multiple of 8");
-    cli.add_int("--batch,-b", a.batch, 1, 64, "images per prompt");
+    const sd::SampleBounds& b = sd::kSampleBounds;  // the prompt file's bounds too
+    cli.add_int("--steps", a.steps, b.steps_min, b.steps_max, "sampling steps");
+    cli.add_real("--cfg", a.cfg, 0.0, b.cfg_max, "classifier-free guidance scale (<= 1: no negative pass)");
+    cli.add_parsed("--seed", a.seed, &parse_seed, "INT",
+                   "seed of the first image (image b uses seed + b), in [0, 2^64 - 1]; -1: random", "-1");
+    cli.add_int("--width,-W", a.width, b.side_min, b.side_max, "width in pixels, a multiple of 8");
+    cli.add_int("--height,-H", a.height, b.side_min, b.side_max, "height in pixels, a multiple of 8");
+    cli.add_int("--batch,-b", a.batch, b.batch_min, b.batch_max, "images per prompt");
     cli.add_int("--clip-skip", a.clip_skip, 1, 12, "CLIP layers to skip from the end (kohya / A1111: 2 = penultimate)");
     cli.add_path("--out,-o", a.out, "output folder");
     cli.add_flag("--grid", a.grid, "also write a grid of all images (as A1111 lays them out: round(sqrt(n)) rows, 4 -> 2x2, 6 -> 2x3)");
@@ -260,6 +280,9 @@ int parse_and_run(int argc, char** argv) {
     cli.add_real("--vae-budget", a.vae_budget_mib, 1.0, 1e7,
                  "MiB of activations one VAE decode pass may plan; over it the batch decodes image by image, then in "
                  "tiles");
+    cli.add_parsed("--memory-limit", a.memory_limit, &parse_limit, "SIZE",
+                   "the most memory the run may lay out (8G, 512M; never more than the GPU's free memory, or the "
+                   "host's available memory on the CPU); a request over it is refused naming the sizes that fit");
     cli.add_flag("--prefer-fp16", a.prefer_fp16, "diffusers folders: read the .fp16 weight files when present");
     cli.add_flag("--plan", a.plan_only, "print the memory plan and exit");
     cli.parse(argc, argv);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <set>
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
@@ -14,6 +15,7 @@
 #include "lora/merge_file.h"
 #include "models/sd15/noise.h"
 #include "models/sd15/pipeline_impl.h"
+#include "models/sd15/sampler_prompts.h"
 
 namespace sd {
 
@@ -150,7 +152,20 @@ void Pipeline::Impl::ensure(const Sd15Files& f, const PipelineOptions& o, const 
     mem.reset();
     std::vector<const gl::Plan*> all;
     for (const auto& [k, p] : plans) all.push_back(&p.plan);
-    mem = gl::make_shared_memory(gl::make_shared_layout(all, backend));
+    gl::SharedLayout layout = gl::make_shared_layout(all, backend);
+    const Pipeline::Budget budget = memory_budget_of(o, backend);  // read with the old memory gone
+    if (layout.total_bytes() > budget.bytes) {
+        // Over the budget with every shape planned so far: keep only what these requests need (the
+        // other plans are a cache; a later request plans its shapes again).
+        std::set<std::string> needed(keys.begin(), keys.end());
+        for (const PipelineHolder* h : {&text, &unet, &vae}) needed.insert(h->key);
+        std::erase_if(plans, [&](const auto& kv) { return !needed.count(kv.first); });
+        all.clear();
+        for (const auto& [k, p] : plans) all.push_back(&p.plan);
+        layout = gl::make_shared_layout(all, backend);
+        if (layout.total_bytes() > budget.bytes) throw OverBudget(layout.total_bytes(), budget);
+    }
+    mem = gl::make_shared_memory(std::move(layout));
     load(f, o);
 }
 
@@ -292,12 +307,16 @@ Pipeline::~Pipeline() = default;
 
 void Pipeline::validate(const GenerationParams& p) const {
     const int px = int(model_.vae_cfg.downscale());
+    const SampleBounds& b = kSampleBounds;
     for (const auto& [name, v] : {std::pair{"width", p.width}, std::pair{"height", p.height}})
-        GL_CHECK(v >= px && v <= 8192 && v % px == 0, name, " ", v, " must be a multiple of ", px, " in [", px,
-                 ", 8192] (the VAE's ", px, "x downsampling)");
-    GL_CHECK(p.steps >= 1 && p.steps <= 1000, "steps ", p.steps, " must be in [1, 1000]");
-    GL_CHECK(std::isfinite(p.cfg_scale) && p.cfg_scale >= 0, "CFG scale ", p.cfg_scale, " must be finite and >= 0");
-    GL_CHECK(p.batch >= 1 && p.batch <= 64, "batch ", p.batch, " must be in [1, 64]");
+        GL_CHECK(v >= px && v <= b.side_max && v % px == 0, name, " ", v, " must be a multiple of ", px, " in [", px,
+                 ", ", b.side_max, "] (the VAE's ", px, "x downsampling)");
+    GL_CHECK(p.steps >= b.steps_min && p.steps <= b.steps_max, "steps ", p.steps, " must be in [", b.steps_min, ", ",
+             b.steps_max, "]");
+    GL_CHECK(std::isfinite(p.cfg_scale) && p.cfg_scale >= 0 && p.cfg_scale <= b.cfg_max, "CFG scale ", p.cfg_scale,
+             " must be in [0, ", b.cfg_max, "]");
+    GL_CHECK(p.batch >= b.batch_min && p.batch <= b.batch_max, "batch ", p.batch, " must be in [", b.batch_min, ", ",
+             b.batch_max, "]");
     p.sampler.validate();
 }
 
@@ -338,14 +357,7 @@ std::vector<std::string> Pipeline::graphs_for(const GenerationParams& p) {
     return keys;
 }
 
-void Pipeline::reserve(const std::vector<GenerationParams>& requests) {
-    std::vector<std::string> keys;
-    for (const GenerationParams& p : requests) {
-        const std::vector<std::string> k = graphs_for(p);
-        keys.insert(keys.end(), k.begin(), k.end());
-    }
-    impl_->ensure(model_, opt_, keys);
-}
+void Pipeline::reserve(const std::vector<GenerationParams>& requests) { ensure_requests(requests); }
 
 std::vector<const gl::Plan*> Pipeline::plans(const std::vector<GenerationParams>& requests) {
     Impl& m = *impl_;
@@ -450,7 +462,7 @@ std::vector<gl::io::Image> Pipeline::generate(const GenerationParams& p, const s
 
 std::vector<float> Pipeline::generate_pixels(const GenerationParams& p, const std::vector<float>* initial_noise,
                                              const std::function<void(int, int)>& on_step, std::vector<float>* latents_out) {
-    impl_->ensure(model_, opt_, graphs_for(p));  // every graph of the request in the memory at once
+    ensure_requests({p});  // every graph of the request in the memory at once
     const bool cfg = p.cfg_scale > 1.0;
     int chunks = 1;
     const std::vector<float> text = cfg ? encode_text({p.negative, p.prompt}, &chunks) : encode_text({p.prompt}, &chunks);
@@ -502,6 +514,9 @@ std::string Pipeline::plan_report(const GenerationParams& p) {
     const gl::SharedLayout L = gl::make_shared_layout(mine, m.backend);
     s += gl::cat("  total          ", mib(L.total_bytes()), " in one shared memory (weights once, the activations of "
                  "the largest graph", m.backend == "cuda" ? ", the CUDA scratch" : "", ")\n");
+    const Budget b = memory_budget();
+    s += gl::cat("  available      ", mib(b.bytes), " ", b.what, L.total_bytes() > b.bytes ? " (over it: refused)" : "",
+                 "\n");
     s += "UNet graph (one model call):\n" + m.plans.at(keys[1]).plan.report(6);
     return s;
 }

@@ -22,7 +22,10 @@
 // the largest graph's. Each model is also planned once at a minimal shape that holds all its
 // weights; the runtimes of those plans load them. The memory is laid out from every plan made so
 // far when the first request runs; a later request whose graphs do not fit lays it out again and
-// reloads the weights, so callers that know their requests list them with reserve() first.
+// reloads the weights, so callers that know their requests list them with reserve() first. A
+// layout is never larger than the memory budget (memory_budget()): past it, only the request's own
+// graphs are laid out, and a request that is over it alone is refused before anything is
+// allocated, naming the largest sizes that fit.
 // The VAE decode is planned before it runs: when its activations exceed vae_budget_bytes it
 // decodes image by image, and when one image is still over the budget it decodes in overlapping
 // tiles blended as diffusers' AutoencoderKL.tiled_decode does (tile vae_tile latents, overlap
@@ -68,6 +71,9 @@ struct PipelineOptions {
     int clip_skip = 1;                  // kohya / A1111 numbering: 2 takes the penultimate layer
     int max_chunks = 3;                 // long prompts: at most 3 x 75 tokens
     size_t vae_budget_bytes = size_t(2) << 30;  // activations of one VAE decode pass
+    // The most bytes the pipeline's own memory may take; it never takes more than is free when it
+    // is laid out either (the GPU's free memory on CUDA, gl::host_available_bytes() on the CPU).
+    std::optional<size_t> memory_limit;
     int vae_tile = 64;                  // latent side of a VAE tile (diffusers: sample_size / 8)
     // Sampling while training (sdtrain): the LoRA being trained, applied as branches whose
     // parameters carry the trainer's names, so that on the trainer's memory (use_memory) they are
@@ -156,8 +162,26 @@ public:
     VaeDecodePlan plan_decode(int batch, int latent_h, int latent_w);
 
     // The memory plan of a request before it runs: each model's weights, the activations of the
-    // text encoder, UNet and VAE graphs it needs, and the VAE decode mode.
+    // text encoder, UNet and VAE graphs it needs, the VAE decode mode, and the memory available.
     std::string plan_report(const GenerationParams& p);
+
+    // Memory budget. The pipeline lays out its own memory only within its budget (memory_budget():
+    // PipelineOptions::memory_limit or what is free, whichever is less): reserve() and generate()
+    // refuse requests over it before allocating, naming the sizes of largest_fitting().
+    struct Budget {
+        size_t bytes = 0;
+        std::string what;  // "free on the GPU", "available on the host (...)", "of the memory limit"
+    };
+    Budget memory_budget() const;
+    // The bytes of a memory holding the weights and this request's graphs alone (planned without
+    // keeping the plans).
+    size_t memory_needed(const GenerationParams& p);
+    // The largest requests like p within `budget` bytes: the same batch with both sides shrunk
+    // together in steps of 8 pixels, and the same size at a smaller batch (nullopt: none fits).
+    struct Fits {
+        std::optional<GenerationParams> smaller_size, smaller_batch;
+    };
+    Fits largest_fitting(const GenerationParams& p, size_t budget);
 
     // Unit noise of one request from its seeds (NHWC, one NoiseRng per image).
     std::vector<float> seed_noise(const GenerationParams& p) const;
@@ -167,6 +191,9 @@ private:
     // The chunk count of texts encoded together; the plan keys of a request's graphs (planned).
     int chunks_for(const std::vector<std::string>& texts) const;
     std::vector<std::string> graphs_for(const GenerationParams& p);
+    // Plans the requests' graphs and lays out the memory for them (ensure), refusing a layout over
+    // the budget with the sizes that fit (the plans it made for them are forgotten then).
+    void ensure_requests(const std::vector<GenerationParams>& requests);
     Sd15Files model_;
     PipelineOptions opt_;
     std::unique_ptr<Impl> impl_;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ggml-lite/core/error.h"
 #include "ggml-lite/core/shared_memory.h"
 #include "ggml-lite/io/tensor_source.h"
 #include "lora/lora.h"
@@ -20,6 +21,18 @@ struct BuiltGraph {
     gl::ValueId out = gl::kNoValue;
 };
 using GraphBuilder = std::function<BuiltGraph(nn::Weights&, gl::Graph&)>;
+
+// A memory layout over the budget, thrown by Impl::ensure before anything is allocated; the
+// requests' callers (reserve, generate) turn it into a refusal naming the sizes that fit.
+class OverBudget : public gl::Error {
+public:
+    OverBudget(size_t need_bytes, Pipeline::Budget b);
+    size_t need = 0;
+    Pipeline::Budget budget;
+};
+
+// The pipeline's memory budget on a backend ("cpu" or "cuda"): Pipeline::memory_budget().
+Pipeline::Budget memory_budget_of(const PipelineOptions& o, const std::string& backend);
 
 struct LoraSource {
     std::unique_ptr<gl::io::TensorSource> file;
@@ -78,6 +91,7 @@ struct Pipeline::Impl {
 
     // Makes sure the memory holds every plan of `keys` (planned before): allocates it (from all
     // plans so far) when there is none or one does not fit, then loads the weights and LoRA files.
+    // Throws OverBudget, before allocating, when that layout is over memory_budget_of(o).
     void ensure(const Sd15Files& f, const PipelineOptions& o, const std::vector<std::string>& keys);
     // The runtime of a planned key on the memory (ensure() first).
     Instance& runtime(const std::string& key);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/io/files.h"
@@ -26,24 +27,27 @@ std::string lower(std::string_view s) {
     return r;
 }
 
+// How a value of kohya's \d+ or [\d.]+ read.
+enum class Read : uint8_t { ok, malformed, too_large };
+
 // The whole of s as a non-negative decimal integer (digits only, as kohya's \d+).
-template <class T>
-std::optional<T> parse_uint(std::string_view s) {
-    if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
-    T v{};
+Read parse_digits(std::string_view s, uint64_t& v) {
+    if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return Read::malformed;
     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-    return v;
+    return ec == std::errc() && end == s.data() + s.size() ? Read::ok : Read::too_large;
 }
 
 // kohya's [\d.]+ read by Python's float(): digits with at most one dot.
-std::optional<double> parse_scale(std::string_view s) {
+Read parse_scale(std::string_view s, double& v) {
     const bool chars_ok = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.'; });
-    if (!chars_ok || std::count(s.begin(), s.end(), '.') > 1 || s == ".") return std::nullopt;
-    double v = 0;
+    if (!chars_ok || std::count(s.begin(), s.end(), '.') > 1 || s == ".") return Read::malformed;
     const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v)) return std::nullopt;
-    return v;
+    if (end != s.data() + s.size()) return Read::malformed;
+    return ec == std::errc() && std::isfinite(v) ? Read::ok : Read::too_large;
+}
+
+std::string side_rule(const SampleBounds& b) {
+    return gl::cat("a multiple of ", b.side_step, " in [", b.side_min, ", ", b.side_max, "]");
 }
 
 }  // namespace
@@ -51,12 +55,14 @@ std::optional<double> parse_scale(std::string_view s) {
 SamplePrompt kohya_prompt_defaults() { return SamplePrompt{}; }
 
 void validate_prompt(const SamplePrompt& p, const std::string& where) {
+    const SampleBounds& b = kSampleBounds;
     for (const auto& [name, v] : {std::pair{"width", p.width}, std::pair{"height", p.height}})
-        GL_CHECK(v >= 8 && v <= 8192 && v % 8 == 0, where, ": ", name, " ", v,
-                 " must be a multiple of 8 in [8, 8192] (the VAE works on 8x8-pixel latents)");
-    GL_CHECK(std::isfinite(p.cfg_scale) && p.cfg_scale >= 0, where, ": CFG scale ", p.cfg_scale,
-             " must be finite and >= 0");
-    GL_CHECK(p.steps >= 1 && p.steps <= 1000, where, ": steps ", p.steps, " must be in [1, 1000]");
+        GL_CHECK(v >= b.side_min && v <= b.side_max && v % b.side_step == 0, where, ": ", name, " ", v, " must be ",
+                 side_rule(b), " (the VAE works on 8x8-pixel latents; larger sides are beyond SD1.5)");
+    GL_CHECK(std::isfinite(p.cfg_scale) && p.cfg_scale >= 0 && p.cfg_scale <= b.cfg_max, where, ": CFG scale ",
+             p.cfg_scale, " must be in [0, ", b.cfg_max, "]");
+    GL_CHECK(p.steps >= b.steps_min && p.steps <= b.steps_max, where, ": steps ", p.steps, " must be in [",
+             b.steps_min, ", ", b.steps_max, "]");
     if (!p.sampler.empty()) {
         try {
             parse_sampler_name(p.sampler);
@@ -98,22 +104,36 @@ std::optional<SamplePrompt> parse_prompt_line(std::string_view raw, const Sample
         GL_CHECK(known, where, ": unknown option ", shown, " (known: --n --w --h --d --l --s --ss)");
         GL_CHECK(!value.empty(), where, ": ", shown, " has no value");
         auto bad = [&](const char* want) { gl::fail(where, ": ", shown, " '", value, "' is not ", want); };
+        auto too_large = [&](const std::string& rule) {
+            gl::fail(where, ": ", shown, " ", value, " is out of range: ", rule);
+        };
+        // A whole number that fits an int (validate_prompt then checks the bounds).
+        auto whole_int = [&](const char* want, const std::string& rule) {
+            uint64_t v = 0;
+            const Read r = parse_digits(value, v);
+            if (r == Read::malformed) bad(want);
+            if (r == Read::too_large || v > uint64_t(std::numeric_limits<int>::max())) too_large(rule);
+            return int(v);
+        };
+        const SampleBounds& b = kSampleBounds;
         if (flag == "w" || flag == "h") {
-            const auto v = parse_uint<int>(value);
-            if (!v) bad("a whole number of pixels");
-            (flag == "w" ? p.width : p.height) = *v;
-        } else if (flag == "d") {
-            const auto v = parse_uint<uint64_t>(value);
-            if (!v) bad("a seed (a whole number below 2^64)");
-            p.seed = *v;
+            (flag == "w" ? p.width : p.height) = whole_int("a whole number of pixels", "a side is " + side_rule(b));
         } else if (flag == "s") {
-            const auto v = parse_uint<uint64_t>(value);
-            if (!v) bad("a whole number of steps");
-            p.steps = int(std::clamp<uint64_t>(*v, 1, 1000));  // kohya: max(1, min(1000, steps))
+            p.steps = whole_int("a whole number of steps", gl::cat("steps must be in [", b.steps_min, ", ",
+                                                                   b.steps_max, "]"));
+        } else if (flag == "d") {
+            uint64_t v = 0;
+            const Read r = parse_digits(value, v);
+            if (r == Read::malformed) bad("a seed (a whole number)");
+            if (r == Read::too_large)
+                too_large(gl::cat("a seed is an integer in [0, ", std::numeric_limits<uint64_t>::max(), "]"));
+            p.seed = v;
         } else if (flag == "l") {
-            const auto v = parse_scale(value);
-            if (!v) bad("a CFG scale (digits and one dot)");
-            p.cfg_scale = *v;
+            double v = 0;
+            const Read r = parse_scale(value, v);
+            if (r == Read::malformed) bad("a CFG scale (digits and one dot)");
+            if (r == Read::too_large) too_large(gl::cat("the CFG scale must be in [0, ", b.cfg_max, "]"));
+            p.cfg_scale = v;
         } else if (flag == "n") {
             p.negative = std::string(value);
         } else {  // ss

@@ -7,17 +7,19 @@
 //   --w N      width, --h N height (pixels)
 //   --d N      seed
 //   --l X      CFG scale
-//   --s N      steps (clamped to 1..1000, as kohya does)
+//   --s N      steps
 //   --ss NAME  sampler for this prompt (kohya's names; see sampler.h)
 // Empty lines are skipped; a line whose first non-blank character is '#' is a comment. Flags are
 // matched case-insensitively, as kohya does.
 //
 // Where kohya is lenient and we are not: a flag whose value does not parse (kohya logs it and
 // goes on) or that we do not know is an error naming the file, the line and the flag; kohya's
-// options for other model families (--g, --cn, --ctr, --rcfg, --fs) are refused by name; sizes
-// must be positive multiples of 8 (kohya rounds them down); the prompt text itself is never read
-// as a flag (kohya also matches its patterns against the prompt piece, so a prompt starting with
-// "w 5" would set the width).
+// options for other model families (--g, --cn, --ctr, --rcfg, --fs) are refused by name; every
+// value must lie within kSampleBounds, the bounds the tools' flags have too (kohya clamps the
+// steps to [1, 1000], raises sides below 64 to 64 and rounds them down to multiples of 8, and
+// takes any size and CFG scale); the prompt text itself is never read as a flag (kohya also
+// matches its patterns against the prompt piece, so a prompt starting with "w 5" would set the
+// width).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -26,6 +28,21 @@
 #include <vector>
 
 namespace sd {
+
+// The bounds of one sampling request, for prompt files and the tools' flags alike (gl-txt2img's
+// -W -H --steps --cfg --batch --seed): a value outside them is refused, never clamped.
+struct SampleBounds {
+    // Pixels, in multiples of 8 (the VAE's latents are 8x8 pixels). The largest side is 4x SD1.5's
+    // training size, A1111's largest: past it SD1.5 makes no coherent image, and its top-level
+    // attention over (side / 8)^2 tokens would run for hours.
+    int side_min = 8, side_max = 2048, side_step = 8;
+    int steps_min = 1, steps_max = 1000;  // kohya's range for --s
+    double cfg_max = 1000;                // CFG scale in [0, cfg_max]
+    int batch_min = 1, batch_max = 64;    // images per request (the tools' --batch)
+    // Seeds: every value of a uint64 (kohya's --d goes to torch.manual_seed, which takes
+    // [0, 2^64 - 1]); image b of a batch uses seed + b, wrapping.
+};
+inline constexpr SampleBounds kSampleBounds{};
 
 struct SamplePrompt {
     std::string prompt, negative;
@@ -52,8 +69,8 @@ std::vector<SamplePrompt> parse_prompt_text(std::string_view text, const SampleP
 // prompt or a malformed line, or is one of kohya's .toml / .json prompt files (not read here).
 std::vector<SamplePrompt> read_prompt_file(const std::string& path, const SamplePrompt& defaults);
 
-// Checks the values of a prompt (positive multiples of 8 up to 8192 for the sides, finite CFG
-// scale, steps 1..1000, a known sampler); throws gl::Error that starts with `where`.
+// Checks the values of a prompt against kSampleBounds and its sampler's name; throws gl::Error that
+// starts with `where` and names the value.
 void validate_prompt(const SamplePrompt& p, const std::string& where);
 
 }  // namespace sd

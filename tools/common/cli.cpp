@@ -3,6 +3,7 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -89,8 +90,32 @@ void Parser::parse(int argc, const char* const* argv) {
     parse(std::vector<std::string>(argv + std::min(argc, 1), argv + argc));
 }
 
+// "-inf", "-nan", "-1e5": an argument that reads whole as a negative number (or infinity, NaN).
+bool negative_number(const std::string& a) {
+    if (a.size() < 2 || a[0] != '-' || a[1] == '-') return false;
+    double v = 0;
+    const auto [ptr, ec] = std::from_chars(a.data(), a.data() + a.size(), v);
+    return ptr == a.data() + a.size() && (ec == std::errc() || ec == std::errc::result_out_of_range);
+}
+
+std::vector<std::string> Parser::values_joined(const std::vector<std::string>& args) const {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < args.size(); i++) {
+        const std::string& a = args[i];
+        const bool named = a.size() > 1 && a[0] == '-' && a.find('=') == std::string::npos;
+        const CLI::Option* o = named ? app_.get_option_no_throw(a) : nullptr;
+        if (o && o->get_items_expected_max() > 0 && i + 1 < args.size() && negative_number(args[i + 1])) {
+            out.push_back(a + (a[1] == '-' ? "=" : "") + args[++i]);  // "--lr=-inf", "-W-8"
+            continue;
+        }
+        out.push_back(a);
+    }
+    return out;
+}
+
 void Parser::parse(const std::vector<std::string>& args) {
-    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+    const std::vector<std::string> joined = values_joined(args);
+    std::vector<std::string> reversed(joined.rbegin(), joined.rend());  // CLI11 takes them last first
     try {
         app_.parse(reversed);
     } catch (const CLI::ParseError& e) {

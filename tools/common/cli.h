@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include <charconv>
+#include <cmath>
 #include <concepts>
 #include <exception>
 #include <functional>
@@ -65,14 +66,25 @@ T parse_int(std::string_view flag, std::string_view text, T lo, T hi) {
     return v;
 }
 
-// text as a finite floating-point number of type T in [lo, hi] (decimal or exponent form).
-template <std::floating_point T>
+// text as a finite floating-point number of type T in [lo, hi] (decimal or exponent form). A value
+// kept in T and computed in a narrower type Used (a double option the run uses as a float) must
+// also be finite there and not round to zero there unless it is zero: 1e39 is a finite double and
+// an infinite float, 1e-50 a float 0.
+template <std::floating_point T, std::floating_point Used = T>
 T parse_real(std::string_view flag, std::string_view text, T lo, T hi) {
     T v{};
     const char* end = text.data() + text.size();
     const auto [ptr, ec] = std::from_chars(text.data(), end, v);
     if (text.empty() || ec != std::errc() || ptr != end || !(v >= lo && v <= hi))
         throw UsageError(cat(flag, " wants a finite number", real_range_text(lo, hi), ", got '", text, "'"));
+    if constexpr (sizeof(Used) < sizeof(T)) {
+        const T size = std::fabs(v), largest = std::numeric_limits<Used>::max(),
+                smallest = std::numeric_limits<Used>::denorm_min();
+        if (size > largest || (v != 0 && size < smallest))
+            throw UsageError(cat(flag, " wants a finite number", real_range_text(lo, hi), " that a ", 8 * sizeof(Used),
+                                 "-bit float holds (the run computes it in one: 0, or ", smallest, " to ",
+                                 largest, " in size), got '", text, "'"));
+    }
     return v;
 }
 
@@ -164,6 +176,10 @@ private:
         }
     }
     void rethrow(const CLI::ParseError& e);
+    // CLI11 reads an argument that starts with '-' and a letter as an option, so "--lr -inf" would
+    // lose its value: a negative number, infinity or NaN after an option that takes a value is
+    // joined to it ("--lr=-inf"), to be read as the value (and refused by range, naming the option).
+    std::vector<std::string> values_joined(const std::vector<std::string>& args) const;
     CLI::App app_;
 };
 

@@ -68,11 +68,17 @@ Option opt_integer(std::string name, const char* group, std::string help, std::o
                 true);
 }
 
+// Every number option is kept as a double (what metadata and the plan show, as kohya's Python
+// floats) and computed in float by the run: it must hold as one.
+double parse_number(const std::string& where, const std::string& text, double lo, double hi) {
+    return gl::cli::parse_real<double, float>(where, text, lo, hi);
+}
+
 Option real(std::string name, const char* group, std::string help, double RunConfig::*m, double lo = 0,
             double hi = kInf) {
     return make(std::move(name), group, Kind::value, "NUMBER", std::move(help),
                 [m, lo, hi](RunConfig& c, const std::string& w, const Values& v) {
-                    c.*m = gl::cli::parse_real<double>(w, one(w, v), lo, hi);
+                    c.*m = parse_number(w, one(w, v), lo, hi);
                 },
                 true);
 }
@@ -81,20 +87,28 @@ Option opt_real(std::string name, const char* group, std::string help, std::opti
                 double lo = 0, double hi = kInf) {
     return make(std::move(name), group, Kind::value, "NUMBER", std::move(help),
                 [m, lo, hi](RunConfig& c, const std::string& w, const Values& v) {
-                    c.*m = gl::cli::parse_real<double>(w, one(w, v), lo, hi);
+                    c.*m = parse_number(w, one(w, v), lo, hi);
                 },
                 true);
 }
 
+// The value of a path option: an empty one would name the working folder, or nothing.
+const std::string& path_value(const std::string& where, const Values& v, const std::string& type) {
+    const std::string& s = one(where, v);
+    if (s.empty() && (type == "PATH" || type == "FILE" || type == "FOLDER" || type == "TOML"))
+        throw UsageError(where + " wants a path, got ''");
+    return s;
+}
+
 Option text(std::string name, const char* group, std::string type, std::string help, std::string RunConfig::*m) {
-    return make(std::move(name), group, Kind::value, std::move(type), std::move(help),
-                [m](RunConfig& c, const std::string& w, const Values& v) { c.*m = one(w, v); });
+    return make(std::move(name), group, Kind::value, type, std::move(help),
+                [m, type](RunConfig& c, const std::string& w, const Values& v) { c.*m = path_value(w, v, type); });
 }
 
 Option opt_text(std::string name, const char* group, std::string type, std::string help,
                 std::optional<std::string> RunConfig::*m) {
-    return make(std::move(name), group, Kind::value, std::move(type), std::move(help),
-                [m](RunConfig& c, const std::string& w, const Values& v) { c.*m = one(w, v); });
+    return make(std::move(name), group, Kind::value, type, std::move(help),
+                [m, type](RunConfig& c, const std::string& w, const Values& v) { c.*m = path_value(w, v, type); });
 }
 
 Option list(std::string name, const char* group, std::string help, std::vector<std::string> RunConfig::*m) {
@@ -216,7 +230,7 @@ std::vector<Option> build() {
              [](RunConfig& c, const std::string& w, const Values& v) {
                  if (v.size() > 1) throw UsageError(w + ": SD1.5 has one text encoder: give one learning rate");
                  if (v.empty()) c.text_encoder_lr.reset();
-                 else c.text_encoder_lr = gl::cli::parse_real<double>(w, v[0], 0, kInf);
+                 else c.text_encoder_lr = parse_number(w, v[0], 0, kInf);
              },
              true),
         real("max_grad_norm", kOptimizer, "clip the gradients' global norm (0: no clipping)", &RunConfig::max_grad_norm),
@@ -240,7 +254,7 @@ std::vector<Option> build() {
              true),
         integer("lr_scheduler_num_cycles", kOptimizer, "restarts of cosine_with_restarts",
                 &RunConfig::lr_scheduler_num_cycles, 1, 1 << 20),
-        real("lr_scheduler_power", kOptimizer, "power of polynomial", &RunConfig::lr_scheduler_power),
+        real("lr_scheduler_power", kOptimizer, "power of polynomial, > 0", &RunConfig::lr_scheduler_power),
         // ---- training ----
         integer<int64_t>("max_train_steps", kTraining, "optimizer steps (kohya's default 1600)",
                          &RunConfig::max_train_steps, 1, int64_t(1) << 40),
@@ -259,8 +273,8 @@ std::vector<Option> build() {
         opt_real("noise_offset", kTraining, "offset noise strength (around 0.1)", &RunConfig::noise_offset),
         opt_real("min_snr_gamma", kTraining, "min-SNR loss weighting gamma (around 5)", &RunConfig::min_snr_gamma),
         text("loss_type", kTraining, "l1|l2|huber", "the loss (default l2)", &RunConfig::loss_type),
-        real("huber_c", kTraining, "Huber loss parameter", &RunConfig::huber_c),
-        real("huber_scale", kTraining, "Huber loss scale", &RunConfig::huber_scale),
+        real("huber_c", kTraining, "Huber loss parameter, in (0, 1]", &RunConfig::huber_c, 0, 1),
+        real("huber_scale", kTraining, "Huber loss scale, > 0", &RunConfig::huber_scale),
         text("huber_schedule", kTraining, "constant|exponential|snr", "how huber_c follows the timestep",
              &RunConfig::huber_schedule),
         opt_integer("min_timestep", kTraining, "smallest timestep trained", &RunConfig::min_timestep, 0, 1000),

@@ -77,7 +77,7 @@ void write_config(const std::string& path, const std::map<std::string, Values>& 
                 text += (i ? ", " : "") + (o.numeric ? values[i] : toml_quote(values[i]));
             text += "]";
         } else {
-            text += o.numeric ? values.at(0) : toml_quote(values.at(0));
+            text += o.numeric ? values.back() : toml_quote(values.back());
         }
         text += "\n";
     }
@@ -85,6 +85,40 @@ void write_config(const std::string& path, const std::map<std::string, Values>& 
     f << text;
     f.flush();
     if (!f) throw gl::Error("--output_config: cannot write " + path);
+}
+
+// Applies one option's values; a NUL (a TOML "\u0000") would cut a path or name short.
+void set_option(const Option& o, train::RunConfig& c, const std::string& where, const Values& values) {
+    for (const std::string& v : values)
+        if (v.find('\0') != std::string::npos) throw UsageError(where + ": a value holds a NUL character");
+    o.set(c, where, values);
+}
+
+// kohya's switches are store_true: "--cache_latents=yes" is refused there ("ignored explicit
+// argument"), where CLI11 would read it as true and "=no" as nothing at all.
+void refuse_switch_values(const std::vector<std::string>& args) {
+    for (const std::string& a : args) {
+        const size_t eq = a.find('=');
+        if (a.rfind("--", 0) != 0 || eq == std::string::npos) continue;
+        const std::string name = a.substr(2, eq - 2);
+        const Option* o = find_option(name);
+        if ((o && o->kind == Kind::flag) || name == "output_config")
+            throw UsageError(gl::cat("--", name, " is a switch and takes no value, got '", a, "' (kohya refuses it "
+                                     "too); leave it out for false"));
+    }
+}
+
+// A list option given twice: kohya keeps the last list, where joining them is what one may mean.
+void refuse_repeated_lists(const std::vector<std::string>& args) {
+    std::map<std::string, int> seen;
+    for (const std::string& a : args) {
+        if (a.rfind("--", 0) != 0) continue;
+        const std::string name = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
+        const Option* o = find_option(name);
+        if (o && o->kind == Kind::list && ++seen[name] == 2)
+            throw UsageError(gl::cat("--", name, " was given twice: give all its values after one --", name,
+                                     " (kohya would keep only the last list)"));
+    }
 }
 
 }  // namespace
@@ -100,8 +134,16 @@ std::vector<std::pair<std::string, Values>> read_config_file(const std::string& 
     try {
         root = toml::parse(text, path);
     } catch (const toml::parse_error& e) {
+        // The line itself too: it names the key whose value is bad (an integer beyond 64 bits).
+        const auto line_no = size_t(e.source().begin.line);
+        std::istringstream lines(text);
+        std::string line;
+        size_t read = 0;
+        while (read < line_no && std::getline(lines, line)) read++;
         std::ostringstream os;
-        os << e.description() << " (line " << e.source().begin.line << ", column " << e.source().begin.column << ")";
+        os << e.description() << " (line " << line_no << ", column " << e.source().begin.column;
+        if (read == line_no && line_no >= 1 && line.size() <= 200) os << ": '" << line << "'";
+        os << ")";
         throw UsageError("--config_file " + path + ": invalid TOML: " + os.str());
     }
     std::vector<std::pair<std::string, Values>> out;
@@ -138,7 +180,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
             opt = app.add_option(
                 flag,
                 [&given, name, kind = o.kind](const CLI::results_t& r) {
-                    given[name] = kind == Kind::list ? Values(r.begin(), r.end()) : Values{r.back()};
+                    given[name] = Values(r.begin(), r.end());  // a value option: each time it was given
                     return true;
                 },
                 o.help);
@@ -146,7 +188,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
             if (o.kind == Kind::list) {
                 opt->expected(0, -1)->allow_extra_args(true);
             } else {
-                opt->type_size(1)->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+                opt->type_size(1)->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
             }
         }
         opt->group(o.group);
@@ -161,6 +203,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     app.add_flag_callback("--output_config", [&given] { given["output_config"] = {}; },
                           "write the command line's options to --config_file and stop")
         ->group("Run");
+    refuse_switch_values(args);
+    refuse_repeated_lists(args);
     p.parse(args);
 
     CommandLine cl;
@@ -185,10 +229,17 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
             const Option* o = find_option(key);
             if (!o) throw UsageError(where + ": unknown option (sdtrain takes train_network.py's option names)");
             if (given.count(key)) continue;  // the command line wins
-            o->set(c, where, values);
+            set_option(*o, c, where, values);
         }
-    for (const auto& [name, values] : given)
-        if (const Option* o = find_option(name)) o->set(c, "--" + name, values);
+    for (const auto& [name, values] : given) {
+        const Option* o = find_option(name);
+        if (!o) continue;
+        if (o->kind != Kind::value) {
+            set_option(*o, c, "--" + name, values);
+            continue;
+        }
+        for (const std::string& v : values) set_option(*o, c, "--" + name, {v});  // each checked, the last counts
+    }
     try {
         c.validate();
     } catch (const UsageError&) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 
 #include "ggml-lite/core/autofit.h"
 #include "ggml-lite/core/error.h"
@@ -45,8 +46,30 @@ void check_rate(const char* name, double v) {
     GL_CHECK(std::isfinite(v) && v >= 0.0 && v < 1.0, "--", name, " must be in [0, 1), got ", v);
 }
 
+// A number the run computes in float: finite there, and not a nonzero value float rounds to 0.
+void check_float(const char* name, double v, double lo) {
+    const double size = std::fabs(v);
+    GL_CHECK(std::isfinite(v) && v >= lo && size <= std::numeric_limits<float>::max() &&
+                 (v == 0 || size >= std::numeric_limits<float>::denorm_min()),
+             "--", name, " ", v, " must be a finite number >= ", lo, " that a 32-bit float holds (the run computes "
+             "it in one)");
+}
+
 void check_positive(const char* name, const std::optional<int>& v) {
     GL_CHECK(!v || *v >= 1, "--", name, " must be >= 1, got ", v.value_or(0));
+}
+
+// kohya names its files <output_name>.safetensors, <output_name>-step00000100-state, ... in
+// --output_dir: the name must be one file name, short enough for every name made from it.
+void check_output_name(const std::string& n) {
+    // The longest name made from it, a step save's temporary file ("-step<13 digits>.safetensors.tmp-"
+    // <host (64)>-<pid>-XXXXXX), adds 114 bytes; a file name holds 255.
+    constexpr size_t kLongest = 128;
+    GL_CHECK(!n.empty() && n != "." && n != ".." && n.find('/') == std::string::npos &&
+                 n.find('\0') == std::string::npos,
+             "--output_name must be a file name (not empty, '.' or '..', without '/' or NUL), got '", n, "'");
+    GL_CHECK(n.size() <= kLongest, "--output_name is ", n.size(), " bytes long; the files named after it need it at "
+             "most ", kLongest, " (a file name holds 255)");
 }
 
 }  // namespace
@@ -76,8 +99,7 @@ void RunConfig::validate() {
     GL_CHECK(network_module == "networks.lora", "--network_module ", network_module,
              " is not supported: sdtrain trains networks.lora (LoRA; LoCon through --network_args conv_dim=N "
              "conv_alpha=A)");
-    GL_CHECK(!output_name || (!output_name->empty() && output_name->find('/') == std::string::npos),
-             "--output_name must be a file name without '/', got '", output_name.value_or(""), "'");
+    if (output_name) check_output_name(*output_name);
 
     // Data: one source.
     GL_CHECK(!(dataset_config && (train_data_dir || reg_data_dir)),
@@ -94,7 +116,9 @@ void RunConfig::validate() {
     check_rate("caption_tag_dropout_rate", caption_tag_dropout_rate);
     GL_CHECK(keep_tokens >= 0 && caption_dropout_every_n_epochs >= 0,
              "--keep_tokens and --caption_dropout_every_n_epochs must be >= 0");
-    GL_CHECK(std::isfinite(prior_loss_weight) && prior_loss_weight >= 0, "--prior_loss_weight must be >= 0");
+    check_float("prior_loss_weight", prior_loss_weight, 0);
+    if (caption_extension.empty())
+        note("--caption_extension '': a caption is the file named as its image without the extension (as kohya)");
     GL_CHECK(vae_batch_size >= 1, "--vae_batch_size must be >= 1");
     GL_CHECK(max_data_loader_n_workers >= 0, "--max_data_loader_n_workers must be >= 0");
     GL_CHECK(!color_aug, "--color_aug is not supported (its latents change every step; kohya disallows it with "
@@ -117,7 +141,7 @@ void RunConfig::validate() {
 
     // Network.
     GL_CHECK(!network_dim || *network_dim >= 1, "--network_dim must be >= 1");
-    GL_CHECK(std::isfinite(network_alpha) && network_alpha >= 0, "--network_alpha must be >= 0");
+    check_float("network_alpha", network_alpha, 0);
     if (network_dropout) check_rate("network_dropout", *network_dropout);
     GL_CHECK(!(network_train_unet_only && network_train_text_encoder_only),
              "--network_train_unet_only and --network_train_text_encoder_only contradict each other");
@@ -133,9 +157,10 @@ void RunConfig::validate() {
     GL_CHECK(optimizer_type.empty() || !(use_8bit_adam || use_lion_optimizer),
              "--optimizer_type and --", use_8bit_adam ? "use_8bit_adam" : "use_lion_optimizer",
              " were both given (kohya refuses the pair too)");
-    for (double lr : {learning_rate, unet_lr.value_or(0), text_encoder_lr.value_or(0)})
-        GL_CHECK(std::isfinite(lr) && lr >= 0, "learning rates must be finite and >= 0, got ", lr);
-    GL_CHECK(std::isfinite(max_grad_norm) && max_grad_norm >= 0, "--max_grad_norm must be >= 0 (0: no clipping)");
+    check_float("learning_rate", learning_rate, 0);
+    check_float("unet_lr", unet_lr.value_or(0), 0);
+    check_float("text_encoder_lr", text_encoder_lr.value_or(0), 0);
+    check_float("max_grad_norm", max_grad_norm, 0);
     const optim::OptimizerConfig opt = optimizer();  // checks optimizer_type and optimizer_args
     GL_CHECK(one_of(lr_scheduler, {"constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts",
                                    "polynomial", "adafactor"}),
@@ -154,7 +179,8 @@ void RunConfig::validate() {
              "--lr_scheduler ", lr_scheduler, " does not take --lr_warmup_steps (kohya: 'does not require "
              "num_warmup_steps. Set None or 0'); use constant_with_warmup");
     GL_CHECK(lr_scheduler_num_cycles >= 1, "--lr_scheduler_num_cycles must be >= 1");
-    GL_CHECK(std::isfinite(lr_scheduler_power) && lr_scheduler_power > 0, "--lr_scheduler_power must be > 0");
+    check_float("lr_scheduler_power", lr_scheduler_power, 0);
+    GL_CHECK(lr_scheduler_power > 0, "--lr_scheduler_power must be > 0");
 
     // Training.
     GL_CHECK(max_train_steps >= 1, "--max_train_steps must be >= 1");
@@ -170,9 +196,14 @@ void RunConfig::validate() {
     if (full_fp16 || full_bf16)
         note("--full_fp16 / --full_bf16: the frozen weights and activations are in half precision; the "
                         "LoRA masters and optimizer state stay f32 (the file is saved in half precision)");
-    GL_CHECK(!noise_offset || (std::isfinite(*noise_offset) && *noise_offset >= 0), "--noise_offset must be >= 0");
-    GL_CHECK(!min_snr_gamma || (std::isfinite(*min_snr_gamma) && *min_snr_gamma >= 0),
-             "--min_snr_gamma must be >= 0");
+    check_float("noise_offset", noise_offset.value_or(0), 0);
+    check_float("min_snr_gamma", min_snr_gamma.value_or(0), 0);
+    check_float("huber_c", huber_c, 0);
+    check_float("huber_scale", huber_scale, 0);
+    // kohya's Huber thresholds: exponential takes -ln(huber_c), snr blends toward it.
+    GL_CHECK(loss_type != "huber" || (huber_c > 0 && huber_c <= 1), "--huber_c must be in (0, 1] with --loss_type "
+             "huber, got ", huber_c);
+    GL_CHECK(loss_type != "huber" || huber_scale > 0, "--huber_scale must be > 0 with --loss_type huber");
     GL_CHECK(loss_type != "smooth_l1", "--loss_type smooth_l1 is not supported (l1, l2, huber)");
     GL_CHECK(one_of(loss_type, {"l1", "l2", "huber"}), "--loss_type must be l1, l2 or huber, got '", loss_type, "'");
     GL_CHECK(one_of(huber_schedule, {"constant", "exponential", "snr"}),
@@ -261,7 +292,7 @@ lora::LoraConfig RunConfig::lora_config() const {
             GL_CHECK(x >= 1 && x == std::floor(x) && x < 1e6, "--network_args conv_dim must be an integer >= 1");
             c.conv_dim = int(x);
         } else if (key == "conv_alpha") {
-            GL_CHECK(x >= 0, "--network_args conv_alpha must be >= 0");
+            check_float("network_args conv_alpha", x, 0);
             c.conv_alpha = float(x);
             conv_alpha_given = true;
         } else if (key == "rank_dropout" || key == "module_dropout" || key == "dropout") {

@@ -24,18 +24,38 @@ sd::SamplerOptions sample_sampler_options(const std::string& name, bool v_predic
     return o;
 }
 
-RunSampler::RunSampler(const RunConfig& c, const sd::Sd15Files& model, const StepOptions& step, uint64_t seed)
-    : c_(c), clip_skip_(step.clip_skip) {
-    GL_CHECK(c.sample_prompts, "sampling: no --sample_prompts");
-    sd::SamplePrompt defaults = sd::kohya_prompt_defaults();
+namespace {
+
+sd::SamplerOptions prompt_sampler(const RunConfig& c, const sd::SamplePrompt& p) {
+    const bool own = !p.sampler.empty();
+    const std::string where = own ? gl::cat(*c.sample_prompts, ":", p.line, " --ss") : "--sample_sampler";
+    sd::SamplerOptions o = sample_sampler_options(own ? p.sampler : c.sample_sampler, c.v_parameterization, where);
     try {
-        prompts_ = sd::read_prompt_file(*c.sample_prompts, defaults);
+        o.validate();
+    } catch (const gl::Error& e) {
+        gl::fail(where, ": ", e.what());
+    }
+    return o;
+}
+
+}  // namespace
+
+std::vector<sd::SamplePrompt> read_sample_prompts(const RunConfig& c) {
+    GL_CHECK(c.sample_prompts, "sampling: no --sample_prompts");
+    std::vector<sd::SamplePrompt> prompts;
+    try {
+        prompts = sd::read_prompt_file(*c.sample_prompts, sd::kohya_prompt_defaults());
+        for (const sd::SamplePrompt& p : prompts) prompt_sampler(c, p);
     } catch (const gl::Error& e) {
         gl::fail("--sample_prompts: ", e.what());
     }
+    return prompts;
+}
+
+RunSampler::RunSampler(const RunConfig& c, const sd::Sd15Files& model, const StepOptions& step, uint64_t seed)
+    : c_(c), prompts_(read_sample_prompts(c)), clip_skip_(step.clip_skip) {
     for (size_t i = 0; i < prompts_.size(); i++) {
         const sd::SamplePrompt& p = prompts_[i];
-        const std::string where = gl::cat(*c.sample_prompts, ":", p.line);
         sd::GenerationParams g;
         g.prompt = p.prompt;
         g.negative = p.negative;
@@ -43,8 +63,7 @@ RunSampler::RunSampler(const RunConfig& c, const sd::Sd15Files& model, const Ste
         g.height = p.height;
         g.cfg_scale = p.cfg_scale;
         g.steps = p.steps;
-        g.sampler = sample_sampler_options(p.sampler.empty() ? c.sample_sampler : p.sampler, c.v_parameterization,
-                                           p.sampler.empty() ? std::string("--sample_sampler") : where + " --ss");
+        g.sampler = prompt_sampler(c, p);
         g.seed = p.seed.value_or(seed + i);
         requests_.push_back(g);
     }

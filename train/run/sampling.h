@@ -23,6 +23,12 @@
 
 namespace train {
 
+// The run's prompt file (--sample_prompts), read and checked: every line within sd::kSampleBounds
+// and every sampler it uses (a line's --ss, else --sample_sampler) one sdtrain runs. Session reads
+// it before opening the model, so a bad line is refused before anything is loaded; gl::Error
+// naming the file, the line and the value.
+std::vector<sd::SamplePrompt> read_sample_prompts(const RunConfig& c);
+
 class RunSampler {
 public:
     // Reads the prompt file and plans every request (gl::Error naming the file and line, or the

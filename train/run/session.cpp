@@ -121,6 +121,7 @@ const RunPlan& Session::prepare() {
             m.cfg.validate();
         }
     }
+    if (c.sample_prompts) read_sample_prompts(c);  // a bad line is refused before the model is opened
     m.message("opening the model " + c.pretrained_model_name_or_path);
     m.model = sd::open_sd15(c.pretrained_model_name_or_path);
     m.message("reading the dataset");

@@ -1,0 +1,52 @@
+// sdtrain's sample prompts are read and checked before the model is opened: a bad line is refused
+// naming the file, the line and the value, whatever else the run would have found later.
+#include <doctest/doctest.h>
+
+#include "sdtrain_fixtures.h"
+#include "test_util.h"
+#include "train/run/session.h"
+
+using namespace sdtrain_test;
+
+namespace {
+
+std::string prepare_error(const train::RunConfig& c) {
+    return gltest::error_of([&] { train::Session(c).prepare(); });
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("sdtrain sampling: a bad prompt line is refused before the model is opened") {
+    Scratch s("sampling-early");
+    const fs::path data = make_dataset(s.root), prompts = s.root / "prompts.txt";
+    // No model at all: the prompt file is what the run reports, so it was read first.
+    train::RunConfig c = tiny_config(s.root / "no-such-model", data, s.root / "out");
+    c.sample_prompts = prompts.string();
+    const std::pair<std::string, std::string> cases[] = {
+        {"a cat --s 2147483648\n", "prompts.txt:1: --s 2147483648 is out of range: steps must be in [1, 1000]"},
+        {"a cat\na dog --w 8192 --h 8192\n", "prompts.txt:2: width 8192 must be a multiple of 8 in [8, 2048]"},
+        {"a cat --s 0\n", "prompts.txt:1: steps 0 must be in [1, 1000]"},
+        {"a cat --d 18446744073709551616\n", "prompts.txt:1: --d 18446744073709551616 is out of range"},
+        {"a cat --ss pndm\n", "prompts.txt:1: sampler 'pndm' (kohya's pndm) is not supported"},
+        {"# only a comment\n", "holds no prompt"},
+    };
+    for (const auto& [text, want] : cases) {
+        write_text(prompts, text);
+        const std::string e = prepare_error(c);
+        CAPTURE(e);
+        CHECK(has(e, "--sample_prompts: "));
+        CHECK(has(e, prompts.string()));
+        CHECK(has(e, want));
+        CHECK_FALSE(has(e, "no-such-model"));
+    }
+    // --sample_sampler is checked there too, for the lines without their own --ss.
+    write_text(prompts, "a cat\n");
+    c.sample_sampler = "lms";
+    CHECK(has(prepare_error(c), "--sample_sampler: sampler 'lms' (kohya's lms) is not supported"));
+    // A good file goes on to the model, which is missing.
+    c.sample_sampler = "ddim";
+    write_text(prompts, "a cat --s 1000 --w 2048 --h 8 --d 9223372036854775808\n");
+    CHECK(has(prepare_error(c), "no-such-model"));
+}
