@@ -534,12 +534,19 @@ RunSummary Session::run(const std::atomic<bool>* stop) {
         impl_->obs->on_end(s);
         return s;
     }
+    const std::vector<std::string> removed = remove_run_leftovers(impl_->cfg.output_dir);
+    if (!removed.empty()) {
+        std::string list;
+        for (const std::string& p : removed) list += (list.empty() ? "" : ", ") + p;
+        impl_->message(gl::cat("note: removed what killed runs left in --output_dir (", removed.size(), "): ", list));
+    }
     Runner r(*impl_, stop);
     RunSummary s;
     try {
         s = r.run();
     } catch (const std::exception& e) {
         impl_->obs->on_error(e.what());
+        remove_created_dirs(impl_->created_dirs);  // only while empty: a run that wrote keeps its folder
         throw;
     }
     impl_->obs->on_end(s);
