@@ -1,5 +1,7 @@
 #include "lora/merge_file.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -7,10 +9,13 @@
 #include <memory>
 #include <new>
 
+#include "ggml-lite/core/autofit.h"
+#include "ggml-lite/core/checked.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/io/files.h"
+#include "ggml-lite/io/paths.h"
 #include "ggml-lite/io/safetensors.h"
 #include "lora/lora.h"
 #include "lora/merge_output.h"
@@ -30,24 +35,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-std::pair<int, int> file_ranks(const gl::io::TensorSource& f) {
-    int rank = 0, conv = 0;
-    for (const gl::io::TensorInfo& t : f.list()) {
-        if (!ends_with(t.name, "lora_down.weight") && !ends_with(t.name, "lora.down.weight") &&
-            !ends_with(t.name, "lora_A.weight"))
-            continue;
-        GL_CHECK(!t.shape.empty(), "lora: ", f.origin(), ": ", t.name, " has no dimensions");
-        const bool is_conv = t.shape.size() == 4 && (t.shape[2] > 1 || t.shape[3] > 1);
-        int& r = is_conv ? conv : rank;
-        const int here = int(t.shape[0]);
-        GL_CHECK(r == 0 || r == here, "lora: ", f.origin(), " mixes ranks ", r, " and ", here, " (", t.name,
-                 "); one rank per module kind is supported");
-        r = here;
-    }
-    GL_CHECK(rank > 0 || conv > 0, "lora: ", f.origin(), " holds no LoRA down matrices");
-    return {rank, conv};
-}
-
 namespace {
 
 std::string shape_str(const std::vector<int64_t>& s) {
@@ -55,6 +42,37 @@ std::string shape_str(const std::vector<int64_t>& s) {
     for (size_t i = 0; i < s.size(); i++) r += (i ? ", " : "") + std::to_string(s[i]);
     return r + "]";
 }
+
+}  // namespace
+
+FileRanks file_rank_info(const gl::io::TensorSource& f) {
+    FileRanks r;
+    for (const gl::io::TensorInfo& t : f.list()) {
+        if (!ends_with(t.name, "lora_down.weight") && !ends_with(t.name, "lora.down.weight") &&
+            !ends_with(t.name, "lora_A.weight"))
+            continue;
+        GL_CHECK(!t.shape.empty(), "lora: ", f.origin(), ": ", t.name, " has no dimensions");
+        const std::string tensor = gl::cat("'", t.name, "' ", shape_str(t.shape));
+        GL_CHECK(t.shape[0] >= 1 && t.shape[0] <= INT32_MAX, "lora: ", f.origin(), ": tensor ", tensor, " has rank ",
+                 t.shape[0], "; a LoRA's rank lies in [1, ", INT32_MAX, "]");
+        const bool is_conv = t.shape.size() == 4 && (t.shape[2] > 1 || t.shape[3] > 1);
+        int& rank = is_conv ? r.conv_rank : r.rank;
+        const int here = int(t.shape[0]);
+        GL_CHECK(rank == 0 || rank == here, "lora: ", f.origin(), " mixes ranks ", rank, " and ", here, " (", t.name,
+                 "); one rank per module kind is supported");
+        if (rank == 0) (is_conv ? r.conv_tensor : r.rank_tensor) = tensor;
+        rank = here;
+    }
+    GL_CHECK(r.rank > 0 || r.conv_rank > 0, "lora: ", f.origin(), " holds no LoRA down matrices");
+    return r;
+}
+
+std::pair<int, int> file_ranks(const gl::io::TensorSource& f) {
+    const FileRanks r = file_rank_info(f);
+    return {r.rank, r.conv_rank};
+}
+
+namespace {
 
 // A merged weight must be finite as stored: NaN or inf (a NaN in the base or the delta, or values
 // beyond what the file's dtype holds, 65504 in f16) would break every image made with it. The
@@ -157,7 +175,9 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
     std::string out = out_arg;  // "merged/" names the folder "merged"
     while (out.size() > 1 && out.back() == '/') out.pop_back();
     GL_CHECK(std::isfinite(opt.multiplier), "lora merge: the multiplier ", opt.multiplier, " is not a finite number");
-    std::tie(rep.rank, rep.conv_rank) = file_ranks(lora_file);
+    const FileRanks ranks = file_rank_info(lora_file);
+    rep.rank = ranks.rank;
+    rep.conv_rank = ranks.conv_rank;
     const bool folder = base.layout == sd::Sd15Layout::diffusers;
     std::string unet_rel, te_rel;
     FolderCopy plan;
@@ -169,12 +189,13 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
         te_rel = relative_in(base_path, base.text_encoder_path);
         plan = plan_folder_copy(base_path, {unet_rel, te_rel});
     }
-    check_merge_output(base_path, folder ? plan.parts : std::vector<std::string>{resolved_path(base_path)}, folder, out,
+    check_merge_output(base_path, folder ? plan.parts : std::vector<std::string>{gl::io::resolved_path(base_path)}, folder, out,
                        opt.overwrite);
     std::error_code ec;
     const bool replace = fs::exists(fs::symlink_status(out, ec));
     rep.stale_removed = gl::io::remove_stale_temps(out);
-    // Before the (long) merge: what will be written must fit.
+    // Before the (long) merge: the output's folder takes new files, and what will be written fits.
+    gl::io::check_can_create(parent_dir(out), out);
     uint64_t need = file_bytes(*base.unet);
     if (folder) need = add_saturated(add_saturated(need, plan.bytes), file_bytes(*base.text_encoder));
     gl::io::check_free_space(parent_dir(out), need, "lora merge: " + out);
@@ -198,6 +219,21 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
     g.mark_output(sd::unet_forward(wu, uc, x, t, ctx));
     gl::ValueId ids = g.input("ids", DType::i32, {1, base.clip_cfg.max_pos});
     g.mark_output(sd::build_clip(wc, g, ids, base.clip_cfg));
+    // The network holds every module at the file's rank: a huge rank is refused before anything
+    // is allocated, naming the tensor it was read from.
+    int64_t lora_bytes = 0;
+    for (const LoraModule& m : net.modules()) {
+        const std::string& from = m.k > 1 && rep.conv_rank ? ranks.conv_tensor : ranks.rank_tensor;
+        const int64_t per_rank = gl::checked_add(gl::checked_mul(m.in, int64_t(m.k) * m.k, "lora merge: ", from),
+                                                 m.out, "lora merge: ", from);
+        lora_bytes = gl::checked_add(lora_bytes, gl::checked_mul(per_rank, int64_t(m.rank) * 4, "lora merge: ", from),
+                                     "lora merge: ", from);
+    }
+    const uint64_t host = uint64_t(::sysconf(_SC_PHYS_PAGES)) * uint64_t(::sysconf(_SC_PAGESIZE));
+    GL_CHECK(uint64_t(lora_bytes) <= host, "lora merge: ", lora_file.origin(), ": tensor ",
+             rep.rank ? ranks.rank_tensor : ranks.conv_tensor, " gives rank ", rep.rank ? rep.rank : rep.conv_rank,
+             "; the network at that rank needs ", gl::format_bytes(size_t(lora_bytes)), ", more than this machine's ",
+             gl::format_bytes(size_t(host)), " of memory");
     auto rt = gl::make_cpu_runtime(gl::make_plan(g));
     sd::load_unet(wu, uc, *base.unet, *rt);
     sd::load_clip(wc, *base.text_encoder, *rt);

@@ -42,8 +42,14 @@ struct MergeReport {
 };
 
 // The file's rank (Linear / 1x1 modules) and conv rank (3x3 LoCon modules, 0 when none), from the
-// down matrices of every format load_lora reads. Throws gl::Error for mixed ranks within one kind
-// (a network has one rank per kind) or a file without down matrices.
+// down matrices of every format load_lora reads, with the tensor each was read from. Throws
+// gl::Error naming the tensor for a rank outside [1, 2^31 - 1] or mixed ranks within one kind (a
+// network has one rank per kind), and for a file without down matrices.
+struct FileRanks {
+    int rank = 0, conv_rank = 0;
+    std::string rank_tensor, conv_tensor;  // "name [shape]"
+};
+FileRanks file_rank_info(const gl::io::TensorSource& f);
 std::pair<int, int> file_ranks(const gl::io::TensorSource& f);
 
 // Throws gl::Error naming the file and what is wrong: a LoRA file whose tensors the network does

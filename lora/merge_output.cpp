@@ -9,10 +9,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/io/files.h"
+#include "ggml-lite/io/paths.h"
 
 namespace lora {
 
@@ -26,12 +28,6 @@ const char* kind_of(mode_t m) {
     if (S_ISFIFO(m)) return "a FIFO";
     if (S_ISSOCK(m)) return "a socket";
     return "a device";
-}
-
-// a is b or lies below it (both absolute and free of symlinks, "..", ".").
-bool within(const fs::path& a, const fs::path& b) {
-    auto [ai, bi] = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
-    return bi == b.end();
 }
 
 bool is_weight_file(const std::string& name) {
@@ -63,7 +59,7 @@ struct Walker {
                 gl::fail("lora merge: ", s.string(), dangling ? ": a symlink whose target is missing (an incomplete download?)"
                                                               : gl::cat(": cannot stat: ", std::strerror(errno)));
             }
-            plan.parts.push_back(resolved_path(s.string()));
+            plan.parts.push_back(gl::io::resolved_path(s.string()));
             if (S_ISDIR(st.st_mode)) {
                 if (name[0] == '.') continue;  // .git, .cache: version control and tool caches, not the model
                 const std::pair<dev_t, ino_t> id{st.st_dev, st.st_ino};
@@ -87,12 +83,6 @@ struct Walker {
 
 }  // namespace
 
-std::string resolved_path(const std::string& p) {
-    std::error_code ec;
-    fs::path r = fs::weakly_canonical(fs::absolute(p), ec);
-    return (ec ? fs::absolute(p).lexically_normal() : r).string();
-}
-
 void check_merge_output(const std::string& base_path, const std::vector<std::string>& parts, bool base_is_folder,
                         const std::string& out, bool overwrite) {
     GL_CHECK(!out.empty(), "lora merge: the output path is empty");
@@ -102,14 +92,15 @@ void check_merge_output(const std::string& base_path, const std::vector<std::str
     struct stat lst {}, ost {};
     const bool exists = ::lstat(out.c_str(), &lst) == 0;
     const bool reaches = ::stat(out.c_str(), &ost) == 0;  // follows symlinks
-    GL_CHECK(!(reaches && ost.st_dev == bst.st_dev && ost.st_ino == bst.st_ino), "lora merge: ", out, " is the base ",
-             base_path, " itself; the base is never written, choose another output");
-    const fs::path out_real = resolved_path(out);
+    GL_CHECK(!gl::io::same_object(out, base_path), "lora merge: ", out, " is the base ", base_path,
+             " itself; the base is never written, choose another output");
+    const std::string out_real = gl::io::resolved_path(out);
     for (const std::string& part : parts) {
-        GL_CHECK(!within(out_real, part), "lora merge: ", out, out_real == part ? " is " : " lies inside ", part,
-                 ", part of the base ", base_path, "; the base is never written, choose another output");
-        GL_CHECK(!within(part, out_real), "lora merge: ", out, " holds ", part, ", part of the base ", base_path,
-                 "; replacing it would delete the base");
+        if (const std::optional<std::string> rel = gl::io::path_below(out_real, part))
+            gl::fail("lora merge: ", out, rel->empty() ? " is " : " lies inside ", part, ", part of the base ",
+                     base_path, "; the base is never written, choose another output");
+        GL_CHECK(!gl::io::path_within(part, out_real), "lora merge: ", out, " holds ", part, ", part of the base ",
+                 base_path, "; replacing it would delete the base");
     }
     if (!exists) {
         const fs::path parent = fs::path(out).parent_path();
@@ -134,7 +125,7 @@ FolderCopy plan_folder_copy(const std::string& base_dir, const std::vector<std::
     struct stat st {};
     GL_CHECK(::stat(base_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "lora merge: ", base_dir, " is not a folder");
     w.path.push_back({st.st_dev, st.st_ino});
-    plan.parts.push_back(resolved_path(base_dir));
+    plan.parts.push_back(gl::io::resolved_path(base_dir));
     w.walk(fs::path(base_dir), fs::path());
     return plan;
 }

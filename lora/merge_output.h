@@ -1,8 +1,9 @@
 // Where a merged checkpoint goes, and the rules that keep the base safe (gl-merge, lora/merge_file.h):
-// - the output is never part of the base: not the base file or folder (compared by device and
-//   inode, so symlinks, hard links and other spellings of the path count), not a file or folder
-//   inside the base or reached through one of its symlinks (a shared unet/ folder, a blob of the
-//   Hugging Face cache), not a folder that holds any of those;
+// - the output is never part of the base (compared as ggml-lite/io/paths.h compares places: real
+//   paths, device and inode, so symlinks, hard links, bind mounts and other spellings count): not
+//   the base file or folder, not a file or folder inside the base or reached through one of its
+//   symlinks (a shared unet/ folder, a blob of the Hugging Face cache), not a folder that holds
+//   any of those;
 // - an output that exists is refused unless `overwrite` is set, for single files and folders alike;
 // - a folder base is copied by walking it: symlinked sub-folders and files (shared model folders,
 //   the Hugging Face cache, whose files all link into blobs/) are followed and copied as real
@@ -33,8 +34,6 @@ FolderCopy plan_folder_copy(const std::string& base_dir, const std::vector<std::
 // parts: what the base consists of, resolved (a folder's FolderCopy::parts, or the file itself).
 void check_merge_output(const std::string& base_path, const std::vector<std::string>& parts, bool base_is_folder,
                         const std::string& out, bool overwrite);
-// A path with every symlink in its existing part resolved, for comparing locations.
-std::string resolved_path(const std::string& p);
 
 // Creates the folder `to` (which must not exist) and copies plan into it.
 void copy_folder(const FolderCopy& plan, const std::string& to);

@@ -5,6 +5,7 @@
 #include "optim/optimizer.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -232,19 +233,24 @@ std::string Optimizer::load_state(const std::string& path, gl::Runtime& rt, Loss
     }
     for (const auto& info : f.list())
         GL_CHECK(expected.count(info.name), path, ": unexpected state tensor '", info.name, "'");
+    // Whole numbers are read exactly: a count beyond int64 is refused, never clamped.
+    auto whole = [&](const char* key, int64_t lo, int64_t hi) {
+        const std::string& v = get(key);
+        int64_t x = 0;
+        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+        GL_CHECK(ec == std::errc() && end == v.data() + v.size() && x >= lo && x <= hi, path, ": metadata ", key,
+                 " is '", v, "', expected a whole number in [", lo, ", ", hi, "]");
+        return x;
+    };
+    const int64_t n_steps = whole("optim.steps_applied", 0, INT64_MAX);
     char* end = nullptr;
-    const std::string& steps = get("optim.steps_applied");
-    const long long n_steps = std::strtoll(steps.c_str(), &end, 10);
-    GL_CHECK(!steps.empty() && *end == '\0' && n_steps >= 0, path, ": bad optim.steps_applied '", steps, "'");
     double scale = 0;
     long long tracker = 0;
     if (scaler) {
         const std::string& s = get("optim.loss_scale");
-        const std::string& t = get("optim.growth_tracker");
         scale = std::strtod(s.c_str(), &end);
         GL_CHECK(!s.empty() && *end == '\0', path, ": bad optim.loss_scale '", s, "'");
-        tracker = std::strtoll(t.c_str(), &end, 10);
-        GL_CHECK(!t.empty() && *end == '\0', path, ": bad optim.growth_tracker '", t, "'");
+        tracker = whole("optim.growth_tracker", INT64_MIN, INT64_MAX);
         GL_CHECK(scaler->restorable(scale, tracker).empty(), path, ": ", scaler->restorable(scale, tracker));
     }
     // Every tensor is read and checked before any is written: a refused file restores nothing.

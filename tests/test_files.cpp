@@ -19,6 +19,7 @@
 #include "ggml-lite/io/torch_ckpt.h"
 #include "ggml-lite/io/atomic_file.h"
 #include "ggml-lite/io/files.h"
+#include "ggml-lite/io/paths.h"
 #include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/io/sources.h"
 #include "models/sd15/model_files.h"
@@ -234,4 +235,71 @@ TEST_CASE("files: write_file_atomic (PNG, SVG, safetensors) names a full disk an
     CHECK((fs::status(path).permissions() & fs::perms::others_read) != fs::perms::none);
     CHECK(error_of([&] { io::write_file_atomic(dir.path.string(), std::string_view("x")); }) ==
           dir.path.string() + ": is a directory");
+}
+
+TEST_CASE("files: remove_stale_temps_in removes every dead writer's temporaries of a folder, files and folders alike") {
+    TempDir dir;
+    const long dead = dead_pid();
+    const std::string a = temp_name(dir / "a.safetensors", dead, "abcdef"), b = temp_name(dir / "report.html", dead, "123456");
+    const std::string folder = io::partial_dir_name(dir / ".last-state", dead);
+    std::ofstream(a) << "a";
+    std::ofstream(b) << "b";
+    fs::create_directories(fs::path(folder) / "inner");
+    std::ofstream(fs::path(folder) / "inner" / "lora.safetensors") << "partial";
+    // A temporary folder made by mkdtemp (a folder set aside), a live writer's, another host's.
+    const std::string aside = temp_name(dir / ".last-state", dead, "QWERTY");
+    fs::create_directories(aside);
+    const std::string live = temp_name(dir / "b.safetensors", ::getpid(), "abcdef");
+    std::ofstream(live) << "live";
+    std::ofstream(dir / ("c.tmp-elsewhere-" + std::to_string(dead) + "-abcdef")) << "theirs";
+    std::ofstream(dir / (".tmp-" + std::to_string(dead))) << "no base name";
+    std::vector<std::string> removed = io::remove_stale_temps_in(dir.path.string());
+    std::sort(removed.begin(), removed.end());
+    std::vector<std::string> want = {a, b, folder, aside};
+    std::sort(want.begin(), want.end());
+    CHECK(removed == want);
+    CHECK(listing(dir.path).size() == 3);
+    CHECK(io::remove_stale_temps_in((dir.path / "missing").string()).empty());
+    CHECK(!io::process_alive(dead));
+    CHECK(io::process_alive(::getpid()));
+    CHECK(!io::process_alive(0));
+    CHECK(!io::process_alive(-1));
+    CHECK(!io::process_alive(long(1) << 40));
+}
+
+TEST_CASE("files: the messages of a place where nothing can be created name it: read-only, no permission, no folder") {
+    CHECK(io::cannot_create("OUT", EROFS) == "OUT: read-only file system");
+    CHECK(io::cannot_create("OUT", EACCES) == "OUT: permission denied");
+    CHECK(io::cannot_create("OUT", ENOENT) == "OUT: its folder does not exist");
+    CHECK(io::cannot_create("OUT", ENOSPC) == "OUT: no space left on the device");
+    CHECK(io::cannot_create("OUT", EIO).find("OUT: cannot be created (") == 0);
+    TempDir dir;
+    CHECK(error_of([&] { io::check_can_create(dir.path.string(), dir / "x"); }) == "(no error)");
+    // procfs takes no new files, even from root.
+    CHECK(error_of([&] { io::check_can_create("/proc/self", "/proc/self/merged.safetensors"); }) ==
+          "/proc/self/merged.safetensors: permission denied");
+    CHECK(error_of([&] { io::check_can_create(dir / "missing", dir / "missing/x"); }) == dir / "missing/x" + ": its folder does not exist");
+    CHECK(error_of([&] { io::write_file_atomic("/proc/self/x.png", std::string_view("x")); }).find("/proc/self/x.png: ") == 0);
+}
+
+TEST_CASE("files: paths compare by where they really are: symlinks, '.', '..', trailing slashes, objects") {
+    TempDir dir;
+    fs::create_directories(dir.path / "a" / "b");
+    fs::create_directories(dir.path / "ab");
+    fs::create_directory_symlink(dir.path / "a" / "b", dir.path / "link");
+    std::ofstream(dir.path / "a" / "f") << "f";
+    fs::create_hard_link(dir.path / "a" / "f", dir.path / "hard");
+    const std::string a = dir / "a";
+    CHECK(io::path_below(a, a) == "");
+    CHECK(io::path_below(a + "/", a) == "");
+    CHECK(io::path_below(dir / "a/./b/../b", a) == "b");
+    CHECK(io::path_below(dir / "link/new/deeper", a) == "b/new/deeper");  // the tail need not exist
+    CHECK(io::path_below(dir / "ab", a) == std::nullopt);                  // a prefix of the name is no parent
+    CHECK(io::path_below(a, dir / "a/b") == std::nullopt);
+    CHECK(io::path_below(dir / "hard", dir / "a/f") == "");                 // the same file by inode
+    CHECK(io::same_object(dir / "hard", dir / "a/f"));
+    CHECK(!io::same_object(dir / "a", dir / "ab"));
+    CHECK(io::resolved_path(dir / "link/") == io::resolved_path(dir / "a/b"));
+    CHECK(io::path_within("/", "/"));
+    CHECK(io::path_within(a, "/"));
 }

@@ -364,3 +364,73 @@ TEST_CASE("merge safety: a FIFO in the base folder and a full disk are refused, 
     }
     CHECK(checksums(base) == before);
 }
+
+namespace {
+
+// A LoRA whose one module declares rank `rank` (only its header: the data is never read).
+class HugeRankLora : public io::TensorSource {
+public:
+    HugeRankLora(const io::TensorSource& real, int64_t rank) {
+        for (const io::TensorInfo& t : real.list()) {
+            const std::string suffix = ".lora_down.weight";
+            if (t.name.size() <= suffix.size() || t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix))
+                continue;
+            const std::string base = t.name.substr(0, t.name.size() - suffix.size());
+            io::TensorInfo down = t, up = real.info(base + ".lora_up.weight");
+            down.shape[0] = rank;
+            up.shape[1] = rank;
+            tensors_ = {down, up};
+            return;
+        }
+    }
+    std::string origin() const override { return "huge.safetensors"; }
+    std::vector<io::TensorInfo> list() const override { return tensors_; }
+    bool has(const std::string& name) const override {
+        return std::any_of(tensors_.begin(), tensors_.end(), [&](const io::TensorInfo& t) { return t.name == name; });
+    }
+    io::TensorInfo info(const std::string& name) const override {
+        for (const io::TensorInfo& t : tensors_)
+            if (t.name == name) return t;
+        fail("no tensor ", name);
+    }
+    void read(const std::string& name, void*, DType) const override { fail("huge LoRA: ", name, " is never read"); }
+    const std::string& down_name() const { return tensors_.at(0).name; }
+
+private:
+    std::vector<io::TensorInfo> tensors_;
+};
+
+}  // namespace
+
+TEST_CASE("merge safety: a LoRA of rank 2^30 or 2^31 is refused naming its tensor, before anything is allocated") {
+    TempDir tmp;
+    const SingleFileBase single(tmp.path);
+    const auto before = checksums(single.base_path);
+    for (const int64_t rank : {int64_t(1) << 30, int64_t(1) << 31, int64_t(1) << 62, int64_t(0), int64_t(-4)}) {
+        CAPTURE(rank);
+        const HugeRankLora lora_file(single.lora_file, rank);
+        const fs::path out = tmp.path / "merged.safetensors";
+        const std::string e = error_of([&] {
+            lora::merge_lora_into_checkpoint(single.base, single.base_path.string(), lora_file, out.string(), {});
+        });
+        CHECK_MESSAGE(e.find("tensor '" + lora_file.down_name() + "' [" + std::to_string(rank)) != std::string::npos, e);
+        if (rank == int64_t(1) << 30)
+            CHECK_MESSAGE(e.find("gives rank 1073741824; the network at that rank needs") != std::string::npos, e);
+        else
+            CHECK_MESSAGE(e.find("a LoRA's rank lies in [1, 2147483647]") != std::string::npos, e);
+        CHECK(!fs::exists(out));
+    }
+    CHECK(checksums(single.base_path) == before);
+}
+
+TEST_CASE("merge safety: an output where nothing can be created is refused before the merge, naming why") {
+    TempDir tmp;
+    const SingleFileBase single(tmp.path);
+    // procfs takes no files, even from root (a read-only mount is named by io::cannot_create's
+    // EROFS message, tested in test_files.cpp).
+    const std::string e = error_of([&] {
+        lora::merge_lora_into_checkpoint(single.base, single.base_path.string(), single.lora_file,
+                                         "/proc/self/merged.safetensors", {});
+    });
+    CHECK(e == "/proc/self/merged.safetensors: permission denied");
+}

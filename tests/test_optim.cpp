@@ -334,7 +334,7 @@ void rewrite_state(const std::string& from, const std::string& to, const std::ma
 }
 }  // namespace
 
-TEST_CASE("optimizer state: a bad loss scale, growth tracker or NaN / inf state tensor is refused, naming the file") {
+TEST_CASE("optimizer state: a bad loss scale, growth tracker, step count or NaN / inf state tensor is refused, naming the file") {
     const std::string stem =
         (std::filesystem::temp_directory_path() / ("gl_test_optim_" + std::to_string(getpid()))).string();
     const std::string good = stem + "_good.safetensors", bad = stem + "_refused.safetensors";
@@ -364,6 +364,15 @@ TEST_CASE("optimizer state: a bad loss scale, growth tracker or NaN / inf state 
         CHECK(refused({{"optim.growth_tracker", "-5"}}, "", 0).find("growth tracker -5 outside [0, 5)") !=
               std::string::npos);
         CHECK(refused({{"optim.growth_tracker", "5"}}, "", 0).find("growth tracker 5") != std::string::npos);
+        // Counts beyond int64 (strtoll would clamp them to INT64_MAX), negative, or not whole numbers.
+        for (const char* steps : {"9223372036854775808", "18446744073709551616", "-1", "3.5", "", "12x"}) {
+            const std::string e = refused({{"optim.steps_applied", steps}}, "", 0);
+            CHECK_MESSAGE(e.find(std::string("metadata optim.steps_applied is '") + steps +
+                                 "', expected a whole number in [0, 9223372036854775807]") != std::string::npos,
+                          e);
+        }
+        CHECK(refused({{"optim.growth_tracker", "99999999999999999999"}}, "", 0)
+                  .find("metadata optim.growth_tracker is '99999999999999999999'") != std::string::npos);
         for (float poison : {NAN, INFINITY, -INFINITY}) {
             const std::string e = refused({}, tensor, poison);
             const std::string want = "'" + tensor + "' holds 1 NaN / inf value (the first at element 1)";

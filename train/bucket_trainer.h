@@ -58,6 +58,12 @@ public:
     int64_t updates_applied() const { return applied_; }
     const optim::LossScaler& loss_scaler() const { return scaler_; }
     BucketTrainerState state() const { return {steps_, rng_.counter}; }
+    // How far one micro-batch of update() moves the noise generator (micro_batch_draws, then the
+    // dropout seed).
+    static uint64_t noise_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels,
+                                bool rejections = false) {
+        return micro_batch_draws(o, batch, latent_numel, channels, rejections) + 1;
+    }
     const std::vector<Member>& graphs() const { return graphs_; }
 
     // The optimizer state (every state tensor, the update count, the loss scaler; extra: metadata)

@@ -35,7 +35,7 @@ StepMeter::StepMeter(const MeterOptions& o, Clock monotonic, Clock wall)
              o.loss_window, ", ", o.rate_window, ")");
     GL_CHECK(o.first_step >= 0 && o.total_steps >= 0 && o.total_epochs >= 0,
              "step meter: first_step, total_steps and total_epochs must be >= 0");
-    start_ = mono_();
+    start_ = o.start_time ? *o.start_time : mono_();
 }
 
 void StepMeter::idle() {

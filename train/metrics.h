@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,7 @@ struct MeterOptions {
     int64_t total_epochs = 0;
     int loss_window = 100;      // steps in the running mean; kohya's avr_loss uses the steps of one epoch
     int rate_window = 20;       // steps the moving it/s, images/s and ETA look back over
+    std::optional<double> start_time;  // the monotonic time elapsed_s counts from (default: when the meter is made)
 };
 
 class StepMeter {

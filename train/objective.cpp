@@ -105,6 +105,12 @@ std::vector<int32_t> sample_timesteps(int64_t batch, int min_t, int max_t, int n
     return t;
 }
 
+uint64_t micro_batch_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels,
+                           bool rejections) {
+    const uint64_t offset = o.noise_offset > 0 ? 2 * uint64_t(batch) * uint64_t(channels) : 0;
+    return 2 * uint64_t(latent_numel) + offset + uint64_t(batch) * (rejections ? 2 : 1);
+}
+
 MicroBatch draw_micro_batch(const Objective& o, const sd::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
                             int64_t channels, sd::NoiseRng& rng) {
     GL_CHECK(batch > 0 && channels > 0 && latent_numel % (batch * channels) == 0, "draw_micro_batch: ",

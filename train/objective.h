@@ -78,5 +78,10 @@ struct MicroBatch {
 // Draws noise (then offset noise), then timesteps, from rng. `latent_numel` is B * h * w * C.
 MicroBatch draw_micro_batch(const Objective& o, const sd::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
                             int64_t channels, sd::NoiseRng& rng);
+// How far draw_micro_batch moves rng: two draws per normal value (noise, offset noise), one per
+// timestep. Timestep sampling rejects a draw with a chance below 2^-50 (one more draw); with
+// `rejections`, one is counted per timestep (an upper bound in practice).
+uint64_t micro_batch_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels,
+                           bool rejections = false);
 
 }  // namespace train

@@ -13,7 +13,7 @@ Recorder::Recorder(const RecorderOptions& o, Clock monotonic, Clock wall)
     MetricsEvent e;
     e.kind = o.meter.first_step > 0 ? EventKind::resume : EventKind::start;
     e.step = o.meter.first_step;
-    e.time = wall();
+    e.time = o.start_wall_time ? *o.start_wall_time : wall();
     e.path = o.resumed_from;
     writer_.write(e);
 }

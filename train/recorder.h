@@ -14,6 +14,7 @@
 #pragma once
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@ struct RecorderOptions {
     std::string title;                  // the report's title
     MeterOptions meter;                 // totals, windows; meter.first_step > 0 records a resume
     std::string resumed_from;           // the state resumed from (the resume event's path)
+    std::optional<double> start_wall_time;  // the start / resume event's time (default: when the recorder is made)
 };
 
 class Recorder {

@@ -21,7 +21,7 @@ void write_file_atomic(const std::string& path, std::span<const ByteRange> piece
     for (const ByteRange& r : pieces) remaining += r.size;
     std::string tmp = temp_file_pattern(path);
     int fd = ::mkstemp(tmp.data());
-    if (fd < 0) fail(path, ": cannot create a temporary file ", tmp, ": ", std::strerror(errno));
+    if (fd < 0) fail(cannot_create(path, errno));
     try {
         ::fchmod(fd, 0644);  // mkstemp makes 0600; outputs are for others to read too
         for (const ByteRange& r : pieces) {

@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <optional>
 
 #include "ggml-lite/core/error.h"
 
@@ -39,11 +41,6 @@ std::string bytes_str(uint64_t b) {
     return cat(b, " bytes (", buf, ")");
 }
 
-std::string parent_of(const std::string& path) {
-    const std::filesystem::path p = std::filesystem::path(path).parent_path();
-    return p.empty() ? "." : p.string();
-}
-
 // path without trailing slashes ("out/" names the folder "out").
 std::string trimmed(std::string path) {
     while (path.size() > 1 && path.back() == '/') path.pop_back();
@@ -59,11 +56,6 @@ std::string host_tag() {
     for (char& c : h)
         if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_') c = '_';
     return h;
-}
-
-bool process_exists(long pid) {
-    if (pid <= 0 || pid != long(pid_t(pid))) return false;
-    return ::kill(pid_t(pid), 0) == 0 || errno == EPERM;
 }
 
 // "<digits>" at the start of s: its value and length (0 when there are none).
@@ -152,7 +144,7 @@ void copy_file_contents(const std::string& from, const std::string& to) {
     if (out < 0) {
         const int e = errno;
         ::close(in);
-        fail(to, ": cannot create: ", std::strerror(e));
+        fail(cannot_create(to, e));
     }
     try {
         std::vector<char> buf(size_t(8) << 20);
@@ -178,6 +170,25 @@ void copy_file_contents(const std::string& from, const std::string& to) {
     ::close(in);
 }
 
+std::string cannot_create(const std::string& path, int err) {
+    switch (err) {
+        case EROFS: return path + ": read-only file system";
+        case EACCES:
+        case EPERM: return path + ": permission denied";
+        case ENOSPC: return path + ": no space left on the device";
+        case EDQUOT: return path + ": disk quota exceeded";
+        case ENOENT: return path + ": its folder does not exist";
+        case ENOTDIR: return path + ": a part of the path is not a folder";
+        default: return cat(path, ": cannot be created (", std::strerror(err), ")");
+    }
+}
+
+void check_can_create(const std::string& dir, const std::string& path) {
+    struct statvfs vs {};
+    if (::statvfs(dir.c_str(), &vs) == 0 && (vs.f_flag & ST_RDONLY)) fail(cannot_create(path, EROFS));
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) fail(cannot_create(path, errno));
+}
+
 uint64_t free_bytes(const std::string& dir) {
     struct statvfs vs {};
     if (::statvfs(dir.c_str(), &vs) != 0) return UINT64_MAX;
@@ -198,42 +209,77 @@ std::string partial_dir_name(const std::string& path, long pid) {
     return cat(trimmed(path), ".partial-", host_tag(), "-", pid ? pid : long(::getpid()));
 }
 
-std::vector<std::string> remove_stale_temps(const std::string& path_in) {
-    std::vector<std::string> removed;
-    const std::string path = trimmed(path_in);
-    const std::string dir = parent_of(path), base = std::filesystem::path(path).filename().string();
-    if (base.empty() || base == "." || base == "..") return removed;
-    DIR* d = ::opendir(dir.c_str());
-    if (!d) return removed;  // nothing to clean where nothing can be listed
+namespace {
+
+// When name is a temporary of this host ("<base>.tmp-<host>-<pid>-XXXXXX" or
+// "<base>.partial-<host>-<pid>", base not empty): the length of <base> and the writer's pid.
+std::optional<std::pair<size_t, long>> temp_name_parts(const std::string& name) {
+    const std::string host = host_tag();
+    for (const bool file : {true, false}) {
+        const std::string marker = (file ? ".tmp-" : ".partial-") + host + "-";
+        const size_t at = name.rfind(marker);
+        if (at == std::string::npos || at == 0) continue;
+        const size_t from = at + marker.size();
+        long pid = 0;
+        const size_t n = leading_pid(name.substr(from), &pid);
+        const bool whole = file ? name.size() == from + n + 7 && name[from + n] == '-' : name.size() == from + n;
+        if (n > 0 && whole) return std::pair{at, pid};
+    }
+    return std::nullopt;
+}
+
+// Removes dir/name when it is a file or a folder (never a symlink: only what a writer made itself).
+bool remove_entry(const std::string& full) {
+    struct stat st {};
+    if (::lstat(full.c_str(), &st) != 0) return false;
+    if (S_ISREG(st.st_mode)) return ::unlink(full.c_str()) == 0;
+    if (!S_ISDIR(st.st_mode)) return false;
+    std::error_code ec;
+    std::filesystem::remove_all(full, ec);  // links inside are removed, not followed
+    return !ec;
+}
+
+std::vector<std::string> entries(const std::string& dir) {
     std::vector<std::string> names;
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return names;  // nothing to clean where nothing can be listed
     while (const dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
     ::closedir(d);
-    const std::string tmp = ".tmp-" + host_tag() + "-", partial = ".partial-" + host_tag() + "-";
-    for (const std::string& name : names) {
-        if (name.compare(0, base.size(), base) != 0) continue;
-        const std::string rest = name.substr(base.size());
-        long pid = 0;
-        bool ours = false;
-        if (rest.rfind(tmp, 0) == 0) {
-            const size_t n = leading_pid(rest.substr(tmp.size()), &pid);
-            ours = n > 0 && rest.size() == tmp.size() + n + 7 && rest[tmp.size() + n] == '-';
-        } else if (rest.rfind(partial, 0) == 0) {
-            const size_t n = leading_pid(rest.substr(partial.size()), &pid);
-            ours = n > 0 && rest.size() == partial.size() + n;
-        }
-        if (!ours || process_exists(pid)) continue;
-        const std::string full = (std::filesystem::path(path).parent_path() / name).string();
-        struct stat st {};
-        if (::lstat(full.c_str(), &st) != 0) continue;
-        std::error_code ec;
-        if (S_ISREG(st.st_mode)) {
-            if (::unlink(full.c_str()) == 0) removed.push_back(full);
-        } else if (S_ISDIR(st.st_mode)) {  // never a symlink: only what a writer made itself
-            std::filesystem::remove_all(full, ec);  // links inside are removed, not followed
-            if (!ec) removed.push_back(full);
-        }
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+// Removes the stale temporaries in dir ("": the current folder) whose name `matches` (given the
+// length of its base).
+std::vector<std::string> remove_stale(const std::string& dir, const std::function<bool(const std::string&, size_t)>& matches) {
+    std::vector<std::string> removed;
+    for (const std::string& name : entries(dir.empty() ? "." : dir)) {
+        const auto parts = temp_name_parts(name);
+        if (!parts || !matches(name, parts->first) || process_alive(parts->second)) continue;
+        const std::string full = (std::filesystem::path(dir) / name).string();
+        if (remove_entry(full)) removed.push_back(full);
     }
     return removed;
+}
+
+}  // namespace
+
+bool process_alive(long pid) {
+    if (pid <= 0 || pid != long(pid_t(pid))) return false;
+    return ::kill(pid_t(pid), 0) == 0 || errno == EPERM;
+}
+
+std::vector<std::string> remove_stale_temps(const std::string& path_in) {
+    const std::string path = trimmed(path_in);
+    const std::string base = std::filesystem::path(path).filename().string();
+    if (base.empty() || base == "." || base == "..") return {};
+    return remove_stale(std::filesystem::path(path).parent_path().string(), [&](const std::string& name, size_t base_len) {
+        return base_len == base.size() && name.compare(0, base.size(), base) == 0;
+    });
+}
+
+std::vector<std::string> remove_stale_temps_in(const std::string& dir) {
+    return remove_stale(dir, [](const std::string&, size_t) { return true; });
 }
 
 void set_write_fault(WriteFault f) { g_write_fault.store(f); }

@@ -30,6 +30,13 @@ void write_fully(int fd, const void* data, size_t n, const std::string& path, ui
 // Copies the regular file `from` to `to`, which must not exist yet (created 0644, fsynced).
 void copy_file_contents(const std::string& from, const std::string& to);
 
+// Why `path` cannot be created, from the errno of the failed call, in the words a user looks for:
+// "PATH: read-only file system", "PATH: permission denied", "PATH: no space left on the device".
+std::string cannot_create(const std::string& path, int err);
+// Refuses up front, with cannot_create's message for `path`, when the folder `dir` that is to hold
+// it takes no new files (a read-only file system, no write permission).
+void check_can_create(const std::string& dir, const std::string& path);
+
 // Bytes an unprivileged writer may still put on the file system holding `dir` (UINT64_MAX when
 // unknown).
 uint64_t free_bytes(const std::string& dir);
@@ -44,6 +51,10 @@ std::string partial_dir_name(const std::string& path, long pid = 0);
 // folders (never symlinks) named as above with this host and a process id that no longer exists.
 // Leftovers of running processes stay. Returns the paths removed.
 std::vector<std::string> remove_stale_temps(const std::string& path);
+// The same for every path in the folder `dir` (not below it): the temporaries of any writer.
+std::vector<std::string> remove_stale_temps_in(const std::string& dir);
+// Whether a process of this id runs on this host (the rule for every pid-named temporary).
+bool process_alive(long pid);
 
 // Test seam: when set, called before each write() write_fully makes, with its byte count; a
 // non-zero result makes that write fail with that errno (ENOSPC, EIO), as a full or failing disk

@@ -87,7 +87,7 @@ void Console::on_end(const train::RunSummary& s) {
                  s.peak_device_bytes ? ", measured peak " + gl::format_bytes(s.peak_device_bytes) : std::string()));
     if (!s.interrupted && !s.final_file.empty()) line("the LoRA: " + s.final_file);
     if (samples_ > 0) line(gl::cat("samples:  ", sample_dir_, "/ (", samples_, " images)"));
-    if (!rec_.report_path().empty())
+    if (rec_.written())
         line(gl::cat("report:   ", rec_.report_path().string(), " (metrics: ", rec_.metrics_path().string(), ")"));
 }
 

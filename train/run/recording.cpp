@@ -49,8 +49,8 @@ RunRecording::RunRecording(Clock monotonic, Clock wall) : mono_(std::move(monoto
 
 RunRecording::~RunRecording() = default;
 
-fs::path RunRecording::metrics_path() const { return rec_ ? rec_->metrics_path() : fs::path(); }
-fs::path RunRecording::report_path() const { return rec_ ? rec_->report_path() : fs::path(); }
+fs::path RunRecording::metrics_path() const { return dir_.empty() ? fs::path() : dir_ / "metrics.jsonl"; }
+fs::path RunRecording::report_path() const { return dir_.empty() ? fs::path() : dir_ / "report.html"; }
 
 std::string RunRecording::relative(const std::string& path) const {
     std::error_code ec;
@@ -78,6 +78,14 @@ void RunRecording::on_plan(const RunPlan& p) {
 
 void RunRecording::on_start(const RunStart& s) {
     dir_ = s.output_dir;
+    start_ = s;
+    start_mono_ = mono_();
+    start_wall_ = wall_();
+}
+
+void RunRecording::open() {
+    if (rec_ || !start_) return;
+    const RunStart& s = *start_;
     RecorderOptions o;
     o.output_dir = dir_;
     o.title = "sdtrain: " + s.name;
@@ -85,6 +93,8 @@ void RunRecording::on_start(const RunStart& s) {
     o.meter.total_steps = s.total_steps;
     o.meter.total_epochs = s.epochs;
     o.meter.loss_window = int(std::max<int64_t>(1, s.updates_per_epoch));
+    o.meter.start_time = start_mono_;  // the records count from the start of training, as if opened then
+    o.start_wall_time = start_wall_;
     o.resumed_from = s.resumed_from;
     rec_ = std::make_unique<Recorder>(o, mono_, wall_);
     ReportInput& r = rec_->report();
@@ -101,11 +111,13 @@ void RunRecording::on_start(const RunStart& s) {
 }
 
 void RunRecording::on_step(const StepEvent& e) {
-    GL_CHECK(rec_, "run recording: a step before the run started");
+    GL_CHECK(start_, "run recording: a step before the run started");
+    open();
     last_ = rec_->step(step_metrics(e));
 }
 
 void RunRecording::on_sample(const SampleEvent& e) {
+    open();
     if (!rec_) return;
     std::vector<SampleImage> images;
     for (size_t i = 0; i < e.images.size(); i++)
@@ -115,6 +127,7 @@ void RunRecording::on_sample(const SampleEvent& e) {
 }
 
 void RunRecording::on_save(const SaveEvent& e) {
+    open();
     if (!rec_) return;
     rec_->save(e.step, e.epoch, relative(e.path));
 }

@@ -2,13 +2,15 @@
 // the observer (or forward a console's events to it, as sdtrain does) and the output folder gets
 //   metrics.jsonl  every step (loss, running mean, learning rates, it/s, images/s, ETA, memory) and
 //                  every event (start or resume, samples, saves, the end), appended by a resume;
-//   report.html    written when training starts, at every save and at the end: the loss and LR
-//                  curves, the samples, the memory plan with the largest step's timeline, the
+//   report.html    written with the first record, at every save and at the end: the loss and
+//                  LR curves, the samples, the memory plan with the largest step's timeline, the
 //                  dataset and steps arithmetic, the configuration by option group, the timings,
 //                  the peak host memory.
-// Nothing is written before on_start: a dry run, a refused plan or a run stopped while caching
-// leave the output folder as it was. Paths in the records are relative to the output folder
-// (sample/<name>.png, <name>.safetensors), so the folder can be moved or copied whole.
+// Both are opened with the run's first step, save or sample (timed from on_start): a dry run, a
+// refused plan, a run stopped while caching or refused before its first step (a NaN weight)
+// leaves the output folder as it was, an earlier run's metrics.jsonl untouched. Paths in the
+// records are relative to the output folder (sample/<name>.png, <name>.safetensors), so the
+// folder can be moved or copied whole.
 #pragma once
 #include <filesystem>
 #include <memory>
@@ -28,7 +30,7 @@ public:
     ~RunRecording() override;
 
     void on_plan(const RunPlan& p) override;    // keeps what the report shows of the plan
-    void on_start(const RunStart& s) override;  // opens metrics.jsonl, writes the first report
+    void on_start(const RunStart& s) override;  // the start; the files are opened with the first record
     void on_step(const StepEvent& e) override;
     void on_sample(const SampleEvent& e) override;
     void on_save(const SaveEvent& e) override;  // the report is rewritten
@@ -39,16 +41,21 @@ public:
     // The last step's full record (running mean, rates, ETA), what a progress line shows; null
     // before the first step.
     const StepMetrics* last_step() const { return last_ ? &*last_ : nullptr; }
-    // Where the files are once on_start has opened them (empty before).
+    // Where the files go once the run has started (empty before on_start), and whether they were
+    // written (the run recorded a step, save or sample).
     std::filesystem::path metrics_path() const;
     std::filesystem::path report_path() const;
+    bool written() const { return rec_ != nullptr; }
 
 private:
     std::string relative(const std::string& path) const;
+    void open();  // the recorder, at the first record
     Clock mono_, wall_;
     ReportInput report_;  // the plan's part, until the recorder exists
     std::unique_ptr<Recorder> rec_;
     std::filesystem::path dir_;
+    std::optional<RunStart> start_;
+    double start_mono_ = 0, start_wall_ = 0;
     std::optional<StepMetrics> last_;
     bool ended_ = false;
 };

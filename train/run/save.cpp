@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/io/files.h"
 
 namespace train {
 
@@ -58,24 +59,67 @@ std::optional<int64_t> epoch_to_remove(const RunConfig& c, int64_t epoch, bool s
     return r;
 }
 
-void check_output_dir(const fs::path& dir) {
+void remove_created_dirs(const std::vector<fs::path>& created) {
+    for (auto it = created.rbegin(); it != created.rend(); ++it)
+        if (::rmdir(it->c_str()) != 0) return;  // not empty: the run left something worth keeping
+}
+
+std::vector<fs::path> check_output_dir(const fs::path& dir) {
     std::error_code ec;
+    std::vector<fs::path> created;
     if (fs::exists(dir, ec)) {
         GL_CHECK(fs::is_directory(dir, ec), "--output_dir ", dir.string(), ": exists and is not a folder");
     } else {
+        for (fs::path p = fs::absolute(dir, ec).lexically_normal(); !p.empty() && !fs::exists(p, ec);
+             p = p.parent_path()) {
+            created.insert(created.begin(), p);
+            if (p == p.parent_path()) break;
+        }
         fs::create_directories(dir, ec);
-        GL_CHECK(!ec, "--output_dir ", dir.string(), ": cannot be created (", ec.message(), ")");
+        if (ec) {
+            remove_created_dirs(created);  // those a partial success made
+            gl::fail("--output_dir ", dir.string(), ": cannot be created (", ec.message(), ")");
+        }
     }
-    const fs::path probe = dir / gl::cat(".sdtrain-probe-", ::getpid());
-    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
-    GL_CHECK(fd >= 0, "--output_dir ", dir.string(), ": files cannot be created there (", errno_text(errno), ")");
+    std::string probe = gl::io::temp_file_pattern((dir / ".sdtrain-probe").string());
+    const int fd = ::mkstemp(probe.data());
+    if (fd < 0) {
+        const int e = errno;
+        remove_created_dirs(created);
+        gl::fail("--output_dir ", dir.string(), ": files cannot be created there (", errno_text(e), ")");
+    }
     ::close(fd);
     ::unlink(probe.c_str());
+    return created;
+}
+
+std::vector<std::string> remove_run_leftovers(const fs::path& dir) {
+    std::vector<std::string> removed = gl::io::remove_stale_temps_in(dir.string());
+    for (const char* sub : {"sample", "latent_cache", "text_encoder_cache"})
+        for (std::string& r : gl::io::remove_stale_temps_in((dir / sub).string())) removed.push_back(std::move(r));
+    // Earlier builds named a state folder's temporaries ".<name>.tmp-<pid>" and ".<name>.old-<pid>",
+    // without the host: those are taken as this host's.
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        const size_t dash = name.rfind('-');
+        if (name[0] != '.' || dash == std::string::npos || dash + 1 == name.size() || dash < 5) continue;
+        const std::string kind = name.substr(dash - 4, 4), digits = name.substr(dash + 1);
+        if ((kind != ".tmp" && kind != ".old") || digits.size() > 9 ||
+            digits.find_first_not_of("0123456789") != std::string::npos || !it->is_directory(ec) ||
+            it->is_symlink(ec) || gl::io::process_alive(std::stol(digits)))
+            continue;
+        std::error_code rm;
+        fs::remove_all(it->path(), rm);
+        if (!rm) removed.push_back(it->path().string());
+    }
+    return removed;
 }
 
 void write_dir_atomically(const fs::path& dir, const std::function<void(const fs::path&)>& fill) {
     const fs::path parent = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
-    const fs::path tmp = parent / gl::cat(".", dir.filename().string(), ".tmp-", ::getpid());
+    const std::string hidden = (parent / gl::cat(".", dir.filename().string())).string();  // built out of sight
+    const fs::path tmp = gl::io::partial_dir_name(hidden);
     std::error_code ec;
     fs::remove_all(tmp, ec);
     fs::create_directory(tmp, ec);
@@ -89,9 +133,13 @@ void write_dir_atomically(const fs::path& dir, const std::function<void(const fs
             ::close(dfd);
         }
         if (fs::exists(dir, ec)) {
-            // Swap in one step where the kernel can (renameat2 RENAME_EXCHANGE), else two renames.
+            // Swap in one step where the kernel can (renameat2 RENAME_EXCHANGE), else two renames
+            // with the old folder set aside under a temporary name (removed by the next run should
+            // this one be killed in between).
             if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) != 0) {
-                const fs::path old = parent / gl::cat(".", dir.filename().string(), ".old-", ::getpid());
+                std::string old = gl::io::temp_file_pattern(hidden);
+                GL_CHECK(::mkdtemp(old.data()), "saving ", dir.string(), ": cannot create ", old, " (",
+                         errno_text(errno), ")");
                 fs::rename(dir, old);
                 fs::rename(tmp, dir);
                 fs::remove_all(old, ec);

@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "train/run/config.h"
 
@@ -27,8 +28,16 @@ std::optional<int64_t> step_to_remove(const RunConfig& c, int64_t step, bool sta
 std::optional<int64_t> epoch_to_remove(const RunConfig& c, int64_t epoch, bool state);
 
 // Creates the output folder when missing and checks that files can be created in it (a probe file
-// written and removed). Throws gl::Error naming the folder; nothing existing is touched.
-void check_output_dir(const std::filesystem::path& dir);
+// written and removed). Throws gl::Error naming the folder; nothing existing is touched. Returns
+// the folders it created, parents first, which remove_created_dirs removes again while empty (a
+// run refused before it wrote anything leaves no folder behind).
+std::vector<std::filesystem::path> check_output_dir(const std::filesystem::path& dir);
+void remove_created_dirs(const std::vector<std::filesystem::path>& created);
+
+// Removes what killed runs left in the output folder `dir` (and in its sample/ and cache folders):
+// every temporary file or folder of this host whose writer no longer runs (gl::io's pid-named
+// temporaries: unfinished state folders, LoRA files, reports, samples, probes). Returns the paths.
+std::vector<std::string> remove_run_leftovers(const std::filesystem::path& dir);
 
 // Writes a folder atomically: `fill` writes into a fresh temporary folder beside `dir`, which
 // then replaces `dir` in one rename (an existing one is swapped out and removed). On any error the

@@ -1,5 +1,8 @@
 // Session: the plan before the run (everything here runs without reading a weight).
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <random>
 #include <set>
 
@@ -7,10 +10,13 @@
 #include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/core/autofit.h"
 #include "ggml-lite/core/plan_svg.h"
+#include "train/run/run_paths.h"
 #include "train/run/save.h"
 #include "train/run/session_impl.h"
 
 namespace train {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -48,12 +54,24 @@ void dims_from_file(RunConfig& c, const std::string& path) {
 
 }  // namespace
 
-std::string run_identity(const RunData& d, uint64_t seed, int64_t micro_batch, int accum) {
+std::string run_identity(const RunData& d, uint64_t seed, int64_t micro_batch, int accum, int version) {
     gl::io::Sha256 h;
     auto update = [](gl::io::Sha256& sha, const std::string& s) { sha.update(s.data(), s.size()); };
     update(h, gl::cat("seed ", seed, "|micro ", micro_batch, "|accum ", accum, "|"));
-    for (const data::ImageEntry& e : d.dataset.images)
-        update(h, gl::cat(e.path.string(), "|", e.num_repeats, "|", e.is_reg, "|"));
+    for (const data::ImageEntry& e : d.dataset.images) {
+        if (version == 1) {  // states of earlier builds: the paths as they were given
+            update(h, gl::cat(e.path.string(), "|", e.num_repeats, "|", e.is_reg, "|"));
+            continue;
+        }
+        // By content: the file within its subset's folder, its size and time, however the folders
+        // are spelled (relative, absolute, through a symlink).
+        const fs::path& folder = d.dataset.config.subsets[size_t(e.subset)].image_dir;
+        struct stat st {};
+        const bool known = ::stat(e.path.c_str(), &st) == 0;
+        update(h, gl::cat(e.subset, "|", e.path.lexically_relative(folder).generic_string(), "|",
+                          known ? int64_t(st.st_size) : -1, "|", known ? int64_t(st.st_mtime) : 0, "|", e.num_repeats,
+                          "|", e.is_reg, "|"));
+    }
     for (const data::Bucket& b : d.buckets.buckets)
         update(h, gl::cat(b.reso.w, "x", b.reso.h, ":", b.images.size(), "|"));
     return h.hex();
@@ -79,6 +97,21 @@ Session::Session(RunConfig config, RunObserver* observer) : impl_(std::make_uniq
 Session::~Session() = default;
 
 const RunConfig& Session::config() const { return impl_->cfg; }
+
+RunShape Session::Impl::resume_shape() const {
+    RunShape r;
+    r.counts = plan.counts;
+    const int64_t f = model.vae_cfg.downscale(), ch = step.unet.in_channels;
+    int64_t smallest = INT64_MAX, largest = 0;  // latent values of one image
+    for (const BucketShare& b : bucket_shares(data, f)) {
+        smallest = std::min(smallest, b.latent_h * b.latent_w * ch);
+        largest = std::max(largest, b.latent_h * b.latent_w * ch);
+    }
+    const Objective o = cfg.objective();
+    r.min_update_draws = BucketTrainer::noise_draws(o, 1, smallest, ch);
+    r.max_batch_draws = BucketTrainer::noise_draws(o, step.batch, step.batch * largest, ch, true);
+    return r;
+}
 
 StepOptions Session::Impl::base_step() const {
     StepOptions so;
@@ -107,10 +140,24 @@ StepOptions Session::Impl::base_step() const {
 }
 
 const RunPlan& Session::prepare() {
-    Impl& m = *impl_;
-    if (m.prepared) return m.plan;
+    if (impl_->prepared) return impl_->plan;
+    try {
+        impl_->prepare();
+    } catch (...) {
+        remove_created_dirs(impl_->created_dirs);  // a refused run leaves no output folder behind
+        throw;
+    }
+    impl_->obs->on_plan(impl_->plan);
+    return impl_->plan;
+}
+
+void Session::Impl::prepare() {
+    Impl& m = *this;
     const RunConfig& c = m.cfg;
-    check_output_dir(c.output_dir);
+    // The inputs the options name are checked before the output folder is made, the files and
+    // folders they lead to (the model's parts, the subsets) once they are open.
+    check_run_paths(c, run_inputs(c, nullptr, nullptr), nullptr);
+    m.created_dirs = check_output_dir(c.output_dir);
     if (c.resume) m.resume = read_run_position(*c.resume);
     if (c.network_weights) {
         std::error_code ec;
@@ -126,6 +173,7 @@ const RunPlan& Session::prepare() {
     m.model = sd::open_sd15(c.pretrained_model_name_or_path);
     m.message("reading the dataset");
     m.data = load_run_data(c);
+    check_run_paths(c, run_inputs(c, &m.model, &m.data.dataset.config), &m.data.dataset.config);
     m.plan.dataset = dataset_summary(m.data);
     m.plan.notes = c.notes;
     m.plan.warnings = m.data.warnings;
@@ -143,17 +191,16 @@ const RunPlan& Session::prepare() {
     if (m.resume) {
         GL_CHECK(m.resume->seed == m.seed, "--resume ", *c.resume, ": the state was trained with --seed ",
                  m.resume->seed, ", this run has --seed ", m.seed);
-        GL_CHECK(m.resume->run_identity == run_identity(m.data, m.seed, m.step.batch, m.step.grad_accum),
+        GL_CHECK(m.resume->run_identity ==
+                     run_identity(m.data, m.seed, m.step.batch, m.step.grad_accum, m.resume->version),
                  "--resume ", *c.resume, ": the dataset, buckets, batch size or gradient accumulation differ from the "
                  "run that saved the state (its data order cannot be continued)");
-        GL_CHECK(m.resume->step < m.plan.counts.max_train_steps, "--resume ", *c.resume, ": the state is at step ",
-                 m.resume->step, ", the run ends at ", m.plan.counts.max_train_steps);
+        check_run_position(*m.resume, "--resume " + (fs::path(*c.resume) / "train_state.json").string(),
+                           m.resume_shape());
     }
     m.cfg.seed = m.seed;  // the configuration shows the seed the run uses
     m.plan.config = config_sections(m.cfg);
     m.prepared = true;
-    m.obs->on_plan(m.plan);
-    return m.plan;
 }
 
 }  // namespace train

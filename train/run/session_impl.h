@@ -34,10 +34,13 @@ struct Session::Impl {
     std::unique_ptr<GraphSet> graphs;
     std::shared_ptr<RunSampler> sampler;  // --sample_prompts: in the same memory
     uint64_t seed = 0;
+    std::vector<std::filesystem::path> created_dirs;  // by check_output_dir: removed again when refused
 
     void message(const std::string& m) { obs->on_message(m); }
     // prepare()'s parts (session.cpp).
+    void prepare();
     StepOptions base_step() const;
+    RunShape resume_shape() const;  // what a resumed position is checked against
     // memory_plan.cpp: the graphs of the run and their memory (auto-fit under --vram_limit), and
     // the refusal of a plan that does not fit, with what would.
     void plan_memory();
@@ -46,7 +49,11 @@ struct Session::Impl {
     RunSummary train_loop(const std::atomic<bool>* stop);
 };
 
-// The identity of a run's data order, stored in states: a resume must see the same.
-std::string run_identity(const RunData& d, uint64_t seed, int64_t micro_batch, int accum);
+// The identity of a run's data order, stored in states: a resume must see the same. The dataset
+// counts by content (each image's path within its subset folder, size and modification time,
+// repeats, regularisation flag; the bucket table); `version` 1 gives the identity states of format
+// 1 hold (the image paths as spelled).
+std::string run_identity(const RunData& d, uint64_t seed, int64_t micro_batch, int accum,
+                         int version = kStateVersion);
 
 }  // namespace train

@@ -525,12 +525,19 @@ RunSummary Session::run(const std::atomic<bool>* stop) {
     }
     GL_CHECK(!impl_->device, "sdtrain: this session was planned for a simulated ", impl_->device->backend,
              " device (plan_for); it plans, it does not run");
+    const std::vector<std::string> removed = remove_run_leftovers(impl_->cfg.output_dir);
+    if (!removed.empty()) {
+        std::string list;
+        for (const std::string& p : removed) list += (list.empty() ? "" : ", ") + p;
+        impl_->message(gl::cat("note: removed what killed runs left in --output_dir (", removed.size(), "): ", list));
+    }
     Runner r(*impl_, stop);
     RunSummary s;
     try {
         s = r.run();
     } catch (const std::exception& e) {
         impl_->obs->on_error(e.what());
+        remove_created_dirs(impl_->created_dirs);  // only while empty: a run that wrote keeps its folder
         throw;
     }
     impl_->obs->on_end(s);

@@ -2,11 +2,10 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/io/atomic_file.h"
 #include "ggml-lite/io/safetensors.h"
 #include "train/run/save.h"
 
@@ -15,8 +14,6 @@ namespace train {
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr int kStateVersion = 1;
 
 // Every LoRA parameter (the step graphs share them: graph 0 holds them all), f32, by graph name.
 void save_lora_masters(const std::string& path, BucketTrainer& t) {
@@ -58,14 +55,6 @@ void load_lora_masters(const std::string& path, BucketTrainer& t) {
     for (size_t i = 0; i < params.size(); i++) rt.write_f32(params[i], values[i]);
 }
 
-std::string read_text(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    GL_CHECK(f, "--resume: ", p.string(), " cannot be read");
-    std::ostringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
-
 }  // namespace
 
 void save_run_state(const fs::path& dir, BucketTrainer& t, const RunPosition& pos) {
@@ -81,40 +70,8 @@ void save_run_state(const fs::path& dir, BucketTrainer& t, const RunPosition& po
                         {"trainer_steps", pos.trainer.steps},
                         {"noise_counter", pos.trainer.noise_counter},
                         {"run_identity", pos.run_identity}};
-        const fs::path json = tmp / "train_state.json";
-        std::ofstream f(json, std::ios::binary);
-        f << j.dump(2) << "\n";
-        f.flush();
-        GL_CHECK(f, "saving ", dir.string(), ": cannot write train_state.json");
+        gl::io::write_file_atomic((tmp / "train_state.json").string(), j.dump(2) + "\n");  // synced, as the others
     });
-}
-
-RunPosition read_run_position(const fs::path& dir) {
-    std::error_code ec;
-    GL_CHECK(fs::is_directory(dir, ec), "--resume ", dir.string(), ": not a state folder (sdtrain writes "
-                                        "<name>-step00000500-state/ with --save_state)");
-    const fs::path file = dir / "train_state.json";
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(read_text(file));
-        RunPosition p;
-        p.step = j.at("current_step").get<int64_t>();
-        p.epoch = j.at("current_epoch").get<int64_t>();
-        const nlohmann::json& s = j.at("sdtrain");
-        GL_CHECK(s.at("version").get<int>() == kStateVersion, "--resume ", file.string(), ": state version ",
-                 s.at("version").get<int>(), " (this sdtrain reads ", kStateVersion, ")");
-        p.batches_done = s.at("batches_done").get<int64_t>();
-        p.seed = s.at("seed").get<uint64_t>();
-        p.trainer.steps = s.at("trainer_steps").get<int64_t>();
-        p.trainer.noise_counter = s.at("noise_counter").get<uint64_t>();
-        p.run_identity = s.at("run_identity").get<std::string>();
-        GL_CHECK(p.step >= 0 && p.epoch >= 1 && p.batches_done >= 0 && p.trainer.steps == p.step, "--resume ",
-                 file.string(), ": inconsistent counts");
-        return p;
-    } catch (const nlohmann::json::exception& e) {
-        gl::fail("--resume ", file.string(), ": ", e.what(),
-                 " (a kohya/accelerate state folder cannot be resumed by sdtrain; use one sdtrain wrote)");
-    }
 }
 
 std::string load_run_state(const fs::path& dir, BucketTrainer& t, const RunPosition& pos) {

@@ -15,10 +15,15 @@
 #include <string>
 
 #include "train/bucket_trainer.h"
+#include "train/run/data_plan.h"
 
 namespace train {
 
+// The train_state.json format: 2 identifies the dataset by content (1: by the paths as given).
+constexpr int kStateVersion = 2;
+
 struct RunPosition {
+    int version = kStateVersion;
     int64_t step = 0;          // optimizer steps done
     int64_t epoch = 1;         // the epoch the next batch belongs to (1-based)
     int64_t batches_done = 0;  // loader batches consumed (the next one's index in the run)
@@ -30,8 +35,23 @@ struct RunPosition {
 // Writes the state folder atomically (train/run/save.h write_dir_atomically).
 void save_run_state(const std::filesystem::path& dir, BucketTrainer& t, const RunPosition& pos);
 
-// Reads train_state.json (gl::Error naming the folder and what is missing or malformed).
+// Reads dir/train_state.json: every field by name, type and range (gl::Error naming the file and
+// the field; a folder, FIFO or device in place of the file is refused without blocking).
 RunPosition read_run_position(const std::filesystem::path& dir);
+// The same from the file's text (`file` names it in errors).
+RunPosition parse_run_position(const std::string& text, const std::string& file);
+
+// What a resumed position must agree with: this run's steps arithmetic, and the noise its
+// micro-batches draw (BucketTrainer::noise_draws).
+struct RunShape {
+    StepCounts counts;
+    uint64_t min_update_draws = 0;  // the fewest draws of an update: one image of the smallest bucket
+    uint64_t max_batch_draws = 0;   // the most of a micro-batch: a whole one of the largest bucket
+};
+// Refuses a position this run cannot continue, naming `file` and the field: the step at or past
+// the run's end, batches past its epochs, a step count or epoch that the batches done do not give,
+// a noise position outside what that many updates draw.
+void check_run_position(const RunPosition& p, const std::string& file, const RunShape& run);
 
 // Restores the LoRA and optimizer state into the trainer's memory (after checking both files
 // against the run). Returns the optimizer's note about changed arguments ("" when none).
