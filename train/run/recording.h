@@ -5,7 +5,9 @@
 //   report.html    written when training starts, at every save and at the end: the loss and LR
 //                  curves, the samples, the memory plan with the largest step's timeline, the
 //                  dataset and steps arithmetic, the configuration by option group, the timings,
-//                  the peak host memory.
+//                  the peak host memory, the images skipped;
+//   skipped_images.txt  every image the run skipped, with its reason (only when one was: written
+//                  when training starts, rewritten at the end when caching or loading dropped more).
 // Nothing is written before on_start: a dry run, a refused plan or a run stopped while caching
 // leave the output folder as it was. Paths in the records are relative to the output folder
 // (sample/<name>.png, <name>.safetensors), so the folder can be moved or copied whole.
@@ -20,6 +22,8 @@
 #include "train/run/observer.h"
 
 namespace train {
+
+inline constexpr const char* kSkippedImagesFile = "skipped_images.txt";
 
 class RunRecording : public RunObserver {
 public:
@@ -50,6 +54,7 @@ private:
     std::unique_ptr<Recorder> rec_;
     std::filesystem::path dir_;
     std::optional<StepMetrics> last_;
+    std::vector<data::SkippedImage> plan_skipped_;
     bool ended_ = false;
 };
 

@@ -135,6 +135,7 @@ const RunPlan& Session::prepare() {
     m.message("reading the dataset");
     m.data = load_run_data(c);
     m.plan.dataset = dataset_summary(m.data);
+    m.plan.skipped = skipped_before_training(m.data);
     m.plan.notes = c.notes;
     m.plan.warnings = m.data.warnings;
     std::string why;
