@@ -2,7 +2,8 @@
 // undecodable files of several formats and reasons (damaged data, a FIFO, too small for a bucket,
 // one damaged after the dataset was read) names each with its reason in the plan, the end
 // summary, the report and skipped_images.txt; the plan cuts a long list at 20 and says where the
-// rest is; a run whose every image fails to cache is an error, not an untrained LoRA.
+// rest is; a dataset with no readable image is refused by prepare(), and a run whose every image
+// fails to cache is an error, not an untrained LoRA.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 
@@ -119,9 +120,14 @@ TEST_CASE("sdtrain run: the plan lists the first 20 skipped files and the count,
     CHECK(gltest::slurp(out / "report.html").find("Images skipped") == std::string::npos);
 }
 
-TEST_CASE("sdtrain run: a dataset whose every image fails to cache is an error, and nothing is saved") {
+TEST_CASE("sdtrain run: no readable image is an error before the weights, none cached one before training") {
     Scratch s("uncached");
     const fs::path model = make_tiny_model(s.root), data = make_dataset(s.root), out = s.root / "out";
+    fs::create_directories(s.root / "damaged" / "1_x");
+    fs::copy_file(bad_image("png_short_idat.png"), s.root / "damaged" / "1_x" / "a.png");
+    CHECK(gltest::error_of([&] { train::Session(tiny_config(model, s.root / "damaged", out)).prepare(); })
+              .find("the dataset has no usable images (1 unreadable, first: ") == 0);
+
     train::Session session(tiny_config(model, data, out));
     session.prepare();
     for (int i = 0; i < 6; i++) write_text(data / "1_tiny" / ("img" + std::to_string(i) + ".bmp"), "BM, gone");
