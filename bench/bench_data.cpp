@@ -12,6 +12,10 @@
 //     bench/bench_vae_diffusers.py (diffusers' AutoencoderKL.encode, same size and batch).
 //     --null-encoder replaces the VAE by an encoder that returns zeros at once: the host side alone
 //     (read, hash, decode, resize, convert, sample, write), on any machine.
+//  0. with --read-check DIR: what reading a kohya folder (DIR/<repeats>_<name>/) costs: each
+//     file's header alone, as the dataset read did before it checked whole files; build_dataset
+//     (every file read and checked by its decoder on the worker pool); a full decode of every
+//     file on as many threads, for scale. Then it stops.
 // Usage: bench_data --help.
 // (--tiny: the golden tests' tiny VAE, tests/golden/data/vae/weights_diffusers.safetensors; it
 // only checks the flow, and its one-level downscale makes attention at 512 very slow: give it
@@ -108,6 +112,46 @@ void print_times(const data::CacheReport& r, int threads) {
                 t.prepare_busy, r.encoded ? 1000.0 * t.prepare_busy / double(r.encoded) : 0.0);
 }
 
+// Part 0 (--read-check): the dataset read's cost on a folder of the user's own images.
+void read_check(const fs::path& dir) {
+    std::vector<std::string> warnings;
+    const data::DatasetConfig cfg = data::folder_dataset_config(dir, std::nullopt, {}, warnings);
+    std::vector<fs::path> files;
+    uint64_t bytes = 0;
+    for (const data::SubsetConfig& s : cfg.subsets)
+        for (const fs::directory_entry& e : fs::directory_iterator(s.image_dir))
+            if (data::has_image_extension(e.path())) files.push_back(e.path()), bytes += e.file_size();
+    const auto t0 = Clock::now();
+    int64_t pixels = 0;
+    for (const fs::path& f : files) {
+        const std::vector<uint8_t> b = data::read_file_bytes(f);
+        const data::ImageHeader h = data::read_image_header(b.data(), b.size(), f.string());
+        pixels += int64_t(h.width) * h.height;
+    }
+    const double headers = seconds_since(t0);
+    const auto t1 = Clock::now();
+    const data::Dataset ds = data::build_dataset(cfg);
+    const double checked = seconds_since(t1);
+    const int threads = data::default_worker_threads();
+    std::atomic<size_t> next{0};
+    const auto t2 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int k = 0; k < threads; k++)
+        pool.emplace_back([&] {
+            for (size_t i; (i = next++) < ds.images.size();) data::load_image(ds.images[i].path);
+        });
+    for (std::thread& th : pool) th.join();
+    const double decoded = seconds_since(t2);
+    std::printf("dataset read of %zu files (%.1f MB, %.1f megapixels) in %s, %d threads:\n", files.size(),
+                double(bytes) / 1e6, double(pixels) / 1e6, dir.c_str(), threads);
+    std::printf("  headers only (the read before the check, one thread): %7.3f s  (%.1f ms per file)\n", headers,
+                1000 * headers / double(files.size()));
+    std::printf("  build_dataset (every file checked whole):            %7.3f s  (%.1f ms per file; %zu skipped)\n",
+                checked, 1000 * checked / double(files.size()), ds.skipped.size());
+    std::printf("  full decode of every image, for scale:                %7.3f s  (%.1f ms per file)\n", decoded,
+                1000 * decoded / double(files.size()));
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -136,7 +180,14 @@ int run(int argc, char** argv) {
     p.add_int("--encode-iters", encode_iters, 0, 100'000, "encoder calls timed alone on one batch after caching");
     p.add_flag("--profile", profile, "print the encoder graph's per-node profile for one batch");
     p.add_path("--dir", dir_arg, "where the generated set lives (default: a temp folder)");
+    std::string read_dir;
+    p.add_path("--read-check", read_dir, "time the dataset read of this kohya folder (headers, the whole-file check, "
+                                         "a full decode) and stop");
     p.parse(argc, argv);
+    if (!read_dir.empty()) {
+        read_check(read_dir);
+        return 0;
+    }
     GL_CHECK(resolution % 64 == 0, "--resolution must be a multiple of 64, got ", resolution);
     const fs::path dir = dir_arg.empty() ? fs::temp_directory_path() / "gl_bench_data" : fs::path(dir_arg);
     const auto t_gen = Clock::now();

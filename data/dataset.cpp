@@ -1,7 +1,11 @@
 #include "data/dataset.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
 
+#include "data/workers.h"
 #include "ggml-lite/core/error.h"
 
 namespace data {
@@ -9,20 +13,80 @@ namespace fs = std::filesystem;
 
 bool has_image_extension(const fs::path& p) { return format_of_extension(p) != ImageFormat::unknown; }
 
-std::string describe_skipped(const std::vector<SkippedImage>& skipped) {
-    if (skipped.empty()) return "";
-    std::string s = gl::cat(skipped.size(), skipped.size() == 1 ? " image" : " images", " skipped:");
-    for (const SkippedImage& k : skipped) s += "\n  " + k.path + ": " + k.reason;
+std::string describe_skipped(const std::vector<SkippedImage>& skipped, size_t max_listed, const std::string& indent) {
+    std::vector<std::vector<const SkippedImage*>> groups;  // by reason, in order of first appearance
+    std::map<std::string, size_t> group_of;
+    for (const SkippedImage& k : skipped) {
+        const auto [it, added] = group_of.try_emplace(k.reason, groups.size());
+        if (added) groups.emplace_back();
+        groups[it->second].push_back(&k);
+    }
+    std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+    std::string s;
+    size_t listed = 0;
+    for (const auto& g : groups) {
+        if (listed >= max_listed) break;
+        if (g.size() == 1) {
+            s += indent + g[0]->path + ": " + g[0]->reason + "\n";
+            listed++;
+            continue;
+        }
+        s += gl::cat(indent, g[0]->reason, ": ", g.size(), " files\n");
+        for (size_t i = 0; i < g.size() && listed < max_listed; i++, listed++) s += indent + "  " + g[i]->path + "\n";
+    }
+    if (listed < skipped.size()) s += gl::cat(indent, "... and ", skipped.size() - listed, " more\n");
     return s;
+}
+
+void add_skipped(std::vector<SkippedImage>& list, const std::vector<SkippedImage>& more) {
+    std::set<std::string> named;
+    for (const SkippedImage& k : list) named.insert(k.path);
+    for (const SkippedImage& k : more)
+        if (named.insert(k.path).second) list.push_back(k);
 }
 
 namespace {
 
+// Every entry but folders: a FIFO, socket or device named like an image is listed, so that
+// reading it refuses it by name instead of leaving it out unseen.
 std::vector<fs::path> list_images(const fs::path& dir) {
     std::vector<fs::path> out;
-    for (const fs::directory_entry& e : fs::directory_iterator(dir))
-        if (e.is_regular_file() && has_image_extension(e.path())) out.push_back(e.path());
+    for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+        std::error_code ec;
+        if (!e.is_directory(ec) && has_image_extension(e.path())) out.push_back(e.path());
+    }
     std::sort(out.begin(), out.end());
+    return out;
+}
+
+struct Listed {
+    fs::path path;
+    size_t subset = 0;
+};
+
+struct Verdict {
+    ImageHeader header;
+    std::optional<ImageError> error;
+};
+
+struct FormatTally {
+    int64_t files = 0, read = 0;
+    std::map<std::string, int64_t> reasons;
+};
+
+// "every JPEG (34 files) failed: <reason>" for each format with two or more files and none read
+// (the reason most of them got; "(N of them)" when others got other reasons).
+std::vector<std::string> failed_format_lines(const std::map<ImageFormat, FormatTally>& tally) {
+    std::vector<std::string> out;
+    for (const auto& [f, t] : tally) {
+        if (t.files < 2 || t.read > 0) continue;
+        const auto top = std::max_element(t.reasons.begin(), t.reasons.end(),
+                                          [](const auto& a, const auto& b) { return a.second < b.second; });
+        const std::string head = gl::cat("every ", format_name(f), " (", t.files, " files) failed");
+        if (top->second == t.files) out.push_back(head + ": " + top->first);
+        else if (top->second > 1) out.push_back(gl::cat(head, ": ", top->first, " (", top->second, " of them)"));
+        else out.push_back(head + ", each for its own reason");
+    }
     return out;
 }
 
@@ -31,8 +95,7 @@ std::vector<fs::path> list_images(const fs::path& dir) {
 Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy) {
     Dataset ds;
     ds.config = config;
-    std::vector<ImageEntry> reg;
-    std::vector<std::string> missing_captions;
+    std::vector<Listed> listed;
     for (size_t si = 0; si < config.subsets.size(); si++) {
         const SubsetConfig& s = config.subsets[si];
         const std::string dir = s.image_dir.string();
@@ -50,32 +113,64 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy) {
             ds.warnings.push_back(gl::cat("ignoring subset ", dir, ": no images found"));
             continue;
         }
-        for (const fs::path& f : files) {
-            ImageEntry e;
-            e.path = f;
-            e.subset = int(si);
-            e.num_repeats = s.num_repeats;
-            e.is_reg = s.is_reg;
-            try {
-                const std::vector<uint8_t> bytes = read_file_bytes(f);
-                const ImageHeader h = read_image_header(bytes.data(), bytes.size(), f.string());
-                e.width = h.width;
-                e.height = h.height;
-            } catch (const ImageError& err) {
-                if (policy == BadImagePolicy::fail) throw;
-                ds.skipped.push_back({err.path(), err.reason()});
-                continue;
-            }
-            if (std::optional<std::string> c = read_caption_file(f, s.caption.caption_extension)) {
-                e.caption = *c;
-            } else {
-                e.caption = s.class_tokens.value_or("");
-                missing_captions.push_back(f.string());
-            }
-            (s.is_reg ? ds.num_reg_images : ds.num_train_images) += s.num_repeats;
-            (s.is_reg ? reg : ds.images).push_back(std::move(e));
-        }
+        for (const fs::path& f : files) listed.push_back({f, si});
     }
+
+    const int threads = int(std::clamp<size_t>(listed.size(), 1, size_t(default_worker_threads())));
+    Workers pool(threads);  // declared before the window over it, so it outlives the tasks
+    Prefetch<Verdict> verdicts(pool, listed.size(), size_t(threads) * 2, [&listed](size_t i) {
+        Verdict v;
+        try {
+            const std::vector<uint8_t> bytes = read_file_bytes(listed[i].path);
+            v.header = verify_image(bytes.data(), bytes.size(), listed[i].path.string());
+        } catch (const ImageError& e) {
+            v.error = e;
+        }
+        return v;
+    });
+
+    std::vector<ImageEntry> reg;
+    std::vector<std::string> missing_captions;
+    std::vector<int64_t> files_in(config.subsets.size(), 0), read_in(config.subsets.size(), 0);
+    std::vector<std::optional<SkippedImage>> first_bad(config.subsets.size());
+    std::map<ImageFormat, FormatTally> tally;
+    for (const Listed& l : listed) {
+        const Verdict v = *verdicts.next();
+        const SubsetConfig& s = config.subsets[l.subset];
+        FormatTally& t = tally[format_of_extension(l.path)];
+        files_in[l.subset]++;
+        t.files++;
+        if (v.error) {
+            if (policy == BadImagePolicy::fail) throw *v.error;
+            ds.skipped.push_back({v.error->path(), v.error->reason()});
+            t.reasons[v.error->reason()]++;
+            if (!first_bad[l.subset]) first_bad[l.subset] = ds.skipped.back();
+            continue;
+        }
+        read_in[l.subset]++;
+        t.read++;
+        ImageEntry e;
+        e.path = l.path;
+        e.subset = int(l.subset);
+        e.num_repeats = s.num_repeats;
+        e.is_reg = s.is_reg;
+        e.width = v.header.width;
+        e.height = v.header.height;
+        if (std::optional<std::string> c = read_caption_file(l.path, s.caption.caption_extension)) {
+            e.caption = *c;
+        } else {
+            e.caption = s.class_tokens.value_or("");
+            missing_captions.push_back(l.path.string());
+        }
+        (s.is_reg ? ds.num_reg_images : ds.num_train_images) += s.num_repeats;
+        (s.is_reg ? reg : ds.images).push_back(std::move(e));
+    }
+    for (size_t si = 0; si < config.subsets.size(); si++)
+        if (config.subsets[si].is_reg && files_in[si] > 0 && read_in[si] == 0)
+            gl::fail("regularisation folder ", config.subsets[si].image_dir.string(), ": none of its ", files_in[si],
+                     files_in[si] == 1 ? " image" : " images", " can be read (", first_bad[si]->path, ": ",
+                     first_bad[si]->reason, "); remove the folder from the run or fix its images");
+    ds.failed_formats = failed_format_lines(tally);
     if (!missing_captions.empty()) {
         std::string w = gl::cat("no caption file for ", missing_captions.size(),
                                 " images (their folder's class tokens or an empty caption are used):");

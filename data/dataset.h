@@ -1,10 +1,12 @@
 // The images of one dataset: every subset's folder listed (PNG / JPEG / BMP / WebP by extension,
-// sorted by path), each file's header checked (size after EXIF orientation; corrupt, truncated,
-// empty and mislabelled files reported by path and reason, then skipped or fatal), captions read,
-// and regularisation images balanced against training images as kohya's DreamBoothDataset does.
+// sorted by path), each file read whole and checked by its decoder (data/image.h verify_image: the
+// displayed size; unreadable, corrupt, truncated, empty and mislabelled files reported by path and
+// reason, then skipped or fatal), captions read, and regularisation images balanced against
+// training images as kohya's DreamBoothDataset does.
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,7 @@ struct ImageEntry {
 
 struct SkippedImage {
     std::string path, reason;
+    bool operator==(const SkippedImage&) const = default;
 };
 
 struct Dataset {
@@ -35,17 +38,33 @@ struct Dataset {
     // never trained on, yet kohya counts them in a subset's img_count and its tag frequency.
     std::vector<ImageEntry> unused_reg;
     std::vector<std::string> warnings;
-    std::vector<SkippedImage> skipped;
+    std::vector<SkippedImage> skipped;         // files refused while reading, in listing order
+    std::vector<std::string> failed_formats;  // "every JPEG (34 files) failed: <reason>" (see build_dataset)
     int64_t num_train_images = 0;  // with repeats
     int64_t num_reg_images = 0;    // with repeats, before balancing
 };
 
-// Throws gl::Error when no usable image is left ("an empty dataset is an error before any model is
-// loaded"), and with BadImagePolicy::fail at the first bad image (an ImageError).
+// Every file is checked on a pool of worker threads (one per hardware thread; at most two files
+// per thread in memory), so that damaged pixel data is found here, before any model is loaded,
+// and not when the latents are encoded. failed_formats gets a line for each format (by extension)
+// of which the dataset has two or more files and could read none, naming the reason most of them
+// got: a decoder that fails on this machine shows as one line, not as a long list.
+// Throws gl::Error when no usable image is left, when a regularisation folder holds images but
+// none can be read (training would go on without the regularisation the user asked for; kohya
+// stops the run at the first image it cannot load, in any folder), and with BadImagePolicy::fail
+// at the first bad image (an ImageError).
 Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy = BadImagePolicy::skip);
 
-// "N images skipped:" and one "  path: reason" line each, for the end of a run ("" when none).
-std::string describe_skipped(const std::vector<SkippedImage>& skipped);
+// The skipped images for a person to read, grouped by reason, the largest group first, each line
+// starting with `indent`: "<reason>: N files" and the files below it, or "<path>: <reason>" for
+// a reason only one file has. At most max_listed files are named, then "... and N more".
+// "" when none.
+std::string describe_skipped(const std::vector<SkippedImage>& skipped,
+                             size_t max_listed = std::numeric_limits<size_t>::max(), const std::string& indent = "  ");
+
+// Appends those of `more` that `list` does not name yet: a file is listed once, with the reason of
+// the first stage that dropped it.
+void add_skipped(std::vector<SkippedImage>& list, const std::vector<SkippedImage>& more);
 
 // True for the extensions kohya lists (.png .jpg .jpeg .webp .bmp), any case.
 bool has_image_extension(const std::filesystem::path& p);

@@ -1,21 +1,26 @@
 // Image decoding: libjpeg-turbo for JPEG (data/jpeg.cpp: Pillow's decoder and settings, so the
 // same pixels), libpng for PNG (data/png.cpp), libwebp for WebP, stb_image for BMP only (its JPEG
-// and PNG decoders misbehave on corrupt files: a Huffman table overflow, null-pointer copies), and our own bounds-checked walk over JPEG markers for
-// the EXIF orientation and the end-of-image check (libjpeg decodes a JPEG cut short with a
-// warning, filling the missing blocks, where Pillow refuses it).
+// and PNG decoders misbehave on corrupt files: a Huffman table overflow, null-pointer copies), and
+// our own bounds-checked walk over JPEG markers for the EXIF orientation and the end-of-image
+// check (libjpeg decodes a JPEG cut short with a warning, filling the missing blocks, where Pillow
+// refuses it). verify_image and decode_image run each decoder with the same checks, so a file the
+// dataset accepted decodes later, and one it would refuse is refused by both with one reason.
 #include "data/image.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <memory>
 
 #include <webp/decode.h>
 
 #include "data/jpeg.h"
 #include "data/png.h"
+#include "ggml-lite/io/files.h"
 
 #define STBI_NO_STDIO
 #define STBI_ONLY_BMP
@@ -144,7 +149,47 @@ uint64_t bmp_needed_bytes(const uint8_t* b, size_t n) {
 struct Checked {
     ImageHeader header;
     bool has_alpha = false;
+    bool lossless_webp = false;
 };
+
+const char* webp_status(VP8StatusCode s) {
+    switch (s) {
+        case VP8_STATUS_OUT_OF_MEMORY: return "out of memory";
+        case VP8_STATUS_INVALID_PARAM: return "invalid parameter";
+        case VP8_STATUS_BITSTREAM_ERROR: return "bitstream error";
+        case VP8_STATUS_UNSUPPORTED_FEATURE: return "unsupported feature (animated WebP is not supported)";
+        case VP8_STATUS_NOT_ENOUGH_DATA: return "not enough data";
+        default: return "decoding failed";
+    }
+}
+
+// What a decoder said about damaged image data, in the same words for verify_image and decode_image.
+[[noreturn]] void refuse_data(const std::string& name, ImageFormat f, const std::string& why) {
+    throw ImageError(name, gl::cat(f == ImageFormat::jpeg ? "corrupt " : "corrupt or truncated ", format_name(f),
+                                   " data (", why, ")"));
+}
+
+// WebP decoded into `into` (stride bytes a row) or, for a check, into libwebp's own buffer in the
+// decoder's native layout without the loop filter and fancy upsampling (neither can fail; they
+// are most of the time spent after the bitstream).
+VP8StatusCode decode_webp(const uint8_t* b, size_t n, WEBP_CSP_MODE mode, bool check_only, uint8_t* into,
+                          size_t into_size, int stride) {
+    WebPDecoderConfig cfg;
+    if (!WebPInitDecoderConfig(&cfg)) return VP8_STATUS_INVALID_PARAM;
+    cfg.output.colorspace = mode;
+    if (check_only) {
+        cfg.options.bypass_filtering = 1;
+        cfg.options.no_fancy_upsampling = 1;
+    } else {
+        cfg.output.is_external_memory = 1;
+        cfg.output.u.RGBA.rgba = into;
+        cfg.output.u.RGBA.size = into_size;
+        cfg.output.u.RGBA.stride = stride;
+    }
+    const VP8StatusCode st = WebPDecode(b, n, &cfg);
+    WebPFreeDecBuffer(&cfg.output);
+    return st;
+}
 
 Checked check(const uint8_t* b, size_t n, const std::string& name, const DecodeOptions& opt) {
     if (n == 0) throw ImageError(name, "empty file (0 bytes)");
@@ -162,20 +207,24 @@ Checked check(const uint8_t* b, size_t n, const std::string& name, const DecodeO
         if (!scan.complete) throw ImageError(name, "truncated JPEG (no end-of-image marker after the image data)");
         detail::JpegPixels jp;
         std::string why;
-        if (!detail::decode_jpeg(b, n, true, jp, why)) throw ImageError(name, "corrupt JPEG header (" + why + ")");
+        if (!detail::decode_jpeg(b, n, detail::JpegRead::header, jp, why))
+            throw ImageError(name, "corrupt JPEG header (" + why + ")");
         h.width = jp.width;
         h.height = jp.height;
         h.channels = jp.stored_channels;
     } else if (h.format == ImageFormat::webp) {
         WebPBitstreamFeatures f;
-        if (WebPGetFeatures(b, n, &f) != VP8_STATUS_OK) throw ImageError(name, "corrupt or truncated WebP header");
+        if (const VP8StatusCode st = WebPGetFeatures(b, n, &f); st != VP8_STATUS_OK)
+            throw ImageError(name, gl::cat("corrupt or truncated WebP header (libwebp: ", webp_status(st), ")"));
         h.width = f.width;
         h.height = f.height;
         h.channels = f.has_alpha ? 4 : 3;
+        c.lossless_webp = f.format == 2;
     } else if (h.format == ImageFormat::png) {
         detail::PngPixels pp;
         std::string why;
-        if (!detail::decode_png(b, n, true, INT64_MAX, pp, why)) throw ImageError(name, "corrupt PNG header (" + why + ")");
+        if (!detail::decode_png(b, n, detail::PngRead::header, INT64_MAX, pp, why))
+            throw ImageError(name, "corrupt PNG header (" + why + ")");
         h.width = pp.width;
         h.height = pp.height;
         h.channels = pp.stored_channels;
@@ -183,7 +232,7 @@ Checked check(const uint8_t* b, size_t n, const std::string& name, const DecodeO
     } else {
         int w = 0, ht = 0, comp = 0;
         if (!stbi_info_from_memory(b, int(n), &w, &ht, &comp))
-            throw ImageError(name, gl::cat("corrupt or truncated ", format_name(h.format), " header (",
+            throw ImageError(name, gl::cat("corrupt or truncated ", format_name(h.format), " header (stb_image: ",
                                            stbi_failure_reason(), ")"));
         h.width = w;
         h.height = ht;
@@ -208,6 +257,11 @@ Checked check(const uint8_t* b, size_t n, const std::string& name, const DecodeO
     if (h.format == ImageFormat::webp && uint64_t(read_u32(b + 4, false)) + 8 > n)
         throw ImageError(name, gl::cat("truncated WebP (", n, " bytes of ", uint64_t(read_u32(b + 4, false)) + 8, ")"));
     if (h.format == ImageFormat::bmp) {
+        // stb_image reads other depths' headers and then fails with "invalid" at the pixels.
+        const size_t at = n >= 18 && read_u32(b + 14, false) == 12 ? 24 : 28;
+        const uint32_t bpp = n >= at + 2 ? read_u16(b + at, false) : 0;
+        if (bpp != 1 && bpp != 4 && bpp != 8 && bpp != 16 && bpp != 24 && bpp != 32)
+            throw ImageError(name, gl::cat("unsupported BMP bit depth ", bpp, " (1, 4, 8, 16, 24 or 32)"));
         const uint64_t need = bmp_needed_bytes(b, n);
         if (need > n) throw ImageError(name, gl::cat("truncated BMP (", n, " bytes of ", need, ")"));
     }
@@ -247,6 +301,28 @@ ImageHeader read_image_header(const uint8_t* bytes, size_t n, const std::string&
     return check(bytes, n, name, opt).header;
 }
 
+ImageHeader verify_image(const uint8_t* bytes, size_t n, const std::string& name, const DecodeOptions& opt) {
+    const Checked c = check(bytes, n, name, opt);
+    const ImageFormat f = c.header.format;
+    std::string why;
+    if (f == ImageFormat::jpeg) {
+        detail::JpegPixels jp;
+        if (!detail::decode_jpeg(bytes, n, detail::JpegRead::verify, jp, why)) refuse_data(name, f, why);
+    } else if (f == ImageFormat::png) {
+        detail::PngPixels pp;
+        if (!detail::decode_png(bytes, n, detail::PngRead::verify, opt.max_pixels, pp, why)) refuse_data(name, f, why);
+    } else if (f == ImageFormat::webp) {
+        const WEBP_CSP_MODE mode = c.lossless_webp ? MODE_BGRA : c.has_alpha ? MODE_YUVA : MODE_YUV;
+        if (const VP8StatusCode st = decode_webp(bytes, n, mode, true, nullptr, 0, 0); st != VP8_STATUS_OK)
+            refuse_data(name, f, gl::cat("libwebp: ", webp_status(st)));
+    } else {  // BMP is stored uncompressed: decoding it costs about what reading it did
+        int w = 0, h = 0, comp = 0;
+        std::unique_ptr<uint8_t, void (*)(void*)> px(stbi_load_from_memory(bytes, int(n), &w, &h, &comp, 3), std::free);
+        if (!px) refuse_data(name, f, gl::cat("stb_image: ", stbi_failure_reason()));
+    }
+    return c.header;
+}
+
 // Interleaved 8-bit RGB or RGBA (has_alpha) -> Image::rgb and, in mask mode, Image::alpha.
 static void split_alpha(const uint8_t* p, size_t count, bool has_alpha, AlphaMode mode, std::vector<uint8_t>& rgb,
                  std::vector<uint8_t>& alpha) {
@@ -270,38 +346,39 @@ static void split_alpha(const uint8_t* p, size_t count, bool has_alpha, AlphaMod
 
 Image decode_image(const uint8_t* bytes, size_t n, const std::string& name, const DecodeOptions& opt) {
     const Checked c = check(bytes, n, name, opt);
+    const ImageFormat f = c.header.format;
     int w = 0, h = 0;
     std::vector<uint8_t> rgb, alpha;
-    if (c.header.format == ImageFormat::jpeg) {
+    std::string why;
+    if (f == ImageFormat::jpeg) {
         detail::JpegPixels jp;
-        std::string why;
-        if (!detail::decode_jpeg(bytes, n, false, jp, why)) throw ImageError(name, "corrupt JPEG data (" + why + ")");
+        if (!detail::decode_jpeg(bytes, n, detail::JpegRead::pixels, jp, why)) refuse_data(name, f, why);
         w = jp.width;
         h = jp.height;
         rgb = std::move(jp.rgb);
         if (opt.alpha == AlphaMode::mask) alpha.assign(size_t(w) * size_t(h), 255);
-    } else if (c.header.format == ImageFormat::png) {
+    } else if (f == ImageFormat::png) {
         detail::PngPixels pp;
-        std::string why;
-        if (!detail::decode_png(bytes, n, false, opt.max_pixels, pp, why))
-            throw ImageError(name, "corrupt or truncated PNG data (" + why + ")");
+        if (!detail::decode_png(bytes, n, detail::PngRead::pixels, opt.max_pixels, pp, why)) refuse_data(name, f, why);
         w = pp.width;
         h = pp.height;
         split_alpha(pp.pixels.data(), size_t(w) * size_t(h), pp.has_alpha, opt.alpha, rgb, alpha);
+    } else if (f == ImageFormat::webp) {
+        w = c.header.width;
+        h = c.header.height;
+        const int ch = c.has_alpha ? 4 : 3;
+        std::vector<uint8_t> px(size_t(w) * size_t(h) * size_t(ch));
+        if (const VP8StatusCode st = decode_webp(bytes, n, c.has_alpha ? MODE_RGBA : MODE_RGB, false, px.data(),
+                                                 px.size(), w * ch);
+            st != VP8_STATUS_OK)
+            refuse_data(name, f, gl::cat("libwebp: ", webp_status(st)));
+        split_alpha(px.data(), size_t(w) * size_t(h), c.has_alpha, opt.alpha, rgb, alpha);
     } else {
-        std::unique_ptr<uint8_t, void (*)(void*)> pixels(nullptr, std::free);
-        if (c.header.format == ImageFormat::webp) {
-            uint8_t* p = c.has_alpha ? WebPDecodeRGBA(bytes, n, &w, &h) : WebPDecodeRGB(bytes, n, &w, &h);
-            pixels = {p, [](void* q) { WebPFree(q); }};
-            if (!p) throw ImageError(name, "corrupt or truncated WebP data");
-        } else {
-            int comp = 0;
-            pixels.reset(stbi_load_from_memory(bytes, int(n), &w, &h, &comp, c.has_alpha ? 4 : 3));
-            if (!pixels)
-                throw ImageError(name, gl::cat("corrupt or truncated ", format_name(c.header.format), " data (",
-                                               stbi_failure_reason(), ")"));
-        }
-        split_alpha(pixels.get(), size_t(w) * size_t(h), c.has_alpha, opt.alpha, rgb, alpha);
+        int comp = 0;
+        std::unique_ptr<uint8_t, void (*)(void*)> px(
+            stbi_load_from_memory(bytes, int(n), &w, &h, &comp, c.has_alpha ? 4 : 3), std::free);
+        if (!px) refuse_data(name, f, gl::cat("stb_image: ", stbi_failure_reason()));
+        split_alpha(px.get(), size_t(w) * size_t(h), c.has_alpha, opt.alpha, rgb, alpha);
     }
     Image img;
     const int o = c.header.orientation;
@@ -313,14 +390,33 @@ Image decode_image(const uint8_t* bytes, size_t n, const std::string& name, cons
 }
 
 std::vector<uint8_t> read_file_bytes(const std::filesystem::path& path) {
-    std::ifstream f(path, std::ios::binary | std::ios::ate);
-    if (!f) throw ImageError(path.string(), "cannot open the file");
-    const std::streamoff size = f.tellg();
-    if (size < 0) throw ImageError(path.string(), "cannot read the file");
-    std::vector<uint8_t> bytes(static_cast<size_t>(size));
-    f.seekg(0);
-    if (size > 0 && !f.read(reinterpret_cast<char*>(bytes.data()), size))
-        throw ImageError(path.string(), "cannot read the file");
+    const std::string name = path.string();
+    uint64_t size = 0;
+    int fd = -1;
+    try {  // refuses FIFOs, devices and folders before opening (no read can wait for a writer)
+        fd = gl::io::open_regular(name, &size);
+    } catch (const gl::Error& e) {
+        const std::string m = e.what();
+        throw ImageError(name, m.rfind(name + ": ", 0) == 0 ? m.substr(name.size() + 2) : m);
+    }
+    std::vector<uint8_t> bytes;
+    std::string error;
+    if (size > uint64_t(INT_MAX)) {
+        error = gl::cat("file too large (", size, " bytes)");
+    } else {
+        bytes.resize(size_t(size));
+        size_t got = 0;
+        while (got < bytes.size()) {
+            const ssize_t r = ::read(fd, bytes.data() + got, bytes.size() - got);
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) error = gl::cat("cannot read: ", std::strerror(errno));
+            if (r <= 0) break;  // 0: it shrank while being read; the checks see what is there
+            got += size_t(r);
+        }
+        bytes.resize(got);
+    }
+    ::close(fd);
+    if (!error.empty()) throw ImageError(name, error);
     return bytes;
 }
 

@@ -1,7 +1,10 @@
 // Training images: decoding PNG, JPEG, BMP and WebP files into 8-bit RGB the way the dataset
 // needs them. Files are untrusted: every failure is an ImageError naming the file and the reason
-// (empty, truncated, not an image, content that disagrees with the extension, too large), so the
-// dataset can skip it and count it, or stop, as the user asked.
+// (not a regular file or unreadable, empty, truncated, not an image, content that disagrees with
+// the extension, too large, damaged image data), so the dataset can skip it and name it, or stop,
+// as the user asked. Damaged data is refused even where a decoder would warn and fill in what it
+// lost (a CRC mismatch, a premature end, corrupt JPEG scan data): a picture with grey blocks is
+// not a training image.
 // Rules (kohya decodes with Pillow and `convert("RGB")`, and we give Pillow's pixels; where kohya
 // leaves a case open we say so):
 // - grey and grey + alpha become RGB with equal channels; palette images their palette colours;
@@ -70,12 +73,20 @@ struct ImageHeader {
     int orientation = 1;  // EXIF orientation 1..8 (JPEG only; 1 elsewhere)
 };
 
-// `name` is used in errors. Both throw ImageError.
+// `name` is used in errors. All three throw ImageError.
 ImageHeader read_image_header(const uint8_t* bytes, size_t n, const std::string& name,
                               const DecodeOptions& opt = {});
+// The header, and the whole file checked by its decoder at a fraction of a decode's cost: PNG
+// inflated and unfiltered row by row into one scratch row (every chunk's CRC, the zlib stream and
+// its checksum, each row's filter), JPEG decoded at 1/8 scale (every coefficient entropy-decoded),
+// WebP decoded without its loop filter, BMP decoded. A file it accepts, decode_image decodes; one
+// it refuses, decode_image refuses with the same reason.
+ImageHeader verify_image(const uint8_t* bytes, size_t n, const std::string& name, const DecodeOptions& opt = {});
 Image decode_image(const uint8_t* bytes, size_t n, const std::string& name, const DecodeOptions& opt = {});
 
-// The whole file (ImageError when it cannot be read), and decode_image on it.
+// The whole file, or an ImageError: not a regular file (a FIFO, device or folder is refused by its
+// type before it is opened, so nothing waits for a writer), cannot be opened or read (the system's
+// reason: permission denied, ...), larger than 2 GiB. load_image: decode_image on it.
 std::vector<uint8_t> read_file_bytes(const std::filesystem::path& path);
 Image load_image(const std::filesystem::path& path, const DecodeOptions& opt = {});
 

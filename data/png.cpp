@@ -1,7 +1,12 @@
 // libpng reports errors through a callback that must not return: it longjmps back into
 // decode_png, whose C++ objects (the reader state, the output vector) were all constructed before
-// the setjmp and stay valid. Warnings and CRC errors in ancillary chunks are ignored, as Pillow
-// ignores them; a bad CRC in a critical chunk is an error.
+// the setjmp and stay valid.
+// Damaged data is an error, as in every other decoder here: a CRC mismatch in any chunk (libpng's
+// default only warns for ancillary chunks; Pillow refuses those too), compressed data that is not
+// zlib, too little image data, an unknown filter type, a chunk length over 2^31 - 1. libpng's
+// warnings and "benign errors" about metadata (ICC profiles, text keywords, extra IDAT chunks)
+// stay warnings, as Pillow opens those files; those about the image data stream itself (its zlib
+// checksum, data left over inside it) are errors.
 #include "data/png.h"
 
 #include <csetjmp>
@@ -15,6 +20,7 @@ namespace {
 struct Reader {
     const uint8_t* data;
     size_t size, at;
+    bool image_data = false;  // reading the image data: its warnings are errors
     char message[256];
 };
 
@@ -31,27 +37,30 @@ void on_error(png_structp png, png_const_charp msg) {
     png_longjmp(png, 1);
 }
 
-void on_warning(png_structp, png_const_charp) {}
+void on_warning(png_structp png, png_const_charp msg) {
+    const Reader* r = static_cast<const Reader*>(png_get_error_ptr(png));
+    if (r->image_data && msg && std::strncmp(msg, "IDAT", 4) == 0) png_error(png, msg);
+}
 
 }  // namespace
 
-bool decode_png(const uint8_t* bytes, size_t n, bool header_only, int64_t max_pixels, PngPixels& out,
-                std::string& error) {
-    Reader r{bytes, n, 0, {}};
-    std::vector<png_bytep> rows;  // constructed before setjmp: see the file comment
+bool decode_png(const uint8_t* bytes, size_t n, PngRead what, int64_t max_pixels, PngPixels& out, std::string& error) {
+    Reader r{bytes, n, 0, false, {}};
+    std::vector<png_bytep> rows;      // constructed before setjmp: see the file comment
+    std::vector<uint8_t> scratch_row;
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &r, on_error, on_warning);
     if (!png) {
-        error = "out of memory";
+        error = "libpng: out of memory";
         return false;
     }
     png_infop info = png_create_info_struct(png);
     if (!info || setjmp(png_jmpbuf(png))) {
-        error = info ? r.message : "out of memory";
+        error = std::string("libpng: ") + (info ? r.message : "out of memory");
         png_destroy_read_struct(&png, &info, nullptr);
         return false;
     }
     png_set_read_fn(png, &r, read_bytes);
-    png_set_crc_action(png, PNG_CRC_DEFAULT, PNG_CRC_QUIET_USE);
+    png_set_crc_action(png, PNG_CRC_ERROR_QUIT, PNG_CRC_ERROR_QUIT);
     png_set_user_limits(png, 0x7fffffff, 0x7fffffff);
     png_read_info(png, info);
     const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
@@ -61,7 +70,20 @@ bool decode_png(const uint8_t* bytes, size_t n, bool header_only, int64_t max_pi
     out.stored_channels = png_get_channels(png, info);
     out.has_alpha = (color & PNG_COLOR_MASK_ALPHA) || png_get_valid(png, info, PNG_INFO_tRNS);
     if (int64_t(w) * int64_t(h) > max_pixels) png_error(png, "too many pixels");
-    if (header_only) {
+    if (what == PngRead::header) {
+        png_destroy_read_struct(&png, &info, nullptr);
+        return true;
+    }
+    if (what == PngRead::verify) {
+        // Every pass of every row is inflated and unfiltered as for the pixels (the checks are
+        // libpng's own, so both reads refuse the same files), into one row that is thrown away.
+        const int passes = png_set_interlace_handling(png);
+        png_read_update_info(png, info);
+        scratch_row.resize(png_get_rowbytes(png, info));
+        r.image_data = true;
+        for (int p = 0; p < passes; p++)
+            for (png_uint_32 y = 0; y < h; y++) png_read_row(png, scratch_row.data(), nullptr);
+        png_read_end(png, nullptr);
         png_destroy_read_struct(&png, &info, nullptr);
         return true;
     }
@@ -76,6 +98,7 @@ bool decode_png(const uint8_t* bytes, size_t n, bool header_only, int64_t max_pi
     out.pixels.assign(size_t(w) * h * channels, 0);
     rows.resize(h);
     for (png_uint_32 y = 0; y < h; y++) rows[y] = &out.pixels[size_t(y) * w * channels];
+    r.image_data = true;
     png_read_image(png, rows.data());
     png_read_end(png, nullptr);
     png_destroy_read_struct(&png, &info, nullptr);

@@ -194,13 +194,16 @@ struct BucketsFixture {
             for (int i = 0; i < img.width * img.height * 3; i++) img.pixels.push_back(uint8_t((i * 37 + n * 91) % 251));
             gl::io::write_png((root / "1_x" / (std::to_string(n) + ".png")).string(), img);
         }
-        fs::copy_file(golden("dataset/images/bad/corrupt_data.png"), root / "1_x" / "3b.png");
+        fs::copy_file(golden("dataset/images/ok/rgb.png"), root / "1_x" / "3b.png");  // same size as the corrupt file
         data::ConfigLevel cli = {{"resolution", std::array<int64_t, 2>{16, 16}}, {"enable_bucket", true},
                                  {"min_bucket_reso", int64_t(8)}, {"max_bucket_reso", int64_t(32)},
                                  {"bucket_reso_steps", int64_t(8)}, {"flip_aug", true}};
         std::vector<std::string> w;
         ds = data::build_dataset(data::folder_dataset_config(root, std::nullopt, cli, w));
         a = data::assign_buckets(ds);
+        // Damaged after the dataset read it (which checks every file whole): what decoding finds later.
+        fs::copy_file(golden("dataset/images/bad/corrupt_data.png"), root / "1_x" / "3b.png",
+                      fs::copy_options::overwrite_existing);
     }
     ~BucketsFixture() { fs::remove_all(root); }
 };

@@ -1,10 +1,12 @@
 // kohya's dataset layouts (data/config.h, data/dataset.h): <repeats>_<name> folders with odd and
-// unicode names, regularisation balancing, bad images skipped or fatal, and the dataset TOML's
-// precedence (subset > dataset > [general] > command line > defaults) and refusals.
+// unicode names, regularisation balancing, bad images (headers, damaged data, FIFOs) skipped and
+// named or fatal, the skipped list, and the dataset TOML's precedence (subset > dataset >
+// [general] > command line > defaults) and refusals.
 #include <doctest/doctest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "data/config.h"
@@ -70,7 +72,7 @@ TEST_CASE("data dataset: folder layout, captions, class tokens, bad images, reg 
     CHECK(ds.skipped[0].path.find("wide.png") != std::string::npos);
     CHECK(ds.skipped[0].reason == "wrong extension: the file holds JPEG data");
     CHECK(data::describe_skipped(ds.skipped) ==
-          "1 image skipped:\n  " + ds.skipped[0].path + ": wrong extension: the file holds JPEG data");
+          "  " + ds.skipped[0].path + ": wrong extension: the file holds JPEG data\n");
     REQUIRE(ds.images.size() == 7);
     CHECK(ds.images[0].path.filename() == "a.png");
     CHECK(ds.images[0].caption == "a photo of sks dog");
@@ -196,4 +198,77 @@ TEST_CASE("data config: refusals name the file, table and key") {
           "c.toml [[datasets]] #1: 'resolution' has a value of an unsupported type");
     CHECK(err("[[datasets]\n").find("c.toml: invalid TOML: ") == 0);
     CHECK(err("[other]\n") == "c.toml: unknown top-level key 'other' (expected [general] and [[datasets]])");
+}
+
+TEST_CASE("data dataset: damaged and unreadable files are named and skipped in listing order") {
+    Scratch s;
+    s.image("t/2_mix/a.png");
+    s.image("t/2_mix/b.jpg", "ok/rgb.jpg");
+    s.image("t/2_mix/c.jpg", "bad/jpeg_corrupt_scan.jpg");
+    s.image("t/2_mix/d.png", "bad/png_filter7.png");
+    s.image("t/2_mix/e.bmp", "bad/bmp_7bpp.bmp");
+    s.image("t/2_mix/f.webp", "bad/webp_vp8x_no_image.webp");
+    REQUIRE(::mkfifo((s.root / "t/2_mix/g.png").c_str(), 0644) == 0);  // never opened for reading: no hang
+    fs::create_directories(s.root / "t/2_mix/h.png");                   // a folder is not listed
+    std::vector<std::string> w;
+    const data::DatasetConfig cfg = data::folder_dataset_config(s.root / "t", std::nullopt, {}, w);
+    const data::Dataset ds = data::build_dataset(cfg);
+    REQUIRE(ds.images.size() == 2);
+    CHECK(ds.images[0].path.filename() == "a.png");
+    CHECK(ds.images[1].path.filename() == "b.jpg");
+    CHECK(ds.num_train_images == 4);
+    const fs::path dir = s.root / "t/2_mix";
+    REQUIRE(ds.skipped.size() == 5);
+    CHECK(ds.skipped[0].path == (dir / "c.jpg").string());
+    CHECK(ds.skipped[0].reason.find("corrupt JPEG data (libjpeg: Corrupt JPEG data: ") == 0);
+    CHECK(ds.skipped[1] == data::SkippedImage{(dir / "d.png").string(),
+                                              "corrupt or truncated PNG data (libpng: bad adaptive filter value)"});
+    CHECK(ds.skipped[2] ==
+          data::SkippedImage{(dir / "e.bmp").string(), "unsupported BMP bit depth 7 (1, 4, 8, 16, 24 or 32)"});
+    CHECK(ds.skipped[3].path == (dir / "f.webp").string());
+    CHECK(ds.skipped[4] == data::SkippedImage{(dir / "g.png").string(), "is a FIFO (named pipe), not a regular file"});
+    CHECK(ds.failed_formats.empty());  // every format has a readable file or only one file
+    const std::string first = gltest::error_of([&] { data::build_dataset(cfg, data::BadImagePolicy::fail); });
+    CHECK(first.find((dir / "c.jpg").string() + ": corrupt JPEG data") == 0);
+
+    // The only image damaged: an error before anything else is read.
+    s.image("only/1_x/x.png", "bad/png_short_idat.png");
+    CHECK(gltest::error_of([&] {
+              data::build_dataset(data::folder_dataset_config(s.root / "only", std::nullopt, {}, w));
+          }).find("the dataset has no usable images (1 unreadable, first: ") == 0);
+}
+
+TEST_CASE("data dataset: a format none of whose files reads is one line, a reg folder of bad images an error") {
+    Scratch s;
+    s.image("t/1_a/ok.png");
+    for (const char* n : {"p.jpg", "q.jpg", "r.jpg"}) s.image(fs::path("t/1_a") / n, "bad/jpeg_corrupt_scan.jpg");
+    s.image("t/1_a/s.jpg", "bad/truncated.jpg");
+    std::vector<std::string> w;
+    const data::Dataset ds = data::build_dataset(data::folder_dataset_config(s.root / "t", std::nullopt, {}, w));
+    REQUIRE(ds.failed_formats.size() == 1);
+    CHECK(ds.failed_formats[0] == "every JPEG (4 files) failed: " + ds.skipped[0].reason + " (3 of them)");
+
+    s.image("r/1_reg/x.png", "bad/png_filter7.png");
+    s.image("r/1_reg/y.webp", "bad/truncated.webp");
+    const std::string err = gltest::error_of(
+        [&] { data::build_dataset(data::folder_dataset_config(s.root / "t", s.root / "r", {}, w)); });
+    CHECK(err.find("regularisation folder " + (s.root / "r/1_reg").string() + ": none of its 2 images can be read (" +
+                   (s.root / "r/1_reg/x.png").string() + ": corrupt or truncated PNG data") == 0);
+    // An empty regularisation folder is what kohya warns about and trains without.
+    fs::remove(s.root / "r/1_reg/x.png");
+    fs::remove(s.root / "r/1_reg/y.webp");
+    const data::Dataset no_reg = data::build_dataset(data::folder_dataset_config(s.root / "t", s.root / "r", {}, w));
+    CHECK(no_reg.num_reg_images == 0);
+}
+
+TEST_CASE("data dataset: the skipped list grouped by reason, the largest group first, cut at a count") {
+    const std::vector<data::SkippedImage> k = {
+        {"a.png", "too small"}, {"b.jpg", "corrupt"}, {"c.jpg", "corrupt"}, {"d.bmp", "odd"}, {"e.jpg", "corrupt"}};
+    CHECK(data::describe_skipped(k) ==
+          "  corrupt: 3 files\n    b.jpg\n    c.jpg\n    e.jpg\n  a.png: too small\n  d.bmp: odd\n");
+    CHECK(data::describe_skipped(k, 2, "> ") == "> corrupt: 3 files\n>   b.jpg\n>   c.jpg\n> ... and 3 more\n");
+    CHECK(data::describe_skipped({}).empty());
+    std::vector<data::SkippedImage> all = {{"a.png", "first stage"}};
+    data::add_skipped(all, {{"a.png", "later stage"}, {"b.png", "later"}, {"b.png", "again"}});
+    CHECK(all == std::vector<data::SkippedImage>{{"a.png", "first stage"}, {"b.png", "later"}});
 }

@@ -1,6 +1,7 @@
 // Deterministic fuzz of the dataset's readers of untrusted input (run longer with
 // GL_FUZZ_ITERATIONS, and under ASan/UBSan to make "no out-of-bounds read" strict): mutated and
-// cut image files must decode or give an ImageError, never crash or hang; random caption text
+// cut image files must decode or give an ImageError, never crash or hang, and the integrity check
+// (verify_image) must refuse exactly the files decoding refuses, with the same reason; random caption text
 // through every caption rule and mutated dataset TOML must give a result or a gl::Error. The
 // coverage-guided libFuzzer target for the same readers is tests/fuzz/fuzz_data.cpp.
 #include <doctest/doctest.h>
@@ -33,7 +34,7 @@ std::vector<uint8_t> mutate(std::vector<uint8_t> v, std::mt19937& rng) {
 
 }  // namespace
 
-TEST_CASE("data fuzz: mutated images decode or are refused with an ImageError") {
+TEST_CASE("data fuzz: mutated images decode or are refused with an ImageError, the check agreeing") {
     const char* seeds[] = {"rgb.png", "rgba.png", "palette.png", "rgb16.png", "rgb.jpg", "progressive.jpg",
                            "cmyk.jpg", "orient6.jpg", "rgb.bmp", "lossless.webp", "lossy.webp", "alpha.webp"};
     std::mt19937 rng(1234);
@@ -45,13 +46,23 @@ TEST_CASE("data fuzz: mutated images decode or are refused with an ImageError") 
         const char* seed = seeds[it % std::size(seeds)];
         const std::vector<uint8_t> bytes = mutate(data::read_file_bytes(images_dir() + seed), rng);
         opt.alpha = it % 2 ? data::AlphaMode::mask : data::AlphaMode::white;
+        // The dataset's check and the caches' decode refuse the same files with the same reason.
+        std::string verified = "(accepted)", decode = "(accepted)";
+        try {
+            data::verify_image(bytes.data(), bytes.size(), seed, opt);
+        } catch (const data::ImageError& e) {
+            verified = e.reason();
+        }
         try {
             const data::Image img = data::decode_image(bytes.data(), bytes.size(), seed, opt);
             REQUIRE(img.rgb.size() == size_t(img.width) * img.height * 3);
             decoded++;
-        } catch (const data::ImageError&) {
+        } catch (const data::ImageError& e) {
+            decode = e.reason();
             refused++;
         }
+        CAPTURE(it);
+        REQUIRE(verified == decode);
         data::jpeg_exif_orientation(bytes.data(), bytes.size());
     }
     MESSAGE(decoded, " decoded, ", refused, " refused");

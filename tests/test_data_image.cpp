@@ -2,7 +2,14 @@
 // (tests/golden/data/dataset/images/, made by make_data_images.py), and the corrupt corpus.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -105,7 +112,7 @@ TEST_CASE("data image: the corrupt corpus is refused with the path and the reaso
         {"text.png", "not a PNG, JPEG, BMP or WebP image"},
         {"bad_header.png", "corrupt PNG header ("},
         {"huge_claim.png", "too large: 100000x100000"},
-        {"missing.png", "cannot open the file"},
+        {"missing.png", "cannot open: No such file or directory"},
     };
     for (const auto& [name, why] : reason) {
         CAPTURE(name);
@@ -119,4 +126,119 @@ TEST_CASE("data image: the corrupt corpus is refused with the path and the reaso
             CHECK(std::string(e.what()).find(path + ": ") == 0);
         }
     }
+}
+
+namespace {
+
+// The reason verify_image and decode_image give for a file whose header reads well (checked), or
+// "(accepted)"; the two must agree.
+std::string data_reason(const std::string& name) {
+    const std::string path = images_dir() + "bad/" + name;
+    const std::vector<uint8_t> bytes = data::read_file_bytes(path);
+    data::read_image_header(bytes.data(), bytes.size(), path);  // the header alone finds nothing
+    std::string verified = "(accepted)", decoded = "(accepted)";
+    try {
+        data::verify_image(bytes.data(), bytes.size(), path);
+    } catch (const data::ImageError& e) {
+        CHECK(e.path() == path);
+        verified = e.reason();
+    }
+    try {
+        data::decode_image(bytes.data(), bytes.size(), path);
+    } catch (const data::ImageError& e) {
+        decoded = e.reason();
+    }
+    CHECK(verified == decoded);  // one rule for the dataset's check and the caches' decode
+    return verified;
+}
+
+}  // namespace
+
+TEST_CASE("data image: damaged PNG data is refused by the check and the decode alike") {
+    const std::map<std::string, std::string> reason = {
+        {"png_idat_not_zlib.png", "corrupt or truncated PNG data (libpng: IDAT: incorrect header check)"},
+        {"png_short_idat.png", "corrupt or truncated PNG data (libpng: Not enough image data)"},
+        {"png_filter7.png", "corrupt or truncated PNG data (libpng: bad adaptive filter value)"},
+        {"png_zlib_checksum.png", "corrupt or truncated PNG data (libpng: IDAT: incorrect data check)"},
+        {"png_chunk_length_2g.png", "corrupt or truncated PNG data (libpng: PNG unsigned integer out of range)"},
+        {"png_bad_idat_crc.png", "corrupt or truncated PNG data (libpng: IDAT: CRC error)"},
+    };
+    for (const auto& [name, why] : reason) {
+        CAPTURE(name);
+        CHECK(data_reason(name) == why);
+    }
+    // A CRC error before the image data is found by the header read already (it reads those chunks).
+    CHECK(gltest::error_of([] { data::load_image(images_dir() + "bad/png_bad_text_crc.png"); })
+              .find("corrupt PNG header (libpng: tEXt: CRC error)") != std::string::npos);
+}
+
+TEST_CASE("data image: damaged JPEG scan data is refused, not filled with grey") {
+    CHECK(data_reason("jpeg_corrupt_scan.jpg").find("corrupt JPEG data (libjpeg: Corrupt JPEG data: ") == 0);
+    CHECK(data_reason("jpeg_scan_cut.jpg") ==
+          "corrupt JPEG data (libjpeg: Corrupt JPEG data: premature end of data segment)");
+}
+
+TEST_CASE("data image: a WebP canvas without an image and a 7-bit BMP are refused") {
+    CHECK(data_reason("webp_vp8x_no_image.webp").find("corrupt or truncated WebP data (libwebp: ") == 0);
+    // stb_image reads this header and fails at the pixels with "invalid": the depth is checked first.
+    CHECK(gltest::error_of([] { data::load_image(images_dir() + "bad/bmp_7bpp.bmp"); })
+              .find("bmp_7bpp.bmp: unsupported BMP bit depth 7 (1, 4, 8, 16, 24 or 32)") != std::string::npos);
+}
+
+TEST_CASE("data image: every readable layout passes the check, with the header's size") {
+    for (const auto& e : std::filesystem::directory_iterator(images_dir() + "ok")) {
+        const std::string path = e.path().string();
+        CAPTURE(path);
+        const std::vector<uint8_t> bytes = data::read_file_bytes(path);
+        const data::ImageHeader v = data::verify_image(bytes.data(), bytes.size(), path);
+        const data::ImageHeader h = data::read_image_header(bytes.data(), bytes.size(), path);
+        CHECK(v.width == h.width);
+        CHECK(v.height == h.height);
+        CHECK(v.format == h.format);
+    }
+}
+
+TEST_CASE("data image: a FIFO, a folder and an unreadable file are refused by type or the system's reason") {
+    gltest::TempDir dir;
+    const std::string fifo = dir / "pipe.png";
+    REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+    // No writer ever opens the FIFO: a blocking open would wait forever (the test's timeout).
+    CHECK(gltest::error_of([&] { data::read_file_bytes(fifo); }) ==
+          fifo + ": is a FIFO (named pipe), not a regular file");
+    std::filesystem::create_directories(dir / "folder.png");
+    CHECK(gltest::error_of([&] { data::load_image(dir / "folder.png"); }) ==
+          dir / "folder.png" + ": is a directory, not a regular file");
+
+    // Permissions: root reads any file, so the read runs in a child that gave up root first.
+    const std::string locked = dir / "locked.png";
+    std::filesystem::copy_file(images_dir() + "ok/rgb.png", locked);
+    REQUIRE(::chmod(locked.c_str(), 0) == 0);
+    REQUIRE(::chmod(dir.path.c_str(), 0755) == 0);
+    int out[2];
+    REQUIRE(::pipe(out) == 0);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        ::close(out[0]);
+        std::string reason = "(could not drop root)";
+        if (::geteuid() != 0 || (::setgid(65534) == 0 && ::setuid(65534) == 0)) {
+            try {
+                data::read_file_bytes(locked);
+                reason = "(read)";
+            } catch (const data::ImageError& e) {
+                reason = e.reason();
+            }
+        }
+        (void)!::write(out[1], reason.data(), reason.size());
+        ::_exit(0);
+    }
+    ::close(out[1]);
+    std::string reason;
+    char buf[256];
+    for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) reason.append(buf, size_t(n));
+    ::close(out[0]);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    if (reason == "(could not drop root)") MESSAGE("permission case skipped: running as root and setuid failed");
+    else CHECK(reason == "cannot open: Permission denied");
 }

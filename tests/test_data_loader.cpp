@@ -38,7 +38,7 @@ struct LoaderFixture {
             fs::copy_file(golden(std::string("dataset/images/ok/") + f), dst);
             std::ofstream(fs::path(dst).replace_extension(".txt")) << "tag" << n << ", a, b, c, d";
         }
-        fs::copy_file(golden("dataset/images/bad/corrupt_data.png"), root / "3_tag" / "z.png");
+        fs::copy_file(golden("dataset/images/ok/rgb.png"), root / "3_tag" / "z.png");  // same size as the corrupt file
         data::ConfigLevel cli = {{"resolution", std::array<int64_t, 2>{16, 16}}, {"enable_bucket", true},
                                  {"min_bucket_reso", int64_t(8)}, {"max_bucket_reso", int64_t(32)},
                                  {"bucket_reso_steps", int64_t(8)}, {"flip_aug", true},
@@ -47,6 +47,9 @@ struct LoaderFixture {
         std::vector<std::string> w;
         ds = data::build_dataset(data::folder_dataset_config(root, std::nullopt, cli, w));
         a = data::assign_buckets(ds);
+        // Damaged after the dataset read it (which checks every file whole): what decoding finds later.
+        fs::copy_file(golden("dataset/images/bad/corrupt_data.png"), root / "3_tag" / "z.png",
+                      fs::copy_options::overwrite_existing);
     }
     ~LoaderFixture() { fs::remove_all(root); }
 };

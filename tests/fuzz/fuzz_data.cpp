@@ -1,7 +1,9 @@
 // libFuzzer target for the dataset's readers of untrusted input (coverage-guided; the bounded
 // cases CI runs are in tests/test_data_fuzz.cpp). The first input byte picks the reader: image
-// decoding (PNG / JPEG / BMP / WebP, EXIF), caption rules, dataset TOML. Every input must end in a
-// result or in gl::Error (ImageError for images), under ASan and UBSan.
+// decoding (PNG / JPEG / BMP / WebP, EXIF) and the dataset's integrity check of the same bytes,
+// caption rules, dataset TOML. Every input must end in a result or in gl::Error (ImageError for
+// images), under ASan and UBSan, and the check must refuse exactly what decoding refuses, with the
+// same reason (a disagreement traps, which libFuzzer reports as a crash).
 // Build and seed corpus: tests/fuzz/CMakeLists.txt.
 #include <cstdint>
 #include <string>
@@ -22,7 +24,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 opt.max_pixels = 1 << 22;
                 opt.alpha = n % 2 ? data::AlphaMode::mask : data::AlphaMode::white;
                 data::jpeg_exif_orientation(body, n);
-                data::decode_image(body, n, "fuzz", opt);
+                std::string verified, decoded;
+                try {
+                    data::verify_image(body, n, "fuzz", opt);
+                } catch (const data::ImageError& e) {
+                    verified = e.reason();
+                }
+                try {
+                    data::decode_image(body, n, "fuzz", opt);
+                } catch (const data::ImageError& e) {
+                    decoded = e.reason();
+                }
+                if (verified != decoded) __builtin_trap();
                 break;
             }
             case 1: {

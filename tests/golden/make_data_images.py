@@ -7,7 +7,9 @@ applied (ImageOps.exif_transpose), alpha composited over white as round((c*a + 2
 16-bit samples reduced to their high byte, CMYK converted by Pillow. Output in
 tests/golden/data/dataset/images/:
   ok/<name>            readable images; ok/<name>.ref.png  Pillow's RGB; <name>.alpha.png  the alpha
-  bad/<name>           the corrupt corpus (names say what is wrong)
+  bad/<name>           the corrupt corpus (names say what is wrong): headers that lie or are cut,
+                       and files whose header is sound but whose image data is damaged (found only
+                       by reading the whole file: verify_image)
 Run with the golden venv: /work/venv-golden/bin/python tests/golden/make_data_images.py
 """
 import io
@@ -62,6 +64,44 @@ def exif_with_orientation(o):
 
 def png_chunk(kind, body):
     return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def png_file(raw_rows, idat=None, before=b"", after=b""):
+    """A 24x16 RGB PNG of the given filtered rows (one IDAT), chunks spliced in before / after it."""
+    body = zlib.compress(raw_rows, 9) if idat is None else idat
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", 24, 16, 8, 2, 0, 0, 0)) + before
+            + png_chunk(b"IDAT", body) + after + png_chunk(b"IEND", b""))
+
+
+def damaged_data(bad, rgb, jpg, bmp):
+    """Files whose headers read well and whose image data does not (each class named by its file)."""
+    raw = b"".join(b"\0" + rgb[r].tobytes() for r in range(16))
+    files = {
+        "png_idat_not_zlib.png": png_file(raw, idat=b"this is not zlib data " * 8),
+        "png_short_idat.png": png_file(raw, idat=zlib.compress(raw, 9)[:len(zlib.compress(raw, 9)) // 2]),
+        "png_filter7.png": png_file(b"".join(b"\7" + rgb[r].tobytes() for r in range(16))),
+        # Intact chunks, a wrong Adler-32 at the end of the zlib stream: every row inflates.
+        "png_zlib_checksum.png": png_file(raw, idat=zlib.compress(raw, 9)[:-4] + b"\0\0\0\0"),
+        # An ancillary chunk after the image data whose length field is 2^31.
+        "png_chunk_length_2g.png": png_file(raw, after=struct.pack(">I", 1 << 31) + b"tEXt" + b"junk"),
+        "png_bad_text_crc.png": png_file(raw, before=png_chunk(b"tEXt", b"Comment\0hello")[:-4] + b"\0\0\0\0"),
+    }
+    good = png_file(raw)
+    files["png_bad_idat_crc.png"] = good[:-16] + bytes([good[-16] ^ 1]) + good[-15:]  # the CRC before IEND's
+    # The first scan's entropy-coded data: bytes in its middle overwritten with all-ones, which no
+    # Huffman table has as a code (libjpeg warns "bad Huffman code" and fills the rest with grey).
+    sos = jpg.index(b"\xff\xda")
+    start = sos + 2 + struct.unpack(">H", jpg[sos + 2:sos + 4])[0]
+    end = jpg.rindex(b"\xff\xd9")
+    mid = (start + end) // 2
+    files["jpeg_corrupt_scan.jpg"] = jpg[:mid] + b"\xfe" * 24 + jpg[mid + 24:]
+    files["jpeg_scan_cut.jpg"] = jpg[:mid] + b"\xff\xd9"  # the scan ends early at a complete end marker
+    vp8x = b"VP8X" + struct.pack("<I", 10) + b"\0\0\0\0" + (23).to_bytes(3, "little") + (15).to_bytes(3, "little")
+    files["webp_vp8x_no_image.webp"] = b"RIFF" + struct.pack("<I", 4 + len(vp8x)) + b"WEBP" + vp8x
+    files["bmp_7bpp.bmp"] = bmp[:28] + struct.pack("<H", 7) + bmp[30:]
+    for name, data in files.items():
+        with open(os.path.join(bad, name), "wb") as f:
+            f.write(data)
 
 
 def main():
@@ -151,6 +191,7 @@ def main():
         bmp = f.read()
     with open(os.path.join(bad, "truncated.bmp"), "wb") as f:
         f.write(bmp[: len(bmp) // 2])
+    damaged_data(bad, rgb, jpg, bmp)
     with open(os.path.join(OUT, "ok", "lossy.webp"), "rb") as f:
         webp = f.read()
     with open(os.path.join(bad, "truncated.webp"), "wb") as f:

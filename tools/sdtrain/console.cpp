@@ -69,8 +69,9 @@ void Console::on_end(const train::RunSummary& s) {
         return;
     }
     if (!s.skipped_images.empty()) {
-        line(gl::cat(s.skipped_images.size(), " images skipped:"));
-        for (const std::string& l : s.skipped_images) line("  " + l);
+        line(gl::cat(s.skipped_images.size(), s.skipped_images.size() == 1 ? " image" : " images",
+                     " skipped (reading the dataset, buckets, caching, loading):"));
+        line(data::describe_skipped(s.skipped_images));
     }
     if (s.interrupted) {
         line(s.final_file.empty() ? gl::cat("stopped at step ", s.steps, ": nothing new was saved")

@@ -62,7 +62,7 @@ RunData load_run_data(const RunConfig& c) {
                  ": alpha_mask (a masked loss) is not supported by sdtrain's training step");
     d.dataset = data::build_dataset(dc);
     d.buckets = data::assign_buckets(d.dataset);
-    GL_CHECK(!d.buckets.buckets.empty(), "no image fits a bucket (", d.buckets.skipped.size(), " skipped)\n",
+    GL_CHECK(!d.buckets.buckets.empty(), "no image fits a bucket (", d.buckets.skipped.size(), " skipped):\n",
              data::describe_skipped(d.buckets.skipped));
     for (const std::string& w : d.dataset.warnings) d.warnings.push_back(w);
     for (const std::string& w : d.buckets.warnings) d.warnings.push_back(w);
@@ -95,10 +95,23 @@ std::string dataset_summary(const RunData& d) {
             reg += gl::cat(" (", reg_per_epoch, " of them per epoch to match the training images)");
     }
     s += gl::cat("  images with repeats: ", ds.num_train_images, " train", reg, "\n");
-    if (!ds.skipped.empty() || !d.buckets.skipped.empty())
-        s += gl::cat("  skipped: ", ds.skipped.size() + d.buckets.skipped.size(), " images (listed at the end)\n");
+    const std::vector<data::SkippedImage> skipped = skipped_before_training(d);
+    if (!skipped.empty()) {
+        const std::string where = gl::cat(" (the first ", kSkippedInPlan, " here; all of them in the report, ",
+                                          "skipped_images.txt and the end of the run)");
+        s += gl::cat("  skipped: ", skipped.size(), skipped.size() == 1 ? " image" : " images",
+                     skipped.size() > kSkippedInPlan ? where : std::string(), "\n");
+        for (const std::string& f : ds.failed_formats) s += "    " + f + "\n";
+        s += data::describe_skipped(skipped, kSkippedInPlan, "    ");
+    }
     s += data::bucket_table(d.buckets);
     return s;
+}
+
+std::vector<data::SkippedImage> skipped_before_training(const RunData& d) {
+    std::vector<data::SkippedImage> all = d.dataset.skipped;
+    data::add_skipped(all, d.buckets.skipped);
+    return all;
 }
 
 StepCounts count_steps(const RunConfig& c, const RunData& d, int64_t micro_batch, int accum) {

@@ -29,8 +29,15 @@ data::ConfigLevel dataset_command_line(const RunConfig& c);
 // image, more than one [[datasets]] (sdtrain trains one), alpha_mask (no masked loss here).
 RunData load_run_data(const RunConfig& c);
 
-// "images: ..., subsets with repeats, reg images, buckets" for the plan.
+// "images: ..., subsets with repeats, reg images, buckets" for the plan, and the images skipped
+// while reading the dataset and assigning buckets, grouped by reason: all of them up to
+// kSkippedInPlan, else that many and the count, after a line for each format none of whose files
+// could be read.
+constexpr size_t kSkippedInPlan = 20;
 std::string dataset_summary(const RunData& d);
+
+// The files the dataset read and the bucket assignment dropped, each once, with its reason.
+std::vector<data::SkippedImage> skipped_before_training(const RunData& d);
 
 // kohya's arithmetic for a micro-batch and accumulation: an epoch holds, per bucket,
 // ceil(images with repeats / micro-batch) batches; an update takes `accum` of them (the last of an

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "data/dataset.h"
+
 namespace train {
 
 struct RunPlan;
@@ -73,7 +75,9 @@ struct RunSummary {
     size_t peak_host_anon_bytes = 0;  // its own memory (RssAnon), the largest seen between stages and steps
     size_t planned_device_bytes = 0;
     size_t peak_device_bytes = 0;   // CUDA: the largest device use seen at a step
-    std::vector<std::string> skipped_images;  // "path: reason", images dropped while loading
+    // Every file a stage dropped (reading the dataset, buckets, latent caching, the loader), each
+    // once with the first stage's reason.
+    std::vector<data::SkippedImage> skipped_images;
 };
 
 class RunObserver {

@@ -5,6 +5,7 @@
 
 #include "ggml-lite/core/autofit.h"
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/io/atomic_file.h"
 #include "train/run/session.h"
 
 namespace train {
@@ -17,6 +18,30 @@ std::string joined_lines(const std::vector<std::string>& lines, const char* pref
     std::string s;
     for (const std::string& l : lines) s += prefix + l + "\n";
     return s;
+}
+
+std::string skipped_text(const std::vector<data::SkippedImage>& skipped) {
+    return gl::cat(skipped.size(), skipped.size() == 1 ? " file" : " files", ", grouped by reason:\n",
+                   data::describe_skipped(skipped, SIZE_MAX, "  "));
+}
+
+// The report's section of the skipped images, added or replaced (none when nothing was skipped).
+void set_skipped_section(std::vector<ReportBlock>& sections, const std::vector<data::SkippedImage>& skipped) {
+    const char* title = "Images skipped";
+    std::erase_if(sections, [&](const ReportBlock& t) { return t.title == title; });
+    if (!skipped.empty()) sections.push_back({title, skipped_text(skipped)});
+}
+
+// skipped_images.txt in the output folder, written whole; when this run skipped nothing, the list
+// an earlier run into the folder left is removed (it no longer describes the images).
+void write_skipped_file(const fs::path& dir, const std::vector<data::SkippedImage>& skipped) {
+    const fs::path path = dir / kSkippedImagesFile;
+    std::error_code ec;
+    if (skipped.empty()) {
+        if (fs::is_regular_file(fs::symlink_status(path, ec))) fs::remove(path, ec);
+        return;
+    }
+    gl::io::write_file_atomic(path.string(), "images sdtrain skipped: " + skipped_text(skipped));
 }
 
 std::string seconds_text(double s) {
@@ -63,6 +88,8 @@ std::string RunRecording::relative(const std::string& path) const {
 void RunRecording::on_plan(const RunPlan& p) {
     report_.dataset_text = {{"Folders and buckets", p.dataset}, {"Steps", p.counts.arithmetic}};
     if (!p.warnings.empty()) report_.dataset_text.push_back({"Warnings", joined_lines(p.warnings, "warning: ")});
+    set_skipped_section(report_.dataset_text, p.skipped);
+    plan_skipped_ = p.skipped;
     report_.config_text = {{"Summary", p.configuration + "\n"}};
     if (!p.notes.empty()) report_.config_text.push_back({"Notes", joined_lines(p.notes, "note: ")});
     report_.config.clear();
@@ -107,6 +134,7 @@ void RunRecording::open() {
     for (const auto& [phase, seconds] : s.timings) r.timings.rows.push_back({phase, seconds_text(seconds)});
     if (!s.resumed_from.empty())
         r.run_rows.push_back({"Resumed from", s.resumed_from + " (step " + std::to_string(s.first_step) + ")"});
+    write_skipped_file(dir_, plan_skipped_);
     rec_->write_report();
 }
 
@@ -146,7 +174,8 @@ void RunRecording::on_end(const RunSummary& s) {
     if (s.peak_device_bytes)
         r.run_rows.push_back({"Device memory, measured", gl::format_bytes(s.peak_device_bytes) + " peak in use, " +
                                                              gl::format_bytes(s.planned_device_bytes) + " predicted"});
-    if (!s.skipped_images.empty()) r.dataset_text.push_back({"Images skipped", joined_lines(s.skipped_images, "")});
+    set_skipped_section(r.dataset_text, s.skipped_images);
+    if (s.skipped_images != plan_skipped_) write_skipped_file(dir_, s.skipped_images);
     r.timings.rows.push_back({"training loop (samples and saves included)", seconds_text(s.train_seconds)});
     if (s.interrupted)
         rec_->end("stopped at step " + std::to_string(s.steps) + " (Ctrl-C)" +

@@ -5,8 +5,10 @@
 //   report.html    written with the first record, at every save and at the end: the loss and
 //                  LR curves, the samples, the memory plan with the largest step's timeline, the
 //                  dataset and steps arithmetic, the configuration by option group, the timings,
-//                  the peak host memory.
-// Both are opened with the run's first step, save or sample (timed from on_start): a dry run, a
+//                  the peak host memory, the images skipped;
+//   skipped_images.txt  every image the run skipped, with its reason (only when one was: written
+//                  with the first step, rewritten at the end when caching or loading dropped more).
+// All are opened with the run's first step, save or sample (timed from on_start): a dry run, a
 // refused plan, a run stopped while caching or refused before its first step (a NaN weight)
 // leaves the output folder as it was, an earlier run's metrics.jsonl untouched. Paths in the
 // records are relative to the output folder (sample/<name>.png, <name>.safetensors), so the
@@ -22,6 +24,8 @@
 #include "train/run/observer.h"
 
 namespace train {
+
+inline constexpr const char* kSkippedImagesFile = "skipped_images.txt";
 
 class RunRecording : public RunObserver {
 public:
@@ -57,6 +61,7 @@ private:
     std::optional<RunStart> start_;
     double start_mono_ = 0, start_wall_ = 0;
     std::optional<StepMetrics> last_;
+    std::vector<data::SkippedImage> plan_skipped_;
     bool ended_ = false;
 };
 

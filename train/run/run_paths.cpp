@@ -22,7 +22,8 @@ size_t digits_at(const std::string& s, size_t at, size_t min) {
 // `name` (an entry of the output folder) is one the run writes: a LoRA or state folder under
 // kohya's names (save.h), the sample folder, a cache folder, the metrics file or the report.
 bool written_by_run(const RunConfig& c, const std::string& name) {
-    for (const char* fixed : {"sample", "latent_cache", "text_encoder_cache", "metrics.jsonl", "report.html"})
+    for (const char* fixed :
+         {"sample", "latent_cache", "text_encoder_cache", "metrics.jsonl", "report.html", "skipped_images.txt"})
         if (name == fixed) return true;
     const std::vector<std::string> bases =
         c.output_name ? std::vector<std::string>{*c.output_name} : std::vector<std::string>{"at", "epoch", "last"};

@@ -175,6 +175,7 @@ void Session::Impl::prepare() {
     m.data = load_run_data(c);
     check_run_paths(c, run_inputs(c, &m.model, &m.data.dataset.config), &m.data.dataset.config);
     m.plan.dataset = dataset_summary(m.data);
+    m.plan.skipped = skipped_before_training(m.data);
     m.plan.notes = c.notes;
     m.plan.warnings = m.data.warnings;
     std::string why;

@@ -62,6 +62,7 @@ struct RunPlan {
     MemoryPlan memory;
     std::vector<std::string> notes;     // kohya options accepted but not needed, silent fixes
     std::vector<std::string> warnings;  // dataset warnings
+    std::vector<data::SkippedImage> skipped;  // files the dataset read and the buckets dropped
     std::vector<ConfigSection> config;  // every option's effective value, by group
     std::string text() const;           // the whole plan as printed before a run
 };

@@ -134,7 +134,11 @@ bool Runner::cache() {
         enc.release();
         timings_.emplace_back("caching latents", seconds_since(t));
         if (latent_keys_.interrupted) return false;
-        for (const data::SkippedImage& s : latent_keys_.skipped) sum_.skipped_images.push_back(s.path + ": " + s.reason);
+        data::add_skipped(sum_.skipped_images, latent_keys_.skipped);
+        const auto& keys = latent_keys_.keys;
+        GL_CHECK(std::any_of(keys.begin(), keys.end(), [](const std::string& k) { return !k.empty(); }),
+                 "no image could be cached: all ", latent_keys_.skipped.size(), " failed:\n",
+                 data::describe_skipped(latent_keys_.skipped));
     }
     if (m_.cache_text) {
         std::optional<fs::path> dir;
@@ -412,6 +416,7 @@ RunSummary Runner::run() {
     const std::string path = c_.pretrained_model_name_or_path;
     model_info_ = std::async(std::launch::async, [path] { return model_file_info(path); });
     facts_ = facts;
+    sum_.skipped_images = m_.plan.skipped;
     schedule_ = lr_schedule(c_, m_.plan.counts.max_train_steps);
 
     if (!cache()) {
@@ -503,7 +508,7 @@ RunSummary Runner::run() {
         sum_.final_file = save_lora(SaveKind::last, 0, m_.plan.counts.epochs);
         m_.obs->on_save({sum_.final_file, false, true, sum_.steps, m_.plan.counts.epochs, {}});
     }
-    for (const data::SkippedImage& s : loader.skipped()) sum_.skipped_images.push_back(s.path + ": " + s.reason);
+    data::add_skipped(sum_.skipped_images, loader.skipped());
     loader_ = nullptr;
     sum_.images_per_second = sum_.train_seconds > 0 ? double(images_trained_) / sum_.train_seconds : 0;
     sum_.planned_device_bytes = m_.plan.memory.predicted_peak;
