@@ -217,50 +217,61 @@ FitResult auto_fit(const std::vector<FitOption>& options, const FitSettings& st)
         best.planned = std::move(p);
     };
 
-    // Without recompute: every option, one build at a time.
+    // First every option's time without recompute, from its graphs alone (the cost model needs no
+    // plan): an option can only get slower with recompute, so options are planned fastest first,
+    // and once one fits, the slower ones are not planned at all (unless st.plan_all).
     FitResult R;
     R.limit = st.limit;
     std::vector<double> none_seconds(options.size());
-    std::vector<bool> hopeless(options.size(), false);
+    size_t kept_option = SIZE_MAX;  // the fastest so far keeps its build: it is planned first
+    FitBuild kept;
     for (size_t i = 0; i < options.size(); i++) {
         FitRow row;
         row.label = options[i].label;
         row.needs = options[i].needs;
         row.option = i;
         FitBuild b = build_option(options[i]);
-        Planned p = plan_none(b, st);
-        row.fits = p.total <= st.limit;
-        row.peak_bytes = p.total;
-        row.seconds = none_seconds[i] = p.seconds;
-        const size_t beside = beside_activations(p);
-        if (!row.fits && beside >= st.limit) {
-            hopeless[i] = true;
-            row.least_bytes = beside;
-            row.note = cat("everything but the activations alone needs ", format_bytes(beside));
+        double t = b.extra_seconds;
+        for (const FitGraph& f : b.graphs)
+            t += f.runs * (f.planned ? f.planned->predicted_seconds : st.plan.cost.graph_seconds(*f.graph));
+        row.seconds = none_seconds[i] = t;
+        if (kept_option == SIZE_MAX || t < none_seconds[kept_option]) {
+            kept_option = i;
+            kept = std::move(b);
         }
-        if (row.fits) consider(i, b, p);
         R.rows.push_back(std::move(row));
     }
-
-    // With recompute, fastest-without-recompute first: an option can only get slower with it.
     std::vector<size_t> order(options.size());
     for (size_t i = 0; i < order.size(); i++) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return none_seconds[a] < none_seconds[b]; });
     for (size_t i : order) {
         FitRow& row = R.rows[i];
-        if (row.fits || hopeless[i]) continue;
-        if (none_seconds[i] >= best.seconds) {
+        if (none_seconds[i] >= best.seconds && !st.plan_all) {
             row.planned = false;
+            row.note = "not planned: no faster than the choice even without recompute";
+            continue;
+        }
+        FitBuild b = i == kept_option ? std::move(kept) : build_option(options[i]);
+        Planned p = plan_none(b, st);
+        row.peak_bytes = p.total;
+        if (p.total <= st.limit) {
+            row.fits = true;
+            consider(i, b, p);
+            continue;
+        }
+        const size_t beside = beside_activations(p);
+        if (beside >= st.limit) {
+            row.least_bytes = beside;
+            row.note = cat("everything but the activations alone needs ", format_bytes(beside));
+            continue;
+        }
+        if (none_seconds[i] >= best.seconds) {
             row.note = "not planned with recompute: no faster than the choice even without";
             continue;
         }
-        FitBuild b = build_option(options[i]);
-        Planned p = plan_none(b, st);
         if (!plan_recompute(b, st, p, &row.least_bytes, &row.note)) continue;
         row.fits = true;
-        row.recompute = p.recompute_seconds > 0 || std::any_of(p.plans.begin(), p.plans.end(), [](const Plan& q) {
-                            return q.recompute_nodes > 0;
-                        })
+        row.recompute = std::any_of(p.plans.begin(), p.plans.end(), [](const Plan& q) { return q.recompute_nodes > 0; })
                             ? Recompute::budget
                             : Recompute::none;
         row.peak_bytes = p.total;
@@ -298,7 +309,8 @@ std::string FitResult::table(bool advice) const {
         if (!r.needs.empty()) note = note.empty() ? "needs " + r.needs : "needs " + r.needs + "; " + note;
         const char* mark = advice ? (r.fits ? "+" : "") : (&r == chosen() ? "*" : "");
         std::snprintf(line, sizeof line, "  %-2s %-56s %-9s %12s %11.2f ms %9.2f ms  %s\n", mark, label.c_str(),
-                      r.fits ? recompute_name(r.recompute) : "-", format_bytes(r.peak_bytes).c_str(), r.seconds * 1e3,
+                      r.fits ? recompute_name(r.recompute) : "-",
+                      r.peak_bytes ? format_bytes(r.peak_bytes).c_str() : "-", r.seconds * 1e3,
                       r.recompute_seconds * 1e3, note.c_str());
         s += line;
     }

@@ -56,15 +56,19 @@ struct FitSettings {
     size_t limit = 0;    // device bytes a configuration's layout plus its extra_bytes may take
     PlanOptions plan;    // alignment and cost model (recompute is chosen per graph)
     LayoutRules rules;   // the backend's bytes beside the plans (layout_rules("cuda"), or simulated)
+    // Plan every option without recompute, also those slower than the choice (advice tables say
+    // what each would take); by default those are not planned.
+    bool plan_all = false;
 };
 
 struct FitRow {
     std::string label, needs;
     size_t option = 0;              // index in the options given
     bool fits = false;
-    bool planned = true;            // false: not planned with recompute (no faster than the choice anyway)
+    bool planned = true;            // false: not planned (no faster than the choice even without recompute)
     Recompute recompute = Recompute::none;  // budget when some graph is recomputed
-    size_t peak_bytes = 0;          // the whole run as fitted (layout + extra); unfit: without recompute
+    size_t peak_bytes = 0;          // the whole run as fitted (layout + extra); unfit: without recompute;
+                                    // 0 when not planned
     size_t least_bytes = 0;         // unfit after recompute: the least the run was planned in
     double seconds = 0;             // predicted per update
     double recompute_seconds = 0;   // of which recompute
@@ -88,9 +92,10 @@ struct FitResult {
     std::string table(bool advice = false) const;
 };
 
-// Plans every option and ranks them. Options whose run without recompute is no faster than one
-// that already fits are not planned with recompute (their row says so). Builds run one at a time
-// (at most the best so far is kept); the graphs of one build are planned in parallel. Throws
+// Ranks the options by their predicted time without recompute (their graphs' cost, no plan) and
+// plans them fastest first, with recompute where that does not fit; an option whose time without
+// recompute is no faster than one that fits is not planned (its row says so). Builds run one at a
+// time (at most the best so far is kept); the graphs of one build are planned in parallel. Throws
 // gl::Error for a zero limit, no options, a build without graphs, or a failing builder (its label
 // named).
 FitResult auto_fit(const std::vector<FitOption>& options, const FitSettings& settings);

@@ -253,6 +253,7 @@ std::string Session::Impl::advice(const GraphSetOptions& base, size_t extra) {
     gl::FitSettings st;
     st.limit = limit;
     st.rules = base.rules;
+    st.plan_all = true;
     s += "changes that would fit (batch with accumulation, recompute, 8-bit optimizer (--optimizer_type AdamW8bit), "
          "UNet only (--network_train_unet_only), cached text encoder (--cache_text_encoder_outputs); "
          "--vram_limit picks among those its --allow_* flags allow):\n";
