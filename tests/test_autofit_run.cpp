@@ -170,3 +170,28 @@ TEST_CASE("auto-fit: a refusal lists only what the flags given allow as choices,
     sim.plan_for(simulated_gpu());
     CHECK_THROWS_WITH_AS(sim.run(), doctest::Contains("simulated"), gl::Error);
 }
+
+TEST_CASE("sdtrain plan: a CPU run larger than the host's available memory is refused before anything is allocated") {
+    Scratch s("host_memory");
+    const fs::path model = make_tiny_model(s.root), data = make_dataset(s.root);
+    train::RunConfig c = tiny_config(model, data, s.root / "out");
+    train::Session free_run(c);
+    const train::RunPlan& p = free_run.prepare();  // the host's own memory: the tiny run fits
+    CHECK(p.memory.planned_bytes <= p.memory.limit);  // the limit is the host's available memory
+    CHECK(p.memory.by_category.find("of available host memory") != std::string::npos);
+    train::DeviceModel host;  // a host with less memory available than the plan needs
+    host.backend = "cpu";
+    host.free_bytes = p.memory.planned_bytes - 1;
+    train::Session small(c);
+    small.plan_for(host);
+    try {
+        small.prepare();
+        FAIL("a plan above the host's memory was accepted");
+    } catch (const train::PlanRefused& e) {
+        const std::string m = e.what();
+        INFO(m);
+        CHECK(m.find("of available host memory") != std::string::npos);
+        CHECK(m.find("nothing was loaded") != std::string::npos);
+        CHECK(m.find("what would fit within") != std::string::npos);
+    }
+}
