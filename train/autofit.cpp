@@ -65,9 +65,9 @@ std::vector<FitConfig> fit_configs(const AutoFitRequest& r) {
         for (bool a8 : {false, true}) {
             if (a8 && !adam) continue;
             std::vector<FitConfig> te;
-            if (r.step.train_text_encoder) te.push_back({m, a8, true, false});
-            te.push_back({m, a8, false, r.cache_text_encoder});
-            if (!r.cache_text_encoder) te.push_back({m, a8, false, true});
+            if (r.step.train_text_encoder) te.push_back(FitConfig{m, a8, true, false, {}, {}});
+            te.push_back(FitConfig{m, a8, false, r.cache_text_encoder, {}, {}});
+            if (!r.cache_text_encoder) te.push_back(FitConfig{m, a8, false, true, {}, {}});
             for (FitConfig& c : te) {
                 const bool unet_only = r.step.train_text_encoder && !c.train_te;
                 const bool cached = !c.train_te && c.cache_te && !r.cache_text_encoder;
