@@ -56,8 +56,11 @@ std::vector<FitConfig> fit_configs(const AutoFitRequest& r) {
     const bool adam = std::string(r.step.optimizer.name()) == "AdamW";
     auto needs = [](std::initializer_list<std::pair<bool, const char*>> flags) {
         std::string s;
-        for (const auto& [need, flag] : flags)
-            if (need) s += (s.empty() ? "" : " ") + std::string(flag);
+        for (const auto& [need, flag] : flags) {
+            if (!need) continue;
+            if (!s.empty()) s += ' ';
+            s += flag;
+        }
         return s;
     };
     std::vector<FitConfig> out;
