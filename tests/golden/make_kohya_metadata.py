@@ -295,6 +295,15 @@ CASES = [
                 "  class_tokens = \"thing\"\n")},
         },
     },
+    {
+        # The network's options not given: kohya writes argparse's defaults as they are written
+        # (--network_alpha's int 1 as "1", where a given 1 is "1.0"; --network_dim's None).
+        "name": "folders_network_defaults",
+        "argv": COMMON + [
+            "--train_data_dir", "{root}/train", "--resolution", "256", "--max_train_steps", "5", "--seed", "3",
+        ],
+        "files": {"images": images("train/3_thing", SIZES[16:22], first=2)},
+    },
 ]
 
 
