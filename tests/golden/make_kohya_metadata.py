@@ -304,6 +304,15 @@ CASES = [
         ],
         "files": {"images": images("train/3_thing", SIZES[16:22], first=2)},
     },
+    {
+        # --debiased_estimation_loss given (kohya writes bool(args.debiased_estimation_loss)).
+        "name": "folders_debiased_estimation",
+        "argv": COMMON + [
+            "--train_data_dir", "{root}/train", "--resolution", "256", "--max_train_steps", "5", "--seed", "3",
+            "--network_dim", "8", "--network_alpha", "4", "--min_snr_gamma", "5", "--debiased_estimation_loss",
+        ],
+        "files": {"images": images("train/3_thing", SIZES[16:22], first=2)},
+    },
 ]
 
 

@@ -332,6 +332,7 @@ Objective RunConfig::objective() const {
     o.prediction = v_parameterization ? sd::Prediction::v_prediction : sd::Prediction::epsilon;
     o.loss = loss_type == "l1" ? gl::LossKind::l1 : loss_type == "huber" ? gl::LossKind::huber : gl::LossKind::l2;
     o.min_snr_gamma = min_snr_gamma.value_or(0.0);
+    o.debiased_estimation = debiased_estimation_loss;
     o.noise_offset = noise_offset.value_or(0.0);
     o.min_timestep = min_timestep.value_or(0);
     o.max_timestep = max_timestep.value_or(1000);
