@@ -162,10 +162,12 @@ void RunConfig::validate() {
     check_float("text_encoder_lr", text_encoder_lr.value_or(0), 0);
     check_float("max_grad_norm", max_grad_norm, 0);
     const optim::OptimizerConfig opt = optimizer();  // checks optimizer_type and optimizer_args
-    GL_CHECK(one_of(lr_scheduler, {"constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts",
-                                   "polynomial", "adafactor"}),
-             "--lr_scheduler ", lr_scheduler, " is not supported (constant, constant_with_warmup, linear, cosine, "
-             "cosine_with_restarts, polynomial, adafactor)");
+    const std::vector<std::string> schedulers = lr_scheduler_names();
+    if (std::find(schedulers.begin(), schedulers.end(), lr_scheduler) == schedulers.end()) {
+        std::string names;
+        for (const std::string& n : schedulers) names += (names.empty() ? "" : ", ") + n;
+        gl::fail("--lr_scheduler ", lr_scheduler, " is not supported (", names, ")");
+    }
     GL_CHECK(lr_warmup_steps.value >= 0 && (!lr_warmup_steps.ratio || lr_warmup_steps.value <= 1),
              "--lr_warmup_steps must be >= 0 steps or a ratio in [0, 1]");
     if (adafactor_relative_step() && lr_scheduler != "adafactor") {
@@ -330,6 +332,7 @@ Objective RunConfig::objective() const {
     o.prediction = v_parameterization ? sd::Prediction::v_prediction : sd::Prediction::epsilon;
     o.loss = loss_type == "l1" ? gl::LossKind::l1 : loss_type == "huber" ? gl::LossKind::huber : gl::LossKind::l2;
     o.min_snr_gamma = min_snr_gamma.value_or(0.0);
+    o.debiased_estimation = debiased_estimation_loss;
     o.noise_offset = noise_offset.value_or(0.0);
     o.min_timestep = min_timestep.value_or(0);
     o.max_timestep = max_timestep.value_or(1000);
@@ -337,6 +340,12 @@ Objective RunConfig::objective() const {
     o.huber_c = huber_c;
     o.huber_scale = huber_scale;
     return o;
+}
+
+std::vector<std::string> lr_scheduler_names() {
+    std::vector<std::string> n = optim::lr_kind_names();
+    n.emplace_back("adafactor");
+    return n;
 }
 
 optim::LrSchedule lr_schedule(const RunConfig& c, int64_t total_steps) {
