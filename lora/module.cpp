@@ -13,9 +13,11 @@ namespace lora {
 
 // The registry: each type's file defines its function.
 const ModuleType& locon_type();
+const ModuleType& loha_type();
+const ModuleType& lokr_type();
 
 const std::vector<const ModuleType*>& module_types() {
-    static const std::vector<const ModuleType*> types = {&locon_type()};
+    static const std::vector<const ModuleType*> types = {&locon_type(), &loha_type(), &lokr_type()};
     return types;
 }
 
