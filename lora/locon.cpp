@@ -159,8 +159,9 @@ public:
     std::unique_ptr<Module> read(const Layer& layer, const FileModule& f, ModuleSettings s) const override {
         if (!f.has("lora_down.weight")) return nullptr;
         s.rank = read_rank(f, "lora_down.weight", 0);
-        // alpha = rank: the file's alpha folds into up when it is loaded (as it always has).
-        s.alpha = 0.0f;
+        // LyCORIS's create_network_from_weights keeps the file's alpha; for the rest (txt2img,
+        // gl-merge, networks.lora) alpha = rank and the file's alpha folds into up when it is loaded.
+        s.alpha = s.kohya_dropouts ? 0.0f : f.alpha;
         s.tucker = f.has("lora_mid.weight");
         s.dora = f.has("dora_scale");
         if (s.dora) s.dora_on_output = f.shape("dora_scale").at(0) == layer.out;
