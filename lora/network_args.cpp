@@ -88,7 +88,7 @@ void kohya_lora(LoraConfig& c, const NetworkOptions& o) {
 
 // ---- lycoris.kohya ----
 
-// Read by create_network but used only by algos sdtrain does not train (or by no SD1.5 part).
+// Read by create_network but used by no type sdtrain trains (nor by any SD1.5 part): noted.
 constexpr std::initializer_list<const char*> kInertLycorisArgs = {"block_size", "constraint", "constrain", "rescaled",
                                                                   "train_t5xxl"};
 // Read by create_network and changing the network; sdtrain does not implement them.
@@ -130,9 +130,6 @@ void lycoris(LoraConfig& c, const NetworkOptions& o) {
                      " is not supported by sdtrain");
         } else if (key.rfind("loraplus_", 0) == 0) {
             gl::fail("--network_args ", key, ": LoRA+ is not supported by sdtrain (LyCORIS applies it to lora_up only)");
-        } else if (one_of(key, kInertLycorisArgs)) {
-            c.notes.push_back("--network_args " + key + ": used by LyCORIS algos other than lora, loha and lokr; "
-                              "no effect here");
         } else {
             rest.emplace_back(key, value);
         }
@@ -153,6 +150,11 @@ void lycoris(LoraConfig& c, const NetworkOptions& o) {
     c.type_args = c.type->parse_args(rest);
     for (const ModuleType* t : module_types())
         if (t != c.type) t->parse_args(rest);
+    std::erase_if(rest, [&](const std::pair<std::string, std::string>& kv) {
+        if (!one_of(kv.first, kInertLycorisArgs)) return false;
+        c.notes.push_back("--network_args " + kv.first + ": LyCORIS's algos " + known + " do not use it; no effect");
+        return true;
+    });
     if (!rest.empty())
         gl::fail("--network_args: unknown key '", rest.front().first, "' for lycoris.kohya (algo, preset, conv_dim, "
                  "conv_alpha, use_tucker, dora_wd, wd_on_output, rank_dropout, module_dropout, dropout, factor, "
@@ -185,7 +187,7 @@ LoraConfig network_config(const NetworkOptions& o) {
     if (o.module == "networks.lora") kohya_lora(c, o);
     else if (o.module == "lycoris.kohya") lycoris(c, o);
     else gl::fail("--network_module ", o.module, " is not supported: sdtrain trains networks.lora (LoRA; LoCon through "
-                  "--network_args conv_dim=N conv_alpha=A) and lycoris.kohya (LoRA/LoCon, LoHa, LoKr, DoRA)");
+                  "--network_args conv_dim=N conv_alpha=A) and lycoris.kohya (--network_args algo=<type>, dora_wd=True)");
     return c;
 }
 

@@ -199,7 +199,7 @@ std::vector<Option> build() {
         integer("max_data_loader_n_workers", kData, "loader threads (at most the cores)",
                 &RunConfig::max_data_loader_n_workers, 0, 1024),
         // ---- network ----
-        text("network_module", kNetwork, "MODULE", "networks.lora (required)", &RunConfig::network_module),
+        text("network_module", kNetwork, "MODULE", "networks.lora or lycoris.kohya (required)", &RunConfig::network_module),
         make("network_dim", kNetwork, Kind::value, "INT", "LoRA rank (kohya's default 4) [1, 4096]",
              [](RunConfig& c, const std::string& w, const Values& v) {
                  c.network_dim = gl::cli::parse_int<int>(w, one(w, v), 1, 4096);
@@ -207,7 +207,9 @@ std::vector<Option> build() {
              true),
         real("network_alpha", kNetwork, "LoRA alpha (scale alpha / dim; 0: alpha = dim)", &RunConfig::network_alpha),
         opt_real("network_dropout", kNetwork, "dropout on each LoRA's down output", &RunConfig::network_dropout, 0, 1),
-        list("network_args", kNetwork, "conv_dim=N conv_alpha=A (LoCon), rank_dropout=P, module_dropout=P",
+        list("network_args", kNetwork,
+             "conv_dim=N conv_alpha=A (LoCon), rank_dropout=P, module_dropout=P; lycoris.kohya: algo=<type>, "
+             "preset=full|attn-mlp|..., dora_wd=True, use_tucker=True, a type's own args, ...",
              &RunConfig::network_args),
         flag("network_train_unet_only", kNetwork, "train the UNet's LoRA only", &RunConfig::network_train_unet_only),
         flag("network_train_text_encoder_only", kNetwork, "train the text encoder's LoRA only",

@@ -84,7 +84,7 @@ void RunConfig::validate() {
     const std::vector<std::string>& modules = lora::network_modules();
     GL_CHECK(std::find(modules.begin(), modules.end(), network_module) != modules.end(), "--network_module ",
              network_module, " is not supported: sdtrain trains networks.lora (LoRA; LoCon through --network_args "
-             "conv_dim=N conv_alpha=A) and lycoris.kohya (--network_args algo=lora|locon|loha|lokr, dora_wd=True)");
+             "conv_dim=N conv_alpha=A) and lycoris.kohya (--network_args algo=<type>, dora_wd=True)");
     if (output_name) check_output_name(*output_name);
 
     // Data: one source.
