@@ -1,5 +1,6 @@
 // The training step with LyCORIS's network types (lora/loha.cpp, lokr.cpp, locon.cpp with DoRA):
-// each learns the fixed tiny latent set (fixed-draw loss falls, in fp32 and bf16), gradients are
+// each learns the fixed tiny latent set (fixed-draw loss falls, in fp32 and bf16, DoRA on an int8
+// base too), gradients are
 // bitwise the same with and without recompute, and LyCORIS's dropouts (rank_dropout over the
 // update's output rows, module_dropout over the whole module) gate as LyCORIS's do.
 #include <doctest/doctest.h>
@@ -51,15 +52,21 @@ TEST_CASE("train lycoris: LoHa, LoKr and DoRA on the tiny UNet learn a fixed lat
         std::string name;
         Precision p;
         std::vector<std::pair<std::string, std::string>> args;
+        gl::WeightFormat base = gl::WeightFormat::dense;
     };
     for (const Run& run : std::vector<Run>{{"LoHa", Precision::fp32, {{"algo", "loha"}}},
                                            {"LoHa Tucker", Precision::fp32, {{"algo", "loha"}, {"use_tucker", "True"}}},
                                            {"LoKr", Precision::fp32, {{"algo", "lokr"}, {"factor", "4"}}},
                                            {"LoRA DoRA", Precision::fp32, {{"algo", "lora"}, {"dora_wd", "True"}}},
                                            {"LoKr DoRA bf16", Precision::bf16, {{"algo", "lokr"}, {"dora_wd", "True"}}},
-                                           {"LoHa bf16", Precision::bf16, {{"algo", "loha"}}}}) {
+                                           {"LoHa bf16", Precision::bf16, {{"algo", "loha"}}},
+                                           // DoRA rebuilds the weight from the base's int8 codes and row scales.
+                                           {"LoRA DoRA, int8 base", Precision::bf16, {{"algo", "lora"}, {"dora_wd", "True"}},
+                                            gl::WeightFormat::int8}}) {
         CAPTURE(run.name);
-        Tiny t(options(run.p, 4e-3f, run.args), Recompute::blocks);
+        train::StepOptions o = options(run.p, 4e-3f, run.args);
+        o.base_format = run.base;
+        Tiny t(o, Recompute::blocks);
         train::TrainerOptions to;
         to.seed = 5;
         train::Trainer tr(*t.s, *t.rt, to);
