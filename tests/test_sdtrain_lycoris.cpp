@@ -87,13 +87,21 @@ TEST_CASE("sdtrain lycoris: LoHa, LoKr and DoRA runs plan, save LyCORIS's files 
     Scratch s("lycoris");
     const fs::path model = make_tiny_model(s.root), data = make_dataset(s.root);
     const sd::Sd15Files m = sd::open_sd15(model.string());
+    write_text(s.root / "prompts.txt", "a red cat --w 16 --h 16 --s 2 --d 5\n");
     for (const Kind& k : kKinds) {
         CAPTURE(k.name);
-        const train::RunConfig c = lycoris_run(model, data, s.root / k.name, k);
+        train::RunConfig c = lycoris_run(model, data, s.root / k.name, k);
+        // Samples at the start and the end, from the trained network on the sampling pipeline.
+        c.sample_prompts = (s.root / "prompts.txt").string();
+        c.sample_at_first = true;
+        c.sample_every_n_steps = 2;
         train::Session run(c);
         const std::string plan = run.prepare().text();
         CHECK_MESSAGE(plan.find("  " + k.title + " + grads") != std::string::npos, plan);
         run.run();
+        size_t samples = 0;
+        for (const auto& e : fs::directory_iterator(s.root / k.name / "sample")) samples += e.path().extension() == ".png";
+        CHECK(samples == 2);
         const fs::path file = s.root / k.name / "tiny.safetensors";
         const gl::io::SafetensorsFile f(file.string());
         std::set<std::string> modules;
