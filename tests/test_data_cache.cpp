@@ -16,8 +16,8 @@
 #include <sys/wait.h>
 
 #include "data/latent_cache.h"
+#include "data/png_file.h"
 #include "ggml-lite/io/files.h"
-#include "ggml-lite/io/png.h"
 #include "ggml-lite/io/safetensors.h"
 #include "test_util.h"
 
@@ -189,10 +189,10 @@ struct BucketsFixture {
         const int sizes[][2] = {{48, 16}, {96, 32}, {48, 16}, {16, 48}, {16, 48}, {16, 16}, {32, 32}};
         fs::create_directories(root / "1_x");
         for (int n = 0; n < 7; n++) {
-            gl::io::Image img;
+            data::Bitmap img;
             img.width = sizes[n][0], img.height = sizes[n][1], img.channels = 3;
             for (int i = 0; i < img.width * img.height * 3; i++) img.pixels.push_back(uint8_t((i * 37 + n * 91) % 251));
-            gl::io::write_png((root / "1_x" / (std::to_string(n) + ".png")).string(), img);
+            data::write_png((root / "1_x" / (std::to_string(n) + ".png")).string(), img);
         }
         fs::copy_file(golden("dataset/images/ok/rgb.png"), root / "1_x" / "3b.png");  // same size as the corrupt file
         data::ConfigLevel cli = {{"resolution", std::array<int64_t, 2>{16, 16}}, {"enable_bucket", true},

@@ -247,8 +247,8 @@ Micro Runner::prepare(const data::Batch& b) {
         rt.run();
         const std::vector<float> moments = rt.read_f32(gs.vae()[vi].graph->moments);
         std::vector<float> noise(moments.size() / 2);
-        sd::NoiseRng rng{m_.seed ^ kVaeNoiseStream, uint64_t(b.step) * 0x100000000ull};
-        sd::fill_normal(noise, rng);
+        diffusion::NoiseRng rng{m_.seed ^ kVaeNoiseStream, uint64_t(b.step) * 0x100000000ull};
+        diffusion::fill_normal(noise, rng);
         mi.latents = sd::vae_sample_latent(m_.model.vae_cfg, moments, noise);
     }
     const int chunks = m_.step.clip_chunks;
