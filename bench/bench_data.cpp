@@ -43,6 +43,7 @@
 #include "ggml-lite/core/dtype.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/io/safetensors.h"
+#include "pipelines/cache_encoders.h"
 #include "tools/common/cli.h"
 
 #define STB_IMAGE_WRITE_IMPLEMENTATION
@@ -84,21 +85,19 @@ void write_jpeg_set(const fs::path& dir, int n) {
     }
 }
 
-// The host side of caching alone: SD1.5-shaped moments of zeros, at once.
-class NullEncoder : public data::LatentEncoder {
+// The host side of caching alone: SD1.5-shaped latents of zeros, at once.
+class NullEncoder : public data::ImageEncoder {
 public:
     NullEncoder(gl::DType input) : input_(input) {}
     std::string identity() const override { return "null"; }
-    const sd::VaeConfig& config() const override { return config_; }
+    data::LatentSpec latent_spec() const override { return {4, 8, 0.18215f, 0.0f}; }
     gl::DType input_dtype() const override { return input_; }
-    std::vector<float> moments(const void*, gl::DType, const data::EncoderShape& s) override {
-        const int64_t f = config_.downscale();
-        return std::vector<float>(size_t(s.batch) * size_t(s.height / f) * size_t(s.width / f) * 8, 0.0f);
+    std::vector<float> encode(const void*, gl::DType, const data::EncoderShape&, std::span<const float> noise) override {
+        return std::vector<float>(noise.size(), 0.0f);
     }
     void release() override {}
 
 private:
-    sd::VaeConfig config_ = sd::VaeConfig::sd15();
     gl::DType input_;
 };
 
@@ -246,15 +245,15 @@ int run(int argc, char** argv) {
         return 0;
     }
     std::unique_ptr<gl::io::SafetensorsFile> weights;
-    std::unique_ptr<data::LatentEncoder> enc;
-    data::VaeGraphEncoder* vae = nullptr;
+    std::unique_ptr<data::ImageEncoder> enc;
+    sd::VaeGraphEncoder* vae = nullptr;
     const bool cuda = !null_encoder && gl::resolve_backend(backend) == gl::Backend::cuda;
     const gl::DType dtype = cuda ? gl::DType::bf16 : gl::DType::f32;
     if (null_encoder) {
         enc = std::make_unique<NullEncoder>(gl::DType::bf16);
     } else {
         weights = std::make_unique<gl::io::SafetensorsFile>(vae_path);
-        auto v = std::make_unique<data::VaeGraphEncoder>(tiny ? sd::VaeConfig::tiny() : sd::VaeConfig::sd15(), *weights,
+        auto v = std::make_unique<sd::VaeGraphEncoder>(tiny ? sd::VaeConfig::tiny() : sd::VaeConfig::sd15(), *weights,
                                                          "bench", dtype, cuda ? gl::Backend::cuda : gl::Backend::cpu);
         vae = v.get();
         enc = std::move(v);
@@ -280,7 +279,7 @@ int run(int argc, char** argv) {
         print_times(r, threads_used);
     }
     if (!vae) return 0;
-    const data::VaeGraphEncoder::Times& t = vae->times();
+    const sd::VaeGraphEncoder::Times& t = vae->times();
     std::printf("  encoder: %d graphs planned, weights loaded %d time(s), setup %.2f s; over %d calls: upload %.3f s, "
                 "run + read back %.3f s\n%s",
                 vae->graphs_built(), vae->weight_loads(), t.setup, t.calls, t.upload, t.run,

@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/step_fixtures.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
+#include "models/diffusion/noise.h"
 #include "models/sd15/model_files.h"
-#include "models/sd15/noise.h"
 #include "tools/common/cli.h"
 #include "train/step.h"
-#include "bench/step_fixtures.h"
 
 namespace {
 

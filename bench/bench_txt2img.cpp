@@ -24,7 +24,7 @@
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/io/safetensors.h"
 #include "models/sd15/model_files.h"
-#include "models/sd15/pipeline.h"
+#include "pipelines/pipeline.h"
 #include "tools/common/cli.h"
 #include "tools/common/request_json.h"
 
@@ -84,8 +84,8 @@ sd::GenerationParams request(const Options& o, int size, int batch) {
     p.cfg_scale = o.cfg;
     p.batch = batch;
     p.seed = 1;
-    const sd::SamplerName n = sd::parse_sampler_name(o.sampler);
-    p.sampler = sd::SamplerOptions::diffusers_sd15(n.kind);
+    const diffusion::SamplerName n = diffusion::parse_sampler_name(o.sampler);
+    p.sampler = diffusion::SamplerOptions::diffusers_sd15(n.kind);
     p.sampler.karras = n.karras;
     return p;
 }
@@ -151,7 +151,10 @@ int bench(const Options& o) {
     sd::PipelineOptions po;
     po.backend = o.backend;
     po.dtype = dtype_of(o.dtype);
-    for (const std::string& l : o.loras) po.loras.push_back(sd::parse_lora_file(l));
+    for (const std::string& l : o.loras) {
+        const gl::cli::LoraArg arg = gl::cli::parse_lora_arg(l);
+        po.loras.push_back({arg.path, arg.multiplier});
+    }
     po.merge_loras = o.merge;
     auto t0 = Clock::now();
     sd::Pipeline pipe(sd::open_sd15(o.model), po);

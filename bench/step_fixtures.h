@@ -11,7 +11,7 @@
 
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/ops/rng.h"
-#include "models/sd15/noise.h"
+#include "models/diffusion/noise.h"
 #include "models/nn/weights.h"
 
 namespace bench {
@@ -69,9 +69,9 @@ private:
 inline void write_random_weights(const nn::Weights& w, gl::Runtime& rt) { RandomWeights().write(w, rt); }
 
 inline std::vector<float> randn(size_t n, uint64_t seed) {
-    sd::NoiseRng rng{seed, 0};
+    diffusion::NoiseRng rng{seed, 0};
     std::vector<float> v(n);
-    sd::fill_normal(v, rng);
+    diffusion::fill_normal(v, rng);
     return v;
 }
 

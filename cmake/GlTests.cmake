@@ -34,7 +34,7 @@ target_include_directories(gl-test-cases PUBLIC ${GL_TEST_DIR})
 target_link_libraries(gl-test-cases PUBLIC ggml-lite sd15)
 
 add_executable(gl-tests ${GL_TEST_SOURCES} $<TARGET_OBJECTS:gl-test-cases>)
-target_link_libraries(gl-tests PRIVATE gl-test-cases gl-demo-assets sdtrain-options sdrun sddata sd15 ggml-lite gl-cli doctest::doctest)
+target_link_libraries(gl-tests PRIVATE gl-test-cases gl-demo-assets sdtrain-options sdrun gl-pipelines sddata sd15 ggml-lite gl-cli doctest::doctest)
 target_compile_definitions(gl-tests PRIVATE GL_VERSION_FOR_TESTS="${PROJECT_VERSION}")
 # The command-line tests of gl-txt2img and sdtrain run the built tools (skipped when tools are not built).
 if(TARGET gl-txt2img)

@@ -318,19 +318,9 @@ private:
     std::array<uint16_t, 256> half_{};
 };
 
-// The entry of one image of a batch: one sample of its latent distribution, scaled.
-Latent sample_entry(const sd::VaeConfig& vc, const float* moments, int lh, int lw, const std::string& key,
-                    uint64_t seed, const std::string& path) {
-    const size_t per = size_t(lh) * size_t(lw) * 2 * size_t(vc.latent_channels);
-    const std::vector<float> m(moments, moments + per);
-    Latent l{lh, lw, vc.latent_channels, sd::vae_sample_latent(vc, m, normal_noise(key, seed, per / 2))};
-    for (float v : l.data) GL_CHECK(std::isfinite(v), "NaN or inf in the latents of ", path);
-    return l;
-}
-
 }  // namespace
 
-CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCache& cache, LatentEncoder& enc,
+CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCache& cache, ImageEncoder& enc,
                           const CacheOptions& opt) {
     for (const SubsetConfig& s : ds.config.subsets)
         GL_CHECK(!s.random_crop && !s.color_aug, "latents cannot be cached for ", s.image_dir.string(),
@@ -338,7 +328,9 @@ CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCa
     GL_CHECK(opt.vae_batch_size >= 1, "vae_batch_size must be >= 1");
     GL_CHECK(opt.threads >= 0, "latent caching threads must be >= 0 (0: one per hardware thread)");
     const auto t_start = Clock::now();
-    const sd::VaeConfig& vc = enc.config();
+    const LatentSpec spec = enc.latent_spec();
+    GL_CHECK(spec.channels >= 1 && spec.downscale >= 1, "latent cache: the encoder's latents have ", spec.channels,
+             " channels at 1/", spec.downscale, " of the image size");
     const std::string identity = enc.identity();
     const InputValues values(enc.input_dtype());
     const int threads = opt.threads > 0 ? opt.threads : default_worker_threads();
@@ -357,7 +349,7 @@ CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCa
     std::vector<Item> items;
     std::vector<Job> jobs;
     std::vector<VaeBatch> batches;
-    Staging staging;
+    Staging staging, noise_staging;  // each batch's input images and its unit noise
     std::deque<std::future<void>> writes;
     Workers pool(threads);  // declared after everything its tasks use, so it joins before they go
     auto finish = [&] {
@@ -436,10 +428,13 @@ CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCa
     auto place_bytes = [&](const EncoderShape& s) {
         return size_t(s.height) * size_t(s.width) * 3 * values.bytes_per_value();
     };
+    auto latent_values = [&](const EncoderShape& s) {
+        return size_t(s.height / spec.downscale) * size_t(s.width / spec.downscale) * size_t(spec.channels);
+    };
 
-    // 3. The workers decode, resize and convert the images into their batch's input, a window
-    // ahead of the encoder (starting while it plans and loads its weights), and sample and write
-    // each batch's entries once its moments are back.
+    // 3. The workers decode, resize and convert the images into their batch's input and draw each
+    // entry's noise, a window ahead of the encoder (starting while it plans and loads its weights),
+    // and write each batch's entries once its latents are back.
     Prefetch<Prepared> prepared(pool, jobs.size(), std::max(size_t(threads) * 2, per_call * 2), [&](size_t j) {
         const Job& job = jobs[j];
         const ImageEntry& e = ds.images[size_t(job.image)];
@@ -457,6 +452,10 @@ CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCa
                 const EncoderShape& s = batches[it.batch].shape;
                 uint8_t* dst = staging.batch(it.batch, place_bytes(s) * size_t(s.batch)) + place_bytes(s) * size_t(it.slot);
                 values.write(img.rgb.data(), img.width, cx, cy, s.width, s.height, it.flip, dst);
+                const size_t n = latent_values(s);
+                const std::vector<float> noise = normal_noise(it.key, opt.seed, n);
+                std::memcpy(noise_staging.batch(it.batch, n * 4 * size_t(s.batch)) + n * 4 * size_t(it.slot),
+                            noise.data(), n * 4);
             }
         } catch (const ImageError& err) {
             out.skipped = SkippedImage{err.path(), err.reason()};
@@ -491,32 +490,42 @@ CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCa
             }
         }
         rep.times.wait_prepare += seconds_since(t0);
-        std::optional<Staging::Buffer> input = staging.take(bi);
+        std::optional<Staging::Buffer> input = staging.take(bi), noise = noise_staging.take(bi);
         size_t ok = first;
         while (ok < end && failed[ok]) ok++;
         if (ok == end) {  // every image of the batch failed: no call
             if (input) staging.recycle(std::move(*input));
+            if (noise) noise_staging.recycle(std::move(*noise));
             continue;
         }
-        GL_CHECK(input.has_value(), "latent cache: batch ", bi, " has prepared images but no input buffer");
+        GL_CHECK(input.has_value() && noise.has_value(), "latent cache: batch ", bi,
+                 " has prepared images but no input buffer");
         // A failed image's place holds a copy of another: the batch keeps its planned shape.
-        const size_t place = place_bytes(s);
+        const size_t place = place_bytes(s), per = latent_values(s);
         for (size_t k = first; k < end; k++)
-            if (failed[k]) std::memcpy(input->data.get() + (k - first) * place, input->data.get() + (ok - first) * place, place);
+            if (failed[k]) {
+                std::memcpy(input->data.get() + (k - first) * place, input->data.get() + (ok - first) * place, place);
+                std::memcpy(noise->data.get() + (k - first) * per * 4, noise->data.get() + (ok - first) * per * 4,
+                            per * 4);
+            }
         const auto t1 = Clock::now();
-        auto m = std::make_shared<const std::vector<float>>(enc.moments(input->data.get(), values.dtype(), s));
+        auto z = std::make_shared<const std::vector<float>>(
+            enc.encode(input->data.get(), values.dtype(), s,
+                       std::span<const float>(reinterpret_cast<const float*>(noise->data.get()), per * size_t(s.batch))));
         rep.times.encode += seconds_since(t1);
         staging.recycle(std::move(*input));
+        noise_staging.recycle(std::move(*noise));
         rep.vae_calls++;
-        const int lh = int(s.height / vc.downscale()), lw = int(s.width / vc.downscale());
-        const size_t per = size_t(lh) * size_t(lw) * 2 * size_t(vc.latent_channels);
-        GL_CHECK(m->size() == per * size_t(s.batch), "VAE encoder returned ", m->size(), " values, expected ",
+        GL_CHECK(z->size() == per * size_t(s.batch), "the image encoder returned ", z->size(), " values, expected ",
                  per * size_t(s.batch));
+        const int lh = s.height / spec.downscale, lw = s.width / spec.downscale;
         for (size_t k = first; k < end; k++) {
             if (failed[k]) continue;
-            writes.push_back(pool.submit([&cache, &vc, m, at = (k - first) * per, lh, lw, key = items[k].key,
-                                          seed = opt.seed, path = ds.images[size_t(items[k].image)].path.string()] {
-                cache.put(key, sample_entry(vc, m->data() + at, lh, lw, key, seed, path));
+            writes.push_back(pool.submit([&cache, z, at = (k - first) * per, per, lh, lw, c = spec.channels,
+                                          key = items[k].key, path = ds.images[size_t(items[k].image)].path.string()] {
+                Latent l{lh, lw, c, std::vector<float>(z->begin() + ptrdiff_t(at), z->begin() + ptrdiff_t(at + per))};
+                for (float v : l.data) GL_CHECK(std::isfinite(v), "NaN or inf in the latents of ", path);
+                cache.put(key, std::move(l));
             }));
             rep.encoded++;
         }

@@ -1,7 +1,9 @@
 // Latent caching: every (image, bucket, crop, flip) is encoded by the VAE once, as kohya's
 // cache_latents does: the image prepared exactly as for training (decoded, resized like kohya,
 // cropped to its bucket, flipped), scaled to [-1, 1], encoded, and ONE sample of the latent
-// distribution kept, times the scaling factor. Entries live in RAM and, with a cache directory
+// distribution kept, times the scaling factor. The encoder is an interface (ImageEncoder: the
+// SD1.5 VAE's lives in pipelines/), given the unit noise of each entry, which derives from the
+// run's seed and the entry's key. Entries live in RAM and, with a cache directory
 // (--cache_latents_to_disk), one file each, named by a SHA-256 of what determines them: the image
 // bytes, bucket, resized size, crop, flip and the encoder's identity. A later run reuses them; a
 // changed image gets a new key and is re-encoded. Files are written to a temporary name and
@@ -16,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,7 +26,6 @@
 #include "data/dataset.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/io/tensor_source.h"
-#include "models/sd15/vae.h"
 
 namespace data {
 
@@ -47,82 +49,39 @@ struct EncoderShape {
     auto operator<=>(const EncoderShape&) const = default;
 };
 
-// Encodes x [B, H, W, 3] (NHWC, [-1, 1]) into the VAE's moments [B, H/f, W/f, 2 * latent].
-class LatentEncoder {
+// What an image encoder's latents are: `channels` per latent pixel, one latent pixel per
+// downscale x downscale image pixels, and (z - shift) * scale of the encoder's own latent z (what
+// the diffusion model takes; the cache keeps them as given).
+struct LatentSpec {
+    int channels = 0;
+    int downscale = 0;
+    float scale = 1.0f, shift = 0.0f;
+};
+
+// A model's image encoder (a VAE's encoder, in pipelines/): images to the latents the cache keeps.
+class ImageEncoder {
 public:
-    virtual ~LatentEncoder() = default;
+    virtual ~ImageEncoder() = default;
     virtual std::string identity() const = 0;  // part of every cache key
-    virtual const sd::VaeConfig& config() const = 0;
-    // The element type (f32 or bf16) moments() takes x in without converting it: cache_latents
+    virtual LatentSpec latent_spec() const = 0;
+    // The element type (f32, bf16 or f16) encode() takes x in without converting it: cache_latents
     // prepares its images in it on its worker threads.
     virtual gl::DType input_dtype() const { return gl::DType::f32; }
     // Every shape the next calls will use, before the first of them: an encoder may plan them all
     // at once and load its weights once for all. Calls with other shapes still work.
     virtual void prepare(const std::vector<EncoderShape>& shapes) { (void)shapes; }
-    // x: shape.batch * height * width * 3 values of type t (f32 or bf16).
-    virtual std::vector<float> moments(const void* x, gl::DType t, const EncoderShape& shape) = 0;
-    // The same from floats (their count checked against the shape).
-    std::vector<float> moments(const std::vector<float>& x, int batch, int height, int width);
+    // x: shape.batch images [H, W, 3] (NHWC, [-1, 1]) of type t; noise: N(0, 1) values
+    // [B, H / downscale, W / downscale, channels], for an encoder whose latents are a sample (a
+    // VAE's); returns the latents in that shape.
+    virtual std::vector<float> encode(const void* x, gl::DType t, const EncoderShape& shape,
+                                      std::span<const float> noise) = 0;
     // Gives the encoder's memory back (before training starts).
     virtual void release() = 0;
 };
 
-// The VAE encoder graph on a ggml-lite backend: one graph and plan per input shape, all of them on
-// one gl::SharedMemory (one copy of the weights, one activation arena sized for the largest), so
-// the weights are loaded once when every shape comes through prepare(). A shape that was not
-// prepared runs on that memory when it fits; otherwise the memory is laid out again for every
-// shape so far and the weights reloaded. The input is declared in the weights' dtype: images come
-// in it (bf16 on CUDA: half the upload of f32, and no cast node).
-class VaeGraphEncoder : public LatentEncoder {
-public:
-    VaeGraphEncoder(sd::VaeConfig config, const gl::io::TensorSource& weights, std::string identity,
-                    gl::DType dtype = gl::DType::f32, gl::Backend backend = gl::Backend::cpu);
-    ~VaeGraphEncoder() override;
-    std::string identity() const override { return identity_; }
-    const sd::VaeConfig& config() const override { return config_; }
-    gl::DType input_dtype() const override { return dtype_; }
-    void prepare(const std::vector<EncoderShape>& shapes) override;
-    using LatentEncoder::moments;
-    std::vector<float> moments(const void* x, gl::DType t, const EncoderShape& shape) override;
-    // Drops every runtime, plan and the shared memory.
-    void release() override;
-
-    int graphs_built() const { return graphs_built_; }  // one per shape planned
-    int weight_loads() const { return weight_loads_; }  // 1 when every shape was prepared up front
-    // Seconds spent planning and loading weights, writing inputs, running and reading back.
-    struct Times {
-        double setup = 0, upload = 0, run = 0;
-        int calls = 0;
-    };
-    const Times& times() const { return times_; }
-    // Per-node timing of the runs from now on (gl::Runtime::set_profiling: on CUDA each profiled
-    // run is eager, an event pair around every node), and the report of one shape's runs.
-    void set_profiling(bool on);
-    std::string profile_report(const EncoderShape& shape, size_t top = 20) const;
-    // The shared memory's layout (arenas, per-shape needs); empty when nothing is allocated.
-    std::string memory_report() const;
-
-private:
-    struct Planned;
-    Planned& planned(const EncoderShape& s);
-    bool fits(const Planned& p) const;
-    void lay_out();
-    gl::Runtime& runtime(Planned& p);
-    sd::VaeConfig config_;
-    const gl::io::TensorSource& weights_;
-    std::string identity_;
-    gl::DType dtype_;
-    gl::Backend backend_;
-    std::map<EncoderShape, std::unique_ptr<Planned>> shapes_;
-    std::shared_ptr<gl::SharedMemory> mem_;
-    bool profiling_ = false;
-    int graphs_built_ = 0, weight_loads_ = 0;
-    Times times_;
-};
-
 struct Latent {
     int height = 0, width = 0, channels = 0;
-    std::vector<float> data;  // [h][w][c], already times the scaling factor
+    std::vector<float> data;  // [h][w][c], as the encoder gave them
 };
 
 std::string latent_key(const std::string& image_sha256, const BucketChoice& choice, std::array<int, 2> crop,
@@ -188,7 +147,7 @@ struct CacheReport {
 // fails to decode leaves its place in its batch to a copy of another, so batches never depend on
 // timing. Throws gl::Error when a subset uses random_crop or color_aug (their latents change every
 // step).
-CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCache& cache, LatentEncoder& enc,
+CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCache& cache, ImageEncoder& enc,
                           const CacheOptions& opt = {});
 
 }  // namespace data

@@ -5,17 +5,15 @@
 // for SDXL and later; for SD1.5 it is ours.
 #pragma once
 #include <cstdint>
-#include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "data/dataset.h"
 #include "data/latent_cache.h"
-#include "models/sd15/clip.h"
 
 namespace data {
 
+// A model's text encoder (CLIP's, in pipelines/): captions to the hidden states the cache keeps.
 class TextEncoder {
 public:
     virtual ~TextEncoder() = default;
@@ -25,34 +23,6 @@ public:
     virtual int tokens() const = 0;
     virtual int width() const = 0;
     virtual void release() = 0;
-};
-
-// The CLIP text encoder graph (sd::build_clip_chunked) on a ggml-lite backend, one graph per
-// batch size. `tokenize` gives the ids of one caption, n_chunks rows of 77 (the builtin CLIP
-// tokenizer's encode_chunks by default).
-class ClipGraphEncoder : public TextEncoder {
-public:
-    using Tokenize = std::function<std::vector<int32_t>(const std::string&)>;
-    ClipGraphEncoder(sd::ClipConfig config, const gl::io::TensorSource& weights, std::string identity,
-                     int clip_skip = 1, int n_chunks = 1, gl::DType dtype = gl::DType::f32,
-                     gl::Backend backend = gl::Backend::cpu, Tokenize tokenize = nullptr);
-    ~ClipGraphEncoder() override;
-    std::string identity() const override;
-    std::vector<float> encode(const std::vector<std::string>& captions) override;
-    int tokens() const override { return n_chunks_ * 75 + 2; }
-    int width() const override { return int(config_.width); }
-    void release() override;
-
-private:
-    struct Shape;
-    sd::ClipConfig config_;
-    const gl::io::TensorSource& weights_;
-    std::string identity_;
-    int clip_skip_, n_chunks_;
-    gl::DType dtype_;
-    gl::Backend backend_;
-    Tokenize tokenize_;
-    std::unique_ptr<Shape> current_;
 };
 
 struct TextCacheReport {

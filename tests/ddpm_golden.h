@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "models/sd15/noise.h"
+#include "models/diffusion/noise.h"
 #include "test_util.h"
 
 namespace gltest {
@@ -31,7 +31,7 @@ struct SnrGolden {
     // Our alphas_cumprod differs from diffusers' f32 cumprod by d (up to 9.5e-7 relative); an SNR
     // ac / (1 - ac) moves by d / (ac (1 - ac)) relative, and kohya's f32 arithmetic adds a few
     // roundings (5e-7).
-    double tolerance(const sd::DdpmSchedule& s, int t) const {
+    double tolerance(const diffusion::DdpmSchedule& s, int t) const {
         const double ac = alphas_cumprod[size_t(t)];
         return std::abs(s.alphas_cumprod[size_t(t)] - ac) / (ac * (1 - ac)) + 5e-7;
     }

@@ -1,4 +1,4 @@
-// The op test table: every op in ops/op_list.h has cases here (one cases_<family>.cpp per
+// The op test table: every op in core/op_list.h has cases here (one cases_<family>.cpp per
 // op family). A case builds a tiny graph around the op; the suite checks its gradients by
 // finite differences (or, for ops without gradients, its outputs against a reference
 // written here), checks that a bad call throws gl::Error, and (GPU) compares backends.

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ggml-lite/io/safetensors.h"
-#include "models/sd15/pipeline.h"
+#include "pipelines/pipeline.h"
 #include "test_util.h"
 
 namespace sampler_test {

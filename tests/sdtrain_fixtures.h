@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "ggml-lite/io/safetensors.h"
+#include "models/diffusion/noise.h"
 #include "models/sd15/clip.h"
-#include "models/sd15/noise.h"
 #include "test_util.h"
 #include "train/run/config.h"
 
@@ -63,7 +63,7 @@ inline void write_random_clip(const fs::path& file) {
     gl::Graph g;
     nn::Weights w(g, gl::DType::f32);
     sd::build_clip(w, g, g.input("ids", gl::DType::i32, {1, 77}), c);
-    sd::NoiseRng rng{20240611, 0};
+    diffusion::NoiseRng rng{20240611, 0};
     std::vector<std::vector<float>> data;
     std::vector<gl::io::TensorToWrite> out;
     data.reserve(w.entries().size());

@@ -234,3 +234,17 @@ TEST_CASE("cli run_main: exit status and one line per kind of error") {
     CHECK(gl::cli::run_main("gl-x", [] { return 3; }) == 3);
     CHECK(gl::cli::run_main("gl-x", []() -> int { throw HelpRequested(""); }) == 0);
 }
+
+TEST_CASE("cli: a LoRA argument FILE[:MULT] takes the multiplier only when it reads whole as a number") {
+    auto check = [](const std::string& arg, const std::string& path, float mult) {
+        const gl::cli::LoraArg l = gl::cli::parse_lora_arg(arg);
+        CHECK_MESSAGE(l.path == path, arg);
+        CHECK_MESSAGE(l.multiplier == mult, arg);
+    };
+    check("a.safetensors", "a.safetensors", 1.0f);
+    check("a.safetensors:0.5", "a.safetensors", 0.5f);
+    check("C:/loras/a.safetensors:-1", "C:/loras/a.safetensors", -1.0f);
+    check("dir:x/a.safetensors", "dir:x/a.safetensors", 1.0f);
+    check("a.safetensors:", "a.safetensors:", 1.0f);
+    check("a.safetensors:0.5x", "a.safetensors:0.5x", 1.0f);
+}

@@ -1,116 +1,77 @@
-// The latent cache (data/latent_cache.h) with the tiny VAE golden weights on the CPU runtime:
-// entries equal the VAE's sample of the prepared image, hits on a second run (RAM and disk),
-// invalidation when an image changes, flips, batching per VAE call, interruption and resume,
+// The latent cache (data/latent_cache.h) with a stand-in encoder (fake_encoders.h), no model:
+// each entry is the encoder's latent of the prepared image with its own unit noise (from the seed
+// and the entry's key), hits on a second run (RAM and disk), invalidation when an image changes,
+// flips, batching per encoder call with every shape prepared first, interruption and resume,
 // partial files from an interrupted write treated as missing and a killed writer's temporaries
-// removed; the same entries for any thread count and batch size, one weight load for every bucket
-// shape, an image that fails to decode mid-run, and images staged in bf16 on the host.
+// removed; the same entries for any thread count and batch size, an image that fails to decode
+// mid-run, and images staged in bf16 on the host. The SD1.5 VAE under it: test_pipelines_cache.cpp.
 #include <doctest/doctest.h>
 
-#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
+#include <algorithm>
+#include <set>
 
-#include <map>
-#include <sys/wait.h>
-
-#include "data/latent_cache.h"
-#include "ggml-lite/io/files.h"
-#include "ggml-lite/io/png.h"
-#include "ggml-lite/io/safetensors.h"
-#include "test_util.h"
+#include "fake_encoders.h"
+#include "latent_cache_fixtures.h"
 
 namespace fs = std::filesystem;
+using cachetest::BucketsFixture;
+using cachetest::Cached;
+using cachetest::cache_all;
+using cachetest::dead_pid;
+using cachetest::FakeImageEncoder;
+using cachetest::Fixture;
+using cachetest::golden;
+using cachetest::temp_name;
 
-namespace {
-
-std::string golden(const std::string& rel) {
-    std::string f = __FILE__;
-    return f.substr(0, f.find_last_of('/')) + "/golden/data/" + rel;
-}
-
-struct Fixture {
-    fs::path root = fs::temp_directory_path() / ("gl_latents_" + std::to_string(getpid()));
-    gl::io::SafetensorsFile weights{golden("vae/weights_diffusers.safetensors")};
-    data::Dataset ds;
-    data::BucketAssignment buckets;
-
-    explicit Fixture(bool flip = false) {
-        fs::create_directories(root / "img" / "2_x");
-        const char* files[] = {"ok/rgb.png", "ok/rgb.jpg", "ok/lossless.webp"};
-        for (int i = 0; i < 3; i++)
-            fs::copy_file(golden(std::string("dataset/images/") + files[i]),
-                          root / "img" / "2_x" / (std::to_string(i) + fs::path(files[i]).extension().string()));
-        rebuild(flip);
-    }
-    void rebuild(bool flip) {
-        std::vector<std::string> w;
-        data::ConfigLevel cli = {{"resolution", std::array<int64_t, 2>{16, 8}}, {"flip_aug", flip}};
-        ds = data::build_dataset(data::folder_dataset_config(root / "img", std::nullopt, cli, w));
-        buckets = data::assign_buckets(ds);
-    }
-    ~Fixture() { fs::remove_all(root); }
-};
-
-// A temporary file name of an atomic write to path by process pid (gl::io::temp_file_pattern).
-std::string temp_name(const std::string& path, long pid) {
-    std::string p = gl::io::temp_file_pattern(path, pid);
-    return p.replace(p.size() - 6, 6, "q1w2e3");
-}
-
-long dead_pid() {
-    const pid_t p = ::fork();
-    if (p == 0) ::_exit(0);
-    ::waitpid(p, nullptr, 0);
-    return long(p);
-}
-
-}  // namespace
-
-TEST_CASE("data latents: each entry is one scaled sample of the VAE's distribution for the prepared image") {
+TEST_CASE("data latents: each entry is the encoder's latent of the prepared image with its own unit noise") {
     Fixture f;
-    data::VaeGraphEncoder enc(sd::VaeConfig::tiny(), f.weights, "tiny-vae");
+    FakeImageEncoder enc("fake");
     data::LatentCache cache;
     data::CacheOptions opt;
     opt.vae_batch_size = 2;
     const data::CacheReport r = data::cache_latents(f.ds, f.buckets, cache, enc, opt);
     CHECK(r.total == 3);
     CHECK(r.encoded == 3);
-    CHECK(r.vae_calls == 2);         // 2 + 1 images
-    CHECK(enc.graphs_built() == 2);  // batches of 2 and 1
-    CHECK(enc.weight_loads() == 1);  // both planned first, on one copy of the weights
-    const data::ImageEntry& e = f.ds.images[1];
-    const data::PreparedImage p = data::prepare_image(e, f.buckets.choice[1], false, false);
-    CHECK(p.width == 16);
-    CHECK(p.height == 8);
+    CHECK(r.vae_calls == 2);  // 2 + 1 images
+    REQUIRE(enc.prepared.size() == 1);  // both shapes, before the first call
+    CHECK(enc.prepared[0] == std::vector<data::EncoderShape>{{1, 8, 16}, {2, 8, 16}});
+    CHECK(enc.calls == std::vector<data::EncoderShape>{{2, 8, 16}, {1, 8, 16}});
+    const data::PreparedImage p = data::prepare_image(f.ds.images[1], f.buckets.choice[1], false, false);
     std::vector<float> x(p.rgb.size());
     data::to_unit_range(p.rgb, x.data());
-    const std::vector<float> m = enc.moments(x, 1, 8, 16);
-    CHECK(enc.weight_loads() == 1);  // a planned shape: nothing reloaded
+    const std::vector<float> mean = FakeImageEncoder::block_means(x, 1, 8, 16);
     const data::Latent l = *cache.get(r.keys[2]);
-    REQUIRE(l.data.size() * 2 == m.size());
     CHECK(l.height == 4);
     CHECK(l.width == 8);
-    // latent = sf * (mean + exp(logvar / 2) * noise): recover the noise and check it is N(0, 1)-like.
-    const sd::VaeConfig c = sd::VaeConfig::tiny();
+    CHECK(l.channels == 4);
+    REQUIRE(l.data.size() == mean.size());
+    // latent = mean + noise / 2: recover the noise and check it is N(0, 1)-like.
     double s1 = 0, s2 = 0;
     for (size_t i = 0; i < l.data.size(); i++) {
-        const size_t px = i / 4, ch = i % 4;
-        const double mean = m[px * 8 + ch], logvar = std::clamp(double(m[px * 8 + 4 + ch]), -30.0, 20.0);
-        const double noise = (l.data[i] / c.scaling_factor - mean) / std::exp(logvar / 2);
+        const double noise = (double(l.data[i]) - mean[i]) * 2;
         s1 += noise;
         s2 += noise * noise;
     }
     const double n = double(l.data.size());
     CHECK(std::fabs(s1 / n) < 0.35);
     CHECK(std::fabs(s2 / n - 1) < 0.5);
-    enc.release();
+    // Each entry's noise is its own and comes from (seed, key): the same again, another under another seed.
+    CHECK(cache.get(r.keys[0])->data != cache.get(r.keys[2])->data);
+    data::LatentCache again, reseeded;
+    data::cache_latents(f.ds, f.buckets, again, enc, opt);
+    CHECK(again.get(r.keys[2])->data == l.data);
+    opt.seed = 1;
+    data::cache_latents(f.ds, f.buckets, reseeded, enc, opt);
+    CHECK(reseeded.get(r.keys[2])->data != l.data);
 }
 
 TEST_CASE("data latents: disk hits, invalidation on change, flips, interrupted runs resume") {
     Fixture f(true);
-    data::VaeGraphEncoder enc(sd::VaeConfig::tiny(), f.weights, "tiny-vae");
+    FakeImageEncoder enc("fake");
     const fs::path dir = f.root / "cache dir ü";
     std::atomic<bool> stop{false};
     data::CacheOptions opt;
@@ -163,99 +124,31 @@ TEST_CASE("data latents: disk hits, invalidation on change, flips, interrupted r
     CHECK(changed.hits == 4);
     CHECK(changed.keys[2] != r.keys[2]);
     // Another encoder identity (another VAE file) shares nothing.
-    data::VaeGraphEncoder other(sd::VaeConfig::tiny(), f.weights, "another-vae");
+    FakeImageEncoder other("another fake");
     CHECK(data::cache_latents(f.ds, f.buckets, fresh, other, opt).encoded == 6);
 }
 
 TEST_CASE("data latents: random_crop cannot be cached") {
     Fixture f;
     f.ds.config.subsets[0].random_crop = true;
-    data::VaeGraphEncoder enc(sd::VaeConfig::tiny(), f.weights, "tiny-vae");
+    FakeImageEncoder enc("fake");
     data::LatentCache cache;
     CHECK(gltest::error_of([&] { data::cache_latents(f.ds, f.buckets, cache, enc); })
               .find("random_crop / color_aug change the image every step") != std::string::npos);
 }
 
-namespace {
-
-// Seven images in three buckets (wide, tall, square), mirrored, and a file whose header reads but
-// whose pixels do not decode.
-struct BucketsFixture {
-    fs::path root = fs::temp_directory_path() / ("gl_latent_buckets_" + std::to_string(getpid()));
-    gl::io::SafetensorsFile weights{golden("vae/weights_diffusers.safetensors")};
-    data::Dataset ds;
-    data::BucketAssignment a;
-    BucketsFixture() {
-        const int sizes[][2] = {{48, 16}, {96, 32}, {48, 16}, {16, 48}, {16, 48}, {16, 16}, {32, 32}};
-        fs::create_directories(root / "1_x");
-        for (int n = 0; n < 7; n++) {
-            gl::io::Image img;
-            img.width = sizes[n][0], img.height = sizes[n][1], img.channels = 3;
-            for (int i = 0; i < img.width * img.height * 3; i++) img.pixels.push_back(uint8_t((i * 37 + n * 91) % 251));
-            gl::io::write_png((root / "1_x" / (std::to_string(n) + ".png")).string(), img);
-        }
-        fs::copy_file(golden("dataset/images/ok/rgb.png"), root / "1_x" / "3b.png");  // same size as the corrupt file
-        data::ConfigLevel cli = {{"resolution", std::array<int64_t, 2>{16, 16}}, {"enable_bucket", true},
-                                 {"min_bucket_reso", int64_t(8)}, {"max_bucket_reso", int64_t(32)},
-                                 {"bucket_reso_steps", int64_t(8)}, {"flip_aug", true}};
-        std::vector<std::string> w;
-        ds = data::build_dataset(data::folder_dataset_config(root, std::nullopt, cli, w));
-        a = data::assign_buckets(ds);
-        // Damaged after the dataset read it (which checks every file whole): what decoding finds later.
-        fs::copy_file(golden("dataset/images/bad/corrupt_data.png"), root / "1_x" / "3b.png",
-                      fs::copy_options::overwrite_existing);
-    }
-    ~BucketsFixture() { fs::remove_all(root); }
-};
-
-struct Cached {
-    data::CacheReport report;
-    std::map<std::string, std::vector<float>> entries;
-};
-
-Cached cache_all(const BucketsFixture& f, data::LatentEncoder& enc, int threads, int batch) {
-    data::LatentCache cache;
-    data::CacheOptions opt;
-    opt.threads = threads;
-    opt.vae_batch_size = batch;
-    opt.seed = 5;
-    Cached c;
-    c.report = data::cache_latents(f.ds, f.a, cache, enc, opt);
-    for (const std::string& k : c.report.keys)
-        if (!k.empty()) c.entries[k] = cache.get(k)->data;
-    return c;
-}
-
-// The same encoder, taking its input in f32 (the runtime converts it on write).
-class F32Input : public data::LatentEncoder {
-public:
-    explicit F32Input(data::LatentEncoder& e) : e_(e) {}
-    std::string identity() const override { return e_.identity(); }
-    const sd::VaeConfig& config() const override { return e_.config(); }
-    std::vector<float> moments(const void* x, gl::DType t, const data::EncoderShape& s) override {
-        CHECK(t == gl::DType::f32);
-        return e_.moments(x, t, s);
-    }
-    void release() override { e_.release(); }
-
-private:
-    data::LatentEncoder& e_;
-};
-
-}  // namespace
-
-TEST_CASE("data latents: the same entries for any thread count and batch size, one weight load for all buckets") {
+TEST_CASE("data latents: the same entries for any thread count and batch size, a failed image's place refilled") {
     BucketsFixture f;
     REQUIRE(f.a.buckets.size() == 3);
-    data::VaeGraphEncoder enc(sd::VaeConfig::tiny(), f.weights, "tiny-vae");
+    FakeImageEncoder enc("fake");
     const Cached one = cache_all(f, enc, 1, 3);
-    CHECK(enc.weight_loads() == 1);
-    const int shapes = enc.graphs_built();
-    CHECK(shapes >= 3);  // one per bucket, and a smaller last batch
     const Cached many = cache_all(f, enc, 4, 3);
     const Cached single = cache_all(f, enc, 3, 1);
-    CHECK(enc.graphs_built() > shapes);  // batches of 1 are new shapes, but they fit the memory:
-    CHECK(enc.weight_loads() == 1);      // nothing laid out or loaded again
+    // Every run gave the encoder all its shapes before its first call, and called with no others.
+    REQUIRE(enc.prepared.size() == 3);
+    std::set<data::EncoderShape> prepared(enc.prepared[0].begin(), enc.prepared[0].end());
+    CHECK(prepared.size() >= 3);  // one per bucket, and a smaller last batch
+    for (size_t c = 0; c < one.report.vae_calls; c++) CHECK(prepared.count(enc.calls[c]) == 1);
     for (const Cached* c : {&one, &many, &single}) {
         CHECK(c->report.total == 16);  // 8 images x (plain, flipped)
         CHECK(c->report.encoded == 14);  // the corrupt file's two entries failed
@@ -272,25 +165,35 @@ TEST_CASE("data latents: the same entries for any thread count and batch size, o
                             }) - f.ds.images.begin());
     CHECK(one.report.keys[size_t(corrupt) * 2].empty());
     CHECK(one.report.keys[size_t(corrupt) * 2 + 1].empty());
-    // Planned the other way round, the batches of 3 do not fit the memory of batches of 1: it is
-    // laid out again for both and the weights reloaded, once.
-    data::VaeGraphEncoder grows(sd::VaeConfig::tiny(), f.weights, "tiny-vae");
-    CHECK(cache_all(f, grows, 2, 1).entries == one.entries);
-    CHECK(cache_all(f, grows, 2, 3).entries == one.entries);
-    CHECK(grows.weight_loads() == 2);
     CHECK(one.report.times.prepare_busy > 0);
     CHECK(one.report.times.total >= one.report.times.encode);
-    enc.release();
-    CHECK(enc.memory_report().empty());
 }
 
-TEST_CASE("data latents: images staged in bf16 on the host give the entries of f32 input converted by the runtime") {
+namespace {
+
+// The fake encoder taking f32 input, which it rounds to bf16 itself before encoding.
+class RoundsToBf16 : public FakeImageEncoder {
+public:
+    RoundsToBf16() : FakeImageEncoder("fake") {}
+    std::vector<float> encode(const void* x, gl::DType t, const data::EncoderShape& s,
+                              std::span<const float> noise) override {
+        CHECK(t == gl::DType::f32);
+        std::vector<float> v(size_t(s.batch) * size_t(s.height) * size_t(s.width) * 3);
+        for (size_t i = 0; i < v.size(); i++) v[i] = gl::bf16_to_f32(gl::f32_to_bf16(static_cast<const float*>(x)[i]));
+        return FakeImageEncoder::encode(v.data(), t, s, noise);
+    }
+};
+
+}  // namespace
+
+TEST_CASE("data latents: images staged in bf16 on the host are the bf16 of their f32 values") {
     BucketsFixture f;
-    data::VaeGraphEncoder enc(sd::VaeConfig::tiny(), f.weights, "tiny-vae", gl::DType::bf16);
-    CHECK(enc.input_dtype() == gl::DType::bf16);
-    const Cached staged = cache_all(f, enc, 2, 4);
-    F32Input f32(enc);
-    const Cached converted = cache_all(f, f32, 2, 4);
+    FakeImageEncoder staged_enc("fake", gl::DType::bf16);
+    RoundsToBf16 rounded_enc;
+    const Cached staged = cache_all(f, staged_enc, 2, 4);
+    const Cached rounded = cache_all(f, rounded_enc, 2, 4);
     CHECK(staged.entries.size() == 14);
-    CHECK(staged.entries == converted.entries);
+    CHECK(staged.entries == rounded.entries);
+    FakeImageEncoder f32_enc("fake");
+    CHECK(cache_all(f, f32_enc, 2, 4).entries != staged.entries);  // bf16 is not f32
 }

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "data/loader.h"
-#include "ggml-lite/io/safetensors.h"
+#include "fake_encoders.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -110,8 +110,7 @@ TEST_CASE("data loader: cached latents, the flipped entry when flipped, stops cl
     LoaderFixture f;
     f.ds.images.pop_back();  // the corrupt file cannot be cached
     f.a = data::assign_buckets(f.ds);
-    gl::io::SafetensorsFile weights(golden("vae/weights_diffusers.safetensors"));
-    data::VaeGraphEncoder enc(sd::VaeConfig::tiny(), weights, "tiny-vae");
+    cachetest::FakeImageEncoder enc("fake");
     data::LatentCache cache;
     const data::CacheReport rep = data::cache_latents(f.ds, f.a, cache, enc);
     REQUIRE(rep.encoded == 12);

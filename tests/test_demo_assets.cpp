@@ -21,9 +21,10 @@
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/core/runtime.h"
 #include "models/sd15/model_files.h"
+#include "pipelines/cache_encoders.h"
+#include "test_util.h"
 #include "tools/common/demo_assets.h"
 #include "train/trainer.h"
-#include "test_util.h"
 
 namespace fs = std::filesystem;
 using gltest::TempDir;
@@ -178,10 +179,10 @@ TEST_CASE("demo assets: the shapes dataset in kohya's layout caches and trains a
 
     const sd::Sd15Files m = sd::open_sd15((dir.path / "model").string());
     data::LatentCache cache;
-    data::VaeGraphEncoder vae(m.vae_cfg, *m.vae, "demo-vae");
+    sd::VaeGraphEncoder vae(m.vae_cfg, *m.vae, "demo-vae");
     const data::CacheReport lat = data::cache_latents(ds, a, cache, vae);
     CHECK(lat.encoded == 12);
-    data::ClipGraphEncoder clip(m.clip_cfg, *m.text_encoder, "demo-clip");
+    sd::ClipGraphEncoder clip(m.clip_cfg, *m.text_encoder, "demo-clip");
     const data::TextCacheReport txt = data::cache_text_outputs(ds, cache, clip);
     CHECK(txt.encoded == 12);
 

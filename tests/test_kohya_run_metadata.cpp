@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "ggml-lite/io/png.h"
+#include "data/png_file.h"
 #include "ggml-lite/io/safetensors.h"
 #include "lora/kohya.h"
 #include "test_util.h"
@@ -51,9 +51,9 @@ void write_case_files(const fs::path& root, const nlohmann::json& c) {
     for (const nlohmann::json& im : c.at("files").at("images")) {
         const fs::path p = root / fs::u8path(im[0].get<std::string>());
         fs::create_directories(p.parent_path());
-        gl::io::Image img{im[1].get<int>(), im[2].get<int>(), 3, {}};
+        data::Bitmap img{im[1].get<int>(), im[2].get<int>(), 3, {}};
         img.pixels.assign(size_t(img.width) * size_t(img.height) * 3, 120);
-        gl::io::write_png(p.string(), img);
+        data::write_png(p.string(), img);
         if (!im[3].is_null()) std::ofstream(fs::path(p).replace_extension(".txt")) << im[3].get<std::string>() << "\n";
     }
     if (c.at("files").contains("texts"))
@@ -207,7 +207,7 @@ TEST_CASE("kohya run metadata: the plan counts regularisation images once, as ko
     gltest::TempDir dir;
     auto image = [&](const std::string& rel, int w, int h) {
         fs::create_directories((dir.path / rel).parent_path());
-        gl::io::write_png((dir.path / rel).string(), {w, h, 3, std::vector<uint8_t>(size_t(w * h * 3), 9)});
+        data::write_png((dir.path / rel).string(), {w, h, 3, std::vector<uint8_t>(size_t(w * h * 3), 9)});
     };
     for (int i = 0; i < 3; i++) image("train/4_a/" + std::to_string(i) + ".png", 64, 64);
     for (int i = 0; i < 2; i++) image("reg/1_r/" + std::to_string(i) + ".png", 64, 64);

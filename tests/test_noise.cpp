@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "ggml-lite/core/error.h"
-#include "models/sd15/noise.h"
 #include "ddpm_golden.h"
+#include "ggml-lite/core/error.h"
+#include "models/diffusion/noise.h"
 #include "test_util.h"
 
-using sd::DdpmSchedule;
-using sd::NoiseRng;
+using diffusion::DdpmSchedule;
+using diffusion::NoiseRng;
 
 using gltest::ddpm_golden;
 
@@ -82,7 +82,7 @@ TEST_CASE("ddpm: normal noise and add_noise input validation") {
     // Normal noise: moments of 20000 draws.
     std::vector<float> z(20000);
     NoiseRng r{7, 0};
-    sd::fill_normal(z, r);
+    diffusion::fill_normal(z, r);
     double m1 = 0, m2 = 0;
     for (float v : z) {
         m1 += v;

@@ -10,14 +10,14 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "ggml-lite/core/error.h"
 #include "ddpm_golden.h"
+#include "ggml-lite/core/error.h"
 #include "test_util.h"
 #include "train/objective.h"
 
-using sd::DdpmSchedule;
-using sd::NoiseRng;
-using sd::Prediction;
+using diffusion::DdpmSchedule;
+using diffusion::NoiseRng;
+using diffusion::Prediction;
 
 TEST_CASE("train objective: min-SNR-gamma weights as kohya computes them") {
     const auto g = gltest::ddpm_golden();

@@ -14,15 +14,16 @@
 #include <unistd.h>
 
 #include "data/image.h"
-#include "ggml-lite/io/png.h"
+#include "data/png_file.h"
+#include "pipelines/a1111.h"
 #include "test_util.h"
 
-using gl::io::Image;
+using data::Bitmap;
 using gltest::error_of;
 
 namespace {
-Image pattern(int w, int h, int c, int salt) {
-    Image im{w, h, c, {}};
+Bitmap pattern(int w, int h, int c, int salt) {
+    Bitmap im{w, h, c, {}};
     for (int i = 0; i < w * h * c; i++) im.pixels.push_back(uint8_t((i * 37 + salt * 11) & 0xff));
     return im;
 }
@@ -34,17 +35,17 @@ data::Image pixels_of(const std::vector<uint8_t>& png) {
 }  // namespace
 
 TEST_CASE("png: pixels and text chunks round trip") {
-    const Image im = pattern(13, 7, 3, 1);
+    const Bitmap im = pattern(13, 7, 3, 1);
     const std::string params = "a cat, (masterpiece)\nNegative prompt: blurry\nSteps: 20, Sampler: Euler a, Seed: 1";
     const std::string utf8 = "\xe7\x8c\xab\xe3\x81\xa8\xe7\x8a\xac, caf\xc3\xa9";  // CJK and Latin-1 letters
-    const auto bytes = gl::io::encode_png(im, {{"parameters", params}, {"Comment", utf8}});
+    const auto bytes = data::encode_png(im, {{"parameters", params}, {"Comment", utf8}});
     // The chunks sit between IHDR and the image data, as PIL writes them.
     const std::string raw(bytes.begin(), bytes.end());
     CHECK(raw.find("tEXtparameters") == 37);
     CHECK(raw.find("iTXtComment") != std::string::npos);
     CHECK(raw.find("tEXtparameters") < raw.find("IDAT"));
 
-    const gl::io::PngInfo f = gl::io::read_png_info(bytes, "mem.png");
+    const data::PngInfo f = data::read_png_info(bytes, "mem.png");
     CHECK(f.width == 13);
     CHECK(f.height == 7);
     CHECK(f.channels() == 3);
@@ -55,10 +56,10 @@ TEST_CASE("png: pixels and text chunks round trip") {
     CHECK(pixels_of(bytes).rgb == im.pixels);
 
     // Grey and RGBA images too.
-    const Image grey = pattern(5, 9, 1, 1), rgba = pattern(5, 9, 4, 2);
-    const data::Image g = pixels_of(gl::io::encode_png(grey));
+    const Bitmap grey = pattern(5, 9, 1, 1), rgba = pattern(5, 9, 4, 2);
+    const data::Image g = pixels_of(data::encode_png(grey));
     for (size_t i = 0; i < grey.pixels.size(); i++) CHECK(g.rgb[3 * i + 1] == grey.pixels[i]);
-    const data::Image c = pixels_of(gl::io::encode_png(rgba));
+    const data::Image c = pixels_of(data::encode_png(rgba));
     for (size_t i = 0; i < 45; i++) {
         CHECK(c.rgb[3 * i] == rgba.pixels[4 * i]);
         CHECK(c.alpha[i] == rgba.pixels[4 * i + 3]);
@@ -66,28 +67,28 @@ TEST_CASE("png: pixels and text chunks round trip") {
 }
 
 TEST_CASE("png: corrupt data and bad arguments are refused") {
-    auto bytes = gl::io::encode_png(pattern(4, 4, 3, 2), {{"parameters", "x"}});
+    auto bytes = data::encode_png(pattern(4, 4, 3, 2), {{"parameters", "x"}});
     auto flipped = bytes;
     flipped[45] ^= 0x20;  // inside the tEXt chunk's data
-    CHECK(has(error_of([&] { gl::io::read_png_info(flipped, "bad.png"); }), "bad.png: PNG chunk tEXt at byte 33 fails its CRC"));
+    CHECK(has(error_of([&] { data::read_png_info(flipped, "bad.png"); }), "bad.png: PNG chunk tEXt at byte 33 fails its CRC"));
     auto cut = bytes;
     cut.resize(50);
-    CHECK(has(error_of([&] { gl::io::read_png_info(cut, "cut.png"); }), "cut.png: PNG chunk tEXt at byte 33 runs past the end"));
+    CHECK(has(error_of([&] { data::read_png_info(cut, "cut.png"); }), "cut.png: PNG chunk tEXt at byte 33 runs past the end"));
     cut.resize(33);
-    CHECK(has(error_of([&] { gl::io::read_png_info(cut, "cut.png"); }), "cut.png: truncated PNG"));
+    CHECK(has(error_of([&] { data::read_png_info(cut, "cut.png"); }), "cut.png: truncated PNG"));
     auto no_header = bytes;
     std::memcpy(no_header.data() + 12, "IHDX", 4);
-    CHECK(has(error_of([&] { gl::io::read_png_info(no_header, "h.png"); }), "fails its CRC"));
-    CHECK(has(error_of([] { gl::io::read_png_info({1, 2, 3}, "x.png"); }), "not a PNG file"));
-    CHECK(has(error_of([] { gl::io::encode_png(pattern(4, 4, 3, 0), {{"", "x"}}); }), "must be 1 to 79 characters"));
-    CHECK(has(error_of([] { gl::io::encode_png(pattern(4, 4, 3, 0), {{" lead", "x"}}); }), "leading, trailing"));
-    CHECK(has(error_of([] { gl::io::encode_png(pattern(4, 4, 3, 0), {{"k", std::string("a\0b", 3)}}); }),
+    CHECK(has(error_of([&] { data::read_png_info(no_header, "h.png"); }), "fails its CRC"));
+    CHECK(has(error_of([] { data::read_png_info({1, 2, 3}, "x.png"); }), "not a PNG file"));
+    CHECK(has(error_of([] { data::encode_png(pattern(4, 4, 3, 0), {{"", "x"}}); }), "must be 1 to 79 characters"));
+    CHECK(has(error_of([] { data::encode_png(pattern(4, 4, 3, 0), {{" lead", "x"}}); }), "leading, trailing"));
+    CHECK(has(error_of([] { data::encode_png(pattern(4, 4, 3, 0), {{"k", std::string("a\0b", 3)}}); }),
               "holds a NUL byte"));
-    Image short_img = pattern(4, 4, 3, 0);
+    Bitmap short_img = pattern(4, 4, 3, 0);
     short_img.pixels.pop_back();
-    CHECK(has(error_of([&] { gl::io::encode_png(short_img); }), "holds 47 bytes, expected 48"));
-    CHECK(has(error_of([] { gl::io::encode_png(Image{0, 4, 3, {}}); }), "image size 0x4"));
-    CHECK(has(error_of([] { gl::io::read_png_info("/nonexistent/dir/x.png"); }), "/nonexistent/dir/x.png: cannot open it"));
+    CHECK(has(error_of([&] { data::encode_png(short_img); }), "holds 47 bytes, expected 48"));
+    CHECK(has(error_of([] { data::encode_png(Bitmap{0, 4, 3, {}}); }), "image size 0x4"));
+    CHECK(has(error_of([] { data::read_png_info("/nonexistent/dir/x.png"); }), "/nonexistent/dir/x.png: cannot open it"));
 }
 
 TEST_CASE("png: atomic write over an existing file, and a failed write keeps it") {
@@ -95,26 +96,26 @@ TEST_CASE("png: atomic write over an existing file, and a failed write keeps it"
     const fs::path dir = fs::temp_directory_path() / ("gl-test-png-" + std::to_string(::getpid()));
     fs::create_directories(dir);
     const std::string path = (dir / "out.png").string();
-    gl::io::write_png(path, pattern(6, 6, 3, 1), {{"parameters", "first"}});
-    gl::io::write_png(path, pattern(6, 6, 3, 2), {{"parameters", "second"}});
-    CHECK(gl::io::read_png_info(path).text.at(0).second == "second");
+    data::write_png(path, pattern(6, 6, 3, 1), {{"parameters", "first"}});
+    data::write_png(path, pattern(6, 6, 3, 2), {{"parameters", "second"}});
+    CHECK(data::read_png_info(path).text.at(0).second == "second");
     CHECK(data::load_image(path).rgb == pattern(6, 6, 3, 2).pixels);
     // A bad image throws before the file is touched.
-    CHECK(has(error_of([&] { gl::io::write_png(path, Image{2, 2, 3, {1}}); }), "out.png: png:"));
-    CHECK(gl::io::read_png_info(path).text.at(0).second == "second");
+    CHECK(has(error_of([&] { data::write_png(path, Bitmap{2, 2, 3, {1}}); }), "out.png: png:"));
+    CHECK(data::read_png_info(path).text.at(0).second == "second");
     int files = 0;
     for (const auto& e : fs::directory_iterator(dir)) files += e.is_regular_file();
     CHECK(files == 1);  // no temporary file left behind
-    CHECK(has(error_of([&] { gl::io::write_png((dir / "missing" / "x.png").string(), pattern(2, 2, 3, 0)); }),
+    CHECK(has(error_of([&] { data::write_png((dir / "missing" / "x.png").string(), pattern(2, 2, 3, 0)); }),
               "x.png: its folder does not exist"));
     fs::remove_all(dir);
 }
 
 TEST_CASE("png: grids") {
-    const Image a = pattern(4, 3, 3, 1), b = pattern(2, 5, 3, 2), c = pattern(4, 3, 3, 3);
+    const Bitmap a = pattern(4, 3, 3, 1), b = pattern(2, 5, 3, 2), c = pattern(4, 3, 3, 3);
     // Pixels of g that differ from the images placed at their (x, y), or that are not black
     // outside them.
-    auto wrong_pixels = [](const Image& g, const std::vector<std::tuple<const Image*, int, int>>& placed) {
+    auto wrong_pixels = [](const Bitmap& g, const std::vector<std::tuple<const Bitmap*, int, int>>& placed) {
         std::vector<uint8_t> want(g.pixels.size(), 0);
         for (const auto& [im, x0, y0] : placed)
             for (int y = 0; y < im->height; y++)
@@ -126,21 +127,21 @@ TEST_CASE("png: grids") {
     };
     // Cells as large as the largest image (4x5), each image centred in its cell; 3 images make
     // 2 rows of 2, as A1111 lays them out, the last cell black.
-    const Image g = gl::io::make_grid({a, b, c});
+    const Bitmap g = sd::make_grid({a, b, c});
     CHECK(g.width == 8);
     CHECK(g.height == 10);
     CHECK(wrong_pixels(g, {{&a, 0, 1}, {&b, 5, 0}, {&c, 0, 6}}) == 0);
-    const Image row = gl::io::make_grid({a, b, c}, 3);  // 3 columns asked for: one row
+    const Bitmap row = sd::make_grid({a, b, c}, 3);  // 3 columns asked for: one row
     CHECK(row.width == 12);
     CHECK(row.height == 5);
     CHECK(wrong_pixels(row, {{&a, 0, 1}, {&b, 5, 0}, {&c, 8, 1}}) == 0);
     // A1111's rows: round(sqrt(n)), then as many columns as needed.
     for (const auto& [n, cols, rows] : {std::tuple{1, 1, 1}, {2, 2, 1}, {4, 2, 2}, {5, 3, 2}, {6, 3, 2}, {7, 3, 3},
                                         {9, 3, 3}, {10, 4, 3}, {13, 4, 4}}) {
-        const Image grid = gl::io::make_grid(std::vector<Image>(size_t(n), a));
+        const Bitmap grid = sd::make_grid(std::vector<Bitmap>(size_t(n), a));
         CHECK_MESSAGE(grid.width == 4 * cols, n, " images");
         CHECK_MESSAGE(grid.height == 3 * rows, n, " images");
     }
-    CHECK(has(error_of([&] { gl::io::make_grid({a, pattern(2, 2, 4, 0)}); }), "images with 3 and 4 channels"));
-    CHECK(has(error_of([] { gl::io::make_grid({}); }), "no images"));
+    CHECK(has(error_of([&] { sd::make_grid({a, pattern(2, 2, 4, 0)}); }), "images with 3 and 4 channels"));
+    CHECK(has(error_of([] { sd::make_grid({}); }), "no images"));
 }

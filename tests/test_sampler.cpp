@@ -13,12 +13,12 @@
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/io/safetensors.h"
-#include "models/sd15/sampler.h"
+#include "models/diffusion/sampler.h"
 #include "test_util.h"
 
-using sd::Sampler;
-using sd::SamplerKind;
-using sd::SamplerOptions;
+using diffusion::Sampler;
+using diffusion::SamplerKind;
+using diffusion::SamplerOptions;
 
 namespace {
 
@@ -39,7 +39,7 @@ void fake_model(std::span<const float> x, double t, std::span<float> out) {
     for (size_t i = 0; i < x.size(); i++) out[i] = float(std::tanh(double(x[i])) * c + 0.05 * std::sin(3.0 * x[i]));
 }
 
-SamplerKind kind_of(const std::string& s) { return sd::parse_sampler_name(s).kind; }
+SamplerKind kind_of(const std::string& s) { return diffusion::parse_sampler_name(s).kind; }
 
 // ||a - b|| / ||b||.
 double rel_norm(std::span<const float> a, std::span<const float> b) {
@@ -64,7 +64,7 @@ TEST_CASE("sampler: every scheduler case matches diffusers step by step") {
         SamplerOptions o = c.at("preset") == "kohya" ? SamplerOptions::kohya(kind) : SamplerOptions::diffusers_sd15(kind);
         o.karras = c.at("karras").get<bool>();
         o.eta = c.at("eta").get<double>();
-        o.prediction = c.at("prediction") == "epsilon" ? sd::Prediction::epsilon : sd::Prediction::v_prediction;
+        o.prediction = c.at("prediction") == "epsilon" ? diffusion::Prediction::epsilon : diffusion::Prediction::v_prediction;
         const Sampler s(o, c.at("steps").get<int>());
 
         const std::vector<double> want_t = tensor_f64(f, name + ".timesteps");
@@ -103,17 +103,17 @@ TEST_CASE("sampler: every scheduler case matches diffusers step by step") {
 
 TEST_CASE("sampler: names, presets and refusals") {
     using gltest::error_of;
-    CHECK(sd::parse_sampler_name("k_euler_a").kind == SamplerKind::euler_ancestral);
-    CHECK(sd::parse_sampler_name("dpmsolver++_karras").karras);
-    CHECK(sd::parse_sampler_name("dpm_2").kind == SamplerKind::dpm2);
-    CHECK(error_of([] { sd::parse_sampler_name("pndm"); }).find("sampler 'pndm' (kohya's pndm) is not supported") !=
+    CHECK(diffusion::parse_sampler_name("k_euler_a").kind == SamplerKind::euler_ancestral);
+    CHECK(diffusion::parse_sampler_name("dpmsolver++_karras").karras);
+    CHECK(diffusion::parse_sampler_name("dpm_2").kind == SamplerKind::dpm2);
+    CHECK(error_of([] { diffusion::parse_sampler_name("pndm"); }).find("sampler 'pndm' (kohya's pndm) is not supported") !=
           std::string::npos);
-    CHECK(error_of([] { sd::parse_sampler_name("k_lms"); }).find("not supported; supported: ddim, euler") !=
+    CHECK(error_of([] { diffusion::parse_sampler_name("k_lms"); }).find("not supported; supported: ddim, euler") !=
           std::string::npos);
-    CHECK(error_of([] { sd::parse_sampler_name("warp"); }).find("unknown sampler 'warp'") != std::string::npos);
-    CHECK(error_of([] { sd::parse_sampler_name("euler_a_karras"); }).find("has no Karras variant") != std::string::npos);
-    CHECK(sd::a1111_sampler_name(SamplerKind::dpmpp_2m, true) == "DPM++ 2M Karras");
-    CHECK(sd::a1111_sampler_name(SamplerKind::euler_ancestral, false) == "Euler a");
+    CHECK(error_of([] { diffusion::parse_sampler_name("warp"); }).find("unknown sampler 'warp'") != std::string::npos);
+    CHECK(error_of([] { diffusion::parse_sampler_name("euler_a_karras"); }).find("has no Karras variant") != std::string::npos);
+    CHECK(diffusion::a1111_sampler_name(SamplerKind::dpmpp_2m, true) == "DPM++ 2M Karras");
+    CHECK(diffusion::a1111_sampler_name(SamplerKind::euler_ancestral, false) == "Euler a");
 
     // Steps out of range, eta on another sampler, the leading offset past the schedule.
     CHECK(error_of([] { Sampler(SamplerOptions::kohya(SamplerKind::euler), 0); }).find("steps 0 must be in [1, 1000]") !=

@@ -9,7 +9,7 @@
 #include <string>
 #include <unistd.h>
 
-#include "ggml-lite/io/png.h"
+#include "data/png_file.h"
 
 namespace fs = std::filesystem;
 
@@ -75,7 +75,7 @@ Result txt2img(const fs::path& dir, const std::string& args) {
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 std::string parameters(const fs::path& png) {
-    for (const auto& [k, v] : gl::io::read_png_info(png.string()).text)
+    for (const auto& [k, v] : data::read_png_info(png.string()).text)
         if (k == "parameters") return v;
     return "(none)";
 }
@@ -93,14 +93,14 @@ TEST_CASE("gl-txt2img: images, parameters, grid, prompt file, numbering, refusal
     INFO(r.out, r.err);
     REQUIRE(r.status == 0);
     CHECK(has(r.out, "memory plan (f32, cpu): 16x16, batch 2 with CFG"));
-    const gl::io::PngInfo first = gl::io::read_png_info((dir / "out" / "00000-7.png").string());
+    const data::PngInfo first = data::read_png_info((dir / "out" / "00000-7.png").string());
     CHECK(first.width == 16);
     CHECK(first.height == 16);
     CHECK(parameters(dir / "out" / "00000-7.png") ==
           "a red fox\nNegative prompt: blurry\nSteps: 2, Sampler: Euler a, CFG scale: 7.5, Seed: 7, Size: 16x16, "
           "Model: tiny-sd, Version: gl-txt2img " + std::string(GL_VERSION_FOR_TESTS));
     CHECK(has(parameters(dir / "out" / "00001-8.png"), "Seed: 8,"));
-    CHECK(gl::io::read_png_info((dir / "out" / "grid-00000.png").string()).width == 32);
+    CHECK(data::read_png_info((dir / "out" / "grid-00000.png").string()).width == 32);
 
     // A prompt file: per-line options; numbering continues after what the folder holds.
     write_text(dir / "prompts.txt", "# two prompts\na lighthouse --w 24 --h 16 --d 3 --s 3 --l 4 --ss ddim\n\n"
@@ -112,9 +112,9 @@ TEST_CASE("gl-txt2img: images, parameters, grid, prompt file, numbering, refusal
           "a lighthouse\nSteps: 3, Sampler: DDIM, CFG scale: 4, Seed: 3, Size: 24x16, Model: tiny-sd, Clip skip: 2, "
           "Version: gl-txt2img " + std::string(GL_VERSION_FOR_TESTS));
     CHECK(has(parameters(dir / "out" / "00003-5.png"), "a castle\nNegative prompt: fog\nSteps: 2, Sampler: Euler a"));
-    CHECK(gl::io::read_png_info((dir / "out" / "00002-3.png").string()).width == 24);
+    CHECK(data::read_png_info((dir / "out" / "00002-3.png").string()).width == 24);
     // The grid of both: one row of two 24x16 cells (A1111's layout; the 16x16 image centred in its cell).
-    const gl::io::PngInfo grid = gl::io::read_png_info((dir / "out" / "grid-00001.png").string());
+    const data::PngInfo grid = data::read_png_info((dir / "out" / "grid-00001.png").string());
     CHECK(grid.width == 48);
     CHECK(grid.height == 16);
 

@@ -13,7 +13,8 @@
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/io/safetensors.h"
-#include "models/sd15/pipeline.h"
+#include "pipelines/a1111.h"
+#include "pipelines/pipeline.h"
 #include "sampler_fixtures.h"
 #include "test_util.h"
 #include "tools/common/request_json.h"
@@ -135,7 +136,7 @@ TEST_CASE("pipeline: LoRA multiplier 0 gives the base image bit for bit, other m
     p.width = p.height = 16;
     p.steps = 4;
     p.seed = 5;
-    p.sampler = sd::SamplerOptions::diffusers_sd15(sd::SamplerKind::euler_ancestral);
+    p.sampler = diffusion::SamplerOptions::diffusers_sd15(diffusion::SamplerKind::euler_ancestral);
     auto image = [&](std::vector<sd::LoraFile> loras, bool merged) {
         PipelineOptions o = f32_options();
         o.loras = std::move(loras);
@@ -161,7 +162,7 @@ TEST_CASE("pipeline: images do not depend on the batch they are made in, seeds c
     p.steps = 3;
     p.seed = 40;
     p.batch = 2;
-    p.sampler = sd::SamplerOptions::kohya(sd::SamplerKind::euler_ancestral);
+    p.sampler = diffusion::SamplerOptions::kohya(diffusion::SamplerKind::euler_ancestral);
     const auto two = pipe.generate(p);
     REQUIRE(two.size() == 2);
     p.batch = 1;
@@ -297,7 +298,7 @@ TEST_CASE("pipeline: A1111 infotext") {
     p.height = 768;
     p.steps = 20;
     p.cfg_scale = 7.0;
-    p.sampler = sd::SamplerOptions::diffusers_sd15(sd::SamplerKind::dpmpp_2m);
+    p.sampler = diffusion::SamplerOptions::diffusers_sd15(diffusion::SamplerKind::dpmpp_2m);
     p.sampler.karras = true;
     sd::InfotextFields f;
     f.model_name = "my model, v2";
@@ -309,22 +310,9 @@ TEST_CASE("pipeline: A1111 infotext") {
           "Seed: 1234, Size: 512x768, Model: \"my model, v2\", Clip skip: 2, Version: gl-txt2img 0.1.0");
     p.negative.clear();
     p.cfg_scale = 7.5;
-    p.sampler = sd::SamplerOptions::kohya(sd::SamplerKind::ddim);
+    p.sampler = diffusion::SamplerOptions::kohya(diffusion::SamplerKind::ddim);
     p.sampler.eta = 0.5;
     CHECK(sd::a1111_infotext(p, 7, {}) ==
           "masterpiece, a cat\nSteps: 20, Sampler: DDIM, CFG scale: 7.5, Seed: 7, Size: 512x768, Eta DDIM: 0.5");
 }
 
-TEST_CASE("pipeline: a LoRA argument FILE[:MULT] takes the multiplier only when it reads whole as a number") {
-    auto check = [](const std::string& arg, const std::string& path, float mult) {
-        const sd::LoraFile l = sd::parse_lora_file(arg);
-        CHECK_MESSAGE(l.path == path, arg);
-        CHECK_MESSAGE(l.multiplier == mult, arg);
-    };
-    check("a.safetensors", "a.safetensors", 1.0f);
-    check("a.safetensors:0.5", "a.safetensors", 0.5f);
-    check("C:/loras/a.safetensors:-1", "C:/loras/a.safetensors", -1.0f);
-    check("dir:x/a.safetensors", "dir:x/a.safetensors", 1.0f);
-    check("a.safetensors:", "a.safetensors:", 1.0f);
-    check("a.safetensors:0.5x", "a.safetensors:0.5x", 1.0f);
-}

@@ -8,20 +8,20 @@
 #include <unistd.h>
 
 #include "ggml-lite/core/error.h"
-#include "models/sd15/sampler_prompts.h"
+#include "models/diffusion/sampler_prompts.h"
 #include "test_util.h"
 
 using gltest::error_of;
-using sd::SamplePrompt;
+using diffusion::SamplePrompt;
 
 namespace {
 SamplePrompt parse(const std::string& line) {
-    auto p = sd::parse_prompt_line(line, sd::kohya_prompt_defaults(), "prompts.txt", 3);
+    auto p = diffusion::parse_prompt_line(line, diffusion::kohya_prompt_defaults(), "prompts.txt", 3);
     REQUIRE(p.has_value());
     return *p;
 }
 std::string error_line(const std::string& line) {
-    return error_of([&] { sd::parse_prompt_line(line, sd::kohya_prompt_defaults(), "prompts.txt", 3); });
+    return error_of([&] { diffusion::parse_prompt_line(line, diffusion::kohya_prompt_defaults(), "prompts.txt", 3); });
 }
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 }  // namespace
@@ -56,11 +56,11 @@ TEST_CASE("prompt file: every option of a line") {
     CHECK(parse("x --l .5").cfg_scale == 0.5);
 
     // The caller's defaults (a tool's command line) fill the gaps.
-    SamplePrompt defaults = sd::kohya_prompt_defaults();
+    SamplePrompt defaults = diffusion::kohya_prompt_defaults();
     defaults.steps = 20;
     defaults.negative = "blurry";
     defaults.sampler = "ddim";
-    auto q = sd::parse_prompt_line("a fox --s 9", defaults);
+    auto q = diffusion::parse_prompt_line("a fox --s 9", defaults);
     REQUIRE(q.has_value());
     CHECK(q->steps == 9);
     CHECK(q->negative == "blurry");
@@ -70,7 +70,7 @@ TEST_CASE("prompt file: every option of a line") {
 TEST_CASE("prompt file: comments, blank lines, CRLF and a byte-order mark") {
     const std::string text =
         "\xEF\xBB\xBF# samples for the run\r\n\r\na red car --d 1\r\n   # indented comment\n\t\nblue sky --n cloud --s 5\n";
-    const auto ps = sd::parse_prompt_text(text, sd::kohya_prompt_defaults(), "p.txt");
+    const auto ps = diffusion::parse_prompt_text(text, diffusion::kohya_prompt_defaults(), "p.txt");
     REQUIRE(ps.size() == 2);
     CHECK(ps[0].prompt == "a red car");
     CHECK(ps[0].line == 3);
@@ -78,8 +78,8 @@ TEST_CASE("prompt file: comments, blank lines, CRLF and a byte-order mark") {
     CHECK(ps[1].prompt == "blue sky");
     CHECK(ps[1].negative == "cloud");
     CHECK(ps[1].line == 6);
-    CHECK(!sd::parse_prompt_line("# only a comment", sd::kohya_prompt_defaults()).has_value());
-    CHECK(!sd::parse_prompt_line("   ", sd::kohya_prompt_defaults()).has_value());
+    CHECK(!diffusion::parse_prompt_line("# only a comment", diffusion::kohya_prompt_defaults()).has_value());
+    CHECK(!diffusion::parse_prompt_line("   ", diffusion::kohya_prompt_defaults()).has_value());
 }
 
 TEST_CASE("prompt file: malformed lines name the file, the line and the option") {
@@ -100,7 +100,7 @@ TEST_CASE("prompt file: malformed lines name the file, the line and the option")
     CHECK(has(error_line("a --cn img.png"), "--cn is one of kohya's options"));
     CHECK(has(error_line("a -- --w 64"), "an empty option"));
     // A text with a bad third line: the error names line 3 of that file.
-    CHECK(has(error_of([] { sd::parse_prompt_text("a\n\nb --s x\n", sd::kohya_prompt_defaults(), "f.txt"); }),
+    CHECK(has(error_of([] { diffusion::parse_prompt_text("a\n\nb --s x\n", diffusion::kohya_prompt_defaults(), "f.txt"); }),
               "f.txt:3: --s 'x'"));
 }
 
@@ -109,21 +109,21 @@ TEST_CASE("prompt file: reading files") {
     {
         std::ofstream(path) << "# nothing but comments\n\n";
     }
-    CHECK(has(error_of([&] { sd::read_prompt_file(path, sd::kohya_prompt_defaults()); }), "holds no prompt"));
+    CHECK(has(error_of([&] { diffusion::read_prompt_file(path, diffusion::kohya_prompt_defaults()); }), "holds no prompt"));
     {
         std::ofstream(path) << "one --d 7\ntwo\n";
     }
-    const auto ps = sd::read_prompt_file(path, sd::kohya_prompt_defaults());
+    const auto ps = diffusion::read_prompt_file(path, diffusion::kohya_prompt_defaults());
     REQUIRE(ps.size() == 2);
     CHECK(ps[1].prompt == "two");
     std::remove(path.c_str());
-    CHECK(has(error_of([&] { sd::read_prompt_file(path, sd::kohya_prompt_defaults()); }), "cannot open"));
-    CHECK(has(error_of([] { sd::read_prompt_file("/tmp/p.toml", sd::kohya_prompt_defaults()); }),
+    CHECK(has(error_of([&] { diffusion::read_prompt_file(path, diffusion::kohya_prompt_defaults()); }), "cannot open"));
+    CHECK(has(error_of([] { diffusion::read_prompt_file("/tmp/p.toml", diffusion::kohya_prompt_defaults()); }),
               "kohya's .toml prompt files are not read here"));
 }
 
 TEST_CASE("prompt file: values out of kSampleBounds are refused naming the file, the line and the value") {
-    const sd::SampleBounds& b = sd::kSampleBounds;
+    const diffusion::SampleBounds& b = diffusion::kSampleBounds;
     const std::pair<std::string, std::string> cases[] = {
         // kohya clamps the steps to [1, 1000]; the command line's --steps has that range, so the file too.
         {"a --s 0", "prompts.txt:3: steps 0 must be in [1, 1000]"},
@@ -149,7 +149,7 @@ TEST_CASE("prompt file: values out of kSampleBounds are refused naming the file,
     CHECK(p.seed == 9223372036854775808ull);
     CHECK(parse("a --s 1").steps == 1);
     // Defaults a tool passes in are checked the same way.
-    SamplePrompt d = sd::kohya_prompt_defaults();
+    SamplePrompt d = diffusion::kohya_prompt_defaults();
     d.steps = 0;
-    CHECK(has(error_of([&] { sd::parse_prompt_line("a", d, "f.txt", 1); }), "f.txt:1: steps 0 must be in [1, 1000]"));
+    CHECK(has(error_of([&] { diffusion::parse_prompt_line("a", d, "f.txt", 1); }), "f.txt:1: steps 0 must be in [1, 1000]"));
 }

@@ -17,7 +17,7 @@
 #include "lora/merge_file.h"
 #include "lora/network_args.h"
 #include "models/sd15/model_files.h"
-#include "models/sd15/pipeline.h"
+#include "pipelines/pipeline.h"
 #include "sdtrain_fixtures.h"
 #include "train/run/session.h"
 
@@ -64,7 +64,7 @@ std::vector<float> unet_output(const sd::Sd15Files& m, const lora::LoraConfig& c
     const lora::LoadReport r = lora::load_lora(file, net, *rt, &u);
     CHECK(r.modules == net.modules().size());
     CHECK(r.missing.empty());
-    sd::NoiseRng rng{7, 0};
+    diffusion::NoiseRng rng{7, 0};
     for (gl::ValueId v : {x, ctx}) {
         std::vector<float> d(size_t(g.shape(v).numel()));
         for (float& e : d) e = float(rng.normal());

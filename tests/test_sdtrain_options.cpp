@@ -91,7 +91,7 @@ TEST_CASE("sdtrain options: kohya's names land in the run configuration") {
     CHECK(c.caption_extension == ".txt");
     CHECK(c.clip_chunks() == 3);
     CHECK(c.seed == 1234u);
-    CHECK(c.objective().prediction == sd::Prediction::v_prediction);
+    CHECK(c.objective().prediction == diffusion::Prediction::v_prediction);
     CHECK(c.objective().loss == gl::LossKind::huber);
     CHECK(c.objective().noise_offset == doctest::Approx(0.05));
     CHECK(c.save_state);

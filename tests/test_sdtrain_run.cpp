@@ -9,7 +9,7 @@
 #include <cstring>
 #include <map>
 
-#include "ggml-lite/io/png.h"
+#include "data/png_file.h"
 #include "ggml-lite/io/safetensors.h"
 #include "sdtrain_fixtures.h"
 #include "train/run/recording.h"
@@ -180,13 +180,13 @@ TEST_CASE("sdtrain run: plan, two buckets, kohya files and metadata, state, bit-
         CHECK(first.rfind(gl::cat("tiny_", e.step == 0 ? "000000" : e.step == 3 ? "000003" : "000006", "_00_"), 0) == 0);
         CHECK(first.size() > 6);
         CHECK(first.substr(first.size() - 6) == "_5.png");  // --d 5
-        const gl::io::PngInfo info = gl::io::read_png_info(e.images[0]);
+        const data::PngInfo info = data::read_png_info(e.images[0]);
         CHECK(info.width == 32);
         REQUIRE(info.text.size() == 1);
         CHECK(info.text[0].first == "parameters");
         CHECK(info.text[0].second.find("a red cat <lora:tiny:1>") != std::string::npos);
         CHECK(info.text[0].second.find("Steps: 3") != std::string::npos);
-        CHECK(gl::io::read_png_info(e.images[1]).width == 48);
+        CHECK(data::read_png_info(e.images[1]).width == 48);
     }
     // The LoRA trained in between shows in the samples: the first and last differ.
     CHECK(slurp(rec.samples[0].images[0]) != slurp(rec.samples[2].images[0]));

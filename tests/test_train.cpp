@@ -9,8 +9,8 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/safetensors.h"
-#include "train/trainer.h"
 #include "op_harness.h"
+#include "train/trainer.h"
 #include "train_fixtures.h"
 
 using namespace gl;
@@ -56,7 +56,7 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) { retur
 }  // namespace
 
 TEST_CASE("train objective: Huber schedules, min-SNR weights and draws against scalar references") {
-    const sd::DdpmSchedule s = sd::DdpmSchedule::sd15();
+    const diffusion::DdpmSchedule s = diffusion::DdpmSchedule::sd15();
     train::Objective o;
     o.loss = LossKind::huber;
     o.huber_c = 0.2;
@@ -71,10 +71,10 @@ TEST_CASE("train objective: Huber schedules, min-SNR weights and draws against s
         CHECK(train::huber_c_at(o, s, t) == doctest::Approx(0.8 / ((1 + sigma) * (1 + sigma)) + 0.2));
     }
     o.min_snr_gamma = 5.0;
-    o.prediction = sd::Prediction::v_prediction;
+    o.prediction = diffusion::Prediction::v_prediction;
     o.min_timestep = 100;
     o.max_timestep = 200;
-    sd::NoiseRng rng{9, 0};
+    diffusion::NoiseRng rng{9, 0};
     const train::MicroBatch m = train::draw_micro_batch(o, s, 3, 3 * 2 * 2 * 4, 4, rng);
     REQUIRE(m.t.size() == 3);
     CHECK(m.noise.size() == 48);
@@ -96,7 +96,7 @@ TEST_CASE("train objective: Huber schedules, min-SNR weights and draws against s
 
 TEST_CASE("train step: noising, epsilon and v targets and the weighted loss match a plain UNet and host arithmetic") {
     const std::vector<float> x0 = structured_latents(2, 1), ctx = tiny_context(2, 2);
-    for (sd::Prediction pred : {sd::Prediction::epsilon, sd::Prediction::v_prediction})
+    for (diffusion::Prediction pred : {diffusion::Prediction::epsilon, diffusion::Prediction::v_prediction})
         for (LossKind kind : {LossKind::l2, LossKind::l1, LossKind::huber}) {
             CAPTURE(int(pred));
             CAPTURE(loss_kind_name(kind));
@@ -122,9 +122,9 @@ TEST_CASE("train step: noising, epsilon and v targets and the weighted loss matc
             }
             const train::StepReport r = tr.evaluate(x0, ctx, 77);
             // evaluate() drew from NoiseRng{77}; the same draws here.
-            sd::NoiseRng nr{77, 0};
+            diffusion::NoiseRng nr{77, 0};
             const train::MicroBatch mb =
-                train::draw_micro_batch(to.objective, sd::DdpmSchedule::sd15(), 2, int64_t(x0.size()), 4, nr);
+                train::draw_micro_batch(to.objective, diffusion::DdpmSchedule::sd15(), 2, int64_t(x0.size()), 4, nr);
             const std::vector<float> p = t.rt->read_f32(t.s->pred);
 
             // The same UNet and LoRA on the host-noised latents.
@@ -146,7 +146,7 @@ TEST_CASE("train step: noising, epsilon and v targets and the weighted loss matc
             for (size_t i = 0; i < x0.size(); i++) {
                 const double a = mb.sqrt_ac[i / M], b = mb.sqrt_1m_ac[i / M];
                 noisy[i] = float(a * x0[i] + b * mb.noise[i]);
-                target[i] = pred == sd::Prediction::epsilon ? mb.noise[i] : float(a * mb.noise[i] - b * x0[i]);
+                target[i] = pred == diffusion::Prediction::epsilon ? mb.noise[i] : float(a * mb.noise[i] - b * x0[i]);
             }
             rt2->write_f32(xi, noisy);
             rt2->write_f32(ti, mb.timesteps);

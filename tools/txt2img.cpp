@@ -1,11 +1,11 @@
 // gl-txt2img: images from an SD1.5 checkpoint (single file or diffusers folder) with zero or more
-// LoRA / LoCon files, from --prompt flags or a kohya sample-prompt file (models/sd15/pipeline.h,
-// sampler.h, sampler_prompts.h). Every image is a PNG named NNNNN-SEED.png (numbering continues
+// LoRA / LoCon files, from --prompt flags or a kohya sample-prompt file (pipelines/pipeline.h,
+// models/diffusion/sampler.h, sampler_prompts.h). Every image is a PNG named NNNNN-SEED.png (numbering continues
 // after what the output folder holds) carrying its generation parameters in A1111's "parameters"
 // text chunk; --grid adds one grid of the run (a row per prompt). The memory plan of the largest
 // request is printed before anything runs; requests over the GPU's free memory, the host's
 // available memory on the CPU, or --memory-limit, are refused before anything is allocated,
-// naming the largest size and batch that fit. Flags and prompt files share sd::kSampleBounds.
+// naming the largest size and batch that fit. Flags and prompt files share diffusion::kSampleBounds.
 //
 // Exit status (tools/common/cli.h): 0 done, 2 a bad command line, 1 an error (bad file, size,
 // sampler, CUDA failure), each error on one line naming the culprit.
@@ -19,13 +19,14 @@
 #include <string>
 #include <vector>
 
+#include "data/png_file.h"
 #include "ggml-lite/core/autofit.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/runtime.h"
-#include "ggml-lite/io/png.h"
+#include "models/diffusion/sampler_prompts.h"
 #include "models/sd15/model_files.h"
-#include "models/sd15/pipeline.h"
-#include "models/sd15/sampler_prompts.h"
+#include "pipelines/a1111.h"
+#include "pipelines/pipeline.h"
 #include "tools/common/cli.h"
 
 #ifndef GL_VERSION
@@ -79,38 +80,38 @@ uint64_t random_seed() {
     return uint64_t(rd());  // 32 bits, as A1111's seeds
 }
 
-sd::SamplerOptions sampler_of(const std::string& name, const Args& a) {
-    const sd::SamplerName n = sd::parse_sampler_name(name);
-    sd::SamplerOptions o = a.sampler_config == "kohya" ? sd::SamplerOptions::kohya(n.kind)
-                                                      : sd::SamplerOptions::diffusers_sd15(n.kind);
+diffusion::SamplerOptions sampler_of(const std::string& name, const Args& a) {
+    const diffusion::SamplerName n = diffusion::parse_sampler_name(name);
+    diffusion::SamplerOptions o = a.sampler_config == "kohya" ? diffusion::SamplerOptions::kohya(n.kind)
+                                                      : diffusion::SamplerOptions::diffusers_sd15(n.kind);
     o.karras = n.karras;
-    if (n.kind == sd::SamplerKind::ddim) o.eta = a.eta;
+    if (n.kind == diffusion::SamplerKind::ddim) o.eta = a.eta;
     o.validate();
     return o;
 }
 
 std::vector<Request> requests_of(const Args& a) {
-    sd::SamplePrompt defaults = sd::kohya_prompt_defaults();
+    diffusion::SamplePrompt defaults = diffusion::kohya_prompt_defaults();
     defaults.negative = a.negative;
     defaults.width = a.width;
     defaults.height = a.height;
     defaults.steps = a.steps;
     defaults.cfg_scale = a.cfg;
     defaults.seed = a.seed;
-    std::vector<sd::SamplePrompt> prompts;
+    std::vector<diffusion::SamplePrompt> prompts;
     if (!a.prompt_file.empty()) {
-        prompts = sd::read_prompt_file(a.prompt_file, defaults);
+        prompts = diffusion::read_prompt_file(a.prompt_file, defaults);
     } else {
         for (const std::string& text : a.prompts) {
-            sd::SamplePrompt p = defaults;
+            diffusion::SamplePrompt p = defaults;
             p.prompt = text;
-            sd::validate_prompt(p, "--prompt '" + text + "'");
+            diffusion::validate_prompt(p, "--prompt '" + text + "'");
             prompts.push_back(p);
         }
     }
     std::vector<Request> out;
     for (size_t i = 0; i < prompts.size(); i++) {
-        const sd::SamplePrompt& sp = prompts[i];
+        const diffusion::SamplePrompt& sp = prompts[i];
         Request r;
         r.where = sp.line > 0 ? gl::cat(a.prompt_file, ":", sp.line) : gl::cat("prompt ", i + 1);
         r.p.prompt = sp.prompt;
@@ -169,7 +170,10 @@ int run(const Args& a) {
     po.merge_loras = a.merge_loras;
     po.vae_budget_bytes = size_t(a.vae_budget_mib * 1048576.0);
     po.memory_limit = a.memory_limit;
-    for (const std::string& l : a.loras) po.loras.push_back(sd::parse_lora_file(l));
+    for (const std::string& l : a.loras) {
+        const gl::cli::LoraArg arg = gl::cli::parse_lora_arg(l);
+        po.loras.push_back({arg.path, arg.multiplier});
+    }
 
     const std::vector<Request> reqs = requests_of(a);
     using Clock = std::chrono::steady_clock;
@@ -205,28 +209,28 @@ int run(const Args& a) {
     for (const sd::LoraFile& l : po.loras) info.loras.push_back({fs::path(l.path).stem().string(), l.multiplier});
     info.clip_skip = a.clip_skip;
     info.version = "gl-txt2img " GL_VERSION;
-    std::vector<gl::io::Image> grid;
+    std::vector<data::Bitmap> grid;
     std::string grid_text;
     for (size_t i = 0; i < reqs.size(); i++) {
         const sd::GenerationParams& p = reqs[i].p;
         std::printf("[%zu/%zu] %s: %dx%d, %d steps, %s, CFG %g, seed %llu, batch %d\n", i + 1, reqs.size(),
                     reqs[i].where.c_str(), p.width, p.height, p.steps,
-                    sd::a1111_sampler_name(p.sampler.kind, p.sampler.karras).c_str(), p.cfg_scale,
+                    diffusion::a1111_sampler_name(p.sampler.kind, p.sampler.karras).c_str(), p.cfg_scale,
                     (unsigned long long)p.seed, p.batch);
         t0 = Clock::now();
         Clock::time_point t_unet0{}, t_unet1{};
-        const std::vector<gl::io::Image> images = pipe.generate(p, nullptr, [&](int k, int calls) {
+        const std::vector<data::Bitmap> images = pipe.generate(p, nullptr, [&](int k, int calls) {
             if (k == 1) t_unet0 = Clock::now();
             if (k == calls) t_unet1 = Clock::now();
         });
         const double total = std::chrono::duration<double>(Clock::now() - t0).count();
-        const int calls = sd::Sampler(p.sampler, p.steps).model_calls();
+        const int calls = diffusion::Sampler(p.sampler, p.steps).model_calls();
         const double unet_s = std::chrono::duration<double>(t_unet1 - t_unet0).count();
         for (size_t b = 0; b < images.size(); b++) {
             const uint64_t seed = p.seed + b;
             const std::string text = sd::a1111_infotext(p, seed, info);
             const fs::path file = fs::path(a.out) / numbered("", index, gl::cat("-", seed, ".png"));
-            gl::io::write_png(file.string(), images[b], {{"parameters", text}});
+            data::write_png(file.string(), images[b], {{"parameters", text}});
             std::printf("  %s\n", file.string().c_str());
             index++;
             if (a.grid) grid.push_back(images[b]);
@@ -238,7 +242,7 @@ int run(const Args& a) {
     }
     if (a.grid && grid.size() > 1) {
         const fs::path file = fs::path(a.out) / numbered("grid-", next_index(a.out, "grid-"), ".png");
-        gl::io::write_png(file.string(), gl::io::make_grid(grid), {{"parameters", grid_text}});
+        data::write_png(file.string(), sd::make_grid(grid), {{"parameters", grid_text}});
         std::printf("grid %s\n", file.string().c_str());
     }
     return 0;
@@ -258,12 +262,12 @@ int parse_and_run(int argc, char** argv) {
     auto* file = cli.add_path("--prompt-file", a.prompt_file,
                               "kohya sample-prompt file: one prompt per line with --n --w --h --d --l --s --ss");
     prompt->excludes(file);
-    app.add_option("--sampler", a.sampler, "sampler (kohya's names): " + sd::supported_sampler_names())
+    app.add_option("--sampler", a.sampler, "sampler (kohya's names): " + diffusion::supported_sampler_names())
         ->capture_default_str();
     cli.add_choice("--sampler-config", a.sampler_config, {"diffusers", "kohya"},
                    "scheduler configuration: diffusers (SD1.5's scheduler_config.json) or kohya (sd-scripts' samples)");
     cli.add_real("--eta", a.eta, 0.0, 1.0, "DDIM eta (0 deterministic)");
-    const sd::SampleBounds& b = sd::kSampleBounds;  // the prompt file's bounds too
+    const diffusion::SampleBounds& b = diffusion::kSampleBounds;  // the prompt file's bounds too
     cli.add_int("--steps", a.steps, b.steps_min, b.steps_max, "sampling steps");
     cli.add_real("--cfg", a.cfg, 0.0, b.cfg_max, "classifier-free guidance scale (<= 1: no negative pass)");
     cli.add_parsed("--seed", a.seed, &parse_seed, "INT",

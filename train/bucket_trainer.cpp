@@ -25,7 +25,7 @@ std::string group_signature(const StepGraph& s) {
 }  // namespace
 
 BucketTrainer::BucketTrainer(std::vector<Member> graphs, const TrainerOptions& o)
-    : graphs_(std::move(graphs)), o_(o), sched_(sd::DdpmSchedule::sd15()), rng_{o.seed, 0},
+    : graphs_(std::move(graphs)), o_(o), sched_(diffusion::DdpmSchedule::sd15()), rng_{o.seed, 0},
       scaler_(!graphs_.empty() && graphs_[0].step && graphs_[0].step->opt.precision == Precision::fp16 ? o.loss_scale
                                                                                                       : unit_scale()) {
     GL_CHECK(!graphs_.empty(), "bucket trainer: no step graphs");

@@ -77,8 +77,8 @@ private:
     optim::Optimizer& optimizer(size_t g) { return graphs_[g].step->update->optimizer(); }
     std::vector<Member> graphs_;
     TrainerOptions o_;
-    sd::DdpmSchedule sched_;
-    sd::NoiseRng rng_;
+    diffusion::DdpmSchedule sched_;
+    diffusion::NoiseRng rng_;
     optim::LossScaler scaler_;
     int64_t steps_ = 0, applied_ = 0;
 };

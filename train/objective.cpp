@@ -34,7 +34,7 @@ HuberSchedule parse_huber_schedule(const std::string& s) {
     gl::fail("huber schedule '", s, "' is not one of constant, exponential, snr");
 }
 
-void Objective::validate(const sd::DdpmSchedule& s) const {
+void Objective::validate(const diffusion::DdpmSchedule& s) const {
     GL_CHECK(0 <= min_timestep && min_timestep < max_timestep && max_timestep <= s.num_steps, "objective: timesteps [",
              min_timestep, ", ", max_timestep, ") must lie in [0, ", s.num_steps, ") and be non-empty");
     GL_CHECK(std::isfinite(min_snr_gamma) && min_snr_gamma >= 0, "objective: min_snr_gamma ", min_snr_gamma,
@@ -49,7 +49,7 @@ void Objective::validate(const sd::DdpmSchedule& s) const {
     }
 }
 
-double huber_c_at(const Objective& o, const sd::DdpmSchedule& s, int t) {
+double huber_c_at(const Objective& o, const diffusion::DdpmSchedule& s, int t) {
     s.check_t(t);
     switch (o.huber_schedule) {
         case HuberSchedule::constant: return o.huber_c * o.huber_scale;
@@ -66,24 +66,24 @@ double huber_c_at(const Objective& o, const sd::DdpmSchedule& s, int t) {
     return o.huber_c;
 }
 
-double min_snr_weight_from_snr(double snr, double gamma, sd::Prediction pred) {
+double min_snr_weight_from_snr(double snr, double gamma, diffusion::Prediction pred) {
     GL_CHECK(std::isfinite(gamma) && gamma > 0, "min-SNR weight: gamma ", gamma, " must be > 0");
     GL_CHECK(snr > 0, "min-SNR weight: snr ", snr, " must be > 0");
     const double m = std::min(snr, gamma);
     // v-prediction's loss is (snr + 1) times epsilon's at the same timestep, hence the + 1.
-    return pred == sd::Prediction::v_prediction ? m / (snr + 1.0) : m / snr;
+    return pred == diffusion::Prediction::v_prediction ? m / (snr + 1.0) : m / snr;
 }
 
-double min_snr_weight(const sd::DdpmSchedule& s, int t, double gamma, sd::Prediction pred) {
+double min_snr_weight(const diffusion::DdpmSchedule& s, int t, double gamma, diffusion::Prediction pred) {
     return min_snr_weight_from_snr(s.snr(t), gamma, pred);
 }
 
-double debiased_weight(const sd::DdpmSchedule& s, int t, sd::Prediction pred) {
+double debiased_weight(const diffusion::DdpmSchedule& s, int t, diffusion::Prediction pred) {
     const double snr = std::min(s.snr(t), 1000.0);
-    return pred == sd::Prediction::v_prediction ? 1.0 / (snr + 1.0) : 1.0 / std::sqrt(snr);
+    return pred == diffusion::Prediction::v_prediction ? 1.0 / (snr + 1.0) : 1.0 / std::sqrt(snr);
 }
 
-void apply_noise_offset(std::span<float> noise, int64_t batch, int64_t channels, double offset, sd::NoiseRng& rng) {
+void apply_noise_offset(std::span<float> noise, int64_t batch, int64_t channels, double offset, diffusion::NoiseRng& rng) {
     GL_CHECK(batch > 0 && channels > 0, "noise offset: batch ", batch, " and channels ", channels, " must be > 0");
     GL_CHECK(std::isfinite(offset), "noise offset: offset ", offset, " is not finite");
     GL_CHECK(noise.size() % size_t(batch * channels) == 0, "noise offset: ", noise.size(),
@@ -101,7 +101,7 @@ void apply_noise_offset(std::span<float> noise, int64_t batch, int64_t channels,
     }
 }
 
-std::vector<int32_t> sample_timesteps(int64_t batch, int min_t, int max_t, int num_steps, sd::NoiseRng& rng) {
+std::vector<int32_t> sample_timesteps(int64_t batch, int min_t, int max_t, int num_steps, diffusion::NoiseRng& rng) {
     GL_CHECK(batch >= 0, "timestep sampling: batch ", batch, " is negative");
     GL_CHECK(0 <= min_t && min_t < max_t && max_t <= num_steps, "timestep sampling: range [", min_t, ", ", max_t,
              ") must satisfy 0 <= min < max <= ", num_steps);
@@ -116,13 +116,13 @@ uint64_t micro_batch_draws(const Objective& o, int64_t batch, int64_t latent_num
     return 2 * uint64_t(latent_numel) + offset + uint64_t(batch) * (rejections ? 2 : 1);
 }
 
-MicroBatch draw_micro_batch(const Objective& o, const sd::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
-                            int64_t channels, sd::NoiseRng& rng) {
+MicroBatch draw_micro_batch(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
+                            int64_t channels, diffusion::NoiseRng& rng) {
     GL_CHECK(batch > 0 && channels > 0 && latent_numel % (batch * channels) == 0, "draw_micro_batch: ",
              latent_numel, " latent elements do not split into ", batch, " samples of ", channels, " channels");
     MicroBatch m;
     m.noise.resize(size_t(latent_numel));
-    sd::fill_normal(m.noise, rng);
+    diffusion::fill_normal(m.noise, rng);
     if (o.noise_offset > 0) apply_noise_offset(m.noise, batch, channels, o.noise_offset, rng);
     m.t = sample_timesteps(batch, o.min_timestep, o.max_timestep, s.num_steps, rng);
     for (int32_t t : m.t) {

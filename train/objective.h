@@ -2,7 +2,7 @@
 // what is predicted, the loss and its weights (min-SNR-gamma, debiased estimation), the timestep
 // range, offset noise and the Huber thresholds, and its per-step host work: draw the timesteps
 // (uniform in [min_timestep, max_timestep)), the noise (with optional offset noise), and from the
-// DDPM schedule (models/sd15/noise.h: the diffusion process itself, shared with sampling) the
+// DDPM schedule (models/diffusion/noise.h: the diffusion process itself, shared with sampling) the
 // per-sample coefficients the step graph takes: sqrt(alpha_bar), sqrt(1 - alpha_bar), the loss
 // weights and the Huber thresholds. The graph does the tensor work (noisy = a x0 + b noise, the
 // target, the loss).
@@ -14,7 +14,7 @@
 
 #include "ggml-lite/core/dtype.h"
 #include "ggml-lite/ops/op_kinds.h"
-#include "models/sd15/noise.h"
+#include "models/diffusion/noise.h"
 
 namespace train {
 
@@ -32,7 +32,7 @@ enum class HuberSchedule : uint8_t { constant, exponential, snr };
 HuberSchedule parse_huber_schedule(const std::string& s);
 
 struct Objective {
-    sd::Prediction prediction = sd::Prediction::epsilon;
+    diffusion::Prediction prediction = diffusion::Prediction::epsilon;
     gl::LossKind loss = gl::LossKind::l2;
     double min_snr_gamma = 0.0;  // 0: off (every weight 1)
     bool debiased_estimation = false;  // kohya's --debiased_estimation_loss (debiased_weight)
@@ -42,35 +42,35 @@ struct Objective {
     double huber_c = 0.1, huber_scale = 1.0;
 
     // Throws gl::Error naming the field when a value is out of range for schedule s.
-    void validate(const sd::DdpmSchedule& s) const;
+    void validate(const diffusion::DdpmSchedule& s) const;
 };
 
 // kohya's huber_c for timestep t (train_util.get_huber_threshold_if_needed):
 // constant: huber_c * huber_scale; exponential: exp(-alpha t) * huber_scale with
 // alpha = -ln(huber_c) / num_steps; snr: (1 - huber_c) / (1 + sigma)^2 + huber_c with
 // sigma = sqrt((1 - ac) / ac).
-double huber_c_at(const Objective& o, const sd::DdpmSchedule& s, int t);
+double huber_c_at(const Objective& o, const diffusion::DdpmSchedule& s, int t);
 
 // Min-SNR-gamma loss weight of timestep t (Hang et al. 2023, arXiv:2303.09556), as kohya's
 // sd-scripts library/custom_train_functions.py apply_snr_weight computes it:
 // epsilon: min(snr, gamma) / snr; v-prediction: min(snr, gamma) / (snr + 1).
-double min_snr_weight(const sd::DdpmSchedule& s, int t, double gamma, sd::Prediction pred);
+double min_snr_weight(const diffusion::DdpmSchedule& s, int t, double gamma, diffusion::Prediction pred);
 // The weight formula on its own, for a given SNR (kohya's formula; see min_snr_weight).
-double min_snr_weight_from_snr(double snr, double gamma, sd::Prediction pred);
+double min_snr_weight_from_snr(double snr, double gamma, diffusion::Prediction pred);
 
 // kohya's --debiased_estimation_loss weight of timestep t (library/custom_train_functions.py
 // apply_debiased_estimation, applied after min-SNR): 1 / sqrt(snr) for epsilon, 1 / (snr + 1) for
 // v-prediction, the SNR capped at 1000 (t = 0's is about 1175).
-double debiased_weight(const sd::DdpmSchedule& s, int t, sd::Prediction pred);
+double debiased_weight(const diffusion::DdpmSchedule& s, int t, diffusion::Prediction pred);
 
 // Offset noise (kohya's --noise_offset, after crosslabs' "diffusion with offset noise"):
 // noise[b, h, w, c] += offset * z[b, c] with z ~ N(0, 1) drawn once per (sample, channel).
 // `noise` is NHWC with `batch` samples and `channels` channels (the innermost dimension).
-void apply_noise_offset(std::span<float> noise, int64_t batch, int64_t channels, double offset, sd::NoiseRng& rng);
+void apply_noise_offset(std::span<float> noise, int64_t batch, int64_t channels, double offset, diffusion::NoiseRng& rng);
 
 // `batch` timesteps uniform in [min_t, max_t) (kohya: torch.randint(min_timestep, max_timestep);
 // defaults 0 and 1000). Throws gl::Error unless 0 <= min_t < max_t <= num_steps.
-std::vector<int32_t> sample_timesteps(int64_t batch, int min_t, int max_t, int num_steps, sd::NoiseRng& rng);
+std::vector<int32_t> sample_timesteps(int64_t batch, int min_t, int max_t, int num_steps, diffusion::NoiseRng& rng);
 
 // One micro-batch's random draws and the per-sample values derived from them.
 struct MicroBatch {
@@ -83,8 +83,8 @@ struct MicroBatch {
 };
 
 // Draws noise (then offset noise), then timesteps, from rng. `latent_numel` is B * h * w * C.
-MicroBatch draw_micro_batch(const Objective& o, const sd::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
-                            int64_t channels, sd::NoiseRng& rng);
+MicroBatch draw_micro_batch(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
+                            int64_t channels, diffusion::NoiseRng& rng);
 // How far draw_micro_batch moves rng: two draws per normal value (noise, offset noise), one per
 // timestep. Timestep sampling rejects a draw with a chance below 2^-50 (one more draw); with
 // `rejections`, one is counted per timestep (an upper bound in practice).

@@ -72,7 +72,7 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     ValueId a = gl::reshape(g, s->sqrt_ac, col), b = gl::reshape(g, s->sqrt_1m_ac, col);
     ValueId noisy = gl::add(g, gl::mul(g, s->latents, a), gl::mul(g, s->noise, b));
     s->pred = sd::unet_forward(*s->unet_weights, opt.unet, noisy, s->timesteps, s->context);
-    s->target = opt.prediction == sd::Prediction::epsilon
+    s->target = opt.prediction == diffusion::Prediction::epsilon
                     ? s->noise
                     : gl::sub(g, gl::mul(g, s->noise, a), gl::mul(g, s->latents, b));
     s->loss = gl::weighted_loss(g, opt.loss, gl::cast(g, s->pred, DType::f32), s->target, s->loss_weights, s->huber_c);

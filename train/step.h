@@ -46,7 +46,7 @@ struct StepOptions {
     sd::ClipConfig clip = sd::ClipConfig::vit_l14();
     int clip_chunks = 1, clip_skip = 1;
     lora::LoraConfig lora;
-    sd::Prediction prediction = sd::Prediction::epsilon;
+    diffusion::Prediction prediction = diffusion::Prediction::epsilon;
     gl::LossKind loss = gl::LossKind::l2;
     int grad_accum = 1;
     float unet_lr = 1e-4f, text_encoder_lr = 5e-5f;

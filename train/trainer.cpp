@@ -16,7 +16,7 @@ optim::LossScaler::Options unit_scale() {
 }  // namespace
 
 Trainer::Trainer(StepGraph& s, gl::Runtime& rt, const TrainerOptions& o)
-    : s_(s), rt_(rt), o_(o), sched_(sd::DdpmSchedule::sd15()), rng_{o.seed, 0},
+    : s_(s), rt_(rt), o_(o), sched_(diffusion::DdpmSchedule::sd15()), rng_{o.seed, 0},
       scaler_(s.opt.precision == Precision::fp16 ? o.loss_scale : unit_scale()) {
     o_.objective.validate(sched_);
     GL_CHECK(o_.objective.prediction == s.opt.prediction && o_.objective.loss == s.opt.loss,
@@ -123,7 +123,7 @@ StepReport Trainer::eval(std::span<const float> latents, Cond cond, uint64_t see
     const int64_t n = s_.latent_numel();
     GL_CHECK(int64_t(latents.size()) == n, "trainer: evaluate takes one micro-batch of latents (", n, " values), got ",
              latents.size());
-    sd::NoiseRng rng{seed, 0};
+    diffusion::NoiseRng rng{seed, 0};
     const MicroBatch mb = draw_micro_batch(o_.objective, sched_, s_.opt.batch, n, s_.latent_channels(), rng);
     s_.net->sample_dropout(rt_, 0, /*training=*/false);
     s_.update->prepare(rt_, s_.opt.grad_accum - 1, 0.0, /*skip=*/true);

@@ -17,7 +17,7 @@ namespace train {
 
 struct TrainerOptions {
     Objective objective;
-    uint64_t seed = 0;              // noise and timestep draws (sd::NoiseRng), LoRA dropout
+    uint64_t seed = 0;              // noise and timestep draws (diffusion::NoiseRng), LoRA dropout
     optim::LossScaler::Options loss_scale;  // fp16 only; bf16 and fp32 run with scale 1
 };
 
@@ -77,8 +77,8 @@ private:
     StepGraph& s_;
     gl::Runtime& rt_;
     TrainerOptions o_;
-    sd::DdpmSchedule sched_;
-    sd::NoiseRng rng_;
+    diffusion::DdpmSchedule sched_;
+    diffusion::NoiseRng rng_;
     optim::LossScaler scaler_;
     MicroBatch last_;
     int64_t step_ = 0;

@@ -1,13 +1,13 @@
 // Op identity and the per-op definition table. An op is defined in ONE place: an entry
-// in ops/op_list.h and a `const OpDef def_<name>` in its family file.
+// in core/op_list.h and a `const OpDef def_<name>` in its family file.
 #pragma once
 #include <array>
 #include <cstdint>
 #include <vector>
 
 #include "ggml-lite/core/dtype.h"
+#include "ggml-lite/core/op_list.h"
 #include "ggml-lite/core/shape.h"
-#include "ggml-lite/ops/op_list.h"
 
 namespace gl {
 

@@ -1,5 +1,5 @@
 // What a CUDA op launcher sees: CudaCtx (a node's tensors, stream and workspace), the per-op
-// kernel table and dtype dispatch. Every op in ops/op_list.h has `const CudaKernel cuda_<name>`
+// kernel table and dtype dispatch. Every op in core/op_list.h has `const CudaKernel cuda_<name>`
 // in cuda/<family>.cu (view ops included: their entry has run = nullptr). A kernel file includes
 // this header and gets the device primitives (primitives.cuh), the launch helpers (device.cuh)
 // and the checked calls (check.cuh) with it.

@@ -188,8 +188,8 @@ ValueId vae_decode(nn::Weights& w, const VaeConfig& c, ValueId z) {
     return nn::conv2d(w, "conv_out", h, c.out_channels, 3, 1, 1);
 }
 
-std::vector<float> vae_sample_latent(const VaeConfig& c, const std::vector<float>& moments,
-                                     const std::vector<float>& noise) {
+std::vector<float> vae_sample_latent(const VaeConfig& c, std::span<const float> moments,
+                                     std::span<const float> noise) {
     const size_t L = size_t(c.latent_channels);
     GL_CHECK(L > 0 && moments.size() % (2 * L) == 0 && noise.size() * 2 == moments.size(), "vae_sample_latent: ",
              moments.size(), " moments and ", noise.size(), " noise values do not fit ", L, " latent channels");

@@ -6,6 +6,7 @@
 // Layouts: images and latents are NHWC. Every ResNet and attention block is a checkpoint segment.
 #pragma once
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,8 +56,8 @@ gl::ValueId vae_decode(nn::Weights& w, const VaeConfig& c, gl::ValueId z);
 // needs a gradient): scaling_factor * (mean + exp(logvar / 2) * noise), logvar clamped to [-30, 20]
 // as diffusers' DiagonalGaussianDistribution does. moments [B, h, w, 2L], noise [B, h, w, L] (N(0,1)),
 // both row-major NHWC; returns [B, h, w, L].
-std::vector<float> vae_sample_latent(const VaeConfig& c, const std::vector<float>& moments,
-                                     const std::vector<float>& noise);
+std::vector<float> vae_sample_latent(const VaeConfig& c, std::span<const float> moments,
+                                     std::span<const float> noise);
 
 using VaeKeyFn = std::function<std::string(const std::string&)>;
 

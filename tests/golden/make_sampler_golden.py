@@ -9,7 +9,7 @@ StableDiffusionPipeline runs (latents * init_noise_sigma; per timestep: scale_mo
 model, step) with a deterministic fake model in place of the UNet:
     model(x, t) = tanh(x) * (0.8 + 0.2 * cos(t / 150)) + 0.05 * sin(3 x)      (float64, then f32)
 and records the latents after every step() call (fp32, CPU).
-Two presets, as sd::SamplerOptions has them:
+Two presets, as diffusion::SamplerOptions has them:
   diffusers  the class built from SD1.5's scheduler_config.json (PNDMScheduler's config: steps_offset
              1, set_alpha_to_one false, clip_sample false), as StableDiffusionPipeline users swap it
              in with Scheduler.from_config(pipe.scheduler.config);

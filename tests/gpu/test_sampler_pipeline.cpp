@@ -53,7 +53,7 @@ TEST_CASE("CUDA text to image: multiplier 0 is the base image bit for bit, odd s
     p.height = 14;
     p.steps = 3;
     p.seed = 11;
-    p.sampler = sd::SamplerOptions::diffusers_sd15(sd::SamplerKind::euler_ancestral);
+    p.sampler = diffusion::SamplerOptions::diffusers_sd15(diffusion::SamplerKind::euler_ancestral);
     auto image = [&](const char* backend, gl::DType dt, std::vector<sd::LoraFile> loras) {
         sd::PipelineOptions o = options(backend, dt);
         o.loras = std::move(loras);

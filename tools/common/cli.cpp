@@ -24,6 +24,17 @@ std::string type_name_of(const std::exception& e) {
 
 }  // namespace
 
+LoraArg parse_lora_arg(const std::string& arg) {
+    const size_t colon = arg.rfind(':');
+    if (colon != std::string::npos && colon + 1 < arg.size()) {
+        const std::string m = arg.substr(colon + 1);
+        char* end = nullptr;
+        const float v = std::strtof(m.c_str(), &end);
+        if (end && *end == '\0') return {arg.substr(0, colon), v};
+    }
+    return {arg, 1.0f};
+}
+
 std::vector<std::string> split_list(std::string_view flag, std::string_view text) {
     std::vector<std::string> items;
     size_t a = 0;

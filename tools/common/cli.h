@@ -60,6 +60,15 @@ T parse_real(std::string_view flag, std::string_view text, T lo, T hi) {
 // The items of a comma-separated list ("1,8" -> {"1", "8"}); an empty item is a UsageError.
 std::vector<std::string> split_list(std::string_view flag, std::string_view text);
 
+// A LoRA on the command line, "FILE[:MULT]": the part after the last ':' is the multiplier when all
+// of it reads as a number ("a.safetensors:0.8"); otherwise the whole argument is the path, at
+// multiplier 1.
+struct LoraArg {
+    std::string path;
+    float multiplier = 1.0f;
+};
+LoraArg parse_lora_arg(const std::string& arg);
+
 class Parser {
 public:
     Parser(const std::string& program, const std::string& description);

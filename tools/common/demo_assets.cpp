@@ -8,8 +8,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "data/png_file.h"
 #include "ggml-lite/core/error.h"
-#include "ggml-lite/io/png.h"
 #include "ggml-lite/io/safetensors.h"
 
 namespace demo {
@@ -369,7 +369,7 @@ DatasetInfo write_dataset(const fs::path& dir, const DatasetOptions& o) {
                 const int W = aspect == 1 ? o.side * 3 / 2 : o.side, H = aspect == 2 ? o.side * 3 / 2 : o.side;
                 const double r = std::min(W, H) * (0.22 + 0.12 * rng.uniform());
                 const double cx = r + (W - 2 * r) * rng.uniform(), cy = r + (H - 2 * r) * rng.uniform();
-                gl::io::Image im{W, H, 3, std::vector<uint8_t>(size_t(W) * size_t(H) * 3)};
+                data::Bitmap im{W, H, 3, std::vector<uint8_t>(size_t(W) * size_t(H) * 3)};
                 for (int y = 0; y < H; y++)
                     for (int x = 0; x < W; x++) {
                         int hits = 0;  // 4x4 samples per pixel: smooth edges
@@ -384,7 +384,7 @@ DatasetInfo write_dataset(const fs::path& dir, const DatasetOptions& o) {
                 char stem[16];
                 std::snprintf(stem, sizeof stem, "%03d", index);
                 const fs::path png = info.subset_dir / (std::string(stem) + ".png");
-                gl::io::write_png(png.string(), im);
+                data::write_png(png.string(), im);
                 const std::string caption = std::string("a ") + col.name + " " + kShapes[shape];
                 write_text(info.subset_dir / (std::string(stem) + ".txt"), caption + "\n");
                 info.images.push_back(png.filename().string());

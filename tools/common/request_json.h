@@ -6,7 +6,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
-#include "models/sd15/pipeline.h"
+#include "pipelines/pipeline.h"
 
 namespace gl::cli {
 
@@ -18,7 +18,7 @@ inline sd::GenerationParams request_from_json(const nlohmann::json& r) {
     p.height = r.at("height");
     p.steps = r.at("steps");
     p.cfg_scale = r.at("cfg");
-    p.sampler = sd::SamplerOptions::diffusers_sd15(sd::parse_sampler_name(r.at("sampler")).kind);
+    p.sampler = diffusion::SamplerOptions::diffusers_sd15(diffusion::parse_sampler_name(r.at("sampler")).kind);
     if (r.contains("batch")) p.batch = r.at("batch");
     if (r.contains("karras")) p.sampler.karras = r.at("karras");
     return p;

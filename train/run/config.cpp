@@ -196,7 +196,7 @@ void RunConfig::validate() {
     GL_CHECK(one_of(loss_type, {"l1", "l2", "huber"}), "--loss_type must be l1, l2 or huber, got '", loss_type, "'");
     GL_CHECK(one_of(huber_schedule, {"constant", "exponential", "snr"}),
              "--huber_schedule must be constant, exponential or snr");
-    objective().validate(sd::DdpmSchedule::sd15());
+    objective().validate(diffusion::DdpmSchedule::sd15());
 
     // Memory.
     if (vram_limit && *vram_limit != "auto") gl::parse_bytes(*vram_limit);
@@ -290,7 +290,7 @@ bool RunConfig::adafactor_relative_step() const {
 
 Objective RunConfig::objective() const {
     Objective o;
-    o.prediction = v_parameterization ? sd::Prediction::v_prediction : sd::Prediction::epsilon;
+    o.prediction = v_parameterization ? diffusion::Prediction::v_prediction : diffusion::Prediction::epsilon;
     o.loss = loss_type == "l1" ? gl::LossKind::l1 : loss_type == "huber" ? gl::LossKind::huber : gl::LossKind::l2;
     o.min_snr_gamma = min_snr_gamma.value_or(0.0);
     o.debiased_estimation = debiased_estimation_loss;

@@ -3,33 +3,34 @@
 #include <ctime>
 #include <filesystem>
 
+#include "data/png_file.h"
 #include "ggml-lite/core/error.h"
-#include "ggml-lite/io/png.h"
+#include "pipelines/a1111.h"
 #include "train/run/save.h"
 
 namespace train {
 
 namespace fs = std::filesystem;
 
-sd::SamplerOptions sample_sampler_options(const std::string& name, bool v_prediction, const std::string& where) {
-    sd::SamplerName n;
+diffusion::SamplerOptions sample_sampler_options(const std::string& name, bool v_prediction, const std::string& where) {
+    diffusion::SamplerName n;
     try {
-        n = sd::parse_sampler_name(name);
+        n = diffusion::parse_sampler_name(name);
     } catch (const gl::Error& e) {
         gl::fail(where, ": ", e.what());
     }
-    sd::SamplerOptions o = sd::SamplerOptions::kohya(n.kind);
+    diffusion::SamplerOptions o = diffusion::SamplerOptions::kohya(n.kind);
     o.karras = n.karras;
-    o.prediction = v_prediction ? sd::Prediction::v_prediction : sd::Prediction::epsilon;
+    o.prediction = v_prediction ? diffusion::Prediction::v_prediction : diffusion::Prediction::epsilon;
     return o;
 }
 
 namespace {
 
-sd::SamplerOptions prompt_sampler(const RunConfig& c, const sd::SamplePrompt& p) {
+diffusion::SamplerOptions prompt_sampler(const RunConfig& c, const diffusion::SamplePrompt& p) {
     const bool own = !p.sampler.empty();
     const std::string where = own ? gl::cat(*c.sample_prompts, ":", p.line, " --ss") : "--sample_sampler";
-    sd::SamplerOptions o = sample_sampler_options(own ? p.sampler : c.sample_sampler, c.v_parameterization, where);
+    diffusion::SamplerOptions o = sample_sampler_options(own ? p.sampler : c.sample_sampler, c.v_parameterization, where);
     try {
         o.validate();
     } catch (const gl::Error& e) {
@@ -40,12 +41,12 @@ sd::SamplerOptions prompt_sampler(const RunConfig& c, const sd::SamplePrompt& p)
 
 }  // namespace
 
-std::vector<sd::SamplePrompt> read_sample_prompts(const RunConfig& c) {
+std::vector<diffusion::SamplePrompt> read_sample_prompts(const RunConfig& c) {
     GL_CHECK(c.sample_prompts, "sampling: no --sample_prompts");
-    std::vector<sd::SamplePrompt> prompts;
+    std::vector<diffusion::SamplePrompt> prompts;
     try {
-        prompts = sd::read_prompt_file(*c.sample_prompts, sd::kohya_prompt_defaults());
-        for (const sd::SamplePrompt& p : prompts) prompt_sampler(c, p);
+        prompts = diffusion::read_prompt_file(*c.sample_prompts, diffusion::kohya_prompt_defaults());
+        for (const diffusion::SamplePrompt& p : prompts) prompt_sampler(c, p);
     } catch (const gl::Error& e) {
         gl::fail("--sample_prompts: ", e.what());
     }
@@ -55,7 +56,7 @@ std::vector<sd::SamplePrompt> read_sample_prompts(const RunConfig& c) {
 RunSampler::RunSampler(const RunConfig& c, const sd::Sd15Files& model, const StepOptions& step, uint64_t seed)
     : c_(c), prompts_(read_sample_prompts(c)), clip_skip_(step.clip_skip) {
     for (size_t i = 0; i < prompts_.size(); i++) {
-        const sd::SamplePrompt& p = prompts_[i];
+        const diffusion::SamplePrompt& p = prompts_[i];
         sd::GenerationParams g;
         g.prompt = p.prompt;
         g.negative = p.negative;
@@ -127,13 +128,13 @@ SampleEvent RunSampler::sample(int64_t step, std::optional<int64_t> epoch) {
     info.version = "sdtrain";
     for (size_t i = 0; i < requests_.size(); i++) {
         const sd::GenerationParams& g = requests_[i];
-        const std::vector<gl::io::Image> img = pipeline_->generate(g);
+        const std::vector<data::Bitmap> img = pipeline_->generate(g);
         char idx[24];
         std::snprintf(idx, sizeof idx, "%02zu", i);
         const std::string name = (c_.output_name ? *c_.output_name + "_" : std::string()) + num + "_" + idx + "_" +
                                  ts + "_" + std::to_string(g.seed) + ".png";
         const fs::path file = dir / name;
-        gl::io::write_png(file.string(), img.at(0), {{"parameters", sd::a1111_infotext(g, g.seed, info)}});
+        data::write_png(file.string(), img.at(0), {{"parameters", sd::a1111_infotext(g, g.seed, info)}});
         e.images.push_back(file.string());
         e.prompts.push_back(g.prompt);
     }

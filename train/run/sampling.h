@@ -1,6 +1,6 @@
 // Sample images while training, as kohya's sample_images does: the prompt file (--sample_prompts,
-// kohya's format: models/sd15/sampler_prompts.h) every N steps or N epochs (and before the first
-// step with --sample_at_first), through the text-to-image pipeline (models/sd15/pipeline.h) with
+// kohya's format: models/diffusion/sampler_prompts.h) every N steps or N epochs (and before the first
+// step with --sample_at_first), through the text-to-image pipeline (pipelines/pipeline.h) with
 // kohya's sampler presets. The pipeline runs in the trainer's shared memory: its graphs are planned
 // with the run's (the plan's peak includes sampling), the UNet and text encoder are the trainer's
 // copy, and the LoRA is the one being trained, read where the trainer keeps it.
@@ -15,19 +15,19 @@
 #include <string>
 #include <vector>
 
-#include "models/sd15/pipeline.h"
-#include "models/sd15/sampler_prompts.h"
+#include "models/diffusion/sampler_prompts.h"
+#include "pipelines/pipeline.h"
 #include "train/run/config.h"
 #include "train/run/observer.h"
 #include "train/step.h"
 
 namespace train {
 
-// The run's prompt file (--sample_prompts), read and checked: every line within sd::kSampleBounds
+// The run's prompt file (--sample_prompts), read and checked: every line within diffusion::kSampleBounds
 // and every sampler it uses (a line's --ss, else --sample_sampler) one sdtrain runs. Session reads
 // it before opening the model, so a bad line is refused before anything is loaded; gl::Error
 // naming the file, the line and the value.
-std::vector<sd::SamplePrompt> read_sample_prompts(const RunConfig& c);
+std::vector<diffusion::SamplePrompt> read_sample_prompts(const RunConfig& c);
 
 class RunSampler {
 public:
@@ -48,7 +48,7 @@ public:
 
 private:
     const RunConfig& c_;
-    std::vector<sd::SamplePrompt> prompts_;
+    std::vector<diffusion::SamplePrompt> prompts_;
     std::vector<sd::GenerationParams> requests_;
     std::unique_ptr<sd::Pipeline> pipeline_;
     std::vector<const gl::Plan*> plans_;
@@ -56,7 +56,7 @@ private:
     int clip_skip_ = 1;
 };
 
-// kohya's sample sampler name as ours: sd::parse_sampler_name with a message naming the option.
-sd::SamplerOptions sample_sampler_options(const std::string& name, bool v_prediction, const std::string& where);
+// kohya's sample sampler name as ours: diffusion::parse_sampler_name with a message naming the option.
+diffusion::SamplerOptions sample_sampler_options(const std::string& name, bool v_prediction, const std::string& where);
 
 }  // namespace train

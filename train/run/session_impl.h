@@ -8,6 +8,7 @@
 #include "data/latent_cache.h"
 #include "data/text_cache.h"
 #include "models/sd15/model_files.h"
+#include "pipelines/cache_encoders.h"
 #include "train/autofit.h"
 #include "train/run/graphs.h"
 #include "train/run/sampling.h"

@@ -118,7 +118,7 @@ bool Runner::cache() {
         if (dir) fs::create_directories(*dir);
         latent_cache_ = std::make_unique<data::LatentCache>(dir);
         const auto t = std::chrono::steady_clock::now();
-        data::VaeGraphEncoder enc(m_.model.vae_cfg, *m_.model.vae, "vae|" + identity,
+        sd::VaeGraphEncoder enc(m_.model.vae_cfg, *m_.model.vae, "vae|" + identity,
                                   c_.no_half_vae ? gl::DType::f32 : activation_dtype(m_.step.precision), m_.backend);
         data::CacheOptions o;
         o.vae_batch_size = c_.vae_batch_size;
@@ -148,7 +148,7 @@ bool Runner::cache() {
         const auto t = std::chrono::steady_clock::now();
         const int chunks = m_.step.clip_chunks;
         auto tok = m_.model.tokenizer;
-        data::ClipGraphEncoder enc(m_.model.clip_cfg, *m_.model.text_encoder, "clip|" + identity, m_.step.clip_skip,
+        sd::ClipGraphEncoder enc(m_.model.clip_cfg, *m_.model.text_encoder, "clip|" + identity, m_.step.clip_skip,
                                    chunks, activation_dtype(m_.step.precision), m_.backend,
                                    [tok, chunks](const std::string& s) { return tok->encode_chunks(s, 75 * chunks); });
         m_.message("caching text encoder outputs");
@@ -247,8 +247,8 @@ Micro Runner::prepare(const data::Batch& b) {
         rt.run();
         const std::vector<float> moments = rt.read_f32(gs.vae()[vi].graph->moments);
         std::vector<float> noise(moments.size() / 2);
-        sd::NoiseRng rng{m_.seed ^ kVaeNoiseStream, uint64_t(b.step) * 0x100000000ull};
-        sd::fill_normal(noise, rng);
+        diffusion::NoiseRng rng{m_.seed ^ kVaeNoiseStream, uint64_t(b.step) * 0x100000000ull};
+        diffusion::fill_normal(noise, rng);
         mi.latents = sd::vae_sample_latent(m_.model.vae_cfg, moments, noise);
     }
     const int chunks = m_.step.clip_chunks;

@@ -1,13 +1,12 @@
 // The pipeline's output side: the VAE decode (planned, per image or tiled when over the budget),
-// images and A1111's infotext.
+// images.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
-#include "models/sd15/pipeline.h"
-#include "models/sd15/pipeline_impl.h"
+#include "pipelines/pipeline.h"
+#include "pipelines/pipeline_impl.h"
 
 namespace sd {
 
@@ -43,32 +42,6 @@ std::vector<int> tile_starts(int n, int overlap) {
     std::vector<int> s;
     for (int i = 0; i < n; i += overlap) s.push_back(i);
     return s;
-}
-
-std::string fmt_number(double v) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.6g", v);
-    return b;
-}
-
-// A1111's quote(): values holding ',', '\n', ':' or '"' become a JSON string (non-ASCII kept).
-std::string quote(const std::string& v) {
-    if (v.find_first_of(",\n:\"") == std::string::npos) return v;
-    std::string q = "\"";
-    for (char c : v) {
-        if (c == '"' || c == '\\') q += '\\', q += c;
-        else if (c == '\n') q += "\\n";
-        else if (c == '\r') q += "\\r";
-        else if (c == '\t') q += "\\t";
-        else if ((unsigned char)c < 0x20) {
-            char u[8];
-            std::snprintf(u, sizeof u, "\\u%04x", unsigned(c));
-            q += u;
-        } else {
-            q += c;
-        }
-    }
-    return q + "\"";
 }
 
 }  // namespace
@@ -204,31 +177,18 @@ std::vector<float> Pipeline::decode(const std::vector<float>& latents, int batch
     return out;
 }
 
-std::vector<gl::io::Image> to_images(const std::vector<float>& pixels, int batch, int height, int width) {
+std::vector<data::Bitmap> to_images(const std::vector<float>& pixels, int batch, int height, int width) {
     const size_t per = size_t(height) * size_t(width) * 3;
     GL_CHECK(batch >= 1 && height >= 1 && width >= 1 && pixels.size() == per * size_t(batch), "to_images: ",
              pixels.size(), " values for ", batch, " images of ", width, "x", height, "x3");
-    std::vector<gl::io::Image> out;
+    std::vector<data::Bitmap> out;
     for (int b = 0; b < batch; b++) {
-        gl::io::Image im{width, height, 3, std::vector<uint8_t>(per)};
+        data::Bitmap im{width, height, 3, std::vector<uint8_t>(per)};
         for (size_t i = 0; i < per; i++)
             im.pixels[i] = uint8_t(std::nearbyint(std::clamp(pixels[size_t(b) * per + i], 0.0f, 1.0f) * 255.0f));
         out.push_back(std::move(im));
     }
     return out;
-}
-
-std::string a1111_infotext(const GenerationParams& p, uint64_t seed, const InfotextFields& f) {
-    std::string s = p.prompt;
-    for (const auto& [name, mult] : f.loras) s += gl::cat(s.empty() ? "" : " ", "<lora:", name, ":", fmt_number(mult), ">");
-    if (!p.negative.empty()) s += "\nNegative prompt: " + p.negative;
-    s += gl::cat("\nSteps: ", p.steps, ", Sampler: ", a1111_sampler_name(p.sampler.kind, p.sampler.karras),
-                 ", CFG scale: ", fmt_number(p.cfg_scale), ", Seed: ", seed, ", Size: ", p.width, "x", p.height);
-    if (!f.model_name.empty()) s += ", Model: " + quote(f.model_name);
-    if (p.sampler.kind == SamplerKind::ddim && p.sampler.eta > 0) s += ", Eta DDIM: " + fmt_number(p.sampler.eta);
-    if (f.clip_skip > 1) s += gl::cat(", Clip skip: ", f.clip_skip);
-    if (!f.version.empty()) s += ", Version: " + quote(f.version);
-    return s;
 }
 
 }  // namespace sd

@@ -1,24 +1,19 @@
 // VaeGraphEncoder: the VAE encoder's graphs, one per input shape, on one shared memory.
+#include "pipelines/cache_encoders.h"
+
 #include <chrono>
 
-#include "data/latent_cache.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/core/shared_memory.h"
 
-namespace data {
+namespace sd {
 
 namespace {
 double seconds_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 }  // namespace
-
-std::vector<float> LatentEncoder::moments(const std::vector<float>& x, int batch, int height, int width) {
-    GL_CHECK(batch > 0 && height > 0 && width > 0 && x.size() == size_t(batch) * size_t(height) * size_t(width) * 3,
-             "VAE encoder: ", x.size(), " values for ", batch, "x", height, "x", width, "x3");
-    return moments(x.data(), gl::DType::f32, EncoderShape{batch, height, width});
-}
 
 struct VaeGraphEncoder::Planned {
     gl::Graph g;
@@ -28,7 +23,7 @@ struct VaeGraphEncoder::Planned {
     std::unique_ptr<gl::Runtime> rt;  // on mem_, made on first use
 };
 
-VaeGraphEncoder::VaeGraphEncoder(sd::VaeConfig config, const gl::io::TensorSource& weights, std::string identity,
+VaeGraphEncoder::VaeGraphEncoder(VaeConfig config, const gl::io::TensorSource& weights, std::string identity,
                                  gl::DType dtype, gl::Backend backend)
     : config_(std::move(config)), weights_(weights), identity_(std::move(identity)), dtype_(dtype),
       backend_(gl::resolve_backend(backend)) {
@@ -38,12 +33,16 @@ VaeGraphEncoder::VaeGraphEncoder(sd::VaeConfig config, const gl::io::TensorSourc
 }
 VaeGraphEncoder::~VaeGraphEncoder() = default;
 
+data::LatentSpec VaeGraphEncoder::latent_spec() const {
+    return {config_.latent_channels, int(config_.downscale()), config_.scaling_factor, 0.0f};
+}
+
 void VaeGraphEncoder::release() {
     shapes_.clear();  // the runtimes first: they hold the memory
     mem_.reset();
 }
 
-VaeGraphEncoder::Planned& VaeGraphEncoder::planned(const EncoderShape& s) {
+VaeGraphEncoder::Planned& VaeGraphEncoder::planned(const data::EncoderShape& s) {
     const int64_t f = config_.downscale();
     GL_CHECK(s.batch > 0 && s.height > 0 && s.width > 0 && s.height % f == 0 && s.width % f == 0,
              "VAE encoder: input ", s.batch, "x", s.height, "x", s.width, " must be positive multiples of ", f);
@@ -52,7 +51,7 @@ VaeGraphEncoder::Planned& VaeGraphEncoder::planned(const EncoderShape& s) {
         auto n = std::make_unique<Planned>();
         n->w = std::make_unique<nn::Weights>(n->g, dtype_);
         n->x = n->g.input("x", dtype_, {s.batch, s.height, s.width, config_.in_channels});
-        n->moments = sd::vae_encode(*n->w, config_, n->x).moments;
+        n->moments = vae_encode(*n->w, config_, n->x).moments;
         n->g.mark_output(n->moments);
         n->plan = std::make_unique<gl::Plan>(gl::make_plan(n->g));
         p = std::move(n);
@@ -77,7 +76,7 @@ void VaeGraphEncoder::lay_out() {
     for (const auto& [s, p] : shapes_) plans.push_back(p->plan.get());
     mem_ = gl::make_shared_memory(gl::make_shared_layout(plans, backend_ == gl::Backend::cuda ? "cuda" : "cpu"));
     Planned& first = *shapes_.begin()->second;  // every shape holds all the encoder's weights
-    sd::load_vae(*first.w, config_, weights_, runtime(first));
+    load_vae(*first.w, config_, weights_, runtime(first));
     weight_loads_++;
 }
 
@@ -89,15 +88,15 @@ gl::Runtime& VaeGraphEncoder::runtime(Planned& p) {
     return *p.rt;
 }
 
-void VaeGraphEncoder::prepare(const std::vector<EncoderShape>& shapes) {
+void VaeGraphEncoder::prepare(const std::vector<data::EncoderShape>& shapes) {
     const auto t0 = std::chrono::steady_clock::now();
     bool fit = true;
-    for (const EncoderShape& s : shapes) fit &= fits(planned(s));
+    for (const data::EncoderShape& s : shapes) fit &= fits(planned(s));
     if (!fit && !shapes_.empty()) lay_out();
     times_.setup += seconds_since(t0);
 }
 
-std::vector<float> VaeGraphEncoder::moments(const void* x, gl::DType t, const EncoderShape& s) {
+std::vector<float> VaeGraphEncoder::moments(const void* x, gl::DType t, const data::EncoderShape& s) {
     GL_CHECK(x != nullptr && (t == gl::DType::f32 || t == gl::DType::bf16 || t == gl::DType::f16),
              "VAE encoder: the input must be f32, bf16 or f16 values");
     auto it = shapes_.find(s);
@@ -125,13 +124,24 @@ std::vector<float> VaeGraphEncoder::moments(const void* x, gl::DType t, const En
     return out;
 }
 
+std::vector<float> VaeGraphEncoder::moments(const std::vector<float>& x, int batch, int height, int width) {
+    GL_CHECK(batch > 0 && height > 0 && width > 0 && x.size() == size_t(batch) * size_t(height) * size_t(width) * 3,
+             "VAE encoder: ", x.size(), " values for ", batch, "x", height, "x", width, "x3");
+    return moments(x.data(), gl::DType::f32, data::EncoderShape{batch, height, width});
+}
+
+std::vector<float> VaeGraphEncoder::encode(const void* x, gl::DType t, const data::EncoderShape& s,
+                                           std::span<const float> noise) {
+    return vae_sample_latent(config_, moments(x, t, s), noise);
+}
+
 void VaeGraphEncoder::set_profiling(bool on) {
     profiling_ = on;
     for (auto& [s, p] : shapes_)
         if (p->rt) p->rt->set_profiling(on);
 }
 
-std::string VaeGraphEncoder::profile_report(const EncoderShape& s, size_t top) const {
+std::string VaeGraphEncoder::profile_report(const data::EncoderShape& s, size_t top) const {
     auto it = shapes_.find(s);
     GL_CHECK(it != shapes_.end() && it->second->rt, "VAE encoder: no runtime for ", s.batch, "x", s.height, "x",
              s.width, " to report on");
@@ -140,4 +150,4 @@ std::string VaeGraphEncoder::profile_report(const EncoderShape& s, size_t top) c
 
 std::string VaeGraphEncoder::memory_report() const { return mem_ ? mem_->layout().report() : std::string(); }
 
-}  // namespace data
+}  // namespace sd

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "models/sd15/noise.h"
+#include "models/diffusion/noise.h"
 
-namespace sd {
+namespace diffusion {
 
 enum class SamplerKind : uint8_t {
     ddim,             // DDIMScheduler
@@ -119,4 +119,4 @@ private:
     void run_two_stage(std::span<float> x, const ModelFn& model, const StepFn& on_step) const;
 };
 
-}  // namespace sd
+}  // namespace diffusion

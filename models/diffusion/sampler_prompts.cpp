@@ -1,4 +1,4 @@
-#include "models/sd15/sampler_prompts.h"
+#include "models/diffusion/sampler_prompts.h"
 
 #include <algorithm>
 #include <charconv>
@@ -7,9 +7,9 @@
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/io/files.h"
-#include "models/sd15/sampler.h"
+#include "models/diffusion/sampler.h"
 
-namespace sd {
+namespace diffusion {
 
 namespace {
 
@@ -175,4 +175,4 @@ std::vector<SamplePrompt> read_prompt_file(const std::string& path, const Sample
     return out;
 }
 
-}  // namespace sd
+}  // namespace diffusion

@@ -1,3 +1,6 @@
+// The backward driver declared in core/autodiff.h. It lives with the ops because it builds nodes
+// of particular ops (the seed gradient, casts back to an input's dtype, sums of gradients) with the
+// builder API, as every backward rule does; core names no particular op.
 #include "ggml-lite/core/autodiff.h"
 
 #include "ggml-lite/core/error.h"

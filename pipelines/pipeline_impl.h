@@ -11,7 +11,7 @@
 #include "ggml-lite/core/shared_memory.h"
 #include "ggml-lite/io/tensor_source.h"
 #include "lora/lora.h"
-#include "models/sd15/pipeline.h"
+#include "pipelines/pipeline.h"
 
 namespace sd {
 

@@ -11,10 +11,10 @@
 #include <utility>
 #include <vector>
 
-namespace gl::io {
+namespace data {
 
-// 8-bit pixels, rows top to bottom, channels interleaved (1 grey, 3 RGB, 4 RGBA).
-struct Image {
+// 8-bit pixels, rows top to bottom, channels interleaved (1 grey, 3 RGB, 4 RGBA): what is written.
+struct Bitmap {
     int width = 0, height = 0, channels = 3;
     std::vector<uint8_t> pixels;  // width * height * channels
 };
@@ -24,13 +24,13 @@ using TextChunks = std::vector<std::pair<std::string, std::string>>;  // (keywor
 // The PNG file's bytes. Throws gl::Error for an inconsistent image (sizes, channel count, pixel
 // count) or an invalid keyword (1..79 printable Latin-1 characters, no leading / trailing / double
 // spaces, as the PNG specification requires).
-std::vector<uint8_t> encode_png(const Image& img, const TextChunks& text = {});
+std::vector<uint8_t> encode_png(const Bitmap& img, const TextChunks& text = {});
 
 // Writes the PNG atomically (temporary file in the same folder, fsync, rename): `path` is the
 // old file or the complete new one. Throws gl::Error naming the path.
-void write_png(const std::string& path, const Image& img, const TextChunks& text = {});
+void write_png(const std::string& path, const Bitmap& img, const TextChunks& text = {});
 
-// What a PNG's chunks say, pixels not decoded (data/image.h decodes images, with libpng).
+// What a PNG's chunks say, pixels not decoded (image.h decodes images).
 struct PngInfo {
     int width = 0, height = 0;
     int bit_depth = 0, color_type = 0;  // IHDR's
@@ -44,10 +44,4 @@ struct PngInfo {
 PngInfo read_png_info(const std::vector<uint8_t>& bytes, const std::string& origin);
 PngInfo read_png_info(const std::string& path);
 
-// Tiles images row by row into a grid of `cols` columns. cols 0 lays them out as A1111's grids
-// do by default: round(sqrt(n)) rows of as many columns as needed (2 -> 1x2, 3 and 4 -> 2x2,
-// 5 and 6 -> 2x3, 7 to 9 -> 3x3). Every cell is as large as the largest image, each image centred
-// in its cell, the rest black. All images must have the same channel count.
-Image make_grid(const std::vector<Image>& images, int cols = 0);
-
-}  // namespace gl::io
+}  // namespace data

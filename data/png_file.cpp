@@ -1,8 +1,7 @@
-#include "ggml-lite/io/png.h"
+#include "data/png_file.h"
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -20,7 +19,7 @@
 #include <stb/stb_image_write.h>
 #pragma GCC diagnostic pop
 
-namespace gl::io {
+namespace data {
 
 namespace {
 
@@ -100,7 +99,7 @@ bool split_keyword(const uint8_t* p, size_t n, std::string& key, size_t& rest) {
 
 }  // namespace
 
-std::vector<uint8_t> encode_png(const Image& img, const TextChunks& text) {
+std::vector<uint8_t> encode_png(const Bitmap& img, const TextChunks& text) {
     GL_CHECK(img.width > 0 && img.height > 0 && img.width <= 65535 && img.height <= 65535, "png: image size ",
              img.width, "x", img.height, " must be 1..65535 on each side");
     GL_CHECK(img.channels >= 1 && img.channels <= 4, "png: ", img.channels, " channels (1 to 4 supported)");
@@ -127,14 +126,14 @@ std::vector<uint8_t> encode_png(const Image& img, const TextChunks& text) {
     return png;
 }
 
-void write_png(const std::string& path, const Image& img, const TextChunks& text) {
+void write_png(const std::string& path, const Bitmap& img, const TextChunks& text) {
     std::vector<uint8_t> bytes;
     try {
         bytes = encode_png(img, text);
-    } catch (const Error& e) {
-        fail(path, ": ", e.what());
+    } catch (const gl::Error& e) {
+        gl::fail(path, ": ", e.what());
     }
-    write_file_atomic(path, bytes.data(), bytes.size());
+    gl::io::write_file_atomic(path, bytes.data(), bytes.size());
 }
 
 int PngInfo::channels() const {
@@ -196,40 +195,4 @@ PngInfo read_png_info(const std::string& path) {
     return read_png_info(bytes, path);
 }
 
-Image make_grid(const std::vector<Image>& images, int cols) {
-    GL_CHECK(!images.empty(), "image grid: no images");
-    const int n = int(images.size());
-    if (cols <= 0) {  // A1111's default layout: round(sqrt(n)) rows
-        const int rows = int(std::lround(std::sqrt(double(n))));
-        cols = (n + rows - 1) / rows;
-    }
-    cols = std::min(cols, n);
-    const int rows = (n + cols - 1) / cols;
-    int cw = 0, ch = 0;
-    for (const Image& im : images) {
-        GL_CHECK(im.channels == images.front().channels, "image grid: images with ", images.front().channels, " and ",
-                 im.channels, " channels");
-        GL_CHECK(im.pixels.size() == size_t(im.width) * size_t(im.height) * size_t(im.channels),
-                 "image grid: an image's pixel count does not match its size");
-        cw = std::max(cw, im.width);
-        ch = std::max(ch, im.height);
-    }
-    Image g;
-    g.channels = images.front().channels;
-    GL_CHECK(int64_t(cw) * cols <= 65535 && int64_t(ch) * rows <= 65535, "image grid: ", cols, "x", rows, " cells of ",
-             cw, "x", ch, " exceed 65535 pixels on a side");
-    g.width = cw * cols;
-    g.height = ch * rows;
-    g.pixels.assign(size_t(g.width) * size_t(g.height) * size_t(g.channels), 0);
-    for (int i = 0; i < n; i++) {
-        const Image& im = images[size_t(i)];
-        const size_t x0 = size_t(i % cols) * size_t(cw) + size_t(cw - im.width) / 2,
-                     y0 = size_t(i / cols) * size_t(ch) + size_t(ch - im.height) / 2, c = size_t(g.channels);
-        for (size_t y = 0; y < size_t(im.height); y++)
-            std::memcpy(&g.pixels[((y0 + y) * size_t(g.width) + x0) * c], &im.pixels[y * size_t(im.width) * c],
-                        size_t(im.width) * c);
-    }
-    return g;
-}
-
-}  // namespace gl::io
+}  // namespace data

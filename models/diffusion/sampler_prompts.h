@@ -27,7 +27,7 @@
 #include <string_view>
 #include <vector>
 
-namespace sd {
+namespace diffusion {
 
 // The bounds of one sampling request, for prompt files and the tools' flags alike (gl-txt2img's
 // -W -H --steps --cfg --batch --seed): a value outside them is refused, never clamped.
@@ -73,4 +73,4 @@ std::vector<SamplePrompt> read_prompt_file(const std::string& path, const Sample
 // starts with `where` and names the value.
 void validate_prompt(const SamplePrompt& p, const std::string& where);
 
-}  // namespace sd
+}  // namespace diffusion

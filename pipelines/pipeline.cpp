@@ -1,9 +1,8 @@
-#include "models/sd15/pipeline.h"
+#include "pipelines/pipeline.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <iterator>
 #include <set>
 
@@ -13,9 +12,10 @@
 #include "ggml-lite/ops/builder.h"
 #include "lora/file_modules.h"
 #include "lora/kohya.h"
-#include "models/sd15/noise.h"
-#include "models/sd15/pipeline_impl.h"
-#include "models/sd15/sampler_prompts.h"
+#include "lora/merge_file.h"
+#include "models/diffusion/noise.h"
+#include "models/diffusion/sampler_prompts.h"
+#include "pipelines/pipeline_impl.h"
 
 namespace sd {
 
@@ -226,17 +226,6 @@ GraphBuilder Pipeline::Impl::vae_builder(const Sd15Files& f, int batch, int h, i
 
 // ---- construction: the holders and the LoRA files ----
 
-LoraFile parse_lora_file(const std::string& arg) {
-    const size_t colon = arg.rfind(':');
-    if (colon != std::string::npos && colon + 1 < arg.size()) {
-        const std::string m = arg.substr(colon + 1);
-        char* end = nullptr;
-        const float v = std::strtof(m.c_str(), &end);
-        if (end && *end == '\0') return {arg.substr(0, colon), v};
-    }
-    return {arg, 1.0f};
-}
-
 Pipeline::Pipeline(Sd15Files model, PipelineOptions opt)
     : model_(std::move(model)), opt_(std::move(opt)), impl_(std::make_unique<Impl>()) {
     GL_CHECK(opt_.clip_skip >= 1 && opt_.clip_skip <= model_.clip_cfg.layers, "pipeline: clip_skip ", opt_.clip_skip,
@@ -308,7 +297,7 @@ Pipeline::~Pipeline() = default;
 
 void Pipeline::validate(const GenerationParams& p) const {
     const int px = int(model_.vae_cfg.downscale());
-    const SampleBounds& b = kSampleBounds;
+    const diffusion::SampleBounds& b = diffusion::kSampleBounds;
     for (const auto& [name, v] : {std::pair{"width", p.width}, std::pair{"height", p.height}})
         GL_CHECK(v >= px && v <= b.side_max && v % px == 0, name, " ", v, " must be a multiple of ", px, " in [", px,
                  ", ", b.side_max, "] (the VAE's ", px, "x downsampling)");
@@ -326,8 +315,8 @@ std::vector<float> Pipeline::seed_noise(const GenerationParams& p) const {
     const size_t per = size_t(p.height) / ds * (size_t(p.width) / ds) * size_t(model_.vae_cfg.latent_channels);
     std::vector<float> x(per * size_t(p.batch));
     for (int b = 0; b < p.batch; b++) {
-        NoiseRng rng{p.seed + uint64_t(b), 0};
-        fill_normal(std::span<float>(x).subspan(size_t(b) * per, per), rng);
+        diffusion::NoiseRng rng{p.seed + uint64_t(b), 0};
+        diffusion::fill_normal(std::span<float>(x).subspan(size_t(b) * per, per), rng);
     }
     return x;
 }
@@ -428,13 +417,13 @@ std::vector<float> Pipeline::denoise(const GenerationParams& p, std::vector<floa
     // runs until the loop is done, so the context is written once.
     u.rt->write_f32(u.io.in[2], context);
 
-    const Sampler sampler(p.sampler, p.steps);
+    const diffusion::Sampler sampler(p.sampler, p.steps);
     // Each image's sampler noise continues its seed's stream after the initial noise (two draws
     // per value), so an image is the same whatever batch it was made in.
-    std::vector<NoiseRng> rngs;
-    for (int b = 0; b < B; b++) rngs.push_back(NoiseRng{p.seed + uint64_t(b), 2 * uint64_t(per)});
+    std::vector<diffusion::NoiseRng> rngs;
+    for (int b = 0; b < B; b++) rngs.push_back(diffusion::NoiseRng{p.seed + uint64_t(b), 2 * uint64_t(per)});
     auto noise = [&](std::span<float> z) {
-        for (int b = 0; b < B; b++) fill_normal(z.subspan(size_t(b) * per, per), rngs[size_t(b)]);
+        for (int b = 0; b < B; b++) diffusion::fill_normal(z.subspan(size_t(b) * per, per), rngs[size_t(b)]);
     };
     std::vector<float> in(per * size_t(N)), ts(static_cast<size_t>(N));
     int calls = 0;
@@ -456,7 +445,7 @@ std::vector<float> Pipeline::denoise(const GenerationParams& p, std::vector<floa
     return x;
 }
 
-std::vector<gl::io::Image> Pipeline::generate(const GenerationParams& p, const std::vector<float>* initial_noise,
+std::vector<data::Bitmap> Pipeline::generate(const GenerationParams& p, const std::vector<float>* initial_noise,
                                               const std::function<void(int, int)>& on_step) {
     return to_images(generate_pixels(p, initial_noise, on_step), p.batch, p.height, p.width);
 }

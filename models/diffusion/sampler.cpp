@@ -1,11 +1,11 @@
-#include "models/sd15/sampler.h"
+#include "models/diffusion/sampler.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "ggml-lite/core/error.h"
 
-namespace sd {
+namespace diffusion {
 
 namespace {
 
@@ -461,4 +461,4 @@ void Sampler::run_two_stage(std::span<float> x, const ModelFn& model, const Step
     }
 }
 
-}  // namespace sd
+}  // namespace diffusion

@@ -1,6 +1,6 @@
 // Text-to-image with SD1.5 (gl-txt2img, sdtrain's sample images): the CLIP text encoder, the UNet
-// driven by a sampler (sampler.h) with classifier-free guidance, and the VAE decoder, each a
-// forward-only graph planned like any other graph.
+// driven by a sampler (models/diffusion/sampler.h) with classifier-free guidance, and the VAE
+// decoder, each a forward-only graph planned like any other graph.
 //
 // What it computes, as diffusers' StableDiffusionPipeline does:
 //   context = text_encoder(negative prompt), text_encoder(prompt)       (once per request)
@@ -43,13 +43,13 @@
 #include <tuple>
 #include <vector>
 
+#include "data/png_file.h"
 #include "ggml-lite/core/quant.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/core/shared_memory.h"
-#include "ggml-lite/io/png.h"
 #include "lora/lora.h"
+#include "models/diffusion/sampler.h"
 #include "models/sd15/model_files.h"
-#include "models/sd15/sampler.h"
 
 namespace sd {
 
@@ -57,9 +57,6 @@ struct LoraFile {
     std::string path;
     float multiplier = 1.0f;
 };
-// A command line's "FILE[:MULT]": the part after the last ':' is the multiplier when all of it reads
-// as a number ("a.safetensors:0.8"); otherwise the whole argument is the path, at multiplier 1.
-LoraFile parse_lora_file(const std::string& arg);
 
 struct PipelineOptions {
     gl::Backend backend = gl::Backend::automatic;  // CUDA when available, else the CPU
@@ -87,7 +84,7 @@ struct GenerationParams {
     int width = 512, height = 512;  // pixels: multiples of 8 times the UNet's size multiple
     double cfg_scale = 7.5;
     int steps = 30;
-    SamplerOptions sampler;
+    diffusion::SamplerOptions sampler;
     uint64_t seed = 0;  // image b of the batch uses seed + b
     int batch = 1;
 };
@@ -141,7 +138,7 @@ public:
     // batch x h/8 x w/8 x 4, f32) instead of the seeds' (tests inject diffusers' latents); the
     // sampler's own noise (ancestral, eta) still comes from the seeds. on_step(k, calls) is called
     // after every model call.
-    std::vector<gl::io::Image> generate(const GenerationParams& p, const std::vector<float>* initial_noise = nullptr,
+    std::vector<data::Bitmap> generate(const GenerationParams& p, const std::vector<float>* initial_noise = nullptr,
                                         const std::function<void(int, int)>& on_step = {});
 
     // generate() before quantisation: images in [0, 1], NHWC [B, H, W, 3]; the final latents
@@ -200,18 +197,6 @@ private:
 };
 
 // RGB u8 images from [0, 1] floats [B, H, W, 3] (round(255 x), as diffusers' numpy_to_pil).
-std::vector<gl::io::Image> to_images(const std::vector<float>& pixels, int batch, int height, int width);
-
-// A1111's generation-parameters text ("infotext"), which A1111's PNG Info tab, ComfyUI and image
-// sites read back: the prompt (with <lora:name:multiplier> tags), "Negative prompt: ..." when there
-// is one, then "Steps: 20, Sampler: Euler a, CFG scale: 7.5, Seed: 1, Size: 512x512, Model: name,
-// ..." with values holding ',', ':' or '"' quoted.
-struct InfotextFields {
-    std::string model_name;  // the checkpoint's file or folder name without extension
-    std::vector<std::pair<std::string, float>> loras;  // (name, multiplier)
-    int clip_skip = 1;
-    std::string version;  // "Version" field; "" omits it
-};
-std::string a1111_infotext(const GenerationParams& p, uint64_t seed, const InfotextFields& f);
+std::vector<data::Bitmap> to_images(const std::vector<float>& pixels, int batch, int height, int width);
 
 }  // namespace sd

@@ -1,4 +1,4 @@
-#include "models/sd15/noise.h"
+#include "models/diffusion/noise.h"
 
 #include <cmath>
 #include <limits>
@@ -8,7 +8,7 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/ops/rng.h"
 
-namespace sd {
+namespace diffusion {
 
 uint64_t NoiseRng::next_u64() { return gl::rng_hash(seed, counter++); }
 
@@ -117,4 +117,4 @@ void fill_normal(std::span<float> out, NoiseRng& rng) {
     for (float& v : out) v = float(rng.normal());
 }
 
-}  // namespace sd
+}  // namespace diffusion

@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-namespace sd {
+namespace diffusion {
 
 // What the UNet is trained to predict: the noise (SD1.5) or v = sqrt(ac) noise - sqrt(1 - ac) x0.
 enum class Prediction { epsilon, v_prediction };
@@ -58,4 +58,4 @@ struct DdpmSchedule {
 // Fills `out` with independent N(0, 1) values.
 void fill_normal(std::span<float> out, NoiseRng& rng);
 
-}  // namespace sd
+}  // namespace diffusion

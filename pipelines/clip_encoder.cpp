@@ -1,0 +1,67 @@
+// ClipGraphEncoder: the CLIP text encoder's graph, one per batch size.
+#include "pipelines/cache_encoders.h"
+
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/core/planner.h"
+#include "models/sd15/tokenizer.h"
+
+namespace sd {
+
+struct ClipGraphEncoder::Shape {
+    int batch;
+    gl::Graph g;
+    std::unique_ptr<nn::Weights> w;
+    gl::ValueId ids, hidden;
+    std::unique_ptr<gl::Runtime> rt;
+};
+
+ClipGraphEncoder::ClipGraphEncoder(ClipConfig config, const gl::io::TensorSource& weights, std::string identity,
+                                   int clip_skip, int n_chunks, gl::DType dtype,
+                                   gl::Backend backend, Tokenize tokenize)
+    : config_(config), weights_(weights), identity_(std::move(identity)), clip_skip_(clip_skip),
+      n_chunks_(n_chunks), dtype_(dtype), backend_(backend), tokenize_(std::move(tokenize)) {
+    GL_CHECK(n_chunks >= 1 && n_chunks <= 3, "text encoder: 1 to 3 chunks of 75 tokens, got ", n_chunks);
+    GL_CHECK(clip_skip >= 1 && clip_skip <= config.layers, "text encoder: clip_skip ", clip_skip, " out of range");
+    if (!tokenize_) {
+        const int max_tokens = 75 * n_chunks;
+        tokenize_ = [max_tokens](const std::string& s) {
+            return ClipTokenizer::builtin().encode_chunks(s, max_tokens);
+        };
+    }
+}
+ClipGraphEncoder::~ClipGraphEncoder() = default;
+
+std::string ClipGraphEncoder::identity() const {
+    return gl::cat(identity_, "|clip_skip ", clip_skip_, "|chunks ", n_chunks_);
+}
+
+void ClipGraphEncoder::release() { current_.reset(); }
+
+std::vector<float> ClipGraphEncoder::encode(const std::vector<std::string>& captions) {
+    const int b = int(captions.size());
+    GL_CHECK(b >= 1, "text encoder: no captions");
+    if (!current_ || current_->batch != b) {
+        current_.reset();
+        auto s = std::make_unique<Shape>();
+        s->batch = b;
+        s->w = std::make_unique<nn::Weights>(s->g, dtype_);
+        s->ids = s->g.input("ids", gl::DType::i32, {int64_t(b) * n_chunks_, 77});
+        s->hidden = build_clip_chunked(*s->w, s->g, s->ids, n_chunks_, config_, clip_skip_);
+        s->g.mark_output(s->hidden);
+        s->rt = gl::make_runtime(gl::make_plan(s->g), backend_);
+        load_clip(*s->w, weights_, *s->rt);
+        current_ = std::move(s);
+    }
+    std::vector<int32_t> ids;
+    for (const std::string& c : captions) {
+        const std::vector<int32_t> one = tokenize_(c);
+        GL_CHECK(one.size() == size_t(77) * n_chunks_, "text encoder: the tokenizer gave ", one.size(), " ids, not ",
+                 77 * n_chunks_);
+        ids.insert(ids.end(), one.begin(), one.end());
+    }
+    current_->rt->write(current_->ids, ids.data(), gl::DType::i32);
+    current_->rt->run();
+    return current_->rt->read_f32(current_->hidden);
+}
+
+}  // namespace sd
