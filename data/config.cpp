@@ -15,6 +15,7 @@ namespace {
 enum class Kind { boolean, integer, number, string, reso };
 enum class Scope {
     subset_only,  // only in [[datasets.subsets]]
+    subset_or_command_line,  // in [[datasets.subsets]], or on the command line for all (kohya's argparse fallback)
     subset,       // a subset setting that a dataset, [general] or the command line may give for all
     dataset,      // a dataset setting: [[datasets]], [general] or the command line
 };
@@ -27,7 +28,7 @@ struct Key {
 constexpr Key kKeys[] = {
     {"image_dir", Kind::string, Scope::subset_only},
     {"is_reg", Kind::boolean, Scope::subset_only},
-    {"alpha_mask", Kind::boolean, Scope::subset_only},
+    {"alpha_mask", Kind::boolean, Scope::subset_or_command_line},
     {"num_repeats", Kind::integer, Scope::subset},
     {"class_tokens", Kind::string, Scope::subset},
     {"caption_extension", Kind::string, Scope::subset},
@@ -89,7 +90,7 @@ bool fits(const ConfigValue& v, Kind k) {
 }
 
 // Checks every key of one level: known, allowed there, of the right type.
-void validate_level(const ConfigLevel& level, const std::string& where, bool is_subset) {
+void validate_level(const ConfigLevel& level, const std::string& where, bool is_subset, bool is_command_line = false) {
     for (const auto& entry : level) {
         const std::string& name = entry.first;
         const ConfigValue& value = entry.second;
@@ -100,6 +101,8 @@ void validate_level(const ConfigLevel& level, const std::string& where, bool is_
         GL_CHECK(k, where, ": unknown key '", name, "'");
         GL_CHECK(is_subset || k->scope != Scope::subset_only, where, ": '", name,
                  "' belongs in a [[datasets.subsets]] table");
+        GL_CHECK(is_subset || is_command_line || k->scope != Scope::subset_or_command_line, where, ": '", name,
+                 "' belongs in a [[datasets.subsets]] table (or on the command line)");
         GL_CHECK(!is_subset || k->scope != Scope::dataset, where, ": '", name,
                  "' is a dataset setting, not a subset one");
         GL_CHECK(fits(value, k->kind), where, ": '", name, "' must be ", kind_name(k->kind));
@@ -237,7 +240,7 @@ std::vector<DatasetConfig> parse_dataset_config(const std::string& text, const s
         GL_CHECK(key == "general" || key == "datasets", name, ": unknown top-level key '", key,
                  "' (expected [general] and [[datasets]])");
     }
-    validate_level(command_line, "command line", false);
+    validate_level(command_line, "command line", false, true);
     ConfigLevel general;
     if (const toml::node* g = root.get("general")) {
         GL_CHECK(g->is_table(), name, ": [general] must be a table");
@@ -280,7 +283,7 @@ std::vector<DatasetConfig> load_dataset_config(const fs::path& file, const Confi
 
 DatasetConfig folder_dataset_config(const fs::path& train_dir, const std::optional<fs::path>& reg_dir,
                                     const ConfigLevel& command_line, std::vector<std::string>& warnings) {
-    validate_level(command_line, "command line", false);
+    validate_level(command_line, "command line", false, true);
     Levels dlev{{&command_line}, {"command line"}};
     DatasetConfig d = make_dataset(dlev);
     auto scan = [&](const fs::path& base, bool is_reg) {

@@ -28,10 +28,10 @@ std::vector<float> ref_mse(const std::vector<float>& p, const std::vector<float>
     return {float(total / B)};
 }
 
-// Expected weighted_loss outputs {loss, per-sample}: mean_b w[b] * mean_i l(p - t), in double,
-// l written out separately from ops/loss_math.h.
+// Expected weighted_loss outputs {loss, per-sample}: mean_b w[b] * mean_i m_i l(p - t), in double,
+// l written out separately from ops/loss_math.h; the mask m (optional) has one value per C elements.
 Leaves ref_wloss(LossKind k, const std::vector<float>& p, const std::vector<float>& t, const std::vector<float>* w,
-                 const std::vector<float>* c, int B) {
+                 const std::vector<float>* c, int B, const std::vector<float>* m = nullptr, size_t C = 1) {
     const size_t M = p.size() / size_t(B);
     std::vector<float> per;
     double total = 0;
@@ -39,9 +39,14 @@ Leaves ref_wloss(LossKind k, const std::vector<float>& p, const std::vector<floa
         double s = 0;
         for (size_t i = b * M; i < (b + 1) * M; i++) {
             const double d = double(p[i]) - double(t[i]);
-            if (k == LossKind::l2) s += d * d;
-            else if (k == LossKind::l1) s += std::fabs(d);
-            else s += 2.0 * (*c)[b] * (std::sqrt(d * d + double((*c)[b]) * (*c)[b]) - (*c)[b]);
+            double l = 0;
+            if (k == LossKind::l2) l = d * d;
+            else if (k == LossKind::l1) l = std::fabs(d);
+            else {
+                const double cb = (*c)[b], r = std::sqrt(d * d + cb * cb) - cb;
+                l = k == LossKind::smooth_l1 ? 2.0 * r : 2.0 * cb * r;
+            }
+            s += m ? l * double((*m)[i / C]) : l;
         }
         per.push_back(float(s / double(M)));
         total += (w ? double((*w)[b]) : 1.0) * s / double(M);
@@ -212,6 +217,51 @@ Register r({
          return r;
      },
      1e-6},
+    {"weighted_loss", "smooth_l1 and masked losses of every kind: values", [](CaseBuilder& b) {
+         ValueId p = b.c("pred", {3, 2, 2, 2}, -2.0f, 2.0f);
+         ValueId t = b.c("target", {3, 2, 2, 2});
+         ValueId w = b.c("w", {3}, 0.0f, 2.0f);
+         ValueId c = b.c("huber_c", {3}, 0.05f, 1.0f);
+         ValueId m = b.c("mask", {3, 2, 2, 1}, 0.0f, 1.0f);
+         for (LossKind k : {LossKind::l2, LossKind::l1, LossKind::huber, LossKind::smooth_l1})
+             for (ValueId mk : {kNoValue, m}) {
+                 ValueId loss = weighted_loss(b.g, k, p, t, w, loss_takes_huber_c(k) ? c : kNoValue, mk);
+                 b.out(loss);
+                 b.out(weighted_loss_per_sample(b.g, loss));
+             }
+     },
+     // a mask with the channels kept
+     [](Graph& g) {
+         weighted_loss(g, LossKind::l2, f32(g, {2, 3}), g.input("t", DType::f32, {2, 3}), kNoValue, kNoValue,
+                       g.input("m", DType::f32, {2, 3}));
+     },
+     [](const Leaves& in) {
+         Leaves r;
+         for (LossKind k : {LossKind::l2, LossKind::l1, LossKind::huber, LossKind::smooth_l1})
+             for (const std::vector<float>* m : {static_cast<const std::vector<float>*>(nullptr), &in[4]})
+                 for (auto& v : ref_wloss(k, in[0], in[1], &in[2], &in[3], 3, m, 2)) r.push_back(v);
+         return r;
+     },
+     1e-6},
+    {"weighted_loss", "smooth_l1 with huber_c, weights and a mask: gradients", [](CaseBuilder& b) {
+         ValueId p = b.x("pred", {2, 3, 2, 2}, -2.0f, 2.0f);
+         ValueId loss = weighted_loss(b.g, LossKind::smooth_l1, p, b.c("target", {2, 3, 2, 2}),
+                                      b.x("w", {2}, 0.5f, 1.5f), b.c("huber_c", {2}, 0.1f, 1.0f),
+                                      b.c("mask", {2, 3, 2, 1}, 0.0f, 1.0f));
+         b.out(loss);
+         b.out(weighted_loss_per_sample(b.g, loss));
+     },
+     // smooth_l1 without its huber_c
+     [](Graph& g) { weighted_loss(g, LossKind::smooth_l1, f32(g, {2, 3}), g.input("t", DType::f32, {2, 3})); }},
+    {"weighted_loss", "masked l2 over NHWC: gradients", [](CaseBuilder& b) {
+         b.out(weighted_loss(b.g, LossKind::l2, b.x("pred", {2, 2, 3, 4}), b.c("target", {2, 2, 3, 4}), kNoValue,
+                             kNoValue, b.c("mask", {2, 2, 3, 1}, 0.0f, 1.0f)));
+     },
+     // a mask of another batch
+     [](Graph& g) {
+         weighted_loss(g, LossKind::l2, f32(g, {2, 3, 2}), g.input("t", DType::f32, {2, 3, 2}), kNoValue, kNoValue,
+                       g.input("m", DType::f32, {3, 3, 1}));
+     }},
     {"weighted_loss", "pseudo-Huber is ~l2 for small d and ~2c|d| for large d", [](CaseBuilder& b) {
          ValueId p = b.c("pred", {2, 2});
          ValueId c = b.c("huber_c", {2});

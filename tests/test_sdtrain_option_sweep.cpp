@@ -71,8 +71,10 @@ bool is_integer(const train::Option& o) { return o.numeric && o.type != "NUMBER"
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// kohya turns these off when <= 0 (a note, as kohya warns): negative values are theirs.
-const std::set<std::string> kTakesNegative = {"sample_every_n_steps", "sample_every_n_epochs"};
+// kohya turns the sampling intervals off when <= 0 (a note, as kohya warns), and takes any float for
+// the noise variants: negative values are theirs.
+const std::set<std::string> kTakesNegative = {"sample_every_n_steps", "sample_every_n_epochs", "adaptive_noise_scale",
+                                              "multires_noise_discount", "ip_noise_gamma", "v_pred_like_loss"};
 
 }  // namespace
 
@@ -187,6 +189,7 @@ TEST_CASE("option sweep: an option given twice: each value is checked, the last 
         {"save_last_n_steps_state", {"--save_every_n_steps", "1"}},
         {"save_last_n_epochs", {"--save_every_n_epochs", "1"}},
         {"save_last_n_epochs_state", {"--save_every_n_epochs", "1"}},
+        {"adaptive_noise_scale", {"--noise_offset", "0.1"}},
     };
     for (const train::Option& o : train::option_table()) {
         if (o.group.empty() || o.kind != train::OptionKind::value || o.group.rfind("Accepted", 0) == 0) continue;

@@ -80,8 +80,8 @@ TEST_CASE("option table: each option, ss_* key and dataset key is declared once,
     CHECK(option("v2").python(c) == "False");
     CHECK(option("lowram").python(c) == "False");
     CHECK(option("ip_noise_gamma").python(c) == "None");
-    CHECK(usage_error({"--multires_noise_discount", "0.5"}).find("not supported") != std::string::npos);
-    CHECK(usage_error({"--multires_noise_discount", "0.3", "--zero_stage", "2"}) == "(no error)");
+    CHECK(usage_error({"--zero_stage", "3"}).find("not supported") != std::string::npos);
+    CHECK(usage_error({"--dynamo_backend", "inductor", "--zero_stage", "2"}) == "(no error)");
 }
 
 TEST_CASE("option table: kohya's int default of a float option is its metadata's '1' until the option is given") {

@@ -38,8 +38,7 @@ void BucketTrainer::check(size_t i) const {
     GL_CHECK(m.step && m.rt, "bucket trainer: graph ", i, " has no step graph or runtime");
     const StepGraph& s = *m.step;
     const StepGraph& first = *graphs_[0].step;
-    GL_CHECK(o_.objective.prediction == s.opt.prediction && o_.objective.loss == s.opt.loss, "bucket trainer: graph ",
-             i, " was built with another prediction type or loss than the objective");
+    check_objective_fits(o_.objective, s, gl::cat("bucket trainer: graph ", i));
     GL_CHECK(s.opt.grad_accum == first.opt.grad_accum && s.opt.precision == first.opt.precision &&
                  std::string(s.opt.optimizer.name()) == first.opt.optimizer.name() &&
                  s.opt.train_text_encoder == first.opt.train_text_encoder,
@@ -96,11 +95,12 @@ StepReport BucketTrainer::update(const std::vector<MicroInput>& micro, double lr
                  ", graph ", in.graph, " takes ", ids ? s.ids_numel() : s.context_numel(),
                  s.opt.train_text_encoder ? " token ids" : " context values");
         const bool last = k + 1 == micro.size();
-        const MicroBatch mb = draw_micro_batch(o_.objective, sched_, s.opt.batch, n, s.latent_channels(), rng_);
+        const MicroBatch mb = draw_micro_batch(o_.objective, sched_, s.opt.batch, n, s.latent_channels(), rng_,
+                                               {s.opt.latent_h, s.opt.latent_w, in.latents});
         s.net->sample_dropout(rt, rng_.next_u64());
         s.update->optimizer().set_steps_applied(applied_);
         s.update->prepare(rt, int(k), lr_factor, false, last);
-        const float loss = run_micro_batch(s, rt, in.latents.data(), in.cond, mb, scaler_, r.step, int(k));
+        const float loss = run_micro_batch(s, rt, in.latents.data(), in.cond, mb, scaler_, r.step, int(k), in.loss_mask);
         const UpdateReport u = s.update->finish_run(rt, last);
         r.loss += double(loss) / double(micro.size());
         for (float e : rt.read_f32(s.per_sample)) r.per_sample.push_back(e);

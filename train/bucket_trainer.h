@@ -22,6 +22,7 @@ struct MicroInput {
     size_t graph = 0;
     std::span<const float> latents;
     StepCond cond;
+    std::span<const float> loss_mask;  // [B, h, w] at the latents' size; masked-loss graphs only
 };
 
 // What a resumed run restores beside the optimizer's state file (train/run/state.h saves it).

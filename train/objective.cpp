@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ggml-lite/core/error.h"
+#include "train/noise_variants.h"
 
 namespace train {
 
@@ -41,7 +42,17 @@ void Objective::validate(const diffusion::DdpmSchedule& s) const {
              " must be >= 0 (0: off)");
     GL_CHECK(std::isfinite(noise_offset) && noise_offset >= 0, "objective: noise_offset ", noise_offset,
              " must be >= 0");
-    if (loss == gl::LossKind::huber) {
+    GL_CHECK(!adaptive_noise_scale || (std::isfinite(*adaptive_noise_scale) && noise_offset > 0),
+             "objective: adaptive_noise_scale needs a noise_offset (kohya: 'adaptive_noise_scale requires noise_offset')");
+    GL_CHECK(multires_noise_iterations >= 0 && std::isfinite(multires_noise_discount),
+             "objective: multires_noise_iterations ", multires_noise_iterations, " must be >= 0 and the discount finite");
+    GL_CHECK(std::isfinite(ip_noise_gamma) && std::isfinite(v_pred_like_loss),
+             "objective: ip_noise_gamma and v_pred_like_loss must be finite");
+    GL_CHECK(!scale_v_pred_loss_like_noise_pred || prediction == diffusion::Prediction::v_prediction,
+             "objective: scale_v_pred_loss_like_noise_pred needs v-prediction");
+    GL_CHECK(v_pred_like_loss == 0 || prediction == diffusion::Prediction::epsilon,
+             "objective: v_pred_like_loss cannot be used with v-prediction");
+    if (gl::loss_takes_huber_c(loss)) {
         GL_CHECK(std::isfinite(huber_c) && huber_c > 0 && huber_c <= 1, "objective: huber_c ", huber_c,
                  " must be in (0, 1]");
         GL_CHECK(std::isfinite(huber_scale) && huber_scale > 0, "objective: huber_scale ", huber_scale,
@@ -112,27 +123,56 @@ std::vector<int32_t> sample_timesteps(int64_t batch, int min_t, int max_t, int n
 
 uint64_t micro_batch_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels,
                            bool rejections) {
-    const uint64_t offset = o.noise_offset > 0 ? 2 * uint64_t(batch) * uint64_t(channels) : 0;
-    return 2 * uint64_t(latent_numel) + offset + uint64_t(batch) * (rejections ? 2 : 1);
+    const uint64_t offset =
+        o.noise_offset > 0 ? 2 * uint64_t(batch) * uint64_t(channels) + (o.noise_offset_random_strength ? 1 : 0) : 0;
+    const uint64_t pyramid = pyramid_noise_draws(latent_numel, o.multires_noise_iterations);
+    const uint64_t ip = o.ip_noise_gamma != 0 ? 2 * uint64_t(latent_numel) + (o.ip_noise_gamma_random_strength ? 1 : 0)
+                                              : 0;
+    return 2 * uint64_t(latent_numel) + offset + pyramid + uint64_t(batch) * (rejections ? 2 : 1) + ip;
 }
 
 MicroBatch draw_micro_batch(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
-                            int64_t channels, diffusion::NoiseRng& rng) {
+                            int64_t channels, diffusion::NoiseRng& rng, const DrawInputs& in) {
     GL_CHECK(batch > 0 && channels > 0 && latent_numel % (batch * channels) == 0, "draw_micro_batch: ",
              latent_numel, " latent elements do not split into ", batch, " samples of ", channels, " channels");
     MicroBatch m;
     m.noise.resize(size_t(latent_numel));
     diffusion::fill_normal(m.noise, rng);
-    if (o.noise_offset > 0) apply_noise_offset(m.noise, batch, channels, o.noise_offset, rng);
+    if (o.noise_offset > 0) {
+        const double offset = o.noise_offset * (o.noise_offset_random_strength ? rng.uniform() : 1.0);
+        if (o.adaptive_noise_scale) {
+            GL_CHECK(int64_t(in.latents.size()) == latent_numel, "draw_micro_batch: the adaptive noise scale needs the ",
+                     latent_numel, " latent values, got ", in.latents.size());
+            std::vector<double> z(size_t(batch * channels));
+            for (double& v : z) v = rng.normal();
+            add_noise_offset(m.noise, batch, channels,
+                             noise_offset_strengths(in.latents, batch, channels, offset, o.adaptive_noise_scale), z);
+        } else {
+            apply_noise_offset(m.noise, batch, channels, offset, rng);
+        }
+    }
+    if (o.multires_noise_iterations > 0) {
+        GL_CHECK(in.latent_h > 0 && in.latent_w > 0 && in.latent_h * in.latent_w * batch * channels == latent_numel,
+                 "draw_micro_batch: pyramid noise needs the latent sides (", in.latent_h, " x ", in.latent_w, ")");
+        apply_pyramid_noise(m.noise, batch, in.latent_h, in.latent_w, channels, o.multires_noise_discount,
+                            draw_pyramid_levels(batch, in.latent_h, in.latent_w, channels,
+                                                o.multires_noise_iterations, rng));
+    }
     m.t = sample_timesteps(batch, o.min_timestep, o.max_timestep, s.num_steps, rng);
+    if (o.ip_noise_gamma != 0) {
+        const double gamma = o.ip_noise_gamma * (o.ip_noise_gamma_random_strength ? rng.uniform() : 1.0);
+        m.ip_noise = input_perturbation(latent_numel, gamma, rng);
+    }
+    // kohya prepares all_snr (the loss weights' SNR) before the zero-terminal-SNR fix; noising,
+    // the v target and the Huber thresholds use the fixed alphas.
+    const diffusion::DdpmSchedule noising = o.zero_terminal_snr ? zero_terminal_snr(s) : diffusion::DdpmSchedule{};
+    const diffusion::DdpmSchedule& n = o.zero_terminal_snr ? noising : s;
     for (int32_t t : m.t) {
         m.timesteps.push_back(float(t));
-        m.sqrt_ac.push_back(float(s.sqrt_alphas_cumprod[size_t(t)]));
-        m.sqrt_1m_ac.push_back(float(s.sqrt_one_minus_alphas_cumprod[size_t(t)]));
-        double weight = o.min_snr_gamma > 0 ? min_snr_weight(s, t, o.min_snr_gamma, o.prediction) : 1.0;
-        if (o.debiased_estimation) weight *= debiased_weight(s, t, o.prediction);
-        m.weights.push_back(float(weight));
-        if (o.loss == gl::LossKind::huber) m.huber_c.push_back(float(huber_c_at(o, s, t)));
+        m.sqrt_ac.push_back(float(n.sqrt_alphas_cumprod[size_t(t)]));
+        m.sqrt_1m_ac.push_back(float(n.sqrt_one_minus_alphas_cumprod[size_t(t)]));
+        m.weights.push_back(float(loss_weight(o, s, t)));
+        if (gl::loss_takes_huber_c(o.loss)) m.huber_c.push_back(float(huber_c_at(o, n, t)));
     }
     return m;
 }

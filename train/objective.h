@@ -8,6 +8,7 @@
 // target, the loss).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -37,6 +38,16 @@ struct Objective {
     double min_snr_gamma = 0.0;  // 0: off (every weight 1)
     bool debiased_estimation = false;  // kohya's --debiased_estimation_loss (debiased_weight)
     double noise_offset = 0.0;   // 0: off
+    // The noise and loss variants (train/noise_variants.h), kohya's options of the same names.
+    bool noise_offset_random_strength = false;   // offset * U[0, 1) per micro-batch
+    std::optional<double> adaptive_noise_scale;  // offset += scale * |mean of the latent channel|
+    int multires_noise_iterations = 0;           // pyramid noise levels; 0: off
+    double multires_noise_discount = 0.3;
+    double ip_noise_gamma = 0.0;                 // input perturbation; 0: off
+    bool ip_noise_gamma_random_strength = false;  // gamma * U[0, 1) per micro-batch
+    bool zero_terminal_snr = false;              // noising on the rescaled betas (weights keep the SNR)
+    bool scale_v_pred_loss_like_noise_pred = false;
+    double v_pred_like_loss = 0.0;               // 0: off
     int min_timestep = 0, max_timestep = 1000;
     HuberSchedule huber_schedule = HuberSchedule::snr;  // kohya's defaults
     double huber_c = 0.1, huber_scale = 1.0;
@@ -75,19 +86,31 @@ std::vector<int32_t> sample_timesteps(int64_t batch, int min_t, int max_t, int n
 // One micro-batch's random draws and the per-sample values derived from them.
 struct MicroBatch {
     std::vector<int32_t> t;            // [B] timesteps
-    std::vector<float> noise;          // [B, h, w, C] N(0, 1) (+ offset noise)
+    std::vector<float> noise;          // [B, h, w, C] N(0, 1) (+ offset noise, pyramid noise): the target's
+    std::vector<float> ip_noise;       // [B, h, w, C] input perturbation added to noise in the noisy latents only
     std::vector<float> timesteps;      // [B] t as the UNet takes it (f32)
     std::vector<float> sqrt_ac, sqrt_1m_ac;  // [B] noising coefficients
     std::vector<float> weights;        // [B] loss weights
     std::vector<float> huber_c;        // [B] (huber only; empty otherwise)
 };
 
-// Draws noise (then offset noise), then timesteps, from rng. `latent_numel` is B * h * w * C.
+// What the noise variants need beyond the sizes: the latent sides (pyramid noise) and the latents
+// themselves [B, h, w, C] (adaptive noise offset). Unused (and may stay empty) otherwise.
+struct DrawInputs {
+    int64_t latent_h = 0, latent_w = 0;
+    std::span<const float> latents;
+};
+
+// Draws noise (then offset noise, pyramid noise), then timesteps (then the input perturbation),
+// from rng. `latent_numel` is B * h * w * C. `s` is the SD1.5 schedule: its SNR gives the loss
+// weights (kohya's all_snr); the noising coefficients come from its zero-terminal-SNR rescaling
+// when o.zero_terminal_snr.
 MicroBatch draw_micro_batch(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
-                            int64_t channels, diffusion::NoiseRng& rng);
-// How far draw_micro_batch moves rng: two draws per normal value (noise, offset noise), one per
-// timestep. Timestep sampling rejects a draw with a chance below 2^-50 (one more draw); with
-// `rejections`, one is counted per timestep (an upper bound in practice).
+                            int64_t channels, diffusion::NoiseRng& rng, const DrawInputs& in = {});
+// How far draw_micro_batch moves rng: two draws per normal value (noise, offset noise, input
+// perturbation), one per timestep and per random strength, and a fixed block per pyramid level
+// (train/noise_variants.h). Timestep sampling rejects a draw with a chance below 2^-50 (one more
+// draw); with `rejections`, one is counted per timestep (an upper bound in practice).
 uint64_t micro_batch_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels,
                            bool rejections = false);
 

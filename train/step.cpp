@@ -57,7 +57,9 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     s->sqrt_ac = g.input("sqrt_alpha_bar", DType::f32, per);
     s->sqrt_1m_ac = g.input("sqrt_one_minus_alpha_bar", DType::f32, per);
     s->loss_weights = g.input("loss_weights", DType::f32, per);
-    if (opt.loss == gl::LossKind::huber) s->huber_c = g.input("huber_c", DType::f32, per);
+    if (gl::loss_takes_huber_c(opt.loss)) s->huber_c = g.input("huber_c", DType::f32, per);
+    if (opt.input_perturbation) s->ip_noise = g.input("ip_noise", DType::f32, lat);
+    if (opt.masked_loss) s->loss_mask = g.input("loss_mask", DType::f32, {B, opt.latent_h, opt.latent_w, 1});
     s->loss_scale = g.input("loss_scale", DType::f32, {1});
 
     if (opt.train_text_encoder) {
@@ -70,12 +72,14 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     }
 
     ValueId a = gl::reshape(g, s->sqrt_ac, col), b = gl::reshape(g, s->sqrt_1m_ac, col);
-    ValueId noisy = gl::add(g, gl::mul(g, s->latents, a), gl::mul(g, s->noise, b));
+    const ValueId noise_in = opt.input_perturbation ? gl::add(g, s->noise, s->ip_noise) : s->noise;
+    ValueId noisy = gl::add(g, gl::mul(g, s->latents, a), gl::mul(g, noise_in, b));
     s->pred = sd::unet_forward(*s->unet_weights, opt.unet, noisy, s->timesteps, s->context);
     s->target = opt.prediction == diffusion::Prediction::epsilon
                     ? s->noise
                     : gl::sub(g, gl::mul(g, s->noise, a), gl::mul(g, s->latents, b));
-    s->loss = gl::weighted_loss(g, opt.loss, gl::cast(g, s->pred, DType::f32), s->target, s->loss_weights, s->huber_c);
+    s->loss = gl::weighted_loss(g, opt.loss, gl::cast(g, s->pred, DType::f32), s->target, s->loss_weights, s->huber_c,
+                                s->loss_mask);
     s->per_sample = gl::weighted_loss_per_sample(g, s->loss);
     g.set_name(s->loss, "train.loss");
     g.set_name(s->per_sample, "train.loss_per_sample");

@@ -6,14 +6,16 @@
 //   timesteps           f32 [B]                    t as the UNet's time embedding takes it
 //   sqrt_ac, sqrt_1m_ac f32 [B]                    sqrt(alpha_bar_t), sqrt(1 - alpha_bar_t)
 //   loss_weights        f32 [B]                    min-SNR-gamma weights (or ones)
-//   huber_c             f32 [B]                    huber loss only
+//   huber_c             f32 [B]                    huber and smooth_l1 losses only
+//   ip_noise            f32 [B, h, w, C]           input perturbation only (StepOptions::input_perturbation)
+//   loss_mask           f32 [B, h, w, 1]           masked loss only (StepOptions::masked_loss)
 //   loss_scale          f32 [1]                    1, or the fp16 dynamic loss scale
 //   context             act [B, T, cross_dim]      frozen text encoder: its output, computed apart
 //   ids                 i32 [B * chunks, 77]       trained text encoder: the token ids
 //
-// In graph: noisy = sqrt_ac x0 + sqrt_1m_ac noise; target = noise (epsilon) or
-// sqrt_ac noise - sqrt_1m_ac x0 (v); loss = weighted_loss(pred in f32, target) (kohya computes the
-// loss in f32 as well); the backward pass of loss * loss_scale reaches only the LoRA masters.
+// In graph: noisy = sqrt_ac x0 + sqrt_1m_ac (noise + ip_noise); target = noise (epsilon) or
+// sqrt_ac noise - sqrt_1m_ac x0 (v); loss = weighted_loss(pred in f32, target, loss_mask) (kohya
+// computes the loss in f32 as well); the backward pass of loss * loss_scale reaches only the LoRA masters.
 #pragma once
 #include <memory>
 
@@ -48,6 +50,8 @@ struct StepOptions {
     lora::LoraConfig lora;
     diffusion::Prediction prediction = diffusion::Prediction::epsilon;
     gl::LossKind loss = gl::LossKind::l2;
+    bool input_perturbation = false;  // kohya's --ip_noise_gamma: an ip_noise input
+    bool masked_loss = false;         // a per-pixel loss_mask input (--masked_loss, alpha_mask)
     int grad_accum = 1;
     float unet_lr = 1e-4f, text_encoder_lr = 5e-5f;
     optim::OptimizerConfig optimizer;  // AdamW (torch defaults) unless set, e.g. by optim::parse_optimizer
@@ -66,6 +70,7 @@ struct StepGraph {
     gl::ValueId latents = gl::kNoValue, noise = gl::kNoValue, timesteps = gl::kNoValue;
     gl::ValueId sqrt_ac = gl::kNoValue, sqrt_1m_ac = gl::kNoValue, loss_weights = gl::kNoValue;
     gl::ValueId huber_c = gl::kNoValue, loss_scale = gl::kNoValue;
+    gl::ValueId ip_noise = gl::kNoValue, loss_mask = gl::kNoValue;
     gl::ValueId context = gl::kNoValue, ids = gl::kNoValue;
     gl::ValueId pred = gl::kNoValue, target = gl::kNoValue;
     gl::ValueId loss = gl::kNoValue, per_sample = gl::kNoValue;  // unscaled loss [], per-sample [B]

@@ -19,8 +19,7 @@ Trainer::Trainer(StepGraph& s, gl::Runtime& rt, const TrainerOptions& o)
     : s_(s), rt_(rt), o_(o), sched_(diffusion::DdpmSchedule::sd15()), rng_{o.seed, 0},
       scaler_(s.opt.precision == Precision::fp16 ? o.loss_scale : unit_scale()) {
     o_.objective.validate(sched_);
-    GL_CHECK(o_.objective.prediction == s.opt.prediction && o_.objective.loss == s.opt.loss,
-             "trainer: the objective's prediction type and loss must be the ones the step graph was built with");
+    check_objective_fits(o_.objective, s, "trainer");
     const gl::Graph& pg = rt.plan().graph;
     GL_CHECK(pg.value_count() >= s.g.value_count() && pg.v(s.latents).name == s.g.v(s.latents).name &&
                  pg.shape(s.latents) == s.g.shape(s.latents),
@@ -48,10 +47,23 @@ StepReport Trainer::step(std::span<const float> latents, std::span<const int32_t
     return run(latents, ids, lr_factor);
 }
 
+void check_objective_fits(const Objective& o, const StepGraph& s, const std::string& who) {
+    GL_CHECK(o.prediction == s.opt.prediction && o.loss == s.opt.loss && (o.ip_noise_gamma != 0) == s.opt.input_perturbation,
+             who, ": the objective's prediction type, loss and input perturbation must be the ones the step graph was "
+             "built with");
+}
+
 float run_micro_batch(StepGraph& s, gl::Runtime& rt, const float* latents, StepCond cond, const MicroBatch& mb,
-                      const optim::LossScaler& scaler, int64_t report_step, int k) {
+                      const optim::LossScaler& scaler, int64_t report_step, int k, std::span<const float> loss_mask) {
     rt.write(s.latents, latents, gl::DType::f32);
     rt.write_f32(s.noise, mb.noise);
+    if (s.ip_noise != gl::kNoValue) rt.write_f32(s.ip_noise, mb.ip_noise);
+    if (s.loss_mask != gl::kNoValue) {
+        GL_CHECK(int64_t(loss_mask.size()) == s.opt.batch * s.opt.latent_h * s.opt.latent_w, "training step ",
+                 report_step, ": the masked loss needs a mask of ", s.opt.batch, " x ", s.opt.latent_h, " x ",
+                 s.opt.latent_w, " values, got ", loss_mask.size());
+        rt.write(s.loss_mask, loss_mask.data(), gl::DType::f32);
+    }
     rt.write_f32(s.timesteps, mb.timesteps);
     rt.write_f32(s.sqrt_ac, mb.sqrt_ac);
     rt.write_f32(s.sqrt_1m_ac, mb.sqrt_1m_ac);
@@ -83,7 +95,8 @@ StepReport Trainer::run(std::span<const float> latents, Cond cond, double lr_fac
     r.loss_scale = scaler_.scale();
     const size_t cond_per = std::visit([](auto c) { return c.size(); }, cond) / size_t(accum);
     for (int k = 0; k < accum; k++) {
-        last_ = draw_micro_batch(o_.objective, sched_, s_.opt.batch, n, s_.latent_channels(), rng_);
+        last_ = draw_micro_batch(o_.objective, sched_, s_.opt.batch, n, s_.latent_channels(), rng_,
+                                 {s_.opt.latent_h, s_.opt.latent_w, latents.subspan(size_t(k * n), size_t(n))});
         s_.net->sample_dropout(rt_, rng_.next_u64());
         s_.update->prepare(rt_, k, lr_factor);
         const Cond micro = std::visit([&](auto c) { return Cond(c.subspan(size_t(k) * cond_per, cond_per)); }, cond);
@@ -124,7 +137,8 @@ StepReport Trainer::eval(std::span<const float> latents, Cond cond, uint64_t see
     GL_CHECK(int64_t(latents.size()) == n, "trainer: evaluate takes one micro-batch of latents (", n, " values), got ",
              latents.size());
     diffusion::NoiseRng rng{seed, 0};
-    const MicroBatch mb = draw_micro_batch(o_.objective, sched_, s_.opt.batch, n, s_.latent_channels(), rng);
+    const MicroBatch mb =
+        draw_micro_batch(o_.objective, sched_, s_.opt.batch, n, s_.latent_channels(), rng, {s_.opt.latent_h, s_.opt.latent_w, latents});
     s_.net->sample_dropout(rt_, 0, /*training=*/false);
     s_.update->prepare(rt_, s_.opt.grad_accum - 1, 0.0, /*skip=*/true);
     StepReport r;

@@ -224,15 +224,17 @@ namespace {
 constexpr int kLossChunks = 64;
 
 template <class T>
-__global__ void wloss_partial(const T* p, const T* t, const void* hc, DType thc, LossKind kind, double* part,
-                              int64_t M) {
+__global__ void wloss_partial(const T* p, const T* t, const void* hc, DType thc, const void* mask, DType tm,
+                              LossKind kind, double* part, int64_t M, int64_t C) {
     __shared__ double sh[256];
     const int64_t b = blockIdx.y, c = blockIdx.x, per = ceil_div(M, kLossChunks);
     const int64_t lo = c * per, hi = min(M, lo + per);
     const double cb = hc ? double(load_any(hc, thc, b)) : 0.0;
     double acc = 0;
-    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
-        acc += loss::value(kind, double(to_f32(p[b * M + i])) - double(to_f32(t[b * M + i])), cb);
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        const double l = loss::value(kind, double(to_f32(p[b * M + i])) - double(to_f32(t[b * M + i])), cb);
+        acc += mask ? l * double(load_any(mask, tm, (b * M + i) / C)) : l;
+    }
     tree_sum256(acc, sh);
     if (threadIdx.x == 0) part[b * kLossChunks + c] = sh[0];
 }
@@ -252,12 +254,13 @@ __global__ void wloss_finish(const double* part, const void* w, DType tw, float*
 
 template <class T>
 __global__ void wloss_grad_kernel(const void* coef, DType tcoef, const T* p, const T* t, const void* hc, DType thc,
-                                  LossKind kind, T* gp, int64_t B, int64_t M) {
+                                  const void* mask, DType tm, LossKind kind, T* gp, int64_t B, int64_t M, int64_t C) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < B * M; i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t b = i / M;
         const float k = float(double(load_any(coef, tcoef, b)) / double(M));
         const float cb = hc ? load_any(hc, thc, b) : 0.0f;
-        gp[i] = from_f32<T>(k * loss::slope(kind, to_f32(p[i]) - to_f32(t[i]), cb));
+        const float s = k * loss::slope(kind, to_f32(p[i]) - to_f32(t[i]), cb);
+        gp[i] = from_f32<T>(mask ? s * load_any(mask, tm, i / C) : s);
     }
 }
 
@@ -268,17 +271,20 @@ static size_t wloss_ws(const Graph& g, const Node& n) {
 }
 static void wloss_run(CudaCtx& c) {
     const LossKind kind = LossKind(c.p().i[0]);
-    const bool has_w = c.p().i[1] != 0;
-    const int64_t B = c.in_shape(0).d[0], M = c.in[0].numel() / B;
+    const bool has_w = c.p().i[1] != 0, has_c = loss_takes_huber_c(kind), has_m = c.p().i[2] != 0;
+    const Shape& shape = c.in_shape(0);
+    const int64_t B = shape.d[0], M = c.in[0].numel() / B, C = shape.d[shape.nd - 1];
     GL_CHECK(c.in_dtype(0) == c.in_dtype(1), "weighted_loss: pred and target must share a dtype on CUDA");
-    const int ic = has_w ? 3 : 2;
-    const void* hc = kind == LossKind::huber ? c.in_ptr(ic) : nullptr;
-    const DType thc = kind == LossKind::huber ? c.in_dtype(ic) : DType::f32;
+    const int ic = has_w ? 3 : 2, im = ic + int(has_c);
+    const void* hc = has_c ? c.in_ptr(ic) : nullptr;
+    const DType thc = has_c ? c.in_dtype(ic) : DType::f32;
+    const void* mask = has_m ? c.in_ptr(im) : nullptr;
+    const DType tm = has_m ? c.in_dtype(im) : DType::f32;
     double* part = reinterpret_cast<double*>(c.workspace);
     dispatch_float(c.in_dtype(0), "weighted_loss", [&](auto tag) {
         using T = decltype(tag);
         wloss_partial<T><<<dim3(kLossChunks, unsigned(B)), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr<T>(1), hc,
-                                                                               thc, kind, part, M);
+                                                                               thc, mask, tm, kind, part, M, C);
     });
     GL_CUDA_LAUNCHED();
     wloss_finish<<<1, 1, 0, c.stream>>>(part, has_w ? c.in_ptr(2) : nullptr, has_w ? c.in_dtype(2) : DType::f32,
@@ -289,16 +295,21 @@ const CudaKernel cuda_weighted_loss{wloss_run, wloss_ws};
 
 static void wloss_grad_run(CudaCtx& c) {
     const LossKind kind = LossKind(c.p().i[0]);
-    const int64_t B = c.in_shape(1).d[0], M = c.in[1].numel() / B;
+    const bool has_c = loss_takes_huber_c(kind), has_m = c.p().i[2] != 0;
+    const Shape& shape = c.in_shape(1);
+    const int64_t B = shape.d[0], M = c.in[1].numel() / B, C = shape.d[shape.nd - 1];
     if (B * M == 0) return;
     GL_CHECK(c.in_dtype(1) == c.in_dtype(2), "weighted_loss_grad: pred and target must share a dtype on CUDA");
-    const void* hc = kind == LossKind::huber ? c.in_ptr(3) : nullptr;
-    const DType thc = kind == LossKind::huber ? c.in_dtype(3) : DType::f32;
+    const void* hc = has_c ? c.in_ptr(3) : nullptr;
+    const DType thc = has_c ? c.in_dtype(3) : DType::f32;
+    const int im = 3 + int(has_c);
+    const void* mask = has_m ? c.in_ptr(im) : nullptr;
+    const DType tm = has_m ? c.in_dtype(im) : DType::f32;
     dispatch_float(c.out_dtype(0), "weighted_loss_grad", [&](auto tag) {
         using T = decltype(tag);
         wloss_grad_kernel<T><<<grid_for(B * M, 256), 256, 0, c.stream>>>(c.in_ptr(0), c.in_dtype(0), c.in_ptr<T>(1),
-                                                                         c.in_ptr<T>(2), hc, thc, kind,
-                                                                         c.out_ptr<T>(0), B, M);
+                                                                         c.in_ptr<T>(2), hc, thc, mask, tm, kind,
+                                                                         c.out_ptr<T>(0), B, M, C);
     });
     GL_CUDA_LAUNCHED();
 }

@@ -67,18 +67,20 @@ ValueId sum_to(Graph& g, ValueId x, Shape s);
 ValueId mse_loss(Graph& g, ValueId pred, ValueId target, ValueId weights = kNoValue);
 ValueId mse_loss_grad(Graph& g, ValueId gy, ValueId pred, ValueId target, ValueId weights = kNoValue);
 // The diffusion training loss, as kohya's sd-scripts reduces it: loss = mean_b(w[b] * per[b]) with
-// per[b] = mean over sample b's elements of l(pred - target); l2: d^2, l1: |d|, huber (kohya's
-// pseudo-Huber): 2 c (sqrt(d^2 + c^2) - c) with c = huber_c[b]. w [B] optional (kNoValue: ones),
-// huber_c [B] required for huber only. Outputs {loss scalar f32, per [B] f32}; returns loss
-// (the per-sample losses are the node's second output). No gradient flows to huber_c.
+// per[b] = mean over sample b's elements of m * l(pred - target); l2: d^2, l1: |d|, huber (kohya's
+// pseudo-Huber): 2 c (sqrt(d^2 + c^2) - c) with c = huber_c[b], smooth_l1: 2 (sqrt(d^2 + c^2) - c).
+// w [B] optional (kNoValue: ones), huber_c [B] required for huber and smooth_l1 only, mask
+// optional: pred's shape with the last dim 1 (an NHWC loss mask, broadcast over the channels;
+// kNoValue: ones). Outputs {loss scalar f32, per [B] f32}; returns loss (the per-sample losses are
+// the node's second output). No gradient flows to huber_c or the mask.
 ValueId weighted_loss(Graph& g, LossKind kind, ValueId pred, ValueId target, ValueId weights = kNoValue,
-                      ValueId huber_c = kNoValue);
+                      ValueId huber_c = kNoValue, ValueId mask = kNoValue);
 // The per-sample losses [B] of a weighted_loss result.
 ValueId weighted_loss_per_sample(const Graph& g, ValueId loss);
-// d loss / d pred = coef[b] / M * l'(pred - target) for coef [B] (the backward rule folds the
+// d loss / d pred = coef[b] / M * m * l'(pred - target) for coef [B] (the backward rule folds the
 // incoming gradient, the weights and 1/B into coef), in pred's dtype.
 ValueId weighted_loss_grad(Graph& g, LossKind kind, ValueId coef, ValueId pred, ValueId target,
-                           ValueId huber_c = kNoValue);
+                           ValueId huber_c = kNoValue, ValueId mask = kNoValue);
 
 // ---- matmul (ops/matmul.cpp) ----
 // a [..., M, K] (trans_a: [..., K, M]) times b [..., K, N] (trans_b: [..., N, K]) -> [..., M, N].

@@ -9,7 +9,9 @@ namespace gl {
 enum class Act : int { silu = 0, gelu_erf = 1, gelu_tanh = 2, quick_gelu = 3 };
 
 // weighted_loss's per-element loss (ops/reductions.cpp; formulas in loss_math.h).
-enum class LossKind : int { l2 = 0, l1 = 1, huber = 2 };
+enum class LossKind : int { l2 = 0, l1 = 1, huber = 2, smooth_l1 = 3 };
 const char* loss_kind_name(LossKind k);
+// huber and smooth_l1 take a per-sample threshold huber_c.
+constexpr bool loss_takes_huber_c(LossKind k) { return k == LossKind::huber || k == LossKind::smooth_l1; }
 
 }  // namespace gl

@@ -263,42 +263,58 @@ ValueId mse_loss_grad(Graph& g, ValueId gy, ValueId pred, ValueId target, ValueI
 const OpDef def_mse_loss_grad{"mse_loss_grad", "reductions", mse_grad_infer, mse_grad_cost, nullptr, mse_grad_cpu,
                               kOpGradHelper};
 
-// ---------------- weighted_loss: {pred, target[, weights][, huber_c]} -> {loss, per [B]} ----------------
-// p.i[0] = LossKind, p.i[1] = 1 when weights are given. per[b] = 1/M sum_i l(d_i), d = pred - target
-// over sample b's M elements; loss = 1/B sum_b w[b] per[b].
+// ---------------- weighted_loss: {pred, target[, weights][, huber_c][, mask]} -> {loss, per [B]} ----------------
+// p.i[0] = LossKind, p.i[1] = 1 when weights are given, p.i[2] = 1 when a mask is given.
+// per[b] = 1/M sum_i m_i l(d_i), d = pred - target over sample b's M elements, m the mask (pred's
+// shape with the last dim 1, broadcast over it; 1 without one); loss = 1/B sum_b w[b] per[b].
 
 const char* loss_kind_name(LossKind k) {
     switch (k) {
         case LossKind::l2: return "l2";
         case LossKind::l1: return "l1";
         case LossKind::huber: return "huber";
+        case LossKind::smooth_l1: return "smooth_l1";
     }
     return "?";
 }
 
 namespace {
 
-// Checks pred, target (inputs first, first + 1) and the [B] side inputs after them; returns B.
-int64_t check_loss_inputs(const OpCall& c, int first, int64_t kind, int side_inputs) {
-    c.check(kind >= 0 && kind <= int64_t(LossKind::huber), "unknown loss kind ", kind);
-    c.check(c.n_in() == first + 2 + side_inputs,
-            "takes ", first + 2 + side_inputs, " inputs here (", first ? "coef, " : "", "pred, target",
-                side_inputs ? ", then [B] weights and/or huber_c as the flags say" : "", ")");
+// The optional inputs after pred and target, in order.
+struct LossSides {
+    bool weights = false, huber_c = false, mask = false;
+    int count() const { return int(weights) + int(huber_c) + int(mask); }
+};
+LossSides loss_sides(const Params& p, bool with_weights) {
+    return {with_weights && p.i[1] != 0, loss_takes_huber_c(LossKind(p.i[0])), p.i[2] != 0};
+}
+
+// Checks pred, target (inputs first, first + 1) and the side inputs after them; returns B.
+int64_t check_loss_inputs(const OpCall& c, int first, const LossSides& sides) {
+    const int64_t kind = c.p.i[0];
+    c.check(kind >= 0 && kind <= int64_t(LossKind::smooth_l1), "unknown loss kind ", kind);
+    c.check(c.n_in() == first + 2 + sides.count(),
+            "takes ", first + 2 + sides.count(), " inputs here (", first ? "coef, " : "", "pred, target",
+                sides.count() ? ", then [B] weights and/or huber_c, then the mask, as the flags say" : "", ")");
     const Shape& s = c.shape(first);
     c.check(s.nd >= 1 && s.d[0] > 0, "pred must have a non-empty leading batch dim [B, ...]");
     c.check(c.shape(first + 1) == s, "pred and target must have the same shape");
     for (int i = 0; i < c.n_in(); i++) c.check(dtype_is_float(c.dtype(i)), "inputs must be floating point");
-    for (int i = first + 2; i < c.n_in(); i++)
+    const int vectors = int(sides.weights) + int(sides.huber_c);
+    for (int i = first + 2; i < first + 2 + vectors; i++)
         c.check(c.shape(i) == Shape{s.d[0]}, "weights and huber_c must have shape [", s.d[0], "]");
+    if (sides.mask) {
+        Shape m = s;
+        m.d[m.nd - 1] = 1;
+        c.check(c.shape(c.n_in() - 1) == m, "the mask must have pred's shape with the last dim 1 (", m.str(), ")");
+    }
     return s.d[0];
 }
-
-int loss_side_inputs(const Params& p) { return int(p.i[1] != 0) + int(LossKind(p.i[0]) == LossKind::huber); }
 
 }  // namespace
 
 static std::vector<OutSpec> wloss_infer(const OpCall& c) {
-    const int64_t B = check_loss_inputs(c, 0, c.p.i[0], loss_side_inputs(c.p));
+    const int64_t B = check_loss_inputs(c, 0, loss_sides(c.p, true));
     return {dense(DType::f32, Shape{}), dense(DType::f32, Shape{B})};
 }
 static Cost wloss_cost(const OpCall& c) { return {4.0 * double(c.shape(0).numel()), call_bytes_all_in(c)}; }
@@ -306,11 +322,16 @@ static Cost wloss_cost(const OpCall& c) { return {4.0 * double(c.shape(0).numel(
 static void wloss_backward(BackwardCtx& b) {
     Graph& g = b.g;
     const LossKind kind = LossKind(b.p().i[0]);
-    const bool has_w = b.p().i[1] != 0;
+    const LossSides sides = loss_sides(b.p(), true);
+    const bool has_w = sides.weights;
     const ValueId w = has_w ? b.in(2) : kNoValue;
-    const ValueId c = kind == LossKind::huber ? b.in(has_w ? 3 : 2) : kNoValue;
-    GL_CHECK(c == kNoValue || !b.wants(has_w ? 3 : 2), "weighted_loss: huber_c gets no gradient (it is a per-step "
+    const int ic = has_w ? 3 : 2, im = ic + int(sides.huber_c);
+    const ValueId c = sides.huber_c ? b.in(ic) : kNoValue;
+    const ValueId mask = sides.mask ? b.in(im) : kNoValue;
+    GL_CHECK(c == kNoValue || !b.wants(ic), "weighted_loss: huber_c gets no gradient (it is a per-step "
              "constant); ", g.describe(c), " leads to a parameter");
+    GL_CHECK(mask == kNoValue || !b.wants(im), "weighted_loss: the mask gets no gradient; ", g.describe(mask),
+             " leads to a parameter");
     const int64_t B = g.shape(b.in(0)).d[0];
     const float inv_b = float(1.0 / double(B));
     // coef[b] = d total / d per[b]: gy w[b] / B from the loss, plus the per-sample output's own gradient.
@@ -319,7 +340,7 @@ static void wloss_backward(BackwardCtx& b) {
     if (gy_b != kNoValue) coef = scale(g, has_w ? mul(g, gy_b, cast(g, w, DType::f32)) : gy_b, inv_b);
     if (b.grad(1) != kNoValue) coef = coef == kNoValue ? b.grad(1) : add(g, coef, b.grad(1));
     if (b.wants(0) || b.wants(1)) {
-        ValueId gp = weighted_loss_grad(g, kind, coef, b.in(0), b.in(1), c);
+        ValueId gp = weighted_loss_grad(g, kind, coef, b.in(0), b.in(1), c, mask);
         if (b.wants(0)) b.add(0, gp);
         if (b.wants(1)) b.add(1, scale(g, gp, -1.0f));
     }
@@ -328,19 +349,25 @@ static void wloss_backward(BackwardCtx& b) {
 
 static void wloss_cpu(CpuCtx& c) {
     const LossKind kind = LossKind(c.p().i[0]);
-    const bool has_w = c.p().i[1] != 0;
+    const LossSides sides = loss_sides(c.p(), true);
     const float* p = c.in_f32(0);
     const float* t = c.in_f32(1);
-    const float* w = has_w ? c.in_f32(2) : nullptr;
-    const float* hc = kind == LossKind::huber ? c.in_f32(has_w ? 3 : 2) : nullptr;
+    const float* w = sides.weights ? c.in_f32(2) : nullptr;
+    const float* hc = sides.huber_c ? c.in_f32(sides.weights ? 3 : 2) : nullptr;
+    const float* m = sides.mask ? c.in_f32(2 + int(sides.weights) + int(sides.huber_c)) : nullptr;
     float* per = c.out_f32(1);
-    const int64_t B = c.in_shape(0).d[0], M = c.in[0].numel() / B;
+    const Shape& shape = c.in_shape(0);
+    const int64_t B = shape.d[0], M = c.in[0].numel() / B, C = shape.d[shape.nd - 1];
     double total = 0;
     for (int64_t b = 0; b < B; b++) {
         const float* pb = p + b * M;
         const float* tb = t + b * M;
+        const float* mb = m ? m + b * (M / C) : nullptr;
         const double cb = hc ? double(hc[b]) : 0.0;
-        const double s = block_sum(M, [&](int64_t i) { return loss::value(kind, double(pb[i]) - double(tb[i]), cb); });
+        const double s = block_sum(M, [&](int64_t i) {
+            const double l = loss::value(kind, double(pb[i]) - double(tb[i]), cb);
+            return mb ? l * double(mb[i / C]) : l;
+        });
         const double mean = M ? s / double(M) : 0.0;
         per[b] = float(mean);
         total += (w ? double(w[b]) : 1.0) * mean;
@@ -348,15 +375,18 @@ static void wloss_cpu(CpuCtx& c) {
     c.out_f32(0)[0] = float(total / double(B));
 }
 
-ValueId weighted_loss(Graph& g, LossKind kind, ValueId pred, ValueId target, ValueId weights, ValueId huber_c) {
-    GL_CHECK((kind == LossKind::huber) == (huber_c != kNoValue), "weighted_loss: huber_c is required for the huber "
-             "loss and only for it (kind ", loss_kind_name(kind), ")");
+ValueId weighted_loss(Graph& g, LossKind kind, ValueId pred, ValueId target, ValueId weights, ValueId huber_c,
+                      ValueId mask) {
+    GL_CHECK(loss_takes_huber_c(kind) == (huber_c != kNoValue), "weighted_loss: huber_c is required for the huber "
+             "and smooth_l1 losses and only for them (kind ", loss_kind_name(kind), ")");
     Params p;
     p.i[0] = int64_t(kind);
     p.i[1] = weights != kNoValue;
+    p.i[2] = mask != kNoValue;
     std::vector<ValueId> in{pred, target};
     if (weights != kNoValue) in.push_back(weights);
     if (huber_c != kNoValue) in.push_back(huber_c);
+    if (mask != kNoValue) in.push_back(mask);
     return g.apply(Op::weighted_loss, in, p)[0];
 }
 
@@ -369,11 +399,12 @@ ValueId weighted_loss_per_sample(const Graph& g, ValueId loss) {
 
 const OpDef def_weighted_loss{"weighted_loss", "reductions", wloss_infer, wloss_cost, wloss_backward, wloss_cpu, 0};
 
-// ---------------- weighted_loss_grad: {coef [B], pred, target[, huber_c]} -> gp; p.i[0] = LossKind ----------------
+// ---------------- weighted_loss_grad: {coef [B], pred, target[, huber_c][, mask]} -> gp ----------------
+// p.i[0] = LossKind, p.i[2] = 1 when a mask is given (as weighted_loss's).
 
 static std::vector<OutSpec> wloss_grad_infer(const OpCall& c) {
     c.check(c.n_in() >= 1 && c.shape(0).nd == 1, "coef must be a [B] vector");
-    const int64_t B = check_loss_inputs(c, 1, c.p.i[0], LossKind(c.p.i[0]) == LossKind::huber ? 1 : 0);
+    const int64_t B = check_loss_inputs(c, 1, loss_sides(c.p, false));
     c.check(c.shape(0) == Shape{B}, "coef must have shape [", B, "]");
     return {dense(c.dtype(1), c.shape(1))};
 }
@@ -382,25 +413,34 @@ static Cost wloss_grad_cost(const OpCall& c) {
 }
 static void wloss_grad_cpu(CpuCtx& c) {
     const LossKind kind = LossKind(c.p().i[0]);
+    const LossSides sides = loss_sides(c.p(), false);
     const float* coef = c.in_f32(0);
     const float* p = c.in_f32(1);
     const float* t = c.in_f32(2);
-    const float* hc = kind == LossKind::huber ? c.in_f32(3) : nullptr;
+    const float* hc = sides.huber_c ? c.in_f32(3) : nullptr;
+    const float* m = sides.mask ? c.in_f32(3 + int(sides.huber_c)) : nullptr;
     float* gp = c.out_f32(0);
-    const int64_t B = c.in_shape(1).d[0], M = c.in[1].numel() / B;
+    const Shape& shape = c.in_shape(1);
+    const int64_t B = shape.d[0], M = c.in[1].numel() / B, C = shape.d[shape.nd - 1];
     for (int64_t b = 0; b < B; b++) {
         const float k = float(double(coef[b]) / double(M)), cb = hc ? hc[b] : 0.0f;
         parallel_for(M, 1 << 14, [&](int64_t lo, int64_t hi) {
-            for (int64_t i = b * M + lo; i < b * M + hi; i++) gp[i] = k * loss::slope(kind, p[i] - t[i], cb);
+            for (int64_t i = b * M + lo; i < b * M + hi; i++) {
+                const float s = k * loss::slope(kind, p[i] - t[i], cb);
+                gp[i] = m ? s * m[i / C] : s;
+            }
         });
     }
 }
 
-ValueId weighted_loss_grad(Graph& g, LossKind kind, ValueId coef, ValueId pred, ValueId target, ValueId huber_c) {
+ValueId weighted_loss_grad(Graph& g, LossKind kind, ValueId coef, ValueId pred, ValueId target, ValueId huber_c,
+                           ValueId mask) {
     Params p;
     p.i[0] = int64_t(kind);
+    p.i[2] = mask != kNoValue;
     std::vector<ValueId> in{coef, pred, target};
     if (huber_c != kNoValue) in.push_back(huber_c);
+    if (mask != kNoValue) in.push_back(mask);
     return g.apply1(Op::weighted_loss_grad, in, p);
 }
 

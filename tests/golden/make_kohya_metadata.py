@@ -313,6 +313,29 @@ CASES = [
         ],
         "files": {"images": images("train/3_thing", SIZES[16:22], first=2)},
     },
+    {
+        # The noise variants given (ss_multires_*, ss_adaptive_noise_scale, ss_ip_noise_gamma*,
+        # ss_noise_offset_random_strength), smooth_l1, and the loss variants with no key.
+        "name": "folders_noise_variants",
+        "argv": COMMON + [
+            "--train_data_dir", "{root}/train", "--resolution", "256", "--max_train_steps", "5", "--seed", "3",
+            "--network_dim", "8", "--network_alpha", "4", "--noise_offset", "0.1", "--noise_offset_random_strength",
+            "--adaptive_noise_scale", "0.05", "--multires_noise_iterations", "6", "--multires_noise_discount", "0.4",
+            "--ip_noise_gamma", "0.1", "--ip_noise_gamma_random_strength", "--loss_type", "smooth_l1",
+            "--huber_schedule", "constant", "--v_pred_like_loss", "0.2",
+        ],
+        "files": {"images": images("train/3_thing", SIZES[16:22], first=2)},
+    },
+    {
+        # Zero terminal SNR with v-prediction and the v loss scaled like the noise prediction's.
+        "name": "folders_zero_terminal_snr",
+        "argv": COMMON + [
+            "--train_data_dir", "{root}/train", "--resolution", "256", "--max_train_steps", "5", "--seed", "3",
+            "--network_dim", "8", "--network_alpha", "4", "--v_parameterization", "--zero_terminal_snr",
+            "--scale_v_pred_loss_like_noise_pred", "--min_snr_gamma", "5",
+        ],
+        "files": {"images": images("train/3_thing", SIZES[16:22], first=2)},
+    },
 ]
 
 

@@ -189,11 +189,29 @@ void RunConfig::validate() {
     check_float("huber_c", huber_c, 0);
     check_float("huber_scale", huber_scale, 0);
     // kohya's Huber thresholds: exponential takes -ln(huber_c), snr blends toward it.
-    GL_CHECK(loss_type != "huber" || (huber_c > 0 && huber_c <= 1), "--huber_c must be in (0, 1] with --loss_type "
-             "huber, got ", huber_c);
-    GL_CHECK(loss_type != "huber" || huber_scale > 0, "--huber_scale must be > 0 with --loss_type huber");
-    GL_CHECK(loss_type != "smooth_l1", "--loss_type smooth_l1 is not supported (l1, l2, huber)");
-    GL_CHECK(one_of(loss_type, {"l1", "l2", "huber"}), "--loss_type must be l1, l2 or huber, got '", loss_type, "'");
+    const bool huber_like = one_of(loss_type, {"huber", "smooth_l1"});
+    GL_CHECK(!huber_like || (huber_c > 0 && huber_c <= 1), "--huber_c must be in (0, 1] with --loss_type ", loss_type,
+             ", got ", huber_c);
+    GL_CHECK(!huber_like || huber_scale > 0, "--huber_scale must be > 0 with --loss_type ", loss_type);
+    // kohya takes any float for these (a negative one flips or shrinks the variant).
+    const double any = -std::numeric_limits<float>::max();
+    check_float("adaptive_noise_scale", adaptive_noise_scale.value_or(0), any);
+    check_float("multires_noise_discount", multires_noise_discount, any);
+    check_float("ip_noise_gamma", ip_noise_gamma.value_or(0), any);
+    check_float("v_pred_like_loss", v_pred_like_loss.value_or(0), any);
+    // kohya's verify_training_args.
+    GL_CHECK(!adaptive_noise_scale || noise_offset, "--adaptive_noise_scale requires --noise_offset (as kohya)");
+    GL_CHECK(!scale_v_pred_loss_like_noise_pred || v_parameterization,
+             "--scale_v_pred_loss_like_noise_pred can be enabled only with --v_parameterization (as kohya)");
+    GL_CHECK(!v_pred_like_loss.value_or(0) || !v_parameterization,
+             "--v_pred_like_loss cannot be enabled with --v_parameterization (as kohya)");
+    if (zero_terminal_snr && !v_parameterization)
+        note("--zero_terminal_snr without --v_parameterization: kohya warns that training will be unexpected "
+             "(an epsilon model cannot predict pure noise's signal)");
+    if (adaptive_noise_scale && !noise_offset.value_or(0))
+        note("--adaptive_noise_scale with --noise_offset 0 adds no offset (as kohya)");
+    GL_CHECK(one_of(loss_type, {"l1", "l2", "huber", "smooth_l1"}), "--loss_type must be l1, l2, huber or smooth_l1, got '",
+             loss_type, "'");
     GL_CHECK(one_of(huber_schedule, {"constant", "exponential", "snr"}),
              "--huber_schedule must be constant, exponential or snr");
     objective().validate(diffusion::DdpmSchedule::sd15());
@@ -291,10 +309,22 @@ bool RunConfig::adafactor_relative_step() const {
 Objective RunConfig::objective() const {
     Objective o;
     o.prediction = v_parameterization ? diffusion::Prediction::v_prediction : diffusion::Prediction::epsilon;
-    o.loss = loss_type == "l1" ? gl::LossKind::l1 : loss_type == "huber" ? gl::LossKind::huber : gl::LossKind::l2;
+    o.loss = loss_type == "l1"          ? gl::LossKind::l1
+             : loss_type == "huber"     ? gl::LossKind::huber
+             : loss_type == "smooth_l1" ? gl::LossKind::smooth_l1
+                                        : gl::LossKind::l2;
     o.min_snr_gamma = min_snr_gamma.value_or(0.0);
     o.debiased_estimation = debiased_estimation_loss;
     o.noise_offset = noise_offset.value_or(0.0);
+    o.noise_offset_random_strength = noise_offset_random_strength;
+    if (o.noise_offset > 0) o.adaptive_noise_scale = adaptive_noise_scale;
+    o.multires_noise_iterations = multires_noise_iterations.value_or(0);
+    o.multires_noise_discount = multires_noise_discount;
+    o.ip_noise_gamma = ip_noise_gamma.value_or(0.0);
+    o.ip_noise_gamma_random_strength = ip_noise_gamma_random_strength;
+    o.zero_terminal_snr = zero_terminal_snr;
+    o.scale_v_pred_loss_like_noise_pred = scale_v_pred_loss_like_noise_pred;
+    o.v_pred_like_loss = v_pred_like_loss.value_or(0.0);
     o.min_timestep = min_timestep.value_or(0);
     o.max_timestep = max_timestep.value_or(1000);
     o.huber_schedule = parse_huber_schedule(huber_schedule);

@@ -1,5 +1,6 @@
 #include "train/run/data_plan.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -40,8 +41,12 @@ RunData load_run_data(const RunConfig& c) {
                  ": no <repeats>_<name> folder (train_data_dir must be the parent of the image folders, as kohya's)");
     }
     for (const data::SubsetConfig& s : dc.subsets)
-        GL_CHECK(!s.alpha_mask, "subset ", s.image_dir.string(),
-                 ": alpha_mask (a masked loss) is not supported by sdtrain's training step");
+        GL_CHECK(!s.alpha_mask || !c.cache_latents, "subset ", s.image_dir.string(),
+                 ": alpha_mask with --cache_latents: the latent cache does not keep the masks; train without "
+                 "--cache_latents (the masks are made with each batch)");
+    if (c.masked_loss && std::none_of(dc.subsets.begin(), dc.subsets.end(), [](const auto& s) { return s.alpha_mask; }))
+        d.warnings.push_back("--masked_loss: no subset keeps its alpha as a mask (alpha_mask), so nothing is masked "
+                             "(kohya's masks from conditioning_data_dir are not implemented)");
     d.dataset = data::build_dataset(dc);
     d.buckets = data::assign_buckets(d.dataset);
     GL_CHECK(!d.buckets.buckets.empty(), "no image fits a bucket (", d.buckets.skipped.size(), " skipped):\n",

@@ -136,6 +136,9 @@ StepOptions Session::Impl::base_step() const {
     }
     so.prediction = cfg.objective().prediction;
     so.loss = cfg.objective().loss;
+    so.input_perturbation = cfg.objective().ip_noise_gamma != 0;
+    // kohya applies the alpha masks whenever a batch has one (--masked_loss or not).
+    for (const data::SubsetConfig& sub : data.dataset.config.subsets) so.masked_loss = so.masked_loss || sub.alpha_mask;
     so.grad_accum = cfg.gradient_accumulation_steps;
     so.unet_lr = float(cfg.unet_learning_rate());
     so.text_encoder_lr = float(cfg.text_encoder_learning_rate());

@@ -12,6 +12,7 @@
 #include "train/run/metadata.h"
 #include "train/run/save.h"
 #include "train/run/session_impl.h"
+#include "train/noise_variants.h"
 
 namespace train {
 
@@ -52,6 +53,7 @@ std::string model_identity(const sd::Sd15Files& m) {
 struct Micro {
     size_t graph = 0;
     std::vector<float> latents, context;
+    std::vector<float> loss_mask;  // [B, h, w] at the latents' size (masked-loss graphs)
     std::vector<int32_t> ids;
     int64_t images = 0;
 };
@@ -251,6 +253,14 @@ Micro Runner::prepare(const data::Batch& b) {
         diffusion::fill_normal(noise, rng);
         mi.latents = sd::vae_sample_latent(m_.model.vae_cfg, moments, noise);
     }
+    if (m_.step.masked_loss)
+        for (const data::Sample& s : b.samples) {
+            // kohya's alpha masks: a sample without one (an opaque image, or a subset without
+            // alpha_mask beside one with it) weighs every pixel 1.
+            const std::vector<float> m = s.mask.empty() ? std::vector<float>(size_t(shape.latent_h * shape.latent_w), 1.0f)
+                                                        : mask_to_latent(s.mask, 1, b.bucket.h, b.bucket.w, f);
+            mi.loss_mask.insert(mi.loss_mask.end(), m.begin(), m.end());
+        }
     const int chunks = m_.step.clip_chunks;
     std::vector<int32_t> ids;
     if (m_.step.train_text_encoder || !text_cache_)
@@ -313,7 +323,8 @@ void Runner::flush() {
     int64_t images = 0;
     for (const Micro& mi : group_) {
         in.push_back({mi.graph, mi.latents,
-                      mi.ids.empty() ? StepCond(std::span<const float>(mi.context)) : StepCond(std::span<const int32_t>(mi.ids))});
+                      mi.ids.empty() ? StepCond(std::span<const float>(mi.context)) : StepCond(std::span<const int32_t>(mi.ids)),
+                      mi.loss_mask});
         images += mi.images;
     }
     const double factor = schedule_.multiplier(trainer_->updates_applied());

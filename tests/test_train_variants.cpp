@@ -1,0 +1,96 @@
+// The step graph's hooks for kohya's noise and loss variants (train/step.h): the input
+// perturbation enters the noisy latents only (the target keeps the plain noise), and the loss
+// mask weighs each latent pixel, against a plain step graph and host arithmetic.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/core/planner.h"
+#include "ggml-lite/io/safetensors.h"
+#include "op_harness.h"
+#include "test_util.h"
+#include "train/trainer.h"
+#include "train_fixtures.h"
+
+using namespace gl;
+using namespace train_test;
+
+namespace {
+
+std::vector<float> tiny_context(int64_t n, uint32_t seed) { return normal(size_t(n * kTokens * 16), seed); }
+double max_rel(const std::vector<float>& a, const std::vector<float>& b) { return gltest::rel_err(a, b, 1e-6); }
+
+struct Graph1 {
+    std::unique_ptr<train::StepGraph> s;
+    std::unique_ptr<Runtime> rt;
+    explicit Graph1(const train::StepOptions& o) {
+        s = train::build_step(o);
+        s->g.mark_output(s->pred);
+        rt = make_cpu_runtime(make_plan(s->g));
+        io::SafetensorsFile f(kTinyUnet);
+        sd::load_unet(*s->unet_weights, o.unet, f, *rt);
+        s->net->init(*rt, 3);
+        s->update->init_state(*rt);
+    }
+    // One evaluation without an update (as Trainer::evaluate runs it).
+    float run(const std::vector<float>& x0, const std::vector<float>& ctx, const train::MicroBatch& mb,
+              const std::vector<float>& mask = {}) {
+        s->update->prepare(*rt, s->opt.grad_accum - 1, 0.0, /*skip=*/true);
+        optim::LossScaler::Options one;
+        one.init_scale = 1.0;
+        const float loss = train::run_micro_batch(*s, *rt, x0.data(), std::span<const float>(ctx), mb,
+                                                  optim::LossScaler(one), 0, 0, mask);
+        s->update->finish_run(*rt, false);
+        return loss;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("train step: the input perturbation noises the latents only; the loss mask weighs each latent pixel") {
+    const std::vector<float> x0 = structured_latents(2, 1), ctx = tiny_context(2, 2);
+    train::StepOptions o = train_test::tiny_options(train::Precision::fp32, 2, 1, 1e-3f);
+    train::StepOptions varied = o;
+    varied.input_perturbation = true;
+    varied.masked_loss = true;
+    Graph1 plain(o), g(varied);
+    CHECK(g.s->g.shape(g.s->loss_mask) == Shape{2, kSide, kSide, 1});
+
+    train::Objective obj;
+    obj.ip_noise_gamma = 0.5;
+    diffusion::NoiseRng rng{5, 0};
+    const train::MicroBatch mb = train::draw_micro_batch(obj, diffusion::DdpmSchedule::sd15(), 2,
+                                                         int64_t(x0.size()), 4, rng, {kSide, kSide, x0});
+    REQUIRE(mb.ip_noise.size() == x0.size());
+
+    // The plain graph given noise + perturbation predicts what the perturbed graph predicts.
+    train::MicroBatch perturbed = mb;
+    for (size_t i = 0; i < x0.size(); i++) perturbed.noise[i] += mb.ip_noise[i];
+    perturbed.ip_noise.clear();
+    plain.run(x0, ctx, perturbed);
+    const std::vector<float> ones(size_t(2 * kSide * kSide), 1.0f);
+    const float loss = g.run(x0, ctx, mb, ones);
+    const std::vector<float> pred = g.rt->read_f32(g.s->pred);
+    CHECK(max_rel(pred, plain.rt->read_f32(plain.s->pred)) < 1e-6);
+
+    // ... and its target is the plain noise: loss = mean_b mean_i (pred - noise)^2 (no weights here).
+    const size_t M = x0.size() / 2, C = 4;
+    double total = 0;
+    for (size_t i = 0; i < x0.size(); i++) total += (double(pred[i]) - mb.noise[i]) * (double(pred[i]) - mb.noise[i]);
+    CHECK(loss == doctest::Approx(total / double(M) / 2).epsilon(1e-5));
+
+    // A mask: masked pixels add nothing, the mean still divides by every element (kohya's).
+    std::vector<float> mask(ones.size());
+    for (size_t p = 0; p < mask.size(); p++) mask[p] = p % 3 == 0 ? 0.0f : p % 3 == 1 ? 0.5f : 1.0f;
+    const float masked = g.run(x0, ctx, mb, mask);
+    double want = 0;
+    for (size_t i = 0; i < x0.size(); i++) {
+        const double d = double(pred[i]) - mb.noise[i];
+        want += mask[i / C] * d * d;
+    }
+    CHECK(masked == doctest::Approx(want / double(M) / 2).epsilon(1e-5));
+    CHECK(masked < loss);
+    // A masked-loss graph refuses to run without its mask.
+    CHECK(gltest::error_of([&] { g.run(x0, ctx, mb); }).find("mask") != std::string::npos);
+}
