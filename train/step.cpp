@@ -12,6 +12,9 @@ using gl::Shape;
 using gl::ValueId;
 
 void StepOptions::validate() const {
+    GL_CHECK(family != nullptr, "step: no model family");
+    GL_CHECK(lora.family == family, "step: the LoRA's model family ", lora.family->name(), " is not the step's ",
+             family->name());
     unet.validate();
     // Ranges far beyond any SD1.x training run, small enough that every size derived from them
     // (batch x tokens x width, the activations of a step) stays far from overflowing.
@@ -36,7 +39,7 @@ void StepOptions::validate() const {
 }
 
 int64_t StepGraph::context_numel() const { return opt.batch * opt.context_tokens * opt.unet.cross_attention_dim; }
-int64_t StepGraph::ids_numel() const { return opt.batch * opt.clip_chunks * 77; }
+int64_t StepGraph::ids_numel() const { return opt.batch * opt.family->tokens().ids(opt.clip_chunks); }
 
 std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     opt.validate();
@@ -63,7 +66,7 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     if (opt.train_text_encoder) {
         s->text_weights = std::make_unique<nn::Weights>(g, act, opt.text_encoder_format);
         s->net->attach_text_encoder(*s->text_weights);
-        s->ids = g.input("ids", DType::i32, {B * opt.clip_chunks, 77});
+        s->ids = g.input("ids", DType::i32, {B * opt.clip_chunks, opt.family->tokens().sequence});
         s->context = sd::build_clip_chunked(*s->text_weights, g, s->ids, opt.clip_chunks, opt.clip, opt.clip_skip);
     } else {
         s->context = g.input("context", act, {B, opt.context_tokens, opt.unet.cross_attention_dim});
@@ -105,11 +108,12 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
 }
 
 std::unique_ptr<TextEncoderGraph> build_text_encoder(const sd::ClipConfig& c, Precision p, int64_t batch, int chunks,
-                                                     int clip_skip, gl::WeightFormat format) {
+                                                     int clip_skip, gl::WeightFormat format,
+                                                     const models::Family& family) {
     GL_CHECK(batch >= 1 && chunks >= 1, "text encoder: batch and chunks must be >= 1");
     auto t = std::make_unique<TextEncoderGraph>();
     t->weights = std::make_unique<nn::Weights>(t->g, activation_dtype(p), format);
-    t->ids = t->g.input("ids", DType::i32, {batch * chunks, 77});
+    t->ids = t->g.input("ids", DType::i32, {batch * chunks, family.tokens().sequence});
     t->context = sd::build_clip_chunked(*t->weights, t->g, t->ids, chunks, c, clip_skip);
     t->g.mark_output(t->context);
     return t;

@@ -9,7 +9,8 @@
 //   huber_c             f32 [B]                    huber loss only
 //   loss_scale          f32 [1]                    1, or the fp16 dynamic loss scale
 //   context             act [B, T, cross_dim]      frozen text encoder: its output, computed apart
-//   ids                 i32 [B * chunks, 77]       trained text encoder: the token ids
+//   ids                 i32 [B * chunks, 77]       trained text encoder: the token ids (the
+//                                                  family's sequence length: 77 for SD)
 //
 // In graph: noisy = sqrt_ac x0 + sqrt_1m_ac noise; target = noise (epsilon) or
 // sqrt_ac noise - sqrt_1m_ac x0 (v); loss = weighted_loss(pred in f32, target) (kohya computes the
@@ -19,6 +20,7 @@
 
 #include "ggml-lite/core/autodiff.h"
 #include "lora/lora.h"
+#include "models/family.h"
 #include "models/sd15/clip.h"
 #include "models/sd15/unet.h"
 #include "train/objective.h"
@@ -27,6 +29,9 @@
 namespace train {
 
 struct StepOptions {
+    // The model family (models/family.h): its token layout and latent space; the UNet and text
+    // encoder configs below are of its denoiser and text encoder.
+    const models::Family* family = &models::sd15_family();
     sd::UnetConfig unet = sd::UnetConfig::sd15();
     int64_t batch = 1, latent_h = 64, latent_w = 64;  // per micro-batch; latent sides (pixels / 8)
     Precision precision = Precision::bf16;
@@ -37,8 +42,9 @@ struct StepOptions {
     // masters stay f32 and norms, biases and embeddings in the precision's dtype, whatever the format.
     gl::WeightFormat base_format = gl::WeightFormat::dense;          // the UNet's
     gl::WeightFormat text_encoder_format = gl::WeightFormat::dense;  // CLIP's (trained or beside)
-    // Frozen text encoder: `context_tokens` context rows are an input (77 per 75-token chunk, as
-    // build_clip_chunked joins them: 77, 152, 227). Trained text encoder: CLIP is in the graph.
+    // Frozen text encoder: `context_tokens` context rows are an input (the family's
+    // TokenLayout::context_rows of the chunks, as build_clip_chunked joins them: 77, 152, 227 for
+    // SD). Trained text encoder: CLIP is in the graph.
     bool train_text_encoder = false;
     // false: no UNet LoRA (kohya's --network_train_text_encoder_only; the text encoder is trained).
     bool train_unet = true;
@@ -92,6 +98,7 @@ struct TextEncoderGraph {
 };
 std::unique_ptr<TextEncoderGraph> build_text_encoder(const sd::ClipConfig& c, Precision p, int64_t batch,
                                                      int chunks = 1, int clip_skip = 1,
-                                                     gl::WeightFormat format = gl::WeightFormat::dense);
+                                                     gl::WeightFormat format = gl::WeightFormat::dense,
+                                                     const models::Family& family = models::sd15_family());
 
 }  // namespace train

@@ -266,9 +266,11 @@ bool RunConfig::train_text_encoder() const {
     return !network_train_unet_only && text_encoder_learning_rate() != 0.0;
 }
 
+const models::Family& RunConfig::family() const { return models::sd15_family(); }
+
 lora::LoraConfig RunConfig::lora_config() const {
     return lora::network_config({network_module, network_dim, network_alpha, network_dropout,
-                                 parse_network_args(network_args)});
+                                 parse_network_args(network_args), &family()});
 }
 
 optim::OptimizerConfig RunConfig::optimizer() const {

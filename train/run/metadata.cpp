@@ -424,7 +424,7 @@ std::map<std::string, std::string> run_metadata(const RunConfig& c, const RunDat
         {"ss_num_epochs", std::to_string(k.epochs)},
         {"ss_gradient_accumulation_steps", std::to_string(k.accum)},
         {"ss_max_train_steps", std::to_string(k.max_train_steps)},
-        {"ss_base_model_version", "sd_v1"},
+        {"ss_base_model_version", c.family().base_model(c.v_parameterization).ss_base_model_version},
         {"ss_seed", std::to_string(f.seed)},
         // kohya's get_git_revision_hash: the commit, or "(unknown)" outside a git checkout.
         {"ss_sd_scripts_commit_hash", build_commit().empty() ? "(unknown)" : build_commit()},

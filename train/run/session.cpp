@@ -116,6 +116,7 @@ RunShape Session::Impl::resume_shape() const {
 
 StepOptions Session::Impl::base_step() const {
     StepOptions so;
+    so.family = &cfg.family();
     so.unet = model.unet_cfg;
     so.clip = model.clip_cfg;
     so.precision = cfg.precision();
@@ -125,13 +126,13 @@ StepOptions Session::Impl::base_step() const {
     so.train_text_encoder = cfg.train_text_encoder();
     so.train_unet = cfg.train_unet();
     so.clip_chunks = cfg.clip_chunks();
-    so.context_tokens = int64_t(so.clip_chunks) * 75 + 2;
+    so.context_tokens = so.family->tokens().context_rows(so.clip_chunks);
     so.clip_skip = cfg.clip_skip.value_or(1);
     so.lora = cfg.lora_config();
     if (cfg.dim_from_weights && so.lora.lycoris()) {
         // LyCORIS's create_network_from_weights: the modules exactly as the file holds them.
         so.lora.from_file = std::make_shared<lora::FileModules>(
-            std::make_shared<gl::io::SafetensorsFile>(*cfg.network_weights), &model.unet_cfg);
+            std::make_shared<gl::io::SafetensorsFile>(*cfg.network_weights), sd::unet_ldm_names(model.unet_cfg));
         so.lora.from_file->check_holds_modules();
     }
     so.prediction = cfg.objective().prediction;

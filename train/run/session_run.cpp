@@ -146,11 +146,11 @@ bool Runner::cache() {
         if (dir) fs::create_directories(*dir);
         text_cache_ = std::make_unique<data::LatentCache>(dir);
         const auto t = std::chrono::steady_clock::now();
-        const int chunks = m_.step.clip_chunks;
+        const int chunks = m_.step.clip_chunks, content = m_.step.family->tokens().content;
         auto tok = m_.model.tokenizer;
         sd::ClipGraphEncoder enc(m_.model.clip_cfg, *m_.model.text_encoder, "clip|" + identity, m_.step.clip_skip,
                                    chunks, activation_dtype(m_.step.precision), m_.backend,
-                                   [tok, chunks](const std::string& s) { return tok->encode_chunks(s, 75 * chunks); });
+                                   [tok, chunks, content](const std::string& s) { return tok->encode_chunks(s, content * chunks); });
         m_.message("caching text encoder outputs");
         text_keys_ = data::cache_text_outputs(ds, *text_cache_, enc);
         enc.release();
@@ -210,7 +210,7 @@ void Runner::init_network() {
     if (c_.network_weights) {
         const gl::io::SafetensorsFile f(*c_.network_weights);
         const StepGraph& s0 = *m_.graphs->steps()[0].graph;
-        const lora::LoadReport r = lora::load_lora(f, *s0.net, *step_rt_[0], &m_.model.unet_cfg);
+        const lora::LoadReport r = lora::load_lora(f, *s0.net, *step_rt_[0], sd::unet_ldm_names(m_.model.unet_cfg));
         m_.message(gl::cat("--network_weights ", *c_.network_weights, ": ", r.modules, " modules loaded (",
                            lora::lora_format_name(r.format), ")",
                            r.missing.empty() ? "" : gl::cat(", ", r.missing.size(), " not in the file keep their init"),
@@ -255,7 +255,8 @@ Micro Runner::prepare(const data::Batch& b) {
     std::vector<int32_t> ids;
     if (m_.step.train_text_encoder || !text_cache_)
         for (const data::Sample& s : b.samples) {
-            const std::vector<int32_t> t = m_.model.tokenizer->encode_chunks(s.caption, 75 * chunks);
+            const std::vector<int32_t> t =
+                m_.model.tokenizer->encode_chunks(s.caption, m_.step.family->tokens().content * chunks);
             ids.insert(ids.end(), t.begin(), t.end());
         }
     if (m_.step.train_text_encoder) {
