@@ -7,6 +7,7 @@
 # first step, its peak device memory (nvidia-smi, every 100 ms) against the prediction:
 #   none   no limit (the start-up to compare with)
 #   8G     --vram_limit 8G (the command that was refused)      6G: --vram_limit 6G (recompute)
+#   NETWORKS=1: LoHa, LoKr and DoRA (lycoris.kohya, preset attn-mlp) beside them
 # Then (PHASE=all) the GPU suite and bench_step at batch 1 and 8. Logs in $OUT.
 # Usage (device): PHASE=build bash bench/autofit_round.sh; then PHASE=run (or all) in the next call.
 source bench/round_common.sh
@@ -43,11 +44,11 @@ run_sdtrain() {  # name, then extra options
   rm -rf "/tmp/run-$name"
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$OUT/$name.smi" 2>/dev/null &
   local smi=$!
-  local t=$(date +%s.%N)
+  local t=$SECONDS
   ./build-gpu/sdtrain "${args[@]}" >"$OUT/$name.log" 2>&1
   local status=$?
   kill $smi 2>/dev/null
-  echo "== $name (exit $status, $(echo "$(date +%s.%N) - $t" | bc) s): nvidia-smi max $(sort -n "$OUT/$name.smi" | tail -1) MiB"
+  echo "== $name (exit $status, $((SECONDS - t)) s): nvidia-smi max $(sort -n "$OUT/$name.smi" | tail -1) MiB"
   grep -E "configuration:|predicted peak|CUDA graphs|auto-fit within|^  \* |skipped:|start-up|^done|device memory|error" \
     "$OUT/$name.log" | head -14
 }
@@ -57,6 +58,11 @@ if [ "$PHASE" = run ] || [ "$PHASE" = all ]; then
   run_sdtrain none
   run_sdtrain 8G --vram_limit 8G
   run_sdtrain 6G --vram_limit 6G
+  if [ -n "${NETWORKS:-}" ]; then  # the LyCORIS types at full size (issue 21)
+    run_sdtrain loha --network_module lycoris.kohya --network_args algo=loha preset=attn-mlp
+    run_sdtrain lokr --network_module lycoris.kohya --network_args algo=lokr factor=8 preset=attn-mlp
+    run_sdtrain dora --network_module lycoris.kohya --network_args algo=lora dora_wd=True preset=attn-mlp
+  fi
   stamp "sdtrain runs"
   timeout 300 ./build-gpu/gl-gpu-tests >"$OUT/gpu-tests.log" 2>&1
   echo "gpu tests exit $?: $(grep -E "test cases:" "$OUT/gpu-tests.log")"

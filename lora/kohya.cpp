@@ -8,6 +8,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <algorithm>
 #include <tuple>
 
 #include "ggml-lite/core/dtype.h"
@@ -18,16 +19,6 @@
 #include "ggml-lite/io/sha256.h"
 
 namespace lora {
-
-const char* lora_format_name(LoraFormat f) {
-    switch (f) {
-        case LoraFormat::kohya: return "kohya";
-        case LoraFormat::kohya_ldm: return "kohya (LDM names)";
-        case LoraFormat::diffusers: return "diffusers";
-        case LoraFormat::peft: return "peft";
-    }
-    return "?";
-}
 
 namespace {
 
@@ -74,19 +65,12 @@ std::vector<uint8_t> encode(const std::vector<float>& x, gl::DType t) {
     return out;
 }
 
-// [O, k, k, I] <-> [O, I, k, k] (ours <-> PyTorch's conv layout).
+// [O, k, k, I] -> [O, I, k, k] (ours -> PyTorch's conv layout).
 std::vector<float> ohwi_to_oihw(const std::vector<float>& x, int64_t O, int64_t k, int64_t I) {
     std::vector<float> y(x.size());
     for (int64_t o = 0; o < O; o++)
         for (int64_t p = 0; p < k * k; p++)
             for (int64_t i = 0; i < I; i++) y[size_t((o * I + i) * k * k + p)] = x[size_t((o * k * k + p) * I + i)];
-    return y;
-}
-std::vector<float> oihw_to_ohwi(const std::vector<float>& x, int64_t O, int64_t k, int64_t I) {
-    std::vector<float> y(x.size());
-    for (int64_t o = 0; o < O; o++)
-        for (int64_t p = 0; p < k * k; p++)
-            for (int64_t i = 0; i < I; i++) y[size_t((o * k * k + p) * I + i)] = x[size_t((o * I + i) * k * k + p)];
     return y;
 }
 
@@ -112,18 +96,32 @@ std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const 
         {"modelspec.prediction_type", opt.prediction_type},
     };
     if (opt.clip_skip > 0) md["modelspec.encoder_layer"] = std::to_string(opt.clip_skip);
-    // kohya writes the network args it was given as a JSON object of strings.
-    std::string args;
-    auto arg = [&](const std::string& k, const std::string& v) {
-        args += (args.empty() ? "" : ", ") + ("\"" + k + "\": \"" + v + "\"");
-    };
-    if (c.conv_dim > 0) {
-        arg("conv_dim", std::to_string(c.conv_dim));
-        arg("conv_alpha", py_float(c.effective_conv_alpha()));
+    if (c.lycoris()) {
+        md["ss_network_module"] = "lycoris.kohya";
+        // kohya: json.dumps of the network args as given, plus its --network_dropout as "dropout".
+        std::string args;
+        bool dropout = false;
+        for (const auto& [k, v] : c.args) {
+            args += (args.empty() ? "" : ", ") + nlohmann::json(k).dump(-1, ' ', true) + ": " +
+                    nlohmann::json(v).dump(-1, ' ', true);
+            dropout = dropout || k == "dropout";
+        }
+        if (!dropout) args += std::string(args.empty() ? "" : ", ") + "\"dropout\": " + (c.dropout > 0.0f ? py_float(c.dropout) : "null");
+        md["ss_network_args"] = "{" + args + "}";
+    } else {
+        // kohya writes the network args it was given as a JSON object of strings.
+        std::string args;
+        auto arg = [&](const std::string& k, const std::string& v) {
+            args += (args.empty() ? "" : ", ") + ("\"" + k + "\": \"" + v + "\"");
+        };
+        if (c.conv_dim > 0) {
+            arg("conv_dim", std::to_string(c.conv_dim));
+            arg("conv_alpha", py_float(c.effective_conv_alpha()));
+        }
+        if (c.rank_dropout > 0.0f) arg("rank_dropout", py_float(c.rank_dropout));
+        if (c.module_dropout > 0.0f) arg("module_dropout", py_float(c.module_dropout));
+        if (!args.empty()) md["ss_network_args"] = "{" + args + "}";
     }
-    if (c.rank_dropout > 0.0f) arg("rank_dropout", py_float(c.rank_dropout));
-    if (c.module_dropout > 0.0f) arg("module_dropout", py_float(c.module_dropout));
-    if (!args.empty()) md["ss_network_args"] = "{" + args + "}";
     for (const auto& [k, v] : opt.training) md[k] = v;
     if (opt.minimum_metadata)
         std::erase_if(md, [](const auto& kv) {
@@ -139,29 +137,48 @@ size_t save_kohya(const std::string& path, const LoraNetwork& net, const gl::Run
 }
 
 size_t save_kohya(const std::string& path, const LoraNetwork& net, const ReadFn& read, const SaveOptions& opt) {
-    GL_CHECK(!net.modules().empty(), "lora save ", path, ": the network has no modules (was the model built?)");
+    GL_CHECK(net.modules().size() > 0, "lora save ", path, ": the network has no modules (was the model built?)");
     const gl::DType t = save_dtype(opt.precision);
+    const bool lycoris = net.config().lycoris();
+    std::vector<const Module*> order;
+    for (const Module& m : net.modules()) order.push_back(&m);
+    if (lycoris)  // LyCORIS's state_dict order: the text encoder's modules first, each part as PyTorch defines it
+        std::stable_sort(order.begin(), order.end(), [](const Module* a, const Module* b) {
+            const Layer &x = a->layer(), &y = b->layer();
+            if (x.part != y.part) return x.part == Part::text_encoder;
+            return definition_order(x.part, x.path) < definition_order(y.part, y.path);
+        });
     // Owned bytes first, then the descriptors pointing into them (no reallocation after).
     std::vector<std::vector<uint8_t>> bytes;
-    bytes.reserve(net.modules().size() * 3);
     std::vector<gl::io::TensorToWrite> out;
-    for (const LoraModule& m : net.modules()) {
-        const auto [ds, us] = kohya_shapes(m);
-        const std::vector<int64_t> dshape(ds.d.begin(), ds.d.begin() + ds.nd), ushape(us.d.begin(), us.d.begin() + us.nd);
-        std::vector<float> down = read(m.down);
-        if (m.kind == ModuleKind::conv) down = ohwi_to_oihw(down, m.rank, m.k, m.in);
-        bytes.push_back(encode(down, t));
-        out.push_back({m.key + ".lora_down.weight", t, dshape, nullptr});
-        bytes.push_back(encode(read(m.up), t));
-        out.push_back({m.key + ".lora_up.weight", t, ushape, nullptr});
-        bytes.push_back(encode({m.alpha}, t));
-        out.push_back({m.key + ".alpha", t, {}, nullptr});
+    for (const Module* m : order) {
+        for (const std::string& suffix : m->file_order()) {
+            if (suffix == "alpha") {
+                bytes.push_back(encode({m->file_alpha()}, t));
+                out.push_back({m->key() + ".alpha", t, {}, nullptr});
+                continue;
+            }
+            const Tensor& x = *m->tensor(suffix);
+            std::vector<float> v = read(x.id);
+            if (x.conv_k > 1) v = ohwi_to_oihw(v, x.file_shape[0], x.conv_k, x.file_shape[1]);
+            bytes.push_back(encode(v, t));
+            out.push_back({m->key() + "." + suffix, t, x.file_shape, nullptr});
+        }
     }
     for (size_t i = 0; i < out.size(); i++) out[i].data = bytes[i].data();
     std::map<std::string, std::string> md = kohya_metadata(net, opt);
-    std::tie(md["sshs_model_hash"], md["sshs_legacy_hash"]) = kohya_model_hashes(out, md);
+    if (lycoris) md["sshs_model_hash"] = lycoris_model_hash(out);
+    else std::tie(md["sshs_model_hash"], md["sshs_legacy_hash"]) = kohya_model_hashes(out, md);
     gl::io::write_safetensors(path, out, md);
     return out.size();
+}
+
+std::string lycoris_model_hash(const std::vector<gl::io::TensorToWrite>& tensors) {
+    gl::io::Sha256 h;
+    for (const gl::io::TensorToWrite& t : tensors)
+        h.update(t.data, gl::checked_bytes(gl::checked_numel(t.shape.data(), t.shape.size(), t.name),
+                                           gl::dtype_size(t.dtype), t.name));
+    return "0x" + h.hex();
 }
 
 namespace {
@@ -239,126 +256,6 @@ std::pair<std::string, std::string> kohya_model_hashes(const std::vector<gl::io:
     feed(header.data(), header.size(), false);
     for (size_t i = 0; i < order.size(); i++) feed(order[i]->data, sizes[i], true);
     return {model.hex(), legacy.hex().substr(0, 8)};
-}
-
-namespace {
-
-struct Keys {
-    std::string down, up, alpha;  // alpha "" when the format has none
-};
-
-// The keys of module m in format f; down "" when the format cannot name it.
-Keys keys_for(LoraFormat f, const LoraModule& m, const sd::UnetConfig* ucfg) {
-    const std::string pre = m.part == Part::unet ? "unet." : "text_encoder.";
-    switch (f) {
-        case LoraFormat::kohya: return {m.key + ".lora_down.weight", m.key + ".lora_up.weight", m.key + ".alpha"};
-        case LoraFormat::kohya_ldm: {
-            if (m.part != Part::unet || ucfg == nullptr) return {};
-            std::string k = sd::unet_key_original(*ucfg, m.path + ".weight");
-            const std::string p = sd::kUnetOriginalPrefix, s = ".weight";
-            if (k.size() <= p.size() + s.size() || k.compare(0, p.size(), p) != 0) return {};
-            k = k.substr(p.size(), k.size() - p.size() - s.size());
-            const std::string key = kohya_key(Part::unet, k);
-            return {key + ".lora_down.weight", key + ".lora_up.weight", key + ".alpha"};
-        }
-        case LoraFormat::diffusers:
-            return {pre + m.path + ".lora.down.weight", pre + m.path + ".lora.up.weight", ""};
-        case LoraFormat::peft: return {pre + m.path + ".lora_A.weight", pre + m.path + ".lora_B.weight", ""};
-    }
-    return {};
-}
-
-// [a, b] or [a, b, 1, 1].
-bool matrix_shape(const std::vector<int64_t>& s, int64_t a, int64_t b) {
-    return (s.size() == 2 || (s.size() == 4 && s[2] == 1 && s[3] == 1)) && s[0] == a && s[1] == b;
-}
-
-std::string shape_str(const std::vector<int64_t>& s) {
-    std::string r = "[";
-    for (size_t i = 0; i < s.size(); i++) r += (i ? ", " : "") + std::to_string(s[i]);
-    return r + "]";
-}
-
-}  // namespace
-
-LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, gl::Runtime& rt,
-                     const sd::UnetConfig* unet_cfg) {
-    return load_lora(
-        src, net, [&rt](gl::ValueId v, const std::vector<float>& x) { rt.write_f32(v, x); }, unet_cfg);
-}
-
-LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, const WriteFn& write,
-                     const sd::UnetConfig* unet_cfg) {
-    LoadReport rep;
-
-    // The format naming the most of the network's modules.
-    size_t best = 0;
-    for (LoraFormat f : {LoraFormat::kohya, LoraFormat::kohya_ldm, LoraFormat::diffusers, LoraFormat::peft}) {
-        size_t n = 0;
-        for (const LoraModule& m : net.modules()) {
-            const Keys k = keys_for(f, m, unet_cfg);
-            if (!k.down.empty() && src.has(k.down)) n++;
-        }
-        if (n > best) best = n, rep.format = f;
-    }
-    GL_CHECK(best > 0, "lora load ", src.origin(), ": holds none of the network's ", net.modules().size(),
-             " modules in any known layout (kohya, diffusers, peft)");
-
-    std::set<std::string> used;
-    bool first = true;
-    for (const LoraModule& m : net.modules()) {
-        const Keys k = keys_for(rep.format, m, unet_cfg);
-        const int64_t r = m.rank;
-        if (k.down.empty() || !src.has(k.down)) {
-            rep.missing.push_back(m.key);
-            continue;
-        }
-        GL_CHECK(src.has(k.up), "lora load ", src.origin(), ": ", k.down, " has no ", k.up);
-        const gl::io::TensorInfo di = src.info(k.down), ui = src.info(k.up);
-        GL_CHECK(!di.shape.empty() && di.shape[0] == r, "lora load ", src.origin(), ": ", k.down, " is ",
-                 shape_str(di.shape), ", rank ", di.shape.empty() ? 0 : di.shape[0], " where the network has rank ", r);
-        const bool conv = m.kind == ModuleKind::conv;
-        const bool down_ok =
-            conv ? di.shape == std::vector<int64_t>{r, m.in, m.k, m.k} : matrix_shape(di.shape, r, m.in);
-        GL_CHECK(down_ok, "lora load ", src.origin(), ": ", k.down, " is ", shape_str(di.shape), ", expected [", r,
-                 ", ",
-                 m.in, conv ? ", " + std::to_string(m.k) + ", " + std::to_string(m.k) : std::string(), "]");
-        GL_CHECK(matrix_shape(ui.shape, m.out, r), "lora load ", src.origin(), ": ", k.up, " is ", shape_str(ui.shape),
-                 ", expected [", m.out, ", ", r, "]");
-        float alpha = float(r);  // formats without alpha mean scale 1
-        if (!k.alpha.empty() && src.has(k.alpha)) {
-            const gl::io::TensorInfo ai = src.info(k.alpha);
-            GL_CHECK(ai.numel() == 1, "lora load ", src.origin(), ": ", k.alpha, " is ", shape_str(ai.shape),
-                     ", expected a scalar");
-            src.read(k.alpha, &alpha, gl::DType::f32);
-            GL_CHECK(std::isfinite(alpha), "lora load ", src.origin(), ": ", k.alpha, " is not finite");
-            if (alpha == 0.0f) alpha = float(r);  // kohya: alpha 0 means alpha = rank
-            used.insert(k.alpha);
-        }
-        if (first) rep.file_alpha = alpha, first = false;
-
-        std::vector<float> down(size_t(di.numel())), up(size_t(ui.numel()));
-        src.read(k.down, down.data(), gl::DType::f32);
-        src.read(k.up, up.data(), gl::DType::f32);
-        for (const auto& [key, v] : {std::pair{&k.down, &down}, std::pair{&k.up, &up}}) {
-            const auto bad = std::find_if(v->begin(), v->end(), [](float x) { return !std::isfinite(x); });
-            GL_CHECK(bad == v->end(), "lora load ", src.origin(), ": ", *key, " holds ", std::isnan(*bad) ? "NaN" : "inf",
-                     " (element ", bad - v->begin(), "); a LoRA with non-finite weights would break every output");
-        }
-        if (conv) down = oihw_to_ohwi(down, r, m.k, m.in);
-        if (alpha != m.alpha) {
-            const float f = alpha / m.alpha;
-            for (float& e : up) e *= f;
-        }
-        write(m.down, down);
-        write(m.up, up);
-        used.insert(k.down);
-        used.insert(k.up);
-        rep.modules++;
-    }
-    for (const gl::io::TensorInfo& t : src.list())
-        if (!used.count(t.name)) rep.unexpected.push_back(t.name);
-    return rep;
 }
 
 }  // namespace lora

@@ -2,9 +2,12 @@
 // stable-diffusion.cpp read for SD1.5), written with its ss_* / modelspec.* metadata, and read
 // back from kohya files (diffusers-named or LDM-named keys) and diffusers/PEFT files.
 //
-// kohya layout, per module: "<key>.lora_down.weight" [r, in] ([r, in, 1, 1] for a 1x1 conv),
-// "<key>.lora_up.weight" [out, r] ([out, r, 1, 1]), "<key>.alpha" 0-D; every tensor, alpha
-// included, in the save precision.
+// kohya layout, per module: "<key>.<suffix>" for each of the module's tensors (lora/module.h:
+// LoRA's lora_down.weight [r, in] ([r, in, 1, 1] for a 1x1 conv) and lora_up.weight [out, r]
+// ([out, r, 1, 1]); LoHa's hada_*, LoKr's lokr_*, DoRA's dora_scale) and "<key>.alpha" 0-D; every
+// tensor, alpha included, in the save precision. networks.lora files carry kohya's two hashes,
+// lycoris.kohya files LyCORIS's sshs_model_hash ("0x" + the sha256 of every tensor's bytes in
+// LyCORIS's state_dict order: text encoder modules first, each part in PyTorch's definition order).
 #pragma once
 #include <functional>
 #include <map>
@@ -13,6 +16,7 @@
 
 #include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/io/tensor_source.h"
+#include "lora/file_modules.h"
 #include "lora/lora.h"
 #include "models/sd15/unet.h"
 
@@ -38,7 +42,7 @@ struct SaveOptions {
 // The metadata save_kohya writes (exposed so a tool can show it): the network's ss_* keys (module,
 // dim, alpha, dropout, args, v2, base model version) and modelspec.* as
 // sai_model_spec.build_metadata writes them for an SD1.x LoRA, then opt.training; save_kohya adds
-// the two hashes.
+// the hashes.
 std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const SaveOptions& opt);
 
 // sshs_model_hash and sshs_legacy_hash, computed as kohya does (train_util.
@@ -49,22 +53,15 @@ std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const 
 std::pair<std::string, std::string> kohya_model_hashes(const std::vector<gl::io::TensorToWrite>& tensors,
                                                        const std::map<std::string, std::string>& metadata);
 
-// Where parameter values come from and go to: a runtime, or (tests, tools without the model's
-// weights in memory) any host store.
-using ReadFn = std::function<std::vector<float>(gl::ValueId)>;
-using WriteFn = std::function<void(gl::ValueId, const std::vector<float>&)>;
+// LyCORIS's sshs_model_hash of these tensors in this order (utils.precalculate_safetensors_hashes).
+std::string lycoris_model_hash(const std::vector<gl::io::TensorToWrite>& tensors);
+
+// Parameter values come from and go to a runtime, or (tests, tools without the model's weights
+// in memory) any host store (lora/module.h's ReadFn / WriteFn).
 
 // Writes every module of net (values read from rt) atomically to path. Returns the tensor count.
 size_t save_kohya(const std::string& path, const LoraNetwork& net, const gl::Runtime& rt, const SaveOptions& opt = {});
 size_t save_kohya(const std::string& path, const LoraNetwork& net, const ReadFn& read, const SaveOptions& opt = {});
-
-enum class LoraFormat : uint8_t {
-    kohya,            // lora_unet_<diffusers path> / lora_te_<path>, lora_down/lora_up/alpha
-    kohya_ldm,        // lora_unet_<original LDM path> (old extractors), same suffixes
-    diffusers,        // unet.<path>.lora.down.weight / text_encoder.<path>.lora.up.weight, no alpha
-    peft,             // <prefix><path>.lora_A.weight / .lora_B.weight, no alpha
-};
-const char* lora_format_name(LoraFormat f);
 
 struct LoadReport {
     LoraFormat format = LoraFormat::kohya;
@@ -74,11 +71,12 @@ struct LoadReport {
     float file_alpha = 0.0f;              // alpha of the first module loaded (rank when the file has none)
 };
 
-// Loads a LoRA file into net's parameters in rt. The rank must match the network's; a file
-// alpha other than the network's is folded into up (up * file_alpha / net_alpha) so that the
-// applied delta is the file's. unet_cfg enables LDM-named kohya keys (nullptr: not tried).
-// Throws gl::Error naming the source and tensor on a shape or rank mismatch, or when the file
-// holds none of the network's modules.
+// Loads a LoRA file into net's parameters in rt, in the layout naming the most of its modules.
+// Shapes and ranks must match the network's; a file alpha other than a module's is folded into
+// the tensor its update is linear in (LoRA's up * file_alpha / alpha) so that the applied delta
+// is the file's. unet_cfg enables LDM-named kohya keys (nullptr: not tried). Throws gl::Error
+// naming the source and tensor on a shape or rank mismatch, or when the file holds none of the
+// network's modules.
 LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, gl::Runtime& rt,
                      const sd::UnetConfig* unet_cfg = nullptr);
 LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, const WriteFn& write,

@@ -5,63 +5,22 @@
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/runtime.h"
-#include "ggml-lite/ops/builder.h"
+#include "lora/file_modules.h"
 
 namespace lora {
 
 using gl::ValueId;
 
-namespace {
+const ModuleType& LoraConfig::module_type() const { return type ? *type : *module_types().front(); }
 
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
-bool ends_with(const std::string& s, const std::string& p) {
-    return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+Targets LoraConfig::targets() const {
+    if (!lycoris()) return kohya_targets(conv_dim > 0);
+    const Targets* t = lycoris_preset(preset);
+    GL_CHECK(t != nullptr, "lora: unknown LyCORIS preset '", preset, "'");
+    return *t;
 }
 
-}  // namespace
-
-bool is_unet_target(const std::string& path) {
-    // Transformer2DModels are "<block>.attentions.N"; everything under them that is a Linear
-    // or 1x1 conv reaches the hook (norms and attention itself do not).
-    const bool in_block = starts_with(path, "down_blocks.") || starts_with(path, "mid_block.") ||
-                          starts_with(path, "up_blocks.");
-    return in_block && path.find(".attentions.") != std::string::npos;
-}
-
-bool is_text_encoder_target(const std::string& path) {
-    return starts_with(path, "text_model.encoder.layers.") &&
-           (path.find(".self_attn.") != std::string::npos || path.find(".mlp.") != std::string::npos);
-}
-
-bool is_unet_conv_target(const std::string& path) {
-    const bool in_block = starts_with(path, "down_blocks.") || starts_with(path, "mid_block.") ||
-                          starts_with(path, "up_blocks.");
-    const auto has = [&](const char* s) { return path.find(s) != std::string::npos; };
-    return in_block && (has(".resnets.") || has(".downsamplers.") || has(".upsamplers."));
-}
-
-ModuleKind unet_module_kind(const std::string& path) {
-    return ends_with(path, ".proj_in") || ends_with(path, ".proj_out") ? ModuleKind::conv1x1 : ModuleKind::linear;
-}
-
-std::string kohya_key(Part part, const std::string& path) {
-    std::string s = (part == Part::unet ? "lora_unet_" : "lora_te_") + path;
-    for (char& c : s)
-        if (c == '.') c = '_';
-    return s;
-}
-
-std::pair<gl::Shape, gl::Shape> kohya_shapes(const LoraModule& m) {
-    const int64_t r = m.rank;
-    switch (m.kind) {
-        case ModuleKind::linear: return {gl::Shape{r, m.in}, gl::Shape{m.out, r}};
-        case ModuleKind::conv1x1: return {gl::Shape{r, m.in, 1, 1}, gl::Shape{m.out, r, 1, 1}};
-        case ModuleKind::conv: return {gl::Shape{r, m.in, int64_t(m.k), int64_t(m.k)}, gl::Shape{m.out, r, 1, 1}};
-    }
-    gl::fail("lora: unknown module kind");
-}
-
-LoraNetwork::LoraNetwork(LoraConfig cfg) : cfg_(cfg) {
+LoraNetwork::LoraNetwork(LoraConfig cfg) : cfg_(std::move(cfg)) {
     GL_CHECK(cfg_.rank >= 1, "lora: rank must be positive, got ", cfg_.rank);
     GL_CHECK(std::isfinite(cfg_.alpha) && cfg_.alpha >= 0.0f, "lora: alpha must be finite and >= 0, got ", cfg_.alpha);
     GL_CHECK(std::isfinite(cfg_.multiplier), "lora: multiplier must be finite");
@@ -73,106 +32,106 @@ LoraNetwork::LoraNetwork(LoraConfig cfg) : cfg_(cfg) {
              cfg_.module_dropout);
     GL_CHECK(cfg_.dropout >= 0.0f && cfg_.dropout < 1.0f, "lora: network dropout must be in [0, 1), got ",
              cfg_.dropout);
+    GL_CHECK(!cfg_.lycoris() || cfg_.from_file || lycoris_preset(cfg_.preset) != nullptr,
+             "lora: unknown LyCORIS preset '", cfg_.preset, "'");
 }
 
 void LoraNetwork::attach_unet(nn::Weights& w) {
-    w.linear_hook = [this](gl::Graph& g, const std::string& path, ValueId x, ValueId y) {
-        if (is_unet_target(path)) return apply(g, Part::unet, path, x, y, unet_module_kind(path));
-        if (cfg_.conv_dim > 0 && is_unet_conv_target(path)) return apply(g, Part::unet, path, x, y, ModuleKind::linear);
-        return y;
+    w.linear_hook = [this](gl::Graph& g, const nn::Weights::LayerCall& c) {
+        return apply(g, Part::unet, c, unet_linear_kind(c.module));
     };
-    w.conv_hook = [this](gl::Graph& g, const std::string& path, ValueId x, ValueId y, int k, int stride, int pad) {
-        if (cfg_.conv_dim <= 0 || !is_unet_conv_target(path)) return y;
+    w.conv_hook = [this](gl::Graph& g, const nn::Weights::LayerCall& c) {
         // A 1x1 stride-1 conv on NHWC is a Linear over channels (conv_shortcut).
-        if (k == 1 && stride == 1 && pad == 0) return apply(g, Part::unet, path, x, y, ModuleKind::conv1x1);
-        return apply(g, Part::unet, path, x, y, ModuleKind::conv, k, stride, pad);
+        const bool pointwise = c.k == 1 && c.stride == 1 && c.pad == 0;
+        return apply(g, Part::unet, c, pointwise ? ModuleKind::conv1x1 : ModuleKind::conv);
     };
 }
 
 void LoraNetwork::attach_text_encoder(nn::Weights& w) {
-    w.linear_hook = [this](gl::Graph& g, const std::string& path, ValueId x, ValueId y) {
-        return is_text_encoder_target(path) ? apply(g, Part::text_encoder, path, x, y, ModuleKind::linear) : y;
+    w.linear_hook = [this](gl::Graph& g, const nn::Weights::LayerCall& c) {
+        return apply(g, Part::text_encoder, c, ModuleKind::linear);
     };
 }
 
-ValueId LoraNetwork::apply(gl::Graph& g, Part part, const std::string& path, ValueId x, ValueId y, ModuleKind kind,
-                           int k, int stride, int pad) {
-    GL_CHECK(graph_ == nullptr || graph_ == &g, "lora: ", path, ": the network's parameters live in another graph");
-    graph_ = &g;
-    const std::string key = kohya_key(part, path);
-    GL_CHECK(find(key) == nullptr, "lora: module ", path, " was built twice (one network serves one graph build)");
-    LoraModule m;
-    m.key = key;
-    m.path = path;
-    m.part = part;
-    m.kind = kind;
-    m.in = g.shape(x).last();
-    m.out = g.shape(y).last();
-    const bool conv = kind == ModuleKind::conv;
-    m.rank = conv ? cfg_.conv_dim : cfg_.rank;
-    m.alpha = conv ? cfg_.effective_conv_alpha() : cfg_.effective_alpha();
-    m.k = k, m.stride = stride, m.pad = pad;
-    const int64_t r = m.rank;
-    m.down = g.param(key + ".lora_down.weight", gl::DType::f32, conv ? gl::Shape{r, k, k, m.in} : gl::Shape{r, m.in});
-    g.set_name(m.down, key + ".lora_down.weight");  // exactly the key, whatever scope is open
-    m.up = g.param(key + ".lora_up.weight", gl::DType::f32, gl::Shape{m.out, r});
-    g.set_name(m.up, key + ".lora_up.weight");
-    modules_.push_back(m);
+std::unique_ptr<Module> LoraNetwork::make_module(const Layer& l) const {
+    ModuleSettings s;
+    s.kohya_dropouts = !cfg_.lycoris();
+    s.rank_dropout = cfg_.rank_dropout;
+    s.module_dropout = cfg_.module_dropout;
+    s.dropout = cfg_.dropout;
+    s.rank_dropout_scale = cfg_.rank_dropout_scale;
+    if (cfg_.from_file) return cfg_.from_file->module(l, s);
+    if (!cfg_.targets().covers(l.part, l.path)) return nullptr;
+    const bool conv = l.kind == ModuleKind::conv;
+    if (conv && (cfg_.conv_dim <= 0 || !cfg_.targets().conv)) return nullptr;
+    s.rank = conv ? cfg_.conv_dim : cfg_.rank;
+    s.alpha = conv ? cfg_.effective_conv_alpha() : cfg_.effective_alpha();
+    s.dora = cfg_.dora;
+    s.dora_on_output = cfg_.dora_on_output;
+    s.tucker = cfg_.tucker;
+    s.own = cfg_.type_args;
+    return cfg_.module_type().make(l, s);
+}
 
-    // The branch runs in the activations' dtype (bf16/fp16 training casts the f32 masters).
-    const gl::DType dt = g.dtype(x);
-    ValueId h = conv ? gl::conv2d(g, x, gl::cast(g, m.down, dt), gl::kNoValue, stride, pad)
-                     : gl::linear(g, x, gl::cast(g, m.down, dt));
-    if (cfg_.dropout > 0.0f) {
-        // kohya's network_dropout: F.dropout on down's output. One seed input for the network; the
-        // module's index keeps the masks of different modules independent.
+ValueId LoraNetwork::apply(gl::Graph& g, Part part, const nn::Weights::LayerCall& c, ModuleKind kind) {
+    Layer l;
+    l.part = part;
+    l.path = c.module;
+    l.key = kohya_key(part, c.module);
+    l.kind = kind;
+    l.in = g.shape(c.x).last();
+    l.out = g.shape(c.y).last();
+    if (kind == ModuleKind::conv) l.k = c.k, l.stride = c.stride, l.pad = c.pad;
+    std::unique_ptr<Module> m = make_module(l);
+    if (!m) return c.y;
+    GL_CHECK(graph_ == nullptr || graph_ == &g, "lora: ", c.module, ": the network's parameters live in another graph");
+    graph_ = &g;
+    GL_CHECK(find(l.key) == nullptr, "lora: module ", c.module, " was built twice (one network serves one graph build)");
+    modules_.push_back(std::move(m));
+    BuildEnv env;
+    env.multiplier = cfg_.multiplier;
+    env.index = uint64_t(modules_.size());  // one-based: each module's network-dropout masks apart
+    env.dropout_seed = [this, &g] {
+        // One seed input for the network, written per step by sample_dropout().
         if (dropout_seed_ == gl::kNoValue) {
             dropout_seed_ = g.input("lora.dropout_seed", gl::DType::i32, gl::Shape{});
             g.set_name(dropout_seed_, "lora.dropout_seed");
         }
-        h = gl::dropout(g, h, cfg_.dropout, uint64_t(modules_.size()), dropout_seed_);
-    }
-    if (cfg_.has_gates()) {
-        // [B, 1, .., rank]: one draw per sample and rank, broadcast over positions (kohya).
-        gl::Shape gs = g.shape(h);
-        for (int i = 1; i + 1 < gs.nd; i++) gs.d[i] = 1;
-        modules_.back().gate = g.input(key + ".gate", dt, gs);
-        g.set_name(modules_.back().gate, key + ".gate");
-        h = gl::mul(g, h, modules_.back().gate);
-    }
-    h = gl::linear(g, h, gl::cast(g, m.up, dt));
-    return gl::add(g, y, gl::scale(g, h, m.scale(cfg_.multiplier)));
+        return dropout_seed_;
+    };
+    return modules_.back()->build(g, c, env);
 }
 
-const LoraModule* LoraNetwork::find(const std::string& key) const {
-    for (const LoraModule& m : modules_)
-        if (m.key == key) return &m;
+const Module* LoraNetwork::find(const std::string& key) const {
+    for (const std::unique_ptr<Module>& m : modules_)
+        if (m->key() == key) return m.get();
     return nullptr;
 }
 
 std::vector<ValueId> LoraNetwork::parameters() const {
     std::vector<ValueId> p;
-    for (const LoraModule& m : modules_) {
-        p.push_back(m.down);
-        p.push_back(m.up);
-    }
+    for (const std::unique_ptr<Module>& m : modules_)
+        for (const Tensor& t : m->tensors()) p.push_back(t.id);
     return p;
+}
+
+std::string LoraNetwork::title() const {
+    std::string t;
+    bool dora = false;
+    for (const std::unique_ptr<Module>& m : modules_) {
+        const std::string n = m->type().title();
+        if (t.find(n) == std::string::npos) t += (t.empty() ? "" : "/") + n;
+        dora = dora || m->settings().dora;
+    }
+    if (t.empty()) return std::string(cfg_.module_type().title()) + (cfg_.dora ? " DoRA" : "");
+    return t + (dora ? " DoRA" : "");
 }
 
 void LoraNetwork::init(gl::Runtime& rt, uint64_t seed) const {
     std::mt19937_64 rng(seed);
-    for (const LoraModule& m : modules_) {
-        // kaiming_uniform_(a = sqrt 5): gain sqrt(2 / (1 + a^2)) = sqrt(1/3), bound gain *
-        // sqrt(3 / fan_in) = 1 / sqrt(fan_in).
-        // fan_in of a conv is in * k * k.
-        const int64_t fan_in = m.in * m.k * m.k;
-        const float bound = 1.0f / std::sqrt(float(fan_in));
-        std::uniform_real_distribution<float> u(-bound, bound);
-        std::vector<float> d(size_t(m.rank * fan_in));
-        for (float& e : d) e = u(rng);
-        rt.write_f32(m.down, d);
-        rt.write_f32(m.up, std::vector<float>(size_t(m.out * m.rank), 0.0f));
-    }
+    const WriteFn write = [&rt](ValueId v, const std::vector<float>& x) { rt.write_f32(v, x); };
+    const ReadFn read = [&rt](ValueId v) { return rt.read_f32(v); };
+    for (const std::unique_ptr<Module>& m : modules_) m->init(write, read, rng);
 }
 
 void LoraNetwork::sample_dropout(gl::Runtime& rt, uint64_t seed, bool training) const {
@@ -184,50 +143,30 @@ void LoraNetwork::sample_dropout(gl::Runtime& rt, uint64_t seed, bool training) 
         rt.write(dropout_seed_, &s, gl::DType::i32);
     }
     if (!cfg_.has_gates()) return;
-    std::uniform_real_distribution<float> u(0.0f, 1.0f);
-    const gl::Graph& g = rt.plan().graph;
-    for (const LoraModule& m : modules_) {
-        const int64_t n = g.shape(m.gate).numel(), r = m.rank;
-        std::vector<float> gate(size_t(n), 1.0f);
-        if (training) {
-            const bool skip = cfg_.module_dropout > 0.0f && u(rng) < cfg_.module_dropout;
-            const float keep_scale = 1.0f / (1.0f - cfg_.rank_dropout);
-            for (int64_t i = 0; i < n; i++) {
-                if (skip) gate[size_t(i)] = 0.0f;
-                else if (cfg_.rank_dropout > 0.0f) gate[size_t(i)] = u(rng) >= cfg_.rank_dropout ? keep_scale : 0.0f;
-            }
-        }
-        GL_CHECK(n % r == 0, "lora: gate of ", m.key, " is not a multiple of its rank");
-        rt.write_f32(m.gate, gate);
-    }
+    const WriteFn write = [&rt](ValueId v, const std::vector<float>& x) { rt.write_f32(v, x); };
+    for (const std::unique_ptr<Module>& m : modules_) m->sample_gates(write, rt.plan().graph, rng, training);
 }
 
 size_t merge_into(const LoraNetwork& net, const gl::Runtime& lora_rt, Part part, const nn::Weights& base,
                   gl::Runtime& base_rt) {
     size_t changed = 0;
-    for (const LoraModule& m : net.modules()) {
-        if (m.part != part) continue;
-        const std::string wname = m.path + ".weight";
+    const ReadFn read = [&lora_rt](ValueId v) { return lora_rt.read_f32(v); };
+    for (const Module& m : net.modules()) {
+        const Layer& l = m.layer();
+        if (l.part != part) continue;
+        const std::string wname = l.path + ".weight";
         const nn::WeightEntry* e = nullptr;
         for (const nn::WeightEntry& x : base.entries())
             if (x.name == wname) e = &x;
-        GL_CHECK(e != nullptr, "lora merge: the base model has no weight ", wname, " for ", m.key);
+        GL_CHECK(e != nullptr, "lora merge: the base model has no weight ", wname, " for ", m.key());
         GL_CHECK(e->scale == gl::kNoValue, "lora merge: ", wname, " is stored quantized; merging needs dense base weights");
         const gl::Shape ws = base_rt.plan().graph.shape(e->id);
-        // Linear [out, in]; conv [out, k, k, in], the same element order as down [r, k, k, in].
-        const int64_t inner = m.in * m.k * m.k;
-        GL_CHECK(ws.numel() == m.out * inner && ws[0] == m.out && ws.last() == m.in, "lora merge: ", wname, " is ",
-                 ws.str(), ", which ", m.key, " (", m.out, " x ", inner, ") does not fit");
-        const float s = m.scale(net.config().multiplier);
-        const int64_t r = m.rank;
+        // Linear [out, in]; conv [out, k, k, in] (a 1x1 conv's [out, 1, 1, in] holds [out, in]).
+        const int64_t inner = l.fan_in();
+        GL_CHECK(ws.numel() == l.out * inner && ws[0] == l.out && ws.last() == l.in, "lora merge: ", wname, " is ",
+                 ws.str(), ", which ", m.key(), " (", l.out, " x ", inner, ") does not fit");
         std::vector<float> w = base_rt.read_f32(e->id);
-        const std::vector<float> down = lora_rt.read_f32(m.down), up = lora_rt.read_f32(m.up);
-        for (int64_t o = 0; o < m.out; o++)
-            for (int64_t i = 0; i < inner; i++) {
-                double acc = 0.0;
-                for (int64_t k = 0; k < r; k++) acc += double(up[size_t(o * r + k)]) * down[size_t(k * inner + i)];
-                w[size_t(o * inner + i)] += float(s * acc);
-            }
+        m.merge(w, read, net.config().multiplier);
         base_rt.write_f32(e->id, w);
         changed++;
     }

@@ -17,6 +17,7 @@
 #include "ggml-lite/io/files.h"
 #include "ggml-lite/io/paths.h"
 #include "ggml-lite/io/safetensors.h"
+#include "lora/file_modules.h"
 #include "lora/lora.h"
 #include "lora/merge_output.h"
 #include "models/sd15/clip.h"
@@ -33,10 +34,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-}  // namespace
-
-namespace {
-
 std::string shape_str(const std::vector<int64_t>& s) {
     std::string r = "[";
     for (size_t i = 0; i < s.size(); i++) r += (i ? ", " : "") + std::to_string(s[i]);
@@ -44,33 +41,6 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }
 
 }  // namespace
-
-FileRanks file_rank_info(const gl::io::TensorSource& f) {
-    FileRanks r;
-    for (const gl::io::TensorInfo& t : f.list()) {
-        if (!ends_with(t.name, "lora_down.weight") && !ends_with(t.name, "lora.down.weight") &&
-            !ends_with(t.name, "lora_A.weight"))
-            continue;
-        GL_CHECK(!t.shape.empty(), "lora: ", f.origin(), ": ", t.name, " has no dimensions");
-        const std::string tensor = gl::cat("'", t.name, "' ", shape_str(t.shape));
-        GL_CHECK(t.shape[0] >= 1 && t.shape[0] <= INT32_MAX, "lora: ", f.origin(), ": tensor ", tensor, " has rank ",
-                 t.shape[0], "; a LoRA's rank lies in [1, ", INT32_MAX, "]");
-        const bool is_conv = t.shape.size() == 4 && (t.shape[2] > 1 || t.shape[3] > 1);
-        int& rank = is_conv ? r.conv_rank : r.rank;
-        const int here = int(t.shape[0]);
-        GL_CHECK(rank == 0 || rank == here, "lora: ", f.origin(), " mixes ranks ", rank, " and ", here, " (", t.name,
-                 "); one rank per module kind is supported");
-        if (rank == 0) (is_conv ? r.conv_tensor : r.rank_tensor) = tensor;
-        rank = here;
-    }
-    GL_CHECK(r.rank > 0 || r.conv_rank > 0, "lora: ", f.origin(), " holds no LoRA down matrices");
-    return r;
-}
-
-std::pair<int, int> file_ranks(const gl::io::TensorSource& f) {
-    const FileRanks r = file_rank_info(f);
-    return {r.rank, r.conv_rank};
-}
 
 namespace {
 
@@ -175,9 +145,10 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
     std::string out = out_arg;  // "merged/" names the folder "merged"
     while (out.size() > 1 && out.back() == '/') out.pop_back();
     GL_CHECK(std::isfinite(opt.multiplier), "lora merge: the multiplier ", opt.multiplier, " is not a finite number");
-    const FileRanks ranks = file_rank_info(lora_file);
-    rep.rank = ranks.rank;
-    rep.conv_rank = ranks.conv_rank;
+    // The file's modules as it holds them (not shared: lora_file outlives the merge).
+    const auto modules = std::make_shared<FileModules>(
+        std::shared_ptr<const gl::io::TensorSource>(&lora_file, [](const gl::io::TensorSource*) {}), &base.unet_cfg);
+    modules->check_holds_modules();
     const bool folder = base.layout == sd::Sd15Layout::diffusers;
     std::string unet_rel, te_rel;
     FolderCopy plan;
@@ -204,10 +175,8 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
     gl::Graph g;
     nn::Weights wu{g, DType::f32}, wc{g, DType::f32};
     LoraConfig cfg;
-    cfg.rank = rep.rank > 0 ? rep.rank : rep.conv_rank;
-    cfg.alpha = 0.0f;  // alpha = rank: load_lora folds the file's alphas into up
+    cfg.from_file = modules;
     cfg.multiplier = opt.multiplier;
-    cfg.conv_dim = rep.conv_rank;
     LoraNetwork net(cfg);
     net.attach_unet(wu);
     net.attach_text_encoder(wc);
@@ -219,21 +188,33 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
     g.mark_output(sd::unet_forward(wu, uc, x, t, ctx));
     gl::ValueId ids = g.input("ids", DType::i32, {1, base.clip_cfg.max_pos});
     g.mark_output(sd::build_clip(wc, g, ids, base.clip_cfg));
-    // The network holds every module at the file's rank: a huge rank is refused before anything
+    // The network holds every module at the file's ranks: a huge rank is refused before anything
     // is allocated, naming the tensor it was read from.
     int64_t lora_bytes = 0;
-    for (const LoraModule& m : net.modules()) {
-        const std::string& from = m.k > 1 && rep.conv_rank ? ranks.conv_tensor : ranks.rank_tensor;
-        const int64_t per_rank = gl::checked_add(gl::checked_mul(m.in, int64_t(m.k) * m.k, "lora merge: ", from),
-                                                 m.out, "lora merge: ", from);
-        lora_bytes = gl::checked_add(lora_bytes, gl::checked_mul(per_rank, int64_t(m.rank) * 4, "lora merge: ", from),
-                                     "lora merge: ", from);
+    const Module* largest = nullptr;
+    int64_t largest_bytes = -1;
+    for (const Module& m : net.modules()) {
+        int& rank = m.layer().kind == ModuleKind::conv ? rep.conv_rank : rep.rank;
+        rank = std::max(rank, m.rank());
+        int64_t bytes = 0;
+        const std::string from = gl::cat("'", m.key(), ".", m.tensors().front().suffix, "'");
+        for (const Tensor& tn : m.tensors())
+            bytes = gl::checked_add(bytes, gl::checked_mul(g.shape(tn.id).numel(), int64_t(4), "lora merge: ", from),
+                                    "lora merge: ", from);
+        lora_bytes = gl::checked_add(lora_bytes, bytes, "lora merge: ", from);
+        if (bytes > largest_bytes) largest = &m, largest_bytes = bytes;
     }
+    rep.types = net.title();
     const uint64_t host = uint64_t(::sysconf(_SC_PHYS_PAGES)) * uint64_t(::sysconf(_SC_PAGESIZE));
-    GL_CHECK(uint64_t(lora_bytes) <= host, "lora merge: ", lora_file.origin(), ": tensor ",
-             rep.rank ? ranks.rank_tensor : ranks.conv_tensor, " gives rank ", rep.rank ? rep.rank : rep.conv_rank,
-             "; the network at that rank needs ", gl::format_bytes(size_t(lora_bytes)), ", more than this machine's ",
-             gl::format_bytes(size_t(host)), " of memory");
+    if (largest != nullptr && uint64_t(lora_bytes) > host) {
+        const Tensor& lead = largest->tensors().front();
+        std::string shape;
+        for (int64_t d : lead.file_shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+        gl::fail("lora merge: ", lora_file.origin(), ": tensor '", largest->key(), ".", lead.suffix, "' [", shape,
+                 "] gives rank ", largest->rank(), "; the network at that rank needs ",
+                 gl::format_bytes(size_t(lora_bytes)), ", more than this machine's ", gl::format_bytes(size_t(host)),
+                 " of memory");
+    }
     auto rt = gl::make_cpu_runtime(gl::make_plan(g));
     sd::load_unet(wu, uc, *base.unet, *rt);
     sd::load_clip(wc, *base.text_encoder, *rt);
@@ -256,10 +237,10 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
     const sd::UnetLayout ul = sd::detect_unet_layout(*base.unet);
     const sd::ClipLayout cl = sd::detect_clip_layout(*base.text_encoder);
     size_t n_unet = 0, n_te = 0;
-    for (const LoraModule& m : net.modules()) {
-        const bool unet = m.part == Part::unet;
+    for (const Module& m : net.modules()) {
+        const bool unet = m.layer().part == Part::unet;
         (unet ? n_unet : n_te)++;
-        const std::string name = m.path + ".weight";
+        const std::string name = m.layer().path + ".weight";
         for (const nn::WeightEntry& e : (unet ? wu : wc).entries()) {
             if (e.name != name) continue;
             const std::string key = unet ? (ul == sd::UnetLayout::diffusers ? sd::unet_key_diffusers(name)

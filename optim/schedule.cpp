@@ -39,6 +39,12 @@ const char* lr_kind_name(LrKind kind) {
     return "?";
 }
 
+std::vector<std::string> lr_kind_names() {
+    std::vector<std::string> names;
+    for (const auto& k : kKinds) names.emplace_back(k.name);
+    return names;
+}
+
 int64_t warmup_steps_from_ratio(double ratio, int64_t total_steps) {
     GL_CHECK(std::isfinite(ratio) && ratio >= 0.0 && ratio <= 1.0, "lr warmup: ratio ", ratio,
              " is not in [0, 1]");

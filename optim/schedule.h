@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace optim {
 
@@ -13,6 +14,7 @@ enum class LrKind { Constant, ConstantWithWarmup, Linear, Cosine, CosineWithRest
 // (diffusers' / kohya's --lr_scheduler names). Throws gl::Error naming the valid ones.
 LrKind parse_lr_kind(const std::string& name);
 const char* lr_kind_name(LrKind kind);
+std::vector<std::string> lr_kind_names();  // every name parse_lr_kind takes, in LrKind order
 
 // kohya's --lr_warmup_steps accepts an int (steps) or a float (a ratio of the total steps); the
 // ratio becomes int(ratio * total), i.e. it is truncated (sd-scripts train_util.get_scheduler_fix).

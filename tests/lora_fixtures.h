@@ -57,7 +57,7 @@ struct Sd15Graphs {
 
 inline size_t count(const LoraNetwork& n, Part p) {
     size_t k = 0;
-    for (const lora::LoraModule& m : n.modules()) k += m.part == p;
+    for (const lora::Module& m : n.modules()) k += m.layer().part == p;
     return k;
 }
 

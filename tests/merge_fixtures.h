@@ -120,10 +120,10 @@ inline std::pair<std::vector<float>, std::vector<float>> make_lora(const io::Ten
     m.net->init(*m.rt, 9);
     std::mt19937 rng(6);
     std::normal_distribution<float> z(0.0f, 0.2f);
-    for (const lora::LoraModule& mod : m.net->modules()) {
-        std::vector<float> up(size_t(mod.out * mod.rank));
+    for (const lora::Module& mod : m.net->modules()) {
+        std::vector<float> up(size_t(mod.layer().out * mod.rank()));
         for (float& e : up) e = z(rng);
-        m.rt->write_f32(mod.up, up);
+        m.rt->write_f32(mod.param("lora_up.weight"), up);
     }
     lora::SaveOptions so;
     so.precision = lora::SavePrecision::fp32;

@@ -98,9 +98,9 @@ TEST_CASE("kohya metadata: save_kohya writes the hashes of what it saved, the mo
     sd::build_clip(wt, g, g.input("ids", DType::i32, {1, 77}), sd::ClipConfig::tiny());
     std::mt19937 rng(3);
     std::map<ValueId, std::vector<float>> store;
-    for (const lora::LoraModule& m : net.modules()) {
-        store[m.down] = random_vec(size_t(g.v(m.down).numel()), 1.0f, rng);
-        store[m.up] = random_vec(size_t(g.v(m.up).numel()), 1.0f, rng);
+    for (const lora::Module& m : net.modules()) {
+        store[m.param("lora_down.weight")] = random_vec(size_t(g.v(m.param("lora_down.weight")).numel()), 1.0f, rng);
+        store[m.param("lora_up.weight")] = random_vec(size_t(g.v(m.param("lora_up.weight")).numel()), 1.0f, rng);
     }
     const std::string path = tmp_path("hashes.safetensors");
     lora::SaveOptions opt;

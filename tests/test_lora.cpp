@@ -126,13 +126,13 @@ TEST_CASE("lora: save -> load is exact in fp32, rounds as bf16 in bf16, and read
     for (lora::LoraFormat fmt : {lora::LoraFormat::diffusers, lora::LoraFormat::peft, lora::LoraFormat::kohya_ldm}) {
         std::vector<io::TensorToWrite> ts;
         std::vector<float> four{4.0f};
-        for (const lora::LoraModule& m : net.modules()) {
+        for (const lora::Module& m : net.modules()) {
             std::string d, u, a;
-            const std::string pre = "unet." + m.path;
+            const std::string pre = "unet." + m.layer().path;
             if (fmt == lora::LoraFormat::diffusers) d = pre + ".lora.down.weight", u = pre + ".lora.up.weight";
             if (fmt == lora::LoraFormat::peft) d = pre + ".lora_A.weight", u = pre + ".lora_B.weight";
             if (fmt == lora::LoraFormat::kohya_ldm) {
-                std::string k = sd::unet_key_original(c, m.path + ".weight");
+                std::string k = sd::unet_key_original(c, m.layer().path + ".weight");
                 k = k.substr(std::string(sd::kUnetOriginalPrefix).size());
                 k = lora::kohya_key(Part::unet, k.substr(0, k.size() - 7));
                 d = k + ".lora_down.weight", u = k + ".lora_up.weight", a = k + ".alpha";
@@ -140,8 +140,8 @@ TEST_CASE("lora: save -> load is exact in fp32, rounds as bf16 in bf16, and read
                           k.rfind("lora_unet_output_blocks_", 0) <
                       std::string::npos);
             }
-            ts.push_back({d, DType::f32, {4, m.in}, store[m.down].data()});
-            ts.push_back({u, DType::f32, {m.out, 4}, store[m.up].data()});
+            ts.push_back({d, DType::f32, {4, m.layer().in}, store[m.param("lora_down.weight")].data()});
+            ts.push_back({u, DType::f32, {m.layer().out, 4}, store[m.param("lora_up.weight")].data()});
             if (!a.empty()) ts.push_back({a, DType::f32, {}, four.data()});
         }
         io::write_safetensors(path, ts);
@@ -153,9 +153,9 @@ TEST_CASE("lora: save -> load is exact in fp32, rounds as bf16 in bf16, and read
         CHECK(rep.modules == net.modules().size());
         CHECK(rep.unexpected.empty());
         CHECK(rep.file_alpha == 4.0f);
-        for (const lora::LoraModule& m : net.modules()) {
-            CHECK(back[m.down] == store[m.down]);
-            for (size_t i = 0; i < store[m.up].size(); i++) CHECK(back[m.up][i] == 2.0f * store[m.up][i]);
+        for (const lora::Module& m : net.modules()) {
+            CHECK(back[m.param("lora_down.weight")] == store[m.param("lora_down.weight")]);
+            for (size_t i = 0; i < store[m.param("lora_up.weight")].size(); i++) CHECK(back[m.param("lora_up.weight")][i] == 2.0f * store[m.param("lora_up.weight")][i]);
         }
     }
 
@@ -179,8 +179,8 @@ TEST_CASE("lora: malformed files are refused by name") {
     LoraNetwork net(LoraConfig{2, 1.0f, 1.0f});
     net.attach_text_encoder(w);
     sd::build_clip(w, g, g.input("ids", DType::i32, {1, 3}), sd::ClipConfig::tiny());
-    const lora::LoraModule& m = net.modules()[0];
-    const std::string k = m.key, path = tmp_path("bad.safetensors");
+    const lora::Module& m = net.modules()[0];
+    const std::string k = m.key(), path = tmp_path("bad.safetensors");
     std::vector<float> buf(4096, 0.5f);
     auto try_load = [&](std::vector<io::TensorToWrite> ts) {
         io::write_safetensors(path, ts);
@@ -189,18 +189,18 @@ TEST_CASE("lora: malformed files are refused by name") {
     };
     CHECK_THROWS_WITH_AS(try_load({{"something_else", DType::f32, {2}, buf.data()}}),
                          doctest::Contains("holds none of the network's 12 modules"), gl::Error);
-    CHECK_THROWS_WITH_AS(try_load({{k + ".lora_down.weight", DType::f32, {2, m.in}, buf.data()}}),
+    CHECK_THROWS_WITH_AS(try_load({{k + ".lora_down.weight", DType::f32, {2, m.layer().in}, buf.data()}}),
                          doctest::Contains(("has no " + k + ".lora_up.weight").c_str()), gl::Error);
-    CHECK_THROWS_WITH_AS(try_load({{k + ".lora_down.weight", DType::f32, {2, m.in + 1}, buf.data()},
-                                   {k + ".lora_up.weight", DType::f32, {m.out, 2}, buf.data()}}),
+    CHECK_THROWS_WITH_AS(try_load({{k + ".lora_down.weight", DType::f32, {2, m.layer().in + 1}, buf.data()},
+                                   {k + ".lora_up.weight", DType::f32, {m.layer().out, 2}, buf.data()}}),
                          doctest::Contains("expected [2, 32]"), gl::Error);
-    CHECK_THROWS_WITH_AS(try_load({{k + ".lora_down.weight", DType::f32, {2, m.in}, buf.data()},
-                                   {k + ".lora_up.weight", DType::f32, {m.out, 2}, buf.data()},
+    CHECK_THROWS_WITH_AS(try_load({{k + ".lora_down.weight", DType::f32, {2, m.layer().in}, buf.data()},
+                                   {k + ".lora_up.weight", DType::f32, {m.layer().out, 2}, buf.data()},
                                    {k + ".alpha", DType::f32, {2}, buf.data()}}),
                          doctest::Contains("expected a scalar"), gl::Error);
     // One module present: loaded, the other 11 reported missing.
-    io::write_safetensors(path, {{k + ".lora_down.weight", DType::f32, {2, m.in}, buf.data()},
-                                 {k + ".lora_up.weight", DType::f32, {m.out, 2}, buf.data()},
+    io::write_safetensors(path, {{k + ".lora_down.weight", DType::f32, {2, m.layer().in}, buf.data()},
+                                 {k + ".lora_up.weight", DType::f32, {m.layer().out, 2}, buf.data()},
                                  {"extra", DType::f32, {1}, buf.data()}});
     io::SafetensorsFile f(path);
     lora::LoadReport rep = lora::load_lora(f, net, [](ValueId, const std::vector<float>&) {});
@@ -217,10 +217,10 @@ TEST_CASE("lora: LoCon on SD1.5 adds kohya's 86 ResnetBlock2D/sampler modules, s
     Sd15Graphs s(c);
     CHECK(count(s.net, Part::unet) == 192 + 86);  // 22 resnets x 3 + 14 conv_shortcuts + 3 down + 3 upsamplers
     CHECK(count(s.net, Part::text_encoder) == 72);
-    const lora::LoraModule* conv1 = s.net.find("lora_unet_down_blocks_0_resnets_0_conv1");
+    const lora::Module* conv1 = s.net.find("lora_unet_down_blocks_0_resnets_0_conv1");
     REQUIRE(conv1 != nullptr);
-    CHECK(conv1->kind == lora::ModuleKind::conv);
-    CHECK(s.g.shape(conv1->down) == Shape{8, 3, 3, 320});
+    CHECK(conv1->layer().kind == lora::ModuleKind::conv);
+    CHECK(s.g.shape(conv1->param("lora_down.weight")) == Shape{8, 3, 3, 320});
 
     std::mt19937 rng(13);
     std::map<ValueId, std::vector<float>> store;
@@ -255,7 +255,7 @@ TEST_CASE("lora: LoCon on SD1.5 adds kohya's 86 ResnetBlock2D/sampler modules, s
     // PyTorch's [r, in, kh, kw] element (0, 1, 0, 2) is our [r, kh, kw, in] element (0, 0, 2, 1).
     std::vector<float> d(size_t(8 * 320 * 9));
     f.read("lora_unet_down_blocks_0_resnets_0_conv1.lora_down.weight", d.data(), DType::f32);
-    CHECK(d[size_t((0 * 320 + 1) * 9 + 0 * 3 + 2)] == store[conv1->down][size_t(((0 * 3 + 0) * 3 + 2) * 320 + 1)]);
+    CHECK(d[size_t((0 * 320 + 1) * 9 + 0 * 3 + 2)] == store[conv1->param("lora_down.weight")][size_t(((0 * 3 + 0) * 3 + 2) * 320 + 1)]);
     // fp32 round trip exact, conv modules included.
     std::map<ValueId, std::vector<float>> back;
     lora::LoadReport rep = lora::load_lora(f, s.net, [&](ValueId v, const std::vector<float>& x) { back[v] = x; });

@@ -15,19 +15,19 @@ TEST_CASE("lora: gradients of a LoRA-wrapped linear match finite differences") {
     {
         nn::WeightScope s(w, path);
         W = w.get("weight", {5, 6});
-        y = w.linear_hook(g, w.module_path(), x, gl::linear(g, x, W));
+        y = w.linear_hook(g, {w.module_path(), x, gl::linear(g, x, W), {W, kNoValue}});
     }
     ValueId r = g.input("r", DType::f32, {2, 4, 5});
     ValueId loss = sum(g, mul(g, y, r));
     g.mark_output(loss);
     Gradients gr = backward(g, loss);
     REQUIRE(net.modules().size() == 1);
-    const lora::LoraModule& m = net.modules()[0];
-    CHECK(m.key == "lora_unet_mid_block_attentions_0_transformer_blocks_0_attn1_to_q");
+    const lora::Module& m = net.modules()[0];
+    CHECK(m.key() == "lora_unet_mid_block_attentions_0_transformer_blocks_0_attn1_to_q");
 
     std::mt19937 rng(3);
     std::map<ValueId, std::vector<float>> data;
-    for (ValueId v : {x, W, r, m.down, m.up}) data[v] = random_vec(size_t(g.shape(v).numel()), 1.0f, rng);
+    for (ValueId v : {x, W, r, m.param("lora_down.weight"), m.param("lora_up.weight")}) data[v] = random_vec(size_t(g.shape(v).numel()), 1.0f, rng);
     auto rt = make_cpu_runtime(make_plan(g));
     auto eval = [&]() {
         for (auto& [v, d] : data) rt->write_f32(v, d);
@@ -36,8 +36,8 @@ TEST_CASE("lora: gradients of a LoRA-wrapped linear match finite differences") {
     };
     eval();
     std::map<ValueId, std::vector<float>> analytic;  // read before any finite-difference run
-    for (ValueId p : {x, m.down, m.up}) analytic[p] = rt->read_f32(gr[p]);
-    for (ValueId p : {x, m.down, m.up}) {
+    for (ValueId p : {x, m.param("lora_down.weight"), m.param("lora_up.weight")}) analytic[p] = rt->read_f32(gr[p]);
+    for (ValueId p : {x, m.param("lora_down.weight"), m.param("lora_up.weight")}) {
         const std::vector<float>& an = analytic[p];
         double worst = 0.0;
         for (size_t i = 0; i < an.size(); i++) {
@@ -64,9 +64,9 @@ TEST_CASE("lora: init is Kaiming-uniform down, zero up") {
     CHECK(net.modules().size() == 12);  // 2 layers x (q, k, v, out, fc1, fc2)
     auto rt = make_cpu_runtime(make_plan(g));
     net.init(*rt, 1);
-    const lora::LoraModule& m = *net.find("lora_te_text_model_encoder_layers_1_mlp_fc2");
-    CHECK(m.in == 64);
-    const std::vector<float> d = rt->read_f32(m.down), u = rt->read_f32(m.up);
+    const lora::Module& m = *net.find("lora_te_text_model_encoder_layers_1_mlp_fc2");
+    CHECK(m.layer().in == 64);
+    const std::vector<float> d = rt->read_f32(m.param("lora_down.weight")), u = rt->read_f32(m.param("lora_up.weight"));
     float mx = 0.0f;
     for (float e : d) mx = std::max(mx, std::fabs(e));
     CHECK(mx <= 1.0f / 8.0f);  // 1/sqrt(64)
@@ -117,8 +117,8 @@ double runtime_vs_merged(LoraConfig cfg, size_t expect_modules) {
         rt2->write_f32(b, d);
     }
     net.init(*rt1, 4);
-    for (const lora::LoraModule& m : net.modules())  // up nonzero, or the LoRA changes nothing
-        rt1->write_f32(m.up, random_vec(size_t(m.out * m.rank), 0.3f, rng));
+    for (const lora::Module& m : net.modules())  // up nonzero, or the LoRA changes nothing
+        rt1->write_f32(m.param("lora_up.weight"), random_vec(size_t(m.layer().out * m.rank()), 0.3f, rng));
     rt1->run();
     rt2->run();
     const std::vector<float> base = rt2->read_f32(e2);
@@ -177,7 +177,7 @@ TEST_CASE("lora: text encoder LoRA at runtime equals merged (tiny CLIP), and bf1
             if (g.v(v).role == Role::input) rt->write(v, ids_small.data(), DType::i32);
     }
     net.init(*rt1, 2);
-    for (const lora::LoraModule& m : net.modules()) rt1->write_f32(m.up, random_vec(size_t(m.out * 2), 0.3f, rng));
+    for (const lora::Module& m : net.modules()) rt1->write_f32(m.param("lora_up.weight"), random_vec(size_t(m.layer().out * 2), 0.3f, rng));
     rt1->run();
     CHECK(lora::merge_into(net, *rt1, Part::text_encoder, w2, *rt2) == 12);
     rt2->run();
@@ -207,12 +207,12 @@ TEST_CASE("lora: text encoder LoRA at runtime equals merged (tiny CLIP), and bf1
     n16.init(*rt, 3);
     rt->run();
     double up_norm = 0.0, down_norm = 0.0;
-    for (const lora::LoraModule& m : n16.modules()) {
-        REQUIRE(gr[m.down] != kNoValue);
-        REQUIRE(gr[m.up] != kNoValue);
-        CHECK(g.dtype(gr[m.up]) == DType::f32);
-        for (float e : rt->read_f32(gr[m.up])) up_norm += double(e) * e;
-        for (float e : rt->read_f32(gr[m.down])) down_norm += double(e) * e;
+    for (const lora::Module& m : n16.modules()) {
+        REQUIRE(gr[m.param("lora_down.weight")] != kNoValue);
+        REQUIRE(gr[m.param("lora_up.weight")] != kNoValue);
+        CHECK(g.dtype(gr[m.param("lora_up.weight")]) == DType::f32);
+        for (float e : rt->read_f32(gr[m.param("lora_up.weight")])) up_norm += double(e) * e;
+        for (float e : rt->read_f32(gr[m.param("lora_down.weight")])) down_norm += double(e) * e;
     }
     CHECK(std::isfinite(up_norm));
     CHECK(up_norm > 0.0);
@@ -269,7 +269,7 @@ TEST_CASE("lora: rank and module dropout gates (kohya's rank_dropout / module_dr
     b.net.sample_dropout(*b.rt, 7);
     size_t zeros = 0, twos = 0, n = 0;
     std::vector<float> first;
-    for (const lora::LoraModule& m : b.net.modules())
+    for (const lora::Module& m : b.net.modules())
         for (float e : b.rt->read_f32(m.gate)) {
             zeros += e == 0.0f, twos += e == 2.0f, n++;
             first.push_back(e);
@@ -281,14 +281,14 @@ TEST_CASE("lora: rank and module dropout gates (kohya's rank_dropout / module_dr
     CHECK(diff(b.rt->read_f32(b.h), with_lora) > 1e-3);
     b.net.sample_dropout(*b.rt, 7);
     size_t i = 0, same = 0;
-    for (const lora::LoraModule& m : b.net.modules())
+    for (const lora::Module& m : b.net.modules())
         for (float e : b.rt->read_f32(m.gate)) same += e == first[i++];
     CHECK(same == n);
     // module_dropout 1: every module skipped, the base model's output (up = 0 in `a`).
     s.net.sample_dropout(*s.rt, 3);
     s.rt->run();
-    for (const lora::LoraModule& m : a.net.modules())
-        a.rt->write_f32(m.up, std::vector<float>(size_t(m.out * 4), 0.0f));
+    for (const lora::Module& m : a.net.modules())
+        a.rt->write_f32(m.param("lora_up.weight"), std::vector<float>(size_t(m.layer().out * 4), 0.0f));
     a.rt->run();
     CHECK(diff(s.rt->read_f32(s.h), a.rt->read_f32(a.h)) < 1e-6);
     // A network dropout outside [0, 1) is refused by name (its behaviour: tests/test_train_dropout.cpp).

@@ -50,17 +50,20 @@ TEST_CASE("nn: layers name weights and values by the module path, blocks their s
     CHECK(e[4].layout == nn::WeightLayout::plain);
 }
 
-TEST_CASE("nn: the hooks see every linear and conv with its module path and replace its output") {
+TEST_CASE("nn: the hooks see every linear and conv with its module path, weight and bias and replace its output") {
     Graph g;
     nn::Weights w(g, DType::f32);
     std::vector<std::string> seen;
-    w.linear_hook = [&](Graph& gg, const std::string& path, ValueId, ValueId y) {
-        seen.push_back("linear " + path);
-        return gl::scale(gg, y, 2.0f);
+    std::vector<std::string> weights;
+    w.linear_hook = [&](Graph& gg, const nn::Weights::LayerCall& c) {
+        seen.push_back("linear " + c.module);
+        weights.push_back(gg.v(c.weight.q).name + (c.bias == kNoValue ? "" : " " + gg.v(c.bias).name));
+        return gl::scale(gg, c.y, 2.0f);
     };
-    w.conv_hook = [&](Graph& gg, const std::string& path, ValueId, ValueId y, int k, int stride, int pad) {
-        seen.push_back(gl::cat("conv ", path, " ", k, " ", stride, " ", pad));
-        return gl::scale(gg, y, 3.0f);
+    w.conv_hook = [&](Graph& gg, const nn::Weights::LayerCall& c) {
+        seen.push_back(gl::cat("conv ", c.module, " ", c.k, " ", c.stride, " ", c.pad));
+        weights.push_back(gg.v(c.weight.q).name + " " + gg.v(c.bias).name);
+        return gl::scale(gg, c.y, 3.0f);
     };
     ValueId x = g.input("x", DType::f32, {1, 4, 4, 2});
     ValueId c = nn::conv2d(w, "down.conv", x, 3, 3, 2, 1);
@@ -68,6 +71,9 @@ TEST_CASE("nn: the hooks see every linear and conv with its module path and repl
     ValueId a = nn::attention(w, "attn", t, t, {.heads = 3});
     CHECK(seen == std::vector<std::string>{"conv down.conv 3 2 1", "linear attn.to_q", "linear attn.to_k",
                                            "linear attn.to_v", "linear attn.to_out.0"});
+    // Each hook sees the weight and bias its layer computed with (adapters that rebuild the weight need them).
+    CHECK(weights == std::vector<std::string>{"down.conv.weight down.conv.bias", "attn.to_q.weight", "attn.to_k.weight",
+                                              "attn.to_v.weight", "attn.to_out.0.weight attn.to_out.0.bias"});
     CHECK(g.nodes[size_t(g.v(c).producer)].op == Op::scale);
     CHECK(g.nodes[size_t(g.v(a).producer)].op == Op::scale);
     CHECK(find(g, "attn.to_q.bias") == kNoValue);  // diffusers: no q/k/v bias by default

@@ -1,10 +1,12 @@
 // The training objective's pieces built on the DDPM schedule: min-SNR-gamma weights against kohya's
-// formula (tests/golden/make_schedule_golden.py -> tests/golden/data/schedule/ddpm.json), seeded
-// timestep sampling and offset noise. The draws of a whole micro-batch: test_train.cpp.
+// formula (tests/golden/make_schedule_golden.py -> tests/golden/data/schedule/ddpm.json), debiased
+// estimation weights against kohya's own function (tests/golden/make_kohya_loss_weights.py ->
+// tests/golden/data/kohya/loss_weights.json), seeded timestep sampling and offset noise. The draws of a whole micro-batch: test_train.cpp.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -89,4 +91,45 @@ TEST_CASE("train objective: seeded timesteps and offset noise") {
     CHECK(noise[0] != noise[1]);                          // channels differ
     CHECK(noise[0] != noise[size_t(H * W * C)]);          // samples differ
     CHECK_THROWS_AS(train::apply_noise_offset(noise, 7, C, 0.1, o), gl::Error);
+}
+
+TEST_CASE("train objective: debiased estimation weights as kohya's apply_debiased_estimation makes them") {
+    std::ifstream in(gltest::golden_dir("kohya") + "loss_weights.json");
+    REQUIRE(in.good());
+    const nlohmann::json g = nlohmann::json::parse(in);
+    const DdpmSchedule s = DdpmSchedule::sd15();
+    const gltest::SnrGolden kohya(gltest::ddpm_golden());
+    const auto ts = g.at("t").get<std::vector<int>>();
+    REQUIRE(ts.size() == 1000);
+    double worst = 0;
+    for (const auto& [name, pred] : {std::pair{"epsilon", Prediction::epsilon}, {"v", Prediction::v_prediction}}) {
+        const auto want = g.at("debiased").at(name).get<std::vector<double>>();
+        for (size_t i = 0; i < ts.size(); ++i) {
+            // Each weight moves at most as fast as the SNR (relative): the SNR's tolerance holds.
+            const double w = train::debiased_weight(s, ts[i], pred), err = std::abs(w - want[i]) / want[i];
+            CHECK_MESSAGE(err <= kohya.tolerance(s, ts[i]), name, " t = ", ts[i], ": ", w, " vs kohya ", want[i]);
+            worst = std::max(worst, err);
+        }
+    }
+    MESSAGE("debiased estimation: max rel. error ", worst);
+    // t = 0's SNR (about 1175) is capped at 1000.
+    CHECK(s.snr(0) > 1000);
+    CHECK(train::debiased_weight(s, 0, Prediction::epsilon) == 1 / std::sqrt(1000.0));
+    CHECK(train::debiased_weight(s, 0, Prediction::v_prediction) == 1 / 1001.0);
+
+    // A micro-batch's loss weights: min-SNR's times the debiased one, as kohya applies both.
+    train::Objective o;
+    o.min_snr_gamma = 5.0;
+    o.debiased_estimation = true;
+    NoiseRng rng{3, 0};
+    const train::MicroBatch m = train::draw_micro_batch(o, s, 4, 4 * 2 * 2 * 4, 4, rng);
+    for (size_t b = 0; b < 4; b++)
+        CHECK(m.weights[b] == doctest::Approx(train::min_snr_weight(s, m.t[b], 5.0, Prediction::epsilon) *
+                                              train::debiased_weight(s, m.t[b], Prediction::epsilon)));
+    o.debiased_estimation = false;
+    NoiseRng same{3, 0};
+    const train::MicroBatch plain = train::draw_micro_batch(o, s, 4, 4 * 2 * 2 * 4, 4, same);
+    CHECK(plain.t == m.t);  // the option draws nothing
+    for (size_t b = 0; b < 4; b++)
+        CHECK(plain.weights[b] == float(train::min_snr_weight(s, m.t[b], 5.0, Prediction::epsilon)));
 }

@@ -1,4 +1,4 @@
-// Every option of sdtrain's table (tools/sdtrain/option_table.cpp) against bad values on the
+// Every option of sdtrain's table (train/run/options.def) against bad values on the
 // command line and in a config file: wrong types, out of range, empty, 2^31 / 2^63 / 2^64, NaN and
 // infinities, numbers a double holds and a float does not, negative numbers, options given twice.
 // Each is refused with the option's name, or accepted into a state the run can use.
@@ -12,9 +12,9 @@
 #include "sdtrain_fixtures.h"
 #include "test_util.h"
 #include "tools/common/cli.h"
-#include "tools/sdtrain/option_table.h"
 #include "tools/sdtrain/options.h"
 #include "train/run/config_view.h"
+#include "train/run/option_table.h"
 
 using namespace sdtrain_test;
 
@@ -59,15 +59,15 @@ std::optional<std::string> config_of(const std::vector<std::string>& extra) {
 }
 
 // The options a user sets by value, by kind of value.
-std::vector<const sdtrain::Option*> options_where(bool (*pick)(const sdtrain::Option&)) {
-    std::vector<const sdtrain::Option*> out;
-    for (const sdtrain::Option& o : sdtrain::option_table())
-        if (!o.group.empty() && o.kind != sdtrain::Kind::flag && pick(o)) out.push_back(&o);
+std::vector<const train::Option*> options_where(bool (*pick)(const train::Option&)) {
+    std::vector<const train::Option*> out;
+    for (const train::Option& o : train::option_table())
+        if (!o.group.empty() && o.kind != train::OptionKind::flag && pick(o)) out.push_back(&o);
     return out;
 }
-bool is_number(const sdtrain::Option& o) { return o.numeric; }
-bool is_real(const sdtrain::Option& o) { return o.numeric && o.type == "NUMBER"; }
-bool is_integer(const sdtrain::Option& o) { return o.numeric && o.type != "NUMBER"; }
+bool is_number(const train::Option& o) { return o.numeric; }
+bool is_real(const train::Option& o) { return o.numeric && o.type == "NUMBER"; }
+bool is_integer(const train::Option& o) { return o.numeric && o.type != "NUMBER"; }
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -79,7 +79,7 @@ const std::set<std::string> kTakesNegative = {"sample_every_n_steps", "sample_ev
 TEST_CASE("option sweep: no number option takes text, NaN, infinities or what no type holds") {
     const auto numbers = options_where(is_number);
     REQUIRE(numbers.size() > 40);
-    for (const sdtrain::Option* o : numbers) {
+    for (const train::Option* o : numbers) {
         for (const std::string bad : {"abc", "", "nan", "-nan", "NaN", "inf", "-inf", "infinity", "-Infinity", "1e39",
                                       "-1e39", "1e400", "-1e400", "-18446744073709551617", "0x10", "5x", " 5", "5 ",
                                       "1_000"}) {
@@ -98,7 +98,7 @@ TEST_CASE("option sweep: no number option takes text, NaN, infinities or what no
 }
 
 TEST_CASE("option sweep: real options hold as a float, integer options as their type") {
-    for (const sdtrain::Option* o : options_where(is_real)) {
+    for (const train::Option* o : options_where(is_real)) {
         CAPTURE(o->name);
         // A finite double, an infinite float; a nonzero double, a float 0.
         for (const std::string bad : {"3.5e38", "1e-50"}) {
@@ -111,7 +111,7 @@ TEST_CASE("option sweep: real options hold as a float, integer options as their 
     // 2^31 and 2^63: refused unless the option's type holds them (steps and warm-up in int64, the
     // seed in uint64).
     const std::set<std::string> int64_wide = {"max_train_steps", "lr_warmup_steps", "seed"};
-    for (const sdtrain::Option* o : options_where(is_integer)) {
+    for (const train::Option* o : options_where(is_integer)) {
         CAPTURE(o->name);
         for (const std::string bad : {"2.5", "1e3", "-9223372036854775809", "18446744073709551616"}) {
             CAPTURE(bad);
@@ -162,7 +162,7 @@ TEST_CASE("option sweep: the same bad numbers in a config file are refused namin
         }
         return std::string("(no error)");
     };
-    for (const sdtrain::Option* o : options_where(is_number)) {
+    for (const train::Option* o : options_where(is_number)) {
         for (const std::string value : {"1e39", "nan", "inf", "-inf", "\"abc\"", "\"\"", "true", "[1, 2]", "-1.5"}) {
             CAPTURE(o->name);
             CAPTURE(value);
@@ -188,8 +188,8 @@ TEST_CASE("option sweep: an option given twice: each value is checked, the last 
         {"save_last_n_epochs", {"--save_every_n_epochs", "1"}},
         {"save_last_n_epochs_state", {"--save_every_n_epochs", "1"}},
     };
-    for (const sdtrain::Option& o : sdtrain::option_table()) {
-        if (o.group.empty() || o.kind != sdtrain::Kind::value || o.group.rfind("Accepted", 0) == 0) continue;
+    for (const train::Option& o : train::option_table()) {
+        if (o.group.empty() || o.kind != train::OptionKind::value || o.group.rfind("Accepted", 0) == 0) continue;
         CAPTURE(o.name);
         const std::vector<std::string> base = needs.count(o.name) ? needs.at(o.name) : std::vector<std::string>{};
         auto given = [&](std::vector<std::string> v) {

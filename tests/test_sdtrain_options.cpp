@@ -145,6 +145,24 @@ TEST_CASE("sdtrain options: kohya options refused, accepted with a note, unknown
     CHECK(usage_error({"--text_encoder_lr", "1e-4", "5e-5"}).find("one text encoder") != std::string::npos);
 }
 
+TEST_CASE("sdtrain options: --debiased_estimation_loss weights the objective") {
+    CHECK_FALSE(parse({}).objective().debiased_estimation);
+    const train::RunConfig c = parse({"--debiased_estimation_loss", "--min_snr_gamma", "5"});
+    CHECK(c.objective().debiased_estimation);
+    CHECK(c.objective().min_snr_gamma == 5.0);
+    Scratch s("options-debiased");
+    write_text(s.root / "run.toml", "[training_arguments]\ndebiased_estimation_loss = true\n");
+    CHECK(parse({"--config_file", (s.root / "run.toml").string()}).objective().debiased_estimation);
+}
+
+TEST_CASE("sdtrain options: kohya's console logging options change nothing here: accepted, each with a note") {
+    const train::RunConfig n =
+        parse({"--console_log_level", "DEBUG", "--console_log_file", "log.txt", "--console_log_simple"});
+    CHECK(has_note(n, "--console_log_level: not needed"));
+    CHECK(has_note(n, "--console_log_file: not needed"));
+    CHECK(has_note(n, "--console_log_simple: not needed"));
+}
+
 TEST_CASE("sdtrain options: contradictions and missing options are errors naming them") {
     const std::pair<std::vector<std::string>, const char*> cases[] = {
         {{"--full_bf16"}, "--full_bf16 needs --mixed_precision bf16"},
@@ -162,7 +180,7 @@ TEST_CASE("sdtrain options: contradictions and missing options are errors naming
         {{"--cache_text_encoder_outputs"}, "needs a frozen text encoder: add --network_train_unet_only"},
         {{"--sample_every_n_steps", "100"}, "needs --sample_prompts"},
         {{"--save_model_as", "ckpt"}, "--save_model_as ckpt is not supported"},
-        {{"--network_module", "lycoris.kohya"}, "--network_module lycoris.kohya is not supported"},
+        {{"--network_module", "networks.dylora"}, "--network_module networks.dylora is not supported"},
         {{"--mixed_precision", "fp8"}, "--mixed_precision must be no, fp16 or bf16"},
         {{"--random_crop", "--cache_latents"}, "--cache_latents cannot be used with --random_crop"},
         {{"--vram_limit", "lots"}, "lots"},

@@ -115,10 +115,10 @@ TEST_CASE("train step: noising, epsilon and v targets and the weighted loss matc
             // Non-zero up, so the LoRA takes part in the prediction.
             std::mt19937 rng(4);
             std::uniform_real_distribution<float> u(-0.1f, 0.1f);
-            for (const lora::LoraModule& m : t.s->net->modules()) {
-                std::vector<float> up(size_t(m.out * m.rank));
+            for (const lora::Module& m : t.s->net->modules()) {
+                std::vector<float> up(size_t(m.layer().out * m.rank()));
                 for (float& e : up) e = u(rng);
-                t.rt->write_f32(m.up, up);
+                t.rt->write_f32(m.param("lora_up.weight"), up);
             }
             const train::StepReport r = tr.evaluate(x0, ctx, 77);
             // evaluate() drew from NoiseRng{77}; the same draws here.
@@ -277,7 +277,7 @@ TEST_CASE("train step: a trained text encoder is in the graph and its LoRA learn
     CHECK(s->ids != kNoValue);
     CHECK(s->g.shape(s->context) == Shape{2, 77, 16});
     size_t te = 0;
-    for (const lora::LoraModule& m : s->net->modules()) te += m.part == lora::Part::text_encoder;
+    for (const lora::Module& m : s->net->modules()) te += m.layer().part == lora::Part::text_encoder;
     CHECK(te == 12);  // q, k, v, out_proj, fc1, fc2 of 2 layers
     REQUIRE(s->update->groups().size() == 2);
     CHECK(s->update->groups()[1].name == "text_encoder");
@@ -296,17 +296,17 @@ TEST_CASE("train step: a trained text encoder is in the graph and its LoRA learn
     train::Trainer tr(*s, *rt, {});
     tr.init(9);
     std::vector<float> before;
-    for (const lora::LoraModule& m : s->net->modules())
-        if (m.part == lora::Part::text_encoder)
-            for (float x : rt->read_f32(m.up)) before.push_back(x);
+    for (const lora::Module& m : s->net->modules())
+        if (m.layer().part == lora::Part::text_encoder)
+            for (float x : rt->read_f32(m.param("lora_up.weight"))) before.push_back(x);
     std::vector<int32_t> ids(size_t(s->ids_numel()));
     for (size_t i = 0; i < ids.size(); i++) ids[i] = int32_t((i * 37) % 1000);
     const std::vector<float> x0 = structured_latents(2, 4);
     for (int k = 0; k < 2; k++) CHECK(tr.step(x0, std::span<const int32_t>(ids)).applied);
     std::vector<float> after;
-    for (const lora::LoraModule& m : s->net->modules())
-        if (m.part == lora::Part::text_encoder)
-            for (float x : rt->read_f32(m.up)) after.push_back(x);
+    for (const lora::Module& m : s->net->modules())
+        if (m.layer().part == lora::Part::text_encoder)
+            for (float x : rt->read_f32(m.param("lora_up.weight"))) after.push_back(x);
     CHECK(max_rel(after, before) > 0);  // up started at 0 and moved: gradients reached the text encoder
     // Frozen-context calls are refused for this graph; evaluation refuses network dropout.
     CHECK_THROWS_AS(tr.step(x0, std::span<const float>(tiny_context(2, 1))), gl::Error);
@@ -323,19 +323,19 @@ TEST_CASE("train step: Adafactor factors each LoRA weight as kohya's PyTorch mod
     std::map<std::string, int64_t> sizes;
     for (ValueId v : s->update->optimizer().state_values()) sizes[s->g.v(v).name] = s->g.v(v).numel();
     int conv1x1 = 0, linear = 0;
-    for (const lora::LoraModule& m : s->net->modules()) {
-        const std::string down = "optim." + s->g.v(m.down).name, up = "optim." + s->g.v(m.up).name;
-        CAPTURE(m.key);
-        if (m.kind == lora::ModuleKind::conv1x1) {
+    for (const lora::Module& m : s->net->modules()) {
+        const std::string down = "optim." + s->g.v(m.param("lora_down.weight")).name, up = "optim." + s->g.v(m.param("lora_up.weight")).name;
+        CAPTURE(m.key());
+        if (m.layer().kind == lora::ModuleKind::conv1x1) {
             conv1x1++;
-            CHECK(sizes.at(down + ".exp_avg_sq_row") == m.rank * m.in);
-            CHECK(sizes.at(down + ".exp_avg_sq_col") == m.rank * m.in);
-            CHECK(sizes.at(up + ".exp_avg_sq_row") == m.out * m.rank);
-        } else if (m.kind == lora::ModuleKind::linear) {
+            CHECK(sizes.at(down + ".exp_avg_sq_row") == m.rank() * m.layer().in);
+            CHECK(sizes.at(down + ".exp_avg_sq_col") == m.rank() * m.layer().in);
+            CHECK(sizes.at(up + ".exp_avg_sq_row") == m.layer().out * m.rank());
+        } else if (m.layer().kind == lora::ModuleKind::linear) {
             linear++;
-            CHECK(sizes.at(down + ".exp_avg_sq_row") == m.rank);
-            CHECK(sizes.at(down + ".exp_avg_sq_col") == m.in);
-            CHECK(sizes.at(up + ".exp_avg_sq_row") == m.out);
+            CHECK(sizes.at(down + ".exp_avg_sq_row") == m.rank());
+            CHECK(sizes.at(down + ".exp_avg_sq_col") == m.layer().in);
+            CHECK(sizes.at(up + ".exp_avg_sq_row") == m.layer().out);
         }
     }
     CHECK(conv1x1 > 0);

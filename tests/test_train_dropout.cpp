@@ -96,8 +96,8 @@ TEST_CASE("lora network dropout: a dropout node per module on down's output, new
 TEST_CASE("lora network dropout: gradients use the forward's mask (finite differences at a fixed seed)") {
     DropNet d(0.5f);
     d.run(42);
-    const lora::LoraModule& m = d.net.modules()[3];
-    for (ValueId p : {m.down, m.up}) {
+    const lora::Module& m = d.net.modules()[3];
+    for (ValueId p : {m.param("lora_down.weight"), m.param("lora_up.weight")}) {
         const std::vector<float> analytic = d.rt->read_f32(d.grads[p]);
         std::vector<float> x = d.rt->read_f32(p);
         double worst = 0, scale = 1e-3;

@@ -152,9 +152,9 @@ TEST_CASE("train quant: a trained text encoder on an fp8 base: codes for its mat
     for (const nn::WeightEntry& e : s->unet_weights->entries())
         if (e.scale != kNoValue) CHECK(s->g.dtype(e.id) == DType::i8);
     size_t te_params = 0;
-    for (const lora::LoraModule& m : s->net->modules())
-        if (m.part == lora::Part::text_encoder)
-            for (ValueId p : {m.down, m.up}) te_params += s->grads[p] != kNoValue;
+    for (const lora::Module& m : s->net->modules())
+        if (m.layer().part == lora::Part::text_encoder)
+            for (ValueId p : {m.param("lora_down.weight"), m.param("lora_up.weight")}) te_params += s->grads[p] != kNoValue;
     CHECK(te_params == 2 * 2 * 6);
     CHECK(check_overlaps(make_plan(s->g, {Recompute::blocks})) == "");
 }

@@ -1,7 +1,7 @@
 // gl-merge: merges a LoRA into an SD1.5 checkpoint and writes the merged checkpoint.
 //   gl-merge BASE LORA OUT [--multiplier M] [--overwrite]
 // BASE: an SD1.5 single file (.safetensors or .ckpt) or diffusers folder; LORA: a kohya / diffusers /
-// PEFT LoRA or LoCon .safetensors; OUT: a .safetensors file for a single-file base, a new folder for a
+// PEFT LoRA or LoCon, or a LyCORIS LoHa / LoKr / DoRA .safetensors; OUT: a .safetensors file for a single-file base, a new folder for a
 // diffusers base. The base's layout, key names and dtypes are kept (lora/merge_file.h).
 #include <chrono>
 #include <cstdio>
@@ -21,7 +21,7 @@ int run(int argc, char** argv) {
     gl::cli::Parser p("gl-merge", "gl-merge: merges a LoRA into an SD1.5 checkpoint and writes the merged checkpoint; "
                                   "the base's layout, key names and dtypes are kept.");
     p.add_path("BASE", paths[0], "SD1.5 single file (.safetensors / .ckpt) or diffusers folder");
-    p.add_path("LORA", paths[1], "LoRA / LoCon .safetensors (kohya, diffusers or PEFT names)");
+    p.add_path("LORA", paths[1], "LoRA / LoCon (kohya, diffusers or PEFT names), LyCORIS LoHa / LoKr / DoRA .safetensors");
     p.add_path("OUT", paths[2], "merged .safetensors (single-file base) or a new folder (diffusers base)");
     p.add_real("--multiplier", opt.multiplier, std::numeric_limits<float>::lowest(), std::numeric_limits<float>::max(),
                "the LoRA's strength");
@@ -33,9 +33,9 @@ int run(int argc, char** argv) {
     const lora::MergeReport r = lora::merge_lora_into_checkpoint(base, paths[0], lora_file, paths[2], opt);
     for (const std::string& p : r.stale_removed) std::printf("removed %s, left by an interrupted merge\n", p.c_str());
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("merged %s (%s, rank %d%s) into %s (%s) at multiplier %g: %zu UNet and %zu text encoder weights "
+    std::printf("merged %s (%s %s, rank %d%s) into %s (%s) at multiplier %g: %zu UNet and %zu text encoder weights "
                 "changed; %zu tensors written to %s in %.1f s\n",
-                paths[1].c_str(), lora::lora_format_name(r.format), r.rank,
+                paths[1].c_str(), lora::lora_format_name(r.format), r.types.c_str(), r.rank,
                 r.conv_rank ? gl::cat(", conv rank ", r.conv_rank).c_str() : "", paths[0].c_str(),
                 sd::sd15_layout_name(base.layout), double(opt.multiplier), r.unet_modules, r.text_encoder_modules,
                 r.tensors_written, paths[2].c_str(), s);

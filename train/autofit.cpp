@@ -56,8 +56,11 @@ std::vector<FitConfig> fit_configs(const AutoFitRequest& r) {
     const bool adam = std::string(r.step.optimizer.name()) == "AdamW";
     auto needs = [](std::initializer_list<std::pair<bool, const char*>> flags) {
         std::string s;
-        for (const auto& [need, flag] : flags)
-            if (need) s += (s.empty() ? "" : " ") + std::string(flag);
+        for (const auto& [need, flag] : flags) {
+            if (!need) continue;
+            if (!s.empty()) s += ' ';
+            s += flag;
+        }
         return s;
     };
     std::vector<FitConfig> out;
@@ -65,9 +68,9 @@ std::vector<FitConfig> fit_configs(const AutoFitRequest& r) {
         for (bool a8 : {false, true}) {
             if (a8 && !adam) continue;
             std::vector<FitConfig> te;
-            if (r.step.train_text_encoder) te.push_back({m, a8, true, false});
-            te.push_back({m, a8, false, r.cache_text_encoder});
-            if (!r.cache_text_encoder) te.push_back({m, a8, false, true});
+            if (r.step.train_text_encoder) te.push_back(FitConfig{m, a8, true, false, {}, {}});
+            te.push_back(FitConfig{m, a8, false, r.cache_text_encoder, {}, {}});
+            if (!r.cache_text_encoder) te.push_back(FitConfig{m, a8, false, true, {}, {}});
             for (FitConfig& c : te) {
                 const bool unet_only = r.step.train_text_encoder && !c.train_te;
                 const bool cached = !c.train_te && c.cache_te && !r.cache_text_encoder;

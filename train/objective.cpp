@@ -78,6 +78,11 @@ double min_snr_weight(const sd::DdpmSchedule& s, int t, double gamma, sd::Predic
     return min_snr_weight_from_snr(s.snr(t), gamma, pred);
 }
 
+double debiased_weight(const sd::DdpmSchedule& s, int t, sd::Prediction pred) {
+    const double snr = std::min(s.snr(t), 1000.0);
+    return pred == sd::Prediction::v_prediction ? 1.0 / (snr + 1.0) : 1.0 / std::sqrt(snr);
+}
+
 void apply_noise_offset(std::span<float> noise, int64_t batch, int64_t channels, double offset, sd::NoiseRng& rng) {
     GL_CHECK(batch > 0 && channels > 0, "noise offset: batch ", batch, " and channels ", channels, " must be > 0");
     GL_CHECK(std::isfinite(offset), "noise offset: offset ", offset, " is not finite");
@@ -124,7 +129,9 @@ MicroBatch draw_micro_batch(const Objective& o, const sd::DdpmSchedule& s, int64
         m.timesteps.push_back(float(t));
         m.sqrt_ac.push_back(float(s.sqrt_alphas_cumprod[size_t(t)]));
         m.sqrt_1m_ac.push_back(float(s.sqrt_one_minus_alphas_cumprod[size_t(t)]));
-        m.weights.push_back(o.min_snr_gamma > 0 ? float(min_snr_weight(s, t, o.min_snr_gamma, o.prediction)) : 1.0f);
+        double weight = o.min_snr_gamma > 0 ? min_snr_weight(s, t, o.min_snr_gamma, o.prediction) : 1.0;
+        if (o.debiased_estimation) weight *= debiased_weight(s, t, o.prediction);
+        m.weights.push_back(float(weight));
         if (o.loss == gl::LossKind::huber) m.huber_c.push_back(float(huber_c_at(o, s, t)));
     }
     return m;

@@ -1,10 +1,11 @@
 // The training objective (the one owner of that name), as kohya's sd-scripts trains SD1.5 LoRAs:
-// what is predicted, the loss and its weights (min-SNR-gamma), the timestep range, offset noise and
-// the Huber thresholds, and its per-step host work: draw the timesteps (uniform in [min_timestep,
-// max_timestep)), the noise (with optional offset noise), and from the DDPM schedule
-// (models/sd15/noise.h: the diffusion process itself, shared with sampling) the per-sample
-// coefficients the step graph takes: sqrt(alpha_bar), sqrt(1 - alpha_bar), the loss weights and
-// the Huber thresholds. The graph does the tensor work (noisy = a x0 + b noise, the target, the loss).
+// what is predicted, the loss and its weights (min-SNR-gamma, debiased estimation), the timestep
+// range, offset noise and the Huber thresholds, and its per-step host work: draw the timesteps
+// (uniform in [min_timestep, max_timestep)), the noise (with optional offset noise), and from the
+// DDPM schedule (models/sd15/noise.h: the diffusion process itself, shared with sampling) the
+// per-sample coefficients the step graph takes: sqrt(alpha_bar), sqrt(1 - alpha_bar), the loss
+// weights and the Huber thresholds. The graph does the tensor work (noisy = a x0 + b noise, the
+// target, the loss).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -34,6 +35,7 @@ struct Objective {
     sd::Prediction prediction = sd::Prediction::epsilon;
     gl::LossKind loss = gl::LossKind::l2;
     double min_snr_gamma = 0.0;  // 0: off (every weight 1)
+    bool debiased_estimation = false;  // kohya's --debiased_estimation_loss (debiased_weight)
     double noise_offset = 0.0;   // 0: off
     int min_timestep = 0, max_timestep = 1000;
     HuberSchedule huber_schedule = HuberSchedule::snr;  // kohya's defaults
@@ -55,6 +57,11 @@ double huber_c_at(const Objective& o, const sd::DdpmSchedule& s, int t);
 double min_snr_weight(const sd::DdpmSchedule& s, int t, double gamma, sd::Prediction pred);
 // The weight formula on its own, for a given SNR (kohya's formula; see min_snr_weight).
 double min_snr_weight_from_snr(double snr, double gamma, sd::Prediction pred);
+
+// kohya's --debiased_estimation_loss weight of timestep t (library/custom_train_functions.py
+// apply_debiased_estimation, applied after min-SNR): 1 / sqrt(snr) for epsilon, 1 / (snr + 1) for
+// v-prediction, the SNR capped at 1000 (t = 0's is about 1175).
+double debiased_weight(const sd::DdpmSchedule& s, int t, sd::Prediction pred);
 
 // Offset noise (kohya's --noise_offset, after crosslabs' "diffusion with offset noise"):
 // noise[b, h, w, c] += offset * z[b, c] with z ~ N(0, 1) drawn once per (sample, channel).

@@ -85,17 +85,15 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     s->grads = gl::backward(g, scaled);
 
     ParamGroup unet{"unet", {}, {}, opt.unet_lr, {}}, te{"text_encoder", {}, {}, opt.text_encoder_lr, {}};
-    for (const lora::LoraModule& m : s->net->modules()) {
-        ParamGroup& grp = m.part == lora::Part::unet ? unet : te;
-        // PyTorch's shapes, as kohya's Adafactor factors by them; a LoCon down weight is 4-D here
-        // too but in another element order (its own factoring already matches).
-        const auto [down_shape, up_shape] = lora::kohya_shapes(m);
-        grp.params.push_back(m.down);
-        grp.grads.push_back(s->grads[m.down]);
-        grp.torch_shapes.push_back(m.kind == lora::ModuleKind::conv ? gl::Shape{} : down_shape);
-        grp.params.push_back(m.up);
-        grp.grads.push_back(s->grads[m.up]);
-        grp.torch_shapes.push_back(up_shape);
+    for (const lora::Module& m : s->net->modules()) {
+        ParamGroup& grp = m.layer().part == lora::Part::unet ? unet : te;
+        for (const lora::Tensor& t : m.tensors()) {
+            grp.params.push_back(t.id);
+            grp.grads.push_back(s->grads[t.id]);
+            // PyTorch's shape, as kohya's Adafactor factors by it, where it holds the graph's
+            // element order (a conv's [r, in, k, k] down is [r, k, k, in] here: its own shape).
+            grp.torch_shapes.push_back(t.conv_k > 1 ? gl::Shape{} : gl::Shape::of(t.file_shape));
+        }
     }
     std::vector<ParamGroup> groups;
     for (ParamGroup* grp : {&unet, &te})

@@ -33,7 +33,7 @@ ValueId linear(Weights& w, const std::string& name, ValueId x, int64_t out, bool
     const gl::QuantWeight wt = w.matrix("weight", Shape{out, g.shape(x).last()});
     ValueId b = bias ? w.get("bias", Shape{out}) : gl::kNoValue;
     ValueId y = wt.scale == gl::kNoValue ? gl::linear(g, x, wt.q, b) : gl::linear(g, x, wt, b);
-    return w.linear_hook ? w.linear_hook(g, w.module_path(), x, y) : y;
+    return w.linear_hook ? w.linear_hook(g, {w.module_path(), x, y, wt, b}) : y;
 }
 
 ValueId conv2d(Weights& w, const std::string& name, ValueId x, int64_t cout, int k, int stride, int pad) {
@@ -43,7 +43,7 @@ ValueId conv2d(Weights& w, const std::string& name, ValueId x, int64_t cout, int
     const gl::QuantWeight wt = w.matrix("weight", Shape{cout, k, k, cin}, WeightLayout::conv_ohwi);
     ValueId b = w.get("bias", Shape{cout});
     ValueId y = wt.scale == gl::kNoValue ? gl::conv2d(g, x, wt.q, b, stride, pad) : gl::conv2d(g, x, wt, b, stride, pad);
-    return w.conv_hook ? w.conv_hook(g, w.module_path(), x, y, k, stride, pad) : y;
+    return w.conv_hook ? w.conv_hook(g, {w.module_path(), x, y, wt, b, k, stride, pad}) : y;
 }
 
 ValueId group_norm(Weights& w, const std::string& name, ValueId x, int groups, float eps, bool silu) {

@@ -59,16 +59,22 @@ public:
     gl::WeightFormat format() const { return format_; }
     const std::vector<WeightEntry>& entries() const { return entries_; }
 
-    // Called by nn::linear for every Linear (and every 1x1 conv run as one) with the module's
-    // full path ("down_blocks.0.attentions.0.proj_in"), its input and its output; returns the
-    // output to use. Adapters (lora/) add their branch here without the models knowing them.
-    using LinearHook = std::function<gl::ValueId(gl::Graph&, const std::string& module, gl::ValueId x, gl::ValueId y)>;
-    LinearHook linear_hook;
-    // The same from nn::conv2d for every Conv2d (y = conv(x) with kernel k, stride, pad; NHWC):
-    // LoCon hooks here.
-    using ConvHook = std::function<gl::ValueId(gl::Graph&, const std::string& module, gl::ValueId x, gl::ValueId y,
-                                               int k, int stride, int pad)>;
-    ConvHook conv_hook;
+    // What a hook sees of the layer it is called for: its module path, input and output, and the
+    // weight and bias the output was computed with (an adapter that rebuilds the weight, DoRA,
+    // needs them). A linear's weight is [out, in], a conv's [out, k, k, in] (NHWC); a quantized
+    // store's weight comes as its codes and row scales.
+    struct LayerCall {
+        std::string module;  // "down_blocks.0.attentions.0.proj_in"
+        gl::ValueId x, y;
+        gl::QuantWeight weight;
+        gl::ValueId bias = gl::kNoValue;
+        int k = 1, stride = 1, pad = 0;  // a conv's geometry (a linear: 1, 1, 0)
+    };
+    // Called by nn::linear for every Linear (and every 1x1 conv run as one) and by nn::conv2d for
+    // every Conv2d; returns the output to use. Adapters (lora/) add their branch here without the
+    // models knowing them.
+    using Hook = std::function<gl::ValueId(gl::Graph&, const LayerCall&)>;
+    Hook linear_hook, conv_hook;
     // Whether the layers of models/nn/layers.h also open their name as a graph scope, so that
     // their values read "mid_block.attentions.0.proj_in.linear". Off, the values keep the name of
     // the enclosing scope ("text_model.encoder.layers.0.mlp.linear"), as the CLIP text encoder's

@@ -11,8 +11,8 @@
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/sources.h"
 #include "ggml-lite/ops/builder.h"
+#include "lora/file_modules.h"
 #include "lora/kohya.h"
-#include "lora/merge_file.h"
 #include "models/sd15/noise.h"
 #include "models/sd15/pipeline_impl.h"
 #include "models/sd15/sampler_prompts.h"
@@ -28,36 +28,33 @@ bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 
 
 // Chains `net`'s hooks after whatever w already has, so several networks add their branches.
 void chain_attach(nn::Weights& w, lora::LoraNetwork& net, lora::Part part) {
-    nn::Weights::LinearHook prev_lin = std::move(w.linear_hook);
-    nn::Weights::ConvHook prev_conv = std::move(w.conv_hook);
+    using Hook = nn::Weights::Hook;
+    Hook prev_lin = std::move(w.linear_hook), prev_conv = std::move(w.conv_hook);
     w.linear_hook = nullptr;
     w.conv_hook = nullptr;
     if (part == lora::Part::unet) net.attach_unet(w);
     else net.attach_text_encoder(w);
-    nn::Weights::LinearHook lin = std::move(w.linear_hook);
-    nn::Weights::ConvHook conv = std::move(w.conv_hook);
-    if (prev_lin && lin)
-        w.linear_hook = [prev_lin, lin](gl::Graph& g, const std::string& m, ValueId x, ValueId y) {
-            return lin(g, m, x, prev_lin(g, m, x, y));
-        };
-    else
-        w.linear_hook = lin ? lin : prev_lin;
-    if (prev_conv && conv)
-        w.conv_hook = [prev_conv, conv](gl::Graph& g, const std::string& m, ValueId x, ValueId y, int k, int s, int p) {
-            return conv(g, m, x, prev_conv(g, m, x, y, k, s, p), k, s, p);
-        };
-    else
-        w.conv_hook = conv ? conv : prev_conv;
+    for (auto [slot, prev] : {std::pair{&w.linear_hook, &prev_lin}, std::pair{&w.conv_hook, &prev_conv}}) {
+        Hook mine = std::move(*slot);
+        if (*prev && mine)
+            *slot = [p = std::move(*prev), mine](gl::Graph& g, const nn::Weights::LayerCall& c) {
+                nn::Weights::LayerCall after = c;
+                after.y = p(g, c);
+                return mine(g, after);
+            };
+        else
+            *slot = mine ? mine : std::move(*prev);
+    }
 }
 
-LoraSource open_lora(const LoraFile& f) {
+LoraSource open_lora(const LoraFile& f, const UnetConfig& ucfg) {
     GL_CHECK(std::isfinite(f.multiplier), "LoRA ", f.path, ": multiplier ", f.multiplier, " is not finite");
     LoraSource s;
     s.file = gl::io::open_checkpoint(f.path);
-    const auto [rank, conv] = lora::file_ranks(*s.file);
-    s.cfg.rank = rank > 0 ? rank : conv;
-    s.cfg.alpha = 0.0f;  // alpha = rank: load_lora folds each module's file alpha into up
-    s.cfg.conv_dim = conv;
+    // The file's modules as it holds them (types, ranks; alpha = rank for LoRA: load_lora folds
+    // each module's file alpha into up).
+    s.cfg.from_file = std::make_shared<lora::FileModules>(s.file, &ucfg);
+    s.cfg.from_file->check_holds_modules();
     s.cfg.multiplier = f.multiplier;
     for (const gl::io::TensorInfo& t : s.file->list()) {
         s.unet = s.unet || starts_with(t.name, "lora_unet_") || starts_with(t.name, "unet.");
@@ -77,8 +74,7 @@ std::string mib(size_t bytes) {
 // Several files may hold a module for the same layer: their parameters get the file's index in
 // their names, so the shared memory (which matches values by name) keeps them apart.
 void rename_params(gl::Graph& g, const lora::LoraNetwork& net, size_t file) {
-    for (const lora::LoraModule& m : net.modules())
-        for (ValueId v : {m.down, m.up}) g.set_name(v, gl::cat("lora", file, ".", g.v(v).name));
+    for (ValueId v : net.parameters()) g.set_name(v, gl::cat("lora", file, ".", g.v(v).name));
 }
 
 }  // namespace
@@ -189,6 +185,7 @@ void Pipeline::Impl::load(const Sd15Files& f, const PipelineOptions& o, Pipeline
         for (size_t k = 0; k < m->nets.size(); k++) {
             if (m->net_file[k] == kTrainedLora) continue;  // the trainer's parameters
             lora::LoraNetwork& net = *m->nets[k];
+            if (net.modules().empty()) continue;
             net.init(rt, 0);
             lora::load_lora(*loras[m->net_file[k]].file, net, rt, &f.unet_cfg);
             if (o.merge_loras) lora::merge_into(net, rt, m->part, *m->weights, rt);
@@ -252,7 +249,7 @@ Pipeline::Pipeline(Sd15Files model, PipelineOptions opt)
     Impl& m = *impl_;
     m.backend = gl::backend_name(gl::resolve_backend(opt_.backend));  // throws when CUDA is asked and absent
     m.dtype = opt_.dtype;
-    for (const LoraFile& f : opt_.loras) m.loras.push_back(open_lora(f));
+    for (const LoraFile& f : opt_.loras) m.loras.push_back(open_lora(f, model_.unet_cfg));
     m.runtime_lora = !m.loras.empty() && !opt_.merge_loras;
     if (opt_.trained_lora) {
         GL_CHECK(m.loras.empty() && !opt_.merge_loras, "pipeline: a trained LoRA runs alone, as runtime branches");
@@ -286,8 +283,12 @@ Pipeline::Pipeline(Sd15Files model, PipelineOptions opt)
         for (PipelineHolder* h : {&m.text, &m.unet})
             for (size_t k = 0; k < h->nets.size(); k++) {
                 if (h->net_file[k] != i) continue;
-                const lora::LoadReport r = lora::load_lora(
-                    *m.loras[i].file, *h->nets[k], [](ValueId, const std::vector<float>&) {}, &model_.unet_cfg);
+                lora::LoadReport r;
+                if (h->nets[k]->modules().empty())
+                    for (const gl::io::TensorInfo& t : m.loras[i].file->list()) r.unexpected.push_back(t.name);
+                else
+                    r = lora::load_lora(*m.loras[i].file, *h->nets[k], [](ValueId, const std::vector<float>&) {},
+                                        &model_.unet_cfg);
                 std::vector<std::string> both;
                 std::set_intersection(unused.begin(), unused.end(), r.unexpected.begin(), r.unexpected.end(),
                                       std::back_inserter(both));

@@ -31,9 +31,9 @@
 // tiles blended as diffusers' AutoencoderKL.tiled_decode does (tile vae_tile latents, overlap
 // 1/4), so the activation peak is one tile's.
 //
-// LoRA / LoCon files (any format lora::load_lora reads) apply at their multipliers either as a
-// branch beside every targeted layer (runtime; the base weights untouched) or merged into the
-// weights once at load (faster steps). Library code: throws gl::Error, prints nothing.
+// LoRA / LoCon / LoHa / LoKr files, DoRA or not (any format lora::load_lora reads; the modules
+// the file holds, lora/file_modules.h) apply at their multipliers either beside every layer they
+// adapt (runtime; the base weights untouched) or merged into the weights once at load (faster steps). Library code: throws gl::Error, prints nothing.
 #pragma once
 #include <cstdint>
 #include <functional>

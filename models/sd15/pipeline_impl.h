@@ -35,7 +35,7 @@ public:
 Pipeline::Budget memory_budget_of(const PipelineOptions& o, const std::string& backend);
 
 struct LoraSource {
-    std::unique_ptr<gl::io::TensorSource> file;
+    std::shared_ptr<gl::io::TensorSource> file;
     lora::LoraConfig cfg;
     bool unet = false, text_encoder = false;  // parts the file holds modules for
 };

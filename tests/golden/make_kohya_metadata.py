@@ -295,6 +295,24 @@ CASES = [
                 "  class_tokens = \"thing\"\n")},
         },
     },
+    {
+        # The network's options not given: kohya writes argparse's defaults as they are written
+        # (--network_alpha's int 1 as "1", where a given 1 is "1.0"; --network_dim's None).
+        "name": "folders_network_defaults",
+        "argv": COMMON + [
+            "--train_data_dir", "{root}/train", "--resolution", "256", "--max_train_steps", "5", "--seed", "3",
+        ],
+        "files": {"images": images("train/3_thing", SIZES[16:22], first=2)},
+    },
+    {
+        # --debiased_estimation_loss given (kohya writes bool(args.debiased_estimation_loss)).
+        "name": "folders_debiased_estimation",
+        "argv": COMMON + [
+            "--train_data_dir", "{root}/train", "--resolution", "256", "--max_train_steps", "5", "--seed", "3",
+            "--network_dim", "8", "--network_alpha", "4", "--min_snr_gamma", "5", "--debiased_estimation_loss",
+        ],
+        "files": {"images": images("train/3_thing", SIZES[16:22], first=2)},
+    },
 ]
 
 

@@ -12,17 +12,15 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
-#include <charconv>
-#include <cmath>
 #include <concepts>
 #include <exception>
 #include <functional>
-#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/core/number_text.h"
 #include "ggml-lite/core/runtime.h"
 
 namespace gl::cli {
@@ -39,53 +37,24 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-// "[lo, hi]" for the messages and --help.
-template <class T>
-std::string range_text(T lo, T hi) {
-    return cat("[", lo, ", ", hi, "]");
-}
-// The same for a floating-point range, where the type's limits mean "no bound": " in [lo, hi]",
-// " >= lo", " <= hi" or "".
-template <std::floating_point T>
-std::string real_range_text(T lo, T hi) {
-    const bool low = lo != std::numeric_limits<T>::lowest(), high = hi != std::numeric_limits<T>::max();
-    return low && high ? " in " + range_text(lo, hi) : low ? cat(" >= ", lo) : high ? cat(" <= ", hi) : "";
-}
-
-// text as an integer of type T in [lo, hi]: an optional '-' and decimal digits, nothing else (no
-// spaces, '+', hex or octal prefixes, exponents). Throws UsageError naming flag and the range.
+// The number readers of ggml-lite/core/number_text.h, their errors as UsageErrors naming the flag.
+using gl::range_text;
+using gl::real_range_text;
 template <std::integral T>
 T parse_int(std::string_view flag, std::string_view text, T lo, T hi) {
-    T v{};
-    const char* end = text.data() + text.size();
-    const bool digits = !text.empty() && text.find_first_not_of("0123456789", text[0] == '-' ? 1 : 0) ==
-                                             std::string_view::npos && text != "-";
-    const auto [ptr, ec] = std::from_chars(text.data(), end, v);
-    if (!digits || ec != std::errc() || ptr != end || v < lo || v > hi)
-        throw UsageError(cat(flag, " wants an integer in ", range_text(+lo, +hi), ", got '", text, "'"));
-    return v;
+    try {
+        return gl::parse_int(flag, text, lo, hi);
+    } catch (const gl::Error& e) {
+        throw UsageError(e.what());
+    }
 }
-
-// text as a finite floating-point number of type T in [lo, hi] (decimal or exponent form). A value
-// kept in T and computed in a narrower type Used (a double option the run uses as a float) must
-// also be finite there and not round to zero there unless it is zero: 1e39 is a finite double and
-// an infinite float, 1e-50 a float 0.
 template <std::floating_point T, std::floating_point Used = T>
 T parse_real(std::string_view flag, std::string_view text, T lo, T hi) {
-    T v{};
-    const char* end = text.data() + text.size();
-    const auto [ptr, ec] = std::from_chars(text.data(), end, v);
-    if (text.empty() || ec != std::errc() || ptr != end || !(v >= lo && v <= hi))
-        throw UsageError(cat(flag, " wants a finite number", real_range_text(lo, hi), ", got '", text, "'"));
-    if constexpr (sizeof(Used) < sizeof(T)) {
-        const T size = std::fabs(v), largest = std::numeric_limits<Used>::max(),
-                smallest = std::numeric_limits<Used>::denorm_min();
-        if (size > largest || (v != 0 && size < smallest))
-            throw UsageError(cat(flag, " wants a finite number", real_range_text(lo, hi), " that a ", 8 * sizeof(Used),
-                                 "-bit float holds (the run computes it in one: 0, or ", smallest, " to ",
-                                 largest, " in size), got '", text, "'"));
+    try {
+        return gl::parse_real<T, Used>(flag, text, lo, hi);
+    } catch (const gl::Error& e) {
+        throw UsageError(e.what());
     }
-    return v;
 }
 
 // The items of a comma-separated list ("1,8" -> {"1", "8"}); an empty item is a UsageError.

@@ -10,12 +10,17 @@
 
 #include "ggml-lite/io/files.h"
 #include "tools/common/cli.h"
-#include "tools/sdtrain/option_table.h"
+#include "train/run/option_table.h"
 
 namespace sdtrain {
 
 namespace fs = std::filesystem;
 using gl::cli::UsageError;
+using train::find_option;
+using train::Option;
+using train::OptionKind;
+using train::option_table;
+using Values = train::OptionValues;
 
 namespace {
 
@@ -69,9 +74,9 @@ void write_config(const std::string& path, const std::map<std::string, Values>& 
         if (name == "config_file" || name == "output_config") continue;
         const Option& o = *find_option(name);
         text += name + " = ";
-        if (o.kind == Kind::flag) {
+        if (o.kind == OptionKind::flag) {
             text += "true";
-        } else if (o.kind == Kind::list) {
+        } else if (o.kind == OptionKind::list) {
             text += "[";
             for (size_t i = 0; i < values.size(); i++)
                 text += (i ? ", " : "") + (o.numeric ? values[i] : toml_quote(values[i]));
@@ -87,11 +92,16 @@ void write_config(const std::string& path, const std::map<std::string, Values>& 
     if (!f) throw gl::Error("--output_config: cannot write " + path);
 }
 
-// Applies one option's values; a NUL (a TOML "\u0000") would cut a path or name short.
+// Applies one option's values (a bad one is a usage error); a NUL (a TOML "\u0000") would cut a
+// path or name short.
 void set_option(const Option& o, train::RunConfig& c, const std::string& where, const Values& values) {
     for (const std::string& v : values)
         if (v.find('\0') != std::string::npos) throw UsageError(where + ": a value holds a NUL character");
-    o.set(c, where, values);
+    try {
+        o.set(c, where, values);
+    } catch (const gl::Error& e) {
+        throw UsageError(e.what());
+    }
 }
 
 // kohya's switches are store_true: "--cache_latents=yes" is refused there ("ignored explicit
@@ -102,7 +112,7 @@ void refuse_switch_values(const std::vector<std::string>& args) {
         if (a.rfind("--", 0) != 0 || eq == std::string::npos) continue;
         const std::string name = a.substr(2, eq - 2);
         const Option* o = find_option(name);
-        if ((o && o->kind == Kind::flag) || name == "output_config")
+        if ((o && o->kind == OptionKind::flag) || name == "output_config")
             throw UsageError(gl::cat("--", name, " is a switch and takes no value, got '", a, "' (kohya refuses it "
                                      "too); leave it out for false"));
     }
@@ -115,7 +125,7 @@ void refuse_repeated_lists(const std::vector<std::string>& args) {
         if (a.rfind("--", 0) != 0) continue;
         const std::string name = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
         const Option* o = find_option(name);
-        if (o && o->kind == Kind::list && ++seen[name] == 2)
+        if (o && o->kind == OptionKind::list && ++seen[name] == 2)
             throw UsageError(gl::cat("--", name, " was given twice: give all its values after one --", name,
                                      " (kohya would keep only the last list)"));
     }
@@ -174,7 +184,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     for (const Option& o : option_table()) {
         const std::string flag = "--" + o.name, name = o.name;
         CLI::Option* opt = nullptr;
-        if (o.kind == Kind::flag) {
+        if (o.kind == OptionKind::flag) {
             opt = app.add_flag_callback(flag, [&given, name] { given[name] = {}; }, o.help);
         } else {
             opt = app.add_option(
@@ -185,7 +195,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
                 },
                 o.help);
             opt->type_name(o.type);
-            if (o.kind == Kind::list) {
+            if (o.kind == OptionKind::list) {
                 opt->expected(0, -1)->allow_extra_args(true);
             } else {
                 opt->type_size(1)->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -234,7 +244,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     for (const auto& [name, values] : given) {
         const Option* o = find_option(name);
         if (!o) continue;
-        if (o->kind != Kind::value) {
+        if (o->kind != OptionKind::value) {
             set_option(*o, c, "--" + name, values);
             continue;
         }

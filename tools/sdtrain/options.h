@@ -3,7 +3,8 @@
 // output, sampling), and --config_file, kohya's TOML of the same keys (read_config_from_file: the
 // tables' names are ignored, every key is an option name without its dashes, the command line
 // wins; ".toml" is appended to a name without it). --output_config writes the command line's
-// options to that file instead, as kohya does.
+// options to that file instead, as kohya does. The options are train::option_table()'s (declared
+// in train/run/options.def): this file adds CLI11, the TOML file and usage errors.
 //
 // Options kohya has and sdtrain does not implement are refused by name when they would change
 // anything (a GUI's config full of defaults still loads: `multires_noise_iterations = 0`,

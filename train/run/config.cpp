@@ -7,6 +7,7 @@
 
 #include "ggml-lite/core/autofit.h"
 #include "ggml-lite/core/error.h"
+#include "lora/network_args.h"
 
 namespace train {
 
@@ -25,22 +26,6 @@ bool one_of(const std::string& v, std::initializer_list<const char*> set) {
 constexpr std::initializer_list<const char*> kSamplers = {
     "ddim", "pndm", "lms", "euler", "euler_a", "heun", "dpm_2", "dpm_2_a", "dpmsolver", "dpmsolver++", "dpmsingle",
     "k_lms", "k_euler", "k_euler_a", "k_dpm_2", "k_dpm_2_a"};
-
-// network_args keys of networks.lora that sdtrain does not implement.
-constexpr std::initializer_list<const char*> kUnsupportedNetworkArgs = {
-    "block_dims", "block_alphas", "conv_block_dims", "conv_block_alphas", "down_lr_weight", "mid_lr_weight",
-    "up_lr_weight", "block_lr_zero_threshold", "loraplus_lr_ratio", "loraplus_unet_lr_ratio",
-    "loraplus_text_encoder_lr_ratio", "train_blocks", "exclude_patterns", "include_patterns"};
-
-double arg_number(const std::string& key, const std::string& v) {
-    try {
-        size_t used = 0;
-        const double x = std::stod(v, &used);
-        if (used == v.size() && std::isfinite(x)) return x;
-    } catch (const std::exception&) {
-    }
-    gl::fail("--network_args ", key, "=", v, ": not a number");
-}
 
 void check_rate(const char* name, double v) {
     GL_CHECK(std::isfinite(v) && v >= 0.0 && v < 1.0, "--", name, " must be in [0, 1), got ", v);
@@ -95,10 +80,11 @@ void RunConfig::note(const std::string& text) {
 void RunConfig::validate() {
     GL_CHECK(!pretrained_model_name_or_path.empty(), "--pretrained_model_name_or_path is required");
     GL_CHECK(!output_dir.empty(), "--output_dir is required");
-    GL_CHECK(!network_module.empty(), "--network_module is required (sdtrain trains networks.lora)");
-    GL_CHECK(network_module == "networks.lora", "--network_module ", network_module,
-             " is not supported: sdtrain trains networks.lora (LoRA; LoCon through --network_args conv_dim=N "
-             "conv_alpha=A)");
+    GL_CHECK(!network_module.empty(), "--network_module is required (sdtrain trains networks.lora and lycoris.kohya)");
+    const std::vector<std::string>& modules = lora::network_modules();
+    GL_CHECK(std::find(modules.begin(), modules.end(), network_module) != modules.end(), "--network_module ",
+             network_module, " is not supported: sdtrain trains networks.lora (LoRA; LoCon through --network_args "
+             "conv_dim=N conv_alpha=A) and lycoris.kohya (--network_args algo=<type>, dora_wd=True)");
     if (output_name) check_output_name(*output_name);
 
     // Data: one source.
@@ -162,10 +148,12 @@ void RunConfig::validate() {
     check_float("text_encoder_lr", text_encoder_lr.value_or(0), 0);
     check_float("max_grad_norm", max_grad_norm, 0);
     const optim::OptimizerConfig opt = optimizer();  // checks optimizer_type and optimizer_args
-    GL_CHECK(one_of(lr_scheduler, {"constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts",
-                                   "polynomial", "adafactor"}),
-             "--lr_scheduler ", lr_scheduler, " is not supported (constant, constant_with_warmup, linear, cosine, "
-             "cosine_with_restarts, polynomial, adafactor)");
+    const std::vector<std::string> schedulers = lr_scheduler_names();
+    if (std::find(schedulers.begin(), schedulers.end(), lr_scheduler) == schedulers.end()) {
+        std::string names;
+        for (const std::string& n : schedulers) names += (names.empty() ? "" : ", ") + n;
+        gl::fail("--lr_scheduler ", lr_scheduler, " is not supported (", names, ")");
+    }
     GL_CHECK(lr_warmup_steps.value >= 0 && (!lr_warmup_steps.ratio || lr_warmup_steps.value <= 1),
              "--lr_warmup_steps must be >= 0 steps or a ratio in [0, 1]");
     if (adafactor_relative_step() && lr_scheduler != "adafactor") {
@@ -250,6 +238,7 @@ void RunConfig::validate() {
              "dpmsolver++, dpmsingle, k_lms, k_euler, k_euler_a, k_dpm_2, k_dpm_2_a)");
     if (sample_every_n_steps && sample_every_n_epochs)
         note("--sample_every_n_epochs overrides --sample_every_n_steps (as kohya)");
+    for (const std::string& n : lora_config().notes) note(n);  // the network args, refused or noted
 }
 
 Precision RunConfig::precision() const {
@@ -278,34 +267,8 @@ bool RunConfig::train_text_encoder() const {
 }
 
 lora::LoraConfig RunConfig::lora_config() const {
-    lora::LoraConfig c;
-    c.rank = network_dim.value_or(4);
-    c.alpha = float(network_alpha);
-    c.dropout = float(network_dropout.value_or(0.0));
-    bool conv_alpha_given = false;
-    for (const auto& [key, value] : parse_network_args(network_args)) {
-        GL_CHECK(!one_of(key, kUnsupportedNetworkArgs), "--network_args ", key,
-                 " is not supported (sdtrain's network args: conv_dim, conv_alpha, rank_dropout, module_dropout, "
-                 "dropout)");
-        const double x = arg_number(key, value);
-        if (key == "conv_dim") {
-            GL_CHECK(x >= 1 && x == std::floor(x) && x < 1e6, "--network_args conv_dim must be an integer >= 1");
-            c.conv_dim = int(x);
-        } else if (key == "conv_alpha") {
-            check_float("network_args conv_alpha", x, 0);
-            c.conv_alpha = float(x);
-            conv_alpha_given = true;
-        } else if (key == "rank_dropout" || key == "module_dropout" || key == "dropout") {
-            check_rate(("network_args " + key).c_str(), x);
-            (key == "rank_dropout" ? c.rank_dropout : key == "module_dropout" ? c.module_dropout : c.dropout) = float(x);
-        } else {
-            gl::fail("--network_args: unknown key '", key, "' (conv_dim, conv_alpha, rank_dropout, module_dropout, "
-                     "dropout)");
-        }
-    }
-    GL_CHECK(!conv_alpha_given || c.conv_dim > 0, "--network_args conv_alpha needs conv_dim");
-    if (c.conv_dim > 0 && !conv_alpha_given) c.conv_alpha = 1.0f;  // networks.lora's default
-    return c;
+    return lora::network_config({network_module, network_dim, network_alpha, network_dropout,
+                                 parse_network_args(network_args)});
 }
 
 optim::OptimizerConfig RunConfig::optimizer() const {
@@ -330,6 +293,7 @@ Objective RunConfig::objective() const {
     o.prediction = v_parameterization ? sd::Prediction::v_prediction : sd::Prediction::epsilon;
     o.loss = loss_type == "l1" ? gl::LossKind::l1 : loss_type == "huber" ? gl::LossKind::huber : gl::LossKind::l2;
     o.min_snr_gamma = min_snr_gamma.value_or(0.0);
+    o.debiased_estimation = debiased_estimation_loss;
     o.noise_offset = noise_offset.value_or(0.0);
     o.min_timestep = min_timestep.value_or(0);
     o.max_timestep = max_timestep.value_or(1000);
@@ -337,6 +301,12 @@ Objective RunConfig::objective() const {
     o.huber_c = huber_c;
     o.huber_scale = huber_scale;
     return o;
+}
+
+std::vector<std::string> lr_scheduler_names() {
+    std::vector<std::string> n = optim::lr_kind_names();
+    n.emplace_back("adafactor");
+    return n;
 }
 
 optim::LrSchedule lr_schedule(const RunConfig& c, int64_t total_steps) {

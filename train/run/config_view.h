@@ -1,5 +1,6 @@
 // The whole run configuration as text, by option group, under kohya's option names (what the
-// report shows as "the full config": every option's effective value, defaults included).
+// report shows as "the full config": every option's effective value, defaults included), in the
+// option table's order (train/run/option_table.h); the run group (--dry_run) is not shown.
 #pragma once
 #include <string>
 #include <utility>

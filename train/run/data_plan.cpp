@@ -4,35 +4,17 @@
 #include <map>
 
 #include "ggml-lite/core/error.h"
+#include "train/run/option_table.h"
 
 namespace train {
 
 namespace fs = std::filesystem;
 
 data::ConfigLevel dataset_command_line(const RunConfig& c) {
-    data::ConfigLevel l = {
-        {"batch_size", int64_t(c.train_batch_size)},
-        {"enable_bucket", c.enable_bucket},
-        {"min_bucket_reso", int64_t(c.min_bucket_reso)},
-        {"max_bucket_reso", int64_t(c.max_bucket_reso)},
-        {"bucket_reso_steps", int64_t(c.bucket_reso_steps)},
-        {"bucket_no_upscale", c.bucket_no_upscale},
-        {"caption_extension", c.caption_extension},
-        {"shuffle_caption", c.shuffle_caption},
-        {"caption_separator", c.caption_separator},
-        {"keep_tokens", int64_t(c.keep_tokens)},
-        {"keep_tokens_separator", c.keep_tokens_separator},
-        {"caption_dropout_rate", c.caption_dropout_rate},
-        {"caption_dropout_every_n_epochs", int64_t(c.caption_dropout_every_n_epochs)},
-        {"caption_tag_dropout_rate", c.caption_tag_dropout_rate},
-        {"flip_aug", c.flip_aug},
-        {"random_crop", c.random_crop},
-        {"color_aug", c.color_aug},
-    };
-    if (c.resolution) l["resolution"] = std::array<int64_t, 2>{(*c.resolution)[0], (*c.resolution)[1]};
-    if (c.secondary_separator) l["secondary_separator"] = *c.secondary_separator;
-    if (c.caption_prefix) l["caption_prefix"] = *c.caption_prefix;
-    if (c.caption_suffix) l["caption_suffix"] = *c.caption_suffix;
+    data::ConfigLevel l;
+    for (const Option& o : option_table())
+        if (!o.dataset_key.empty())
+            if (const std::optional<data::ConfigValue> v = o.dataset_value(c)) l[o.dataset_key] = *v;
     return l;
 }
 

@@ -22,7 +22,8 @@ struct RunData {
 };
 
 // The command line's level of the dataset settings (data/config.h): what kohya's dataset
-// blueprint falls back to when a subset, dataset or [general] does not set a key.
+// blueprint falls back to when a subset, dataset or [general] does not set a key: the options
+// train/run/options.def declares dataset settings.
 data::ConfigLevel dataset_command_line(const RunConfig& c);
 
 // Reads the dataset and assigns buckets. Throws gl::Error naming the file or option: no usable

@@ -20,9 +20,9 @@ namespace {
 // runtimes, 549 MiB with the graph executables' pools: bench/RESULTS.md, sixth session).
 constexpr size_t kCudaContextBytes = size_t(549) << 20;
 
-std::string category_line(const char* name, size_t bytes, const std::string& note = "") {
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "  %-18s %12s", name, gl::format_bytes(bytes).c_str());
+std::string category_line(const std::string& name, size_t bytes, const std::string& note = "") {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "  %-18s %12s", name.c_str(), gl::format_bytes(bytes).c_str());
     return std::string(buf) + (note.empty() ? "" : "   " + note) + "\n";
 }
 
@@ -213,7 +213,7 @@ void Session::Impl::plan_memory() {
                 sampler ? gl::cat(", ", sampler->plans().size(), " sampling") : "", " on one memory; largest step ",
                 big.shape.label(f), ", recompute ", recompute, "):\n");
     t += category_line("frozen weights", arena(gl::Category::frozen));
-    t += category_line("LoRA + grads", arena(gl::Category::trainable));
+    t += category_line(big.graph->net->title() + " + grads", arena(gl::Category::trainable));
     t += category_line("optimizer state", arena(gl::Category::optimizer), step.optimizer.name());
     t += category_line("activations", arena(gl::Category::activations), "the largest graph's");
     t += category_line("workspace", arena(gl::Category::workspace) + L.scratch_bytes);

@@ -15,6 +15,7 @@
 #include "ggml-lite/io/sha256.h"
 #include "ggml-lite/core/error.h"
 #include "train/run/build_info.h"
+#include "train/run/option_table.h"
 
 namespace train {
 
@@ -195,13 +196,6 @@ double unix_now() {
 }
 
 std::string py_bool(bool b) { return b ? "True" : "False"; }
-template <class T>
-std::string py_opt(const std::optional<T>& v) {
-    if (!v) return "None";
-    if constexpr (std::is_floating_point_v<T>) return py_float(*v);
-    else if constexpr (std::is_same_v<T, std::string>) return *v;
-    else return std::to_string(*v);
-}
 
 // ss_optimizer: the class as module.name and the arguments given, as kohya prints them.
 std::string optimizer_text(const RunConfig& c) {
@@ -420,74 +414,27 @@ std::string network_args_json(const RunConfig& c) {
 std::map<std::string, std::string> run_metadata(const RunConfig& c, const RunData& d, const RunFacts& f) {
     const StepCounts& k = f.counts;
     const std::vector<SubsetImages> subsets = kept_subsets(d.dataset);
-    const std::string warmup = c.lr_warmup_steps.ratio ? py_float(c.lr_warmup_steps.value)
-                                                       : std::to_string(int64_t(c.lr_warmup_steps.value));
     std::map<std::string, std::string> m = {
         {"ss_session_id", std::to_string(f.session_id)},
         {"ss_training_started_at", py_float(f.started_at)},
-        {"ss_output_name", py_opt(c.output_name)},
-        {"ss_learning_rate", py_float(c.learning_rate)},
-        {"ss_text_encoder_lr", py_opt(c.text_encoder_lr)},
-        {"ss_unet_lr", py_opt(c.unet_lr)},
         {"ss_num_train_images", std::to_string(d.dataset.num_train_images)},
         {"ss_num_validation_images", "0"},
         {"ss_num_reg_images", std::to_string(d.dataset.num_reg_images)},
         {"ss_num_batches_per_epoch", std::to_string(k.batches_per_epoch)},
         {"ss_num_epochs", std::to_string(k.epochs)},
-        {"ss_gradient_checkpointing", py_bool(c.gradient_checkpointing)},
         {"ss_gradient_accumulation_steps", std::to_string(k.accum)},
         {"ss_max_train_steps", std::to_string(k.max_train_steps)},
-        {"ss_lr_warmup_steps", warmup},
-        {"ss_lr_scheduler", c.lr_scheduler},
-        {"ss_network_module", c.network_module},
-        {"ss_network_dim", py_opt(c.network_dim)},
-        {"ss_network_alpha", py_float(c.network_alpha)},
-        {"ss_network_dropout", py_opt(c.network_dropout)},
-        {"ss_mixed_precision", c.mixed_precision},
-        {"ss_full_fp16", py_bool(c.full_fp16)},
-        {"ss_v2", "False"},
         {"ss_base_model_version", "sd_v1"},
-        {"ss_clip_skip", py_opt(c.clip_skip)},
-        {"ss_max_token_length", py_opt(c.max_token_length)},
-        {"ss_cache_latents", py_bool(c.cache_latents)},
         {"ss_seed", std::to_string(f.seed)},
-        {"ss_lowram", "False"},
-        {"ss_noise_offset", py_opt(c.noise_offset)},
-        {"ss_multires_noise_iterations", "None"},
-        {"ss_multires_noise_discount", "0.3"},
-        {"ss_adaptive_noise_scale", "None"},
-        {"ss_zero_terminal_snr", "False"},
-        {"ss_training_comment", py_opt(c.training_comment)},
         // kohya's get_git_revision_hash: the commit, or "(unknown)" outside a git checkout.
         {"ss_sd_scripts_commit_hash", build_commit().empty() ? "(unknown)" : build_commit()},
         {"ss_optimizer", optimizer_text(c)},
-        {"ss_max_grad_norm", py_float(c.max_grad_norm)},
-        {"ss_caption_dropout_rate", py_float(c.caption_dropout_rate)},
-        {"ss_caption_dropout_every_n_epochs", std::to_string(c.caption_dropout_every_n_epochs)},
-        {"ss_caption_tag_dropout_rate", py_float(c.caption_tag_dropout_rate)},
-        {"ss_face_crop_aug_range", "None"},
-        {"ss_prior_loss_weight", py_float(c.prior_loss_weight)},
-        {"ss_min_snr_gamma", py_opt(c.min_snr_gamma)},
-        {"ss_scale_weight_norms", "None"},
-        {"ss_ip_noise_gamma", "None"},
-        {"ss_debiased_estimation", "False"},
-        {"ss_noise_offset_random_strength", "False"},
-        {"ss_ip_noise_gamma_random_strength", "False"},
-        {"ss_loss_type", c.loss_type},
-        {"ss_huber_schedule", c.huber_schedule},
-        {"ss_huber_scale", py_float(c.huber_scale)},
-        {"ss_huber_c", py_float(c.huber_c)},
-        {"ss_fp8_base", py_bool(c.fp8_base)},
-        {"ss_fp8_base_unet", py_bool(c.fp8_base_unet)},
-        {"ss_validation_seed", "None"},
-        {"ss_validation_split", "0.0"},
-        {"ss_max_validation_steps", "None"},
-        {"ss_validate_every_n_epochs", "None"},
-        {"ss_validate_every_n_steps", "None"},
-        {"ss_resize_interpolation", "None"},
         {"ss_tag_frequency", tag_frequency(subsets)},
         {"ss_sd_model_name", f.model.name},
     };
+    // The options' own keys (kohya's args as str() writes them); some only for the folder layout.
+    for (const Option& o : option_table())
+        if (!o.ss_key.empty() && !(o.ss_folders_only && d.from_dataset_config)) m[o.ss_key] = o.python(c);
     if (!f.model.sha256.empty()) {
         m["ss_sd_model_hash"] = f.model.legacy_hash;
         m["ss_new_sd_model_hash"] = f.model.sha256;
@@ -498,16 +445,11 @@ std::map<std::string, std::string> run_metadata(const RunConfig& c, const RunDat
         m["ss_batch_size_per_device"] = std::to_string(dc.batch_size);
         m["ss_total_batch_size"] = std::to_string(int64_t(dc.batch_size) * c.gradient_accumulation_steps);
         m["ss_resolution"] = gl::cat("(", dc.width, ", ", dc.height, ")");
-        m["ss_color_aug"] = py_bool(c.color_aug);
-        m["ss_flip_aug"] = py_bool(c.flip_aug);
-        m["ss_random_crop"] = py_bool(c.random_crop);
-        m["ss_shuffle_caption"] = py_bool(c.shuffle_caption);
         const auto limits = bucket_limits(dc);
         m["ss_enable_bucket"] = py_bool(dc.enable_bucket);
         m["ss_bucket_no_upscale"] = py_bool(dc.enable_bucket && dc.bucket_no_upscale);
         m["ss_min_bucket_reso"] = limits ? std::to_string(limits->first) : "None";
         m["ss_max_bucket_reso"] = limits ? std::to_string(limits->second) : "None";
-        m["ss_keep_tokens"] = std::to_string(c.keep_tokens);
         m["ss_dataset_dirs"] = dataset_dirs(subsets, false);
         m["ss_reg_dataset_dirs"] = dataset_dirs(subsets, true);
         m["ss_bucket_info"] = bucket_info(d);

@@ -10,6 +10,7 @@
 #include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/core/autofit.h"
 #include "ggml-lite/core/plan_svg.h"
+#include "lora/file_modules.h"
 #include "train/run/run_paths.h"
 #include "train/run/save.h"
 #include "train/run/session_impl.h"
@@ -127,6 +128,12 @@ StepOptions Session::Impl::base_step() const {
     so.context_tokens = int64_t(so.clip_chunks) * 75 + 2;
     so.clip_skip = cfg.clip_skip.value_or(1);
     so.lora = cfg.lora_config();
+    if (cfg.dim_from_weights && so.lora.lycoris()) {
+        // LyCORIS's create_network_from_weights: the modules exactly as the file holds them.
+        so.lora.from_file = std::make_shared<lora::FileModules>(
+            std::make_shared<gl::io::SafetensorsFile>(*cfg.network_weights), &model.unet_cfg);
+        so.lora.from_file->check_holds_modules();
+    }
     so.prediction = cfg.objective().prediction;
     so.loss = cfg.objective().loss;
     so.grad_accum = cfg.gradient_accumulation_steps;
@@ -163,7 +170,10 @@ void Session::Impl::prepare() {
         std::error_code ec;
         GL_CHECK(std::filesystem::is_regular_file(*c.network_weights, ec), "--network_weights ", *c.network_weights,
                  ": not a file");
-        if (c.dim_from_weights) {
+        if (c.dim_from_weights && m.cfg.lora_config().lycoris()) {
+            m.cfg.note("--dim_from_weights: the network's modules, types and ranks are " + *c.network_weights +
+                       "'s (LyCORIS's create_network_from_weights)");
+        } else if (c.dim_from_weights) {
             dims_from_file(m.cfg, *c.network_weights);
             m.cfg.validate();
         }
