@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,8 +44,8 @@ public:
     // png: an encoded PNG of width x height with `channels` (1 grey, 3 RGB, 4 RGBA).
     void image(const std::string& tag, const std::vector<uint8_t>& png, int width, int height, int channels,
                int64_t step, double wall_time);
-    // Records are appended as they come; flush() makes them visible to a reader now (each record
-    // is written whole with one write, so a reader never sees half of one but at the file's end).
+    // Every record reaches the file with its own write() (no buffer in the process: a kill -9
+    // loses nothing written); flush() also syncs the file to the disk.
     void flush();
     const std::filesystem::path& path() const { return path_; }
 
@@ -53,5 +54,28 @@ private:
     std::filesystem::path path_;
     int fd_ = -1;
 };
+
+// One event of a file as a reader sees it: the file version, a scalar or an image.
+struct TbEvent {
+    double wall_time = 0;
+    int64_t step = 0;
+    std::string file_version;  // the first event's
+    std::string tag;           // a summary value's
+    std::optional<float> value;
+    std::vector<uint8_t> png;  // an image's encoded bytes
+    int width = 0, height = 0, channels = 0;
+};
+
+struct TbFile {
+    std::vector<TbEvent> events;
+    // Where reading stopped before the end: a record cut short (a writer killed mid-record, a
+    // file still being written) or damaged (a CRC that does not match); "" when the file was
+    // read to its end. TensorBoard's reader stops at the same place and keeps what came before.
+    std::string stopped;
+};
+
+// Reads an event file as TensorBoard's event loader does. Throws gl::Error naming the file when
+// it cannot be opened or a record's bytes are not an Event.
+TbFile read_tensorboard_events(const std::filesystem::path& file);
 
 }  // namespace train
