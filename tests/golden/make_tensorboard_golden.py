@@ -8,6 +8,7 @@ check. The C++ test writes the same events and compares the bytes. Deterministic
   ~/venv-golden/bin/python tests/golden/make_tensorboard_golden.py
 """
 import io
+import json
 import os
 import struct
 import tempfile
@@ -66,6 +67,20 @@ def main():
         assert sorted(acc.Tags()["scalars"]) == sorted({s[0] for s in SCALARS}), acc.Tags()
         assert [e.step for e in acc.Scalars("loss/current")] == [1, 2, 300]
         assert acc.Images("sample/0")[0].encoded_image_string == png
+    # What TensorBoard keeps of the file cut at every length (a writer killed mid-record): the
+    # scalar events it reads, in order; the C++ reader must keep the same.
+    cuts = []
+    for n in range(len(data) + 1):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "events.out.tfevents.1700000000.host.1.0"), "wb") as f:
+                f.write(data[:n])
+            acc = event_accumulator.EventAccumulator(d, size_guidance={"images": 0, "scalars": 0})
+            acc.Reload()
+            kept = sorted((e.wall_time, e.step, t) for t in acc.Tags()["scalars"] for e in acc.Scalars(t))
+            images = sum(len(acc.Images(t)) for t in acc.Tags()["images"])
+            cuts.append({"bytes": n, "scalars": len(kept), "images": images})
+    with open(os.path.join(OUT, "truncated.json"), "w") as f:
+        json.dump(cuts, f, separators=(",", ":"))
     print("wrote", len(data), "bytes of", len(events), "events to", OUT)
 
 

@@ -187,6 +187,9 @@ void Session::Impl::prepare() {
     else m.seed = std::random_device{}() & 0xffffffffu;
     m.message("reading the dataset");
     m.data = load_run_data(c, m.seed);
+    GL_CHECK(!m.data.validation, "validation_split ", m.data.dataset.config.validation_split,
+             ": the validation loss pass is not implemented yet (the split is: data/validation_split.h); "
+             "remove validation_split from the options and the dataset config");
     check_run_paths(c, run_inputs(c, &m.model, &m.data.dataset.config), &m.data.dataset.config);
     m.plan.dataset = dataset_summary(m.data);
     m.plan.skipped = skipped_before_training(m.data);
