@@ -126,11 +126,11 @@ TEST_CASE("sdtrain options: kohya options refused, accepted with a note, unknown
     CHECK(usage_error({"--frobnicate"}).find("--frobnicate") != std::string::npos);
     CHECK(usage_error({"--v2"}).find("--v2: kohya's option is not supported by sdtrain (sdtrain trains SD1.x") !=
           std::string::npos);
-    CHECK(usage_error({"--log_with", "tensorboard"}).find("--log_with: kohya's option is not supported") !=
+    CHECK(usage_error({"--wandb_run_name", "r"}).find("--wandb_run_name: kohya's option is not supported") !=
           std::string::npos);
     CHECK(usage_error({"--multires_noise_iterations", "6"}).find("--multires_noise_iterations") != std::string::npos);
     // The values that change nothing are accepted (GUIs write them into config files).
-    CHECK(usage_error({"--multires_noise_iterations", "0", "--multires_noise_discount", "0.3", "--log_with", "",
+    CHECK(usage_error({"--multires_noise_iterations", "0", "--multires_noise_discount", "0.3", "--wandb_run_name", "",
                        "--lr_scheduler_args"}) == "(no error)");
     const train::RunConfig c = parse({"--xformers", "--sdpa", "--mem_eff_attn", "--lowram"});
     CHECK(has_note(c, "--xformers: not needed"));

@@ -120,6 +120,22 @@ void RunConfig::validate() {
         note("--cache_text_encoder_outputs_to_disk turns --cache_text_encoder_outputs on");
     }
 
+    // Logging (kohya's prepare_accelerator: --logging_dir alone means TensorBoard). GUIs write ''
+    // for unset: no logging, as kohya then makes no tracker.
+    if (log_with && log_with->empty()) log_with.reset();
+    if (logging_dir && logging_dir->empty()) logging_dir.reset();
+    if (log_with) {
+        GL_CHECK(*log_with == "tensorboard" || *log_with == "all" || *log_with == "wandb",
+                 "--log_with must be tensorboard, wandb or all (kohya's choices), got '", *log_with, "'");
+        GL_CHECK(*log_with != "wandb", "--log_with wandb: W&B needs the network; sdtrain logs to TensorBoard "
+                                       "(--logging_dir FOLDER)");
+        GL_CHECK(logging_dir, "--log_with ", *log_with,
+                 ": logging_dir is required when log_with is tensorboard (kohya's rule): add --logging_dir FOLDER");
+        if (*log_with == "all") note("--log_with all: TensorBoard only (W&B needs the network)");
+    }
+    if (!logging_dir && (log_prefix || log_tracker_name))
+        note("--log_prefix / --log_tracker_name name TensorBoard's folder: no effect without --logging_dir");
+
     // Model.
     GL_CHECK(!clip_skip || *clip_skip >= 1, "--clip_skip must be >= 1");
     GL_CHECK(!max_token_length || *max_token_length == 150 || *max_token_length == 225,

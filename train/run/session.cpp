@@ -182,8 +182,15 @@ void Session::Impl::prepare() {
     if (c.sample_prompts) read_sample_prompts(c);  // a bad line is refused before the model is opened
     m.message("opening the model " + c.pretrained_model_name_or_path);
     m.model = sd::open_sd15(c.pretrained_model_name_or_path);
+    // The seed: given, else the resumed run's, else drawn (kohya draws one too and records it).
+    if (c.seed) m.seed = *c.seed;
+    else if (m.resume) m.seed = m.resume->seed;
+    else m.seed = std::random_device{}() & 0xffffffffu;
     m.message("reading the dataset");
-    m.data = load_run_data(c);
+    m.data = load_run_data(c, m.seed);
+    GL_CHECK(!m.data.validation, "validation_split ", m.data.dataset.config.validation_split,
+             ": the validation loss pass is not implemented yet (the split is: data/validation_split.h); "
+             "remove validation_split from the options and the dataset config");
     check_run_paths(c, run_inputs(c, &m.model, &m.data.dataset.config), &m.data.dataset.config);
     m.plan.dataset = dataset_summary(m.data);
     m.plan.skipped = skipped_before_training(m.data);
@@ -194,10 +201,6 @@ void Session::Impl::prepare() {
     if (!why.empty() && c.backend == gl::Backend::automatic) m.plan.notes.push_back("running on the CPU: " + why);
     m.step = m.base_step();
     m.cache_text = c.cache_text_encoder_outputs;
-    // The seed: given, else the resumed run's, else drawn (kohya draws one too and records it).
-    if (c.seed) m.seed = *c.seed;
-    else if (m.resume) m.seed = m.resume->seed;
-    else m.seed = std::random_device{}() & 0xffffffffu;
     m.plan_memory();
 
     if (m.resume) {

@@ -12,6 +12,7 @@
 #include "train/run/metadata.h"
 #include "train/run/save.h"
 #include "train/run/session_impl.h"
+#include "train/run/tensorboard_log.h"
 
 namespace train {
 
@@ -96,7 +97,7 @@ private:
     std::vector<Micro> group_;
     int64_t epoch_ = 1, batches_done_ = 0;
     std::deque<double> recent_losses_;
-    double loss_sum_ = 0, last_wait_ = 0;
+    double loss_sum_ = 0, last_wait_ = 0, last_loss_mean_ = 0;
     int64_t images_trained_ = 0;
     std::chrono::steady_clock::time_point last_step_t_, train_t0_;
     data::Loader* loader_ = nullptr;
@@ -338,6 +339,10 @@ void Runner::flush() {
     e.loss_mean = loss_sum_ / double(recent_losses_.size());
     if (m_.step.train_unet) e.lr_unet = m_.step.unet_lr * factor;
     if (m_.step.train_text_encoder) e.lr_text_encoder = m_.step.text_encoder_lr * factor;
+    const double next = schedule_.multiplier(trainer_->updates_applied());
+    if (m_.step.train_unet) e.next_lr_unet = m_.step.unet_lr * next;
+    if (m_.step.train_text_encoder) e.next_lr_text_encoder = m_.step.text_encoder_lr * next;
+    last_loss_mean_ = e.loss_mean;
     e.grad_norm = r.grad_norm;
     e.applied = r.applied;
     e.loss_scale = r.loss_scale;
@@ -380,6 +385,7 @@ void Runner::flush() {
 }
 
 void Runner::end_epoch(int64_t epoch) {
+    m_.obs->on_epoch({epoch, trainer_->steps_done(), last_loss_mean_});
     const int64_t every = c_.save_every_n_epochs.value_or(
         c_.save_n_epoch_ratio ? std::max<int64_t>(1, m_.plan.counts.epochs / *c_.save_n_epoch_ratio) : 0);
     if (every > 0 && epoch % every == 0 && epoch < m_.plan.counts.epochs) {
@@ -456,6 +462,7 @@ RunSummary Runner::run() {
     start.resumed_from = c_.resume.value_or("");
     timings_.emplace_back("start-up (from the start to the training loop)", seconds_since(m_.t0));
     start.timings = timings_;
+    start.tensorboard_dir = tensorboard_run_dir(c_, m_.started_at).string();
     m_.obs->on_start(start);
     if (m_.sampler && c_.sample_at_first && !m_.resume) m_.obs->on_sample(m_.sampler->sample(0, std::nullopt));
     train_t0_ = last_step_t_ = std::chrono::steady_clock::now();
