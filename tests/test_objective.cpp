@@ -90,3 +90,25 @@ TEST_CASE("train objective: seeded timesteps and offset noise") {
     CHECK(noise[0] != noise[size_t(H * W * C)]);          // samples differ
     CHECK_THROWS_AS(train::apply_noise_offset(noise, 7, C, 0.1, o), gl::Error);
 }
+
+TEST_CASE("train objective: draw_step moves the stream as draw_micro_batch does and draws its timesteps") {
+    for (const double offset : {0.0, 0.1}) {
+        train::Objective o;
+        o.noise_offset = offset;
+        o.min_timestep = 200;
+        o.max_timestep = 700;
+        const sd::DdpmSchedule s = sd::DdpmSchedule::sd15();
+        NoiseRng host{8, 40}, graph{8, 40};
+        for (int k = 0; k < 3; k++) {
+            const train::MicroBatch mb = train::draw_micro_batch(o, s, 4, 4 * 3 * 2 * 4, 4, host);
+            const uint64_t at = graph.counter;
+            const train::StepDraw d = train::draw_step(o, s, 4, 4 * 3 * 2 * 4, 4, graph);
+            CHECK(d.seed == 8);
+            CHECK(d.counter == at);
+            CHECK(d.noise_offset == offset);
+            CHECK(d.t == mb.t);
+            CHECK(graph.counter == host.counter);
+        }
+        CHECK_THROWS_AS(train::draw_step(o, s, 3, 50, 4, graph), gl::Error);
+    }
+}

@@ -111,23 +111,50 @@ uint64_t micro_batch_draws(const Objective& o, int64_t batch, int64_t latent_num
     return 2 * uint64_t(latent_numel) + offset + uint64_t(batch) * (rejections ? 2 : 1);
 }
 
-MicroBatch draw_micro_batch(const Objective& o, const sd::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
-                            int64_t channels, sd::NoiseRng& rng) {
+TimestepValues timestep_values(const Objective& o, const sd::DdpmSchedule& s, int t) {
+    s.check_t(t);
+    const size_t i = size_t(t);
+    return {float(t), float(s.sqrt_alphas_cumprod[i]), float(s.sqrt_one_minus_alphas_cumprod[i]),
+            o.min_snr_gamma > 0 ? float(min_snr_weight(s, t, o.min_snr_gamma, o.prediction)) : 1.0f,
+            o.loss == gl::LossKind::huber ? float(huber_c_at(o, s, t)) : 0.0f};
+}
+
+namespace {
+void check_micro_batch(int64_t batch, int64_t latent_numel, int64_t channels) {
     GL_CHECK(batch > 0 && channels > 0 && latent_numel % (batch * channels) == 0, "draw_micro_batch: ",
              latent_numel, " latent elements do not split into ", batch, " samples of ", channels, " channels");
+}
+}  // namespace
+
+MicroBatch draw_micro_batch(const Objective& o, const sd::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
+                            int64_t channels, sd::NoiseRng& rng) {
+    check_micro_batch(batch, latent_numel, channels);
     MicroBatch m;
     m.noise.resize(size_t(latent_numel));
     sd::fill_normal(m.noise, rng);
     if (o.noise_offset > 0) apply_noise_offset(m.noise, batch, channels, o.noise_offset, rng);
     m.t = sample_timesteps(batch, o.min_timestep, o.max_timestep, s.num_steps, rng);
     for (int32_t t : m.t) {
-        m.timesteps.push_back(float(t));
-        m.sqrt_ac.push_back(float(s.sqrt_alphas_cumprod[size_t(t)]));
-        m.sqrt_1m_ac.push_back(float(s.sqrt_one_minus_alphas_cumprod[size_t(t)]));
-        m.weights.push_back(o.min_snr_gamma > 0 ? float(min_snr_weight(s, t, o.min_snr_gamma, o.prediction)) : 1.0f);
-        if (o.loss == gl::LossKind::huber) m.huber_c.push_back(float(huber_c_at(o, s, t)));
+        const TimestepValues v = timestep_values(o, s, t);
+        m.timesteps.push_back(v.timestep);
+        m.sqrt_ac.push_back(v.sqrt_ac);
+        m.sqrt_1m_ac.push_back(v.sqrt_1m_ac);
+        m.weights.push_back(v.weight);
+        if (o.loss == gl::LossKind::huber) m.huber_c.push_back(v.huber_c);
     }
     return m;
+}
+
+StepDraw draw_step(const Objective& o, const sd::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
+                   int64_t channels, sd::NoiseRng& rng) {
+    check_micro_batch(batch, latent_numel, channels);
+    StepDraw d;
+    d.seed = rng.seed;
+    d.counter = rng.counter;
+    d.noise_offset = o.noise_offset;
+    rng.counter += micro_batch_draws(o, batch, latent_numel, channels) - uint64_t(batch);  // noise, offset noise
+    d.t = sample_timesteps(batch, o.min_timestep, o.max_timestep, s.num_steps, rng);
+    return d;
 }
 
 }  // namespace train

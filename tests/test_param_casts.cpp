@@ -1,0 +1,107 @@
+// merge_param_casts: a graph's per-use casts of f32 parameter masters become one cast_multi at the
+// start, its backward one cast_multi back, and nothing computed changes (CPU, bit for bit, with
+// and without recompute). The tiny LoRA training step: test_train.cpp counts its casts.
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "ggml-lite/core/autodiff.h"
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/core/param_casts.h"
+#include "ggml-lite/core/planner.h"
+#include "ggml-lite/core/runtime.h"
+#include "ggml-lite/ops/builder.h"
+
+using namespace gl;
+
+namespace {
+
+int count_op(const Graph& g, Op op, bool backward) {
+    int n = 0;
+    for (const Node& x : g.nodes) n += x.op == op && x.backward == backward;
+    return n;
+}
+
+// Two checkpoint blocks, each a bf16 linear with a LoRA-like branch of two f32 masters cast where
+// used; a frozen f32 weight cast too (not a parameter: left alone).
+struct Net {
+    Graph g;
+    ValueId x, w, loss;
+    std::vector<ValueId> params;
+    Gradients grads;
+
+    explicit Net(bool merge) {
+        x = g.input("x", DType::f32, {6, 8});
+        w = g.weight("w", DType::f32, {8, 8});
+        ValueId h = cast(g, x, DType::bf16);
+        for (int b = 0; b < 2; b++) {
+            Segment seg(g, "block" + std::to_string(b));
+            const ValueId down = g.param("down" + std::to_string(b), DType::f32, {3, 8});
+            const ValueId up = g.param("up" + std::to_string(b), DType::f32, {8, 3});
+            params.insert(params.end(), {down, up});
+            const ValueId base = linear(g, h, cast(g, w, DType::bf16));
+            const ValueId d = linear(g, h, cast(g, down, DType::bf16));
+            const ValueId branch = linear(g, d, cast(g, up, DType::bf16));
+            h = silu(g, add(g, base, scale(g, branch, 0.5f)));
+        }
+        loss = mean(g, cast(g, h, DType::f32));
+        g.mark_output(loss);
+        if (merge) CHECK(merge_param_casts(g) == 4);
+        grads = backward(g, loss);
+    }
+
+    // Every parameter's gradient and the loss, on the CPU.
+    std::vector<std::vector<float>> run(Recompute rc) {
+        PlanOptions po;
+        po.recompute = rc;
+        auto rt = make_cpu_runtime(make_plan(g, po));
+        rt->poison(0xff);
+        std::mt19937 rng(3);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        for (ValueId v : {x, w}) {
+            std::vector<float> d(size_t(g.v(v).numel()));
+            for (float& e : d) e = u(rng);
+            rt->write_f32(v, d);
+        }
+        for (ValueId p : params) {
+            std::vector<float> d(size_t(g.v(p).numel()));
+            for (float& e : d) e = u(rng);
+            rt->write_f32(p, d);
+        }
+        rt->run();
+        std::vector<std::vector<float>> r{rt->read_f32(loss)};
+        for (ValueId p : params) r.push_back(rt->read_f32(grads[p]));
+        return r;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("merge_param_casts: one cast_multi forward and one back, the same loss and gradients bit for bit") {
+    Net plain(false), merged(true);
+    CHECK(count_op(plain.g, Op::cast, false) == 8);  // x, w twice, four masters, h to f32
+    CHECK(count_op(merged.g, Op::cast, false) == 4);
+    CHECK(count_op(merged.g, Op::cast_multi, false) == 1);
+    REQUIRE(merged.g.nodes[0].op == Op::cast_multi);  // first, outside every checkpoint segment
+    CHECK(merged.g.nodes[0].segment == -1);
+    CHECK(merged.g.nodes[0].in == merged.params);
+    // The gradients of the four bf16 copies go back to f32 in one node, not four casts.
+    CHECK(count_op(merged.g, Op::cast_multi, true) == 1);
+    CHECK(count_op(merged.g, Op::cast, true) + 4 == count_op(plain.g, Op::cast, true));
+    for (size_t i = 0; i < merged.g.nodes.size(); i++)
+        for (ValueId y : merged.g.nodes[i].out) CHECK(merged.g.v(y).producer == int(i));
+    for (Recompute rc : {Recompute::none, Recompute::blocks, Recompute::cheap}) {
+        CAPTURE(recompute_name(rc));
+        CHECK(merged.run(rc) == plain.run(Recompute::none));
+    }
+}
+
+TEST_CASE("merge_param_casts: single casts stay, and it refuses a graph with a backward pass") {
+    Graph g;
+    const ValueId p = g.param("p", DType::f32, {4}), q = g.param("q", DType::f32, {4});
+    const ValueId y = add(g, cast(g, p, DType::bf16), cast(g, cast(g, q, DType::f16), DType::bf16));
+    CHECK(merge_param_casts(g) == 0);  // one f32 -> bf16 and one f32 -> f16 cast: nothing to merge
+    CHECK(count_op(g, Op::cast_multi, false) == 0);
+    backward(g, mean(g, cast(g, y, DType::f32)));
+    CHECK_THROWS_AS(merge_param_casts(g), Error);
+}
