@@ -217,6 +217,12 @@ TEST_CASE("train step: the graph draws the noise, offset noise and per-sample va
     tr.evaluate(x0, ctx, 77);
     sd::NoiseRng fixed{77, 0};
     same_as(train::draw_micro_batch(to.objective, sched, 3, int64_t(x0.size()), 4, fixed));
+    // A draw the tables cannot serve is refused before it reaches the graph.
+    CHECK_THROWS_WITH_AS(train::write_draw(*s, *rt, {1, 0, 0.0, {1, 2}}), doctest::Contains("for a batch of 3"), gl::Error);
+    CHECK_THROWS_WITH_AS(train::write_draw(*s, *rt, {1, 0, 0.0, {1, 1000, 2}}), doctest::Contains("timestep 1000"),
+                         gl::Error);
+    CHECK_THROWS_WITH_AS(train::write_draw(*s, *rt, {1, 0, -0.5, {1, 2, 3}}), doctest::Contains("noise offset -0.5"),
+                         gl::Error);
 }
 
 TEST_CASE("train: a tiny UNet LoRA learns a fixed latent set on the CPU (fixed-draw loss falls)") {

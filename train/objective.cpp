@@ -105,10 +105,14 @@ std::vector<int32_t> sample_timesteps(int64_t batch, int min_t, int max_t, int n
     return t;
 }
 
+uint64_t noise_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels) {
+    const uint64_t offset = o.noise_offset > 0 ? 2 * uint64_t(batch) * uint64_t(channels) : 0;
+    return 2 * uint64_t(latent_numel) + offset;
+}
+
 uint64_t micro_batch_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels,
                            bool rejections) {
-    const uint64_t offset = o.noise_offset > 0 ? 2 * uint64_t(batch) * uint64_t(channels) : 0;
-    return 2 * uint64_t(latent_numel) + offset + uint64_t(batch) * (rejections ? 2 : 1);
+    return noise_draws(o, batch, latent_numel, channels) + uint64_t(batch) * (rejections ? 2 : 1);
 }
 
 TimestepValues timestep_values(const Objective& o, const sd::DdpmSchedule& s, int t) {
@@ -152,7 +156,7 @@ StepDraw draw_step(const Objective& o, const sd::DdpmSchedule& s, int64_t batch,
     d.seed = rng.seed;
     d.counter = rng.counter;
     d.noise_offset = o.noise_offset;
-    rng.counter += micro_batch_draws(o, batch, latent_numel, channels) - uint64_t(batch);  // noise, offset noise
+    rng.counter += noise_draws(o, batch, latent_numel, channels);
     d.t = sample_timesteps(batch, o.min_timestep, o.max_timestep, s.num_steps, rng);
     return d;
 }

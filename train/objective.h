@@ -103,5 +103,7 @@ StepDraw draw_step(const Objective& o, const sd::DdpmSchedule& s, int64_t batch,
 // `rejections`, one is counted per timestep (an upper bound in practice).
 uint64_t micro_batch_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels,
                            bool rejections = false);
+// The part of those the noise and offset noise take (the step graph's, before the timesteps).
+uint64_t noise_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels);
 
 }  // namespace train

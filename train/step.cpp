@@ -93,6 +93,7 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     g.mark_output(s->loss);
     g.mark_output(s->per_sample);
     ValueId scaled = gl::mul(g, s->loss, s->loss_scale);
+    gl::fold_param_scales(g);
     gl::merge_param_casts(g);
     s->grads = gl::backward(g, scaled);
 
@@ -141,6 +142,10 @@ void write_objective_tables(const StepGraph& s, gl::Runtime& rt, const Objective
 void write_draw(const StepGraph& s, gl::Runtime& rt, const StepDraw& d) {
     GL_CHECK(int64_t(d.t.size()) == s.opt.batch, "step: a draw of ", d.t.size(), " timesteps for a batch of ",
              s.opt.batch);
+    const int64_t steps = s.g.shape(s.timestep_table)[0];
+    for (int32_t t : d.t) GL_CHECK(t >= 0 && t < steps, "step: timestep ", t, " is outside the tables' [0, ", steps, ")");
+    GL_CHECK(std::isfinite(d.noise_offset) && d.noise_offset >= 0, "step: noise offset ", d.noise_offset,
+             " must be finite and >= 0");
     std::vector<int32_t> packed(size_t(gl::kNoiseDrawSize));
     gl::noise_draw_set(packed.data(), gl::kNdSeed, d.seed);
     gl::noise_draw_set(packed.data(), gl::kNdCounter, d.counter);

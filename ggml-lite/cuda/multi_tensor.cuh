@@ -20,7 +20,7 @@ struct TensorTable {
     int64_t first_tile[kMaxTensors + 1];  // tensor k holds tiles [first_tile[k], first_tile[k + 1])
     int count;
 
-    int64_t tiles() const { return first_tile[count]; }
+    __host__ __device__ __forceinline__ int64_t tiles() const { return first_tile[count]; }
     // The tensor holding global tile t (0 <= t < tiles()).
     __device__ __forceinline__ int find(int64_t t) const {
         int lo = 0, hi = count - 1;
@@ -30,6 +30,16 @@ struct TensorTable {
             else hi = mid - 1;
         }
         return lo;
+    }
+    // Global tile t of `size` elements: its tensor and the element range [begin, end) within it.
+    struct Tile {
+        int tensor;
+        int64_t begin, end;
+    };
+    __device__ __forceinline__ Tile tile(int64_t t, int64_t size) const {
+        const int k = find(t);
+        const int64_t begin = (t - first_tile[k]) * size;
+        return {k, begin, begin + size < n[k] ? begin + size : n[k]};
     }
     template <class T>
     __device__ __forceinline__ T* at(int operand, int k) const {

@@ -20,14 +20,12 @@ __global__ void __launch_bounds__(256) adamw_kernel(const __grid_constant__ Adam
     const Gate gate = load_gate(gstat);
     if (gate.skip) return;
     const AdamConsts k = adam_consts(hyper, false);
-    const int tensor = t.find(blockIdx.x);
-    float* p = t.at<float>(0, tensor);
-    const float* g = t.at<float>(1, tensor);
-    float* m = t.at<float>(2, tensor);
-    float* v = t.at<float>(3, tensor);
-    const int64_t start = (int64_t(blockIdx.x) - t.first_tile[tensor]) * kAdamTile;
-    const int64_t end = std::min<int64_t>(start + kAdamTile, t.n[tensor]);
-    for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
+    const AdamTable::Tile tile = t.tile(blockIdx.x, kAdamTile);
+    float* p = t.at<float>(0, tile.tensor);
+    const float* g = t.at<float>(1, tile.tensor);
+    float* m = t.at<float>(2, tile.tensor);
+    float* v = t.at<float>(3, tile.tensor);
+    for (int64_t i = tile.begin + threadIdx.x; i < tile.end; i += blockDim.x) {
         float gi = __fmul_rn(__fmul_rn(g[i], k.gs), gate.mul);
         float pi = after ? p[i] : __fmul_rn(p[i], k.decay);
         float mi = __fadd_rn(m[i], __fmul_rn(__fsub_rn(1.0f, k.b1), __fsub_rn(gi, m[i])));

@@ -17,13 +17,11 @@ __global__ void __launch_bounds__(256) lion_kernel(const __grid_constant__ LionT
     const float lr = h[kLr], b1 = h[kBeta1], b2 = h[kBeta2], gs = h[kGradScale];
     const float decay = __fsub_rn(1.0f, __fmul_rn(lr, h[kWeightDecay]));
     const float c1 = __fsub_rn(1.0f, b1), c2 = __fsub_rn(1.0f, b2);
-    const int tensor = t.find(blockIdx.x);
-    float* p = t.at<float>(0, tensor);
-    const float* g = t.at<float>(1, tensor);
-    float* m = t.at<float>(2, tensor);
-    const int64_t start = (int64_t(blockIdx.x) - t.first_tile[tensor]) * kLionTile;
-    const int64_t end = std::min<int64_t>(start + kLionTile, t.n[tensor]);
-    for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
+    const LionTable::Tile tile = t.tile(blockIdx.x, kLionTile);
+    float* p = t.at<float>(0, tile.tensor);
+    const float* g = t.at<float>(1, tile.tensor);
+    float* m = t.at<float>(2, tile.tensor);
+    for (int64_t i = tile.begin + threadIdx.x; i < tile.end; i += blockDim.x) {
         const float gi = __fmul_rn(__fmul_rn(g[i], gs), gate.mul);
         const float mi = m[i];
         const float ci = __fadd_rn(__fmul_rn(mi, b1), __fmul_rn(c1, gi));

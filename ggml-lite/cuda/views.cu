@@ -102,17 +102,17 @@ static void cast_run(CudaCtx& c) {
 }
 const CudaKernel cuda_cast{cast_run};
 
-// cast_multi: every tensor in one launch (cuda/multi_tensor.cuh), a block per tile of 2048 elements.
+// cast_multi: every tensor in one launch (cuda/multi_tensor.cuh), a block per tile of 2048 elements;
+// the scale multiplies in f32 with round-to-nearest (no contraction), as the CPU does.
 constexpr int kCastTile = 2048;
 using CastTable = TensorTable<2, table_capacity<2>()>;  // x, y
 
-__global__ void cast_multi_kernel(const __grid_constant__ CastTable t, DType tx, DType ty) {
-    const int k = t.find(blockIdx.x);
-    const void* x = t.ptr[0][k];
-    void* y = t.ptr[1][k];
-    const int64_t start = (int64_t(blockIdx.x) - t.first_tile[k]) * kCastTile;
-    const int64_t end = start + kCastTile < t.n[k] ? start + kCastTile : t.n[k];
-    for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) store_dt(y, ty, i, load_dt(x, tx, i));
+__global__ void cast_multi_kernel(const __grid_constant__ CastTable t, DType tx, DType ty, float s) {
+    const CastTable::Tile tile = t.tile(blockIdx.x, kCastTile);
+    const void* x = t.ptr[0][tile.tensor];
+    void* y = t.ptr[1][tile.tensor];
+    for (int64_t i = tile.begin + threadIdx.x; i < tile.end; i += blockDim.x)
+        store_dt(y, ty, i, s == 1.0f ? load_dt(x, tx, i) : __fmul_rn(load_dt(x, tx, i), s));
 }
 static void cast_multi_run(CudaCtx& c) {
     const int n = int(c.in.size());
@@ -120,7 +120,7 @@ static void cast_multi_run(CudaCtx& c) {
         n, [&](int k) { return c.in[size_t(k)].numel(); },
         [&](int o, int k) { return o == 0 ? const_cast<void*>(c.in_ptr(k)) : c.out_ptr(k); }, kCastTile,
         [&](const CastTable& t) {
-            cast_multi_kernel<<<unsigned(t.tiles()), 256, 0, c.stream>>>(t, c.in_dtype(0), c.out_dtype(0));
+            cast_multi_kernel<<<unsigned(t.tiles()), 256, 0, c.stream>>>(t, c.in_dtype(0), c.out_dtype(0), c.p().f[0]);
             GL_CUDA_LAUNCHED();
         });
 }
