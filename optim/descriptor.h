@@ -112,6 +112,14 @@ public:
     const std::vector<UpdateGroup> groups;
     const std::vector<UpdateParam> params;
 
+    // The params of group `group`, in order (the tensors a multi-tensor step takes at once).
+    std::vector<UpdateParam> of_group(size_t group) const {
+        std::vector<UpdateParam> r;
+        for (const UpdateParam& p : params)
+            if (p.group == group) r.push_back(p);
+        return r;
+    }
+
     // State of one parameter, named "optim.<param>.<suffix>".
     gl::ValueId state(const UpdateParam& p, const std::string& suffix, gl::DType t, const gl::Shape& s,
                       StateInit init = {});

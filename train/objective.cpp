@@ -110,31 +110,61 @@ std::vector<int32_t> sample_timesteps(int64_t batch, int min_t, int max_t, int n
     return t;
 }
 
+uint64_t noise_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels) {
+    const uint64_t offset = o.noise_offset > 0 ? 2 * uint64_t(batch) * uint64_t(channels) : 0;
+    return 2 * uint64_t(latent_numel) + offset;
+}
+
 uint64_t micro_batch_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels,
                            bool rejections) {
-    const uint64_t offset = o.noise_offset > 0 ? 2 * uint64_t(batch) * uint64_t(channels) : 0;
-    return 2 * uint64_t(latent_numel) + offset + uint64_t(batch) * (rejections ? 2 : 1);
+    return noise_draws(o, batch, latent_numel, channels) + uint64_t(batch) * (rejections ? 2 : 1);
 }
+
+TimestepValues timestep_values(const Objective& o, const diffusion::DdpmSchedule& s, int t) {
+    s.check_t(t);
+    const size_t i = size_t(t);
+    double weight = o.min_snr_gamma > 0 ? min_snr_weight(s, t, o.min_snr_gamma, o.prediction) : 1.0;
+    if (o.debiased_estimation) weight *= debiased_weight(s, t, o.prediction);
+    return {float(t), float(s.sqrt_alphas_cumprod[i]), float(s.sqrt_one_minus_alphas_cumprod[i]), float(weight),
+            o.loss == gl::LossKind::huber ? float(huber_c_at(o, s, t)) : 0.0f};
+}
+
+namespace {
+void check_micro_batch(int64_t batch, int64_t latent_numel, int64_t channels) {
+    GL_CHECK(batch > 0 && channels > 0 && latent_numel % (batch * channels) == 0, "draw_micro_batch: ",
+             latent_numel, " latent elements do not split into ", batch, " samples of ", channels, " channels");
+}
+}  // namespace
 
 MicroBatch draw_micro_batch(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
                             int64_t channels, diffusion::NoiseRng& rng) {
-    GL_CHECK(batch > 0 && channels > 0 && latent_numel % (batch * channels) == 0, "draw_micro_batch: ",
-             latent_numel, " latent elements do not split into ", batch, " samples of ", channels, " channels");
+    check_micro_batch(batch, latent_numel, channels);
     MicroBatch m;
     m.noise.resize(size_t(latent_numel));
     diffusion::fill_normal(m.noise, rng);
     if (o.noise_offset > 0) apply_noise_offset(m.noise, batch, channels, o.noise_offset, rng);
     m.t = sample_timesteps(batch, o.min_timestep, o.max_timestep, s.num_steps, rng);
     for (int32_t t : m.t) {
-        m.timesteps.push_back(float(t));
-        m.sqrt_ac.push_back(float(s.sqrt_alphas_cumprod[size_t(t)]));
-        m.sqrt_1m_ac.push_back(float(s.sqrt_one_minus_alphas_cumprod[size_t(t)]));
-        double weight = o.min_snr_gamma > 0 ? min_snr_weight(s, t, o.min_snr_gamma, o.prediction) : 1.0;
-        if (o.debiased_estimation) weight *= debiased_weight(s, t, o.prediction);
-        m.weights.push_back(float(weight));
-        if (o.loss == gl::LossKind::huber) m.huber_c.push_back(float(huber_c_at(o, s, t)));
+        const TimestepValues v = timestep_values(o, s, t);
+        m.timesteps.push_back(v.timestep);
+        m.sqrt_ac.push_back(v.sqrt_ac);
+        m.sqrt_1m_ac.push_back(v.sqrt_1m_ac);
+        m.weights.push_back(v.weight);
+        if (o.loss == gl::LossKind::huber) m.huber_c.push_back(v.huber_c);
     }
     return m;
+}
+
+StepDraw draw_step(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
+                   int64_t channels, diffusion::NoiseRng& rng) {
+    check_micro_batch(batch, latent_numel, channels);
+    StepDraw d;
+    d.seed = rng.seed;
+    d.counter = rng.counter;
+    d.noise_offset = o.noise_offset;
+    rng.counter += noise_draws(o, batch, latent_numel, channels);
+    d.t = sample_timesteps(batch, o.min_timestep, o.max_timestep, s.num_steps, rng);
+    return d;
 }
 
 }  // namespace train

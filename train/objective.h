@@ -1,11 +1,12 @@
 // The training objective (the one owner of that name), as kohya's sd-scripts trains SD1.5 LoRAs:
-// what is predicted, the loss and its weights (min-SNR-gamma, debiased estimation), the timestep
-// range, offset noise and the Huber thresholds, and its per-step host work: draw the timesteps
-// (uniform in [min_timestep, max_timestep)), the noise (with optional offset noise), and from the
-// DDPM schedule (models/diffusion/noise.h: the diffusion process itself, shared with sampling) the
-// per-sample coefficients the step graph takes: sqrt(alpha_bar), sqrt(1 - alpha_bar), the loss
-// weights and the Huber thresholds. The graph does the tensor work (noisy = a x0 + b noise, the
-// target, the loss).
+// what is predicted, the loss and its weights (min-SNR-gamma, debiased estimation), the timestep range, offset noise and
+// the Huber thresholds, and its per-step draws: the noise (with optional offset noise), then the
+// timesteps (uniform in [min_timestep, max_timestep)), and from the DDPM schedule
+// (models/diffusion/noise.h: the diffusion process itself, shared with sampling) the per-sample values
+// of a timestep: sqrt(alpha_bar), sqrt(1 - alpha_bar), the loss weight and the Huber threshold.
+// The step graph draws the noise itself and looks the per-sample values up by timestep
+// (train/step.h); the host draws only the timesteps (draw_step). draw_micro_batch draws
+// everything on the host from the same stream: the reference the graph's draws equal.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -72,6 +73,13 @@ void apply_noise_offset(std::span<float> noise, int64_t batch, int64_t channels,
 // defaults 0 and 1000). Throws gl::Error unless 0 <= min_t < max_t <= num_steps.
 std::vector<int32_t> sample_timesteps(int64_t batch, int min_t, int max_t, int num_steps, diffusion::NoiseRng& rng);
 
+// The values a timestep gives each sample: t as the UNet takes it (f32), the noising
+// coefficients, the loss weight (min-SNR-gamma, or 1) and, for the huber loss, the threshold.
+struct TimestepValues {
+    float timestep, sqrt_ac, sqrt_1m_ac, weight, huber_c;
+};
+TimestepValues timestep_values(const Objective& o, const diffusion::DdpmSchedule& s, int t);
+
 // One micro-batch's random draws and the per-sample values derived from them.
 struct MicroBatch {
     std::vector<int32_t> t;            // [B] timesteps
@@ -85,10 +93,23 @@ struct MicroBatch {
 // Draws noise (then offset noise), then timesteps, from rng. `latent_numel` is B * h * w * C.
 MicroBatch draw_micro_batch(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
                             int64_t channels, diffusion::NoiseRng& rng);
+
+// A micro-batch's draws as the step graph takes them: where its noise starts in the stream (the
+// graph draws the noise and the offset noise from there) and the timesteps after them.
+struct StepDraw {
+    uint64_t seed = 0, counter = 0;
+    double noise_offset = 0.0;
+    std::vector<int32_t> t;
+};
+// Moves rng exactly as draw_micro_batch does, drawing only the timesteps on the host.
+StepDraw draw_step(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
+                   int64_t channels, diffusion::NoiseRng& rng);
 // How far draw_micro_batch moves rng: two draws per normal value (noise, offset noise), one per
 // timestep. Timestep sampling rejects a draw with a chance below 2^-50 (one more draw); with
 // `rejections`, one is counted per timestep (an upper bound in practice).
 uint64_t micro_batch_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels,
                            bool rejections = false);
+// The part of those the noise and offset noise take (the step graph's, before the timesteps).
+uint64_t noise_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels);
 
 }  // namespace train

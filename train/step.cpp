@@ -1,9 +1,13 @@
 #include "train/step.h"
 
+#include <bit>
 #include <cmath>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/core/param_casts.h"
+#include "ggml-lite/core/runtime.h"
 #include "ggml-lite/ops/builder.h"
+#include "ggml-lite/ops/rng_normal.h"
 
 namespace train {
 
@@ -55,12 +59,19 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     if (opt.train_unet) s->net->attach_unet(*s->unet_weights);
 
     s->latents = g.input("latents", DType::f32, lat);
-    s->noise = g.input("noise", DType::f32, lat);
-    s->timesteps = g.input("timesteps", DType::f32, per);
-    s->sqrt_ac = g.input("sqrt_alpha_bar", DType::f32, per);
-    s->sqrt_1m_ac = g.input("sqrt_one_minus_alpha_bar", DType::f32, per);
-    s->loss_weights = g.input("loss_weights", DType::f32, per);
-    if (opt.loss == gl::LossKind::huber) s->huber_c = g.input("huber_c", DType::f32, per);
+    s->draw = g.input("train.draw", DType::i32, {gl::kNoiseDrawSize + B});
+    s->noise = gl::normal_noise(g, s->draw, lat);
+    const ValueId t = gl::slice(g, s->draw, 0, gl::kNoiseDrawSize, B);
+    const int64_t steps = diffusion::DdpmSchedule::sd15().num_steps;
+    const auto by_timestep = [&](const char* name, ValueId& table) {
+        table = g.weight(gl::cat("train.objective.", name), DType::f32, {steps, 1});
+        return gl::reshape(g, gl::embedding(g, table, t), per);
+    };
+    s->timesteps = by_timestep("timestep", s->timestep_table);
+    s->sqrt_ac = by_timestep("sqrt_alpha_bar", s->sqrt_ac_table);
+    s->sqrt_1m_ac = by_timestep("sqrt_one_minus_alpha_bar", s->sqrt_1m_ac_table);
+    s->loss_weights = by_timestep("loss_weight", s->loss_weight_table);
+    if (opt.loss == gl::LossKind::huber) s->huber_c = by_timestep("huber_c", s->huber_c_table);
     s->loss_scale = g.input("loss_scale", DType::f32, {1});
 
     if (opt.train_text_encoder) {
@@ -85,6 +96,8 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     g.mark_output(s->loss);
     g.mark_output(s->per_sample);
     ValueId scaled = gl::mul(g, s->loss, s->loss_scale);
+    gl::fold_param_scales(g);
+    gl::merge_param_casts(g);
     s->grads = gl::backward(g, scaled);
 
     ParamGroup unet{"unet", {}, {}, opt.unet_lr, {}}, te{"text_encoder", {}, {}, opt.text_encoder_lr, {}};
@@ -105,6 +118,41 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     s->update = std::make_unique<Update>(g, std::move(groups), opt.optimizer, opt.max_grad_norm, opt.grad_accum,
                                          s->loss_scale, s->loss);
     return s;
+}
+
+void write_objective_tables(const StepGraph& s, gl::Runtime& rt, const Objective& o, const diffusion::DdpmSchedule& sched) {
+    const int64_t steps = s.g.shape(s.timestep_table)[0];
+    GL_CHECK(sched.num_steps == steps, "step: the objective's schedule has ", sched.num_steps,
+             " timesteps, the step graph's tables ", steps);
+    std::vector<float> timestep, sqrt_ac, sqrt_1m_ac, weight, huber_c;
+    for (int t = 0; t < int(steps); t++) {
+        const TimestepValues v = timestep_values(o, sched, t);
+        timestep.push_back(v.timestep);
+        sqrt_ac.push_back(v.sqrt_ac);
+        sqrt_1m_ac.push_back(v.sqrt_1m_ac);
+        weight.push_back(v.weight);
+        huber_c.push_back(v.huber_c);
+    }
+    rt.write_f32(s.timestep_table, timestep);
+    rt.write_f32(s.sqrt_ac_table, sqrt_ac);
+    rt.write_f32(s.sqrt_1m_ac_table, sqrt_1m_ac);
+    rt.write_f32(s.loss_weight_table, weight);
+    if (s.huber_c_table != gl::kNoValue) rt.write_f32(s.huber_c_table, huber_c);
+}
+
+void write_draw(const StepGraph& s, gl::Runtime& rt, const StepDraw& d) {
+    GL_CHECK(int64_t(d.t.size()) == s.opt.batch, "step: a draw of ", d.t.size(), " timesteps for a batch of ",
+             s.opt.batch);
+    const int64_t steps = s.g.shape(s.timestep_table)[0];
+    for (int32_t t : d.t) GL_CHECK(t >= 0 && t < steps, "step: timestep ", t, " is outside the tables' [0, ", steps, ")");
+    GL_CHECK(std::isfinite(d.noise_offset) && d.noise_offset >= 0, "step: noise offset ", d.noise_offset,
+             " must be finite and >= 0");
+    std::vector<int32_t> packed(size_t(gl::kNoiseDrawSize));
+    gl::noise_draw_set(packed.data(), gl::kNdSeed, d.seed);
+    gl::noise_draw_set(packed.data(), gl::kNdCounter, d.counter);
+    gl::noise_draw_set(packed.data(), gl::kNdOffset, std::bit_cast<uint64_t>(d.noise_offset));
+    packed.insert(packed.end(), d.t.begin(), d.t.end());
+    rt.write(s.draw, packed.data(), DType::i32);
 }
 
 std::unique_ptr<TextEncoderGraph> build_text_encoder(const sd::ClipConfig& c, Precision p, int64_t batch, int chunks,

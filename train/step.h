@@ -1,20 +1,25 @@
-// The diffusion training step as one graph: noising, the UNet (and the CLIP text encoder when it
-// is trained), the target, the weighted loss times the loss scale, the backward pass and the
-// optimizer update. The host writes per-step inputs (train/trainer.h does it):
+// The diffusion training step as one graph: the draws, noising, the UNet (and the CLIP text
+// encoder when it is trained), the target, the weighted loss times the loss scale, the backward pass
+// and the optimizer update. The host writes per-step inputs (train/trainer.h does it):
 //
-//   latents, noise      f32 [B, h, w, C] (NHWC)   x0 and its noise
-//   timesteps           f32 [B]                    t as the UNet's time embedding takes it
-//   sqrt_ac, sqrt_1m_ac f32 [B]                    sqrt(alpha_bar_t), sqrt(1 - alpha_bar_t)
-//   loss_weights        f32 [B]                    min-SNR-gamma weights (or ones)
-//   huber_c             f32 [B]                    huber loss only
+//   latents             f32 [B, h, w, C] (NHWC)   x0
+//   train.draw          i32 [kNoiseDrawSize + B]   where the noise starts in the generator's
+//                                                  stream, the offset-noise strength
+//                                                  (gl::NoiseDrawSlot), then the B timesteps
 //   loss_scale          f32 [1]                    1, or the fp16 dynamic loss scale
 //   context             act [B, T, cross_dim]      frozen text encoder: its output, computed apart
 //   ids                 i32 [B * chunks, 77]       trained text encoder: the token ids (the
 //                                                  family's sequence length: 77 for SD)
 //
-// In graph: noisy = sqrt_ac x0 + sqrt_1m_ac noise; target = noise (epsilon) or
-// sqrt_ac noise - sqrt_1m_ac x0 (v); loss = weighted_loss(pred in f32, target) (kohya computes the
-// loss in f32 as well); the backward pass of loss * loss_scale reaches only the LoRA masters.
+// and once, the objective's tables (frozen f32 [num_steps, 1] each, write_objective_tables):
+// t as the UNet takes it, sqrt(alpha_bar_t), sqrt(1 - alpha_bar_t), the min-SNR-gamma loss weight
+// and (huber only) the threshold, per timestep.
+//
+// In graph: noise = normal_noise(draw) (the draws train::draw_micro_batch makes on the host, bit
+// for bit); the per-sample values looked up by timestep; noisy = sqrt_ac x0 + sqrt_1m_ac noise;
+// target = noise (epsilon) or sqrt_ac noise - sqrt_1m_ac x0 (v); loss = weighted_loss(pred in f32,
+// target) (kohya computes the loss in f32 as well); the backward pass of loss * loss_scale reaches
+// only the LoRA masters, whose activation-dtype copies one cast_multi makes for the whole step.
 #pragma once
 #include <memory>
 
@@ -69,9 +74,14 @@ struct StepGraph {
     // with sd::load_unet / sd::load_clip, or write random ones for benchmarks.
     std::unique_ptr<nn::Weights> unet_weights, text_weights;  // text_weights: trained TE only
     std::unique_ptr<lora::LoraNetwork> net;
-    gl::ValueId latents = gl::kNoValue, noise = gl::kNoValue, timesteps = gl::kNoValue;
+    gl::ValueId latents = gl::kNoValue, draw = gl::kNoValue, loss_scale = gl::kNoValue;
+    // The objective's tables, by timestep (huber_c_table: huber only).
+    gl::ValueId timestep_table = gl::kNoValue, sqrt_ac_table = gl::kNoValue, sqrt_1m_ac_table = gl::kNoValue;
+    gl::ValueId loss_weight_table = gl::kNoValue, huber_c_table = gl::kNoValue;
+    // Computed from the draw: the noise f32 [B, h, w, C] and the per-sample values f32 [B].
+    gl::ValueId noise = gl::kNoValue, timesteps = gl::kNoValue;
     gl::ValueId sqrt_ac = gl::kNoValue, sqrt_1m_ac = gl::kNoValue, loss_weights = gl::kNoValue;
-    gl::ValueId huber_c = gl::kNoValue, loss_scale = gl::kNoValue;
+    gl::ValueId huber_c = gl::kNoValue;
     gl::ValueId context = gl::kNoValue, ids = gl::kNoValue;
     gl::ValueId pred = gl::kNoValue, target = gl::kNoValue;
     gl::ValueId loss = gl::kNoValue, per_sample = gl::kNoValue;  // unscaled loss [], per-sample [B]
@@ -87,6 +97,11 @@ struct StepGraph {
 // Builds the whole step (forward, backward, update). Returned by pointer: Weights hold a reference
 // to the graph.
 std::unique_ptr<StepGraph> build_step(const StepOptions& opt);
+
+// Writes the objective's tables (before the first run; the timestep range and schedule of the
+// draws must be sched's, whose step count the tables were built with) and a micro-batch's draw.
+void write_objective_tables(const StepGraph& s, gl::Runtime& rt, const Objective& o, const diffusion::DdpmSchedule& sched);
+void write_draw(const StepGraph& s, gl::Runtime& rt, const StepDraw& d);
 
 // The frozen text encoder as its own graph (UNet-only training): ids i32 [B * chunks, 77] ->
 // context [B, chunks * 75 + 2, width] in the precision's dtype. Run it once per batch (or cache

@@ -25,6 +25,7 @@ Trainer::Trainer(StepGraph& s, gl::Runtime& rt, const TrainerOptions& o)
     GL_CHECK(pg.value_count() >= s.g.value_count() && pg.v(s.latents).name == s.g.v(s.latents).name &&
                  pg.shape(s.latents) == s.g.shape(s.latents),
              "trainer: the runtime does not run this step graph");
+    write_objective_tables(s_, rt_, o_.objective, sched_);
 }
 
 void Trainer::init(uint64_t lora_seed) {
@@ -48,15 +49,10 @@ StepReport Trainer::step(std::span<const float> latents, std::span<const int32_t
     return run(latents, ids, lr_factor);
 }
 
-float run_micro_batch(StepGraph& s, gl::Runtime& rt, const float* latents, StepCond cond, const MicroBatch& mb,
+float run_micro_batch(StepGraph& s, gl::Runtime& rt, const float* latents, StepCond cond, const StepDraw& d,
                       const optim::LossScaler& scaler, int64_t report_step, int k) {
     rt.write(s.latents, latents, gl::DType::f32);
-    rt.write_f32(s.noise, mb.noise);
-    rt.write_f32(s.timesteps, mb.timesteps);
-    rt.write_f32(s.sqrt_ac, mb.sqrt_ac);
-    rt.write_f32(s.sqrt_1m_ac, mb.sqrt_1m_ac);
-    rt.write_f32(s.loss_weights, mb.weights);
-    if (s.huber_c != gl::kNoValue) rt.write_f32(s.huber_c, mb.huber_c);
+    write_draw(s, rt, d);
     if (const auto* ids = std::get_if<std::span<const int32_t>>(&cond))
         rt.write(s.ids, ids->data(), gl::DType::i32);
     else
@@ -66,7 +62,7 @@ float run_micro_batch(StepGraph& s, gl::Runtime& rt, const float* latents, StepC
     const float loss = rt.read_f32(s.loss)[0];
     if (!std::isfinite(loss)) {
         std::string ts;
-        for (int32_t v : mb.t) ts += gl::cat(ts.empty() ? "" : " ", v);
+        for (int32_t v : d.t) ts += gl::cat(ts.empty() ? "" : " ", v);
         gl::fail("training step ", report_step, ": the loss is ", loss, " (micro-batch ", k + 1, " of ",
                  s.opt.grad_accum, ", timesteps ", ts, "); the LoRA and optimizer state were not updated by this step");
     }
@@ -83,7 +79,7 @@ StepReport Trainer::run(std::span<const float> latents, Cond cond, double lr_fac
     r.loss_scale = scaler_.scale();
     const size_t cond_per = std::visit([](auto c) { return c.size(); }, cond) / size_t(accum);
     for (int k = 0; k < accum; k++) {
-        last_ = draw_micro_batch(o_.objective, sched_, s_.opt.batch, n, s_.latent_channels(), rng_);
+        last_ = draw_step(o_.objective, sched_, s_.opt.batch, n, s_.latent_channels(), rng_);
         s_.net->sample_dropout(rt_, rng_.next_u64());
         s_.update->prepare(rt_, k, lr_factor);
         const Cond micro = std::visit([&](auto c) { return Cond(c.subspan(size_t(k) * cond_per, cond_per)); }, cond);
@@ -124,13 +120,13 @@ StepReport Trainer::eval(std::span<const float> latents, Cond cond, uint64_t see
     GL_CHECK(int64_t(latents.size()) == n, "trainer: evaluate takes one micro-batch of latents (", n, " values), got ",
              latents.size());
     diffusion::NoiseRng rng{seed, 0};
-    const MicroBatch mb = draw_micro_batch(o_.objective, sched_, s_.opt.batch, n, s_.latent_channels(), rng);
+    const StepDraw d = draw_step(o_.objective, sched_, s_.opt.batch, n, s_.latent_channels(), rng);
     s_.net->sample_dropout(rt_, 0, /*training=*/false);
     s_.update->prepare(rt_, s_.opt.grad_accum - 1, 0.0, /*skip=*/true);
     StepReport r;
     r.step = step_;
     r.loss_scale = scaler_.scale();
-    r.loss = run_micro_batch(s_, rt_, latents.data(), cond, mb, scaler_, step_, 0);
+    r.loss = run_micro_batch(s_, rt_, latents.data(), cond, d, scaler_, step_, 0);
     r.per_sample = rt_.read_f32(s_.per_sample);
     s_.update->finish_run(rt_, false);
     return r;

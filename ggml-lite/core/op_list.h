@@ -13,6 +13,7 @@
     X(concat, views)                    \
     X(fill, views)                      \
     X(cast, views)                      \
+    X(cast_multi, views)                \
     /* elementwise and broadcast */     \
     X(add, elementwise)                 \
     X(sub, elementwise)                 \
@@ -20,6 +21,8 @@
     X(scale, elementwise)               \
     X(dropout, elementwise)             \
     X(accumulate, elementwise)          \
+    /* random draws */                  \
+    X(normal_noise, random)             \
     /* activations */                   \
     X(silu, activations)                \
     X(gelu, activations)                \

@@ -31,6 +31,10 @@ ValueId concat(Graph& g, const std::vector<ValueId>& xs, int axis);
 ValueId fill(Graph& g, Shape s, float value, DType t = DType::f32);
 // Returns x itself when it already has dtype t.
 ValueId cast(Graph& g, ValueId x, DType t);
+// Casts of N tensors of one float dtype to float dtype t in one node (one launch on CUDA), each
+// multiplied by `scale` first (in f32); its gradient is one cast_multi back, by the same scale.
+// core/param_casts.h builds it from a graph's per-use casts of parameter masters.
+std::vector<ValueId> cast_multi(Graph& g, const std::vector<ValueId>& xs, DType t, float scale = 1.0f);
 
 // ---- elementwise with NumPy broadcasting (ops/elementwise.cpp) ----
 ValueId add(Graph& g, ValueId a, ValueId b);
@@ -45,6 +49,13 @@ ValueId dropout(Graph& g, ValueId x, float p, uint64_t seed, ValueId seed_input)
 // In place, no outputs: acc = (ctl[0] != 0 ? 0 : acc) + ctl[1] * x, ctl f32 [2] = {reset, weight}
 // written per step (gradient accumulation over micro-batches); acc a dense f32 storage owner.
 void accumulate(Graph& g, ValueId acc, ValueId x, ValueId ctl);
+
+// ---- random draws (ops/random.cpp) ----
+// f32 [shape] of N(0, 1) from the counter-based generator (ops/rng_normal.h: the same floats on
+// every backend): element i takes draws c + 2i and c + 2i + 1 of the seed and position c held in
+// draw, an i32 input [>= kNoiseDrawSize] the host writes per step (NoiseDrawSlot); a non-zero
+// offset there adds kohya's offset noise, offset * z per (sample, channel) with shape = [B, ..., C].
+ValueId normal_noise(Graph& g, ValueId draw, const Shape& shape);
 
 // ---- activations (ops/activations.cpp) ----
 ValueId silu(Graph& g, ValueId x);
@@ -135,6 +146,12 @@ ValueId timestep_embedding(Graph& g, ValueId t, int dim, bool flip_sin_to_cos = 
 // gstat (optional trailing input of every optimizer step): made by grad_stats below.
 void adamw_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId hyper, bool decay_after = false,
                 ValueId gstat = kNoValue);
+// The elementwise steps (adamw_step, lion_step, adamw8bit_step) also take the N tensors of one
+// parameter group at once, params[k] with grads[k], m[k], ...: one node (one launch on CUDA), each
+// tensor updated as its single-tensor step would update it.
+void adamw_step(Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
+                const std::vector<ValueId>& m, const std::vector<ValueId>& v, ValueId hyper, bool decay_after = false,
+                ValueId gstat = kNoValue);
 
 // (ops/optim.cpp) grads: f32 dense gradients (any count >= 1); loss_scale: f32 [1] input or kNoValue;
 // max_norm <= 0: no clipping. Deterministic (fixed-order double sums on every backend).
@@ -144,6 +161,8 @@ ValueId grad_stats(Graph& g, const std::vector<ValueId>& grads, ValueId loss_sca
 // p = p*(1 - lr*wd) - lr*sign(c); m = b2*m + (1-b2)*g. hyper: lr, beta1, beta2, weight_decay,
 // grad_scale (eps and step unused). sign(0) = 0; a NaN gradient gives a NaN moment (use gstat).
 void lion_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId hyper, ValueId gstat = kNoValue);
+void lion_step(Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
+               const std::vector<ValueId>& m, ValueId hyper, ValueId gstat = kNoValue);
 
 // (ops/optim_adafactor.cpp) Adafactor as transformers.optimization.Adafactor. Params with >= 2 dims are
 // factored over their last two dims (row means v_row [.., R], column means v_col [.., C]); a 4-D param
@@ -177,6 +196,9 @@ void prodigy_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, V
 // gstat: as adamw_step's (a set non-finite flag skips the whole op).
 void adamw8bit_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId absmax_m, ValueId absmax_v,
                     ValueId hyper, ValueId gstat = kNoValue);
+void adamw8bit_step(Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
+                    const std::vector<ValueId>& m, const std::vector<ValueId>& v, const std::vector<ValueId>& absmax_m,
+                    const std::vector<ValueId>& absmax_v, ValueId hyper, ValueId gstat = kNoValue);
 // The 8-bit maps (adam8bit_qmap, adam8bit_quantize): ops/optim_types.h.
 
 }  // namespace gl

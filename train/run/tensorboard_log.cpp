@@ -4,7 +4,7 @@
 #include <iterator>
 
 #include "ggml-lite/core/error.h"
-#include "ggml-lite/io/png.h"
+#include "data/png_file.h"
 
 namespace train {
 
@@ -52,7 +52,7 @@ void TensorBoardLog::sample(const SampleEvent& e) {
         std::ifstream f(e.images[i], std::ios::binary);
         GL_CHECK(f, "tensorboard: cannot read the sample ", e.images[i]);
         const std::vector<uint8_t> png{std::istreambuf_iterator<char>(f), {}};
-        const gl::io::PngInfo info = gl::io::read_png_info(png, e.images[i]);
+        const data::PngInfo info = data::read_png_info(png, e.images[i]);
         writer().image(gl::cat("sample_", i), png, info.width, info.height, info.channels(), e.step, wall_());
     }
 }
