@@ -33,7 +33,7 @@ struct Refused {
     const char* name;
     const char* why;
 };
-constexpr const char* kNotYet = "not implemented here yet (its reference is in the golden venv)";
+constexpr const char* kNotYet = "not implemented here yet";
 constexpr Refused kRefused[] = {
     {"SGDNesterov8bit", "bitsandbytes' 8-bit momentum kernel (SGD8bit) has no counterpart here; SGDNesterov "
                         "runs the same step with 32-bit state"},

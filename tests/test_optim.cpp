@@ -15,6 +15,7 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/safetensors.h"
+#include "ggml-lite/ops/optim_dadapt.h"
 #include "ggml-lite/ops/optim_types.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -419,6 +420,24 @@ TEST_CASE("PagedAdamW and PagedAdamW8bit run as bitsandbytes' unpaged AdamW: the
     // PagedAdamW keeps 32-bit state where AdamW8bit goes 8-bit.
     auto net = make_net("PagedAdamW");
     for (ValueId id : net->opt->state_values()) CHECK(net->rt->plan().graph.v(id).dtype == DType::f32);
+}
+
+// The state leaves are what the memory plan (sdtrain --dry_run) counts as optimizer state.
+TEST_CASE("optimizer state per parameter element: SGDNesterov 4 bytes, PagedAdamW 8, DAdaptAdam 12 plus its d state") {
+    auto bytes_per_element = [](const char* kind) {
+        auto net = make_net(kind, kBig, 1e-2, 0.0f, {});
+        int64_t params = 0, state = 0, shared = 0;
+        for (auto& [n, id] : net->p) params += net->rt->plan().graph.v(id).numel();
+        for (ValueId id : net->opt->state_values()) {
+            const Value& v = net->rt->plan().graph.v(id);
+            (v.name.rfind("optim.dadapt.", 0) == 0 ? shared : state) += int64_t(v.bytes());
+        }
+        return std::pair<double, int64_t>{double(state) / double(params), shared};
+    };
+    CHECK(bytes_per_element("SGDNesterov") == std::pair<double, int64_t>{4.0, 0});
+    CHECK(bytes_per_element("PagedAdamW") == std::pair<double, int64_t>{8.0, 0});
+    CHECK(bytes_per_element("AdamW") == std::pair<double, int64_t>{8.0, 0});
+    CHECK(bytes_per_element("DAdaptAdam") == std::pair<double, int64_t>{12.0, int64_t(gl::kDAdaptStateSize) * 4});
 }
 
 TEST_CASE("Optimizer refuses what its algorithm cannot do") {
