@@ -44,6 +44,7 @@ PyLiteral parse_py_literal(const std::string& where, const std::string& value) {
 std::map<std::string, PyLiteral> parse_py_kwargs(const std::string& where, const std::vector<std::string>& items) {
     std::map<std::string, PyLiteral> out;
     for (const std::string& item : items) {
+        if (trim(item).empty()) continue;  // a bare option: kohya's empty list
         const size_t eq = item.find('=');
         GL_CHECK(eq != std::string::npos && item.find('=', eq + 1) == std::string::npos, where, ": '", item,
                  "' is not key=value (one '=', as kohya splits it)");

@@ -20,7 +20,8 @@ struct PyLiteral {
 PyLiteral parse_py_literal(const std::string& where, const std::string& value);
 
 // "key=value" items as kohya's loop reads them (split at the only '='; a key given twice keeps the
-// last value, as a dict does). where names the option in errors.
+// last value, as a dict does; an empty item, what a bare option gives, is skipped). where names the
+// option in errors.
 std::map<std::string, PyLiteral> parse_py_kwargs(const std::string& where, const std::vector<std::string>& items);
 
 }  // namespace optim

@@ -28,7 +28,7 @@ TEST_CASE("parse_optimizer: kohya's names and optimizer_args, unknown ones refus
     CHECK((pd.number("d_coef") == 2.0 && pd.beta2 == 0.99f && std::isinf(pd.number("growth_rate"))));
     CHECK((pd.is_none("beta3") && pd.flag("use_bias_correction") && pd.weight_decay == 0.0f));
     CHECK(error_of([] { optim::parse_optimizer("AdamW", {"momentum=0.9"}); }).find("'momentum'") != std::string::npos);
-    CHECK(error_of([] { optim::parse_optimizer("SGDNesterov", {}); }).find("SGDNesterov") != std::string::npos);
+    CHECK(error_of([] { optim::parse_optimizer("DAdaptSGD", {}); }).find("DAdaptSGD") != std::string::npos);
     CHECK(error_of([] { optim::parse_optimizer("AdamW", {"betas=0.9"}); }).find("betas") != std::string::npos);
     CHECK(error_of([] { optim::parse_optimizer("AdamW", {"betas=0.9,1.5"}); }).find("betas") != std::string::npos);
     CHECK(error_of([] { optim::parse_optimizer("Lion", {"weight_decay=abc"}); }).find("weight_decay") != std::string::npos);

@@ -38,7 +38,7 @@ bool has_note(const train::RunConfig& c, const std::string& part) {
 
 }  // namespace
 
-TEST_CASE("sdtrain optimizers: SGDNesterov, DAdaptAdam and the paged forms; ss_optimizer as kohya writes it") {
+TEST_CASE("sdtrain optimizers: SGDNesterov, DAdaptAdam and the paged forms, ss_optimizer as kohya writes it") {
     // kohya adds momentum=0.9 for SGDNesterov and prints it with the class it builds.
     CHECK(train::kohya_optimizer_text(parse({"--optimizer_type", "SGDNesterov"})) == "torch.optim.sgd.SGD(momentum=0.9)");
     CHECK(train::kohya_optimizer_text(parse({"--optimizer_type", "sgdnesterov", "--optimizer_args", "weight_decay=0.01"})) ==
