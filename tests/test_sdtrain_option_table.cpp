@@ -122,11 +122,18 @@ TEST_CASE("option table: optimizer and scheduler names come from their registrie
     CHECK(option("lr_scheduler").help.find(joined(schedulers)) != std::string::npos);
     for (const std::string& name : optim::lr_kind_names()) {
         CAPTURE(name);
-        CHECK(parse({"--lr_scheduler", name}).lr_scheduler == name);
+        // The two that need an argument kohya has no default for.
+        const std::vector<std::string> extra = name == "cosine_with_min_lr" ? std::vector<std::string>{"--lr_scheduler_min_lr_ratio", "0.1"}
+                                               : name == "piecewise_constant"
+                                                   ? std::vector<std::string>{"--lr_scheduler_args", "step_rules='1:10,0.1'"}
+                                                   : std::vector<std::string>{};
+        std::vector<std::string> argv = {"--lr_scheduler", name};
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        CHECK(parse(argv).lr_scheduler == name);
     }
     CHECK(parse({"--lr_scheduler", "adafactor", "--optimizer_type", "Adafactor"}).lr_scheduler == "adafactor");
-    CHECK(usage_error({"--lr_scheduler", "cosine_with_min_lr"}) ==
-          "--lr_scheduler cosine_with_min_lr is not supported (" + joined(schedulers) + ")");
+    CHECK(usage_error({"--lr_scheduler", "cosine_annealing"}) ==
+          "--lr_scheduler cosine_annealing is not supported (" + joined(schedulers) + ")");
 }
 
 TEST_CASE("option table: the report shows every option of the shown groups, the dataset level its settings") {

@@ -138,7 +138,7 @@ TEST_CASE("sdtrain options: kohya options refused, accepted with a note, unknown
     CHECK(usage_error({"--network_args", "block_dims=2,2,2"}).find("--network_args block_dims is not supported") !=
           std::string::npos);
     CHECK(usage_error({"--network_args", "nonsense"}).find("'nonsense' is not key=value") != std::string::npos);
-    CHECK(usage_error({"--optimizer_type", "DAdaptAdam"}).find("DAdaptAdam") != std::string::npos);
+    CHECK(usage_error({"--optimizer_type", "DAdaptAdan"}).find("DAdaptAdan") != std::string::npos);
     CHECK(usage_error({"--optimizer_args", "bogus=1"}).find("bogus") != std::string::npos);
     CHECK(usage_error({"--train_batch_size", "0"}).find("--train_batch_size wants an integer in [1, 65536]") !=
           std::string::npos);

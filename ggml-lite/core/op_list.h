@@ -69,4 +69,8 @@
     X(prodigy_accum, optim_prodigy)     \
     X(prodigy_d, optim_prodigy)         \
     X(prodigy_step, optim_prodigy)      \
-    X(adamw8bit_step, adam8bit)
+    X(adamw8bit_step, adam8bit)         \
+    X(sgd_step, optim_sgd)              \
+    X(dadapt_adam_accum, optim_dadapt)  \
+    X(dadapt_adam_d, optim_dadapt)      \
+    X(dadapt_adam_step, optim_dadapt)

@@ -11,6 +11,7 @@
 
 #include "ggml-lite/core/graph.h"
 #include "ggml-lite/ops/op_kinds.h"  // Act, LossKind
+#include "ggml-lite/ops/optim_dadapt.h"
 #include "ggml-lite/ops/optim_types.h"
 
 namespace gl {
@@ -200,5 +201,23 @@ void adamw8bit_step(Graph& g, const std::vector<ValueId>& params, const std::vec
                     const std::vector<ValueId>& m, const std::vector<ValueId>& v, const std::vector<ValueId>& absmax_m,
                     const std::vector<ValueId>& absmax_v, ValueId hyper, ValueId gstat = kNoValue);
 // The 8-bit maps (adam8bit_qmap, adam8bit_quantize): ops/optim_types.h.
+
+// (ops/optim_sgd.cpp) SGD with momentum as torch.optim.SGD: g += wd * p; buf = g at step 1, else
+// momentum * buf + (1 - dampening) * g; p -= lr * (nesterov ? g + momentum * buf : buf). momentum in
+// (0, 1]; nesterov needs dampening 0. hyper: lr, weight_decay, step, grad_scale.
+void sgd_step(Graph& g, ValueId param, ValueId grad, ValueId buf, ValueId hyper, float momentum, float dampening,
+              bool nesterov, ValueId gstat = kNoValue);
+
+// (ops/optim_dadapt.cpp) D-Adaptation Adam (as dadaptation 3.2's DAdaptAdam). One step over all params is:
+// dadapt_adam_accum for every param (in node order; writes dlr * dot(g, s / (sqrt(v) + eps)) and sum|s|
+// into acc[2*slot], acc[2*slot+1], updates m (by dlr * (1 - beta1) * g), v, s), then ONE dadapt_adam_d
+// (given the hyper of the group with the largest lr), then dadapt_adam_step for every param. dstate f32
+// [kDAdaptStateSize] (DAdaptSlot, ops/optim_dadapt.h) is shared by all params; acc f32 [2 * slots] is
+// scratch. hyper: lr (equal for all groups, or 0), beta1, beta2, eps, weight_decay, step, grad_scale.
+void dadapt_adam_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId s, ValueId hyper,
+                       ValueId dstate, ValueId acc, int slot, const DAdaptOptions& o, ValueId gstat = kNoValue);
+void dadapt_adam_d(Graph& g, ValueId dstate, ValueId acc, ValueId hyper, const DAdaptOptions& o, ValueId gstat = kNoValue);
+void dadapt_adam_step(Graph& g, ValueId param, ValueId m, ValueId v, ValueId hyper, ValueId dstate,
+                      const DAdaptOptions& o, ValueId gstat = kNoValue);
 
 }  // namespace gl

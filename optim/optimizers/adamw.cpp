@@ -28,7 +28,7 @@ const OptimizerDef& optimizer_adamw() {
     static const OptimizerDef def{
         "AdamW",
         {"torch.optim.AdamW", "torch.optim.adamw.AdamW"},
-        {betas_arg("(0.9, 0.999)"), eps_arg("1e-8"), weight_decay_arg("1e-2")},
+        torch_inert_args({betas_arg("(0.9, 0.999)"), eps_arg("1e-8"), weight_decay_arg("1e-2")}),
         nullptr,
         append,
     };

@@ -47,7 +47,7 @@ const OptimizerDef& optimizer_adamw8bit() {
     static const OptimizerDef def{
         "AdamW8bit",
         {"bitsandbytes.optim.AdamW8bit", "bitsandbytes.optim.adamw.AdamW8bit"},
-        {betas_arg("(0.9, 0.999)"), eps_arg("1e-8"), weight_decay_arg("1e-2")},
+        bnb_inert_args({betas_arg("(0.9, 0.999)"), eps_arg("1e-8"), weight_decay_arg("1e-2")}),
         nullptr,
         append,
     };
