@@ -1,8 +1,8 @@
 # What data/ decodes and writes images and reads dataset TOML with: stb (header only), libwebp,
-# libjpeg(-turbo), libpng, toml++. Included from the top CMakeLists.txt with GL_DATA_REQUIRED set:
-# ON (tools or tests are built) stops at the first one missing, naming its Debian package; OFF
-# reports what is missing and leaves GL_IMAGE_LIBS_FOUND off, so the runtime and the model layers
-# build without them. Sets GL_IMAGE_LIBS_FOUND, GL_IMAGE_LIBRARIES and GL_IMAGE_INCLUDE_DIRS.
+# libjpeg(-turbo), libpng (and its zlib), toml++. Included from the top CMakeLists.txt with
+# GL_DATA_REQUIRED set: ON (tools or tests are built) stops at the first one missing, naming its
+# Debian package; OFF reports what is missing and leaves GL_IMAGE_LIBS_FOUND off, so the runtime
+# and the model layers build without them. Sets GL_IMAGE_LIBS_FOUND, GL_IMAGE_LIBRARIES and GL_IMAGE_INCLUDE_DIRS.
 find_path(GL_STB_INCLUDE_DIR stb/stb_image.h)
 find_path(GL_WEBP_INCLUDE_DIR webp/decode.h)
 find_path(GL_JPEG_INCLUDE_DIR jpeglib.h)
@@ -11,12 +11,13 @@ find_path(GL_PNG_INCLUDE_DIR png.h)
 find_library(GL_PNG_LIBRARY png16)
 find_library(GL_WEBP_LIBRARY webp)
 find_package(tomlplusplus 3 QUIET)
+find_package(ZLIB QUIET)  # libpng's own zlib: the CRC-32 of PNG chunks read back
 set(GL_IMAGE_LIBS_FOUND ON)
 set(_gl_missing "")
 foreach(_gl_dep "GL_STB_INCLUDE_DIR;stb_image;libstb-dev" "GL_WEBP_LIBRARY;libwebp;libwebp-dev"
                 "GL_WEBP_INCLUDE_DIR;libwebp headers;libwebp-dev" "tomlplusplus_FOUND;toml++;libtomlplusplus-dev"
                 "GL_JPEG_LIBRARY;libjpeg-turbo;libjpeg62-turbo-dev" "GL_JPEG_INCLUDE_DIR;jpeglib.h;libjpeg62-turbo-dev"
-                "GL_PNG_LIBRARY;libpng;libpng-dev" "GL_PNG_INCLUDE_DIR;png.h;libpng-dev")
+                "GL_PNG_LIBRARY;libpng;libpng-dev" "GL_PNG_INCLUDE_DIR;png.h;libpng-dev" "ZLIB_FOUND;zlib;zlib1g-dev")
   list(GET _gl_dep 0 _gl_var)
   list(GET _gl_dep 1 _gl_what)
   list(GET _gl_dep 2 _gl_pkg)
@@ -58,6 +59,6 @@ if(_gl_jpeg_real MATCHES "libjpeg\\.so\\.([0-9]+)")
                         "${GL_JPEG_LIBRARY} is version ${_gl_jpeg_soname}: point CMAKE_PREFIX_PATH at one libjpeg")
   endif()
 endif()
-set(GL_IMAGE_LIBRARIES ${GL_WEBP_LIBRARY} ${GL_JPEG_LIBRARY} ${GL_PNG_LIBRARY})
+set(GL_IMAGE_LIBRARIES ${GL_WEBP_LIBRARY} ${GL_JPEG_LIBRARY} ${GL_PNG_LIBRARY} ZLIB::ZLIB)
 set(GL_IMAGE_INCLUDE_DIRS ${GL_JPEG_CONFIG_DIR} ${GL_STB_INCLUDE_DIR} ${GL_WEBP_INCLUDE_DIR} ${GL_JPEG_INCLUDE_DIR}
     ${GL_PNG_INCLUDE_DIR})
