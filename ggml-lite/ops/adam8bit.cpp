@@ -1,6 +1,7 @@
 // Block-wise 8-bit AdamW (Dettmers et al. 2021, as bitsandbytes) as an in-place op: the two
 // dynamic quantisation maps, the nearest-code search and the CPU reference step.
 #include <algorithm>
+#include <bit>
 
 #include "ggml-lite/ops/adam8bit_codes.h"
 #include "ggml-lite/ops/optim_common.h"
@@ -58,15 +59,10 @@ int64_t float_order(float x) {
     return (b >> 31) ? -int64_t(b & 0x7fffffffu) - 1 : int64_t(b);
 }
 float float_from_order(int64_t k) {
-    uint32_t b = k >= 0 ? uint32_t(k) : (uint32_t(-(k + 1)) | 0x80000000u);
-    float x;
-    std::memcpy(&x, &b, 4);
-    return x;
+    return std::bit_cast<float>(k >= 0 ? uint32_t(k) : (uint32_t(-(k + 1)) | 0x80000000u));
 }
 float float_from_bits(uint32_t b) {
-    float x;
-    std::memcpy(&x, &b, 4);
-    return x;
+    return std::bit_cast<float>(b);
 }
 
 // s_j: the last float x in [q[j], q[j+1]) for which the search still picks j.
