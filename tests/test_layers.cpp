@@ -56,7 +56,7 @@ const std::vector<Layer> kLayers = {
     {"models/sd15", {"models/family"}},
     {"lora", {"models/family"}},  // adapters ask the family (models/family.h), never a family's model
     {"data", kRuntime},  // through an encoder interface: no model
-    {"pipelines", {"lora", "data"}},
+    {"pipelines", {"lora", "data", "models/sd15"}},  // SD's pipeline, encoders and checkpoint merge
     // the step, host loop and trainer: no dataset, no pipeline; the step still takes SD's UNet and
     // CLIP configs (the next family's work: README "Model families")
     {"train", {"lora", "models/sd15"}},

@@ -9,7 +9,7 @@
 
 #include "ggml-lite/core/autodiff.h"
 #include "ggml-lite/core/error.h"
-#include "ggml-lite/core/param_casts.h"
+#include "ggml-lite/ops/param_casts.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/ops/builder.h"

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "ggml-lite/core/error.h"
-#include "ggml-lite/core/param_casts.h"
+#include "ggml-lite/ops/param_casts.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/ops/builder.h"
 #include "ggml-lite/ops/rng_normal.h"

@@ -34,7 +34,7 @@ ValueId fill(Graph& g, Shape s, float value, DType t = DType::f32);
 ValueId cast(Graph& g, ValueId x, DType t);
 // Casts of N tensors of one float dtype to float dtype t in one node (one launch on CUDA), each
 // multiplied by `scale` first (in f32); its gradient is one cast_multi back, by the same scale.
-// core/param_casts.h builds it from a graph's per-use casts of parameter masters.
+// ops/param_casts.h builds it from a graph's per-use casts of parameter masters.
 std::vector<ValueId> cast_multi(Graph& g, const std::vector<ValueId>& xs, DType t, float scale = 1.0f);
 
 // ---- elementwise with NumPy broadcasting (ops/elementwise.cpp) ----

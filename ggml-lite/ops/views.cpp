@@ -276,7 +276,7 @@ const OpDef def_cast{"cast", "views", cast_infer, cast_cost, cast_backward, cast
 // N casts in one node (one launch on CUDA): a step's parameter masters to the activations' dtype,
 // and in the backward their gradients back. Inputs share a dtype; y_k = x_k * scale (in f32), cast;
 // a scale of 1 is the plain cast. The scale is a LoRA branch's, folded into its up weight's copy
-// (core/param_casts.h).
+// (ops/param_casts.h).
 
 static std::vector<OutSpec> cast_multi_infer(const OpCall& c) {
     c.check(c.p.i[0] >= 0 && c.p.i[0] < kDTypeCount, "invalid dtype");

@@ -1,4 +1,4 @@
-#include "ggml-lite/core/param_casts.h"
+#include "ggml-lite/ops/param_casts.h"
 
 #include <cmath>
 #include <iterator>
