@@ -1,6 +1,6 @@
 // Normal draws from the counter-based generator (ops/rng.h), the same double on every backend:
 // Box-Muller, sqrt(-2 ln u1) cos(2 pi u2) with u1 = 1 - U(c), u2 = U(c + 1), U the 53-bit uniforms
-// of rng_hash: what sd::NoiseRng::normal() draws with the host's libm. Here the log and the cosine
+// of rng_hash: what diffusion::NoiseRng::normal() draws with the host's libm. Here the log and the cosine
 // are our own, in double-double steps of round-to-nearest operations that no compiler may contract
 // into fmas, so the host and the device get the same bits (CUDA's libm and glibc differ in the
 // last bit). They are correctly rounded on all but about 1 in 10^5 inputs (checked against 160-bit
@@ -219,7 +219,7 @@ GL_HD double rng_uniform53(uint64_t seed, uint64_t counter) {
     return double(rng_hash(seed, counter) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-// N(0, 1) from draws counter and counter + 1 (sd::NoiseRng::normal takes the same two).
+// N(0, 1) from draws counter and counter + 1 (diffusion::NoiseRng::normal takes the same two).
 GL_HD double rng_normal(uint64_t seed, uint64_t counter) {
     const double u1 = rng_math::sub(1.0, rng_uniform53(seed, counter));  // in (0, 1]: the log is finite
     const double u2 = rng_uniform53(seed, counter + 1);
@@ -244,7 +244,7 @@ GL_HD void noise_draw_set(int32_t* draw, int slot, uint64_t v) {
 // Element i of normal_noise's output, n elements of `batch` samples with `channels` innermost
 // (NHWC): N(0, 1) from draws counter + 2i, rounded to float; with offset != 0 (kohya's
 // noise_offset) plus offset * z, z one normal per (sample, channel) from the draws after the
-// noise's, b-major: the order sd::fill_normal then train::apply_noise_offset draw them in.
+// noise's, b-major: the order diffusion::fill_normal then train::apply_noise_offset draw them in.
 GL_HD float noise_element(uint64_t seed, uint64_t counter, double offset, int64_t i, int64_t n, int64_t batch,
                           int64_t channels) {
     const float v = float(rng_normal(seed, counter + 2 * uint64_t(i)));
