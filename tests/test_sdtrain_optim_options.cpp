@@ -3,6 +3,8 @@
 // and the schedules --lr_scheduler / --lr_scheduler_type build for a run.
 #include <doctest/doctest.h>
 
+#include "sdtrain_cli_fixtures.h"
+
 #include <algorithm>
 
 #include "sdtrain_fixtures.h"
@@ -11,32 +13,7 @@
 #include "train/run/metadata.h"
 #include "train/run/session.h"
 
-namespace {
-
-const std::vector<std::string> kRequired = {"--pretrained_model_name_or_path", "m.safetensors", "--train_data_dir",
-                                            "data", "--output_dir", "out", "--network_module", "networks.lora",
-                                            "--resolution", "512"};
-
-train::RunConfig parse(std::vector<std::string> extra) {
-    std::vector<std::string> a = kRequired;
-    a.insert(a.end(), extra.begin(), extra.end());
-    return sdtrain::parse_command_line(a).config;
-}
-
-std::string usage_error(std::vector<std::string> extra) {
-    try {
-        parse(std::move(extra));
-    } catch (const gl::cli::UsageError& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
-
-bool has_note(const train::RunConfig& c, const std::string& part) {
-    return std::any_of(c.notes.begin(), c.notes.end(), [&](const std::string& n) { return n.find(part) != n.npos; });
-}
-
-}  // namespace
+using namespace sdtrain_cli_test;
 
 TEST_CASE("sdtrain optimizers: SGDNesterov, DAdaptAdam and the paged forms, ss_optimizer as kohya writes it") {
     // kohya adds momentum=0.9 for SGDNesterov and prints it with the class it builds.

@@ -4,6 +4,8 @@
 // scheduler names from their registries.
 #include <doctest/doctest.h>
 
+#include "sdtrain_cli_fixtures.h"
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -19,26 +21,9 @@
 
 using namespace sdtrain_test;
 
+using namespace sdtrain_cli_test;
+
 namespace {
-
-const std::vector<std::string> kRequired = {"--pretrained_model_name_or_path", "m.safetensors", "--train_data_dir",
-                                            "data", "--output_dir", "out", "--network_module", "networks.lora",
-                                            "--resolution", "512"};
-
-train::RunConfig parse(std::vector<std::string> extra) {
-    std::vector<std::string> a = kRequired;
-    a.insert(a.end(), extra.begin(), extra.end());
-    return sdtrain::parse_command_line(a).config;
-}
-
-std::string usage_error(std::vector<std::string> extra) {
-    try {
-        parse(std::move(extra));
-    } catch (const gl::cli::UsageError& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
 
 const train::Option& option(const std::string& name) {
     const train::Option* o = train::find_option(name);

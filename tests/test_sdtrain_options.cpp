@@ -3,6 +3,8 @@
 // kohya has that sdtrain refuses or only notes, and kohya's rules for contradictions.
 #include <doctest/doctest.h>
 
+#include "sdtrain_cli_fixtures.h"
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -15,35 +17,7 @@
 
 using namespace sdtrain_test;
 
-namespace {
-
-const std::vector<std::string> kRequired = {"--pretrained_model_name_or_path", "m.safetensors", "--train_data_dir",
-                                            "data", "--output_dir", "out", "--network_module", "networks.lora",
-                                            "--resolution", "512"};
-
-train::RunConfig parse(std::vector<std::string> extra) {
-    std::vector<std::string> a = kRequired;
-    a.insert(a.end(), extra.begin(), extra.end());
-    return sdtrain::parse_command_line(a).config;
-}
-
-// The UsageError message of a command line (kRequired plus extra), or "(no error)".
-std::string usage_error(std::vector<std::string> extra, bool with_required = true) {
-    std::vector<std::string> a = with_required ? kRequired : std::vector<std::string>{};
-    a.insert(a.end(), extra.begin(), extra.end());
-    try {
-        sdtrain::parse_command_line(a);
-    } catch (const gl::cli::UsageError& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
-
-bool has_note(const train::RunConfig& c, const std::string& part) {
-    return std::any_of(c.notes.begin(), c.notes.end(), [&](const std::string& n) { return n.find(part) != n.npos; });
-}
-
-}  // namespace
+using namespace sdtrain_cli_test;
 
 TEST_CASE("sdtrain options: kohya's names land in the run configuration") {
     const train::RunConfig c = parse({"--reg_data_dir", "reg", "--output_name", "sks", "--resolution", "512,768",
