@@ -112,7 +112,8 @@ deps:
 	@missing=""; \
 	if ! command -v dpkg >/dev/null 2>&1; then \
 	  echo "make deps: not a Debian system (no dpkg), so nothing is installed. The build needs: cmake >= 3.20," \
-	       "ninja, g++ >= 12, doctest, nlohmann-json, stb, toml++, CLI11 and (for 'make bench') Google Benchmark."; \
+	       "ninja, g++ >= 12, doctest, nlohmann-json, stb, toml++, CLI11, libwebp, libjpeg-turbo, libpng and (for 'make bench')" \
+	       "Google Benchmark; the runtime alone (CMAKE_ARGS=\"-DGL_BUILD_TOOLS=OFF -DGL_BUILD_TESTS=OFF\") needs only nlohmann-json."; \
 	  exit 0; \
 	fi; \
 	for entry in $(DEB_PACKAGES); do \

@@ -8,6 +8,7 @@
 // and per-batch B), split-K, bias/residual epilogues and K = 0 are covered.
 // Speed: median over 11 samples of 10 back-to-back launches (cudaEvents), TFLOP/s = 2MNK*batch/t.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -64,12 +65,8 @@ static std::vector<double> to_host(const void* p, DType t, int64_t n) {
         } else {
             uint16_t h;
             std::memcpy(&h, &raw[size_t(i) * 2], 2);
-            uint32_t bits;
             if (t == DType::bf16) {
-                bits = uint32_t(h) << 16;
-                float f;
-                std::memcpy(&f, &bits, 4);
-                out[size_t(i)] = f;
+                out[size_t(i)] = std::bit_cast<float>(uint32_t(h) << 16);
             } else {
                 __half_raw hr;
                 hr.x = h;

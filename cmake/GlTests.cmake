@@ -31,11 +31,15 @@ list(REMOVE_ITEM GL_TEST_SOURCES ${GL_TEST_CASE_SOURCES})
 # never through a static archive that would drop them.
 add_library(gl-test-cases OBJECT ${GL_TEST_CASE_SOURCES})
 target_include_directories(gl-test-cases PUBLIC ${GL_TEST_DIR})
-target_link_libraries(gl-test-cases PUBLIC ggml-lite sd15)
+target_link_libraries(gl-test-cases PUBLIC ggml-lite)
 
 add_executable(gl-tests ${GL_TEST_SOURCES} $<TARGET_OBJECTS:gl-test-cases>)
-target_link_libraries(gl-tests PRIVATE gl-test-cases gl-demo-assets sdtrain-options sdrun gl-pipelines sddata sd15 ggml-lite gl-cli doctest::doctest)
+target_link_libraries(gl-tests PRIVATE gl-test-cases gl-demo-assets sdtrain-options gl-run gl-cli
+                               nlohmann_json::nlohmann_json doctest::doctest)
 target_compile_definitions(gl-tests PRIVATE GL_VERSION_FOR_TESTS="${PROJECT_VERSION}")
+# test_png.cpp reads the written PNGs back with libpng itself.
+target_include_directories(gl-tests PRIVATE ${GL_PNG_INCLUDE_DIR})
+target_link_libraries(gl-tests PRIVATE ${GL_PNG_LIBRARY})
 # The command-line tests of gl-txt2img and sdtrain run the built tools (skipped when tools are not built).
 if(TARGET gl-txt2img)
   target_compile_definitions(gl-tests PRIVATE GL_TXT2IMG_BIN="$<TARGET_FILE:gl-txt2img>")
@@ -59,7 +63,8 @@ endif()
 file(GLOB GL_GPU_TEST_SOURCES CONFIGURE_DEPENDS ${GL_TEST_DIR}/gpu/*.cpp ${GL_TEST_DIR}/gpu/*.cu)
 if(GL_GPU_TEST_SOURCES AND GL_HAVE_CUDA)
   add_executable(gl-gpu-tests ${GL_GPU_TEST_SOURCES} $<TARGET_OBJECTS:gl-test-cases>)
-  target_link_libraries(gl-gpu-tests PRIVATE gl-test-cases ggml-lite doctest::doctest CUDA::cudart)
+  target_link_libraries(gl-gpu-tests PRIVATE gl-test-cases gl-pipelines gl-train ggml-lite nlohmann_json::nlohmann_json
+                                             doctest::doctest CUDA::cudart)
   add_test(NAME gpu COMMAND gl-gpu-tests)
   set_tests_properties(gpu PROPERTIES LABELS gpu SKIP_REGULAR_EXPRESSION "GPU tests skipped:")
 elseif(GL_GPU_TEST_SOURCES)

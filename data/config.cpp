@@ -53,12 +53,15 @@ constexpr Key kKeys[] = {
     {"max_bucket_reso", Kind::integer, Scope::dataset},
     {"bucket_reso_steps", Kind::integer, Scope::dataset},
     {"bucket_no_upscale", Kind::boolean, Scope::dataset},
+    // kohya's schema takes these per dataset (or [general]), not per subset, whatever its
+    // docs/validation.md shows.
+    {"validation_split", Kind::number, Scope::dataset},
+    {"validation_seed", Kind::integer, Scope::dataset},
 };
 // kohya keys sdtrain does not implement: refused rather than silently ignored.
 constexpr const char* kUnsupported[] = {
     "enable_wildcard", "token_warmup_min",  "token_warmup_step", "face_crop_aug_range", "custom_attributes",
-    "resize_interpolation", "metadata_file", "conditioning_data_dir", "validation_seed", "validation_split",
-    "network_multiplier"};
+    "resize_interpolation", "metadata_file", "conditioning_data_dir", "network_multiplier"};
 
 const Key* find_key(const std::string& name) {
     for (const Key& k : kKeys)
@@ -199,6 +202,10 @@ DatasetConfig make_dataset(const Levels& l) {
     d.max_bucket_reso = l.integer("max_bucket_reso", 1024);
     d.bucket_reso_steps = l.integer("bucket_reso_steps", 64);
     d.bucket_no_upscale = l.get("bucket_no_upscale", false);
+    d.validation_split = l.number("validation_split", 0.0);
+    if (const ConfigValue* v = l.find("validation_seed")) d.validation_seed = std::get<int64_t>(*v);
+    GL_CHECK(d.validation_split >= 0.0 && d.validation_split <= 1.0, l.names.front(),
+             ": validation_split must be in [0, 1], got ", d.validation_split);
     GL_CHECK(d.batch_size >= 1, l.names.front(), ": batch_size must be >= 1");
     GL_CHECK(d.bucket_reso_steps >= 1, l.names.front(), ": bucket_reso_steps must be >= 1");
     GL_CHECK(d.min_bucket_reso >= 1 && d.min_bucket_reso <= d.max_bucket_reso, l.names.front(),

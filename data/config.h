@@ -3,7 +3,7 @@
 // train_data_dir/<repeats>_<class tokens>/ with an optional reg_data_dir in the same layout.
 // A value is looked up subset -> dataset -> [general] -> command line -> kohya's default, the first
 // that sets it winning. Keys kohya accepts but sdtrain does not implement (wildcards, token
-// warm-up, face crop, fine-tuning metadata, validation splits, ...) are errors naming the key,
+// warm-up, face crop, fine-tuning metadata, ...) are errors naming the key,
 // as are unknown keys and values of the wrong type.
 #pragma once
 #include <array>
@@ -42,6 +42,10 @@ struct DatasetConfig {
     int max_bucket_reso = 1024;
     int bucket_reso_steps = 64;
     bool bucket_no_upscale = false;
+    // kohya's validation split: this share of every training subset's images (by split_train_val's
+    // rule, data/validation_split.h) is held out; validation_seed orders the draw (else the run's seed).
+    double validation_split = 0.0;
+    std::optional<int64_t> validation_seed;
     std::vector<SubsetConfig> subsets;
 };
 

@@ -92,14 +92,18 @@ std::vector<std::string> failed_format_lines(const std::map<ImageFormat, FormatT
 
 }  // namespace
 
-Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy) {
+Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const DatasetSplit& split) {
     Dataset ds;
     ds.config = config;
-    std::vector<Listed> listed;
+    const bool validation = split.part == DatasetPart::validation;
+    // kohya's validation set takes each image once, whatever its subset's repeats.
+    if (validation)
+        for (SubsetConfig& s : ds.config.subsets) s.num_repeats = 1;
+    std::vector<std::vector<fs::path>> listings(config.subsets.size());
     for (size_t si = 0; si < config.subsets.size(); si++) {
         const SubsetConfig& s = config.subsets[si];
         const std::string dir = s.image_dir.string();
-        if (s.num_repeats < 1) {
+        if (s.num_repeats < 1 && !validation) {
             ds.warnings.push_back(gl::cat("ignoring subset ", dir, ": num_repeats is less than 1"));
             continue;
         }
@@ -108,13 +112,14 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy) {
             ds.warnings.push_back(gl::cat("ignoring subset ", dir, ": not a directory"));
             continue;
         }
-        const std::vector<fs::path> files = list_images(s.image_dir);
-        if (files.empty()) {
-            ds.warnings.push_back(gl::cat("ignoring subset ", dir, ": no images found"));
-            continue;
-        }
-        for (const fs::path& f : files) listed.push_back({f, si});
+        listings[si] = list_images(s.image_dir);
+        if (listings[si].empty()) ds.warnings.push_back(gl::cat("ignoring subset ", dir, ": no images found"));
     }
+    listings = split_listings(std::move(listings), config, split);
+    std::vector<Listed> listed;
+    for (size_t si = 0; si < listings.size(); si++)
+        for (const fs::path& f : listings[si]) listed.push_back({f, si});
+    if (validation && listed.empty()) return ds;
 
     const int threads = int(std::clamp<size_t>(listed.size(), 1, size_t(default_worker_threads())));
     Workers pool(threads);  // declared before the window over it, so it outlives the tasks
@@ -136,7 +141,7 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy) {
     std::map<ImageFormat, FormatTally> tally;
     for (const Listed& l : listed) {
         const Verdict v = *verdicts.next();
-        const SubsetConfig& s = config.subsets[l.subset];
+        const SubsetConfig& s = ds.config.subsets[l.subset];
         FormatTally& t = tally[format_of_extension(l.path)];
         files_in[l.subset]++;
         t.files++;

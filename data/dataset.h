@@ -12,6 +12,7 @@
 
 #include "data/config.h"
 #include "data/image.h"
+#include "data/validation_split.h"
 
 namespace data {
 
@@ -53,7 +54,10 @@ struct Dataset {
 // none can be read (training would go on without the regularisation the user asked for; kohya
 // stops the run at the first image it cannot load, in any folder), and with BadImagePolicy::fail
 // at the first bad image (an ImageError).
-Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy = BadImagePolicy::skip);
+// split: the whole dataset, or kohya's training or validation part of it (data/validation_split.h);
+// a validation part without images is an empty Dataset, not an error.
+Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy = BadImagePolicy::skip,
+                      const DatasetSplit& split = {});
 
 // The skipped images for a person to read, grouped by reason, the largest group first, each line
 // starting with `indent`: "<reason>: N files" and the files below it, or "<path>: <reason>" for

@@ -1,78 +1,61 @@
 #include "data/png_file.h"
 
 #include <algorithm>
-#include <array>
+#include <csetjmp>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <new>
+
+#include <png.h>
+#include <zlib.h>
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/io/atomic_file.h"
-
-// stb_image_write's implementation, private to this file (static), so another file may compile its
-// own without clashing.
-#define STB_IMAGE_WRITE_STATIC
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#include <stb/stb_image_write.h>
-#pragma GCC diagnostic pop
 
 namespace data {
 
 namespace {
 
 constexpr uint8_t kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-constexpr size_t kIhdrEnd = 8 + 4 + 4 + 13 + 4;  // signature, then IHDR's length, type, data, CRC
 
-// The PNG CRC-32 (ISO 3309, polynomial 0xEDB88320) over chunk type and data.
-uint32_t crc32(const uint8_t* p, size_t n, uint32_t crc = 0) {
-    static const std::array<uint32_t, 256> table = [] {
-        std::array<uint32_t, 256> t{};
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            t[i] = c;
-        }
-        return t;
-    }();
-    crc = ~crc;
-    for (size_t i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-    return ~crc;
+// libpng reports errors through a callback that must not return: it longjmps back into
+// encode_png, whose C++ objects were all constructed before the setjmp and stay valid. Nothing may
+// unwind through libpng's C frames either: the output's growth failing is a libpng error too.
+struct Writer {
+    std::vector<uint8_t>* out;
+    char message[256];
+};
+
+void write_bytes(png_structp png, png_bytep data, png_size_t n) {
+    Writer* w = static_cast<Writer*>(png_get_io_ptr(png));
+    bool grown = true;
+    try {
+        w->out->insert(w->out->end(), data, data + n);
+    } catch (const std::bad_alloc&) {
+        grown = false;  // the longjmp leaves from outside the handler
+    }
+    if (!grown) png_error(png, "out of memory");
 }
 
-void put_u32(std::vector<uint8_t>& out, uint32_t v) {
-    for (int s = 24; s >= 0; s -= 8) out.push_back(uint8_t(v >> s));
+void flush_nothing(png_structp) {}
+
+void on_error(png_structp png, png_const_charp msg) {
+    Writer* w = static_cast<Writer*>(png_get_error_ptr(png));
+    std::strncpy(w->message, msg ? msg : "error", sizeof w->message - 1);
+    png_longjmp(png, 1);
 }
+
+// The keywords and texts are checked before libpng sees them; library code prints nothing.
+void on_warning(png_structp, png_const_charp) {}
 
 uint32_t get_u32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
-
-void append_chunk(std::vector<uint8_t>& out, const char type[4], const std::vector<uint8_t>& data) {
-    put_u32(out, uint32_t(data.size()));
-    const size_t start = out.size();
-    out.insert(out.end(), type, type + 4);
-    out.insert(out.end(), data.begin(), data.end());
-    put_u32(out, crc32(out.data() + start, out.size() - start));
-}
 
 void check_keyword(const std::string& k) {
     GL_CHECK(!k.empty() && k.size() <= 79, "png: text keyword '", k, "' must be 1 to 79 characters");
     for (char c : k) GL_CHECK(c >= 32 && c <= 126, "png: text keyword '", k, "' holds a character outside printable ASCII");
     GL_CHECK(k.front() != ' ' && k.back() != ' ' && k.find("  ") == std::string::npos, "png: text keyword '", k,
              "' has leading, trailing or double spaces");
-}
-
-// A tEXt chunk for ASCII text, else an uncompressed iTXt chunk holding the UTF-8 bytes.
-void append_text(std::vector<uint8_t>& out, const std::string& key, const std::string& text) {
-    check_keyword(key);
-    GL_CHECK(text.find('\0') == std::string::npos, "png: the text of '", key, "' holds a NUL byte");
-    const bool ascii = std::all_of(text.begin(), text.end(), [](char c) { return (unsigned char)c < 0x80; });
-    std::vector<uint8_t> data(key.begin(), key.end());
-    data.push_back(0);
-    if (!ascii) data.insert(data.end(), {0, 0, 0, 0});  // not compressed, method 0, no language, no translation
-    data.insert(data.end(), text.begin(), text.end());
-    append_chunk(out, ascii ? "tEXt" : "iTXt", data);
 }
 
 std::string latin1_to_utf8(const uint8_t* p, size_t n) {
@@ -106,24 +89,45 @@ std::vector<uint8_t> encode_png(const Bitmap& img, const TextChunks& text) {
     const size_t need = size_t(img.width) * size_t(img.height) * size_t(img.channels);
     GL_CHECK(img.pixels.size() == need, "png: ", img.width, "x", img.height, "x", img.channels, " image holds ",
              img.pixels.size(), " bytes, expected ", need);
-    for (const auto& [k, v] : text) {
+    // Everything libpng is given, and the output, exist before the setjmp (see Writer).
+    std::vector<png_text> chunks(text.size());
+    for (size_t i = 0; i < text.size(); i++) {
+        const auto& [k, v] = text[i];
         check_keyword(k);
+        GL_CHECK(v.find('\0') == std::string::npos, "png: the text of '", k, "' holds a NUL byte");
         GL_CHECK(v.size() < (size_t(1) << 30), "png: the text of '", k, "' is too long");
+        const bool ascii = std::all_of(v.begin(), v.end(), [](char c) { return (unsigned char)c < 0x80; });
+        png_text& t = chunks[i];
+        t.compression = ascii ? PNG_TEXT_COMPRESSION_NONE : PNG_ITXT_COMPRESSION_NONE;
+        t.key = const_cast<char*>(k.c_str());  // libpng copies keys and texts
+        t.text = const_cast<char*>(v.c_str());
+        t.text_length = v.size();
     }
-    std::vector<uint8_t> png;
-    auto sink = [](void* ctx, void* data, int size) {
-        auto* v = static_cast<std::vector<uint8_t>*>(ctx);
-        v->insert(v->end(), static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + size);
-    };
-    const int ok = stbi_write_png_to_func(sink, &png, img.width, img.height, img.channels, img.pixels.data(),
-                                          img.width * img.channels);
-    GL_CHECK(ok && png.size() > kIhdrEnd && std::memcmp(png.data(), kSignature, 8) == 0 &&
-                 std::memcmp(png.data() + 12, "IHDR", 4) == 0,
-             "png: stb_image_write could not encode a ", img.width, "x", img.height, " image");
-    std::vector<uint8_t> chunks;
-    for (const auto& [k, v] : text) append_text(chunks, k, v);
-    png.insert(png.begin() + ptrdiff_t(kIhdrEnd), chunks.begin(), chunks.end());
-    return png;
+    std::vector<png_bytep> rows(size_t(img.height));
+    for (size_t y = 0; y < rows.size(); y++)
+        rows[y] = const_cast<png_bytep>(img.pixels.data() + y * size_t(img.width) * size_t(img.channels));
+    std::vector<uint8_t> out;
+    Writer w{&out, {}};
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &w, on_error, on_warning);
+    GL_CHECK(png, "png: libpng: out of memory");
+    png_infop info = png_create_info_struct(png);
+    if (!info || setjmp(png_jmpbuf(png))) {
+        const std::string why = info ? w.message : "out of memory";
+        png_destroy_write_struct(&png, &info);
+        gl::fail("png: libpng could not encode a ", img.width, "x", img.height, " image: ", why);
+    }
+    png_set_write_fn(png, &w, write_bytes, flush_nothing);
+    constexpr int kColorType[] = {PNG_COLOR_TYPE_GRAY, PNG_COLOR_TYPE_GRAY_ALPHA, PNG_COLOR_TYPE_RGB,
+                                  PNG_COLOR_TYPE_RGB_ALPHA};
+    png_set_IHDR(png, info, png_uint_32(img.width), png_uint_32(img.height), 8, kColorType[img.channels - 1],
+                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    // Written with the header, between IHDR and the image data, where A1111 and PIL look first.
+    if (!chunks.empty()) png_set_text(png, info, chunks.data(), int(chunks.size()));
+    png_write_info(png, info);
+    png_write_image(png, rows.data());
+    png_write_end(png, nullptr);
+    png_destroy_write_struct(&png, &info);
+    return out;
 }
 
 void write_png(const std::string& path, const Bitmap& img, const TextChunks& text) {
@@ -158,7 +162,7 @@ PngInfo read_png_info(const std::vector<uint8_t>& bytes, const std::string& orig
         const std::string type(reinterpret_cast<const char*>(bytes.data() + pos + 4), 4);
         GL_CHECK(len <= bytes.size() - pos - 12, origin, ": PNG chunk ", type, " at byte ", pos, " runs past the end");
         const uint8_t* data = bytes.data() + pos + 8;
-        GL_CHECK(crc32(bytes.data() + pos + 4, size_t(len) + 4) == get_u32(data + len), origin, ": PNG chunk ", type,
+        GL_CHECK(uint32_t(crc32_z(0, bytes.data() + pos + 4, size_t(len) + 4)) == get_u32(data + len), origin, ": PNG chunk ", type,
                  " at byte ", pos, " fails its CRC");
         GL_CHECK(header || type == "IHDR", origin, ": the first PNG chunk is ", type, ", not IHDR");
         std::string key;

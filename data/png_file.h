@@ -1,5 +1,6 @@
-// PNG images with text chunks: written through stb_image_write (to memory) with the text chunks
-// inserted after IHDR, and their chunks read back (size and text, CRCs checked). This is how sample
+// PNG images with text chunks: written through libpng (to memory; the text chunks through
+// png_set_text, between IHDR and the image data), and their chunks read back (size and text, CRCs
+// checked with zlib's crc32). This is how sample
 // images carry their generation parameters: A1111 stores them in a "parameters" text chunk, which
 // A1111, ComfyUI and most image tools read back.
 //

@@ -1,53 +1,24 @@
-// The dataset pipeline's worker threads: one pool runs the loader's batch preparation and latent
-// caching's reading, hashing, decoding and cache writes. Prefetch hands out the results of
-// make(0), make(1), ... in order while the pool computes a bounded window ahead, so what a consumer
-// sees never depends on the thread count or timing (make must depend on its index only).
+// The dataset pipeline's worker threads: a pool (the runtime's gl::ThreadPool, of the size the
+// pipeline asks for) runs the loader's batch preparation and latent caching's reading, hashing,
+// decoding and cache writes. Prefetch hands out the results of make(0), make(1), ... in order while
+// the pool computes a bounded window ahead, so what a consumer sees never depends on the thread
+// count or timing (make must depend on its index only).
 #pragma once
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <future>
-#include <memory>
-#include <mutex>
 #include <optional>
-#include <thread>
-#include <vector>
+
+#include "ggml-lite/core/thread_pool.h"
 
 namespace data {
 
-class Workers {
-public:
-    explicit Workers(int threads);  // throws gl::Error unless threads >= 1
-    // Joins the threads once their current task is done; tasks still queued are dropped (their
-    // futures report std::future_errc::broken_promise).
-    ~Workers();
-    Workers(const Workers&) = delete;
-    Workers& operator=(const Workers&) = delete;
-    int threads() const { return int(threads_.size()); }
-
-    // Runs f() on a worker, in submission order; its result or exception comes through the future.
-    template <class F>
-    auto submit(F f) -> std::future<decltype(f())> {
-        auto task = std::make_shared<std::packaged_task<decltype(f())()>>(std::move(f));
-        auto result = task->get_future();
-        enqueue([task] { (*task)(); });
-        return result;
-    }
-
-private:
-    void enqueue(std::function<void()> fn);
-    void work();
-    std::mutex mu_;
-    std::condition_variable cv_;
-    std::deque<std::function<void()>> queue_;
-    bool stop_ = false;
-    std::vector<std::thread> threads_;
-};
+using Workers = gl::ThreadPool;
 
 // The default thread count of the pipeline's pools: the hardware's (at least 1).
 int default_worker_threads();

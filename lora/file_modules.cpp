@@ -16,17 +16,14 @@ const char* lora_format_name(LoraFormat f) {
     return "?";
 }
 
-std::string file_key(LoraFormat f, const Layer& l, const std::string& suffix, const sd::UnetConfig* ucfg) {
+std::string file_key(LoraFormat f, const Layer& l, const std::string& suffix, const LdmNames& ldm) {
     const std::string pre = (l.part == Part::unet ? "unet." : "text_encoder.") + l.path;
     switch (f) {
         case LoraFormat::kohya: return l.key + "." + suffix;
         case LoraFormat::kohya_ldm: {
-            if (l.part != Part::unet || ucfg == nullptr) return "";
-            std::string k = sd::unet_key_original(*ucfg, l.path + ".weight");
-            const std::string p = sd::kUnetOriginalPrefix, s = ".weight";
-            if (k.size() <= p.size() + s.size() || k.compare(0, p.size(), p) != 0) return "";
-            k = k.substr(p.size(), k.size() - p.size() - s.size());
-            return kohya_key(Part::unet, k) + "." + suffix;
+            if (l.part != Part::unet || !ldm) return "";
+            const std::string k = ldm(l.path);
+            return k.empty() ? "" : kohya_key(*l.family, Part::unet, k) + "." + suffix;
         }
         case LoraFormat::diffusers:
             return suffix == "lora_down.weight" ? pre + ".lora.down.weight"
@@ -40,10 +37,10 @@ std::string file_key(LoraFormat f, const Layer& l, const std::string& suffix, co
     return "";
 }
 
-FileModule file_module(const gl::io::TensorSource& src, LoraFormat f, const Layer& l, const sd::UnetConfig* ucfg) {
+FileModule file_module(const gl::io::TensorSource& src, LoraFormat f, const Layer& l, const LdmNames& ldm) {
     FileModule m;
     m.origin = src.origin();
-    m.name = [f, l, ucfg](const std::string& suffix) { return file_key(f, l, suffix, ucfg); };
+    m.name = [f, l, ldm](const std::string& suffix) { return file_key(f, l, suffix, ldm); };
     m.has = [&src, name = m.name](const std::string& suffix) {
         const std::string k = name(suffix);
         return !k.empty() && src.has(k);
@@ -57,15 +54,12 @@ FileModule file_module(const gl::io::TensorSource& src, LoraFormat f, const Laye
     return m;
 }
 
-FileModules::FileModules(std::shared_ptr<const gl::io::TensorSource> src, const sd::UnetConfig* ucfg)
-    : src_(std::move(src)) {
-    if (ucfg) ucfg_ = *ucfg;
-}
+FileModules::FileModules(std::shared_ptr<const gl::io::TensorSource> src, LdmNames ldm)
+    : src_(std::move(src)), ldm_(std::move(ldm)) {}
 
 std::unique_ptr<Module> FileModules::module(const Layer& layer, const ModuleSettings& s) const {
-    const sd::UnetConfig* ucfg = ucfg_ ? &*ucfg_ : nullptr;
     for (LoraFormat f : kLoraFormats) {
-        const FileModule fm = file_module(*src_, f, layer, ucfg);
+        const FileModule fm = file_module(*src_, f, layer, ldm_);
         for (const ModuleType* t : module_types())
             if (std::unique_ptr<Module> m = t->read(layer, fm, s)) return m;
     }
@@ -83,7 +77,7 @@ void FileModules::check_holds_modules() const {
         for (const std::string& m : t->markers()) {
             names += (names.empty() ? "*." : ", *.") + m;
             for (LoraFormat f : kLoraFormats) {
-                const std::string k = file_key(f, probe, m, nullptr);
+                const std::string k = file_key(f, probe, m, {});
                 const size_t at = k.find(f == LoraFormat::kohya ? "K" : "P");
                 if (!k.empty() && at != std::string::npos) endings.push_back(k.substr(at + 1));
             }

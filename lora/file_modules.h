@@ -8,13 +8,12 @@
 // diffusers' ("unet.<path>.lora.down.weight", no alpha) and PEFT's ("<part>.<path>.lora_A.weight",
 // no alpha). Only LoRA's down and up have diffusers and PEFT names.
 #pragma once
+#include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "ggml-lite/io/tensor_source.h"
 #include "lora/module.h"
-#include "models/sd15/unet.h"
 
 namespace lora {
 
@@ -25,20 +24,25 @@ enum class LoraFormat : uint8_t {
     peft,       // <prefix><path>.lora_A.weight / .lora_B.weight, no alpha
 };
 const char* lora_format_name(LoraFormat f);
+
+// The UNet's original (LDM) module path of a diffusers module path ("down_blocks.0.attentions.0.proj_in"
+// -> "input_blocks.1.1.proj_in"), or "" when it has none: the model's single-file key map, which
+// enables kohya's LDM-named keys (an empty function: not tried).
+using LdmNames = std::function<std::string(const std::string& path)>;
 inline constexpr LoraFormat kLoraFormats[] = {LoraFormat::kohya, LoraFormat::kohya_ldm, LoraFormat::diffusers,
                                               LoraFormat::peft};
 
 // The file key of one of a layer's tensors in format f ("alpha" for the alpha), or "" when the
-// format cannot name it (kohya_ldm needs the UNet's config).
-std::string file_key(LoraFormat f, const Layer& l, const std::string& suffix, const sd::UnetConfig* ucfg);
+// format cannot name it (kohya_ldm needs the LDM names).
+std::string file_key(LoraFormat f, const Layer& l, const std::string& suffix, const LdmNames& ldm);
 
 // A file's module for layer l in format f (its alpha read when the format has one).
-FileModule file_module(const gl::io::TensorSource& src, LoraFormat f, const Layer& l, const sd::UnetConfig* ucfg);
+FileModule file_module(const gl::io::TensorSource& src, LoraFormat f, const Layer& l, const LdmNames& ldm);
 
 class FileModules {
 public:
-    // ucfg (copied) enables LDM names.
-    FileModules(std::shared_ptr<const gl::io::TensorSource> src, const sd::UnetConfig* ucfg);
+    // ldm: the LDM names (or empty).
+    FileModules(std::shared_ptr<const gl::io::TensorSource> src, LdmNames ldm);
     const gl::io::TensorSource& source() const { return *src_; }
     // The module the file holds for layer, in the first layout and type that name it, or nullptr.
     std::unique_ptr<Module> module(const Layer& layer, const ModuleSettings& s) const;
@@ -47,7 +51,7 @@ public:
 
 private:
     std::shared_ptr<const gl::io::TensorSource> src_;
-    std::optional<sd::UnetConfig> ucfg_;
+    LdmNames ldm_;
 };
 
 }  // namespace lora

@@ -78,17 +78,18 @@ std::vector<float> ohwi_to_oihw(const std::vector<float>& x, int64_t O, int64_t 
 
 std::map<std::string, std::string> kohya_metadata(const LoraNetwork& net, const SaveOptions& opt) {
     const LoraConfig& c = net.config();
+    const models::BaseModelStrings base = c.family->base_model(opt.prediction_type == "v");
     const std::string reso = std::to_string(opt.resolution_w) + "x" + std::to_string(opt.resolution_h);
     std::map<std::string, std::string> md = {
         {"ss_network_module", "networks.lora"},
         {"ss_network_dim", std::to_string(c.rank)},
         {"ss_network_alpha", py_float(c.effective_alpha())},
         {"ss_network_dropout", c.dropout > 0.0f ? py_float(c.dropout) : "None"},  // kohya's --network_dropout
-        {"ss_base_model_version", "sd_v1"},
-        {"ss_v2", "False"},
+        {"ss_base_model_version", base.ss_base_model_version},
+        {"ss_v2", base.ss_v2},
         // sai_model_spec.build_metadata: ModelSpec 1.0.1; an SD1.x LoRA is a "diffusers" implementation.
         {"modelspec.sai_model_spec", "1.0.1"},
-        {"modelspec.architecture", "stable-diffusion-v1/lora"},
+        {"modelspec.architecture", base.modelspec_architecture + "/lora"},
         {"modelspec.implementation", "diffusers"},
         {"modelspec.title", opt.title},
         {"modelspec.date", local_now_iso()},
@@ -143,10 +144,10 @@ size_t save_kohya(const std::string& path, const LoraNetwork& net, const ReadFn&
     std::vector<const Module*> order;
     for (const Module& m : net.modules()) order.push_back(&m);
     if (lycoris)  // LyCORIS's state_dict order: the text encoder's modules first, each part as PyTorch defines it
-        std::stable_sort(order.begin(), order.end(), [](const Module* a, const Module* b) {
+        std::stable_sort(order.begin(), order.end(), [&f = *net.config().family](const Module* a, const Module* b) {
             const Layer &x = a->layer(), &y = b->layer();
             if (x.part != y.part) return x.part == Part::text_encoder;
-            return definition_order(x.part, x.path) < definition_order(y.part, y.path);
+            return f.definition_order(x.part, x.path) < f.definition_order(y.part, y.path);
         });
     // Owned bytes first, then the descriptors pointing into them (no reallocation after).
     std::vector<std::vector<uint8_t>> bytes;

@@ -18,7 +18,6 @@
 #include "ggml-lite/io/tensor_source.h"
 #include "lora/file_modules.h"
 #include "lora/lora.h"
-#include "models/sd15/unet.h"
 
 namespace lora {
 
@@ -74,12 +73,12 @@ struct LoadReport {
 // Loads a LoRA file into net's parameters in rt, in the layout naming the most of its modules.
 // Shapes and ranks must match the network's; a file alpha other than a module's is folded into
 // the tensor its update is linear in (LoRA's up * file_alpha / alpha) so that the applied delta
-// is the file's. unet_cfg enables LDM-named kohya keys (nullptr: not tried). Throws gl::Error
+// is the file's. ldm enables LDM-named kohya keys (empty: not tried). Throws gl::Error
 // naming the source and tensor on a shape or rank mismatch, or when the file holds none of the
 // network's modules.
 LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, gl::Runtime& rt,
-                     const sd::UnetConfig* unet_cfg = nullptr);
+                     const LdmNames& ldm = {});
 LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, const WriteFn& write,
-                     const sd::UnetConfig* unet_cfg = nullptr);
+                     const LdmNames& ldm = {});
 
 }  // namespace lora

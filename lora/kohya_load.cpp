@@ -37,16 +37,16 @@ bool same_shape(std::vector<int64_t> a, std::vector<int64_t> b) {
 }  // namespace
 
 LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, gl::Runtime& rt,
-                     const sd::UnetConfig* unet_cfg) {
+                     const LdmNames& ldm) {
     return load_lora(
-        src, net, [&rt](gl::ValueId v, const std::vector<float>& x) { rt.write_f32(v, x); }, unet_cfg);
+        src, net, [&rt](gl::ValueId v, const std::vector<float>& x) { rt.write_f32(v, x); }, ldm);
 }
 
 LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, const WriteFn& write,
-                     const sd::UnetConfig* unet_cfg) {
+                     const LdmNames& ldm) {
     LoadReport rep;
     // A module is in a layout when its first tensor is.
-    auto first = [&](LoraFormat f, const Module& m) { return file_key(f, m.layer(), m.tensors().front().suffix, unet_cfg); };
+    auto first = [&](LoraFormat f, const Module& m) { return file_key(f, m.layer(), m.tensors().front().suffix, ldm); };
 
     // The layout naming the most of the network's modules.
     size_t best = 0;
@@ -73,7 +73,7 @@ LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, co
         // Every tensor present, of its rank and shape.
         std::vector<std::string> names;
         for (const Tensor& t : m.tensors()) {
-            const std::string k = file_key(rep.format, l, t.suffix, unet_cfg);
+            const std::string k = file_key(rep.format, l, t.suffix, ldm);
             GL_CHECK(!k.empty() && src.has(k), "lora load ", src.origin(), ": ", lead, " has no ",
                      k.empty() ? m.key() + "." + t.suffix : k);
             const std::vector<int64_t> fs = src.info(k).shape;
@@ -87,7 +87,7 @@ LoadReport load_lora(const gl::io::TensorSource& src, const LoraNetwork& net, co
             names.push_back(k);
         }
         float alpha = float(m.rank());  // layouts without alpha mean scale 1
-        const std::string ak = file_key(rep.format, l, "alpha", unet_cfg);
+        const std::string ak = file_key(rep.format, l, "alpha", ldm);
         if (rep.format == LoraFormat::kohya || rep.format == LoraFormat::kohya_ldm) {
             if (src.has(ak)) {
                 const gl::io::TensorInfo ai = src.info(ak);

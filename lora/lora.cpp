@@ -15,8 +15,8 @@ const ModuleType& LoraConfig::module_type() const { return type ? *type : *modul
 
 Targets LoraConfig::targets() const {
     if (!lycoris()) return kohya_targets(conv_dim > 0);
-    const Targets* t = lycoris_preset(preset);
-    GL_CHECK(t != nullptr, "lora: unknown LyCORIS preset '", preset, "'");
+    const std::optional<Targets> t = lycoris_preset(*family, preset);
+    GL_CHECK(t.has_value(), "lora: unknown LyCORIS preset '", preset, "'");
     return *t;
 }
 
@@ -32,13 +32,14 @@ LoraNetwork::LoraNetwork(LoraConfig cfg) : cfg_(std::move(cfg)) {
              cfg_.module_dropout);
     GL_CHECK(cfg_.dropout >= 0.0f && cfg_.dropout < 1.0f, "lora: network dropout must be in [0, 1), got ",
              cfg_.dropout);
-    GL_CHECK(!cfg_.lycoris() || cfg_.from_file || lycoris_preset(cfg_.preset) != nullptr,
+    GL_CHECK(cfg_.family != nullptr, "lora: no model family");
+    GL_CHECK(!cfg_.lycoris() || cfg_.from_file || lycoris_preset(*cfg_.family, cfg_.preset).has_value(),
              "lora: unknown LyCORIS preset '", cfg_.preset, "'");
 }
 
 void LoraNetwork::attach_unet(nn::Weights& w) {
     w.linear_hook = [this](gl::Graph& g, const nn::Weights::LayerCall& c) {
-        return apply(g, Part::unet, c, unet_linear_kind(c.module));
+        return apply(g, Part::unet, c, cfg_.family->unet_linear_kind(c.module));
     };
     w.conv_hook = [this](gl::Graph& g, const nn::Weights::LayerCall& c) {
         // A 1x1 stride-1 conv on NHWC is a Linear over channels (conv_shortcut).
@@ -61,7 +62,7 @@ std::unique_ptr<Module> LoraNetwork::make_module(const Layer& l) const {
     s.dropout = cfg_.dropout;
     s.rank_dropout_scale = cfg_.rank_dropout_scale;
     if (cfg_.from_file) return cfg_.from_file->module(l, s);
-    if (!cfg_.targets().covers(l.part, l.path)) return nullptr;
+    if (!cfg_.targets().covers(*cfg_.family, l.part, l.path)) return nullptr;
     const bool conv = l.kind == ModuleKind::conv;
     if (conv && (cfg_.conv_dim <= 0 || !cfg_.targets().conv)) return nullptr;
     s.rank = conv ? cfg_.conv_dim : cfg_.rank;
@@ -75,9 +76,10 @@ std::unique_ptr<Module> LoraNetwork::make_module(const Layer& l) const {
 
 ValueId LoraNetwork::apply(gl::Graph& g, Part part, const nn::Weights::LayerCall& c, ModuleKind kind) {
     Layer l;
+    l.family = cfg_.family;
     l.part = part;
     l.path = c.module;
-    l.key = kohya_key(part, c.module);
+    l.key = kohya_key(*cfg_.family, part, c.module);
     l.kind = kind;
     l.in = g.shape(c.x).last();
     l.out = g.shape(c.y).last();

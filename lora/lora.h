@@ -58,6 +58,7 @@ struct LoraConfig {
     // Modules exactly as this file holds them (their types, ranks, alphas, DoRA) instead of the
     // targets above: what txt2img, gl-merge and --dim_from_weights with LyCORIS build.
     std::shared_ptr<const FileModules> from_file;
+    const models::Family* family = &models::sd15_family();  // the base model's (models/family.h)
 
     bool lycoris() const { return network_module == "lycoris.kohya"; }
     bool has_gates() const { return rank_dropout > 0.0f || module_dropout > 0.0f; }

@@ -1,4 +1,4 @@
-// Where a merged checkpoint goes, and the rules that keep the base safe (gl-merge, lora/merge_file.h):
+// Where a merged checkpoint goes, and the rules that keep the base safe (gl-merge, pipelines/merge_file.h):
 // - the output is never part of the base (compared as ggml-lite/io/paths.h compares places: real
 //   paths, device and inode, so symlinks, hard links, bind mounts and other spellings count): not
 //   the base file or folder, not a file or folder inside the base or reached through one of its

@@ -30,8 +30,8 @@ const ModuleType* find_module_type(const std::string& algo) {
     return nullptr;
 }
 
-std::string kohya_key(Part part, const std::string& path) {
-    std::string s = (part == Part::unet ? "lora_unet_" : "lora_te_") + path;
+std::string kohya_key(const models::Family& f, Part part, const std::string& path) {
+    std::string s = f.lora_prefix(part) + "_" + path;
     for (char& c : s)
         if (c == '.') c = '_';
     return s;

@@ -22,20 +22,17 @@
 #include <vector>
 
 #include "ggml-lite/core/graph.h"
+#include "models/family.h"
 #include "models/nn/weights.h"
 
 namespace lora {
 
-enum class Part : uint8_t { unet, text_encoder };
-
-enum class ModuleKind : uint8_t {
-    linear,   // nn.Linear: weight [out, in]
-    conv1x1,  // nn.Conv2d 1x1 run as a Linear over channels (SD1.5's proj_in/out, conv_shortcut)
-    conv,     // nn.Conv2d k x k with the layer's stride and padding; the graph's weight [out, k, k, in]
-};
+using models::ModuleKind;
+using models::Part;
 
 // The layer a module adapts.
 struct Layer {
+    const models::Family* family = &models::sd15_family();
     Part part = Part::unet;
     std::string key;   // kohya's name: "lora_unet_mid_block_attentions_0_proj_in"
     std::string path;  // the model's module path: "mid_block.attentions.0.proj_in"
@@ -192,8 +189,8 @@ const std::vector<const ModuleType*>& module_types();
 // By algo or alias (case as given), or nullptr.
 const ModuleType* find_module_type(const std::string& algo);
 
-// "lora_unet_" / "lora_te_" + path with '.' -> '_'.
-std::string kohya_key(Part part, const std::string& path);
+// The family's prefix of the part ("lora_unet", "lora_te") + "_" + path with '.' -> '_'.
+std::string kohya_key(const models::Family& f, Part part, const std::string& path);
 
 // kaiming_uniform_(a = sqrt 5) for a tensor of fan_in: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
 std::vector<float> kaiming_uniform(size_t n, int64_t fan_in, std::mt19937_64& rng);

@@ -139,7 +139,7 @@ void lycoris(LoraConfig& c, const NetworkOptions& o) {
     for (const ModuleType* t : module_types()) known += std::string(known.empty() ? "" : ", ") + t->algo();
     GL_CHECK(c.type != nullptr, "--network_args algo=", algo, ": sdtrain trains LyCORIS's ", known,
              " (locon = lora); not ", algo);
-    GL_CHECK(lycoris_preset(c.preset) != nullptr, "--network_args preset=", c.preset, ": sdtrain knows LyCORIS's "
+    GL_CHECK(lycoris_preset(*c.family, c.preset).has_value(), "--network_args preset=", c.preset, ": sdtrain knows LyCORIS's "
              "presets ", [] {
                  std::string s;
                  for (const std::string& n : lycoris_preset_names()) s += (s.empty() ? "" : ", ") + n;
@@ -162,7 +162,7 @@ void lycoris(LoraConfig& c, const NetworkOptions& o) {
     // create_network: conv_dim = int(conv_dim or network_dim), conv_alpha = float(conv_alpha or network_alpha).
     if (!conv_dim_given) c.conv_dim = c.rank;
     if (!conv_alpha_given) c.conv_alpha = c.alpha;
-    if (!lycoris_preset(c.preset)->conv) c.conv_dim = 0;  // enable_conv False
+    if (!lycoris_preset(*c.family, c.preset)->conv) c.conv_dim = 0;  // enable_conv False
     if (c.dropout > 0.0f)
         c.notes.push_back("network dropout (--network_dropout / dropout) has no effect in LyCORIS's weight-rebuild "
                           "forward (LyCORIS's kohya default), as in LyCORIS");
@@ -179,6 +179,7 @@ const std::vector<std::string>& network_modules() {
 
 LoraConfig network_config(const NetworkOptions& o) {
     LoraConfig c;
+    c.family = o.family;
     c.network_module = o.module;
     c.rank = o.dim.value_or(4);
     c.alpha = float(o.alpha);

@@ -28,6 +28,7 @@ struct NetworkOptions {
     double alpha = 1.0;                    // --network_alpha
     std::optional<double> dropout;         // --network_dropout
     std::vector<std::pair<std::string, std::string>> args;  // --network_args, in the order given
+    const models::Family* family = &models::sd15_family();   // the base model's
 };
 
 // The network modules sdtrain trains.

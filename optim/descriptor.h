@@ -27,6 +27,9 @@ struct ArgDef {
     const char* (*check)(const ArgValue&) = nullptr;
     // The hyper slots its numbers set (x[0], x[1]); None sets 0.
     float OptimizerConfig::* feeds[2] = {nullptr, nullptr};
+    // An argument of the Python class that changes nothing here (check limits it to such values):
+    // accepted, and this note shown when given.
+    const char* inert = nullptr;
 };
 
 // Checks shared by several optimizers; each applies to every number of the value (None passes).
@@ -49,6 +52,13 @@ inline ArgDef eps_arg(const char* fallback) {
 inline ArgDef weight_decay_arg(const char* fallback) {
     return {"weight_decay", ArgType::number, fallback, check_weight_decay, {&OptimizerConfig::weight_decay}};
 }
+
+// The arguments of torch's optimizers (torch_inert_args: foreach, fused, capturable, differentiable,
+// maximize=False; with_amsgrad adds amsgrad=False) and of bitsandbytes' (bnb_inert_args: amsgrad=False,
+// percentile_clipping=100, block_wise=True, min_8bit_size=4096, optim_bits, args=None, is_paged) that
+// change nothing here, appended to `args`.
+std::vector<ArgDef> torch_inert_args(std::vector<ArgDef> args, bool with_amsgrad = true);
+std::vector<ArgDef> bnb_inert_args(std::vector<ArgDef> args);
 
 // How a state tensor starts (init_state) and restarts when it is scratch (after load_state too).
 struct StateInit {
@@ -112,6 +122,14 @@ public:
     const std::vector<UpdateGroup> groups;
     const std::vector<UpdateParam> params;
 
+    // The params of group `group`, in order (the tensors a multi-tensor step takes at once).
+    std::vector<UpdateParam> of_group(size_t group) const {
+        std::vector<UpdateParam> r;
+        for (const UpdateParam& p : params)
+            if (p.group == group) r.push_back(p);
+        return r;
+    }
+
     // State of one parameter, named "optim.<param>.<suffix>".
     gl::ValueId state(const UpdateParam& p, const std::string& suffix, gl::DType t, const gl::Shape& s,
                       StateInit init = {});
@@ -132,6 +150,14 @@ struct OptimizerDef {
     void (*check)(const OptimizerConfig&);  // across arguments, after parsing (nullptr: none)
     // State leaves and update nodes for every parameter; the node order is the update order.
     void (*append)(UpdateBuilder&);
+    // What the run shows when this optimizer is selected (PagedAdamW8bit: it runs as AdamW8bit).
+    const char* note = nullptr;
+    // ss_optimizer's class (module.name, as kohya's metadata writes it) when no class path gives it:
+    // SGDNesterov is torch.optim.sgd.SGD with nesterov=True.
+    const char* kohya_class = nullptr;
+    // "name=value" that kohya adds to the class's arguments when not given, as its metadata then
+    // shows it (SGDNesterov: momentum=0.9).
+    const char* kohya_added_arg = nullptr;
 };
 
 // Every registered optimizer, ordered by file name; the one that a name or class path selects (in any

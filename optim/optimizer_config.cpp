@@ -43,6 +43,12 @@ ArgValue parse_value(const std::string& key, const std::string& value, ArgType t
     const std::string v = trim(value);
     ArgValue r;
     switch (type) {
+        case ArgType::flag_or_none:
+            if (lower(v) == "none") {
+                r.none = true;
+                return r;
+            }
+            [[fallthrough]];
         case ArgType::flag:
             if (lower(v) != "true" && lower(v) != "false") bad(key, value, "expected True or False");
             r.n = 1;
@@ -142,7 +148,9 @@ double OptimizerConfig::number(const std::string& arg) const {
     return v.x[0];
 }
 bool OptimizerConfig::flag(const std::string& arg) const {
-    return value(arg, ArgType::flag, ArgType::flag).x[0] != 0.0;
+    const ArgValue& v = value(arg, ArgType::flag, ArgType::flag_or_none);
+    GL_CHECK(!v.none, "optimizer ", def->name, ": argument '", arg, "' is None");
+    return v.x[0] != 0.0;
 }
 bool OptimizerConfig::is_none(const std::string& arg) const {
     return value(arg, ArgType::number_or_none, ArgType::number_or_none).none;
@@ -171,7 +179,9 @@ OptimizerConfig parse_optimizer(const std::string& type, const std::vector<std::
         if (!seen.insert(key).second) gl::fail("optimizer_args: '", key, "' given twice");
         apply(c, *it, value);
         c.args.push_back(key + "=" + value);
+        if (it->inert) c.notes.push_back(gl::cat("optimizer_args ", key, "=", value, ": ", it->inert));
     }
+    if (c.def->note) c.notes.insert(c.notes.begin(), gl::cat("--optimizer_type ", c.name(), ": ", c.def->note));
     if (c.def->check) c.def->check(c);
     return c;
 }

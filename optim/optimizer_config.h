@@ -22,6 +22,7 @@ enum class ArgType {
     flag,            // True / False (any case)
     number_or_none,  // a number or None
     pair,            // two numbers: 0.9,0.99  (0.9, 0.99)  [0.9, 0.99]
+    flag_or_none,    // True / False or None (torch's foreach)
 };
 
 // One parsed argument: n numbers in x (a flag is one number, 1 or 0; None is none with n = 0).
@@ -44,6 +45,9 @@ struct OptimizerConfig {
     float weight_decay = 0.01f;                       // the default for groups that do not give their own
     std::map<std::string, ArgValue> values;           // every argument of def, by name
     std::vector<std::string> args;                    // the optimizer_args as given (recorded in state files)
+    // What the run should show: the descriptor's note, and each argument given that changes nothing
+    // here ("foreach: ...").
+    std::vector<std::string> notes;
 
     const char* name() const;  // the descriptor's name, as state files record it: "AdamW8bit"
     // Typed reads of an argument of def (gl::Error when def has no such argument of that type).

@@ -15,6 +15,7 @@
 #include "ggml-lite/core/shared_memory.h"
 #include "ggml-lite/io/tensor_source.h"
 #include "models/sd15/clip.h"
+#include "models/sd15/tokenizer.h"
 #include "models/sd15/vae.h"
 
 namespace sd {
@@ -78,8 +79,8 @@ private:
 };
 
 // The CLIP text encoder graph (build_clip_chunked) on a ggml-lite backend, one graph per
-// batch size. `tokenize` gives the ids of one caption, n_chunks rows of 77 (the builtin CLIP
-// tokenizer's encode_chunks by default).
+// batch size. `tokenize` gives the ids of one caption, n_chunks rows of ClipTokenizer::kContext
+// (the builtin CLIP tokenizer's encode_chunks by default).
 class ClipGraphEncoder : public data::TextEncoder {
 public:
     using Tokenize = std::function<std::vector<int32_t>(const std::string&)>;
@@ -89,7 +90,9 @@ public:
     ~ClipGraphEncoder() override;
     std::string identity() const override;
     std::vector<float> encode(const std::vector<std::string>& captions) override;
-    int tokens() const override { return n_chunks_ * 75 + 2; }
+    int tokens() const override {
+        return n_chunks_ * ClipTokenizer::kChunk + (ClipTokenizer::kContext - ClipTokenizer::kChunk);
+    }
     int width() const override { return int(config_.width); }
     void release() override;
 

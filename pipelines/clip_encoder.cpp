@@ -20,10 +20,11 @@ ClipGraphEncoder::ClipGraphEncoder(ClipConfig config, const gl::io::TensorSource
                                    gl::Backend backend, Tokenize tokenize)
     : config_(config), weights_(weights), identity_(std::move(identity)), clip_skip_(clip_skip),
       n_chunks_(n_chunks), dtype_(dtype), backend_(backend), tokenize_(std::move(tokenize)) {
-    GL_CHECK(n_chunks >= 1 && n_chunks <= 3, "text encoder: 1 to 3 chunks of 75 tokens, got ", n_chunks);
+    GL_CHECK(n_chunks >= 1 && n_chunks <= 3, "text encoder: 1 to 3 chunks of ", ClipTokenizer::kChunk,
+             " tokens, got ", n_chunks);
     GL_CHECK(clip_skip >= 1 && clip_skip <= config.layers, "text encoder: clip_skip ", clip_skip, " out of range");
     if (!tokenize_) {
-        const int max_tokens = 75 * n_chunks;
+        const int max_tokens = ClipTokenizer::kChunk * n_chunks;
         tokenize_ = [max_tokens](const std::string& s) {
             return ClipTokenizer::builtin().encode_chunks(s, max_tokens);
         };
@@ -45,7 +46,7 @@ std::vector<float> ClipGraphEncoder::encode(const std::vector<std::string>& capt
         auto s = std::make_unique<Shape>();
         s->batch = b;
         s->w = std::make_unique<nn::Weights>(s->g, dtype_);
-        s->ids = s->g.input("ids", gl::DType::i32, {int64_t(b) * n_chunks_, 77});
+        s->ids = s->g.input("ids", gl::DType::i32, {int64_t(b) * n_chunks_, ClipTokenizer::kContext});
         s->hidden = build_clip_chunked(*s->w, s->g, s->ids, n_chunks_, config_, clip_skip_);
         s->g.mark_output(s->hidden);
         s->rt = gl::make_runtime(gl::make_plan(s->g), backend_);
@@ -55,8 +56,8 @@ std::vector<float> ClipGraphEncoder::encode(const std::vector<std::string>& capt
     std::vector<int32_t> ids;
     for (const std::string& c : captions) {
         const std::vector<int32_t> one = tokenize_(c);
-        GL_CHECK(one.size() == size_t(77) * n_chunks_, "text encoder: the tokenizer gave ", one.size(), " ids, not ",
-                 77 * n_chunks_);
+        const size_t want = size_t(ClipTokenizer::kContext) * size_t(n_chunks_);
+        GL_CHECK(one.size() == want, "text encoder: the tokenizer gave ", one.size(), " ids, not ", want);
         ids.insert(ids.end(), one.begin(), one.end());
     }
     current_->rt->write(current_->ids, ids.data(), gl::DType::i32);

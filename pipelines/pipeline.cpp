@@ -12,7 +12,7 @@
 #include "ggml-lite/ops/builder.h"
 #include "lora/file_modules.h"
 #include "lora/kohya.h"
-#include "lora/merge_file.h"
+#include "pipelines/merge_file.h"
 #include "models/diffusion/noise.h"
 #include "models/diffusion/sampler_prompts.h"
 #include "pipelines/pipeline_impl.h"
@@ -53,7 +53,7 @@ LoraSource open_lora(const LoraFile& f, const UnetConfig& ucfg) {
     s.file = gl::io::open_checkpoint(f.path);
     // The file's modules as it holds them (types, ranks; alpha = rank for LoRA: load_lora folds
     // each module's file alpha into up).
-    s.cfg.from_file = std::make_shared<lora::FileModules>(s.file, &ucfg);
+    s.cfg.from_file = std::make_shared<lora::FileModules>(s.file, unet_ldm_names(ucfg));
     s.cfg.from_file->check_holds_modules();
     s.cfg.multiplier = f.multiplier;
     for (const gl::io::TensorInfo& t : s.file->list()) {
@@ -187,7 +187,7 @@ void Pipeline::Impl::load(const Sd15Files& f, const PipelineOptions& o, Pipeline
             lora::LoraNetwork& net = *m->nets[k];
             if (net.modules().empty()) continue;
             net.init(rt, 0);
-            lora::load_lora(*loras[m->net_file[k]].file, net, rt, &f.unet_cfg);
+            lora::load_lora(*loras[m->net_file[k]].file, net, rt, unet_ldm_names(f.unet_cfg));
             if (o.merge_loras) lora::merge_into(net, rt, m->part, *m->weights, rt);
         }
     }
@@ -277,7 +277,7 @@ Pipeline::Pipeline(Sd15Files model, PipelineOptions opt)
                     for (const gl::io::TensorInfo& t : m.loras[i].file->list()) r.unexpected.push_back(t.name);
                 else
                     r = lora::load_lora(*m.loras[i].file, *h->nets[k], [](ValueId, const std::vector<float>&) {},
-                                        &model_.unet_cfg);
+                                        unet_ldm_names(model_.unet_cfg));
                 std::vector<std::string> both;
                 std::set_intersection(unused.begin(), unused.end(), r.unexpected.begin(), r.unexpected.end(),
                                       std::back_inserter(both));

@@ -1,6 +1,7 @@
 // 8-bit AdamW op cases: the reference is a plain scalar port with an exhaustive nearest-code search.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "op_cases.h"
 
@@ -98,7 +99,49 @@ void build_adamw8bit(CaseBuilder& b, int64_t n, bool with_nan, int gate = 0) {
     for (ValueId x : {p, m, v, am, av}) b.out(x);
 }
 
+// Two tensors of one group in one node (17 and 16 blocks), leaves tensor by tensor, then hyper;
+// each checked as the single-tensor reference sees it.
+void build_adamw8bit_multi(CaseBuilder& b) {
+    b.compute = DType::f32;
+    std::vector<ValueId> ps, gs, ms, vs, ams, avs;
+    for (int64_t n : {4096 + 300, 4096}) {
+        const int64_t blocks = (n + 255) / 256;
+        ps.push_back(b.c("param", {n}));
+        gs.push_back(b.c("grad", {n}, -0.05f, 0.05f));
+        ms.push_back(b.c("m", {n}, 0.0f, 255.0f, DType::u8));
+        vs.push_back(b.c("v", {n}, 0.0f, 255.0f, DType::u8));
+        ams.push_back(b.c("absmax_m", {blocks}, 0.001f, 0.01f));
+        avs.push_back(b.c("absmax_v", {blocks}, 1e-6f, 1e-5f));
+    }
+    ValueId h = b.c("hyper", {kHyperSize});
+    b.set(h, hyper_values(7.0f));
+    adamw8bit_step(b.g, ps, gs, ms, vs, ams, avs, h);
+    for (size_t k = 0; k < ps.size(); k++)
+        for (ValueId x : {ps[k], ms[k], vs[k], ams[k], avs[k]}) b.out(x);
+}
+
+std::vector<std::vector<float>> adamw8bit_multi_reference(const std::vector<std::vector<float>>& in) {
+    std::vector<std::vector<float>> out;
+    for (size_t k = 0; k < 2; k++) {
+        std::vector<std::vector<float>> one(in.begin() + long(6 * k), in.begin() + long(6 * k + 6));
+        one.push_back(in[12]);
+        for (auto& t : adamw8bit_reference(one)) out.push_back(std::move(t));
+    }
+    return out;
+}
+
 Register r({
+    {"adamw8bit_step", "two tensors of one group in one node, each with its own blocks",
+     [](CaseBuilder& b) { build_adamw8bit_multi(b); },
+     [](Graph& g) {
+         const ValueId p = g.param("p", DType::f32, {512}), q = g.param("q", DType::f32, {256});
+         adamw8bit_step(g, {p, q}, {g.input("g", DType::f32, {512}), g.input("gq", DType::f32, {256})},
+                        {g.state("m", DType::u8, {512}), g.state("mq", DType::u8, {256})},
+                        {g.state("v", DType::u8, {512}), g.state("vq", DType::u8, {256})},
+                        {g.state("am", DType::f32, {2}), g.state("amq", DType::f32, {2})},
+                        {g.state("av", DType::f32, {2}), g.state("avq", DType::f32, {1})}, g.input("h", DType::f32, {8}));
+     },
+     adamw8bit_multi_reference, 1e-6},
     {"adamw8bit_step", "ragged last block, NaN/Inf gradients skipped",
      [](CaseBuilder& b) { build_adamw8bit(b, 4096 + 300, true); },
      [](Graph& g) {

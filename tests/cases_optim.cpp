@@ -3,6 +3,7 @@
 // statistics (gstat) every step op can take; here gstat is a leaf so its two effects (the gradient
 // factor, the skip flag) are tested on their own.
 #include <cmath>
+#include <vector>
 
 #include "op_cases.h"
 
@@ -81,6 +82,42 @@ void build_grad_stats(CaseBuilder& b, bool has_ls, float max_norm) {
     b.out(grad_stats(b.g, grads, ls, max_norm));
 }
 
+// `sizes.size()` tensors of one group in one node, leaves made tensor by tensor (param, grad, m, v),
+// then hyper and an optional gstat leaf {0.25, 0, 1, 4}; outputs param, m, v of each tensor.
+void build_adamw_multi(CaseBuilder& b, const std::vector<int64_t>& sizes, bool after, bool gstat) {
+    b.compute = DType::f32;
+    std::vector<ValueId> ps, gs, ms, vs;
+    for (int64_t n : sizes) {
+        ps.push_back(b.c("param", {n}));
+        gs.push_back(b.c("grad", {n}));
+        ms.push_back(b.c("m", {n}, -0.1f, 0.1f));
+        vs.push_back(b.c("v", {n}, 0.0f, 0.01f));
+    }
+    ValueId h = b.c("hyper", {kHyperSize});
+    b.set(h, hyper_values(3.0f));
+    ValueId st = kNoValue;
+    if (gstat) {
+        st = b.c("gstat", {kGstatSize});
+        b.set(st, {0.25f, 0.0f, 1.0f, 4.0f});
+    }
+    adamw_step(b.g, ps, gs, ms, vs, h, after, st);
+    for (size_t k = 0; k < sizes.size(); k++)
+        for (ValueId x : {ps[k], ms[k], vs[k]}) b.out(x);
+}
+
+// Each tensor of a multi-tensor case as the single-tensor reference sees it.
+std::vector<std::vector<float>> adamw_multi_reference(const std::vector<std::vector<float>>& in, size_t count,
+                                                      bool after, bool gstat) {
+    std::vector<std::vector<float>> out;
+    for (size_t k = 0; k < count; k++) {
+        std::vector<std::vector<float>> one(in.begin() + long(4 * k), in.begin() + long(4 * k + 4));
+        one.push_back(in[4 * count]);
+        if (gstat) one.push_back(in[4 * count + 1]);
+        for (auto& t : adamw_reference(one, after, gstat)) out.push_back(std::move(t));
+    }
+    return out;
+}
+
 void bad_adamw(Graph& g, DType pt, int64_t gn) {
     ValueId p = g.param("p", pt, {8});
     adamw_step(g, p, g.input("g", pt, {gn}), g.state("m", DType::f32, {8}), g.state("v", DType::f32, {8}),
@@ -112,6 +149,23 @@ Register r({
                     g.input("h", DType::f32, {8}), false, g.input("gstat", DType::f32, {4}));
      },
      [](const std::vector<std::vector<float>>& in) { return adamw_reference(in, true, true); }, 0.0},
+    {"adamw_step", "three tensors of one group in one node (tiles of 1024 across tensors)",
+     [](CaseBuilder& b) { build_adamw_multi(b, {1003, 1, 4101}, false, true); },
+     [](Graph& g) {
+         const ValueId p = g.param("p", DType::f32, {8}), q = g.param("q", DType::f32, {4});
+         adamw_step(g, {p, q}, {g.input("g", DType::f32, {8}), g.input("gq", DType::f32, {5})},
+                    {g.state("m", DType::f32, {8}), g.state("mq", DType::f32, {4})},
+                    {g.state("v", DType::f32, {8}), g.state("vq", DType::f32, {4})}, g.input("h", DType::f32, {8}));
+     },
+     [](const std::vector<std::vector<float>>& in) { return adamw_multi_reference(in, 3, false, true); }, 1e-5},
+    {"adamw_step", "700 tensors in one node (more than one CUDA launch table), decay after",
+     [](CaseBuilder& b) { build_adamw_multi(b, std::vector<int64_t>(700, 2), true, false); },
+     [](Graph& g) {
+         const ValueId p = g.param("p", DType::f32, {8});
+         adamw_step(g, {p, p}, {g.input("g", DType::f32, {8})}, {g.state("m", DType::f32, {8})},
+                    {g.state("v", DType::f32, {8})}, g.input("h", DType::f32, {8}));
+     },
+     [](const std::vector<std::vector<float>>& in) { return adamw_multi_reference(in, 700, true, false); }, 1e-5},
     {"grad_stats", "loss scale 1024, clipped to max_norm 1",
      [](CaseBuilder& b) { build_grad_stats(b, true, 1.0f); },
      [](Graph& g) { grad_stats(g, {g.input("g", DType::f32, {4})}, g.input("ls", DType::f32, {2}), 1.0f); },

@@ -1,5 +1,6 @@
 // Lion op cases: the reference is lion-pytorch's update_fn written out per element.
 #include <cmath>
+#include <vector>
 
 #include "op_cases.h"
 
@@ -42,7 +43,45 @@ void build_lion(CaseBuilder& b, int64_t n, float gstat_flag) {
     b.out(m);
 }
 
+// Three tensors of one group in one node, leaves tensor by tensor (param, grad, m), then hyper and
+// a gstat leaf; each checked as the single-tensor reference sees it.
+void build_lion_multi(CaseBuilder& b) {
+    std::vector<ValueId> ps, gs, ms;
+    for (int64_t n : {5, 2049, 300}) {
+        ps.push_back(b.c("param", {n}));
+        gs.push_back(b.c("grad", {n}));
+        ms.push_back(b.c("m", {n}, -0.1f, 0.1f));
+    }
+    ValueId h = b.c("hyper", {kHyperSize});
+    b.set(h, {1e-3f, 0.9f, 0.99f, 0.0f, 0.1f, 5.0f, 0.5f, 0.0f});
+    ValueId st = b.c("gstat", {kGstatSize});
+    b.set(st, {0.5f, 0.0f, 1.0f, 1.0f});
+    lion_step(b.g, ps, gs, ms, h, st);
+    for (size_t k = 0; k < ps.size(); k++) {
+        b.out(ps[k]);
+        b.out(ms[k]);
+    }
+}
+
+std::vector<std::vector<float>> lion_multi_reference(const std::vector<std::vector<float>>& in) {
+    std::vector<std::vector<float>> out;
+    for (size_t k = 0; k < 3; k++) {
+        std::vector<std::vector<float>> one(in.begin() + long(3 * k), in.begin() + long(3 * k + 3));
+        one.push_back(in[9]);
+        one.push_back(in[10]);
+        for (auto& t : lion_reference(one, true)) out.push_back(std::move(t));
+    }
+    return out;
+}
+
 Register r({
+    {"lion_step", "three tensors of one group in one node",
+     [](CaseBuilder& b) { build_lion_multi(b); },
+     [](Graph& g) {
+         const std::vector<ValueId> p{g.param("p", DType::f32, {8})}, grad{g.input("g", DType::f32, {8})}, none;
+         lion_step(g, p, grad, none, g.input("h", DType::f32, {8}));
+     },
+     lion_multi_reference, 1e-6},
     {"lion_step", "one step, ragged size",
      [](CaseBuilder& b) { build_lion(b, 1000 + 3, -1.0f); },
      [](Graph& g) {

@@ -84,6 +84,37 @@ Register r({
          return std::vector<std::vector<float>>{{1.0f, 1.0f + 4.0f / 2048.0f, inf, 0.0f}};
      },
      0.0},
+    {"cast_multi", "three masters to bf16 and back in one node, gradients through both", [](CaseBuilder& b) {
+         std::vector<ValueId> xs;
+         for (int k = 0; k < 3; k++) {
+             const Shape s = k == 0 ? Shape{5, 3} : k == 1 ? Shape{7} : Shape{2, 2, 3};
+             ValueId x = b.x("x" + std::to_string(k), s);
+             std::vector<float> v(size_t(s.numel()));
+             for (size_t i = 0; i < v.size(); i++) v[i] = 0.25f * float(int(i) - 4) + 0.5f * float(k);
+             b.set(x, v);
+             xs.push_back(x);
+         }
+         for (ValueId y : cast_multi(b.g, cast_multi(b.g, xs, DType::bf16), DType::f32)) b.out(y);
+     },
+     [](Graph& g) { cast_multi(g, {g.input("a", DType::f32, {2}), g.input("b", DType::bf16, {2})}, DType::f16); },
+     nullptr, 4e-3, 0.25f},
+    {"cast_multi", "rounds each tensor to nearest even as cast does", [](CaseBuilder& b) {
+         ValueId x = b.c("x", {4}, 0, 1), y = b.c("y", {2}, 0, 1);
+         b.set(x, {1.0f + 1.0f / 256.0f, 1.0f + 3.0f / 256.0f, 3.0e38f, -1.5f});
+         b.set(y, {0.1f, -0.0f});
+         for (ValueId v : cast_multi(b.g, {x, y}, DType::bf16)) b.out(v);
+     },
+     [](Graph& g) { cast_multi(g, {}, DType::bf16); },
+     [](const std::vector<std::vector<float>>& in) {
+         std::vector<std::vector<float>> r;
+         for (const auto& t : {in[0], in[1]}) {
+             std::vector<float> o;
+             for (float v : t) o.push_back(bf16_to_f32(f32_to_bf16(v)));
+             r.push_back(o);
+         }
+         return r;
+     },
+     0.0},
 });
 
 }  // namespace

@@ -15,7 +15,7 @@
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/io/safetensors.h"
 #include "lora/kohya.h"
-#include "lora/merge_file.h"
+#include "pipelines/merge_file.h"
 #include "op_harness.h"
 #include "test_util.h"
 

@@ -4,8 +4,8 @@
 // patterns over the whole float range. (The GPU suite repeats the comparison on all 2^32 floats.)
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -16,11 +16,7 @@ using namespace gl;
 
 namespace {
 
-float from_bits(uint32_t b) {
-    float x;
-    std::memcpy(&x, &b, 4);
-    return x;
-}
+float from_bits(uint32_t b) { return std::bit_cast<float>(b); }
 
 template <bool Signed>
 int64_t count_mismatches(const std::vector<float>& xs) {

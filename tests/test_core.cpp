@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -18,16 +19,8 @@ using namespace gl;
 
 namespace {
 
-float from_bits(uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
-uint32_t to_bits(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return u;
-}
+float from_bits(uint32_t u) { return std::bit_cast<float>(u); }
+uint32_t to_bits(float f) { return std::bit_cast<uint32_t>(f); }
 
 // Round-to-nearest-even by brute force over the sorted non-negative finite values of a format.
 uint16_t nearest_even(double x, const std::vector<std::pair<double, uint16_t>>& table, uint16_t inf_bits) {

@@ -69,7 +69,7 @@ std::map<std::string, std::string> sdtrain_metadata(const nlohmann::json& c, con
         argv.push_back(replace_all(a.get<std::string>(), "{root}", root.string()));
     train::RunConfig cfg = sdtrain::parse_command_line(argv).config;
     cfg.validate();
-    const train::RunData d = train::load_run_data(cfg);
+    const train::RunData d = train::load_run_data(cfg, cfg.seed.value_or(0));
     train::RunFacts f;
     f.session_id = 1234567;
     f.started_at = 1700000000.0;
@@ -219,7 +219,7 @@ TEST_CASE("kohya run metadata: the plan counts regularisation images once, as ko
     c.resolution = std::array<int, 2>{64, 64};
     c.train_data_dir = (dir.path / "train").string();
     c.reg_data_dir = (dir.path / "reg").string();
-    std::string s = train::dataset_summary(train::load_run_data(c));
+    std::string s = train::dataset_summary(train::load_run_data(c, c.seed.value_or(0)));
     CHECK(s.find("train 4_a: 3 images x 4 repeats = 12\n") != std::string::npos);
     CHECK(s.find("reg   1_r: 2 images x 1 repeats = 2\n") != std::string::npos);
     CHECK(s.find("images with repeats: 12 train + 2 regularisation (repeated to 12 per epoch to match the "
@@ -227,7 +227,7 @@ TEST_CASE("kohya run metadata: the plan counts regularisation images once, as ko
     CHECK(s.find("balanced") == std::string::npos);
     // More regularisation images than training images: kohya's counts, and how many an epoch uses.
     c.reg_data_dir = (dir.path / "many").string();
-    const train::RunData d = train::load_run_data(c);
+    const train::RunData d = train::load_run_data(c, c.seed.value_or(0));
     CHECK(d.dataset.unused_reg.size() == 8);
     s = train::dataset_summary(d);
     CHECK(s.find("reg   1_r: 20 images x 1 repeats = 20\n") != std::string::npos);

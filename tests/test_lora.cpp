@@ -134,7 +134,7 @@ TEST_CASE("lora: save -> load is exact in fp32, rounds as bf16 in bf16, and read
             if (fmt == lora::LoraFormat::kohya_ldm) {
                 std::string k = sd::unet_key_original(c, m.layer().path + ".weight");
                 k = k.substr(std::string(sd::kUnetOriginalPrefix).size());
-                k = lora::kohya_key(Part::unet, k.substr(0, k.size() - 7));
+                k = lora::kohya_key(models::sd15_family(), Part::unet, k.substr(0, k.size() - 7));
                 d = k + ".lora_down.weight", u = k + ".lora_up.weight", a = k + ".alpha";
                 CHECK(k.rfind("lora_unet_input_blocks_1_1_", 0) + k.rfind("lora_unet_middle_block_1_", 0) +
                           k.rfind("lora_unet_output_blocks_", 0) <
@@ -148,7 +148,7 @@ TEST_CASE("lora: save -> load is exact in fp32, rounds as bf16 in bf16, and read
         io::SafetensorsFile f(path);
         std::map<ValueId, std::vector<float>> back;
         lora::LoadReport rep =
-            lora::load_lora(f, net, [&](ValueId v, const std::vector<float>& x) { back[v] = x; }, &c);
+            lora::load_lora(f, net, [&](ValueId v, const std::vector<float>& x) { back[v] = x; }, sd::unet_ldm_names(c));
         CHECK(rep.format == fmt);
         CHECK(rep.modules == net.modules().size());
         CHECK(rep.unexpected.empty());

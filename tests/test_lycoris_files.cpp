@@ -62,7 +62,7 @@ std::set<std::string> comfy_lora_names(const nn::Weights& unet) {
     std::set<std::string> n;
     for (const nn::WeightEntry& e : unet.entries())
         if (e.name.size() > 7 && e.name.compare(e.name.size() - 7, 7, ".weight") == 0)
-            n.insert(lora::kohya_key(lora::Part::unet, e.name.substr(0, e.name.size() - 7)));
+            n.insert(lora::kohya_key(models::sd15_family(), lora::Part::unet, e.name.substr(0, e.name.size() - 7)));
     for (int b = 0; b < 12; b++)
         for (const char* c : {"mlp_fc1", "mlp_fc2", "self_attn_k_proj", "self_attn_q_proj", "self_attn_v_proj",
                               "self_attn_out_proj"})
@@ -137,7 +137,7 @@ struct TinyTree {
         net.attach_text_encoder(wt);
         for (const std::string& path : kTinyPaths) {
             const bool te = path.rfind("text_model.", 0) == 0;
-            const std::string key = lora::kohya_key(te ? lora::Part::text_encoder : lora::Part::unet, path);
+            const std::string key = lora::kohya_key(models::sd15_family(), te ? lora::Part::text_encoder : lora::Part::unet, path);
             const std::vector<int64_t> s = expected.info("base." + key).shape;
             nn::Weights& w = te ? wt : wu;
             const size_t dot = path.rfind('.');
@@ -158,7 +158,7 @@ struct TinyTree {
             for (const nn::WeightEntry& e : w->entries()) {
                 const std::string path = e.name.substr(0, e.name.rfind('.'));
                 const std::string key =
-                    lora::kohya_key(w == &wt ? lora::Part::text_encoder : lora::Part::unet, path);
+                    lora::kohya_key(models::sd15_family(), w == &wt ? lora::Part::text_encoder : lora::Part::unet, path);
                 if (e.name.size() > 5 && e.name.compare(e.name.size() - 5, 5, ".bias") == 0) {
                     rt->write_f32(e.id, std::vector<float>(size_t(g.shape(e.id).numel()), 0.0f));
                     continue;
@@ -172,7 +172,7 @@ struct TinyTree {
         lora::LoraConfig c;
         c.network_module = "lycoris.kohya";  // LyCORIS's files: its order of keys
         c.from_file = std::make_shared<lora::FileModules>(
-            std::shared_ptr<const gl::io::TensorSource>(&file, [](const gl::io::TensorSource*) {}), nullptr);
+            std::shared_ptr<const gl::io::TensorSource>(&file, [](const gl::io::TensorSource*) {}), lora::LdmNames{});
         return c;
     }
     // A module's weight after the merge, PyTorch's layout.
@@ -282,7 +282,7 @@ TEST_CASE("lycoris files: the tiny files LyCORIS wrote load whole and give the w
         std::vector<std::string> ours;
         for (const std::string& path : kTinyPaths) {
             const bool te = path.rfind("text_model.", 0) == 0;
-            const lora::Module* m = t.net.find(lora::kohya_key(te ? lora::Part::text_encoder : lora::Part::unet, path));
+            const lora::Module* m = t.net.find(lora::kohya_key(models::sd15_family(), te ? lora::Part::text_encoder : lora::Part::unet, path));
             REQUIRE(m != nullptr);
             for (const std::string& s : m->file_order()) ours.push_back(m->key() + "." + s);
         }

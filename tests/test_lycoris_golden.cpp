@@ -62,7 +62,7 @@ struct Built {
         });
         lora::LoraConfig cfg;
         if (from_file) {
-            cfg.from_file = std::make_shared<lora::FileModules>(params, nullptr);
+            cfg.from_file = std::make_shared<lora::FileModules>(params, lora::LdmNames{});
         } else {
             const nlohmann::json& alpha = k.c.at("alpha_arg");
             cfg = lycoris_config(k.c.at("dim"), alpha.is_null() ? 0.0 : alpha.get<double>(), k.args);

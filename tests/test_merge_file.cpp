@@ -1,4 +1,4 @@
-// gl-merge's library side (lora/merge_file.h) on the tiny golden models: a LoRA merged into a
+// gl-merge's library side (pipelines/merge_file.h) on the tiny golden models: a LoRA merged into a
 // single file gives the outputs of the same LoRA applied at runtime, every other tensor is copied
 // bit for bit, a diffusers folder comes out as a folder, and bad requests are refused.
 #include "merge_fixtures.h"

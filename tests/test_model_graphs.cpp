@@ -11,6 +11,7 @@
 // changes otherwise is a regression.
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cstdio>
 #include <cstring>
 
@@ -38,8 +39,7 @@ public:
     void u64(uint64_t v) { bytes(&v, sizeof v); }
     void i64(int64_t v) { bytes(&v, sizeof v); }
     void f32(float v) {
-        uint32_t u;
-        std::memcpy(&u, &v, sizeof u);
+        const uint32_t u = std::bit_cast<uint32_t>(v);
         bytes(&u, sizeof u);
     }
     uint64_t value() const { return h_; }

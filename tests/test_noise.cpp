@@ -1,13 +1,17 @@
 // The DDPM noise schedule against diffusers' DDPMScheduler (SD1.5 config) and kohya's SNR table
 // (tests/golden/make_schedule_golden.py -> tests/golden/data/schedule/ddpm.json); the noise
-// generator. The objective built on them (min-SNR weights, draws): test_objective.cpp.
+// generator and the portable normal the step graph draws with (ops/rng_normal.h). The objective
+// built on them (min-SNR weights, draws): test_objective.cpp.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/ops/rng_normal.h"
 #include "ddpm_golden.h"
 #include "ggml-lite/core/error.h"
 #include "models/diffusion/noise.h"
@@ -101,4 +105,48 @@ TEST_CASE("ddpm: normal noise and add_noise input validation") {
     const std::vector<int32_t> three = {0, 1, 2};
     CHECK_THROWS_AS(s.add_noise(x, x, three, out), gl::Error);
     CHECK_THROWS_AS(DdpmSchedule::scaled_linear(0.012, 0.00085, 1000), gl::Error);
+}
+
+TEST_CASE("noise: the portable normal (gl::rng_normal) gives libm's Box-Muller floats, on the same draws") {
+    // 2^22 draws: every float equals the host formula's (diffusion::NoiseRng::normal uses the platform's
+    // log and cos); the doubles differ, where libm's log or cos is an ulp off (about 0.15 % of the
+    // draws), by at most two ulps of the product.
+    const uint64_t n = uint64_t(1) << 22;
+    NoiseRng host{1234, 0};
+    uint64_t doubles_differ = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        const double want = host.normal(), got = gl::rng_normal(1234, 2 * i);
+        if (float(got) != float(want)) FAIL("draw ", i, ": ", got, " vs libm's ", want);
+        if (got != want) {
+            doubles_differ++;
+            CHECK(std::fabs(got - want) <= std::fabs(want) * 0x1p-51);
+        }
+    }
+    CHECK(doubles_differ < n / 100);
+    MESSAGE("portable normal: ", doubles_differ, " of ", n, " doubles differ from libm's, no float");
+}
+
+TEST_CASE("noise: the portable log and cosine are within an ulp of libm's over their whole ranges") {
+    using gl::rng_math::cos;
+    using gl::rng_math::log;
+    CHECK(log(1.0) == 0.0);
+    CHECK(log(0.5) == std::log(0.5));
+    CHECK(log(0x1p-53) == std::log(0x1p-53));
+    CHECK(cos(0.0) == 1.0);
+    CHECK(cos(std::nextafter(6.283185307179586, 0.0)) == std::cos(std::nextafter(6.283185307179586, 0.0)));
+    const auto ulps = [](double a, double b) { return std::fabs(a - b) / std::fabs(std::nextafter(b, 0.0) - b); };
+    std::mt19937_64 rng(5);
+    double worst_log = 0, worst_cos = 0;
+    for (int i = 0; i < 200000; i++) {
+        // Every binade of (0, 1] and beyond it for log; [0, 2 pi), near the quadrant edges too, for cos.
+        const double x = std::ldexp(1.0 + double(rng() >> 11) * 0x1p-53, int(rng() % 1100) - 1021);
+        worst_log = std::max(worst_log, ulps(log(x), std::log(x)));
+        const double q = double(rng() % 4 + 1) * 1.5707963267948966;
+        const double y = i % 2 ? std::fmod(double(rng() >> 11) * 0x1p-53 * 6.283185307179586, 6.283185307179586)
+                               : std::nextafter(q, double(rng() % 2)) - double(rng() % 64) * 0x1p-50;
+        if (y >= 0.0 && y < 6.283185307179586) worst_cos = std::max(worst_cos, ulps(cos(y), std::cos(y)));
+    }
+    CHECK(worst_log <= 1.0);
+    CHECK(worst_cos <= 1.0);
+    MESSAGE("portable log / cos: worst ", worst_log, " / ", worst_cos, " ulp from libm");
 }

@@ -133,3 +133,25 @@ TEST_CASE("train objective: debiased estimation weights as kohya's apply_debiase
     for (size_t b = 0; b < 4; b++)
         CHECK(plain.weights[b] == float(train::min_snr_weight(s, m.t[b], 5.0, Prediction::epsilon)));
 }
+
+TEST_CASE("train objective: draw_step moves the stream as draw_micro_batch does and draws its timesteps") {
+    for (const double offset : {0.0, 0.1}) {
+        train::Objective o;
+        o.noise_offset = offset;
+        o.min_timestep = 200;
+        o.max_timestep = 700;
+        const diffusion::DdpmSchedule s = diffusion::DdpmSchedule::sd15();
+        NoiseRng host{8, 40}, graph{8, 40};
+        for (int k = 0; k < 3; k++) {
+            const train::MicroBatch mb = train::draw_micro_batch(o, s, 4, 4 * 3 * 2 * 4, 4, host);
+            const uint64_t at = graph.counter;
+            const train::StepDraw d = train::draw_step(o, s, 4, 4 * 3 * 2 * 4, 4, graph);
+            CHECK(d.seed == 8);
+            CHECK(d.counter == at);
+            CHECK(d.noise_offset == offset);
+            CHECK(d.t == mb.t);
+            CHECK(graph.counter == host.counter);
+        }
+        CHECK_THROWS_AS(train::draw_step(o, s, 3, 50, 4, graph), gl::Error);
+    }
+}

@@ -15,6 +15,7 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/safetensors.h"
+#include "ggml-lite/ops/optim_dadapt.h"
 #include "ggml-lite/ops/optim_types.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -155,7 +156,9 @@ void run_golden(const std::string& name, double tol) {
 TEST_CASE("optimizers follow the PyTorch trajectories (60 steps, two groups, weight decay)") {
     const std::pair<const char*, double> cases[] = {
         {"adamw", 2e-5}, {"adafactor_fixed_lr", 2e-5}, {"adafactor_relative_step", 2e-5}, {"adafactor_warmup_init", 2e-5},
-        {"lion", 2e-5}, {"prodigy", 5e-4}, {"prodigy_options", 2e-5}, {"prodigy_no_first_moment", 5e-4}};
+        {"lion", 2e-5}, {"prodigy", 5e-4}, {"prodigy_options", 2e-5}, {"prodigy_no_first_moment", 5e-4},
+        {"sgd_nesterov", 2e-5}, {"sgd_nesterov_momentum", 2e-5}, {"dadapt_adam", 5e-4}, {"dadapt_adam_options", 2e-5},
+        {"dadapt_adam_coupled", 5e-4}};
     for (auto [name, tol] : cases) {
         SUBCASE(name) { run_golden(name, tol); }
     }
@@ -163,7 +166,8 @@ TEST_CASE("optimizers follow the PyTorch trajectories (60 steps, two groups, wei
 
 namespace {
 
-const char* const kAllKinds[] = {"AdamW", "AdamW8bit", "Lion", "Adafactor", "Prodigy"};
+const char* const kAllKinds[] = {"AdamW", "AdamW8bit", "Lion", "Adafactor", "Prodigy", "SGDNesterov", "DAdaptAdam",
+                                 "PagedAdamW"};
 constexpr int64_t kBig = 5000;  // over kAdam8bitMinElements: 8-bit state, several reduction blocks
 
 // A net of every golden param plus "big", initialised deterministically.
@@ -171,7 +175,8 @@ std::unique_ptr<Net> make_net(const std::string& kind, int64_t big = kBig, doubl
                               const std::vector<std::string>& args = {"weight_decay=0.01"}) {
     io::SafetensorsFile prob(kGolden + "problem.safetensors");
     optim::OptimizerConfig cfg = optim::parse_optimizer(kind, args);
-    auto net = std::make_unique<Net>(prob, cfg, lr, kind == "Prodigy" ? lr : lr / 2, max_norm, big);
+    const bool one_lr = kind == "Prodigy" || kind == "DAdaptAdam";  // a shared d estimate
+    auto net = std::make_unique<Net>(prob, cfg, lr, one_lr ? lr : lr / 2, max_norm, big);
     for (const char* n : kNames) net->rt->write_f32(net->p[n], read_all(prob, std::string("init.") + n));
     if (big > 0) {
         std::vector<float> b(static_cast<size_t>(big));
@@ -397,11 +402,52 @@ TEST_CASE("AdamW8bit keeps tensors under kAdam8bitMinElements in fp32, larger on
     CHECK(st.count("optim.big.exp_avg") == 0);
 }
 
+// bitsandbytes' 32-bit AdamW (needs CUDA, so no golden run here) is AdamW8bit's path for small tensors.
+TEST_CASE("PagedAdamW and PagedAdamW8bit run as bitsandbytes' unpaged AdamW: the same bits as AdamW8bit") {
+    for (const char* kind : {"PagedAdamW", "PagedAdamW32bit", "PagedAdamW8bit"}) {
+        CAPTURE(kind);
+        // No clipping: the small params' steps do not depend on "big", which only PagedAdamW8bit
+        // keeps 8-bit as AdamW8bit does.
+        auto paged = make_net(kind, kBig, 1e-2, 0.0f), ref = make_net("AdamW8bit", kBig, 1e-2, 0.0f);
+        optim::LossScaler s1, s2;
+        for (int k = 0; k < 5; k++) {
+            step(*paged, s1, k);
+            step(*ref, s2, k);
+        }
+        if (std::string(kind) == "PagedAdamW8bit") CHECK(snapshot(*paged) == snapshot(*ref));
+        for (const char* n : kNames) CHECK(paged->rt->read_f32(paged->p[n]) == ref->rt->read_f32(ref->p[n]));
+    }
+    // PagedAdamW keeps 32-bit state where AdamW8bit goes 8-bit.
+    auto net = make_net("PagedAdamW");
+    for (ValueId id : net->opt->state_values()) CHECK(net->rt->plan().graph.v(id).dtype == DType::f32);
+}
+
+// The state leaves are what the memory plan (sdtrain --dry_run) counts as optimizer state.
+TEST_CASE("optimizer state per parameter element: SGDNesterov 4 bytes, PagedAdamW 8, DAdaptAdam 12 plus its d state") {
+    auto bytes_per_element = [](const char* kind) {
+        auto net = make_net(kind, kBig, 1e-2, 0.0f, {});
+        int64_t params = 0, state = 0, shared = 0;
+        for (auto& [n, id] : net->p) params += net->rt->plan().graph.v(id).numel();
+        for (ValueId id : net->opt->state_values()) {
+            const Value& v = net->rt->plan().graph.v(id);
+            (v.name.rfind("optim.dadapt.", 0) == 0 ? shared : state) += int64_t(v.bytes());
+        }
+        return std::pair<double, int64_t>{double(state) / double(params), shared};
+    };
+    CHECK(bytes_per_element("SGDNesterov") == std::pair<double, int64_t>{4.0, 0});
+    CHECK(bytes_per_element("PagedAdamW") == std::pair<double, int64_t>{8.0, 0});
+    CHECK(bytes_per_element("AdamW") == std::pair<double, int64_t>{8.0, 0});
+    CHECK(bytes_per_element("DAdaptAdam") == std::pair<double, int64_t>{12.0, int64_t(gl::kDAdaptStateSize) * 4});
+}
+
 TEST_CASE("Optimizer refuses what its algorithm cannot do") {
     io::SafetensorsFile prob(kGolden + "problem.safetensors");
     CHECK(error_of([&] { Net(prob, optim::parse_optimizer("Prodigy", {}), 1.0, 0.5, 0.0f); }).find("same lr") !=
           std::string::npos);
     CHECK_NOTHROW(Net(prob, optim::parse_optimizer("Prodigy", {}), 1.0, 0.0, 0.0f));  // lr 0 is allowed
+    CHECK(error_of([&] { Net(prob, optim::parse_optimizer("DAdaptAdam", {}), 1.0, 0.5, 0.0f); }).find("same lr") !=
+          std::string::npos);
+    CHECK_NOTHROW(Net(prob, optim::parse_optimizer("DAdaptAdam", {}), 0.0, 1.0, 0.0f));
     Graph g;
     ValueId w = g.weight("frozen", DType::f32, Shape{4});
     optim::Optimizer opt(optim::parse_optimizer("AdamW", {}));

@@ -28,7 +28,7 @@ TEST_CASE("parse_optimizer: kohya's names and optimizer_args, unknown ones refus
     CHECK((pd.number("d_coef") == 2.0 && pd.beta2 == 0.99f && std::isinf(pd.number("growth_rate"))));
     CHECK((pd.is_none("beta3") && pd.flag("use_bias_correction") && pd.weight_decay == 0.0f));
     CHECK(error_of([] { optim::parse_optimizer("AdamW", {"momentum=0.9"}); }).find("'momentum'") != std::string::npos);
-    CHECK(error_of([] { optim::parse_optimizer("SGDNesterov", {}); }).find("SGDNesterov") != std::string::npos);
+    CHECK(error_of([] { optim::parse_optimizer("DAdaptSGD", {}); }).find("DAdaptSGD") != std::string::npos);
     CHECK(error_of([] { optim::parse_optimizer("AdamW", {"betas=0.9"}); }).find("betas") != std::string::npos);
     CHECK(error_of([] { optim::parse_optimizer("AdamW", {"betas=0.9,1.5"}); }).find("betas") != std::string::npos);
     CHECK(error_of([] { optim::parse_optimizer("Lion", {"weight_decay=abc"}); }).find("weight_decay") != std::string::npos);
@@ -45,7 +45,8 @@ TEST_CASE("parse_optimizer: kohya's names and optimizer_args, unknown ones refus
 TEST_CASE("optimizer registry: kohya's names in any case and the Python class paths it imports, others refused") {
     std::set<std::string> names;
     for (const optim::OptimizerDef* d : optim::optimizer_defs()) names.insert(d->name);
-    CHECK(names == std::set<std::string>{"AdamW", "AdamW8bit", "Lion", "Adafactor", "Prodigy"});
+    CHECK(names == std::set<std::string>{"AdamW", "AdamW8bit", "Lion", "Adafactor", "Prodigy", "DAdaptAdam",
+                                         "SGDNesterov", "PagedAdamW8bit", "PagedAdamW", "PagedAdamW32bit"});
     const std::pair<const char*, const char*> accepted[] = {
         {"adamw", "AdamW"},
         {" ADAMW8BIT ", "AdamW8bit"},
@@ -62,14 +63,28 @@ TEST_CASE("optimizer registry: kohya's names in any case and the Python class pa
         {"transformers.Adafactor", "Adafactor"},
         {"prodigyopt.Prodigy", "Prodigy"},
         {"prodigyopt.prodigy.Prodigy", "Prodigy"},
+        {"dadaptadam", "DAdaptAdam"},
+        {"dadaptation.DAdaptAdam", "DAdaptAdam"},
+        {"dadaptation.dadapt_adam.DAdaptAdam", "DAdaptAdam"},
+        {"SGDNESTEROV", "SGDNesterov"},
+        {"bitsandbytes.optim.PagedAdamW8bit", "PagedAdamW8bit"},
+        {"bitsandbytes.optim.PagedAdamW", "PagedAdamW"},
+        {"pagedadamw32bit", "PagedAdamW32bit"},
     };
     for (auto [type, name] : accepted) CHECK_MESSAGE(std::string(optim::find_optimizer(type).name) == name, type);
-    // kohya names we do not implement, and torch's own Adafactor (another algorithm than transformers')
-    for (const char* type : {"DAdaptAdam", "SGDNesterov", "PagedAdamW8bit", "Lion8bit", "AdEMAMix8bit",
-                             "torch.optim.Adafactor", "AdamWScheduleFree", ""}) {
+    // torch.optim.SGD is plain SGD in kohya (momentum 0, no Nesterov), not SGDNesterov.
+    CHECK(error_of([] { optim::find_optimizer("torch.optim.SGD"); }).find("is not supported") != std::string::npos);
+    // Unknown names, and torch's own Adafactor (another algorithm than transformers'): the supported listed.
+    for (const char* type : {"torch.optim.Adafactor", "Foo", ""}) {
         const std::string e = error_of([&] { optim::parse_optimizer(type, {}); });
-        CHECK_MESSAGE(e.find(std::string("'") + type + "' is not supported") != std::string::npos, e);
+        CHECK_MESSAGE(e.find(std::string("'") + type + "' is not supported (") == std::string::npos, e);
+        CHECK_MESSAGE(e.find(std::string("'") + type + "' is not supported; supported") != std::string::npos, e);
         CHECK_MESSAGE(e.find("AdamW8bit (bitsandbytes.optim.AdamW8bit)") != std::string::npos, e);
+    }
+    // kohya's names not implemented here: refused with the reason, in any case.
+    for (const char* type : {"Lion8bit", "sgdnesterov8bit", "AdEMAMix8bit", "AdamWScheduleFree", "DAdaptLion"}) {
+        const std::string e = error_of([&] { optim::parse_optimizer(type, {}); });
+        CHECK_MESSAGE(e.find(std::string("'") + type + "' is not supported: ") != std::string::npos, e);
     }
     CHECK(std::string(optim::OptimizerConfig().name()) == "AdamW");  // the default, as kohya's
 }

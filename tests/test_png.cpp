@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include <png.h>
 #include <unistd.h>
 
 #include "data/image.h"
@@ -28,6 +29,48 @@ Bitmap pattern(int w, int h, int c, int salt) {
     return im;
 }
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+// A PNG's text chunks as libpng itself reads them (the whole file, so text after the image data
+// counts too), with the chunk each came in (PNG_TEXT_COMPRESSION_NONE: tEXt,
+// PNG_ITXT_COMPRESSION_NONE: uncompressed iTXt), and the colour type; "" on any libpng error.
+struct LibpngText {
+    std::vector<std::tuple<std::string, std::string, int>> chunks;  // keyword, text, compression
+    int color_type = -1;
+    std::string error;
+};
+LibpngText libpng_text(const std::vector<uint8_t>& bytes) {
+    struct Source {
+        const std::vector<uint8_t>* bytes;
+        size_t at;
+    } src{&bytes, 0};
+    LibpngText out;
+    png_structp png = png_create_read_struct(
+        PNG_LIBPNG_VER_STRING, nullptr, [](png_structp p, png_const_charp) { png_longjmp(p, 1); },
+        [](png_structp, png_const_charp) {});
+    png_infop info = png_create_info_struct(png);
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_read_struct(&png, &info, nullptr);
+        out.error = "libpng refused the file";
+        return out;
+    }
+    png_set_read_fn(png, &src, [](png_structp p, png_bytep to, png_size_t n) {
+        Source* s = static_cast<Source*>(png_get_io_ptr(p));
+        if (n > s->bytes->size() - s->at) png_error(p, "end of file");
+        std::memcpy(to, s->bytes->data() + s->at, n);
+        s->at += n;
+    });
+    png_set_crc_action(png, PNG_CRC_ERROR_QUIT, PNG_CRC_ERROR_QUIT);
+    png_read_png(png, info, PNG_TRANSFORM_IDENTITY, nullptr);
+    png_textp text = nullptr;
+    const int n = png_get_text(png, info, &text, nullptr);
+    for (int i = 0; i < n; i++)
+        out.chunks.emplace_back(text[i].key, std::string(text[i].text, text[i].compression == PNG_TEXT_COMPRESSION_NONE
+                                                                           ? text[i].text_length
+                                                                           : text[i].itxt_length),
+                                text[i].compression);
+    out.color_type = png_get_color_type(png, info);
+    png_destroy_read_struct(&png, &info, nullptr);
+    return out;
+}
 // The pixels as libpng decodes them (RGB, alpha kept apart).
 data::Image pixels_of(const std::vector<uint8_t>& png) {
     return data::decode_image(png.data(), png.size(), "mem.png", {data::AlphaMode::mask});
@@ -64,6 +107,30 @@ TEST_CASE("png: pixels and text chunks round trip") {
         CHECK(c.rgb[3 * i] == rgba.pixels[4 * i]);
         CHECK(c.alpha[i] == rgba.pixels[4 * i + 3]);
     }
+}
+
+TEST_CASE("png: libpng reads the text chunks back as A1111 and PIL do") {
+    const std::string params = "a cat\nNegative prompt: blurry\nSteps: 20, Sampler: Euler a, Seed: 1";
+    const std::string utf8 = "\xe7\x8c\xab, caf\xc3\xa9";
+    const LibpngText t = libpng_text(data::encode_png(pattern(7, 5, 3, 1), {{"parameters", params}, {"Comment", utf8},
+                                                                            {"empty", ""}}));
+    REQUIRE(t.error.empty());
+    CHECK(t.color_type == PNG_COLOR_TYPE_RGB);
+    REQUIRE(t.chunks.size() == 3);
+    CHECK(t.chunks[0] == std::tuple<std::string, std::string, int>{"parameters", params, PNG_TEXT_COMPRESSION_NONE});
+    CHECK(t.chunks[1] == std::tuple<std::string, std::string, int>{"Comment", utf8, PNG_ITXT_COMPRESSION_NONE});
+    CHECK(t.chunks[2] == std::tuple<std::string, std::string, int>{"empty", "", PNG_TEXT_COMPRESSION_NONE});
+    // Each channel count has its colour type: grey, grey + alpha, RGB, RGBA.
+    const int types[] = {PNG_COLOR_TYPE_GRAY, PNG_COLOR_TYPE_GRAY_ALPHA, PNG_COLOR_TYPE_RGB, PNG_COLOR_TYPE_RGB_ALPHA};
+    for (int c = 1; c <= 4; c++) {
+        const std::vector<uint8_t> png = data::encode_png(pattern(3, 2, c, c));
+        CHECK(libpng_text(png).color_type == types[c - 1]);
+        CHECK(data::read_png_info(png, "c.png").channels() == c);
+    }
+    // A flipped bit in the text is libpng's error too, as it is read_png_info's.
+    std::vector<uint8_t> flipped = data::encode_png(pattern(4, 4, 3, 2), {{"parameters", "x"}});
+    flipped[45] ^= 0x20;
+    CHECK(libpng_text(flipped).error == "libpng refused the file");
 }
 
 TEST_CASE("png: corrupt data and bad arguments are refused") {

@@ -4,6 +4,7 @@
 // gradients (to activations only) are checked by the op cases (cases_matmul.cpp, cases_conv.cpp).
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -24,11 +25,7 @@ using gltest::rel_error;
 
 namespace {
 
-uint32_t bits(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return u;
-}
+uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
 
 // Rows of different magnitudes (1e-30 .. 1e3, one negative-dominated), random values in each.
 std::vector<float> varied_rows(int64_t rows, int64_t cols, uint32_t seed) {

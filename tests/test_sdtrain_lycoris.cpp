@@ -14,7 +14,7 @@
 #include "ggml-lite/io/safetensors.h"
 #include "lora/file_modules.h"
 #include "lora/kohya.h"
-#include "lora/merge_file.h"
+#include "pipelines/merge_file.h"
 #include "lora/network_args.h"
 #include "models/sd15/model_files.h"
 #include "pipelines/pipeline.h"
@@ -61,7 +61,7 @@ std::vector<float> unet_output(const sd::Sd15Files& m, const lora::LoraConfig& c
     auto rt = gl::make_cpu_runtime(gl::make_plan(g));
     sd::load_unet(w, u, *m.unet, *rt);
     net.init(*rt, 0);
-    const lora::LoadReport r = lora::load_lora(file, net, *rt, &u);
+    const lora::LoadReport r = lora::load_lora(file, net, *rt, sd::unet_ldm_names(u));
     CHECK(r.modules == net.modules().size());
     CHECK(r.missing.empty());
     diffusion::NoiseRng rng{7, 0};
@@ -135,7 +135,7 @@ TEST_CASE("sdtrain lycoris: LoHa, LoKr and DoRA runs plan, save LyCORIS's files 
         // Reloaded: as a file's network (txt2img, gl-merge) and as the training network, the same outputs.
         lora::LoraConfig from_file;
         from_file.from_file = std::make_shared<lora::FileModules>(
-            std::make_shared<gl::io::SafetensorsFile>(file.string()), &m.unet_cfg);
+            std::make_shared<gl::io::SafetensorsFile>(file.string()), sd::unet_ldm_names(m.unet_cfg));
         const std::vector<float> a = unet_output(m, from_file, f), b = unet_output(m, c.lora_config(), f);
         const double e = rel(a, b);
         MESSAGE(k.name, ": UNet output with the file as a file's network vs the training network: rel. error ", e);

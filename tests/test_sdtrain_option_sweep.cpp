@@ -110,9 +110,10 @@ TEST_CASE("option sweep: real options hold as a float, integer options as their 
         const std::string e = usage_error({"--" + o->name, "1e39"});
         CHECK((has(e, "that a 32-bit float holds") || has(e, "in [0, 1], got '1e39'")));
     }
-    // 2^31 and 2^63: refused unless the option's type holds them (steps and warm-up in int64, the
-    // seed in uint64).
-    const std::set<std::string> int64_wide = {"max_train_steps", "lr_warmup_steps", "seed"};
+    // 2^31 and 2^63: refused unless the option's type holds them (steps, warm-up, decay and the
+    // validation seed in int64, the seed in uint64).
+    const std::set<std::string> int64_wide = {"max_train_steps", "lr_warmup_steps", "lr_decay_steps", "seed",
+                                              "validation_seed"};
     for (const train::Option* o : options_where(is_integer)) {
         CAPTURE(o->name);
         for (const std::string bad : {"2.5", "1e3", "-9223372036854775809", "18446744073709551616"}) {
@@ -182,7 +183,8 @@ TEST_CASE("option sweep: an option given twice: each value is checked, the last 
     const std::vector<std::string> candidates = {
         "1", "2", "0", "0.5", "0.25", "150", "225", "a", "b", ".txt", ".caption", "constant", "linear", "l1", "l2",
         "fp16", "bf16", "float", "ddim", "euler", "snr", "exponential", "AdamW", "Lion", "cpu", "auto", "8G", "4G",
-        "512", "512,768", "networks.lora", "safetensors"};
+        "512", "512,768", "networks.lora", "safetensors", "tensorboard", "all", "StepLR",
+        "torch.optim.lr_scheduler.StepLR"};
     // What some options need beside them to be valid at all.
     const std::map<std::string, std::vector<std::string>> needs = {
         {"save_last_n_steps", {"--save_every_n_steps", "1"}},
@@ -190,6 +192,8 @@ TEST_CASE("option sweep: an option given twice: each value is checked, the last 
         {"save_last_n_epochs", {"--save_every_n_epochs", "1"}},
         {"save_last_n_epochs_state", {"--save_every_n_epochs", "1"}},
         {"adaptive_noise_scale", {"--noise_offset", "0.1"}},
+        {"log_with", {"--logging_dir", "logs"}},
+        {"lr_scheduler_type", {"--lr_scheduler_args", "step_size=1"}},
     };
     for (const train::Option& o : train::option_table()) {
         if (o.group.empty() || o.kind != train::OptionKind::value || o.group.rfind("Accepted", 0) == 0) continue;

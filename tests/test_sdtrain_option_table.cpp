@@ -4,6 +4,8 @@
 // scheduler names from their registries.
 #include <doctest/doctest.h>
 
+#include "sdtrain_cli_fixtures.h"
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -19,26 +21,9 @@
 
 using namespace sdtrain_test;
 
+using namespace sdtrain_cli_test;
+
 namespace {
-
-const std::vector<std::string> kRequired = {"--pretrained_model_name_or_path", "m.safetensors", "--train_data_dir",
-                                            "data", "--output_dir", "out", "--network_module", "networks.lora",
-                                            "--resolution", "512"};
-
-train::RunConfig parse(std::vector<std::string> extra) {
-    std::vector<std::string> a = kRequired;
-    a.insert(a.end(), extra.begin(), extra.end());
-    return sdtrain::parse_command_line(a).config;
-}
-
-std::string usage_error(std::vector<std::string> extra) {
-    try {
-        parse(std::move(extra));
-    } catch (const gl::cli::UsageError& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
 
 const train::Option& option(const std::string& name) {
     const train::Option* o = train::find_option(name);
@@ -122,11 +107,18 @@ TEST_CASE("option table: optimizer and scheduler names come from their registrie
     CHECK(option("lr_scheduler").help.find(joined(schedulers)) != std::string::npos);
     for (const std::string& name : optim::lr_kind_names()) {
         CAPTURE(name);
-        CHECK(parse({"--lr_scheduler", name}).lr_scheduler == name);
+        // The two that need an argument kohya has no default for.
+        const std::vector<std::string> extra = name == "cosine_with_min_lr" ? std::vector<std::string>{"--lr_scheduler_min_lr_ratio", "0.1"}
+                                               : name == "piecewise_constant"
+                                                   ? std::vector<std::string>{"--lr_scheduler_args", "step_rules='1:10,0.1'"}
+                                                   : std::vector<std::string>{};
+        std::vector<std::string> argv = {"--lr_scheduler", name};
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        CHECK(parse(argv).lr_scheduler == name);
     }
     CHECK(parse({"--lr_scheduler", "adafactor", "--optimizer_type", "Adafactor"}).lr_scheduler == "adafactor");
-    CHECK(usage_error({"--lr_scheduler", "cosine_with_min_lr"}) ==
-          "--lr_scheduler cosine_with_min_lr is not supported (" + joined(schedulers) + ")");
+    CHECK(usage_error({"--lr_scheduler", "cosine_annealing"}) ==
+          "--lr_scheduler cosine_annealing is not supported (" + joined(schedulers) + ")");
 }
 
 TEST_CASE("option table: the report shows every option of the shown groups, the dataset level its settings") {

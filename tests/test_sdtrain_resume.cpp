@@ -75,7 +75,7 @@ TEST_CASE("sdtrain state: a resume matches the dataset by content, not by how it
     // A state of the earlier format (the image paths as given) still resumes with those paths.
     {
         train::RunConfig c = two_steps(model, relative, out);
-        const train::RunData d = train::load_run_data(c);
+        const train::RunData d = train::load_run_data(c, c.seed.value_or(0));
         const fs::path old = s.root / "old-format";
         fs::copy(s.root / "saved", old, fs::copy_options::recursive);
         edit_state(old, "version", "1");

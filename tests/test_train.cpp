@@ -172,6 +172,59 @@ TEST_CASE("train step: noising, epsilon and v targets and the weighted loss matc
         }
 }
 
+TEST_CASE("train step: the graph draws the noise, offset noise and per-sample values of draw_micro_batch, bit for bit") {
+    train::StepOptions o = tiny_options(Precision::fp32, 3);
+    o.prediction = diffusion::Prediction::v_prediction;
+    o.loss = LossKind::huber;
+    auto s = train::build_step(o);
+    for (ValueId v : {s->noise, s->timesteps, s->sqrt_ac, s->sqrt_1m_ac, s->loss_weights, s->huber_c})
+        s->g.mark_output(v);
+    auto rt = make_cpu_runtime(make_plan(s->g));
+    rt->poison(0xff);
+    io::SafetensorsFile f(kTinyUnet);
+    sd::load_unet(*s->unet_weights, o.unet, f, *rt);
+    train::TrainerOptions to;
+    to.seed = 31;
+    to.objective.prediction = o.prediction;
+    to.objective.loss = o.loss;
+    to.objective.min_snr_gamma = 5.0;
+    to.objective.noise_offset = 0.1;
+    to.objective.min_timestep = 100;
+    to.objective.max_timestep = 900;
+    train::Trainer tr(*s, *rt, to);
+    tr.init(2);
+    const std::vector<float> x0 = structured_latents(3, 1), ctx = tiny_context(3, 2);
+    const diffusion::DdpmSchedule sched = diffusion::DdpmSchedule::sd15();
+    const auto same_as = [&](const train::MicroBatch& mb) {
+        CHECK(rt->read_f32(s->noise) == mb.noise);
+        CHECK(rt->read_f32(s->timesteps) == mb.timesteps);
+        CHECK(rt->read_f32(s->sqrt_ac) == mb.sqrt_ac);
+        CHECK(rt->read_f32(s->sqrt_1m_ac) == mb.sqrt_1m_ac);
+        CHECK(rt->read_f32(s->loss_weights) == mb.weights);
+        CHECK(rt->read_f32(s->huber_c) == mb.huber_c);
+    };
+    // A training step continues the trainer's stream: the micro-batch's draws, then the dropout seed.
+    diffusion::NoiseRng host{31, 0};
+    for (int k = 0; k < 2; k++) {
+        tr.step(x0, ctx);
+        const train::MicroBatch mb = train::draw_micro_batch(to.objective, sched, 3, int64_t(x0.size()), 4, host);
+        host.next_u64();
+        CHECK(tr.last_draw().t == mb.t);
+        CHECK(tr.last_draw().counter + train::micro_batch_draws(to.objective, 3, int64_t(x0.size()), 4) == host.counter - 1);
+        same_as(mb);
+    }
+    // evaluate() draws from the start of its seed's stream.
+    tr.evaluate(x0, ctx, 77);
+    diffusion::NoiseRng fixed{77, 0};
+    same_as(train::draw_micro_batch(to.objective, sched, 3, int64_t(x0.size()), 4, fixed));
+    // A draw the tables cannot serve is refused before it reaches the graph.
+    CHECK_THROWS_WITH_AS(train::write_draw(*s, *rt, {1, 0, 0.0, {1, 2}}), doctest::Contains("for a batch of 3"), gl::Error);
+    CHECK_THROWS_WITH_AS(train::write_draw(*s, *rt, {1, 0, 0.0, {1, 1000, 2}}), doctest::Contains("timestep 1000"),
+                         gl::Error);
+    CHECK_THROWS_WITH_AS(train::write_draw(*s, *rt, {1, 0, -0.5, {1, 2, 3}}), doctest::Contains("noise offset -0.5"),
+                         gl::Error);
+}
+
 TEST_CASE("train: a tiny UNet LoRA learns a fixed latent set on the CPU (fixed-draw loss falls)") {
     const std::vector<float> data = structured_latents(4, 11), ctx = tiny_context(4, 12);
     Tiny t(tiny_options(Precision::fp32, 2, 4e-3f), Recompute::blocks);

@@ -56,34 +56,30 @@ TEST_CASE("train: 2 micro-batches of 1 give the update of one batch of 2 (accumu
     one.s->update->init_state(*one.rt);
     acc.s->update->init_state(*acc.rt);
     REQUIRE(acc.s->update->accumulators().size() == acc.s->net->parameters().size());
+    train::Objective obj;
+    obj.min_snr_gamma = 5.0;  // loss weights that differ between the two timesteps
+    for (Tiny* m : {&one, &acc}) train::write_objective_tables(*m->s, *m->rt, obj, diffusion::DdpmSchedule::sd15());
     for (int step = 1; step <= 2; step++) {
         const std::vector<float> before = acc.params();
-        // The same draws for both: two samples of latents, noise, timesteps, coefficients, context.
-        const std::vector<float> x0 = normal(2 * kLatent, 10 + step), noise = normal(2 * kLatent, 20 + step),
-                                 ctx = normal(2 * kCtx, 30 + step);
-        const std::vector<float> t = {float(100 * step), float(700 - 50 * step)}, a = {0.9f, 0.4f}, b = {0.43589f, 0.9165f},
-                                 w = {1.0f, 0.5f};
-        auto write = [](Tiny& m, const std::vector<float>& x, const std::vector<float>& n, const std::vector<float>& c,
-                        const std::vector<float>& tt, const std::vector<float>& aa, const std::vector<float>& bb,
-                        const std::vector<float>& ww) {
+        // The same draws for both: two samples of latents, context, noise and timesteps. Sample k's
+        // noise starts 2 kLatent draws into the batch's, where micro-batch k's is made to start.
+        const std::vector<float> x0 = normal(2 * kLatent, 10 + step), ctx = normal(2 * kCtx, 30 + step);
+        const std::vector<int32_t> t = {100 * step, 700 - 50 * step};
+        const uint64_t seed = uint64_t(40 + step);
+        auto write = [](Tiny& m, const std::vector<float>& x, const std::vector<float>& c, const train::StepDraw& d) {
             m.rt->write_f32(m.s->latents, x);
-            m.rt->write_f32(m.s->noise, n);
             m.rt->write_f32(m.s->context, c);
-            m.rt->write_f32(m.s->timesteps, tt);
-            m.rt->write_f32(m.s->sqrt_ac, aa);
-            m.rt->write_f32(m.s->sqrt_1m_ac, bb);
-            m.rt->write_f32(m.s->loss_weights, ww);
+            train::write_draw(*m.s, *m.rt, d);
             m.rt->write_f32(m.s->loss_scale, {1.0f});
         };
-        write(one, x0, noise, ctx, t, a, b, w);
+        write(one, x0, ctx, {seed, 0, 0.0, t});
         one.s->update->prepare(*one.rt, 0);
         one.rt->run();
         const train::UpdateReport r1 = one.s->update->finish_run(*one.rt, true);
         train::UpdateReport r2;
         for (int k = 0; k < 2; k++) {
             const size_t i = size_t(k);
-            write(acc, part(x0, i, kLatent), part(noise, i, kLatent), part(ctx, i, kCtx), {t[i]}, {a[i]}, {b[i]},
-                  {w[i]});
+            write(acc, part(x0, i, kLatent), part(ctx, i, kCtx), {seed, 2 * i * kLatent, 0.0, {t[i]}});
             acc.s->update->prepare(*acc.rt, k);
             acc.rt->run();
             r2 = acc.s->update->finish_run(*acc.rt, k == 1);

@@ -1,6 +1,7 @@
-// The step graph's hooks for kohya's noise and loss variants (train/step.h): the input
-// perturbation enters the noisy latents only (the target keeps the plain noise), and the loss
-// mask weighs each latent pixel, against a plain step graph and host arithmetic.
+// The step graph's hooks for kohya's noise and loss variants (train/step.h): host-drawn noise, the
+// input perturbation entering the noisy latents only (the target keeps the plain noise), the loss
+// mask weighing each latent pixel, and the objective's tables carrying the zero-terminal-SNR
+// schedule and the post-process loss weights, against a plain step graph and host arithmetic.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include "ggml-lite/io/safetensors.h"
 #include "op_harness.h"
 #include "test_util.h"
+#include "train/noise_variants.h"
 #include "train/trainer.h"
 #include "train_fixtures.h"
 
@@ -24,7 +26,7 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) { retur
 struct Graph1 {
     std::unique_ptr<train::StepGraph> s;
     std::unique_ptr<Runtime> rt;
-    explicit Graph1(const train::StepOptions& o) {
+    explicit Graph1(const train::StepOptions& o, const train::Objective& obj = {}) {
         s = train::build_step(o);
         s->g.mark_output(s->pred);
         rt = make_cpu_runtime(make_plan(s->g));
@@ -32,9 +34,10 @@ struct Graph1 {
         sd::load_unet(*s->unet_weights, o.unet, f, *rt);
         s->net->init(*rt, 3);
         s->update->init_state(*rt);
+        train::write_objective_tables(*s, *rt, obj, diffusion::DdpmSchedule::sd15());
     }
     // One evaluation without an update (as Trainer::evaluate runs it).
-    float run(const std::vector<float>& x0, const std::vector<float>& ctx, const train::MicroBatch& mb,
+    float run(const std::vector<float>& x0, const std::vector<float>& ctx, const train::StepDraw& mb,
               const std::vector<float>& mask = {}) {
         s->update->prepare(*rt, s->opt.grad_accum - 1, 0.0, /*skip=*/true);
         optim::LossScaler::Options one;
@@ -48,9 +51,10 @@ struct Graph1 {
 
 }  // namespace
 
-TEST_CASE("train step: the input perturbation noises the latents only; the loss mask weighs each latent pixel") {
+TEST_CASE("train step: host-drawn noise, the input perturbation in the noisy latents only, the loss mask per latent pixel") {
     const std::vector<float> x0 = structured_latents(2, 1), ctx = tiny_context(2, 2);
     train::StepOptions o = train_test::tiny_options(train::Precision::fp32, 2, 1, 1e-3f);
+    o.host_noise = true;
     train::StepOptions varied = o;
     varied.input_perturbation = true;
     varied.masked_loss = true;
@@ -59,13 +63,26 @@ TEST_CASE("train step: the input perturbation noises the latents only; the loss 
 
     train::Objective obj;
     obj.ip_noise_gamma = 0.5;
+    REQUIRE(train::draws_noise_on_host(obj));
     diffusion::NoiseRng rng{5, 0};
-    const train::MicroBatch mb = train::draw_micro_batch(obj, diffusion::DdpmSchedule::sd15(), 2,
-                                                         int64_t(x0.size()), 4, rng, {kSide, kSide, x0});
+    const train::StepDraw mb = train::draw_step(obj, diffusion::DdpmSchedule::sd15(), 2, int64_t(x0.size()), 4, rng,
+                                                {kSide, kSide, x0});
     REQUIRE(mb.ip_noise.size() == x0.size());
+    REQUIRE(mb.noise.size() == x0.size());
+    // The host draw is draw_micro_batch's, and moves the stream as far.
+    diffusion::NoiseRng again{5, 0};
+    const train::MicroBatch ref = train::draw_micro_batch(obj, diffusion::DdpmSchedule::sd15(), 2, int64_t(x0.size()), 4,
+                                                          again, {kSide, kSide, x0});
+    CHECK(ref.noise == mb.noise);
+    CHECK(ref.ip_noise == mb.ip_noise);
+    CHECK(ref.t == mb.t);
+    CHECK(again.counter == rng.counter);
+    // A graph that draws its own noise refuses a host draw, and the other way round.
+    CHECK(gltest::error_of([&] { plain.run(x0, ctx, train::StepDraw{5, 0, 0.0, mb.t}); }).find("noise") !=
+          std::string::npos);
 
     // The plain graph given noise + perturbation predicts what the perturbed graph predicts.
-    train::MicroBatch perturbed = mb;
+    train::StepDraw perturbed = mb;
     for (size_t i = 0; i < x0.size(); i++) perturbed.noise[i] += mb.ip_noise[i];
     perturbed.ip_noise.clear();
     plain.run(x0, ctx, perturbed);
@@ -93,4 +110,39 @@ TEST_CASE("train step: the input perturbation noises the latents only; the loss 
     CHECK(masked < loss);
     // A masked-loss graph refuses to run without its mask.
     CHECK(gltest::error_of([&] { g.run(x0, ctx, mb); }).find("mask") != std::string::npos);
+}
+
+TEST_CASE("train step: the objective's tables hold the zero-terminal-SNR noising and kohya's post-process loss weights") {
+    train::StepOptions o = train_test::tiny_options(train::Precision::fp32, 2, 1, 1e-3f);
+    o.prediction = diffusion::Prediction::v_prediction;
+    train::Objective obj;
+    obj.prediction = diffusion::Prediction::v_prediction;
+    obj.zero_terminal_snr = true;
+    obj.min_snr_gamma = 5;
+    obj.scale_v_pred_loss_like_noise_pred = true;
+    obj.debiased_estimation = true;
+    REQUIRE_FALSE(train::draws_noise_on_host(obj));
+    Graph1 g(o, obj);
+    const diffusion::DdpmSchedule& s = diffusion::DdpmSchedule::sd15();
+    const diffusion::DdpmSchedule z = train::noising_schedule(obj, s);
+    const std::vector<float> sqrt_ac = g.rt->read_f32(g.s->sqrt_ac_table);
+    const std::vector<float> sqrt_1m = g.rt->read_f32(g.s->sqrt_1m_ac_table);
+    const std::vector<float> weight = g.rt->read_f32(g.s->loss_weight_table);
+    REQUIRE(sqrt_ac.size() == size_t(s.num_steps));
+    CHECK(sqrt_ac.back() == 0.0f);  // zero terminal SNR: alpha_bar ends at 0
+    CHECK(sqrt_1m.back() == 1.0f);
+    for (int t : {0, 1, 250, 999}) {
+        CHECK(sqrt_ac[size_t(t)] == float(z.sqrt_alphas_cumprod[size_t(t)]));
+        CHECK(sqrt_1m[size_t(t)] == float(z.sqrt_one_minus_alphas_cumprod[size_t(t)]));
+        CHECK(weight[size_t(t)] == float(train::loss_weight(obj, s, t)));
+    }
+    CHECK(weight[500] != float(train::min_snr_weight(s, 500, 5, obj.prediction)));  // more than min-SNR alone
+    // The host reference draws the same per-sample values.
+    diffusion::NoiseRng rng{9, 0};
+    const int64_t n = g.s->latent_numel();
+    const train::MicroBatch mb = train::draw_micro_batch(obj, s, 2, n, 4, rng);
+    for (size_t b = 0; b < mb.t.size(); b++) {
+        CHECK(mb.sqrt_ac[b] == sqrt_ac[size_t(mb.t[b])]);
+        CHECK(mb.weights[b] == weight[size_t(mb.t[b])]);
+    }
 }

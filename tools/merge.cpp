@@ -2,7 +2,7 @@
 //   gl-merge BASE LORA OUT [--multiplier M] [--overwrite]
 // BASE: an SD1.5 single file (.safetensors or .ckpt) or diffusers folder; LORA: a kohya / diffusers /
 // PEFT LoRA or LoCon, or a LyCORIS LoHa / LoKr / DoRA .safetensors; OUT: a .safetensors file for a single-file base, a new folder for a
-// diffusers base. The base's layout, key names and dtypes are kept (lora/merge_file.h).
+// diffusers base. The base's layout, key names and dtypes are kept (pipelines/merge_file.h).
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -10,7 +10,7 @@
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/io/safetensors.h"
-#include "lora/merge_file.h"
+#include "pipelines/merge_file.h"
 #include "tools/common/cli.h"
 
 namespace {

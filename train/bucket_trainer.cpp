@@ -31,6 +31,7 @@ BucketTrainer::BucketTrainer(std::vector<Member> graphs, const TrainerOptions& o
     GL_CHECK(!graphs_.empty(), "bucket trainer: no step graphs");
     o_.objective.validate(sched_);
     for (size_t i = 0; i < graphs_.size(); i++) check(i);
+    for (const Member& m : graphs_) write_objective_tables(*m.step, *m.rt, o_.objective, sched_);
 }
 
 void BucketTrainer::check(size_t i) const {
@@ -59,6 +60,7 @@ size_t BucketTrainer::add(Member m) {
         graphs_.pop_back();
         throw;
     }
+    write_objective_tables(*m.step, *m.rt, o_.objective, sched_);
     return graphs_.size() - 1;
 }
 
@@ -95,12 +97,12 @@ StepReport BucketTrainer::update(const std::vector<MicroInput>& micro, double lr
                  ", graph ", in.graph, " takes ", ids ? s.ids_numel() : s.context_numel(),
                  s.opt.train_text_encoder ? " token ids" : " context values");
         const bool last = k + 1 == micro.size();
-        const MicroBatch mb = draw_micro_batch(o_.objective, sched_, s.opt.batch, n, s.latent_channels(), rng_,
-                                               {s.opt.latent_h, s.opt.latent_w, in.latents});
+        const StepDraw d = draw_step(o_.objective, sched_, s.opt.batch, n, s.latent_channels(), rng_,
+                                     {s.opt.latent_h, s.opt.latent_w, in.latents});
         s.net->sample_dropout(rt, rng_.next_u64());
         s.update->optimizer().set_steps_applied(applied_);
         s.update->prepare(rt, int(k), lr_factor, false, last);
-        const float loss = run_micro_batch(s, rt, in.latents.data(), in.cond, mb, scaler_, r.step, int(k), in.loss_mask);
+        const float loss = run_micro_batch(s, rt, in.latents.data(), in.cond, d, scaler_, r.step, int(k), in.loss_mask);
         const UpdateReport u = s.update->finish_run(rt, last);
         r.loss += double(loss) / double(micro.size());
         for (float e : rt.read_f32(s.per_sample)) r.per_sample.push_back(e);

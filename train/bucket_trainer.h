@@ -39,6 +39,7 @@ public:
     };
     // Every graph must have the same parameter groups, optimizer and accumulation steps (the
     // bucket shapes and micro-batch sizes differ). Throws gl::Error naming the graph otherwise.
+    // Writes the objective's tables of every graph.
     BucketTrainer(std::vector<Member> graphs, const TrainerOptions& o);
 
     // Adds a graph (a shape planned late: a batch shortened by images that failed to load), checked

@@ -87,6 +87,7 @@ const char* event_kind_name(EventKind k) {
         case EventKind::resume: return "resume";
         case EventKind::save: return "save";
         case EventKind::sample: return "sample";
+        case EventKind::validation: return "validation";
         default: return "end";
     }
 }
@@ -136,6 +137,11 @@ std::string metrics_json(const MetricsEvent& e) {
         j["images"] = std::move(a);
     }
     if (!e.message.empty()) j["message"] = e.message;
+    if (e.kind == EventKind::validation) {
+        j["loss"] = num(e.loss);
+        j["average"] = num(e.average);
+        j["divergence"] = num(e.divergence);
+    }
     return j.dump(-1, ' ', false, ojson::error_handler_t::replace);
 }
 
@@ -253,7 +259,8 @@ StepMetrics step_of(const ojson& j) {
 }
 
 bool event_kind_of(const std::string& s, EventKind& k) {
-    for (EventKind e : {EventKind::start, EventKind::resume, EventKind::save, EventKind::sample, EventKind::end})
+    for (EventKind e : {EventKind::start, EventKind::resume, EventKind::save, EventKind::sample, EventKind::end,
+                        EventKind::validation})
         if (s == event_kind_name(e)) {
             k = e;
             return true;
@@ -269,6 +276,11 @@ MetricsEvent event_of(const ojson& j, EventKind kind) {
     e.time = get_num(j, "time");
     e.path = get_str(j, "path");
     e.message = get_str(j, "message");
+    if (kind == EventKind::validation) {
+        e.loss = get_num(j, "loss");
+        e.average = get_num(j, "average");
+        e.divergence = get_num(j, "divergence");
+    }
     if (const auto it = j.find("images"); it != j.end()) {
         if (!it->is_array()) throw std::invalid_argument("images");
         for (const ojson& im : *it) {
@@ -304,7 +316,8 @@ MetricsHistory parse_metrics(const std::string& text) {
                     // The steps after the state resumed from were done again: keep the new records.
                     std::erase_if(h.steps, [&](const StepMetrics& s) { return s.step > e.step; });
                     std::erase_if(h.events, [&](const MetricsEvent& x) {
-                        return x.step > e.step && (x.kind == EventKind::save || x.kind == EventKind::sample);
+                        return x.step > e.step && (x.kind == EventKind::save || x.kind == EventKind::sample ||
+                                                   x.kind == EventKind::validation);
                     });
                 }
                 h.events.push_back(std::move(e));

@@ -52,6 +52,9 @@ struct StepMetrics {
     double eta_s = kUnknown;       // remaining steps at the moving rate
     double elapsed_s = 0;          // since the meter started, pauses included
     double time = 0;               // Unix time of the record
+    // The last validation's mean loss, for the progress line (its own record is a validation
+    // event; not written with the step).
+    double val_loss = kUnknown;
 };
 
 struct MeterOptions {
@@ -91,8 +94,9 @@ private:
     std::deque<Point> window_;
 };
 
-enum class EventKind : uint8_t { start, resume, save, sample, end };
-const char* event_kind_name(EventKind k);  // "start" | "resume" | "save" | "sample" | "end"
+enum class EventKind : uint8_t { start, resume, save, sample, end, validation };
+// "start" | "resume" | "save" | "sample" | "end" | "validation"
+const char* event_kind_name(EventKind k);
 
 struct SampleImage {
     std::string path;    // the PNG written (absolute, or relative to the metrics file's folder)
@@ -107,6 +111,9 @@ struct MetricsEvent {
     std::string path;                 // save: the file written; resume: the state resumed from
     std::vector<SampleImage> images;  // sample
     std::string message;              // free text (end: "finished", "stopped by Ctrl-C", the error)
+    // validation: the pass's mean loss, kohya's recorder average and its divergence from the
+    // training loss's running mean; message: "step" or "epoch" (which validation it was).
+    double loss = kUnknown, average = kUnknown, divergence = kUnknown;
 };
 
 // Appends records to a JSONL file. Not copyable; one writer per file.

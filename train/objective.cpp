@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "ggml-lite/core/error.h"
 #include "train/noise_variants.h"
@@ -121,20 +122,47 @@ std::vector<int32_t> sample_timesteps(int64_t batch, int min_t, int max_t, int n
     return t;
 }
 
-uint64_t micro_batch_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels,
-                           bool rejections) {
+uint64_t noise_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels) {
     const uint64_t offset =
         o.noise_offset > 0 ? 2 * uint64_t(batch) * uint64_t(channels) + (o.noise_offset_random_strength ? 1 : 0) : 0;
-    const uint64_t pyramid = pyramid_noise_draws(latent_numel, o.multires_noise_iterations);
+    return 2 * uint64_t(latent_numel) + offset + pyramid_noise_draws(latent_numel, o.multires_noise_iterations);
+}
+
+uint64_t micro_batch_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels,
+                           bool rejections) {
     const uint64_t ip = o.ip_noise_gamma != 0 ? 2 * uint64_t(latent_numel) + (o.ip_noise_gamma_random_strength ? 1 : 0)
                                               : 0;
-    return 2 * uint64_t(latent_numel) + offset + pyramid + uint64_t(batch) * (rejections ? 2 : 1) + ip;
+    return noise_draws(o, batch, latent_numel, channels) + uint64_t(batch) * (rejections ? 2 : 1) + ip;
 }
+
+bool draws_noise_on_host(const Objective& o) {
+    return o.multires_noise_iterations > 0 || o.ip_noise_gamma != 0 ||
+           (o.noise_offset > 0 && (o.adaptive_noise_scale || o.noise_offset_random_strength));
+}
+
+diffusion::DdpmSchedule noising_schedule(const Objective& o, const diffusion::DdpmSchedule& s) {
+    return o.zero_terminal_snr ? zero_terminal_snr(s) : s;
+}
+
+TimestepValues timestep_values(const Objective& o, const diffusion::DdpmSchedule& s,
+                               const diffusion::DdpmSchedule& noising, int t) {
+    s.check_t(t);
+    noising.check_t(t);
+    const size_t i = size_t(t);
+    return {float(t), float(noising.sqrt_alphas_cumprod[i]), float(noising.sqrt_one_minus_alphas_cumprod[i]),
+            float(loss_weight(o, s, t)), gl::loss_takes_huber_c(o.loss) ? float(huber_c_at(o, noising, t)) : 0.0f};
+}
+
+namespace {
+void check_micro_batch(int64_t batch, int64_t latent_numel, int64_t channels) {
+    GL_CHECK(batch > 0 && channels > 0 && latent_numel % (batch * channels) == 0, "draw_micro_batch: ",
+             latent_numel, " latent elements do not split into ", batch, " samples of ", channels, " channels");
+}
+}  // namespace
 
 MicroBatch draw_micro_batch(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
                             int64_t channels, diffusion::NoiseRng& rng, const DrawInputs& in) {
-    GL_CHECK(batch > 0 && channels > 0 && latent_numel % (batch * channels) == 0, "draw_micro_batch: ",
-             latent_numel, " latent elements do not split into ", batch, " samples of ", channels, " channels");
+    check_micro_batch(batch, latent_numel, channels);
     MicroBatch m;
     m.noise.resize(size_t(latent_numel));
     diffusion::fill_normal(m.noise, rng);
@@ -165,16 +193,35 @@ MicroBatch draw_micro_batch(const Objective& o, const diffusion::DdpmSchedule& s
     }
     // kohya prepares all_snr (the loss weights' SNR) before the zero-terminal-SNR fix; noising,
     // the v target and the Huber thresholds use the fixed alphas.
-    const diffusion::DdpmSchedule noising = o.zero_terminal_snr ? zero_terminal_snr(s) : diffusion::DdpmSchedule{};
-    const diffusion::DdpmSchedule& n = o.zero_terminal_snr ? noising : s;
+    const diffusion::DdpmSchedule noising = noising_schedule(o, s);
     for (int32_t t : m.t) {
-        m.timesteps.push_back(float(t));
-        m.sqrt_ac.push_back(float(n.sqrt_alphas_cumprod[size_t(t)]));
-        m.sqrt_1m_ac.push_back(float(n.sqrt_one_minus_alphas_cumprod[size_t(t)]));
-        m.weights.push_back(float(loss_weight(o, s, t)));
-        if (gl::loss_takes_huber_c(o.loss)) m.huber_c.push_back(float(huber_c_at(o, n, t)));
+        const TimestepValues v = timestep_values(o, s, noising, t);
+        m.timesteps.push_back(v.timestep);
+        m.sqrt_ac.push_back(v.sqrt_ac);
+        m.sqrt_1m_ac.push_back(v.sqrt_1m_ac);
+        m.weights.push_back(v.weight);
+        if (gl::loss_takes_huber_c(o.loss)) m.huber_c.push_back(v.huber_c);
     }
     return m;
+}
+
+StepDraw draw_step(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
+                   int64_t channels, diffusion::NoiseRng& rng, const DrawInputs& in) {
+    check_micro_batch(batch, latent_numel, channels);
+    StepDraw d;
+    d.seed = rng.seed;
+    d.counter = rng.counter;
+    if (draws_noise_on_host(o)) {
+        MicroBatch m = draw_micro_batch(o, s, batch, latent_numel, channels, rng, in);
+        d.t = std::move(m.t);
+        d.noise = std::move(m.noise);
+        d.ip_noise = std::move(m.ip_noise);
+        return d;
+    }
+    d.noise_offset = o.noise_offset;
+    rng.counter += noise_draws(o, batch, latent_numel, channels);
+    d.t = sample_timesteps(batch, o.min_timestep, o.max_timestep, s.num_steps, rng);
+    return d;
 }
 
 }  // namespace train

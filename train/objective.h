@@ -1,11 +1,12 @@
 // The training objective (the one owner of that name), as kohya's sd-scripts trains SD1.5 LoRAs:
-// what is predicted, the loss and its weights (min-SNR-gamma, debiased estimation), the timestep
-// range, offset noise and the Huber thresholds, and its per-step host work: draw the timesteps
-// (uniform in [min_timestep, max_timestep)), the noise (with optional offset noise), and from the
-// DDPM schedule (models/diffusion/noise.h: the diffusion process itself, shared with sampling) the
-// per-sample coefficients the step graph takes: sqrt(alpha_bar), sqrt(1 - alpha_bar), the loss
-// weights and the Huber thresholds. The graph does the tensor work (noisy = a x0 + b noise, the
-// target, the loss).
+// what is predicted, the loss and its weights (min-SNR-gamma, debiased estimation), the timestep range, offset noise and
+// the Huber thresholds, and its per-step draws: the noise (with optional offset noise), then the
+// timesteps (uniform in [min_timestep, max_timestep)), and from the DDPM schedule
+// (models/diffusion/noise.h: the diffusion process itself, shared with sampling) the per-sample values
+// of a timestep: sqrt(alpha_bar), sqrt(1 - alpha_bar), the loss weight and the Huber threshold.
+// The step graph draws the noise itself and looks the per-sample values up by timestep
+// (train/step.h); the host draws only the timesteps (draw_step). draw_micro_batch draws
+// everything on the host from the same stream: the reference the graph's draws equal.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -83,6 +84,20 @@ void apply_noise_offset(std::span<float> noise, int64_t batch, int64_t channels,
 // defaults 0 and 1000). Throws gl::Error unless 0 <= min_t < max_t <= num_steps.
 std::vector<int32_t> sample_timesteps(int64_t batch, int min_t, int max_t, int num_steps, diffusion::NoiseRng& rng);
 
+// The schedule the noising follows: s, or with o.zero_terminal_snr its rescaling
+// (train/noise_variants.h). The loss weights keep s's SNR (kohya's all_snr is taken before the fix).
+diffusion::DdpmSchedule noising_schedule(const Objective& o, const diffusion::DdpmSchedule& s);
+
+// The values a timestep gives each sample: t as the UNet takes it (f32), the noising
+// coefficients (from `noising`, noising_schedule's), the loss weight (loss_weight: min-SNR-gamma
+// and kohya's other post-process weights, from s's SNR) and, for the huber and smooth_l1 losses,
+// the threshold (from `noising`).
+struct TimestepValues {
+    float timestep, sqrt_ac, sqrt_1m_ac, weight, huber_c;
+};
+TimestepValues timestep_values(const Objective& o, const diffusion::DdpmSchedule& s,
+                               const diffusion::DdpmSchedule& noising, int t);
+
 // One micro-batch's random draws and the per-sample values derived from them.
 struct MicroBatch {
     std::vector<int32_t> t;            // [B] timesteps
@@ -107,11 +122,32 @@ struct DrawInputs {
 // when o.zero_terminal_snr.
 MicroBatch draw_micro_batch(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
                             int64_t channels, diffusion::NoiseRng& rng, const DrawInputs& in = {});
+
+// Whether o's noise needs the host: the variants the step graph does not draw (pyramid noise,
+// adaptive or random-strength offset noise, input perturbation). The graph then takes the noise as
+// an input (StepOptions::host_noise) and the step costs the host draw and its upload.
+bool draws_noise_on_host(const Objective& o);
+
+// A micro-batch's draws as the step graph takes them: where its noise starts in the stream (the
+// graph draws the noise and the offset noise from there) and the timesteps after them; with
+// draws_noise_on_host, the noise itself (and the input perturbation) drawn on the host instead.
+struct StepDraw {
+    uint64_t seed = 0, counter = 0;
+    double noise_offset = 0.0;
+    std::vector<int32_t> t;
+    std::vector<float> noise, ip_noise;  // [B, h, w, C]: host-drawn noise only (else empty)
+};
+// Moves rng exactly as draw_micro_batch does, drawing on the host only the timesteps (or, with
+// draws_noise_on_host, everything draw_micro_batch draws).
+StepDraw draw_step(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
+                   int64_t channels, diffusion::NoiseRng& rng, const DrawInputs& in = {});
 // How far draw_micro_batch moves rng: two draws per normal value (noise, offset noise, input
 // perturbation), one per timestep and per random strength, and a fixed block per pyramid level
 // (train/noise_variants.h). Timestep sampling rejects a draw with a chance below 2^-50 (one more
 // draw); with `rejections`, one is counted per timestep (an upper bound in practice).
 uint64_t micro_batch_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels,
                            bool rejections = false);
+// The part of those the noise and offset noise take (the step graph's, before the timesteps).
+uint64_t noise_draws(const Objective& o, int64_t batch, int64_t latent_numel, int64_t channels);
 
 }  // namespace train

@@ -36,6 +36,20 @@ void Recorder::sample(int64_t step, int64_t epoch, std::vector<SampleImage> imag
     writer_.write(e);
 }
 
+void Recorder::validation(int64_t step, int64_t epoch, const std::string& kind, double loss, double average,
+                          double divergence) {
+    meter_.idle();
+    MetricsEvent e;
+    e.kind = EventKind::validation;
+    e.step = step;
+    e.epoch = epoch;
+    e.message = kind;
+    e.loss = loss;
+    e.average = average;
+    e.divergence = divergence;
+    writer_.write(e);
+}
+
 void Recorder::save(int64_t step, int64_t epoch, const std::string& path) {
     meter_.idle();
     MetricsEvent e;

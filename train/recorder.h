@@ -40,6 +40,9 @@ public:
     StepMetrics step(const StepMetrics& facts);
 
     void sample(int64_t step, int64_t epoch, std::vector<SampleImage> images);
+    // A validation pass's record (kind: "step" or "epoch"); left out of the rates like a sample.
+    void validation(int64_t step, int64_t epoch, const std::string& kind, double loss, double average,
+                    double divergence);
     // Records the save and rewrites the report.
     void save(int64_t step, int64_t epoch, const std::string& path);
     // Records the end (message: "finished", "stopped at step 120 (Ctrl-C)", an error) and writes

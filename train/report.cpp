@@ -184,9 +184,14 @@ std::string plots_html(const MetricsHistory& h) {
         }
     }
     std::vector<double> saves;
-    for (const MetricsEvent& e : h.events)
+    PlotSeries validation{"validation loss", "#e67e22", {}, {}, 2.2};
+    for (const MetricsEvent& e : h.events) {
         if (e.kind == EventKind::save) saves.push_back(double(e.step));
-    return line_plot_svg("Loss", "step (dashed: saves)", {raw, mean}, saves) +
+        if (e.kind == EventKind::validation) validation.x.push_back(double(e.step)), validation.y.push_back(e.loss);
+    }
+    std::vector<PlotSeries> losses{raw, mean};
+    if (!validation.x.empty()) losses.push_back(validation);
+    return line_plot_svg("Loss", "step (dashed: saves)", losses, saves) +
            line_plot_svg("Learning rate", "step", lrs, {}, "%.2e", 760, 240);
 }
 
@@ -250,6 +255,9 @@ ReportTable events_table(const MetricsHistory& h) {
     for (const MetricsEvent& e : h.events) {
         std::string details = e.path;
         if (e.kind == EventKind::sample) details = std::to_string(e.images.size()) + " images";
+        if (e.kind == EventKind::validation)
+            details = e.message + " validation: loss " + num(e.loss) + ", kohya's average " + num(e.average) +
+                      ", divergence " + num(e.divergence, "%+.4g");
         if (!e.message.empty()) details += (details.empty() ? "" : "; ") + e.message;
         t.rows.push_back({local_time(e.time), event_kind_name(e.kind), std::to_string(e.step), details});
     }

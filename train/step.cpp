@@ -1,9 +1,13 @@
 #include "train/step.h"
 
+#include <bit>
 #include <cmath>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/ops/param_casts.h"
+#include "ggml-lite/core/runtime.h"
 #include "ggml-lite/ops/builder.h"
+#include "ggml-lite/ops/rng_normal.h"
 
 namespace train {
 
@@ -12,6 +16,9 @@ using gl::Shape;
 using gl::ValueId;
 
 void StepOptions::validate() const {
+    GL_CHECK(family != nullptr, "step: no model family");
+    GL_CHECK(lora.family == family, "step: the LoRA's model family ", lora.family->name(), " is not the step's ",
+             family->name());
     unet.validate();
     // Ranges far beyond any SD1.x training run, small enough that every size derived from them
     // (batch x tokens x width, the activations of a step) stays far from overflowing.
@@ -36,7 +43,7 @@ void StepOptions::validate() const {
 }
 
 int64_t StepGraph::context_numel() const { return opt.batch * opt.context_tokens * opt.unet.cross_attention_dim; }
-int64_t StepGraph::ids_numel() const { return opt.batch * opt.clip_chunks * 77; }
+int64_t StepGraph::ids_numel() const { return opt.batch * opt.family->tokens().ids(opt.clip_chunks); }
 
 std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     opt.validate();
@@ -52,20 +59,28 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     if (opt.train_unet) s->net->attach_unet(*s->unet_weights);
 
     s->latents = g.input("latents", DType::f32, lat);
-    s->noise = g.input("noise", DType::f32, lat);
-    s->timesteps = g.input("timesteps", DType::f32, per);
-    s->sqrt_ac = g.input("sqrt_alpha_bar", DType::f32, per);
-    s->sqrt_1m_ac = g.input("sqrt_one_minus_alpha_bar", DType::f32, per);
-    s->loss_weights = g.input("loss_weights", DType::f32, per);
-    if (gl::loss_takes_huber_c(opt.loss)) s->huber_c = g.input("huber_c", DType::f32, per);
+    s->draw = g.input("train.draw", DType::i32, {gl::kNoiseDrawSize + B});
+    GL_CHECK(!opt.input_perturbation || opt.host_noise, "step: the input perturbation is drawn on the host (host_noise)");
+    s->noise = opt.host_noise ? g.input("noise", DType::f32, lat) : gl::normal_noise(g, s->draw, lat);
     if (opt.input_perturbation) s->ip_noise = g.input("ip_noise", DType::f32, lat);
     if (opt.masked_loss) s->loss_mask = g.input("loss_mask", DType::f32, {B, opt.latent_h, opt.latent_w, 1});
+    const ValueId t = gl::slice(g, s->draw, 0, gl::kNoiseDrawSize, B);
+    const int64_t steps = diffusion::DdpmSchedule::sd15().num_steps;
+    const auto by_timestep = [&](const char* name, ValueId& table) {
+        table = g.weight(gl::cat("train.objective.", name), DType::f32, {steps, 1});
+        return gl::reshape(g, gl::embedding(g, table, t), per);
+    };
+    s->timesteps = by_timestep("timestep", s->timestep_table);
+    s->sqrt_ac = by_timestep("sqrt_alpha_bar", s->sqrt_ac_table);
+    s->sqrt_1m_ac = by_timestep("sqrt_one_minus_alpha_bar", s->sqrt_1m_ac_table);
+    s->loss_weights = by_timestep("loss_weight", s->loss_weight_table);
+    if (gl::loss_takes_huber_c(opt.loss)) s->huber_c = by_timestep("huber_c", s->huber_c_table);
     s->loss_scale = g.input("loss_scale", DType::f32, {1});
 
     if (opt.train_text_encoder) {
         s->text_weights = std::make_unique<nn::Weights>(g, act, opt.text_encoder_format);
         s->net->attach_text_encoder(*s->text_weights);
-        s->ids = g.input("ids", DType::i32, {B * opt.clip_chunks, 77});
+        s->ids = g.input("ids", DType::i32, {B * opt.clip_chunks, opt.family->tokens().sequence});
         s->context = sd::build_clip_chunked(*s->text_weights, g, s->ids, opt.clip_chunks, opt.clip, opt.clip_skip);
     } else {
         s->context = g.input("context", act, {B, opt.context_tokens, opt.unet.cross_attention_dim});
@@ -86,6 +101,8 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     g.mark_output(s->loss);
     g.mark_output(s->per_sample);
     ValueId scaled = gl::mul(g, s->loss, s->loss_scale);
+    gl::fold_param_scales(g);
+    gl::merge_param_casts(g);
     s->grads = gl::backward(g, scaled);
 
     ParamGroup unet{"unet", {}, {}, opt.unet_lr, {}}, te{"text_encoder", {}, {}, opt.text_encoder_lr, {}};
@@ -108,12 +125,59 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     return s;
 }
 
+void write_objective_tables(const StepGraph& s, gl::Runtime& rt, const Objective& o, const diffusion::DdpmSchedule& sched) {
+    const int64_t steps = s.g.shape(s.timestep_table)[0];
+    GL_CHECK(sched.num_steps == steps, "step: the objective's schedule has ", sched.num_steps,
+             " timesteps, the step graph's tables ", steps);
+    std::vector<float> timestep, sqrt_ac, sqrt_1m_ac, weight, huber_c;
+    const diffusion::DdpmSchedule noising = noising_schedule(o, sched);
+    for (int t = 0; t < int(steps); t++) {
+        const TimestepValues v = timestep_values(o, sched, noising, t);
+        timestep.push_back(v.timestep);
+        sqrt_ac.push_back(v.sqrt_ac);
+        sqrt_1m_ac.push_back(v.sqrt_1m_ac);
+        weight.push_back(v.weight);
+        huber_c.push_back(v.huber_c);
+    }
+    rt.write_f32(s.timestep_table, timestep);
+    rt.write_f32(s.sqrt_ac_table, sqrt_ac);
+    rt.write_f32(s.sqrt_1m_ac_table, sqrt_1m_ac);
+    rt.write_f32(s.loss_weight_table, weight);
+    if (s.huber_c_table != gl::kNoValue) rt.write_f32(s.huber_c_table, huber_c);
+}
+
+void write_draw(const StepGraph& s, gl::Runtime& rt, const StepDraw& d) {
+    GL_CHECK(int64_t(d.t.size()) == s.opt.batch, "step: a draw of ", d.t.size(), " timesteps for a batch of ",
+             s.opt.batch);
+    const int64_t steps = s.g.shape(s.timestep_table)[0];
+    for (int32_t t : d.t) GL_CHECK(t >= 0 && t < steps, "step: timestep ", t, " is outside the tables' [0, ", steps, ")");
+    GL_CHECK(std::isfinite(d.noise_offset) && d.noise_offset >= 0, "step: noise offset ", d.noise_offset,
+             " must be finite and >= 0");
+    std::vector<int32_t> packed(size_t(gl::kNoiseDrawSize));
+    gl::noise_draw_set(packed.data(), gl::kNdSeed, d.seed);
+    gl::noise_draw_set(packed.data(), gl::kNdCounter, d.counter);
+    gl::noise_draw_set(packed.data(), gl::kNdOffset, std::bit_cast<uint64_t>(d.noise_offset));
+    packed.insert(packed.end(), d.t.begin(), d.t.end());
+    rt.write(s.draw, packed.data(), DType::i32);
+    const int64_t n = s.latent_numel();
+    GL_CHECK(s.opt.host_noise == !d.noise.empty(), "step: the graph ", s.opt.host_noise ? "takes" : "draws",
+             " the noise, the draw ", d.noise.empty() ? "holds none" : "holds it");
+    if (s.opt.host_noise) {
+        GL_CHECK(int64_t(d.noise.size()) == n, "step: a host draw of ", d.noise.size(), " noise values for ", n, " latents");
+        rt.write_f32(s.noise, d.noise);
+    }
+    GL_CHECK(s.opt.input_perturbation == !d.ip_noise.empty() && (d.ip_noise.empty() || int64_t(d.ip_noise.size()) == n),
+             "step: the input perturbation's draw (", d.ip_noise.size(), " values) does not fit the graph");
+    if (s.opt.input_perturbation) rt.write_f32(s.ip_noise, d.ip_noise);
+}
+
 std::unique_ptr<TextEncoderGraph> build_text_encoder(const sd::ClipConfig& c, Precision p, int64_t batch, int chunks,
-                                                     int clip_skip, gl::WeightFormat format) {
+                                                     int clip_skip, gl::WeightFormat format,
+                                                     const models::Family& family) {
     GL_CHECK(batch >= 1 && chunks >= 1, "text encoder: batch and chunks must be >= 1");
     auto t = std::make_unique<TextEncoderGraph>();
     t->weights = std::make_unique<nn::Weights>(t->g, activation_dtype(p), format);
-    t->ids = t->g.input("ids", DType::i32, {batch * chunks, 77});
+    t->ids = t->g.input("ids", DType::i32, {batch * chunks, family.tokens().sequence});
     t->context = sd::build_clip_chunked(*t->weights, t->g, t->ids, chunks, c, clip_skip);
     t->g.mark_output(t->context);
     return t;

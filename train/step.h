@@ -1,26 +1,35 @@
-// The diffusion training step as one graph: noising, the UNet (and the CLIP text encoder when it
-// is trained), the target, the weighted loss times the loss scale, the backward pass and the
-// optimizer update. The host writes per-step inputs (train/trainer.h does it):
+// The diffusion training step as one graph: the draws, noising, the UNet (and the CLIP text
+// encoder when it is trained), the target, the weighted loss times the loss scale, the backward pass
+// and the optimizer update. The host writes per-step inputs (train/trainer.h does it):
 //
-//   latents, noise      f32 [B, h, w, C] (NHWC)   x0 and its noise
-//   timesteps           f32 [B]                    t as the UNet's time embedding takes it
-//   sqrt_ac, sqrt_1m_ac f32 [B]                    sqrt(alpha_bar_t), sqrt(1 - alpha_bar_t)
-//   loss_weights        f32 [B]                    min-SNR-gamma weights (or ones)
-//   huber_c             f32 [B]                    huber and smooth_l1 losses only
-//   ip_noise            f32 [B, h, w, C]           input perturbation only (StepOptions::input_perturbation)
+//   latents             f32 [B, h, w, C] (NHWC)   x0
+//   train.draw          i32 [kNoiseDrawSize + B]   where the noise starts in the generator's
+//                                                  stream, the offset-noise strength
+//                                                  (gl::NoiseDrawSlot), then the B timesteps
+//   noise, ip_noise     f32 [B, h, w, C]           host-drawn noise only (StepOptions::host_noise:
+//                                                  the noise; input_perturbation: its extra noise)
 //   loss_mask           f32 [B, h, w, 1]           masked loss only (StepOptions::masked_loss)
 //   loss_scale          f32 [1]                    1, or the fp16 dynamic loss scale
 //   context             act [B, T, cross_dim]      frozen text encoder: its output, computed apart
-//   ids                 i32 [B * chunks, 77]       trained text encoder: the token ids
+//   ids                 i32 [B * chunks, 77]       trained text encoder: the token ids (the
+//                                                  family's sequence length: 77 for SD)
 //
-// In graph: noisy = sqrt_ac x0 + sqrt_1m_ac (noise + ip_noise); target = noise (epsilon) or
+// and once, the objective's tables (frozen f32 [num_steps, 1] each, write_objective_tables):
+// t as the UNet takes it, sqrt(alpha_bar_t), sqrt(1 - alpha_bar_t), the loss weight and (huber and
+// smooth_l1 only) the threshold, per timestep.
+//
+// In graph: noise = normal_noise(draw) (the draws train::draw_micro_batch makes on the host, bit
+// for bit) unless the host drew it; the per-sample values looked up by timestep;
+// noisy = sqrt_ac x0 + sqrt_1m_ac (noise + ip_noise); target = noise (epsilon) or
 // sqrt_ac noise - sqrt_1m_ac x0 (v); loss = weighted_loss(pred in f32, target, loss_mask) (kohya
-// computes the loss in f32 as well); the backward pass of loss * loss_scale reaches only the LoRA masters.
+// computes the loss in f32 as well); the backward pass of loss * loss_scale reaches only the LoRA
+// masters, whose activation-dtype copies one cast_multi makes for the whole step.
 #pragma once
 #include <memory>
 
 #include "ggml-lite/core/autodiff.h"
 #include "lora/lora.h"
+#include "models/family.h"
 #include "models/sd15/clip.h"
 #include "models/sd15/unet.h"
 #include "train/objective.h"
@@ -29,6 +38,9 @@
 namespace train {
 
 struct StepOptions {
+    // The model family (models/family.h): its token layout and latent space; the UNet and text
+    // encoder configs below are of its denoiser and text encoder.
+    const models::Family* family = &models::sd15_family();
     sd::UnetConfig unet = sd::UnetConfig::sd15();
     int64_t batch = 1, latent_h = 64, latent_w = 64;  // per micro-batch; latent sides (pixels / 8)
     Precision precision = Precision::bf16;
@@ -39,8 +51,9 @@ struct StepOptions {
     // masters stay f32 and norms, biases and embeddings in the precision's dtype, whatever the format.
     gl::WeightFormat base_format = gl::WeightFormat::dense;          // the UNet's
     gl::WeightFormat text_encoder_format = gl::WeightFormat::dense;  // CLIP's (trained or beside)
-    // Frozen text encoder: `context_tokens` context rows are an input (77 per 75-token chunk, as
-    // build_clip_chunked joins them: 77, 152, 227). Trained text encoder: CLIP is in the graph.
+    // Frozen text encoder: `context_tokens` context rows are an input (the family's
+    // TokenLayout::context_rows of the chunks, as build_clip_chunked joins them: 77, 152, 227 for
+    // SD). Trained text encoder: CLIP is in the graph.
     bool train_text_encoder = false;
     // false: no UNet LoRA (kohya's --network_train_text_encoder_only; the text encoder is trained).
     bool train_unet = true;
@@ -50,7 +63,8 @@ struct StepOptions {
     lora::LoraConfig lora;
     diffusion::Prediction prediction = diffusion::Prediction::epsilon;
     gl::LossKind loss = gl::LossKind::l2;
-    bool input_perturbation = false;  // kohya's --ip_noise_gamma: an ip_noise input
+    bool host_noise = false;          // the noise an input (train::draws_noise_on_host), not drawn in the graph
+    bool input_perturbation = false;  // kohya's --ip_noise_gamma: an ip_noise input (needs host_noise)
     bool masked_loss = false;         // a per-pixel loss_mask input (--masked_loss, alpha_mask)
     int grad_accum = 1;
     float unet_lr = 1e-4f, text_encoder_lr = 5e-5f;
@@ -67,10 +81,15 @@ struct StepGraph {
     // with sd::load_unet / sd::load_clip, or write random ones for benchmarks.
     std::unique_ptr<nn::Weights> unet_weights, text_weights;  // text_weights: trained TE only
     std::unique_ptr<lora::LoraNetwork> net;
-    gl::ValueId latents = gl::kNoValue, noise = gl::kNoValue, timesteps = gl::kNoValue;
+    gl::ValueId latents = gl::kNoValue, draw = gl::kNoValue, loss_scale = gl::kNoValue;
+    // The objective's tables, by timestep (huber_c_table: huber only).
+    gl::ValueId timestep_table = gl::kNoValue, sqrt_ac_table = gl::kNoValue, sqrt_1m_ac_table = gl::kNoValue;
+    gl::ValueId loss_weight_table = gl::kNoValue, huber_c_table = gl::kNoValue;
+    // Computed from the draw: the noise f32 [B, h, w, C] and the per-sample values f32 [B].
+    gl::ValueId noise = gl::kNoValue, timesteps = gl::kNoValue;
     gl::ValueId sqrt_ac = gl::kNoValue, sqrt_1m_ac = gl::kNoValue, loss_weights = gl::kNoValue;
-    gl::ValueId huber_c = gl::kNoValue, loss_scale = gl::kNoValue;
-    gl::ValueId ip_noise = gl::kNoValue, loss_mask = gl::kNoValue;
+    gl::ValueId huber_c = gl::kNoValue;
+    gl::ValueId ip_noise = gl::kNoValue, loss_mask = gl::kNoValue;  // inputs (see above)
     gl::ValueId context = gl::kNoValue, ids = gl::kNoValue;
     gl::ValueId pred = gl::kNoValue, target = gl::kNoValue;
     gl::ValueId loss = gl::kNoValue, per_sample = gl::kNoValue;  // unscaled loss [], per-sample [B]
@@ -87,6 +106,11 @@ struct StepGraph {
 // to the graph.
 std::unique_ptr<StepGraph> build_step(const StepOptions& opt);
 
+// Writes the objective's tables (before the first run; the timestep range and schedule of the
+// draws must be sched's, whose step count the tables were built with) and a micro-batch's draw.
+void write_objective_tables(const StepGraph& s, gl::Runtime& rt, const Objective& o, const diffusion::DdpmSchedule& sched);
+void write_draw(const StepGraph& s, gl::Runtime& rt, const StepDraw& d);
+
 // The frozen text encoder as its own graph (UNet-only training): ids i32 [B * chunks, 77] ->
 // context [B, chunks * 75 + 2, width] in the precision's dtype. Run it once per batch (or cache
 // its outputs) and write the result into StepGraph::context.
@@ -97,6 +121,7 @@ struct TextEncoderGraph {
 };
 std::unique_ptr<TextEncoderGraph> build_text_encoder(const sd::ClipConfig& c, Precision p, int64_t batch,
                                                      int chunks = 1, int clip_skip = 1,
-                                                     gl::WeightFormat format = gl::WeightFormat::dense);
+                                                     gl::WeightFormat format = gl::WeightFormat::dense,
+                                                     const models::Family& family = models::sd15_family());
 
 }  // namespace train

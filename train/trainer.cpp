@@ -24,6 +24,7 @@ Trainer::Trainer(StepGraph& s, gl::Runtime& rt, const TrainerOptions& o)
     GL_CHECK(pg.value_count() >= s.g.value_count() && pg.v(s.latents).name == s.g.v(s.latents).name &&
                  pg.shape(s.latents) == s.g.shape(s.latents),
              "trainer: the runtime does not run this step graph");
+    write_objective_tables(s_, rt_, o_.objective, sched_);
 }
 
 void Trainer::init(uint64_t lora_seed) {
@@ -48,27 +49,22 @@ StepReport Trainer::step(std::span<const float> latents, std::span<const int32_t
 }
 
 void check_objective_fits(const Objective& o, const StepGraph& s, const std::string& who) {
-    GL_CHECK(o.prediction == s.opt.prediction && o.loss == s.opt.loss && (o.ip_noise_gamma != 0) == s.opt.input_perturbation,
-             who, ": the objective's prediction type, loss and input perturbation must be the ones the step graph was "
-             "built with");
+    GL_CHECK(o.prediction == s.opt.prediction && o.loss == s.opt.loss && (o.ip_noise_gamma != 0) == s.opt.input_perturbation &&
+                 draws_noise_on_host(o) == s.opt.host_noise,
+             who, ": the objective's prediction type, loss, input perturbation and host-drawn noise must be the ones the "
+             "step graph was built with");
 }
 
-float run_micro_batch(StepGraph& s, gl::Runtime& rt, const float* latents, StepCond cond, const MicroBatch& mb,
+float run_micro_batch(StepGraph& s, gl::Runtime& rt, const float* latents, StepCond cond, const StepDraw& d,
                       const optim::LossScaler& scaler, int64_t report_step, int k, std::span<const float> loss_mask) {
     rt.write(s.latents, latents, gl::DType::f32);
-    rt.write_f32(s.noise, mb.noise);
-    if (s.ip_noise != gl::kNoValue) rt.write_f32(s.ip_noise, mb.ip_noise);
+    write_draw(s, rt, d);
     if (s.loss_mask != gl::kNoValue) {
         GL_CHECK(int64_t(loss_mask.size()) == s.opt.batch * s.opt.latent_h * s.opt.latent_w, "training step ",
                  report_step, ": the masked loss needs a mask of ", s.opt.batch, " x ", s.opt.latent_h, " x ",
                  s.opt.latent_w, " values, got ", loss_mask.size());
         rt.write(s.loss_mask, loss_mask.data(), gl::DType::f32);
     }
-    rt.write_f32(s.timesteps, mb.timesteps);
-    rt.write_f32(s.sqrt_ac, mb.sqrt_ac);
-    rt.write_f32(s.sqrt_1m_ac, mb.sqrt_1m_ac);
-    rt.write_f32(s.loss_weights, mb.weights);
-    if (s.huber_c != gl::kNoValue) rt.write_f32(s.huber_c, mb.huber_c);
     if (const auto* ids = std::get_if<std::span<const int32_t>>(&cond))
         rt.write(s.ids, ids->data(), gl::DType::i32);
     else
@@ -78,7 +74,7 @@ float run_micro_batch(StepGraph& s, gl::Runtime& rt, const float* latents, StepC
     const float loss = rt.read_f32(s.loss)[0];
     if (!std::isfinite(loss)) {
         std::string ts;
-        for (int32_t v : mb.t) ts += gl::cat(ts.empty() ? "" : " ", v);
+        for (int32_t v : d.t) ts += gl::cat(ts.empty() ? "" : " ", v);
         gl::fail("training step ", report_step, ": the loss is ", loss, " (micro-batch ", k + 1, " of ",
                  s.opt.grad_accum, ", timesteps ", ts, "); the LoRA and optimizer state were not updated by this step");
     }
@@ -95,8 +91,8 @@ StepReport Trainer::run(std::span<const float> latents, Cond cond, double lr_fac
     r.loss_scale = scaler_.scale();
     const size_t cond_per = std::visit([](auto c) { return c.size(); }, cond) / size_t(accum);
     for (int k = 0; k < accum; k++) {
-        last_ = draw_micro_batch(o_.objective, sched_, s_.opt.batch, n, s_.latent_channels(), rng_,
-                                 {s_.opt.latent_h, s_.opt.latent_w, latents.subspan(size_t(k * n), size_t(n))});
+        last_ = draw_step(o_.objective, sched_, s_.opt.batch, n, s_.latent_channels(), rng_,
+                          {s_.opt.latent_h, s_.opt.latent_w, latents.subspan(size_t(k * n), size_t(n))});
         s_.net->sample_dropout(rt_, rng_.next_u64());
         s_.update->prepare(rt_, k, lr_factor);
         const Cond micro = std::visit([&](auto c) { return Cond(c.subspan(size_t(k) * cond_per, cond_per)); }, cond);
@@ -137,14 +133,14 @@ StepReport Trainer::eval(std::span<const float> latents, Cond cond, uint64_t see
     GL_CHECK(int64_t(latents.size()) == n, "trainer: evaluate takes one micro-batch of latents (", n, " values), got ",
              latents.size());
     diffusion::NoiseRng rng{seed, 0};
-    const MicroBatch mb =
-        draw_micro_batch(o_.objective, sched_, s_.opt.batch, n, s_.latent_channels(), rng, {s_.opt.latent_h, s_.opt.latent_w, latents});
+    const StepDraw d = draw_step(o_.objective, sched_, s_.opt.batch, n, s_.latent_channels(), rng,
+                                 {s_.opt.latent_h, s_.opt.latent_w, latents});
     s_.net->sample_dropout(rt_, 0, /*training=*/false);
     s_.update->prepare(rt_, s_.opt.grad_accum - 1, 0.0, /*skip=*/true);
     StepReport r;
     r.step = step_;
     r.loss_scale = scaler_.scale();
-    r.loss = run_micro_batch(s_, rt_, latents.data(), cond, mb, scaler_, step_, 0);
+    r.loss = run_micro_batch(s_, rt_, latents.data(), cond, d, scaler_, step_, 0);
     r.per_sample = rt_.read_f32(s_.per_sample);
     s_.update->finish_run(rt_, false);
     return r;

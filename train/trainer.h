@@ -1,5 +1,6 @@
-// The host side of a training step: per micro-batch it draws timesteps and noise, writes the
-// step graph's inputs, runs it, reads the loss and the update's gradient statistics. A NaN/inf
+// The host side of a training step: per micro-batch it draws the timesteps (the step graph draws
+// the noise from the position it is given), writes the step graph's inputs, runs it, reads the
+// loss and the update's gradient statistics. A NaN/inf
 // loss stops training with a gl::Error naming the step; the update of that run is skipped in the
 // graph (train/update.h), so the LoRA and the optimizer state stay as they were. fp16 runs use a
 // dynamic loss scale (optim::LossScaler, torch.amp.GradScaler's rule): an overflowing step is
@@ -34,20 +35,21 @@ struct StepReport {
 // encoder is trained, the token ids (i32).
 using StepCond = std::variant<std::span<const float>, std::span<const int32_t>>;
 
-// Writes one micro-batch's inputs into s's graph on rt (latents [B, h, w, C], the draws of mb, the
-// condition of this micro-batch, the loss scale, and for a masked-loss graph the mask
-// [B, h, w] at the latents' size), runs it and returns the unscaled loss. A NaN/inf loss throws
-// gl::Error naming report_step, micro-batch k of s.opt.grad_accum and the timesteps.
-float run_micro_batch(StepGraph& s, gl::Runtime& rt, const float* latents, StepCond cond, const MicroBatch& mb,
+// Writes one micro-batch's inputs into s's graph on rt (latents [B, h, w, C], the draw d, the
+// condition of this micro-batch, the loss scale, and for a masked-loss graph the mask [B, h, w] at
+// the latents' size), runs it and returns the unscaled loss. A NaN/inf loss throws gl::Error naming
+// report_step, micro-batch k of s.opt.grad_accum and the timesteps.
+float run_micro_batch(StepGraph& s, gl::Runtime& rt, const float* latents, StepCond cond, const StepDraw& d,
                       const optim::LossScaler& scaler, int64_t report_step, int k,
                       std::span<const float> loss_mask = {});
-// Checks that graph s was built for objective o (prediction, loss, input perturbation); `who` names
-// the caller in the error.
+// Checks that graph s was built for objective o (prediction, loss, input perturbation, host-drawn
+// noise); `who` names the caller in the error.
 void check_objective_fits(const Objective& o, const StepGraph& s, const std::string& who);
 
 class Trainer {
 public:
-    // The runtime must run a plan of s.g (CPU or CUDA, any recompute policy).
+    // The runtime must run a plan of s.g (CPU or CUDA, any recompute policy). Writes the
+    // objective's tables.
     Trainer(StepGraph& s, gl::Runtime& rt, const TrainerOptions& o);
 
     // Initialises the LoRA (down Kaiming-uniform from lora_seed, up zero) and zeroes the optimizer
@@ -71,7 +73,7 @@ public:
 
     int64_t steps_done() const { return step_; }  // optimizer steps run (applied or skipped)
     int64_t updates_applied() const { return s_.update->optimizer().steps_applied(); }
-    const MicroBatch& last_draw() const { return last_; }
+    const StepDraw& last_draw() const { return last_; }
     const optim::LossScaler& loss_scaler() const { return scaler_; }
     optim::LossScaler& loss_scaler() { return scaler_; }  // resume: Optimizer::load_state restores it
 
@@ -85,7 +87,7 @@ private:
     diffusion::DdpmSchedule sched_;
     diffusion::NoiseRng rng_;
     optim::LossScaler scaler_;
-    MicroBatch last_;
+    StepDraw last_;
     int64_t step_ = 0;
 };
 

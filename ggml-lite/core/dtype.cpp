@@ -1,7 +1,7 @@
 #include "ggml-lite/core/dtype.h"
 
+#include <bit>
 #include <cmath>
-#include <cstring>
 
 #include "ggml-lite/core/error.h"
 
@@ -35,11 +35,7 @@ const char* dtype_name(DType t) {
 
 bool dtype_is_float(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
 
-static uint32_t bits_of(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return u;
-}
+static uint32_t bits_of(float f) { return std::bit_cast<uint32_t>(f); }
 
 uint16_t f32_to_f16(float f) {
     uint32_t u = bits_of(f);
@@ -77,9 +73,7 @@ uint8_t f32_to_f8e4m3(float f) {
     if (a < 0x3c800000u) {
         // Below 2^-6, the smallest normal: a subnormal m * 2^-9, m in 0..8 (8 is 2^-6 itself, whose
         // code 0x08 follows 0x07). The scaling by 2^9 is exact, and nearbyint rounds ties to even.
-        float m;
-        std::memcpy(&m, &a, 4);
-        return uint8_t(sign | uint8_t(std::nearbyint(m * 512.0f)));
+        return uint8_t(sign | uint8_t(std::nearbyint(std::bit_cast<float>(a) * 512.0f)));
     }
     // Normal: keep 3 of the 23 mantissa bits, rounding ties to even (a carry may raise the
     // exponent; nothing at or below 448 reaches the NaN code 0x7f), and rebias 127 -> 7.

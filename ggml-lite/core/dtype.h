@@ -1,8 +1,8 @@
 // Element types and exact scalar conversions (round-to-nearest-even for f16, bf16 and f8e4m3).
 #pragma once
+#include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string>
 
 namespace gl {
@@ -25,31 +25,23 @@ inline float f16_to_f32(uint16_t h) {
     const uint32_t sign = uint32_t(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
     uint32_t u;
     if (exp == 0) {  // zero or subnormal: exactly mant * 2^-24 (a power-of-two scale, exact)
-        const float v = float(mant) * 5.9604644775390625e-8f;
-        std::memcpy(&u, &v, 4);
-        u |= sign;
+        u = std::bit_cast<uint32_t>(float(mant) * 5.9604644775390625e-8f) | sign;
     } else if (exp == 31) {
         u = sign | 0x7f800000u | (mant << 13);
     } else {
         u = sign | ((exp + 112u) << 23) | (mant << 13);
     }
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
+    return std::bit_cast<float>(u);
 }
 // bf16 is the top half of an f32: inline, since checkpoint loading converts every weight.
 inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
+    uint32_t u = std::bit_cast<uint32_t>(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x0040u);  // quiet NaN
     u += 0x7fffu + ((u >> 16) & 1u);  // ties to even; a carry into the exponent gives inf correctly
     return uint16_t(u >> 16);
 }
 inline float bf16_to_f32(uint16_t b) {
-    uint32_t u = uint32_t(b) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
+    return std::bit_cast<float>(uint32_t(b) << 16);
 }
 
 // f32 <-> f8e4m3 as PyTorch converts to and from float8_e4m3fn: round to nearest, ties to even;
@@ -60,17 +52,13 @@ inline float f8e4m3_to_f32(uint8_t b) {
     const uint32_t sign = uint32_t(b & 0x80u) << 24, exp = (b >> 3) & 0xfu, mant = b & 7u;
     uint32_t u;
     if (exp == 0) {  // zero or subnormal: exactly mant * 2^-9
-        const float v = float(mant) * 0.001953125f;
-        std::memcpy(&u, &v, 4);
-        u |= sign;
+        u = std::bit_cast<uint32_t>(float(mant) * 0.001953125f) | sign;
     } else if (exp == 15 && mant == 7) {
         u = sign | 0x7fc00000u;
     } else {
         u = sign | ((exp + 120u) << 23) | (mant << 20);
     }
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
+    return std::bit_cast<float>(u);
 }
 
 // Reads element i of a contiguous buffer of type t as float (integers convert exactly

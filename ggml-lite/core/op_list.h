@@ -13,6 +13,7 @@
     X(concat, views)                    \
     X(fill, views)                      \
     X(cast, views)                      \
+    X(cast_multi, views)                \
     /* elementwise and broadcast */     \
     X(add, elementwise)                 \
     X(sub, elementwise)                 \
@@ -20,6 +21,8 @@
     X(scale, elementwise)               \
     X(dropout, elementwise)             \
     X(accumulate, elementwise)          \
+    /* random draws */                  \
+    X(normal_noise, random)             \
     /* activations */                   \
     X(silu, activations)                \
     X(gelu, activations)                \
@@ -66,4 +69,8 @@
     X(prodigy_accum, optim_prodigy)     \
     X(prodigy_d, optim_prodigy)         \
     X(prodigy_step, optim_prodigy)      \
-    X(adamw8bit_step, adam8bit)
+    X(adamw8bit_step, adam8bit)         \
+    X(sgd_step, optim_sgd)              \
+    X(dadapt_adam_accum, optim_dadapt)  \
+    X(dadapt_adam_d, optim_dadapt)      \
+    X(dadapt_adam_step, optim_dadapt)

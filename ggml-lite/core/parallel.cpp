@@ -5,94 +5,73 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
-#include <vector>
+
+#include "ggml-lite/core/thread_pool.h"
 
 namespace gl {
 namespace {
 
 thread_local bool t_in_worker = false;
 
-// One parallel region at a time. Its state lives in a Run on the caller's stack; a worker joins a
-// region only under the mutex (so it sees the whole Run), and the caller returns only once every
-// worker that joined has left, so no worker ever touches a finished region or a half-set-up one.
-class Pool {
-public:
-    explicit Pool(int n) {
-        for (int i = 1; i < n; i++) workers_.emplace_back([this] { loop(); });
-    }
-    ~Pool() {
-        {
-            std::lock_guard<std::mutex> lk(mu_);
-            stop_ = true;
-        }
-        cv_.notify_all();
-        for (auto& t : workers_) t.join();
-    }
+// A parallel region: its chunks go to the caller and to helper tasks queued on the pool. Its state
+// is shared with the helpers, so a helper that starts after the region closed finds it closed and
+// leaves; the caller returns only once every helper that joined has left, so the job (on the
+// caller's stack) is touched only while it lives.
+struct Region {
+    Region(const std::function<void(int64_t)>* j, int64_t n) : job(j), chunks(n) {}
+    const std::function<void(int64_t)>* job;
+    int64_t chunks;
+    std::atomic<int64_t> next{0};
+    std::mutex mu;
+    std::condition_variable left;
+    bool closed = false;       // guarded by mu
+    int active = 0;            // helpers inside (guarded by mu)
+    std::exception_ptr error;  // the first exception of a chunk (guarded by mu)
 
-    void run(int64_t chunks, const std::function<void(int64_t)>& job) {
-        std::unique_lock<std::mutex> run_lock(run_mu_);
-        Run r(&job, chunks);
-        {
-            std::lock_guard<std::mutex> lk(mu_);
-            run_ = &r;
-            generation_++;
-        }
-        cv_.notify_all();
-        work(r);  // the caller takes chunks too
-        std::unique_lock<std::mutex> lk(mu_);
-        run_ = nullptr;  // no worker joins from here on
-        done_cv_.wait(lk, [this] { return active_ == 0; });
-        if (r.error) std::rethrow_exception(r.error);
-    }
-
-private:
-    struct Run {
-        Run(const std::function<void(int64_t)>* j, int64_t n) : job(j), chunks(n) {}
-        const std::function<void(int64_t)>* job;
-        int64_t chunks;
-        std::atomic<int64_t> next{0};
-        std::exception_ptr error;  // the first exception of a chunk (guarded by mu_)
-    };
-
-    void work(Run& r) {
+    void work() {
         t_in_worker = true;
-        for (int64_t c; (c = r.next.fetch_add(1)) < r.chunks;) {
+        for (int64_t c; (c = next.fetch_add(1)) < chunks;) {
             try {
-                (*r.job)(c);
+                (*job)(c);
             } catch (...) {
-                std::lock_guard<std::mutex> lk(mu_);
-                if (!r.error) r.error = std::current_exception();
+                std::lock_guard<std::mutex> lk(mu);
+                if (!error) error = std::current_exception();
             }
         }
         t_in_worker = false;
     }
-    void loop() {
-        uint64_t seen = 0;
-        for (;;) {
-            Run* r = nullptr;
-            {
-                std::unique_lock<std::mutex> lk(mu_);
-                cv_.wait(lk, [&] { return stop_ || (generation_ != seen && run_); });
-                if (stop_) return;
-                seen = generation_;
-                r = run_;
-                active_++;
-            }
-            work(*r);
-            std::lock_guard<std::mutex> lk(mu_);
-            if (--active_ == 0) done_cv_.notify_all();
+    void help() {
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            if (closed) return;
+            active++;
         }
+        work();
+        std::lock_guard<std::mutex> lk(mu);
+        if (--active == 0) left.notify_all();
+    }
+};
+
+// The caller and threads - 1 workers share each region.
+class Pool {
+public:
+    explicit Pool(int threads) : helpers_(std::max(threads - 1, 1)) {}
+
+    void run(int64_t chunks, const std::function<void(int64_t)>& job) {
+        auto r = std::make_shared<Region>(&job, chunks);
+        helpers_.post([r] { r->help(); }, int(std::min<int64_t>(helpers_.threads(), chunks - 1)));
+        r->work();  // the caller takes chunks too
+        std::unique_lock<std::mutex> lk(r->mu);
+        r->closed = true;  // no helper joins from here on
+        r->left.wait(lk, [&] { return r->active == 0; });
+        if (r->error) std::rethrow_exception(r->error);
     }
 
-    std::vector<std::thread> workers_;
-    std::mutex mu_, run_mu_;
-    std::condition_variable cv_, done_cv_;
-    Run* run_ = nullptr;  // the region workers may join (guarded by mu_)
-    int active_ = 0;      // workers inside run_ (guarded by mu_)
-    uint64_t generation_ = 0;
-    bool stop_ = false;
+private:
+    ThreadPool helpers_;
 };
 
 int g_threads = 0;

@@ -1,4 +1,4 @@
-// A small persistent thread pool for the CPU reference kernels.
+// The CPU reference kernels' parallel regions, on a process-wide gl::ThreadPool (thread_pool.h).
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -1,5 +1,6 @@
-// Block-wise 8-bit AdamW, in place (CPU reference: ops/adam8bit.cpp): one warp per quantisation
-// block of 256 elements, 8 per lane; shared-memory copies of both dynamic maps and of the O(1)
+// Block-wise 8-bit AdamW, in place (CPU reference: ops/adam8bit.cpp), every tensor of a parameter
+// group in one launch (cuda/multi_tensor.cuh): one warp per quantisation block of 256 elements of
+// one tensor, 8 per lane; shared-memory copies of both dynamic maps and of the O(1)
 // code-search tables (ops/adam8bit_codes.h); the block max is a warp max; one reciprocal of it
 // per block scales the moments for requantisation, and a block whose reciprocals are finite
 // (all but all-zero or overflowed blocks) takes the in-range code search, about a dozen integer
@@ -15,6 +16,7 @@
 
 #include "ggml-lite/cuda/device.cuh"
 #include "ggml-lite/cuda/kernel.cuh"
+#include "ggml-lite/cuda/multi_tensor.cuh"
 #include "ggml-lite/cuda/optim_common.cuh"
 #include "ggml-lite/ops/adam8bit_codes.h"
 
@@ -145,18 +147,26 @@ struct Tables8bit {
     __device__ __forceinline__ const uint32_t* tu() const { return codes + kAdam8bitSignedEntries; }
 };
 
-// Each warp loads its block into registers, updates, stores; 4 CTAs of 8 warps per SM.
-__global__ void __launch_bounds__(256, 4) adamw8bit_kernel(float* p, const float* g, uint8_t* cm, uint8_t* cv,
-                                                                float* am, float* av, const float* hyper,
-                                                                const float* gstat, int64_t n) {
+using Adam8bitTable = TensorTable<6, table_capacity<6>()>;  // param, grad, m codes, v codes, absmax m, absmax v
+
+// Each warp loads a quantisation block into registers, updates, stores; the blocks of every tensor
+// of the table (a parameter group) are one grid-stride sequence. 4 CTAs of 8 warps per SM.
+__global__ void __launch_bounds__(256, 4) adamw8bit_kernel(const __grid_constant__ Adam8bitTable tt,
+                                                                const float* hyper, const float* gstat) {
     const Gate gate = load_gate(gstat);
     if (gate.skip) return;
     __shared__ Tables8bit t;
     t.fill();
     const Consts8bit kc{adam_consts(hyper, true), gate};
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t blocks = ceil_div(n, 256);
-    for (int64_t b = int64_t(blockIdx.x) * kWarps8bit + warp; b < blocks; b += int64_t(gridDim.x) * kWarps8bit) {
+    const int64_t all = tt.tiles();
+    for (int64_t q = int64_t(blockIdx.x) * kWarps8bit + warp; q < all; q += int64_t(gridDim.x) * kWarps8bit) {
+        const int k = tt.find(q);
+        const int64_t b = q - tt.first_tile[k], n = tt.n[k];
+        float* p = tt.at<float>(0, k);
+        const float* g = tt.at<float>(1, k);
+        uint8_t *cm = tt.at<uint8_t>(2, k), *cv = tt.at<uint8_t>(3, k);
+        float *am = tt.at<float>(4, k), *av = tt.at<float>(5, k);
         const int64_t base = b * 256 + lane * 8;
         float gv[8], pv[8];
         uint8_t c1[8], c2[8];
@@ -189,17 +199,13 @@ static void adamw8bit_run(CudaCtx& c) {
                     kAdam8bitUnsignedEntries * sizeof(uint32_t));
         GL_CUDA_CHECK(cudaMemcpyToSymbol(g_code_tables, tables.data(), tables.size() * sizeof(uint32_t)));
     });
-    const int64_t n = c.in[0].numel();
-    if (n == 0) return;
-    float* p = mut_ptr<float>(c, 0);
-    const float* g = c.in_ptr<float>(1);
-    uint8_t *cm = mut_ptr<uint8_t>(c, 2), *cv = mut_ptr<uint8_t>(c, 3);
-    float *am = mut_ptr<float>(c, 4), *av = mut_ptr<float>(c, 5);
-    const float *hyper = c.in_ptr<float>(6), *gstat = gstat_ptr(c, 7);
-    const int64_t blocks = ceil_div(n, 256);
-    const unsigned grid = unsigned(std::min<int64_t>(ceil_div(blocks, kWarps8bit), sm_count() * 16));
-    adamw8bit_kernel<<<grid, 256, 0, c.stream>>>(p, g, cm, cv, am, av, hyper, gstat, n);
-    GL_CUDA_LAUNCHED();
+    const int n = int(c.p().i[1]);
+    const float *hyper = c.in_ptr<float>(6 * n), *gstat = gstat_ptr(c, 6 * n + 1);
+    for_each_input_table<6>(c, n, 256, [&](const Adam8bitTable& t) {
+        const unsigned grid = unsigned(std::min<int64_t>(ceil_div(t.tiles(), kWarps8bit), sm_count() * 16));
+        adamw8bit_kernel<<<grid, 256, 0, c.stream>>>(t, hyper, gstat);
+        GL_CUDA_LAUNCHED();
+    });
 }
 const CudaKernel cuda_adamw8bit_step{adamw8bit_run};
 

@@ -2,7 +2,8 @@
 // a workspace sized once for the largest node, and the whole step captured into a CUDA
 // graph after its first (eager) run and replayed from then on. On a shared memory the arenas,
 // the workspace and the stream are the memory's: allocated once for all its runtimes, never
-// moved, so every runtime's captured graph stays valid.
+// moved, so every runtime's captured graph stays valid. Inputs are written through pinned
+// staging buffers without waiting (cuda/staging.cuh); other writes wait for their copy.
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/core/shared_memory.h"
 #include "ggml-lite/cuda/kernel.cuh"
+#include "ggml-lite/cuda/staging.cuh"
 
 namespace gl {
 
@@ -241,6 +243,10 @@ public:
     void write(ValueId id, const void* data, DType t) override {
         const Value& v = plan_.graph.v(id);
         GL_CHECK(v.base == id, "write: ", plan_.graph.describe(id), " is a view; write its base value");
+        if (v.role == Role::input) {  // per-step data: staged, not waited for
+            staging_.write(id, CudaCtx::elem(ref(id)), v.dtype, data, t, v.numel(), stream_);
+            return;
+        }
         const void* src = data;
         std::vector<unsigned char> conv;
         if (t != v.dtype) {
@@ -418,6 +424,7 @@ private:
     cudaGraphExec_t exec_ = nullptr;
     std::vector<cudaEvent_t> timing_;  // profiling: start and stop event of every node
     std::vector<bool> timed_;          // nodes that launched work (views launch none)
+    HostStaging staging_;              // destroyed after the destructor has synchronised the stream
 };
 
 }  // namespace

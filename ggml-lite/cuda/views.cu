@@ -1,6 +1,7 @@
 // Views (no kernel), dense copies, concatenation, fill and dtype casts.
 // Layout: any dense tensor; contiguous() reads any strided view.
 #include "ggml-lite/cuda/kernel.cuh"
+#include "ggml-lite/cuda/multi_tensor.cuh"
 
 namespace gl {
 
@@ -100,5 +101,29 @@ static void cast_run(CudaCtx& c) {
     GL_CUDA_LAUNCHED();
 }
 const CudaKernel cuda_cast{cast_run};
+
+// cast_multi: every tensor in one launch (cuda/multi_tensor.cuh), a block per tile of 2048 elements;
+// the scale multiplies in f32 with round-to-nearest (no contraction), as the CPU does.
+constexpr int kCastTile = 2048;
+using CastTable = TensorTable<2, table_capacity<2>()>;  // x, y
+
+__global__ void cast_multi_kernel(const __grid_constant__ CastTable t, DType tx, DType ty, float s) {
+    const CastTable::Tile tile = t.tile(blockIdx.x, kCastTile);
+    const void* x = t.ptr[0][tile.tensor];
+    void* y = t.ptr[1][tile.tensor];
+    for (int64_t i = tile.begin + threadIdx.x; i < tile.end; i += blockDim.x)
+        store_dt(y, ty, i, s == 1.0f ? load_dt(x, tx, i) : __fmul_rn(load_dt(x, tx, i), s));
+}
+static void cast_multi_run(CudaCtx& c) {
+    const int n = int(c.in.size());
+    for_each_table<2>(
+        n, [&](int k) { return c.in[size_t(k)].numel(); },
+        [&](int o, int k) { return o == 0 ? const_cast<void*>(c.in_ptr(k)) : c.out_ptr(k); }, kCastTile,
+        [&](const CastTable& t) {
+            cast_multi_kernel<<<unsigned(t.tiles()), 256, 0, c.stream>>>(t, c.in_dtype(0), c.out_dtype(0), c.p().f[0]);
+            GL_CUDA_LAUNCHED();
+        });
+}
+const CudaKernel cuda_cast_multi{cast_multi_run};
 
 }  // namespace gl

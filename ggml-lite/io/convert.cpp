@@ -1,5 +1,6 @@
 #include "ggml-lite/io/convert.h"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -84,10 +85,7 @@ float f64_to_f32_odd(double d) {
     float f = float(d);
     if (std::fabs(double(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);
     if (double(f) != d) {
-        uint32_t u;
-        std::memcpy(&u, &f, 4);
-        u |= 1u;
-        std::memcpy(&f, &u, 4);
+        f = std::bit_cast<float>(std::bit_cast<uint32_t>(f) | 1u);
     }
     return f;
 }

@@ -1,6 +1,7 @@
 // Block-wise 8-bit AdamW (Dettmers et al. 2021, as bitsandbytes) as an in-place op: the two
 // dynamic quantisation maps, the nearest-code search and the CPU reference step.
 #include <algorithm>
+#include <bit>
 
 #include "ggml-lite/ops/adam8bit_codes.h"
 #include "ggml-lite/ops/optim_common.h"
@@ -58,15 +59,10 @@ int64_t float_order(float x) {
     return (b >> 31) ? -int64_t(b & 0x7fffffffu) - 1 : int64_t(b);
 }
 float float_from_order(int64_t k) {
-    uint32_t b = k >= 0 ? uint32_t(k) : (uint32_t(-(k + 1)) | 0x80000000u);
-    float x;
-    std::memcpy(&x, &b, 4);
-    return x;
+    return std::bit_cast<float>(k >= 0 ? uint32_t(k) : (uint32_t(-(k + 1)) | 0x80000000u));
 }
 float float_from_bits(uint32_t b) {
-    float x;
-    std::memcpy(&x, &b, 4);
-    return x;
+    return std::bit_cast<float>(b);
 }
 
 // s_j: the last float x in [q[j], q[j+1]) for which the search still picks j.
@@ -125,36 +121,36 @@ const uint32_t* adam8bit_code_table(bool is_signed) {
     return is_signed ? signed_table.data() : unsigned_table.data();
 }
 
-// ------ adamw8bit_step(param, grad, m u8, v u8, absmax_m, absmax_v, hyper) ------
+// ------ adamw8bit_step(params..., grads..., m u8..., v u8..., absmax_m..., absmax_v..., hyper[, gstat]);
+// p.i[1] = N: the N tensors of one parameter group in one node, each with its own 256-blocks ------
 
 static std::vector<OutSpec> adamw8bit_infer(const OpCall& c) {
-    check_gstat_input(c, 7);  // param, grad, m, v, absmax_m, absmax_v, hyper[, gstat]
-    check_state_f32(c, 0, "param");
-    check_state_f32(c, 1, "grad");
-    int64_t n = c.shape(0).numel(), blocks = (n + kAdam8bitBlock - 1) / kAdam8bitBlock;
-    c.check(c.shape(1).numel() == n, "grad must have the parameter's element count");
-    for (int i = 2; i < 4; i++) {
-        c.check(c.dtype(i) == DType::u8, "m and v must be u8 codes");
-        c.check(c.shape(i).numel() == n, "m and v must have the parameter's element count");
+    const int n = multi_count(c, 6);
+    check_gstat_input(c, 6 * n + 1);
+    for (int k = 0; k < n; k++) {
+        check_state_f32(c, k, "param");
+        check_state_f32(c, n + k, "grad");
+        const int64_t e = c.shape(k).numel(), blocks = (e + kAdam8bitBlock - 1) / kAdam8bitBlock;
+        c.check(c.shape(n + k).numel() == e, "grad must have the parameter's element count");
+        for (int i = 2; i < 4; i++) {
+            c.check(c.dtype(i * n + k) == DType::u8, "m and v must be u8 codes");
+            c.check(c.shape(i * n + k).numel() == e, "m and v must have the parameter's element count");
+        }
+        for (int i = 4; i < 6; i++) {
+            check_state_f32(c, i * n + k, "absmax");
+            c.check(c.shape(i * n + k).numel() == blocks, "absmax must hold one float per block of ", kAdam8bitBlock,
+                    " (", blocks, ")");
+        }
     }
-    for (int i = 4; i < 6; i++) {
-        check_state_f32(c, i, "absmax");
-        c.check(c.shape(i).numel() == blocks, "absmax must hold one float per block of ", kAdam8bitBlock, " (", blocks, ")");
-    }
-    check_hyper_input(c, 6);
+    check_hyper_input(c, 6 * n);
     return {};
 }
 
 static void adamw8bit_cpu(CpuCtx& c) {
-    const GradGate gate = grad_gate(c, 7);
+    const int N = int(c.p().i[1]);
+    const GradGate gate = grad_gate(c, 6 * N + 1);
     if (gate.skip) return;
-    float* p = static_cast<float*>(c.in[0].data) + c.in[0].layout.offset;
-    const float* g = c.in_f32(1);
-    uint8_t* cm = static_cast<uint8_t*>(c.in[2].data) + c.in[2].layout.offset;
-    uint8_t* cv = static_cast<uint8_t*>(c.in[3].data) + c.in[3].layout.offset;
-    float* am = static_cast<float*>(c.in[4].data) + c.in[4].layout.offset;
-    float* av = static_cast<float*>(c.in[5].data) + c.in[5].layout.offset;
-    const float* h = c.in_f32(6);
+    const float* h = c.in_f32(6 * N);
     const float* qs = adam8bit_qmap(true);
     const float* qu = adam8bit_qmap(false);
     const float lr = h[kLr], b1 = h[kBeta1], b2 = h[kBeta2], eps = h[kEps], wd = h[kWeightDecay], gs = h[kGradScale];
@@ -162,48 +158,65 @@ static void adamw8bit_cpu(CpuCtx& c) {
     const float corr2 = float(std::sqrt(1.0 - std::pow(double(b2), t)));
     const float step_size = float(-double(lr) * double(corr2) / (1.0 - std::pow(double(b1), t)));
     const float decay = 1.0f - lr * wd;
-    const int64_t n = c.in[0].numel(), blocks = (n + kAdam8bitBlock - 1) / kAdam8bitBlock;
-    parallel_for(blocks, 16, [&](int64_t lo, int64_t hi) {
-        float m[kAdam8bitBlock], v[kAdam8bitBlock];
-        bool ok[kAdam8bitBlock];
-        for (int64_t b = lo; b < hi; b++) {
-            int64_t base = b * kAdam8bitBlock, len = std::min<int64_t>(kAdam8bitBlock, n - base);
-            float new_am = 0.0f, new_av = 0.0f;
-            for (int64_t k = 0; k < len; k++) {
-                int64_t i = base + k;
-                float gi = (g[i] * gs) * gate.mul;
-                m[k] = qs[cm[i]] * am[b];
-                v[k] = qu[cv[i]] * av[b];
-                ok[k] = std::isfinite(gi);
-                if (ok[k]) {
-                    v[k] = b2 * v[k] + (1.0f - b2) * (gi * gi);
-                    m[k] = b1 * m[k] + (1.0f - b1) * gi;
+    for (int tensor = 0; tensor < N; tensor++) {
+        const auto at = [&](int kind) { return kind * N + tensor; };
+        float* p = static_cast<float*>(c.in[size_t(at(0))].data) + c.in[size_t(at(0))].layout.offset;
+        const float* g = c.in_f32(at(1));
+        uint8_t* cm = static_cast<uint8_t*>(c.in[size_t(at(2))].data) + c.in[size_t(at(2))].layout.offset;
+        uint8_t* cv = static_cast<uint8_t*>(c.in[size_t(at(3))].data) + c.in[size_t(at(3))].layout.offset;
+        float* am = static_cast<float*>(c.in[size_t(at(4))].data) + c.in[size_t(at(4))].layout.offset;
+        float* av = static_cast<float*>(c.in[size_t(at(5))].data) + c.in[size_t(at(5))].layout.offset;
+        const int64_t n = c.in[size_t(at(0))].numel(), blocks = (n + kAdam8bitBlock - 1) / kAdam8bitBlock;
+        parallel_for(blocks, 16, [&](int64_t lo, int64_t hi) {
+            float m[kAdam8bitBlock], v[kAdam8bitBlock];
+            bool ok[kAdam8bitBlock];
+            for (int64_t b = lo; b < hi; b++) {
+                int64_t base = b * kAdam8bitBlock, len = std::min<int64_t>(kAdam8bitBlock, n - base);
+                float new_am = 0.0f, new_av = 0.0f;
+                for (int64_t k = 0; k < len; k++) {
+                    int64_t i = base + k;
+                    float gi = (g[i] * gs) * gate.mul;
+                    m[k] = qs[cm[i]] * am[b];
+                    v[k] = qu[cv[i]] * av[b];
+                    ok[k] = std::isfinite(gi);
+                    if (ok[k]) {
+                        v[k] = b2 * v[k] + (1.0f - b2) * (gi * gi);
+                        m[k] = b1 * m[k] + (1.0f - b1) * gi;
+                    }
+                    new_am = std::max(new_am, std::fabs(m[k]));
+                    new_av = std::max(new_av, v[k]);
                 }
-                new_am = std::max(new_am, std::fabs(m[k]));
-                new_av = std::max(new_av, v[k]);
-            }
-            const float inv_am = adam8bit_inverse(new_am), inv_av = adam8bit_inverse(new_av);
-            for (int64_t k = 0; k < len; k++) {
-                int64_t i = base + k;
-                if (ok[k]) {
-                    float pi = p[i] + step_size * (m[k] / (std::sqrt(v[k]) + corr2 * eps));
-                    p[i] = pi * decay;
+                const float inv_am = adam8bit_inverse(new_am), inv_av = adam8bit_inverse(new_av);
+                for (int64_t k = 0; k < len; k++) {
+                    int64_t i = base + k;
+                    if (ok[k]) {
+                        float pi = p[i] + step_size * (m[k] / (std::sqrt(v[k]) + corr2 * eps));
+                        p[i] = pi * decay;
+                    }
+                    cm[i] = uint8_t(adam8bit_quantize(qs, adam8bit_normalize(m[k], new_am, inv_am)));
+                    cv[i] = uint8_t(adam8bit_quantize(qu, adam8bit_normalize(v[k], new_av, inv_av)));
                 }
-                cm[i] = uint8_t(adam8bit_quantize(qs, adam8bit_normalize(m[k], new_am, inv_am)));
-                cv[i] = uint8_t(adam8bit_quantize(qu, adam8bit_normalize(v[k], new_av, inv_av)));
+                am[b] = new_am;
+                av[b] = new_av;
             }
-            am[b] = new_am;
-            av[b] = new_av;
-        }
-    });
+        });
+    }
+}
+
+void adamw8bit_step(Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
+                    const std::vector<ValueId>& m, const std::vector<ValueId>& v, const std::vector<ValueId>& absmax_m,
+                    const std::vector<ValueId>& absmax_v, ValueId hyper, ValueId gstat) {
+    Params p;
+    p.i[1] = int64_t(params.size());
+    g.apply(Op::adamw8bit_step, multi_inputs({&params, &grads, &m, &v, &absmax_m, &absmax_v}, {hyper, gstat}), p);
 }
 
 void adamw8bit_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId absmax_m, ValueId absmax_v,
                     ValueId hyper, ValueId gstat) {
-    g.apply(Op::adamw8bit_step, present({param, grad, m, v, absmax_m, absmax_v, hyper, gstat}));
+    adamw8bit_step(g, std::vector<ValueId>{param}, {grad}, {m}, {v}, {absmax_m}, {absmax_v}, hyper, gstat);
 }
 
-const OpDef def_adamw8bit_step{"adamw8bit_step", "adam8bit", adamw8bit_infer, step_cost, nullptr, adamw8bit_cpu,
+const OpDef def_adamw8bit_step{"adamw8bit_step", "adam8bit", adamw8bit_infer, multi_step_cost, nullptr, adamw8bit_cpu,
                                kOpNoGrad | kOpMutates};
 
 }  // namespace gl

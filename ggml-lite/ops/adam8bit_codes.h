@@ -18,9 +18,9 @@
 // low bits complemented and the search complements x's likewise, so one unsigned compare serves
 // both signs: code = count + (t < low bits of x, complemented if x < 0).
 #pragma once
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #include "ggml-lite/ops/rng.h"
 
@@ -43,9 +43,7 @@ GL_HD uint32_t adam8bit_float_bits(float x) {
 #ifdef __CUDA_ARCH__
     return __float_as_uint(x);
 #else
-    uint32_t b;
-    std::memcpy(&b, &x, 4);
-    return b;
+    return std::bit_cast<uint32_t>(x);
 #endif
 }
 
@@ -53,9 +51,7 @@ GL_HD float adam8bit_float_bits_to_float(uint32_t b) {
 #ifdef __CUDA_ARCH__
     return __uint_as_float(b);
 #else
-    float x;
-    std::memcpy(&x, &b, 4);
-    return x;
+    return std::bit_cast<float>(b);
 #endif
 }
 

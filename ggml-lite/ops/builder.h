@@ -11,6 +11,7 @@
 
 #include "ggml-lite/core/graph.h"
 #include "ggml-lite/ops/op_kinds.h"  // Act, LossKind
+#include "ggml-lite/ops/optim_dadapt.h"
 #include "ggml-lite/ops/optim_types.h"
 
 namespace gl {
@@ -31,6 +32,10 @@ ValueId concat(Graph& g, const std::vector<ValueId>& xs, int axis);
 ValueId fill(Graph& g, Shape s, float value, DType t = DType::f32);
 // Returns x itself when it already has dtype t.
 ValueId cast(Graph& g, ValueId x, DType t);
+// Casts of N tensors of one float dtype to float dtype t in one node (one launch on CUDA), each
+// multiplied by `scale` first (in f32); its gradient is one cast_multi back, by the same scale.
+// ops/param_casts.h builds it from a graph's per-use casts of parameter masters.
+std::vector<ValueId> cast_multi(Graph& g, const std::vector<ValueId>& xs, DType t, float scale = 1.0f);
 
 // ---- elementwise with NumPy broadcasting (ops/elementwise.cpp) ----
 ValueId add(Graph& g, ValueId a, ValueId b);
@@ -45,6 +50,13 @@ ValueId dropout(Graph& g, ValueId x, float p, uint64_t seed, ValueId seed_input)
 // In place, no outputs: acc = (ctl[0] != 0 ? 0 : acc) + ctl[1] * x, ctl f32 [2] = {reset, weight}
 // written per step (gradient accumulation over micro-batches); acc a dense f32 storage owner.
 void accumulate(Graph& g, ValueId acc, ValueId x, ValueId ctl);
+
+// ---- random draws (ops/random.cpp) ----
+// f32 [shape] of N(0, 1) from the counter-based generator (ops/rng_normal.h: the same floats on
+// every backend): element i takes draws c + 2i and c + 2i + 1 of the seed and position c held in
+// draw, an i32 input [>= kNoiseDrawSize] the host writes per step (NoiseDrawSlot); a non-zero
+// offset there adds kohya's offset noise, offset * z per (sample, channel) with shape = [B, ..., C].
+ValueId normal_noise(Graph& g, ValueId draw, const Shape& shape);
 
 // ---- activations (ops/activations.cpp) ----
 ValueId silu(Graph& g, ValueId x);
@@ -137,6 +149,12 @@ ValueId timestep_embedding(Graph& g, ValueId t, int dim, bool flip_sin_to_cos = 
 // gstat (optional trailing input of every optimizer step): made by grad_stats below.
 void adamw_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId hyper, bool decay_after = false,
                 ValueId gstat = kNoValue);
+// The elementwise steps (adamw_step, lion_step, adamw8bit_step) also take the N tensors of one
+// parameter group at once, params[k] with grads[k], m[k], ...: one node (one launch on CUDA), each
+// tensor updated as its single-tensor step would update it.
+void adamw_step(Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
+                const std::vector<ValueId>& m, const std::vector<ValueId>& v, ValueId hyper, bool decay_after = false,
+                ValueId gstat = kNoValue);
 
 // (ops/optim.cpp) grads: f32 dense gradients (any count >= 1); loss_scale: f32 [1] input or kNoValue;
 // max_norm <= 0: no clipping. Deterministic (fixed-order double sums on every backend).
@@ -146,6 +164,8 @@ ValueId grad_stats(Graph& g, const std::vector<ValueId>& grads, ValueId loss_sca
 // p = p*(1 - lr*wd) - lr*sign(c); m = b2*m + (1-b2)*g. hyper: lr, beta1, beta2, weight_decay,
 // grad_scale (eps and step unused). sign(0) = 0; a NaN gradient gives a NaN moment (use gstat).
 void lion_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId hyper, ValueId gstat = kNoValue);
+void lion_step(Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
+               const std::vector<ValueId>& m, ValueId hyper, ValueId gstat = kNoValue);
 
 // (ops/optim_adafactor.cpp) Adafactor as transformers.optimization.Adafactor. Params with >= 2 dims are
 // factored over their last two dims (row means v_row [.., R], column means v_col [.., C]); a 4-D param
@@ -179,6 +199,27 @@ void prodigy_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, V
 // gstat: as adamw_step's (a set non-finite flag skips the whole op).
 void adamw8bit_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId absmax_m, ValueId absmax_v,
                     ValueId hyper, ValueId gstat = kNoValue);
+void adamw8bit_step(Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
+                    const std::vector<ValueId>& m, const std::vector<ValueId>& v, const std::vector<ValueId>& absmax_m,
+                    const std::vector<ValueId>& absmax_v, ValueId hyper, ValueId gstat = kNoValue);
 // The 8-bit maps (adam8bit_qmap, adam8bit_quantize): ops/optim_types.h.
+
+// (ops/optim_sgd.cpp) SGD with momentum as torch.optim.SGD: g += wd * p; buf = g at step 1, else
+// momentum * buf + (1 - dampening) * g; p -= lr * (nesterov ? g + momentum * buf : buf). momentum in
+// (0, 1]; nesterov needs dampening 0. hyper: lr, weight_decay, step, grad_scale.
+void sgd_step(Graph& g, ValueId param, ValueId grad, ValueId buf, ValueId hyper, float momentum, float dampening,
+              bool nesterov, ValueId gstat = kNoValue);
+
+// (ops/optim_dadapt.cpp) D-Adaptation Adam (as dadaptation 3.2's DAdaptAdam). One step over all params is:
+// dadapt_adam_accum for every param (in node order; writes dlr * dot(g, s / (sqrt(v) + eps)) and sum|s|
+// into acc[2*slot], acc[2*slot+1], updates m (by dlr * (1 - beta1) * g), v, s), then ONE dadapt_adam_d
+// (given the hyper of the group with the largest lr), then dadapt_adam_step for every param. dstate f32
+// [kDAdaptStateSize] (DAdaptSlot, ops/optim_dadapt.h) is shared by all params; acc f32 [2 * slots] is
+// scratch. hyper: lr (equal for all groups, or 0), beta1, beta2, eps, weight_decay, step, grad_scale.
+void dadapt_adam_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId s, ValueId hyper,
+                       ValueId dstate, ValueId acc, int slot, const DAdaptOptions& o, ValueId gstat = kNoValue);
+void dadapt_adam_d(Graph& g, ValueId dstate, ValueId acc, ValueId hyper, const DAdaptOptions& o, ValueId gstat = kNoValue);
+void dadapt_adam_step(Graph& g, ValueId param, ValueId m, ValueId v, ValueId hyper, ValueId dstate,
+                      const DAdaptOptions& o, ValueId gstat = kNoValue);
 
 }  // namespace gl

@@ -1,5 +1,6 @@
 // Optimizer steps as ops: AdamW and grad_stats, the global gradient statistics (norm for clipping,
 // loss-scale undo, inf/NaN detection) that every step op can take as an optional trailing input.
+// The elementwise steps (AdamW, Lion, 8-bit AdamW) take all tensors of a parameter group at once.
 // (Lion, Adafactor, Prodigy: ops/optim_<name>.cpp; 8-bit AdamW: ops/adam8bit.cpp.) The steps update
 // the parameter and its state in place and have no outputs, so a training step (forward, backward,
 // update) is one graph that a backend can capture whole.
@@ -10,58 +11,74 @@
 
 namespace gl {
 
-// ---------------- adamw_step(param, grad, m, v, hyper[, gstat]); p.i[0] = decay_after ----------------
-// A non-finite gradient element makes its parameter and moments NaN; pass gstat to skip such steps.
+// ------- adamw_step(params..., grads..., m..., v..., hyper[, gstat]); p.i[0] = decay_after, p.i[1] = N -------
+// N tensors of one parameter group in one node (one launch on CUDA), each element updated as the
+// single-tensor step does. A non-finite gradient element makes its parameter and moments NaN; pass
+// gstat to skip such steps.
 
 static std::vector<OutSpec> adamw_infer(const OpCall& c) {
-    check_gstat_input(c, 5);
-    check_state_f32(c, 0, "param");
-    check_state_f32(c, 1, "grad");
-    check_state_f32(c, 2, "m");
-    check_state_f32(c, 3, "v");
-    check_hyper_input(c, 4);
-    int64_t n = c.shape(0).numel();
-    for (int i = 1; i < 4; i++) c.check(c.shape(i).numel() == n, "grad, m and v must have the parameter's element count");
+    const int n = multi_count(c, 4);
+    check_gstat_input(c, 4 * n + 1);
+    for (int k = 0; k < n; k++) {
+        check_state_f32(c, k, "param");
+        check_state_f32(c, n + k, "grad");
+        check_state_f32(c, 2 * n + k, "m");
+        check_state_f32(c, 3 * n + k, "v");
+        const int64_t e = c.shape(k).numel();
+        for (int i = 1; i < 4; i++)
+            c.check(c.shape(i * n + k).numel() == e, "grad, m and v must have the parameter's element count");
+    }
+    check_hyper_input(c, 4 * n);
     return {};
 }
 
 static void adamw_cpu(CpuCtx& c) {
-    const GradGate gate = grad_gate(c, 5);
+    const int n = int(c.p().i[1]);
+    const GradGate gate = grad_gate(c, 4 * n + 1);
     if (gate.skip) return;
-    float* p = mut_f32(c, 0);
-    const float* g = c.in_f32(1);
-    float* m = mut_f32(c, 2);
-    float* v = mut_f32(c, 3);
-    const float* h = c.in_f32(4);
+    const float* h = c.in_f32(4 * n);
     const float lr = h[kLr], b1 = h[kBeta1], b2 = h[kBeta2], eps = h[kEps], wd = h[kWeightDecay], gs = h[kGradScale];
     const double t = h[kStep];
     const float step_size = float(lr / (1.0 - std::pow(double(b1), t)));
     const float bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(b2), t)));
     const float decay = 1.0f - lr * wd;
     const bool after = c.p().i[0] != 0;
-    parallel_for(c.in[0].numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; i++) {
-            float gi = (g[i] * gs) * gate.mul;
-            float pi = after ? p[i] : p[i] * decay;
-            float mi = m[i] + (1.0f - b1) * (gi - m[i]);
-            float vi = v[i] * b2 + (1.0f - b2) * (gi * gi);
-            float denom = std::sqrt(vi) / bc2_sqrt + eps;
-            pi = pi - step_size * (mi / denom);
-            p[i] = after ? pi * decay : pi;
-            m[i] = mi;
-            v[i] = vi;
-        }
-    });
+    for (int k = 0; k < n; k++) {
+        float* p = mut_f32(c, k);
+        const float* g = c.in_f32(n + k);
+        float* m = mut_f32(c, 2 * n + k);
+        float* v = mut_f32(c, 3 * n + k);
+        parallel_for(c.in[size_t(k)].numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
+            for (int64_t i = lo; i < hi; i++) {
+                float gi = (g[i] * gs) * gate.mul;
+                float pi = after ? p[i] : p[i] * decay;
+                float mi = m[i] + (1.0f - b1) * (gi - m[i]);
+                float vi = v[i] * b2 + (1.0f - b2) * (gi * gi);
+                float denom = std::sqrt(vi) / bc2_sqrt + eps;
+                pi = pi - step_size * (mi / denom);
+                p[i] = after ? pi * decay : pi;
+                m[i] = mi;
+                v[i] = vi;
+            }
+        });
+    }
+}
+
+void adamw_step(Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
+                const std::vector<ValueId>& m, const std::vector<ValueId>& v, ValueId hyper, bool decay_after,
+                ValueId gstat) {
+    Params p;
+    p.i[0] = decay_after ? 1 : 0;
+    p.i[1] = int64_t(params.size());
+    g.apply(Op::adamw_step, multi_inputs({&params, &grads, &m, &v}, {hyper, gstat}), p);
 }
 
 void adamw_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId hyper, bool decay_after,
                 ValueId gstat) {
-    Params p;
-    p.i[0] = decay_after ? 1 : 0;
-    g.apply(Op::adamw_step, present({param, grad, m, v, hyper, gstat}), p);
+    adamw_step(g, std::vector<ValueId>{param}, {grad}, {m}, {v}, hyper, decay_after, gstat);
 }
 
-const OpDef def_adamw_step{"adamw_step", "optim", adamw_infer, step_cost, nullptr, adamw_cpu, kOpNoGrad | kOpMutates};
+const OpDef def_adamw_step{"adamw_step", "optim", adamw_infer, multi_step_cost, nullptr, adamw_cpu, kOpNoGrad | kOpMutates};
 
 // ------- grad_stats(grads...[, loss_scale]) -> gstat f32[4]; p.i[0] = has loss scale, p.f[0] = max_norm -------
 

@@ -32,7 +32,35 @@ inline std::vector<ValueId> present(std::initializer_list<ValueId> ids) {
     return r;
 }
 
+// A step over N tensors (p.i[1] = N) takes `per_tensor` inputs per tensor, each kind as a run of N
+// (params..., grads..., ...), then its shared inputs.
+inline int multi_count(const OpCall& c, int per_tensor) {
+    const int64_t n = c.p.i[1];
+    c.check(n >= 1 && per_tensor * n <= c.n_in(), "needs a tensor count >= 1 (p.i[1] = ", n, ") and ", per_tensor,
+            " inputs per tensor");
+    return int(n);
+}
+// The inputs of such a step: each list (equal lengths) as a run, then the shared inputs present.
+inline std::vector<ValueId> multi_inputs(std::initializer_list<const std::vector<ValueId>*> lists,
+                                         std::initializer_list<ValueId> shared) {
+    const size_t n = (*lists.begin())->size();
+    std::vector<ValueId> r;
+    for (const std::vector<ValueId>* l : lists) {
+        GL_CHECK(l->size() == n, "optimizer step: ", l->size(), " tensors of one kind, ", n, " of another");
+        r.insert(r.end(), l->begin(), l->end());
+    }
+    for (ValueId v : shared)
+        if (v != kNoValue) r.push_back(v);
+    return r;
+}
+
 inline Cost step_cost(const OpCall& c) { return {12.0 * double(c.shape(0).numel()), call_bytes_all_in(c) * 1.6}; }
+// The same over the N updated tensors of a multi-tensor step (inputs 0 .. N - 1).
+inline Cost multi_step_cost(const OpCall& c) {
+    double elems = 0;
+    for (int k = 0; k < int(c.p.i[1]); k++) elems += double(c.shape(k).numel());
+    return {12.0 * elems, call_bytes_all_in(c) * 1.6};
+}
 
 // Mutable dense f32 view of input i (the ops update leaves in place).
 inline float* mut_f32(CpuCtx& c, int i) { return static_cast<float*>(c.in[size_t(i)].data) + c.in[size_t(i)].layout.offset; }

@@ -1,5 +1,7 @@
 // Views (reshape, permute, slice, expand: no data moves) and copies (contiguous, concat,
-// fill, cast). A view's layout is expressed in the storage of its base value.
+// fill, cast, cast_multi). A view's layout is expressed in the storage of its base value.
+#include <cmath>
+
 #include "ggml-lite/ops/family.h"
 
 namespace gl {
@@ -269,5 +271,63 @@ ValueId cast(Graph& g, ValueId x, DType t) {
 }
 
 const OpDef def_cast{"cast", "views", cast_infer, cast_cost, cast_backward, cast_cpu, kOpCheapRecompute};
+
+// ------ cast_multi: {x_0 .. x_{N-1}} -> {y_0 .. y_{N-1}}; p.i[0] = target dtype, p.f[0] = scale ------
+// N casts in one node (one launch on CUDA): a step's parameter masters to the activations' dtype,
+// and in the backward their gradients back. Inputs share a dtype; y_k = x_k * scale (in f32), cast;
+// a scale of 1 is the plain cast. The scale is a LoRA branch's, folded into its up weight's copy
+// (ops/param_casts.h).
+
+static std::vector<OutSpec> cast_multi_infer(const OpCall& c) {
+    c.check(c.p.i[0] >= 0 && c.p.i[0] < kDTypeCount, "invalid dtype");
+    c.check(c.n_in() >= 1, "takes at least one tensor");
+    std::vector<OutSpec> out;
+    for (int k = 0; k < c.n_in(); k++) {
+        c.check(c.dtype(k) == c.dtype(0), "every input must have input 0's dtype");
+        c.check(dtype_is_float(c.dtype(k)), "inputs must be floating point");
+        out.push_back(dense(DType(c.p.i[0]), c.shape(k)));
+    }
+    c.check(dtype_is_float(DType(c.p.i[0])), "the target dtype must be floating point");
+    c.check(std::isfinite(c.p.f[0]), "the scale must be finite");
+    return out;
+}
+static Cost cast_multi_cost(const OpCall& c) {
+    double bytes = 0;
+    for (int k = 0; k < c.n_in(); k++)
+        bytes += double(c.shape(k).numel()) * double(dtype_size(c.dtype(k)) + dtype_size(DType(c.p.i[0])));
+    return {0, bytes};
+}
+static void cast_multi_backward(BackwardCtx& b) {
+    std::vector<int> which;
+    std::vector<ValueId> grads;
+    for (int k = 0; k < int(b.node.in.size()); k++)
+        if (b.wants(k) && b.grad(k) != kNoValue) {
+            which.push_back(k);
+            grads.push_back(b.grad(k));
+        }
+    if (grads.empty()) return;
+    const std::vector<ValueId> back = cast_multi(b.g, grads, b.g.dtype(b.in(0)), b.p().f[0]);
+    for (size_t j = 0; j < which.size(); j++) b.add(which[j], back[j]);
+}
+static void cast_multi_cpu(CpuCtx& c) {
+    const float s = c.p().f[0];
+    for (int k = 0; k < c.n_in(); k++) {
+        std::vector<float> tmp(size_t(c.in[size_t(k)].numel()));
+        gather_f32(c.in[size_t(k)], tmp.data());
+        if (s != 1.0f)
+            for (float& e : tmp) e *= s;
+        scatter_f32(tmp.data(), c.out[size_t(k)]);
+    }
+}
+
+std::vector<ValueId> cast_multi(Graph& g, const std::vector<ValueId>& xs, DType t, float scale) {
+    Params p;
+    p.i[0] = int64_t(t);
+    p.f[0] = scale;
+    return g.apply(Op::cast_multi, xs, p);
+}
+
+const OpDef def_cast_multi{"cast_multi", "views", cast_multi_infer, cast_multi_cost, cast_multi_backward, cast_multi_cpu,
+                           0};
 
 }  // namespace gl

@@ -125,4 +125,15 @@ std::string unet_key_original(const UnetConfig& c, const std::string& name) {
     return m.empty() ? m : kUnetOriginalPrefix + m;
 }
 
+std::string unet_module_original(const UnetConfig& c, const std::string& path) {
+    c.validate();
+    const std::string m = map_name(c, path + ".weight"), s = ".weight";
+    if (m.size() <= s.size() || m.compare(m.size() - s.size(), s.size(), s) != 0) return "";
+    return m.substr(0, m.size() - s.size());
+}
+
+std::function<std::string(const std::string& path)> unet_ldm_names(const UnetConfig& c) {
+    return [c](const std::string& path) { return unet_module_original(c, path); };
+}
+
 }  // namespace sd

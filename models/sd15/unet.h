@@ -9,6 +9,7 @@
 // Layouts: latents NHWC [B, h, w, C]; timesteps [B] (float, may be fractional); text context
 // [B, S, cross_attention_dim]. Activations take the weights' dtype (inputs are cast to it).
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,11 @@ gl::ValueId unet_forward(nn::Weights& w, const UnetConfig& c, gl::ValueId x, gl:
 //   1.1.proj_in.weight" and so on; "" for a name with no counterpart.
 std::string unet_key_diffusers(const std::string& name);
 std::string unet_key_original(const UnetConfig& c, const std::string& name);
+// The original layout's module path of a diffusers module path ("down_blocks.0.attentions.0.proj_in"
+// -> "input_blocks.1.1.proj_in"), "" for one with no counterpart: the LDM names LoRA files of old
+// extractors use (lora::LdmNames).
+std::string unet_module_original(const UnetConfig& c, const std::string& path);
+std::function<std::string(const std::string& path)> unet_ldm_names(const UnetConfig& c);  // the above, bound
 // The prefix of the UNet's tensors in an original single file.
 inline constexpr const char* kUnetOriginalPrefix = "model.diffusion_model.";
 

@@ -7,12 +7,19 @@
 namespace optim {
 
 namespace {
+// One step node per parameter group.
 void append(UpdateBuilder& b) {
-    for (const UpdateParam& p : b.params) {
-        const gl::Shape s = b.g.shape(p.param);
-        const gl::ValueId m = b.state(p, "exp_avg", gl::DType::f32, s);
-        const gl::ValueId v = b.state(p, "exp_avg_sq", gl::DType::f32, s);
-        gl::adamw_step(b.g, p.param, p.grad, m, v, p.hyper, /*decay_after*/ false, b.gstat);
+    for (size_t gi = 0; gi < b.groups.size(); gi++) {
+        std::vector<gl::ValueId> params, grads, m, v;
+        for (const UpdateParam& p : b.of_group(gi)) {
+            const gl::Shape s = b.g.shape(p.param);
+            params.push_back(p.param);
+            grads.push_back(p.grad);
+            m.push_back(b.state(p, "exp_avg", gl::DType::f32, s));
+            v.push_back(b.state(p, "exp_avg_sq", gl::DType::f32, s));
+        }
+        if (!params.empty())
+            gl::adamw_step(b.g, params, grads, m, v, b.groups[gi].hyper, /*decay_after*/ false, b.gstat);
     }
 }
 }  // namespace
@@ -21,7 +28,7 @@ const OptimizerDef& optimizer_adamw() {
     static const OptimizerDef def{
         "AdamW",
         {"torch.optim.AdamW", "torch.optim.adamw.AdamW"},
-        {betas_arg("(0.9, 0.999)"), eps_arg("1e-8"), weight_decay_arg("1e-2")},
+        torch_inert_args({betas_arg("(0.9, 0.999)"), eps_arg("1e-8"), weight_decay_arg("1e-2")}),
         nullptr,
         append,
     };

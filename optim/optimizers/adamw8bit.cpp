@@ -10,23 +10,35 @@
 namespace optim {
 
 namespace {
+// Per parameter group two step nodes: the fp32 step over its small tensors, the 8-bit step over the rest.
 void append(UpdateBuilder& b) {
     const float zero_signed = float(gl::adam8bit_quantize(gl::adam8bit_qmap(true), 0.0f));
     const float zero_unsigned = float(gl::adam8bit_quantize(gl::adam8bit_qmap(false), 0.0f));
-    for (const UpdateParam& p : b.params) {
-        const gl::Shape s = b.g.shape(p.param);
-        if (s.numel() < gl::kAdam8bitMinElements) {
-            const gl::ValueId m = b.state(p, "exp_avg", gl::DType::f32, s);
-            const gl::ValueId v = b.state(p, "exp_avg_sq", gl::DType::f32, s);
-            gl::adamw_step(b.g, p.param, p.grad, m, v, p.hyper, /*decay_after*/ true, b.gstat);
-            continue;
+    for (size_t gi = 0; gi < b.groups.size(); gi++) {
+        struct Tensors {
+            std::vector<gl::ValueId> params, grads, m, v, am, av;
+        } small, big;
+        for (const UpdateParam& p : b.of_group(gi)) {
+            const gl::Shape s = b.g.shape(p.param);
+            Tensors& t = s.numel() < gl::kAdam8bitMinElements ? small : big;
+            t.params.push_back(p.param);
+            t.grads.push_back(p.grad);
+            if (&t == &small) {
+                t.m.push_back(b.state(p, "exp_avg", gl::DType::f32, s));
+                t.v.push_back(b.state(p, "exp_avg_sq", gl::DType::f32, s));
+                continue;
+            }
+            const gl::Shape blocks{(s.numel() + gl::kAdam8bitBlock - 1) / gl::kAdam8bitBlock};
+            t.m.push_back(b.state(p, "exp_avg.q8", gl::DType::u8, s, StateInit::filled(zero_signed)));
+            t.v.push_back(b.state(p, "exp_avg_sq.q8", gl::DType::u8, s, StateInit::filled(zero_unsigned)));
+            t.am.push_back(b.state(p, "exp_avg.absmax", gl::DType::f32, blocks));
+            t.av.push_back(b.state(p, "exp_avg_sq.absmax", gl::DType::f32, blocks));
         }
-        const gl::Shape blocks{(s.numel() + gl::kAdam8bitBlock - 1) / gl::kAdam8bitBlock};
-        const gl::ValueId m = b.state(p, "exp_avg.q8", gl::DType::u8, s, StateInit::filled(zero_signed));
-        const gl::ValueId v = b.state(p, "exp_avg_sq.q8", gl::DType::u8, s, StateInit::filled(zero_unsigned));
-        const gl::ValueId am = b.state(p, "exp_avg.absmax", gl::DType::f32, blocks);
-        const gl::ValueId av = b.state(p, "exp_avg_sq.absmax", gl::DType::f32, blocks);
-        gl::adamw8bit_step(b.g, p.param, p.grad, m, v, am, av, p.hyper, b.gstat);
+        const gl::ValueId hyper = b.groups[gi].hyper;
+        if (!small.params.empty())
+            gl::adamw_step(b.g, small.params, small.grads, small.m, small.v, hyper, /*decay_after*/ true, b.gstat);
+        if (!big.params.empty())
+            gl::adamw8bit_step(b.g, big.params, big.grads, big.m, big.v, big.am, big.av, hyper, b.gstat);
     }
 }
 }  // namespace
@@ -35,7 +47,7 @@ const OptimizerDef& optimizer_adamw8bit() {
     static const OptimizerDef def{
         "AdamW8bit",
         {"bitsandbytes.optim.AdamW8bit", "bitsandbytes.optim.adamw.AdamW8bit"},
-        {betas_arg("(0.9, 0.999)"), eps_arg("1e-8"), weight_decay_arg("1e-2")},
+        bnb_inert_args({betas_arg("(0.9, 0.999)"), eps_arg("1e-8"), weight_decay_arg("1e-2")}),
         nullptr,
         append,
     };

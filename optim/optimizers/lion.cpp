@@ -7,11 +7,16 @@
 namespace optim {
 
 namespace {
+// One step node per parameter group.
 void append(UpdateBuilder& b) {
-    for (const UpdateParam& p : b.params) {
-        const gl::Shape s = b.g.shape(p.param);
-        const gl::ValueId m = b.state(p, "exp_avg", gl::DType::f32, s);
-        gl::lion_step(b.g, p.param, p.grad, m, p.hyper, b.gstat);
+    for (size_t gi = 0; gi < b.groups.size(); gi++) {
+        std::vector<gl::ValueId> params, grads, m;
+        for (const UpdateParam& p : b.of_group(gi)) {
+            params.push_back(p.param);
+            grads.push_back(p.grad);
+            m.push_back(b.state(p, "exp_avg", gl::DType::f32, b.g.shape(p.param)));
+        }
+        if (!params.empty()) gl::lion_step(b.g, params, grads, m, b.groups[gi].hyper, b.gstat);
     }
 }
 }  // namespace

@@ -90,6 +90,7 @@ std::string Progress::terminal_line(const train::StepMetrics& m, int width) {
                             : fmt("ep %lld", (long long)m.epoch),
          5},
         {"loss " + loss_text(m.loss_mean), 1},
+        {std::isfinite(m.val_loss) ? "val " + loss_text(m.val_loss) : "", 2},
         {lr, 4},
         {rate(m.it_per_s) + " it/s", 3},
         {rate(m.images_per_s) + " img/s", 6},
@@ -131,6 +132,7 @@ std::string Progress::plain_line(const train::StepMetrics& m) {
     s += fmt("  epoch %lld", (long long)m.epoch);
     if (m.total_epochs > 0) s += fmt("/%lld", (long long)m.total_epochs);
     s += "  loss " + loss_text(m.loss_mean) + " (last " + loss_text(m.loss) + ")";
+    if (std::isfinite(m.val_loss)) s += "  validation loss " + loss_text(m.val_loss);
     if (!m.lr.empty()) {
         s += "  lr";
         for (const train::LrValue& v : m.lr) s += (m.lr.size() > 1 ? " " + v.group + " " : " ") + fmt("%.2e", v.lr);

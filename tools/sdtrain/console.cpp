@@ -45,6 +45,17 @@ void Console::on_step(const train::StepEvent& e) {
     progress_.update(*rec_.last_step());
 }
 
+void Console::on_validation(const train::ValidationEvent& e) {
+    rec_.on_validation(e);
+    std::string ts;
+    for (int t : e.timesteps) ts += (ts.empty() ? "" : ",") + std::to_string(t);
+    line(gl::cat(e.per_epoch ? gl::cat("epoch ", e.epoch, " validation") : gl::cat("validation at step ", e.step), ": loss ",
+                 fixed(e.loss, 4), " (", e.batches, e.batches == 1 ? " batch" : " batches", " x timesteps ", ts,
+                 "; kohya's average ", fixed(e.average, 4), ", divergence ", fixed(e.divergence, 4), ")"));
+}
+
+void Console::on_epoch(const train::EpochEvent& e) { rec_.on_epoch(e); }
+
 void Console::on_sample(const train::SampleEvent& e) {
     rec_.on_sample(e);
     if (e.images.empty()) return;

@@ -21,6 +21,8 @@ public:
     void on_message(const std::string& m) override;
     void on_start(const train::RunStart& s) override;
     void on_step(const train::StepEvent& e) override;
+    void on_validation(const train::ValidationEvent& e) override;
+    void on_epoch(const train::EpochEvent& e) override;
     void on_sample(const train::SampleEvent& e) override;
     void on_save(const train::SaveEvent& e) override;
     void on_end(const train::RunSummary& s) override;

@@ -8,8 +8,34 @@
 #include "ggml-lite/core/autofit.h"
 #include "ggml-lite/core/error.h"
 #include "lora/network_args.h"
+#include "optim/kohya_schedule.h"
 
 namespace train {
+
+namespace {
+// kohya's get_scheduler_fix over this run's options (optim/kohya_schedule.h). base_lr: the optimizer's
+// default lr (--learning_rate), which polynomial divides its absolute lr_end by and cosine_with_min_lr
+// its min_lr; Adafactor with a relative step computes its own lr: the factor stays 1 (kohya's
+// AdafactorSchedule).
+optim::LrSchedule schedule_for(const RunConfig& c, int64_t total_steps, std::vector<std::string>* notes) {
+    optim::KohyaScheduleArgs a;
+    a.lr_scheduler = c.lr_scheduler;
+    a.lr_scheduler_type = c.lr_scheduler_type;
+    a.lr_scheduler_args = c.lr_scheduler_args;
+    a.warmup_steps = c.lr_warmup_steps.steps(total_steps);
+    a.decay_steps = c.lr_decay_steps.steps(total_steps);
+    a.num_cycles = c.lr_scheduler_num_cycles;
+    a.power = c.lr_scheduler_power;
+    if (c.lr_scheduler_timescale) a.timescale = *c.lr_scheduler_timescale;
+    a.min_lr_ratio = c.lr_scheduler_min_lr_ratio;
+    a.total_steps = total_steps;
+    a.base_lr = c.learning_rate;
+    if (c.train_unet()) a.group_lrs.push_back(c.unet_learning_rate());
+    if (c.train_text_encoder()) a.group_lrs.push_back(c.text_encoder_learning_rate());
+    return optim::kohya_schedule(a, notes);
+}
+}  // namespace
+
 
 namespace {
 
@@ -120,6 +146,22 @@ void RunConfig::validate() {
         note("--cache_text_encoder_outputs_to_disk turns --cache_text_encoder_outputs on");
     }
 
+    // Logging (kohya's prepare_accelerator: --logging_dir alone means TensorBoard). GUIs write ''
+    // for unset: no logging, as kohya then makes no tracker.
+    if (log_with && log_with->empty()) log_with.reset();
+    if (logging_dir && logging_dir->empty()) logging_dir.reset();
+    if (log_with) {
+        GL_CHECK(*log_with == "tensorboard" || *log_with == "all" || *log_with == "wandb",
+                 "--log_with must be tensorboard, wandb or all (kohya's choices), got '", *log_with, "'");
+        GL_CHECK(*log_with != "wandb", "--log_with wandb: W&B needs the network; sdtrain logs to TensorBoard "
+                                       "(--logging_dir FOLDER)");
+        GL_CHECK(logging_dir, "--log_with ", *log_with,
+                 ": logging_dir is required when log_with is tensorboard (kohya's rule): add --logging_dir FOLDER");
+        if (*log_with == "all") note("--log_with all: TensorBoard only (W&B needs the network)");
+    }
+    if (!logging_dir && (log_prefix || log_tracker_name))
+        note("--log_prefix / --log_tracker_name name TensorBoard's folder: no effect without --logging_dir");
+
     // Model.
     GL_CHECK(!clip_skip || *clip_skip >= 1, "--clip_skip must be >= 1");
     GL_CHECK(!max_token_length || *max_token_length == 150 || *max_token_length == 225,
@@ -148,6 +190,7 @@ void RunConfig::validate() {
     check_float("text_encoder_lr", text_encoder_lr.value_or(0), 0);
     check_float("max_grad_norm", max_grad_norm, 0);
     const optim::OptimizerConfig opt = optimizer();  // checks optimizer_type and optimizer_args
+    for (const std::string& n : opt.notes) note(n);
     const std::vector<std::string> schedulers = lr_scheduler_names();
     if (std::find(schedulers.begin(), schedulers.end(), lr_scheduler) == schedulers.end()) {
         std::string names;
@@ -163,12 +206,23 @@ void RunConfig::validate() {
     }
     GL_CHECK(lr_scheduler != "adafactor" || std::string(opt.name()) == "Adafactor",
              "--lr_scheduler adafactor needs --optimizer_type Adafactor");
-    GL_CHECK(!(one_of(lr_scheduler, {"constant", "adafactor"}) && lr_warmup_steps.value != 0),
+    GL_CHECK(!(one_of(lr_scheduler, {"constant", "adafactor"}) && lr_scheduler_type.empty() &&
+               lr_warmup_steps.value != 0),
              "--lr_scheduler ", lr_scheduler, " does not take --lr_warmup_steps (kohya: 'does not require "
              "num_warmup_steps. Set None or 0'); use constant_with_warmup");
     GL_CHECK(lr_scheduler_num_cycles >= 1, "--lr_scheduler_num_cycles must be >= 1");
     check_float("lr_scheduler_power", lr_scheduler_power, 0);
     GL_CHECK(lr_scheduler_power > 0, "--lr_scheduler_power must be > 0");
+    GL_CHECK(lr_decay_steps.value >= 0 && (!lr_decay_steps.ratio || lr_decay_steps.value <= 1),
+             "--lr_decay_steps must be >= 0 steps or a ratio in [0, 1]");
+    if (lr_scheduler_min_lr_ratio) check_float("lr_scheduler_min_lr_ratio", *lr_scheduler_min_lr_ratio, 0);
+    GL_CHECK(lr_scheduler_type.empty() || !adafactor_relative_step(),
+             "--lr_scheduler_type with Adafactor's relative_step=True: the optimizer sets its own lr (kohya gives it "
+             "no lr for a torch scheduler to scale)");
+    // The schedule as the run will build it (over --max_train_steps; epochs may change the count).
+    std::vector<std::string> schedule_notes;
+    schedule_for(*this, max_train_steps, &schedule_notes);
+    for (const std::string& n : schedule_notes) note(n);
 
     // Training.
     GL_CHECK(max_train_steps >= 1, "--max_train_steps must be >= 1");
@@ -284,9 +338,11 @@ bool RunConfig::train_text_encoder() const {
     return !network_train_unet_only && text_encoder_learning_rate() != 0.0;
 }
 
+const models::Family& RunConfig::family() const { return models::sd15_family(); }
+
 lora::LoraConfig RunConfig::lora_config() const {
     return lora::network_config({network_module, network_dim, network_alpha, network_dropout,
-                                 parse_network_args(network_args)});
+                                 parse_network_args(network_args), &family()});
 }
 
 optim::OptimizerConfig RunConfig::optimizer() const {
@@ -339,18 +395,6 @@ std::vector<std::string> lr_scheduler_names() {
     return n;
 }
 
-optim::LrSchedule lr_schedule(const RunConfig& c, int64_t total_steps) {
-    // Adafactor with a relative step computes its own lr: the factor stays 1 (kohya's AdafactorSchedule).
-    const optim::LrKind kind = c.lr_scheduler == "adafactor" ? optim::LrKind::Constant
-                                                             : optim::parse_lr_kind(c.lr_scheduler);
-    // base_lr: the optimizer's default lr (kohya's --learning_rate), which diffusers' polynomial
-    // schedule divides its absolute lr_end by; the other kinds do not read it.
-    optim::LrSchedule s =
-        optim::LrSchedule::make(kind, c.learning_rate, c.lr_warmup_steps.steps(total_steps), total_steps);
-    if (kind == optim::LrKind::CosineWithRestarts) s.num_cycles = c.lr_scheduler_num_cycles;
-    s.power = c.lr_scheduler_power;
-    s.validate();
-    return s;
-}
+optim::LrSchedule lr_schedule(const RunConfig& c, int64_t total_steps) { return schedule_for(c, total_steps, nullptr); }
 
 }  // namespace train

@@ -60,6 +60,8 @@ struct RunConfig {
     bool train_text_encoder() const;
     double unet_learning_rate() const { return unet_lr.value_or(learning_rate); }
     double text_encoder_learning_rate() const { return text_encoder_lr.value_or(learning_rate); }
+    // The base model's family (models/family.h): SD1.x (kohya's --v2 and SDXL's trainer are others).
+    const models::Family& family() const;
     lora::LoraConfig lora_config() const;     // network_dim / alpha / dropout and network_args
     optim::OptimizerConfig optimizer() const; // optimizer_type (or the old flags) and its args
     bool adafactor_relative_step() const;     // the lr and its schedule are Adafactor's own

@@ -19,7 +19,7 @@ data::ConfigLevel dataset_command_line(const RunConfig& c) {
     return l;
 }
 
-RunData load_run_data(const RunConfig& c) {
+RunData load_run_data(const RunConfig& c, uint64_t seed) {
     RunData d;
     data::DatasetConfig dc;
     if (c.dataset_config) {
@@ -47,8 +47,23 @@ RunData load_run_data(const RunConfig& c) {
     if (c.masked_loss && std::none_of(dc.subsets.begin(), dc.subsets.end(), [](const auto& s) { return s.alpha_mask; }))
         d.warnings.push_back("--masked_loss: no subset keeps its alpha as a mask (alpha_mask), so nothing is masked "
                              "(kohya's masks from conditioning_data_dir are not implemented)");
-    d.dataset = data::build_dataset(dc);
+    const bool split = dc.validation_split > 0.0;
+    d.dataset = data::build_dataset(dc, data::BadImagePolicy::skip,
+                                    {split ? data::DatasetPart::training : data::DatasetPart::whole, seed});
     d.buckets = data::assign_buckets(d.dataset);
+    if (split) {
+        ValidationData v;
+        v.dataset = data::build_dataset(dc, data::BadImagePolicy::skip, {data::DatasetPart::validation, seed});
+        if (!v.dataset.images.empty()) v.buckets = data::assign_buckets(v.dataset);
+        for (const std::string& w : v.dataset.warnings) d.warnings.push_back("validation set: " + w);
+        for (const std::string& w : v.buckets.warnings) d.warnings.push_back("validation set: " + w);
+        if (v.buckets.buckets.empty())
+            d.warnings.push_back(gl::cat("validation_split ", dc.validation_split,
+                                         " holds out no image: no validation loss (kohya's rule: n - round(n * split) "
+                                         "onwards of each subset)"));
+        else
+            d.validation = std::move(v);
+    }
     GL_CHECK(!d.buckets.buckets.empty(), "no image fits a bucket (", d.buckets.skipped.size(), " skipped):\n",
              data::describe_skipped(d.buckets.skipped));
     for (const std::string& w : d.dataset.warnings) d.warnings.push_back(w);
@@ -136,16 +151,22 @@ StepCounts count_steps(const RunConfig& c, const RunData& d, int64_t micro_batch
 
 std::vector<GraphShape> graph_shapes(const RunData& d, int64_t micro_batch, int64_t downscale, int unet_multiple) {
     std::vector<GraphShape> out;
-    for (const data::Bucket& b : d.buckets.buckets) {
-        const int64_t m = downscale * unet_multiple;
-        GL_CHECK(b.reso.w % m == 0 && b.reso.h % m == 0, "bucket ", b.reso.w, "x", b.reso.h,
-                 ": the UNet takes sides that are multiples of ", m,
-                 " pixels (use --bucket_reso_steps 64 and a resolution that is a multiple of 64)");
-        const int64_t n = int64_t(b.images.size());
-        const GraphShape full{b.reso.h / downscale, b.reso.w / downscale, std::min(n, micro_batch)};
-        out.push_back(full);
-        if (n > micro_batch && n % micro_batch != 0) out.push_back({full.latent_h, full.latent_w, n % micro_batch});
-    }
+    auto add = [&](const data::BucketAssignment& buckets) {
+        for (const data::Bucket& b : buckets.buckets) {
+            const int64_t m = downscale * unet_multiple;
+            GL_CHECK(b.reso.w % m == 0 && b.reso.h % m == 0, "bucket ", b.reso.w, "x", b.reso.h,
+                     ": the UNet takes sides that are multiples of ", m,
+                     " pixels (use --bucket_reso_steps 64 and a resolution that is a multiple of 64)");
+            const int64_t n = int64_t(b.images.size());
+            const GraphShape full{b.reso.h / downscale, b.reso.w / downscale, std::min(n, micro_batch)};
+            const GraphShape last{full.latent_h, full.latent_w, n % micro_batch};
+            if (std::find(out.begin(), out.end(), full) == out.end()) out.push_back(full);
+            if (n > micro_batch && last.batch != 0 && std::find(out.begin(), out.end(), last) == out.end())
+                out.push_back(last);
+        }
+    };
+    add(d.buckets);
+    if (d.validation) add(d.validation->buckets);
     return out;
 }
 

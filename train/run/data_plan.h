@@ -3,6 +3,7 @@
 // total steps and epochs), spelled out for the user the way it is computed.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,9 +15,16 @@
 
 namespace train {
 
-struct RunData {
+// kohya's validation set (a dataset's validation_split): its images, once each, in their buckets.
+struct ValidationData {
     data::Dataset dataset;
     data::BucketAssignment buckets;
+};
+
+struct RunData {
+    data::Dataset dataset;  // the training images (the training part when validation_split is set)
+    data::BucketAssignment buckets;
+    std::optional<ValidationData> validation;  // a validation split that holds images
     bool from_dataset_config = false;  // --dataset_config (else the folder layout)
     std::vector<std::string> warnings;  // the dataset's and the buckets'
 };
@@ -26,9 +34,11 @@ struct RunData {
 // train/run/options.def declares dataset settings.
 data::ConfigLevel dataset_command_line(const RunConfig& c);
 
-// Reads the dataset and assigns buckets. Throws gl::Error naming the file or option: no usable
-// image, more than one [[datasets]] (sdtrain trains one), alpha_mask (no masked loss here).
-RunData load_run_data(const RunConfig& c);
+// Reads the dataset and assigns buckets, split into training and validation images by kohya's rule
+// (data/validation_split.h; seed: the run's --seed, which orders the split without a
+// validation_seed). Throws gl::Error naming the file or option: no usable image, more than one
+// [[datasets]] (sdtrain trains one), alpha_mask (no masked loss here).
+RunData load_run_data(const RunConfig& c, uint64_t seed);
 
 // "images: ..., subsets with repeats, reg images, buckets" for the plan, and the images skipped
 // while reading the dataset and assigning buckets, grouped by reason: all of them up to
@@ -52,7 +62,8 @@ struct StepCounts {
 StepCounts count_steps(const RunConfig& c, const RunData& d, int64_t micro_batch, int accum);
 
 // The graph shapes an epoch runs: per bucket its full micro-batch and, when its image count is not
-// a multiple, the short last batch. Latent sides are the bucket's pixels / downscale (checked
+// a multiple, the short last batch; then the validation buckets' not among them (a validation
+// runs the step graph of its batch's shape). Latent sides are the bucket's pixels / downscale (checked
 // against the UNet's size multiple: gl::Error naming the bucket).
 std::vector<GraphShape> graph_shapes(const RunData& d, int64_t micro_batch, int64_t downscale, int unet_multiple);
 

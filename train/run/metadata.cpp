@@ -189,16 +189,7 @@ ModelFileInfo model_file_info(const std::string& path) {
     return m;
 }
 
-namespace {
-
-double unix_now() {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string py_bool(bool b) { return b ? "True" : "False"; }
-
-// ss_optimizer: the class as module.name and the arguments given, as kohya prints them.
-std::string optimizer_text(const RunConfig& c) {
+std::string kohya_optimizer_text(const RunConfig& c) {
     const optim::OptimizerConfig o = c.optimizer();
     std::string cls = o.name();
     size_t dots = 0;
@@ -207,8 +198,16 @@ std::string optimizer_text(const RunConfig& c) {
         const size_t n = size_t(std::count(s.begin(), s.end(), '.'));
         if (n > dots) dots = n, cls = s;
     }
+    if (o.def->kohya_class) cls = o.def->kohya_class;
+    std::vector<std::string> given = c.optimizer_args;
+    if (const char* added = o.def->kohya_added_arg) {  // kohya adds it to the kwargs it prints, last
+        const std::string key = std::string(added).substr(0, std::string(added).find('='));
+        const bool present = std::any_of(given.begin(), given.end(),
+                                         [&](const std::string& a) { return a.substr(0, a.find('=')) == key; });
+        if (!present) given.emplace_back(added);
+    }
     std::string args;
-    for (const std::string& a : c.optimizer_args) {
+    for (const std::string& a : given) {
         const size_t eq = a.find('=');
         std::string v = eq == std::string::npos ? "" : a.substr(eq + 1);
         if (v.find(',') != std::string::npos && v.front() != '(' && v.front() != '[') {
@@ -222,6 +221,15 @@ std::string optimizer_text(const RunConfig& c) {
     }
     return args.empty() ? cls : cls + "(" + args + ")";
 }
+
+namespace {
+
+double unix_now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string py_bool(bool b) { return b ? "True" : "False"; }
+
 
 // The subsets kohya's DreamBoothDataset keeps (repeats >= 1, at least one image), in config order,
 // each with its images as kohya lists them: the folder's files, the regularisation images the
@@ -424,12 +432,11 @@ std::map<std::string, std::string> run_metadata(const RunConfig& c, const RunDat
         {"ss_num_epochs", std::to_string(k.epochs)},
         {"ss_gradient_accumulation_steps", std::to_string(k.accum)},
         {"ss_max_train_steps", std::to_string(k.max_train_steps)},
-        // kohya's get_model_version_str_for_sd1_sd2: "_v" for v-prediction.
-        {"ss_base_model_version", c.v_parameterization ? "sd_v1_v" : "sd_v1"},
+        {"ss_base_model_version", c.family().base_model(c.v_parameterization).ss_base_model_version},
         {"ss_seed", std::to_string(f.seed)},
         // kohya's get_git_revision_hash: the commit, or "(unknown)" outside a git checkout.
         {"ss_sd_scripts_commit_hash", build_commit().empty() ? "(unknown)" : build_commit()},
-        {"ss_optimizer", optimizer_text(c)},
+        {"ss_optimizer", kohya_optimizer_text(c)},
         {"ss_tag_frequency", tag_frequency(subsets)},
         {"ss_sd_model_name", f.model.name},
     };

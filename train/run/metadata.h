@@ -52,6 +52,9 @@ struct RunFacts {
 // Every ss_* key train_network.py writes at the start of a run (ss_steps / ss_epoch /
 // ss_training_finished_at come per save: save_metadata).
 std::map<std::string, std::string> run_metadata(const RunConfig& c, const RunData& d, const RunFacts& f);
+// ss_optimizer as kohya writes it: the class as module.name and the arguments it was given (with
+// those kohya adds, as SGDNesterov's momentum=0.9), a tuple as Python prints it.
+std::string kohya_optimizer_text(const RunConfig& c);
 // The keys of one save: run_metadata plus ss_steps, ss_epoch, ss_training_finished_at (now).
 std::map<std::string, std::string> save_metadata(std::map<std::string, std::string> run, int64_t steps, int64_t epoch);
 // What a save hands lora::save_kohya: `training` (save_metadata's keys) and the modelspec.* settings

@@ -4,6 +4,7 @@
 // run like any other error.
 //
 // Order: on_plan (prepare), on_message (stages), then for a run that trains: on_start, on_step /
+// on_validation / on_epoch /
 // on_sample / on_save, on_end. A run that fails in Session::run gets on_error (then the error
 // propagates); one stopped while caching gets on_end without on_start; a dry run gets on_end only.
 #pragma once
@@ -29,6 +30,8 @@ struct RunStart {
     int64_t updates_per_epoch = 0;    // the window of StepEvent::loss_mean
     std::string resumed_from;         // --resume's state folder, or empty
     std::vector<std::pair<std::string, double>> timings;  // phase, seconds (caching, loading, ...)
+    // --logging_dir: the TensorBoard run folder, as kohya names it (train/run/tensorboard_log.h); else empty.
+    std::string tensorboard_dir;
 };
 
 struct StepEvent {
@@ -37,6 +40,9 @@ struct StepEvent {
     double loss = 0;        // this update's mean loss over its micro-batches
     double loss_mean = 0;   // running mean over the last updates-per-epoch updates (kohya's avr_loss)
     std::optional<double> lr_unet, lr_text_encoder;  // this step's learning rates (unset: part not trained)
+    // The rates after the scheduler's step (the next update's): what kohya logs as lr/unet and
+    // lr/textencoder at this step.
+    std::optional<double> next_lr_unet, next_lr_text_encoder;
     double grad_norm = 0;
     bool applied = true;    // false: an fp16 overflow skipped the update
     double loss_scale = 1;
@@ -45,6 +51,25 @@ struct StepEvent {
     double data_wait_seconds = 0;  // of which waiting for the loader
     size_t device_bytes_in_use = 0;  // CUDA: the device's used memory (0 on the CPU)
     size_t planned_bytes = 0;        // the plan's total, context included
+};
+
+// An epoch ended (its last update, or the run's): kohya's loss/epoch_average.
+struct EpochEvent {
+    int64_t epoch = 1, step = 0;
+    double loss_mean = 0;  // the running mean of the epoch's last update (kohya's loss_recorder)
+};
+
+// A validation pass (train/run/validation.h): every validation batch (up to --max_validation_steps)
+// at each of kohya's fixed timesteps, with fixed noise.
+struct ValidationEvent {
+    int64_t step = 0, epoch = 1;
+    bool per_epoch = false;    // the epoch's validation (else --validate_every_n_steps')
+    double loss = 0;           // this pass's mean loss
+    double average = 0;        // kohya's recorder average (loss/validation/{step,epoch}_average)
+    double divergence = 0;     // average - the training loss's running mean
+    int64_t batches = 0;
+    std::vector<int> timesteps;
+    double seconds = 0;
 };
 
 struct SampleEvent {
@@ -87,6 +112,8 @@ public:
     virtual void on_message(const std::string&) {}  // progress of the stages before training, notes
     virtual void on_start(const RunStart&) {}
     virtual void on_step(const StepEvent&) {}
+    virtual void on_epoch(const EpochEvent&) {}
+    virtual void on_validation(const ValidationEvent&) {}
     virtual void on_sample(const SampleEvent&) {}
     virtual void on_save(const SaveEvent&) {}
     virtual void on_end(const RunSummary&) {}

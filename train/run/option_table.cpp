@@ -23,7 +23,7 @@ constexpr int kIntMin = std::numeric_limits<int>::min();
 
 // The reasons many refused options share.
 constexpr const char* kNotImplemented = "not implemented";
-constexpr const char* kLogging = "no TensorBoard / W&B: sdtrain writes its metrics and report into --output_dir";
+constexpr const char* kWandb = "W&B needs the network (sdtrain logs to TensorBoard: --logging_dir)";
 constexpr const char* kUploads = "no uploads";
 
 enum class Group : uint8_t { model, data, network, optimizer, training, memory, output, sampling, run };

@@ -108,6 +108,7 @@ void RunRecording::on_start(const RunStart& s) {
     start_ = s;
     start_mono_ = mono_();
     start_wall_ = wall_();
+    if (!s.tensorboard_dir.empty()) tb_ = std::make_unique<TensorBoardLog>(s.tensorboard_dir, wall_);
 }
 
 void RunRecording::open() {
@@ -142,6 +143,21 @@ void RunRecording::on_step(const StepEvent& e) {
     GL_CHECK(start_, "run recording: a step before the run started");
     open();
     last_ = rec_->step(step_metrics(e));
+    last_->val_loss = val_loss_;
+    if (tb_) tb_->step(e);
+}
+
+void RunRecording::on_validation(const ValidationEvent& e) {
+    open();
+    if (!rec_) return;
+    rec_->validation(e.step, e.epoch, e.per_epoch ? "epoch" : "step", e.loss, e.average, e.divergence);
+    val_loss_ = e.loss;
+    if (last_) last_->val_loss = e.loss;
+    if (tb_) tb_->validation(e);
+}
+
+void RunRecording::on_epoch(const EpochEvent& e) {
+    if (tb_) tb_->epoch(e);
 }
 
 void RunRecording::on_sample(const SampleEvent& e) {
@@ -152,6 +168,7 @@ void RunRecording::on_sample(const SampleEvent& e) {
         images.push_back({relative(e.images[i]), i < e.prompts.size() ? e.prompts[i] : std::string()});
     // Per-step samples carry no epoch of their own: the one of the step they follow.
     rec_->sample(e.step, e.epoch.value_or(last_ ? last_->epoch : 0), std::move(images));
+    if (tb_) tb_->sample(e);
 }
 
 void RunRecording::on_save(const SaveEvent& e) {
@@ -161,6 +178,7 @@ void RunRecording::on_save(const SaveEvent& e) {
 }
 
 void RunRecording::on_end(const RunSummary& s) {
+    if (tb_) tb_->finish();
     if (!rec_ || ended_) return;
     ended_ = true;
     ReportInput& r = rec_->report();
@@ -188,6 +206,7 @@ void RunRecording::on_error(const std::string& message) {
     if (!rec_ || ended_) return;
     ended_ = true;
     try {
+        if (tb_) tb_->finish();
         rec_->end("failed: " + message);
     } catch (const std::exception&) {  // the disk may be why the run failed: its error is the one shown
     }

@@ -7,7 +7,8 @@
 //                  dataset and steps arithmetic, the configuration by option group, the timings,
 //                  the peak host memory, the images skipped;
 //   skipped_images.txt  every image the run skipped, with its reason (only when one was: written
-//                  with the first step, rewritten at the end when caching or loading dropped more).
+//                  with the first step, rewritten at the end when caching or loading dropped more);
+//   and with --logging_dir the run's TensorBoard event file (train/run/tensorboard_log.h).
 // All are opened with the run's first step, save or sample (timed from on_start): a dry run, a
 // refused plan, a run stopped while caching or refused before its first step (a NaN weight)
 // leaves the output folder as it was, an earlier run's metrics.jsonl untouched. Paths in the
@@ -22,6 +23,7 @@
 #include "train/metrics.h"
 #include "train/recorder.h"
 #include "train/run/observer.h"
+#include "train/run/tensorboard_log.h"
 
 namespace train {
 
@@ -36,6 +38,8 @@ public:
     void on_plan(const RunPlan& p) override;    // keeps what the report shows of the plan
     void on_start(const RunStart& s) override;  // the start; the files are opened with the first record
     void on_step(const StepEvent& e) override;
+    void on_validation(const ValidationEvent& e) override;
+    void on_epoch(const EpochEvent& e) override;
     void on_sample(const SampleEvent& e) override;
     void on_save(const SaveEvent& e) override;  // the report is rewritten
     void on_end(const RunSummary& s) override;  // the end record and the final report
@@ -50,6 +54,8 @@ public:
     std::filesystem::path metrics_path() const;
     std::filesystem::path report_path() const;
     bool written() const { return rec_ != nullptr; }
+    // The TensorBoard event file (empty without --logging_dir or before the first record).
+    std::filesystem::path tensorboard_file() const { return tb_ ? tb_->file() : std::filesystem::path(); }
 
 private:
     std::string relative(const std::string& path) const;
@@ -57,10 +63,12 @@ private:
     Clock mono_, wall_;
     ReportInput report_;  // the plan's part, until the recorder exists
     std::unique_ptr<Recorder> rec_;
+    std::unique_ptr<TensorBoardLog> tb_;
     std::filesystem::path dir_;
     std::optional<RunStart> start_;
     double start_mono_ = 0, start_wall_ = 0;
     std::optional<StepMetrics> last_;
+    double val_loss_ = kUnknown;
     std::vector<data::SkippedImage> plan_skipped_;
     bool ended_ = false;
 };

@@ -116,6 +116,7 @@ RunShape Session::Impl::resume_shape() const {
 
 StepOptions Session::Impl::base_step() const {
     StepOptions so;
+    so.family = &cfg.family();
     so.unet = model.unet_cfg;
     so.clip = model.clip_cfg;
     so.precision = cfg.precision();
@@ -125,17 +126,18 @@ StepOptions Session::Impl::base_step() const {
     so.train_text_encoder = cfg.train_text_encoder();
     so.train_unet = cfg.train_unet();
     so.clip_chunks = cfg.clip_chunks();
-    so.context_tokens = int64_t(so.clip_chunks) * 75 + 2;
+    so.context_tokens = so.family->tokens().context_rows(so.clip_chunks);
     so.clip_skip = cfg.clip_skip.value_or(1);
     so.lora = cfg.lora_config();
     if (cfg.dim_from_weights && so.lora.lycoris()) {
         // LyCORIS's create_network_from_weights: the modules exactly as the file holds them.
         so.lora.from_file = std::make_shared<lora::FileModules>(
-            std::make_shared<gl::io::SafetensorsFile>(*cfg.network_weights), &model.unet_cfg);
+            std::make_shared<gl::io::SafetensorsFile>(*cfg.network_weights), sd::unet_ldm_names(model.unet_cfg));
         so.lora.from_file->check_holds_modules();
     }
     so.prediction = cfg.objective().prediction;
     so.loss = cfg.objective().loss;
+    so.host_noise = draws_noise_on_host(cfg.objective());
     so.input_perturbation = cfg.objective().ip_noise_gamma != 0;
     // kohya applies the alpha masks whenever a batch has one (--masked_loss or not).
     for (const data::SubsetConfig& sub : data.dataset.config.subsets) so.masked_loss = so.masked_loss || sub.alpha_mask;
@@ -184,8 +186,15 @@ void Session::Impl::prepare() {
     if (c.sample_prompts) read_sample_prompts(c);  // a bad line is refused before the model is opened
     m.message("opening the model " + c.pretrained_model_name_or_path);
     m.model = sd::open_sd15(c.pretrained_model_name_or_path);
+    // The seed: given, else the resumed run's, else drawn (kohya draws one too and records it).
+    if (c.seed) m.seed = *c.seed;
+    else if (m.resume) m.seed = m.resume->seed;
+    else m.seed = std::random_device{}() & 0xffffffffu;
     m.message("reading the dataset");
-    m.data = load_run_data(c);
+    m.data = load_run_data(c, m.seed);
+    GL_CHECK(!m.data.validation, "validation_split ", m.data.dataset.config.validation_split,
+             ": the validation loss pass is not implemented yet (the split is: data/validation_split.h); "
+             "remove validation_split from the options and the dataset config");
     check_run_paths(c, run_inputs(c, &m.model, &m.data.dataset.config), &m.data.dataset.config);
     m.plan.dataset = dataset_summary(m.data);
     m.plan.skipped = skipped_before_training(m.data);
@@ -196,10 +205,6 @@ void Session::Impl::prepare() {
     if (!why.empty() && c.backend == gl::Backend::automatic) m.plan.notes.push_back("running on the CPU: " + why);
     m.step = m.base_step();
     m.cache_text = c.cache_text_encoder_outputs;
-    // The seed: given, else the resumed run's, else drawn (kohya draws one too and records it).
-    if (c.seed) m.seed = *c.seed;
-    else if (m.resume) m.seed = m.resume->seed;
-    else m.seed = std::random_device{}() & 0xffffffffu;
     m.plan_memory();
 
     if (m.resume) {

@@ -1,6 +1,7 @@
 // The state a Session carries from prepare() to run() (private to train/run/session*.cpp).
 #pragma once
 #include <chrono>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <optional>
@@ -22,6 +23,7 @@ struct Session::Impl {
     RunObserver* obs = nullptr;
     RunObserver quiet;  // when no observer is given
     std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    std::time_t started_at = std::time(nullptr);  // names the TensorBoard folder, as kohya's start time
 
     bool prepared = false;
     RunPlan plan;

@@ -13,6 +13,7 @@
 #include "train/run/save.h"
 #include "train/run/session_impl.h"
 #include "train/noise_variants.h"
+#include "train/run/tensorboard_log.h"
 
 namespace train {
 
@@ -98,7 +99,7 @@ private:
     std::vector<Micro> group_;
     int64_t epoch_ = 1, batches_done_ = 0;
     std::deque<double> recent_losses_;
-    double loss_sum_ = 0, last_wait_ = 0;
+    double loss_sum_ = 0, last_wait_ = 0, last_loss_mean_ = 0;
     int64_t images_trained_ = 0;
     std::chrono::steady_clock::time_point last_step_t_, train_t0_;
     data::Loader* loader_ = nullptr;
@@ -148,11 +149,11 @@ bool Runner::cache() {
         if (dir) fs::create_directories(*dir);
         text_cache_ = std::make_unique<data::LatentCache>(dir);
         const auto t = std::chrono::steady_clock::now();
-        const int chunks = m_.step.clip_chunks;
+        const int chunks = m_.step.clip_chunks, content = m_.step.family->tokens().content;
         auto tok = m_.model.tokenizer;
         sd::ClipGraphEncoder enc(m_.model.clip_cfg, *m_.model.text_encoder, "clip|" + identity, m_.step.clip_skip,
                                    chunks, activation_dtype(m_.step.precision), m_.backend,
-                                   [tok, chunks](const std::string& s) { return tok->encode_chunks(s, 75 * chunks); });
+                                   [tok, chunks, content](const std::string& s) { return tok->encode_chunks(s, content * chunks); });
         m_.message("caching text encoder outputs");
         text_keys_ = data::cache_text_outputs(ds, *text_cache_, enc);
         enc.release();
@@ -212,7 +213,7 @@ void Runner::init_network() {
     if (c_.network_weights) {
         const gl::io::SafetensorsFile f(*c_.network_weights);
         const StepGraph& s0 = *m_.graphs->steps()[0].graph;
-        const lora::LoadReport r = lora::load_lora(f, *s0.net, *step_rt_[0], &m_.model.unet_cfg);
+        const lora::LoadReport r = lora::load_lora(f, *s0.net, *step_rt_[0], sd::unet_ldm_names(m_.model.unet_cfg));
         m_.message(gl::cat("--network_weights ", *c_.network_weights, ": ", r.modules, " modules loaded (",
                            lora::lora_format_name(r.format), ")",
                            r.missing.empty() ? "" : gl::cat(", ", r.missing.size(), " not in the file keep their init"),
@@ -265,7 +266,8 @@ Micro Runner::prepare(const data::Batch& b) {
     std::vector<int32_t> ids;
     if (m_.step.train_text_encoder || !text_cache_)
         for (const data::Sample& s : b.samples) {
-            const std::vector<int32_t> t = m_.model.tokenizer->encode_chunks(s.caption, 75 * chunks);
+            const std::vector<int32_t> t =
+                m_.model.tokenizer->encode_chunks(s.caption, m_.step.family->tokens().content * chunks);
             ids.insert(ids.end(), t.begin(), t.end());
         }
     if (m_.step.train_text_encoder) {
@@ -348,6 +350,10 @@ void Runner::flush() {
     e.loss_mean = loss_sum_ / double(recent_losses_.size());
     if (m_.step.train_unet) e.lr_unet = m_.step.unet_lr * factor;
     if (m_.step.train_text_encoder) e.lr_text_encoder = m_.step.text_encoder_lr * factor;
+    const double next = schedule_.multiplier(trainer_->updates_applied());
+    if (m_.step.train_unet) e.next_lr_unet = m_.step.unet_lr * next;
+    if (m_.step.train_text_encoder) e.next_lr_text_encoder = m_.step.text_encoder_lr * next;
+    last_loss_mean_ = e.loss_mean;
     e.grad_norm = r.grad_norm;
     e.applied = r.applied;
     e.loss_scale = r.loss_scale;
@@ -390,6 +396,7 @@ void Runner::flush() {
 }
 
 void Runner::end_epoch(int64_t epoch) {
+    m_.obs->on_epoch({epoch, trainer_->steps_done(), last_loss_mean_});
     const int64_t every = c_.save_every_n_epochs.value_or(
         c_.save_n_epoch_ratio ? std::max<int64_t>(1, m_.plan.counts.epochs / *c_.save_n_epoch_ratio) : 0);
     if (every > 0 && epoch % every == 0 && epoch < m_.plan.counts.epochs) {
@@ -466,6 +473,7 @@ RunSummary Runner::run() {
     start.resumed_from = c_.resume.value_or("");
     timings_.emplace_back("start-up (from the start to the training loop)", seconds_since(m_.t0));
     start.timings = timings_;
+    start.tensorboard_dir = tensorboard_run_dir(c_, m_.started_at).string();
     m_.obs->on_start(start);
     if (m_.sampler && c_.sample_at_first && !m_.resume) m_.obs->on_sample(m_.sampler->sample(0, std::nullopt));
     train_t0_ = last_step_t_ = std::chrono::steady_clock::now();

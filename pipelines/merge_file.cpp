@@ -1,4 +1,4 @@
-#include "lora/merge_file.h"
+#include "pipelines/merge_file.h"
 
 #include <unistd.h>
 
@@ -21,6 +21,7 @@
 #include "lora/lora.h"
 #include "lora/merge_output.h"
 #include "models/sd15/clip.h"
+#include "models/sd15/tokenizer.h"
 #include "models/sd15/unet.h"
 
 namespace lora {
@@ -147,7 +148,7 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
     GL_CHECK(std::isfinite(opt.multiplier), "lora merge: the multiplier ", opt.multiplier, " is not a finite number");
     // The file's modules as it holds them (not shared: lora_file outlives the merge).
     const auto modules = std::make_shared<FileModules>(
-        std::shared_ptr<const gl::io::TensorSource>(&lora_file, [](const gl::io::TensorSource*) {}), &base.unet_cfg);
+        std::shared_ptr<const gl::io::TensorSource>(&lora_file, [](const gl::io::TensorSource*) {}), sd::unet_ldm_names(base.unet_cfg));
     modules->check_holds_modules();
     const bool folder = base.layout == sd::Sd15Layout::diffusers;
     std::string unet_rel, te_rel;
@@ -184,7 +185,7 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
     const int64_t side = int64_t(1) << (uc.block_out.size() - 1);
     gl::ValueId x = g.input("x", DType::f32, {1, side, side, uc.in_channels});
     gl::ValueId t = g.input("t", DType::f32, {1});
-    gl::ValueId ctx = g.input("context", DType::f32, {1, 77, uc.cross_attention_dim});
+    gl::ValueId ctx = g.input("context", DType::f32, {1, sd::ClipTokenizer::kContext, uc.cross_attention_dim});
     g.mark_output(sd::unet_forward(wu, uc, x, t, ctx));
     gl::ValueId ids = g.input("ids", DType::i32, {1, base.clip_cfg.max_pos});
     g.mark_output(sd::build_clip(wc, g, ids, base.clip_cfg));
@@ -219,7 +220,7 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
     sd::load_unet(wu, uc, *base.unet, *rt);
     sd::load_clip(wc, *base.text_encoder, *rt);
 
-    const LoadReport lr = load_lora(lora_file, net, *rt, &uc);
+    const LoadReport lr = load_lora(lora_file, net, *rt, sd::unet_ldm_names(uc));
     rep.format = lr.format;
     if (!lr.unexpected.empty()) {
         std::string list;

@@ -1,0 +1,120 @@
+// The SD1.x family: sd-scripts' / diffusers' UNet2DConditionModel with SD1.5's configuration,
+// transformers' CLIP ViT-L/14 text encoder (one, its last hidden state), the 4-channel VAE
+// latent at 1/8 scale, kohya's "lora_unet" / "lora_te" keys and its "sd_v1" metadata.
+#include <algorithm>
+#include <sstream>
+
+#include "models/family.h"
+
+namespace models {
+
+namespace {
+
+bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+    return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+// The place of `name` in a class's definition order (unknown names last, in path order).
+int64_t place(const std::string& name, std::initializer_list<const char*> order) {
+    int64_t i = 0;
+    for (const char* o : order) {
+        if (name == o) return i;
+        i++;
+    }
+    return i;
+}
+
+int64_t number(const std::string& s) {
+    if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return -1;
+    return std::stoll(s);
+}
+
+class Sd15 final : public Family {
+public:
+    std::string_view name() const override { return "sd15"; }
+    std::string_view description() const override { return "Stable Diffusion 1.x"; }
+    const TokenLayout& tokens() const override { return tokens_; }
+    const LatentSpec& latent() const override { return latent_; }
+    std::span<const TextEncoderSpec> text_encoders() const override { return text_; }
+    // kohya's get_model_version_str_for_sd1_sd2 appends "_v" for v-prediction; sai_model_spec's
+    // architecture stays "stable-diffusion-v1" for SD1.x whatever the prediction.
+    BaseModelStrings base_model(bool v_parameterization) const override {
+        return {v_parameterization ? "sd_v1_v" : "sd_v1", "False", "stable-diffusion-v1"};
+    }
+
+    std::string lora_prefix(Part part) const override { return part == Part::unet ? "lora_unet" : "lora_te"; }
+
+    bool in_class(ModuleClass c, Part part, const std::string& path) const override {
+        if (part == Part::text_encoder) {
+            if (!starts_with(path, "text_model.encoder.layers.")) return false;
+            if (c == ModuleClass::text_attention) return has(path, ".self_attn.");
+            if (c == ModuleClass::text_mlp) return has(path, ".mlp.");
+            return false;
+        }
+        if (!starts_with(path, "down_blocks.") && !starts_with(path, "mid_block.") && !starts_with(path, "up_blocks."))
+            return false;
+        switch (c) {
+            case ModuleClass::transformer: return has(path, ".attentions.");
+            case ModuleClass::resnet: return has(path, ".resnets.");
+            case ModuleClass::downsample: return has(path, ".downsamplers.");
+            case ModuleClass::upsample: return has(path, ".upsamplers.");
+            case ModuleClass::cross_attention: return has(path, ".attn1.") || has(path, ".attn2.");
+            case ModuleClass::text_attention:
+            case ModuleClass::text_mlp: return false;
+        }
+        return false;
+    }
+
+    // SD1.5's proj_in / proj_out are 1x1 convs (SD2.x's are Linear).
+    ModuleKind unet_linear_kind(const std::string& path) const override {
+        return ends_with(path, ".proj_in") || ends_with(path, ".proj_out") ? ModuleKind::conv1x1 : ModuleKind::linear;
+    }
+
+    // Each path component: its index when it is a number, else its place among its class's
+    // children (sd-scripts' UNet, transformers' CLIPTextModel).
+    std::vector<int64_t> definition_order(Part part, const std::string& path) const override {
+        std::vector<std::string> p;
+        std::stringstream ss(path);
+        for (std::string s; std::getline(ss, s, '.');) p.push_back(s);
+        std::vector<int64_t> key;
+        for (size_t i = 0; i < p.size(); i++) {
+            const std::string& s = p[i];
+            int64_t k = number(s);
+            if (k < 0) {
+                if (part == Part::text_encoder)
+                    k = place(s, {"self_attn", "mlp", "k_proj", "v_proj", "q_proj", "out_proj", "fc1", "fc2"});
+                else if (i == 0)
+                    k = place(s, {"conv_in", "time_embedding", "down_blocks", "up_blocks", "mid_block", "conv_out"});
+                else if (p[i - 1] == "time_embedding")
+                    k = place(s, {"linear_1", "linear_2"});
+                else
+                    k = place(s, {"attentions", "resnets", "downsamplers", "upsamplers", "proj_in",
+                                  "transformer_blocks", "proj_out", "attn1", "ff", "attn2", "to_q", "to_k", "to_v",
+                                  "to_out", "net", "proj", "conv1", "time_emb_proj", "conv2", "conv_shortcut", "conv"});
+            }
+            key.push_back(k);
+        }
+        return key;
+    }
+
+    std::vector<std::string> io_modules(bool linear) const override {
+        if (linear) return {"time_embedding.linear_1", "time_embedding.linear_2"};
+        return {"conv_in", "conv_out"};
+    }
+
+private:
+    TokenLayout tokens_{};
+    LatentSpec latent_{};
+    TextEncoderSpec text_[1] = {{Part::text_encoder, "text_encoder", "lora_te", 1, false}};
+};
+
+}  // namespace
+
+const Family& sd15_family() {
+    static const Sd15 f;
+    return f;
+}
+
+}  // namespace models

@@ -1,0 +1,74 @@
+// DAdaptAdam as dadaptation 3.2's DAdaptAdam (Defazio & Mishchenko 2023): Adam whose step size d is
+// estimated from the run, one d shared by every parameter (ops/optim_dadapt.cpp). A step is
+// dadapt_adam_accum over every param, one dadapt_adam_d, then dadapt_adam_step over every param, in
+// that node order. State: dadapt.state (shared, DAdaptSlot order, d = d0 at first), and per param
+// exp_avg, exp_avg_sq, s; dadapt.acc is per-step scratch. kohya passes --learning_rate as lr
+// (dadaptation wants about 1.0; kohya warns below 0.1).
+#include "ggml-lite/core/error.h"
+#include "ggml-lite/ops/builder.h"
+#include "optim/descriptor.h"
+
+namespace optim {
+
+namespace {
+
+void append(UpdateBuilder& b) {
+    // dadaptation: every group's lr is the largest one or 0 (else RuntimeError).
+    size_t lead = 0;
+    for (size_t i = 0; i < b.groups.size(); i++)
+        if (b.groups[i].lr > b.groups[lead].lr) lead = i;
+    for (const UpdateGroup& grp : b.groups)
+        GL_CHECK(grp.lr == 0.0 || grp.lr == b.groups[lead].lr, "DAdaptAdam: groups '", b.groups[lead].name, "' and '",
+                 grp.name, "' have different learning rates; D-Adaptation shares one d estimate, so (as dadaptation) "
+                 "every group must use the same lr or 0");
+    gl::DAdaptOptions o;
+    o.growth_rate = float(b.cfg.number("growth_rate"));
+    o.decouple = b.cfg.flag("decouple");
+    o.use_bias_correction = b.cfg.flag("use_bias_correction");
+    std::vector<float> start(gl::kDAdaptStateSize, 0.0f);
+    start[gl::kDaD] = float(b.cfg.number("d0"));
+    const gl::ValueId dstate =
+        b.shared_state("dadapt.state", gl::DType::f32, gl::Shape{gl::kDAdaptStateSize}, StateInit::exactly(start));
+    const gl::ValueId acc = b.scratch("dadapt.acc", gl::DType::f32, gl::Shape{2 * int64_t(b.params.size())});
+    std::vector<gl::ValueId> m(b.params.size()), v(b.params.size());
+    for (size_t i = 0; i < b.params.size(); i++) {
+        const UpdateParam& p = b.params[i];
+        const gl::Shape s = b.g.shape(p.param);
+        m[i] = b.state(p, "exp_avg", gl::DType::f32, s);
+        v[i] = b.state(p, "exp_avg_sq", gl::DType::f32, s);
+        const gl::ValueId sv = b.state(p, "s", gl::DType::f32, s);
+        gl::dadapt_adam_accum(b.g, p.param, p.grad, m[i], v[i], sv, p.hyper, dstate, acc, int(i), o, b.gstat);
+    }
+    gl::dadapt_adam_d(b.g, dstate, acc, b.groups[lead].hyper, o, b.gstat);
+    for (size_t i = 0; i < b.params.size(); i++) {
+        const UpdateParam& p = b.params[i];
+        gl::dadapt_adam_step(b.g, p.param, m[i], v[i], p.hyper, dstate, o, b.gstat);
+    }
+}
+
+const char* check_growth_rate(const ArgValue& v) { return v.x[0] >= 1 ? nullptr : "must be >= 1 (inf: unbounded)"; }
+
+}  // namespace
+
+const OptimizerDef& optimizer_dadapt_adam() {
+    static const OptimizerDef def{
+        "DAdaptAdam",
+        {"dadaptation.DAdaptAdam", "dadaptation.dadapt_adam.DAdaptAdam"},
+        {
+            betas_arg("(0.9, 0.999)"),
+            eps_arg("1e-8"),
+            weight_decay_arg("0"),
+            {"decouple", ArgType::flag, "False"},
+            {"use_bias_correction", ArgType::flag, "False"},
+            {"d0", ArgType::number, "1e-6", check_positive},
+            {"growth_rate", ArgType::number, "float('inf')", check_growth_rate},
+            {"log_every", ArgType::number, "0", nullptr, {}, "dadaptation's logging of d; ignored"},
+            {"fsdp_in_use", ArgType::flag, "False", nullptr, {}, "one process here: nothing to reduce across"},
+        },
+        nullptr,
+        append,
+    };
+    return def;
+}
+
+}  // namespace optim
