@@ -46,7 +46,8 @@ std::string a1111_infotext(const GenerationParams& p, uint64_t seed, const Infot
     s += gl::cat("\nSteps: ", p.steps, ", Sampler: ", diffusion::a1111_sampler_name(p.sampler.kind, p.sampler.karras),
                  ", CFG scale: ", fmt_number(p.cfg_scale), ", Seed: ", seed, ", Size: ", p.width, "x", p.height);
     if (!f.model_name.empty()) s += ", Model: " + quote(f.model_name);
-    if (p.sampler.kind == diffusion::SamplerKind::ddim && p.sampler.eta > 0) s += ", Eta DDIM: " + fmt_number(p.sampler.eta);
+    const std::string_view eta_key = p.sampler.kind.def().a1111_eta_key;
+    if (!eta_key.empty() && p.sampler.eta > 0) s += gl::cat(", ", eta_key, ": ", fmt_number(p.sampler.eta));
     if (f.clip_skip > 1) s += gl::cat(", Clip skip: ", f.clip_skip);
     if (!f.version.empty()) s += ", Version: " + quote(f.version);
     return s;

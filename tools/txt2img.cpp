@@ -85,7 +85,7 @@ diffusion::SamplerOptions sampler_of(const std::string& name, const Args& a) {
     diffusion::SamplerOptions o = a.sampler_config == "kohya" ? diffusion::SamplerOptions::kohya(n.kind)
                                                       : diffusion::SamplerOptions::diffusers_sd15(n.kind);
     o.karras = n.karras;
-    if (n.kind == diffusion::SamplerKind::ddim) o.eta = a.eta;
+    if (n.kind.def().takes_eta) o.eta = a.eta;
     o.validate();
     return o;
 }

@@ -14,35 +14,48 @@
 // The configuration is what a diffusers scheduler class takes; two presets give what users get:
 // diffusers_sd15() (the class built from SD1.5's scheduler_config.json, as StableDiffusionPipeline
 // users swap samplers) and kohya() (kohya sd-scripts' get_my_scheduler for --sample_sampler).
+//
+// Each sampler is one file in samplers/ (its SamplerDef, samplers/sampler_def.h) and one line in
+// samplers/sampler_list.inc; sampler.cpp (names, presets, validation, the loop's driver) is generic
+// over those definitions and names none of them.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "models/diffusion/noise.h"
+#include "models/diffusion/samplers/sampler_def.h"
 
 namespace diffusion {
 
-enum class SamplerKind : uint8_t {
-    ddim,             // DDIMScheduler
-    euler,            // EulerDiscreteScheduler
-    euler_ancestral,  // EulerAncestralDiscreteScheduler (draws noise every step)
-    dpmpp_2m,         // DPMSolverMultistepScheduler, algorithm dpmsolver++, order 2
-    heun,             // HeunDiscreteScheduler (two model calls per step but the last)
-    dpm2,             // KDPM2DiscreteScheduler (two model calls per step but the last)
-};
+// Which sampler: a handle on its definition, SamplerKind::<id> for each line of sampler_list.inc
+// (SamplerKind::euler_ancestral, ...), or any registered definition (registered_samplers()).
+class SamplerKind {
+public:
+    constexpr explicit SamplerKind(const SamplerDef& def) : def_(&def) {}
+#define GL_SAMPLER(id) static const SamplerKind id;
+#include "models/diffusion/samplers/sampler_list.inc"
+#undef GL_SAMPLER
 
-enum class TimestepSpacing : uint8_t { leading, linspace, trailing };
+    const SamplerDef& def() const { return *def_; }
+    std::string_view name() const { return def_->name; }  // kohya's: "euler_a", "dpmsolver++", ...
+    friend bool operator==(SamplerKind a, SamplerKind b) { return a.def_ == b.def_; }
+
+private:
+    const SamplerDef* def_;
+};
+#define GL_SAMPLER(id) inline constexpr SamplerKind SamplerKind::id{sampler_##id};
+#include "models/diffusion/samplers/sampler_list.inc"
+#undef GL_SAMPLER
 
 struct SamplerOptions {
     SamplerKind kind = SamplerKind::euler;
     TimestepSpacing spacing = TimestepSpacing::linspace;
     int steps_offset = 0;           // added to "leading" timesteps
-    bool clip_sample = false;       // DDIM, Heun: predicted x0 clamped to [-1, 1]
+    bool clip_sample = false;       // predicted x0 clamped to [-1, 1] (where the sampler reads it)
     bool set_alpha_to_one = true;   // DDIM: the step past t = 0 goes to alpha 1 (else alphas_cumprod[0])
-    bool karras = false;            // Karras et al. sigmas (euler, heun, dpm2, dpmpp_2m)
+    bool karras = false;            // Karras et al. sigmas (where the sampler takes them)
     double eta = 0.0;               // DDIM: the share of fresh noise (0 deterministic, 1 DDPM-like)
     Prediction prediction = Prediction::epsilon;
 
@@ -50,37 +63,48 @@ struct SamplerOptions {
     // set_alpha_to_one false, clip_sample false; each class's default timestep spacing).
     static SamplerOptions diffusers_sd15(SamplerKind k);
     // kohya sd-scripts' sample images: the class with its constructor defaults (steps_offset 0,
-    // set_alpha_to_one true) and clip_sample forced on, which DDIM and Heun honour.
+    // set_alpha_to_one true) and clip_sample forced on, which only some classes read.
     static SamplerOptions kohya(SamplerKind k);
 
-    // Throws gl::Error for a combination diffusers does not offer (Karras sigmas with DDIM or
-    // Euler ancestral, eta with another sampler, eta outside [0, 1]).
+    // Throws gl::Error for a combination diffusers does not offer (Karras sigmas or eta with a
+    // sampler that takes none, eta outside [0, 1]).
     void validate() const;
 };
 
-// Sampler names as kohya's --sample_sampler and the prompt file's --ss take them: ddim, euler
-// (k_euler), euler_a (k_euler_a), dpmsolver++, heun, dpm_2 (k_dpm_2); a "_karras" suffix (ours)
-// turns Karras sigmas on where diffusers offers them. kohya's other names (ddpm, pndm, lms, k_lms,
-// dpmsolver, dpmsingle, dpm_2_a, k_dpm_2_a) and unknown names throw gl::Error naming them and
-// listing the supported ones.
+// Sampler names as kohya's --sample_sampler and the prompt file's --ss take them: each registered
+// sampler's name and aliases (ddim, euler / k_euler, euler_a / k_euler_a, dpmsolver++, heun,
+// dpm_2 / k_dpm_2); a "_karras" suffix (ours) turns Karras sigmas on where diffusers offers them.
+// kohya's other names (ddpm, pndm, lms, k_lms, dpmsolver, dpmsingle, dpm_2_a, k_dpm_2_a) and
+// unknown names throw gl::Error naming them and listing the supported ones.
 struct SamplerName {
     SamplerKind kind = SamplerKind::euler;
     bool karras = false;
 };
 SamplerName parse_sampler_name(const std::string& name);
-const char* sampler_kind_name(SamplerKind k);  // kohya's name: "euler_a", "dpmsolver++", ...
 // The name A1111's infotext uses ("Euler a", "DPM++ 2M Karras", "DDIM", ...).
 std::string a1111_sampler_name(SamplerKind k, bool karras);
 // The supported names, comma separated (for help texts).
 std::string supported_sampler_names();
+// kohya's --sample_sampler names that no sampler here runs, refused by name.
+std::span<const std::string_view> refused_sampler_names();
 
-// Given the model input (the latents scaled for this timestep) and the timestep, writes the model
-// output (epsilon or v, as the options' prediction says) for every element.
-using ModelFn = std::function<void(std::span<const float> x_in, double timestep, std::span<float> out)>;
-// Fills its argument with N(0, 1) values (ancestral and eta > 0 steps).
-using NoiseFn = std::function<void(std::span<float> out)>;
-// Called after every step() with the call's index and the latents it produced.
-using StepFn = std::function<void(int call, std::span<const float> latents)>;
+// Every registered sampler: sampler_list.inc's in its order, then those registered at run time.
+std::vector<SamplerKind> registered_samplers();
+
+// Adds a sampler defined outside sampler_list.inc (an application's own, a test's) to the names
+// parse_sampler_name knows, for the registration's lifetime; `def` must outlive it. Throws
+// gl::Error naming the definition when it is incomplete or inconsistent (a takes_* flag without
+// its A1111 name, no plan) or when one of its kohya or A1111 names is taken already.
+class SamplerRegistration {
+public:
+    explicit SamplerRegistration(const SamplerDef& def);
+    ~SamplerRegistration();
+    SamplerRegistration(const SamplerRegistration&) = delete;
+    SamplerRegistration& operator=(const SamplerRegistration&) = delete;
+
+private:
+    const SamplerDef* def_;
+};
 
 class Sampler {
 public:
@@ -91,32 +115,21 @@ public:
     const SamplerOptions& options() const { return opt_; }
     int steps() const { return steps_; }
     // The timestep of every model call, in order (Heun and DPM2 call the model 2 * steps - 1 times).
-    const std::vector<double>& timesteps() const { return timesteps_; }
-    int model_calls() const { return int(timesteps_.size()); }
+    const std::vector<double>& timesteps() const { return plan_->timesteps; }
+    int model_calls() const { return int(plan_->timesteps.size()); }
     // What the initial unit noise is multiplied by (diffusers' init_noise_sigma).
-    double init_noise_sigma() const { return init_sigma_; }
+    double init_noise_sigma() const { return plan_->init_noise_sigma; }
 
     // Runs the whole loop on x: in, unit Gaussian noise (any number of elements; the batch is
-    // elementwise to the sampler); out, the denoised latents. `noise` is needed by Euler
-    // ancestral and DDIM with eta > 0 (called once per step, every step). The sampler keeps no
-    // state between calls: one Sampler can run many batches.
+    // elementwise to the sampler); out, the denoised latents. `noise` is needed by samplers that
+    // draw noise (Euler ancestral, DDIM with eta > 0; called once per step, every step). The
+    // sampler keeps no state between calls: one Sampler can run many batches.
     void run(std::span<float> x, const ModelFn& model, const NoiseFn& noise = {}, const StepFn& on_step = {}) const;
 
 private:
-    struct Tables;
     SamplerOptions opt_;
     int steps_ = 0;
-    std::vector<double> timesteps_;
-    // Sigma-parameterised samplers: diffusers' self.sigmas (f32 values) and, for DPM2, its
-    // interpolated sigmas. DDIM: the alphas_cumprod table and the step's stride.
-    std::vector<double> sigmas_, sigmas_interpol_;
-    std::vector<double> alphas_cumprod_;
-    double init_sigma_ = 1.0;
-
-    void run_ddim(std::span<float> x, const ModelFn& model, const NoiseFn& noise, const StepFn& on_step) const;
-    void run_dpmpp(std::span<float> x, const ModelFn& model, const StepFn& on_step) const;
-    void run_euler(std::span<float> x, const ModelFn& model, const NoiseFn& noise, const StepFn& on_step) const;
-    void run_two_stage(std::span<float> x, const ModelFn& model, const StepFn& on_step) const;
+    std::shared_ptr<const SamplerPlan> plan_;
 };
 
 }  // namespace diffusion
