@@ -8,6 +8,7 @@
 #   none   no limit (the start-up to compare with)
 #   8G     --vram_limit 8G (the command that was refused)      6G: --vram_limit 6G (recompute)
 #   NETWORKS=1: LoHa, LoKr and DoRA (lycoris.kohya, preset attn-mlp) beside them
+#   VARIANTS=1: kohya's noise and loss variants (pyramid noise, input perturbation: noise drawn on the host)
 # Then (PHASE=all) the GPU suite and bench_step at batch 1 and 8. Logs in $OUT.
 # Usage (device): PHASE=build bash bench/autofit_round.sh; then PHASE=run (or all) in the next call.
 source bench/round_common.sh
@@ -62,6 +63,10 @@ if [ "$PHASE" = run ] || [ "$PHASE" = all ]; then
     run_sdtrain loha --network_module lycoris.kohya --network_args algo=loha preset=attn-mlp
     run_sdtrain lokr --network_module lycoris.kohya --network_args algo=lokr factor=8 preset=attn-mlp
     run_sdtrain dora --network_module lycoris.kohya --network_args algo=lora dora_wd=True preset=attn-mlp
+  fi
+  if [ -n "${VARIANTS:-}" ]; then  # kohya's noise and loss variants (issue 23): host-drawn noise
+    run_sdtrain variants --multires_noise_iterations 6 --multires_noise_discount 0.3 --ip_noise_gamma 0.05 \
+      --min_snr_gamma 5 --loss_type smooth_l1 --zero_terminal_snr
   fi
   stamp "sdtrain runs"
   timeout 300 ./build-gpu/gl-gpu-tests >"$OUT/gpu-tests.log" 2>&1
