@@ -429,3 +429,31 @@ TEST_CASE("sdtrain run: text encoder only, LoCon, --network_weights with --dim_f
     }
     CHECK(same == after.size());
 }
+
+TEST_CASE("sdtrain run: --prior_loss_weight weighs the regularisation images' loss as kohya's loss_weights") {
+    Scratch s("prior");
+    const fs::path model = make_tiny_model(s.root), data = make_dataset(s.root), reg = make_dataset(s.root / "reg");
+    const auto run = [&](const char* name, double prior) {
+        train::RunConfig c = tiny_config(model, data, s.root / name);
+        c.reg_data_dir = reg.string();
+        c.prior_loss_weight = prior;
+        c.max_train_steps = 2;
+        Events ev;
+        train::Session(c, &ev).run();
+        return std::pair(tensors(s.root / name / "tiny.safetensors"), ev.steps);
+    };
+    const auto [one, one_steps] = run("one", 1.0);
+    const auto [again, again_steps] = run("again", 1.0);
+    const auto [zero, zero_steps] = run("zero", 0.0);
+    const auto [half, half_steps] = run("half", 0.5);
+    CHECK(one == again);  // deterministic, so the differences below are the weights'
+    CHECK(one != zero);
+    CHECK(one != half);
+    CHECK(zero != half);
+    // The batches hold regularisation images, so a smaller weight gives a smaller loss.
+    REQUIRE(one_steps.size() == half_steps.size());
+    double l1 = 0, lh = 0, l0 = 0;
+    for (size_t i = 0; i < one_steps.size(); i++) l1 += one_steps[i].loss, lh += half_steps[i].loss, l0 += zero_steps[i].loss;
+    CHECK(l0 < lh);
+    CHECK(lh < l1);
+}

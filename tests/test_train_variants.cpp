@@ -146,3 +146,37 @@ TEST_CASE("train step: the objective's tables hold the zero-terminal-SNR noising
         CHECK(mb.weights[b] == weight[size_t(mb.t[b])]);
     }
 }
+
+TEST_CASE("train step: per-sample loss weights multiply each sample's loss (kohya's loss_weights)") {
+    const std::vector<float> x0 = structured_latents(2, 1), ctx = tiny_context(2, 2);
+    train::StepOptions o = train_test::tiny_options(train::Precision::fp32, 2, 1, 1e-3f);
+    train::StepOptions weighted = o;
+    weighted.sample_weights = true;
+    Graph1 plain(o), g(weighted);
+    diffusion::NoiseRng a{3, 0}, b{3, 0};
+    const train::Objective obj;
+    const train::StepDraw d = train::draw_step(obj, diffusion::DdpmSchedule::sd15(), 2, int64_t(x0.size()), 4, a);
+    const train::StepDraw same = train::draw_step(obj, diffusion::DdpmSchedule::sd15(), 2, int64_t(x0.size()), 4, b);
+    const float loss = plain.run(x0, ctx, d);
+    const std::vector<float> per = plain.rt->read_f32(plain.s->per_sample);
+    REQUIRE(per.size() == 2);
+    CHECK(g.run(x0, ctx, same) == loss);  // no weights given: ones
+    const std::vector<float> w{0.25f, 2.0f};
+    g.s->update->prepare(*g.rt, 0, 0.0, /*skip=*/true);
+    optim::LossScaler::Options one;
+    one.init_scale = 1.0;
+    const float weighted_loss = train::run_micro_batch(*g.s, *g.rt, x0.data(), std::span<const float>(ctx), same,
+                                                       optim::LossScaler(one), 0, 0, {}, w);
+    g.s->update->finish_run(*g.rt, false);
+    CHECK(weighted_loss == doctest::Approx((0.25 * per[0] + 2.0 * per[1]) / 2).epsilon(1e-6));
+    // Refused: weights for a graph without them, the wrong count, a negative weight.
+    const auto run_with = [&](Graph1& m, std::vector<float> ws) {
+        return gltest::error_of([&] {
+            train::run_micro_batch(*m.s, *m.rt, x0.data(), std::span<const float>(ctx), same, optim::LossScaler(one), 0,
+                                   0, {}, ws);
+        });
+    };
+    CHECK(run_with(plain, w).find("built without them") != std::string::npos);
+    CHECK(run_with(g, {1.0f}).find("for a batch of 2") != std::string::npos);
+    CHECK(run_with(g, {1.0f, -1.0f}).find("must be finite and >= 0") != std::string::npos);
+}

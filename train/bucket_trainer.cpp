@@ -102,7 +102,8 @@ StepReport BucketTrainer::update(const std::vector<MicroInput>& micro, double lr
         s.net->sample_dropout(rt, rng_.next_u64());
         s.update->optimizer().set_steps_applied(applied_);
         s.update->prepare(rt, int(k), lr_factor, false, last);
-        const float loss = run_micro_batch(s, rt, in.latents.data(), in.cond, d, scaler_, r.step, int(k), in.loss_mask);
+        const float loss = run_micro_batch(s, rt, in.latents.data(), in.cond, d, scaler_, r.step, int(k), in.loss_mask,
+                                           in.sample_weights);
         const UpdateReport u = s.update->finish_run(rt, last);
         r.loss += double(loss) / double(micro.size());
         for (float e : rt.read_f32(s.per_sample)) r.per_sample.push_back(e);

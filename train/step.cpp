@@ -74,6 +74,10 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     s->sqrt_ac = by_timestep("sqrt_alpha_bar", s->sqrt_ac_table);
     s->sqrt_1m_ac = by_timestep("sqrt_one_minus_alpha_bar", s->sqrt_1m_ac_table);
     s->loss_weights = by_timestep("loss_weight", s->loss_weight_table);
+    if (opt.sample_weights) {  // kohya multiplies each sample's loss by its weight before the timestep's
+        s->sample_weight = g.input("sample_weight", DType::f32, per);
+        s->loss_weights = gl::mul(g, s->loss_weights, s->sample_weight);
+    }
     if (gl::loss_takes_huber_c(opt.loss)) s->huber_c = by_timestep("huber_c", s->huber_c_table);
     s->loss_scale = g.input("loss_scale", DType::f32, {1});
 

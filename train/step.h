@@ -9,6 +9,8 @@
 //   noise, ip_noise     f32 [B, h, w, C]           host-drawn noise only (StepOptions::host_noise:
 //                                                  the noise; input_perturbation: its extra noise)
 //   loss_mask           f32 [B, h, w, 1]           masked loss only (StepOptions::masked_loss)
+//   sample_weight       f32 [B]                    per-sample loss weights only (StepOptions::sample_weights:
+//                                                  kohya's prior_loss_weight on regularisation images)
 //   loss_scale          f32 [1]                    1, or the fp16 dynamic loss scale
 //   context             act [B, T, cross_dim]      frozen text encoder: its output, computed apart
 //   ids                 i32 [B * chunks, 77]       trained text encoder: the token ids (the
@@ -66,6 +68,7 @@ struct StepOptions {
     bool host_noise = false;          // the noise an input (train::draws_noise_on_host), not drawn in the graph
     bool input_perturbation = false;  // kohya's --ip_noise_gamma: an ip_noise input (needs host_noise)
     bool masked_loss = false;         // a per-pixel loss_mask input (--masked_loss, alpha_mask)
+    bool sample_weights = false;      // a per-sample weight input (kohya's loss_weights: --prior_loss_weight)
     int grad_accum = 1;
     float unet_lr = 1e-4f, text_encoder_lr = 5e-5f;
     optim::OptimizerConfig optimizer;  // AdamW (torch defaults) unless set, e.g. by optim::parse_optimizer
@@ -89,7 +92,7 @@ struct StepGraph {
     gl::ValueId noise = gl::kNoValue, timesteps = gl::kNoValue;
     gl::ValueId sqrt_ac = gl::kNoValue, sqrt_1m_ac = gl::kNoValue, loss_weights = gl::kNoValue;
     gl::ValueId huber_c = gl::kNoValue;
-    gl::ValueId ip_noise = gl::kNoValue, loss_mask = gl::kNoValue;  // inputs (see above)
+    gl::ValueId ip_noise = gl::kNoValue, loss_mask = gl::kNoValue, sample_weight = gl::kNoValue;  // inputs (see above)
     gl::ValueId context = gl::kNoValue, ids = gl::kNoValue;
     gl::ValueId pred = gl::kNoValue, target = gl::kNoValue;
     gl::ValueId loss = gl::kNoValue, per_sample = gl::kNoValue;  // unscaled loss [], per-sample [B]

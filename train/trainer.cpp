@@ -56,7 +56,8 @@ void check_objective_fits(const Objective& o, const StepGraph& s, const std::str
 }
 
 float run_micro_batch(StepGraph& s, gl::Runtime& rt, const float* latents, StepCond cond, const StepDraw& d,
-                      const optim::LossScaler& scaler, int64_t report_step, int k, std::span<const float> loss_mask) {
+                      const optim::LossScaler& scaler, int64_t report_step, int k, std::span<const float> loss_mask,
+                      std::span<const float> sample_weights) {
     rt.write(s.latents, latents, gl::DType::f32);
     write_draw(s, rt, d);
     if (s.loss_mask != gl::kNoValue) {
@@ -64,6 +65,17 @@ float run_micro_batch(StepGraph& s, gl::Runtime& rt, const float* latents, StepC
                  report_step, ": the masked loss needs a mask of ", s.opt.batch, " x ", s.opt.latent_h, " x ",
                  s.opt.latent_w, " values, got ", loss_mask.size());
         rt.write(s.loss_mask, loss_mask.data(), gl::DType::f32);
+    }
+    GL_CHECK(sample_weights.empty() || s.sample_weight != gl::kNoValue, "training step ", report_step,
+             ": per-sample loss weights for a graph built without them (StepOptions::sample_weights)");
+    if (s.sample_weight != gl::kNoValue) {
+        GL_CHECK(sample_weights.empty() || int64_t(sample_weights.size()) == s.opt.batch, "training step ",
+                 report_step, ": ", sample_weights.size(), " per-sample loss weights for a batch of ", s.opt.batch);
+        for (float w : sample_weights)
+            GL_CHECK(std::isfinite(w) && w >= 0, "training step ", report_step, ": per-sample loss weight ", w,
+                     " must be finite and >= 0");
+        const std::vector<float> ones(size_t(s.opt.batch), 1.0f);
+        rt.write(s.sample_weight, sample_weights.empty() ? ones.data() : sample_weights.data(), gl::DType::f32);
     }
     if (const auto* ids = std::get_if<std::span<const int32_t>>(&cond))
         rt.write(s.ids, ids->data(), gl::DType::i32);

@@ -141,6 +141,9 @@ StepOptions Session::Impl::base_step() const {
     so.input_perturbation = cfg.objective().ip_noise_gamma != 0;
     // kohya applies the alpha masks whenever a batch has one (--masked_loss or not).
     for (const data::SubsetConfig& sub : data.dataset.config.subsets) so.masked_loss = so.masked_loss || sub.alpha_mask;
+    // kohya's loss_weights: prior_loss_weight on the regularisation images, 1 on the others.
+    for (const data::SubsetConfig& sub : data.dataset.config.subsets)
+        so.sample_weights = so.sample_weights || (sub.is_reg && cfg.prior_loss_weight != 1.0);
     so.grad_accum = cfg.gradient_accumulation_steps;
     so.unet_lr = float(cfg.unet_learning_rate());
     so.text_encoder_lr = float(cfg.text_encoder_learning_rate());

@@ -55,6 +55,7 @@ struct Micro {
     size_t graph = 0;
     std::vector<float> latents, context;
     std::vector<float> loss_mask;  // [B, h, w] at the latents' size (masked-loss graphs)
+    std::vector<float> sample_weights;  // [B] kohya's loss_weights (sample-weighted graphs)
     std::vector<int32_t> ids;
     int64_t images = 0;
 };
@@ -254,6 +255,8 @@ Micro Runner::prepare(const data::Batch& b) {
         diffusion::fill_normal(noise, rng);
         mi.latents = sd::vae_sample_latent(m_.model.vae_cfg, moments, noise);
     }
+    if (m_.step.sample_weights)
+        for (const data::Sample& s : b.samples) mi.sample_weights.push_back(s.loss_weight);
     if (m_.step.masked_loss)
         for (const data::Sample& s : b.samples) {
             // kohya's alpha masks: a sample without one (an opaque image, or a subset without
@@ -326,7 +329,7 @@ void Runner::flush() {
     for (const Micro& mi : group_) {
         in.push_back({mi.graph, mi.latents,
                       mi.ids.empty() ? StepCond(std::span<const float>(mi.context)) : StepCond(std::span<const int32_t>(mi.ids)),
-                      mi.loss_mask});
+                      mi.loss_mask, mi.sample_weights});
         images += mi.images;
     }
     const double factor = schedule_.multiplier(trainer_->updates_applied());
