@@ -129,6 +129,19 @@ TEST_CASE("sdtrain options: --debiased_estimation_loss weights the objective") {
     CHECK(parse({"--config_file", (s.root / "run.toml").string()}).objective().debiased_estimation);
 }
 
+TEST_CASE("sdtrain options: D-Adaptation and Prodigy warn about a learning rate of 0.1 or less, as kohya") {
+    CHECK(has_note(parse({"--optimizer_type", "Prodigy", "--learning_rate", "1e-4"}), "is too low for Prodigy"));
+    CHECK(has_note(parse({"--optimizer_type", "DAdaptAdam", "--learning_rate", "0.1"}), "is too low for DAdaptAdam"));
+    CHECK_FALSE(has_note(parse({"--optimizer_type", "Prodigy", "--learning_rate", "1"}), "is too low"));
+    CHECK_FALSE(has_note(parse({"--optimizer_type", "AdamW", "--learning_rate", "1e-4"}), "is too low"));
+    // The first parameter group's: the text encoder's when it is trained.
+    CHECK(has_note(parse({"--optimizer_type", "Prodigy", "--learning_rate", "1", "--text_encoder_lr", "0.05"}),
+                   "learning rate 0.05 is too low"));
+    CHECK_FALSE(has_note(parse({"--optimizer_type", "Prodigy", "--learning_rate", "1", "--text_encoder_lr", "0.05",
+                                "--network_train_unet_only"}),
+                         "is too low"));
+}
+
 TEST_CASE("sdtrain options: kohya's console logging options change nothing here: accepted, each with a note") {
     const train::RunConfig n =
         parse({"--console_log_level", "DEBUG", "--console_log_file", "log.txt", "--console_log_simple"});

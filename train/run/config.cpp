@@ -191,6 +191,14 @@ void RunConfig::validate() {
     check_float("max_grad_norm", max_grad_norm, 0);
     const optim::OptimizerConfig opt = optimizer();  // checks optimizer_type and optimizer_args
     for (const std::string& n : opt.notes) note(n);
+    // kohya's get_optimizer warns when D-Adaptation or Prodigy get a first learning rate of 0.1 or
+    // less (the text encoder's group comes first when it is trained): their lr scales the step size
+    // they estimate, so about 1.0 is meant.
+    const std::string opt_name = opt.name();
+    const double first_lr = train_text_encoder() ? text_encoder_learning_rate() : unet_learning_rate();
+    if ((opt_name.rfind("DAdapt", 0) == 0 || opt_name == "Prodigy") && first_lr <= 0.1)
+        note(gl::cat("warning: learning rate ", first_lr, " is too low for ", opt_name,
+                     " (kohya: 'If using D-Adaptation or Prodigy, set learning rate around 1.0')"));
     const std::vector<std::string> schedulers = lr_scheduler_names();
     if (std::find(schedulers.begin(), schedulers.end(), lr_scheduler) == schedulers.end()) {
         std::string names;
