@@ -1,7 +1,8 @@
 // The samplers against diffusers' schedulers (tests/golden/make_sampler_golden.py ->
 // tests/golden/data/sampler/schedulers.safetensors): the same fake model, the same initial noise
 // and injected step noise; the timesteps of every model call, init_noise_sigma and the latents
-// after every step must agree. Also names, presets and refusals.
+// after every step must agree, for every sampler of sampler_list.inc. LMS's integrated
+// coefficients against scipy's. Also names, presets and refusals.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/io/safetensors.h"
 #include "models/diffusion/sampler.h"
+#include "models/diffusion/samplers/schedule_math.h"
 #include "test_util.h"
 
 using diffusion::Sampler;
@@ -56,11 +58,13 @@ double rel_norm(std::span<const float> a, std::span<const float> b) {
 TEST_CASE("sampler: every scheduler case matches diffusers step by step") {
     const gl::io::SafetensorsFile f(golden_path());
     const auto cases = nlohmann::json::parse(f.metadata().at("cases"));
-    REQUIRE(cases.size() >= 20);
+    REQUIRE(cases.size() >= 46);
+    std::vector<SamplerKind> covered;
     for (const auto& c : cases) {
         const std::string name = c.at("name");
         CAPTURE(name);
         const SamplerKind kind = kind_of(c.at("kind"));
+        covered.push_back(kind);
         SamplerOptions o = c.at("preset") == "kohya" ? SamplerOptions::kohya(kind) : SamplerOptions::diffusers_sd15(kind);
         o.karras = c.at("karras").get<bool>();
         o.eta = c.at("eta").get<double>();
@@ -97,8 +101,51 @@ TEST_CASE("sampler: every scheduler case matches diffusers step by step") {
         });
         CHECK(calls == s.model_calls());
         MESSAGE(name, ": worst step rel. error ", worst);
-        CHECK(worst <= 1e-5);  // measured <= 4e-7 (double vs torch f32 ops); the issue asks 1e-4
+        // Measured <= 4.2e-7 (double vs torch f32 ops), DPM2 a with v-prediction 1.0e-6; the issue asks 1e-4.
+        CHECK(worst <= 1e-5);
     }
+    // Every sampler of sampler_list.inc has its cases.
+    for (const SamplerKind k : diffusion::registered_samplers())
+        CHECK_MESSAGE(std::find(covered.begin(), covered.end(), k) != covered.end(), k.name(), " has no golden case");
+}
+
+TEST_CASE("sampler: LMS's coefficients are diffusers' integrals (scipy.integrate.quad) to 1e-6") {
+    // The integral over [sigma_k, sigma_k+1] of each Lagrange basis polynomial through the last
+    // min(k + 1, 4) sigmas, newest first, on diffusers' own sigmas.
+    const gl::io::SafetensorsFile f(golden_path());
+    int checked = 0;
+    double worst = 0;
+    for (const auto& c : nlohmann::json::parse(f.metadata().at("cases"))) {
+        if (c.at("kind") != "lms") continue;
+        const std::string name = c.at("name");
+        CAPTURE(name);
+        const std::vector<double> sigmas = tensor_f64(f, name + ".sigmas"), want = tensor_f64(f, name + ".lms_coeffs");
+        const size_t steps = sigmas.size() - 1;
+        REQUIRE(want.size() == steps * 4);
+        for (size_t k = 0; k < steps; k++) {
+            const size_t order = std::min<size_t>(k + 1, 4);
+            std::vector<double> nodes(order);
+            for (size_t j = 0; j < order; j++) nodes[j] = sigmas[k - j];
+            for (size_t j = 0; j < order; j++) {
+                const double got = diffusion::schedule::lagrange_basis_integral(nodes, j, sigmas[k], sigmas[k + 1]);
+                const double w = want[k * 4 + j];
+                CHECK_MESSAGE(std::abs(got - w) <= 1e-6 * std::abs(w), "step ", k, " basis ", j, ": ", got, " vs ", w);
+                worst = std::max(worst, std::abs(got - w) / std::abs(w));
+                checked++;
+            }
+        }
+    }
+    MESSAGE("LMS coefficients: worst rel. error ", worst, " over ", checked);  // measured 1.3e-7 (quad on f32)
+    CHECK(checked > 100);
+    // Exact on polynomials: the basis functions sum to 1, so their integrals sum to b - a.
+    const double nodes[] = {14.6, 9.2, 6.1, 3.3};
+    double sum = 0;
+    for (size_t j = 0; j < 4; j++) sum += diffusion::schedule::lagrange_basis_integral(nodes, j, 2.5, 0.0);
+    CHECK(std::abs(sum + 2.5) <= 1e-14);
+    CHECK(std::abs(diffusion::schedule::lagrange_basis_integral(std::span(nodes, 1), 0, 1.0, 3.0) - 2.0) <= 1e-14);
+    const double nine[9] = {};
+    CHECK(gltest::error_of([&] { diffusion::schedule::lagrange_basis_integral(nine, 0, 0.0, 1.0); })
+              .find("at most 8") != std::string::npos);
 }
 
 TEST_CASE("sampler: names, presets and refusals") {
@@ -106,14 +153,36 @@ TEST_CASE("sampler: names, presets and refusals") {
     CHECK(diffusion::parse_sampler_name("k_euler_a").kind == SamplerKind::euler_ancestral);
     CHECK(diffusion::parse_sampler_name("dpmsolver++_karras").karras);
     CHECK(diffusion::parse_sampler_name("dpm_2").kind == SamplerKind::dpm2);
-    CHECK(error_of([] { diffusion::parse_sampler_name("pndm"); }).find("sampler 'pndm' (kohya's pndm) is not supported") !=
+    CHECK(diffusion::parse_sampler_name("k_lms").kind == SamplerKind::lms);
+    CHECK(diffusion::parse_sampler_name("k_dpm_2_a_karras").kind == SamplerKind::dpm2_ancestral);
+    CHECK(diffusion::parse_sampler_name("k_dpm_2_a_karras").karras);
+    CHECK(diffusion::parse_sampler_name("dpmsingle_karras").kind == SamplerKind::dpmsingle);
+    CHECK(diffusion::parse_sampler_name("dpmsolver").kind == SamplerKind::dpmsolver);
+    CHECK(diffusion::parse_sampler_name("ddpm").kind == SamplerKind::ddpm);
+    CHECK(error_of([] { diffusion::parse_sampler_name("warp"); })
+              .find("unknown sampler 'warp'; supported: ddim, euler, k_euler, euler_a, k_euler_a, dpmsolver++, heun, "
+                    "dpm_2, k_dpm_2, pndm, lms, k_lms, dpm_2_a, k_dpm_2_a, dpmsolver, dpmsingle, ddpm (and "
+                    "<name>_karras for euler, dpmsolver++, heun, dpm_2, lms, dpm_2_a, dpmsolver, dpmsingle)") !=
           std::string::npos);
-    CHECK(error_of([] { diffusion::parse_sampler_name("k_lms"); }).find("not supported; supported: ddim, euler") !=
-          std::string::npos);
-    CHECK(error_of([] { diffusion::parse_sampler_name("warp"); }).find("unknown sampler 'warp'") != std::string::npos);
     CHECK(error_of([] { diffusion::parse_sampler_name("euler_a_karras"); }).find("has no Karras variant") != std::string::npos);
+    CHECK(error_of([] { diffusion::parse_sampler_name("pndm_karras"); }).find("has no Karras variant") != std::string::npos);
     CHECK(diffusion::a1111_sampler_name(SamplerKind::dpmpp_2m, true) == "DPM++ 2M Karras");
     CHECK(diffusion::a1111_sampler_name(SamplerKind::euler_ancestral, false) == "Euler a");
+    CHECK(diffusion::a1111_sampler_name(SamplerKind::pndm, false) == "PLMS");
+    CHECK(diffusion::a1111_sampler_name(SamplerKind::lms, true) == "LMS Karras");
+    CHECK(diffusion::a1111_sampler_name(SamplerKind::dpm2_ancestral, false) == "DPM2 a");
+    CHECK(diffusion::a1111_sampler_name(SamplerKind::dpm2_ancestral, true) == "DPM2 a Karras");
+
+    // PNDM: SD's config skips the Runge-Kutta warm-up (n + 1 calls), kohya's defaults run it (n + 9
+    // calls), which PNDMScheduler cannot lay out below 4 steps.
+    CHECK(Sampler(SamplerOptions::diffusers_sd15(SamplerKind::pndm), 3).model_calls() == 4);
+    CHECK(Sampler(SamplerOptions::kohya(SamplerKind::pndm), 4).model_calls() == 13);
+    CHECK(error_of([] { Sampler(SamplerOptions::kohya(SamplerKind::pndm), 3); })
+              .find("sampler pndm: 3 steps with the Runge-Kutta warm-up (skip_prk_steps off, PNDMScheduler's "
+                    "default, kohya's) need 4 steps at least") != std::string::npos);
+    SamplerOptions single = SamplerOptions::kohya(SamplerKind::dpmsingle);
+    single.spacing = diffusion::TimestepSpacing::leading;
+    CHECK(error_of([&] { Sampler(single, 10); }).find("spaces its timesteps by linspace only") != std::string::npos);
 
     // Steps out of range, eta on another sampler, the leading offset past the schedule.
     CHECK(error_of([] { Sampler(SamplerOptions::kohya(SamplerKind::euler), 0); }).find("steps 0 must be in [1, 1000]") !=

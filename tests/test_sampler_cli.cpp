@@ -128,9 +128,22 @@ TEST_CASE("gl-txt2img: images, parameters, grid, prompt file, numbering, refusal
     r = txt2img(dir, common + "-p x -W 12");
     CHECK(r.status == 1);
     CHECK(has(r.err, "gl-txt2img: error: --prompt 'x': width 12 must be a multiple of 8"));
-    r = txt2img(dir, common + "-p x --sampler pndm");
+    // kohya's other samplers, from the command line and a prompt file's --ss, with their A1111 names.
+    r = txt2img(dir, common + "-p x -W 16 -H 16 --steps 2 --cfg 1 --seed 11 --sampler pndm");
+    INFO(r.out, r.err);
+    REQUIRE(r.status == 0);
+    CHECK(has(parameters(dir / "out" / "00004-11.png"), "Steps: 2, Sampler: PLMS, CFG scale: 1, Seed: 11,"));
+    write_text(dir / "kohya.txt", "a castle --w 16 --h 16 --s 2 --l 1 --d 12 --ss k_dpm_2_a_karras\n");
+    r = txt2img(dir, common + "--prompt-file '" + (dir / "kohya.txt").string() + "'");
+    INFO(r.out, r.err);
+    REQUIRE(r.status == 0);
+    CHECK(has(parameters(dir / "out" / "00005-12.png"), "Steps: 2, Sampler: DPM2 a Karras, CFG scale: 1, Seed: 12,"));
+    r = txt2img(dir, common + "-p x -W 16 -H 16 --steps 2 --sampler-config kohya --sampler pndm");
     CHECK(r.status == 1);
-    CHECK(has(r.err, "prompt 1: sampler 'pndm' (kohya's pndm) is not supported"));
+    CHECK(has(r.err, "sampler pndm: 2 steps with the Runge-Kutta warm-up"));
+    r = txt2img(dir, common + "-p x --sampler pndm_karras");
+    CHECK(r.status == 1);
+    CHECK(has(r.err, "prompt 1: sampler 'pndm_karras': pndm has no Karras variant"));
     r = txt2img(dir, common + "-p x --sampler warp");
     CHECK(has(r.err, "unknown sampler 'warp'"));
     r = txt2img(dir, common + "-p x --lora '" + (dir / "missing.safetensors").string() + ":0.5'");

@@ -38,6 +38,9 @@ TEST_CASE("prompt file: every option of a line") {
     CHECK(p.steps == 28);
     CHECK(p.sampler == "euler_a");
     CHECK(p.line == 3);
+    // Every name of kohya's get_my_scheduler, with our Karras suffix where the class takes it.
+    for (const char* ss : {"pndm", "k_lms", "lms_karras", "dpm_2_a", "k_dpm_2_a_karras", "dpmsolver", "dpmsingle", "ddpm"})
+        CHECK(parse(std::string("a cat --ss ") + ss).sampler == ss);
 
     // kohya's defaults where a line says nothing; flags in any case; the last of a repeated flag wins.
     const SamplePrompt d = parse("a dog");
@@ -92,7 +95,7 @@ TEST_CASE("prompt file: malformed lines name the file, the line and the option")
     CHECK(has(error_line("a --l nan"), "--l 'nan' is not a CFG scale"));
     CHECK(has(error_line("a --s ten"), "--s 'ten' is not a whole number of steps"));
     CHECK(has(error_line("a --n"), "prompts.txt:3: --n has no value"));
-    CHECK(has(error_line("a --ss lms"), "prompts.txt:3: sampler 'lms' (kohya's lms) is not supported"));
+    CHECK(has(error_line("a --ss pndm_karras"), "prompts.txt:3: sampler 'pndm_karras': pndm has no Karras variant"));
     CHECK(has(error_line("a --ss fancy"), "prompts.txt:3: unknown sampler 'fancy'"));
     CHECK(has(error_line("a --x 1"), "prompts.txt:3: unknown option --x (known: --n --w --h --d --l --s --ss)"));
     CHECK(has(error_line("a --w512"), "unknown option --w512"));

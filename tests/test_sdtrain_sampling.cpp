@@ -29,7 +29,8 @@ TEST_CASE("sdtrain sampling: a bad prompt line is refused before the model is op
         {"a cat\na dog --w 8192 --h 8192\n", "prompts.txt:2: width 8192 must be a multiple of 8 in [8, 2048]"},
         {"a cat --s 0\n", "prompts.txt:1: steps 0 must be in [1, 1000]"},
         {"a cat --d 18446744073709551616\n", "prompts.txt:1: --d 18446744073709551616 is out of range"},
-        {"a cat --ss pndm\n", "prompts.txt:1: sampler 'pndm' (kohya's pndm) is not supported"},
+        {"a cat --ss plms\n", "prompts.txt:1: unknown sampler 'plms'"},
+        {"a cat --ss pndm_karras\n", "prompts.txt:1: sampler 'pndm_karras': pndm has no Karras variant"},
         {"# only a comment\n", "holds no prompt"},
     };
     for (const auto& [text, want] : cases) {
@@ -41,10 +42,17 @@ TEST_CASE("sdtrain sampling: a bad prompt line is refused before the model is op
         CHECK(has(e, want));
         CHECK_FALSE(has(e, "no-such-model"));
     }
-    // --sample_sampler is checked there too, for the lines without their own --ss.
+    // --sample_sampler is one of kohya's choices, checked before the model too.
     write_text(prompts, "a cat\n");
-    c.sample_sampler = "lms";
-    CHECK(has(prepare_error(c), "--sample_sampler: sampler 'lms' (kohya's lms) is not supported"));
+    c.sample_sampler = "plms";
+    CHECK(has(prepare_error(c), "--sample_sampler plms is not one of kohya's samplers"));
+    // Every kohya sampler is one: a run samples with each (here it goes on to the missing model).
+    for (const char* name : {"pndm", "lms", "k_dpm_2_a", "dpmsolver", "dpmsingle"}) {
+        c.sample_sampler = name;
+        CHECK(has(prepare_error(c), "no-such-model"));
+    }
+    write_text(prompts, "a cat --ss ddpm\n");
+    CHECK(has(prepare_error(c), "no-such-model"));
     // A good file goes on to the model, which is missing.
     c.sample_sampler = "ddim";
     write_text(prompts, "a cat --s 1000 --w 2048 --h 8 --d 9223372036854775808\n");

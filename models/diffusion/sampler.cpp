@@ -19,9 +19,6 @@ constexpr const SamplerDef* kListed[] = {
 #undef GL_SAMPLER
 };
 
-// kohya's --sample_sampler choices we do not run.
-constexpr std::string_view kRefused[] = {"ddpm", "pndm", "lms", "k_lms", "dpmsolver", "dpmsingle", "dpm_2_a", "k_dpm_2_a"};
-
 constexpr std::string_view kKarrasSuffix = "_karras";
 
 // The names parse_sampler_name takes for a definition (without the Karras suffix).
@@ -102,8 +99,6 @@ std::vector<SamplerKind> registered_samplers() {
     return kinds;
 }
 
-std::span<const std::string_view> refused_sampler_names() { return kRefused; }
-
 SamplerRegistration::SamplerRegistration(const SamplerDef& def) : def_(&def) {
     Registry& r = registry();
     const std::lock_guard lock(r.mutex);
@@ -126,6 +121,7 @@ SamplerOptions SamplerOptions::diffusers_sd15(SamplerKind k) {
     o.steps_offset = 1;
     o.clip_sample = false;
     o.set_alpha_to_one = false;
+    o.skip_prk_steps = true;
     return o;
 }
 
@@ -135,9 +131,10 @@ SamplerOptions SamplerOptions::kohya(SamplerKind k) {
     o.spacing = k.def().spacing;
     o.steps_offset = 0;
     // kohya sets config.clip_sample = True on every class whose config has it; only some read it
-    // in step() (DDIM: already true by default; Heun: false by default).
+    // in step() (DDIM and DDPM: already true by default; Heun: false by default).
     o.clip_sample = k.def().reads_clip_sample;
-    o.set_alpha_to_one = true;
+    o.set_alpha_to_one = k.def().set_alpha_to_one_default;
+    o.skip_prk_steps = false;
     return o;
 }
 
@@ -170,9 +167,6 @@ SamplerName parse_sampler_name(const std::string& name) {
                  supported_sampler_names());
         return SamplerName{SamplerKind(*d), karras};
     }
-    for (std::string_view r : kRefused)
-        GL_CHECK(base != r, "sampler '", name, "' (kohya's ", r, ") is not supported; supported: ",
-                 supported_sampler_names());
     gl::fail("unknown sampler '", name, "'; supported: ", supported_sampler_names());
 }
 

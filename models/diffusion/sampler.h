@@ -1,8 +1,11 @@
 // Samplers for SD1.5 inference, computed as diffusers' schedulers compute them: the timesteps and
 // sigmas of set_timesteps() and the update of step(), for DDIMScheduler (eta 0 and > 0),
 // EulerDiscreteScheduler, EulerAncestralDiscreteScheduler, DPMSolverMultistepScheduler (DPM++ 2M:
-// solver_order 2, dpmsolver++, midpoint, lower_order_final), HeunDiscreteScheduler and
-// KDPM2DiscreteScheduler, each optionally with Karras sigmas where diffusers offers them.
+// solver_order 2, dpmsolver++, midpoint, lower_order_final; and DPM-Solver 2M, algorithm
+// dpmsolver), HeunDiscreteScheduler, KDPM2DiscreteScheduler, PNDMScheduler (PLMS, with or without
+// its Runge-Kutta warm-up), LMSDiscreteScheduler, KDPM2AncestralDiscreteScheduler,
+// DPMSolverSinglestepScheduler (DPM++ 2S) and DDPMScheduler, each optionally with Karras sigmas
+// where diffusers offers them.
 //
 // Everything here is host math over latents held as f32 buffers; the model is a callback, so the
 // same code drives the UNet on any backend and the tests' fake model. The schedule tables are
@@ -54,16 +57,19 @@ struct SamplerOptions {
     TimestepSpacing spacing = TimestepSpacing::linspace;
     int steps_offset = 0;           // added to "leading" timesteps
     bool clip_sample = false;       // predicted x0 clamped to [-1, 1] (where the sampler reads it)
-    bool set_alpha_to_one = true;   // DDIM: the step past t = 0 goes to alpha 1 (else alphas_cumprod[0])
+    bool set_alpha_to_one = true;   // DDIM, PNDM: the step past t = 0 goes to alpha 1 (else alphas_cumprod[0])
+    bool skip_prk_steps = true;     // PNDM: PLMS steps only (else the Runge-Kutta warm-up first)
     bool karras = false;            // Karras et al. sigmas (where the sampler takes them)
     double eta = 0.0;               // DDIM: the share of fresh noise (0 deterministic, 1 DDPM-like)
     Prediction prediction = Prediction::epsilon;
 
     // The scheduler class built from SD1.5's scheduler_config.json (steps_offset 1,
-    // set_alpha_to_one false, clip_sample false; each class's default timestep spacing).
+    // set_alpha_to_one false, clip_sample false, skip_prk_steps; each class's default timestep
+    // spacing).
     static SamplerOptions diffusers_sd15(SamplerKind k);
     // kohya sd-scripts' sample images: the class with its constructor defaults (steps_offset 0,
-    // set_alpha_to_one true) and clip_sample forced on, which only some classes read.
+    // the class's set_alpha_to_one, no skip_prk_steps) and clip_sample forced on, which only some
+    // classes read.
     static SamplerOptions kohya(SamplerKind k);
 
     // Throws gl::Error for a combination diffusers does not offer (Karras sigmas or eta with a
@@ -73,9 +79,10 @@ struct SamplerOptions {
 
 // Sampler names as kohya's --sample_sampler and the prompt file's --ss take them: each registered
 // sampler's name and aliases (ddim, euler / k_euler, euler_a / k_euler_a, dpmsolver++, heun,
-// dpm_2 / k_dpm_2); a "_karras" suffix (ours) turns Karras sigmas on where diffusers offers them.
-// kohya's other names (ddpm, pndm, lms, k_lms, dpmsolver, dpmsingle, dpm_2_a, k_dpm_2_a) and
-// unknown names throw gl::Error naming them and listing the supported ones.
+// dpm_2 / k_dpm_2, pndm, lms / k_lms, dpm_2_a / k_dpm_2_a, dpmsolver, dpmsingle, ddpm: every name
+// kohya's get_my_scheduler knows); a "_karras" suffix (ours) turns Karras sigmas on where
+// diffusers offers them. Unknown names throw gl::Error naming them and listing the supported ones
+// (kohya falls back to DDIM).
 struct SamplerName {
     SamplerKind kind = SamplerKind::euler;
     bool karras = false;
@@ -85,8 +92,6 @@ SamplerName parse_sampler_name(const std::string& name);
 std::string a1111_sampler_name(SamplerKind k, bool karras);
 // The supported names, comma separated (for help texts).
 std::string supported_sampler_names();
-// kohya's --sample_sampler names that no sampler here runs, refused by name.
-std::span<const std::string_view> refused_sampler_names();
 
 // Every registered sampler: sampler_list.inc's in its order, then those registered at run time.
 std::vector<SamplerKind> registered_samplers();
@@ -109,12 +114,15 @@ private:
 class Sampler {
 public:
     // The schedule of `steps` inference steps (1..1000) on SD1.5's training schedule
-    // (scaled_linear 0.00085..0.012 over 1000 steps). Throws gl::Error for bad options or steps.
+    // (scaled_linear 0.00085..0.012 over 1000 steps). Throws gl::Error for bad options or steps
+    // (also where the class itself cannot build the schedule: PNDM's Runge-Kutta warm-up below 4
+    // steps, a "leading" offset past the training schedule).
     Sampler(const SamplerOptions& opt, int steps);
 
     const SamplerOptions& options() const { return opt_; }
     int steps() const { return steps_; }
-    // The timestep of every model call, in order (Heun and DPM2 call the model 2 * steps - 1 times).
+    // The timestep of every model call, in order (Heun, DPM2 and DPM2 a call the model 2 * steps - 1
+    // times, PNDM steps + 1 or steps + 9).
     const std::vector<double>& timesteps() const { return plan_->timesteps; }
     int model_calls() const { return int(plan_->timesteps.size()); }
     // What the initial unit noise is multiplied by (diffusers' init_noise_sigma).
@@ -122,8 +130,8 @@ public:
 
     // Runs the whole loop on x: in, unit Gaussian noise (any number of elements; the batch is
     // elementwise to the sampler); out, the denoised latents. `noise` is needed by samplers that
-    // draw noise (Euler ancestral, DDIM with eta > 0; called once per step, every step). The
-    // sampler keeps no state between calls: one Sampler can run many batches.
+    // draw noise (Euler ancestral, DPM2 ancestral, DDPM, DDIM with eta > 0; called once per model
+    // call, every call). The sampler keeps no state between calls: one Sampler can run many batches.
     void run(std::span<float> x, const ModelFn& model, const NoiseFn& noise = {}, const StepFn& on_step = {}) const;
 
 private:

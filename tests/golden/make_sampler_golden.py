@@ -11,19 +11,25 @@ model, step) with a deterministic fake model in place of the UNet:
 and records the latents after every step() call (fp32, CPU).
 Two presets, as diffusion::SamplerOptions has them:
   diffusers  the class built from SD1.5's scheduler_config.json (PNDMScheduler's config: steps_offset
-             1, set_alpha_to_one false, clip_sample false), as StableDiffusionPipeline users swap it
-             in with Scheduler.from_config(pipe.scheduler.config);
+             1, set_alpha_to_one false, clip_sample false, skip_prk_steps), as
+             StableDiffusionPipeline users swap it in with Scheduler.from_config(pipe.scheduler.config);
   kohya      what kohya sd-scripts' get_my_scheduler builds for --sample_sampler (constructor
-             defaults beside the betas, DPM's algorithm_type from the name, and clip_sample forced
-             on through the config attribute, which DDIM and Heun then read).
-Noise of the ancestral / eta > 0 steps is drawn here (seeded) and stored, and injected into the
-scheduler (DDIM's variance_noise; EulerAncestral's randn_tensor patched), so the C++ side can
+             defaults beside the betas, so PNDM runs its Runge-Kutta steps; DPM's algorithm_type
+             from the name, and clip_sample forced on through the config attribute, which DDIM,
+             Heun and DDPM then read).
+DPM-Solver's "dpmsolver" algorithm gets final_sigmas_type "sigma_min" in both presets: diffusers
+0.32.1 refuses it with the default "zero".
+Noise of the ancestral / eta > 0 / DDPM steps is drawn here (seeded), one row per model call, and
+injected into the scheduler (DDIM's variance_noise; randn_tensor patched in the Euler ancestral,
+DPM2 ancestral and DDPM modules to return the row of the current call), so the C++ side can
 replay it.
 
 Writes tests/golden/data/sampler/schedulers.safetensors: per case "<name>.x0" [N] (unit noise
-before init_noise_sigma), "<name>.noise" [steps, N] (only where used), "<name>.timesteps"
-[calls] (f64), "<name>.latents" [calls, N]; metadata "cases" (JSON: name, kind, preset, steps,
-karras, eta, prediction, init_noise_sigma).
+before init_noise_sigma), "<name>.noise" [calls, N] (only where used), "<name>.timesteps"
+[calls] (f64), "<name>.latents" [calls, N], and for LMS "<name>.sigmas" (f64 of the f32 schedule)
+and "<name>.lms_coeffs" [calls, 4] (f64: the coefficients diffusers integrates with scipy at each
+step, zero-padded); metadata "cases" (JSON: name, kind, preset, steps, karras, eta, prediction,
+init_noise_sigma).
 
 Part 2, the pipeline on tiny models (fp32, CPU): the tiny UNet of tests/golden/data/unet/ and VAE of
 tests/golden/data/vae/, the tiny tokenizer of tests/golden/data/tokenizer/tiny, and a tiny CLIP text
@@ -37,8 +43,9 @@ stored. pipeline.safetensors: per case "<name>.noise" [B, h, w, 4] (NHWC), "<nam
 tiled_decode with 4-latent tiles, and "unet_odd.*" (x, t, context, eps) for the UNet at 7 x 5 latents. Metadata "pipeline_cases": JSON (prompt, negative, size, steps,
 cfg, sampler, clip_skip (kohya numbering), loras).
 
-Run with the golden venv (torch, diffusers, transformers, peft):
-    /work/venv-golden/bin/python tests/golden/make_sampler_golden.py
+Run with the golden venv (torch, diffusers, transformers, peft; scipy for LMS):
+    ~/venv-golden/bin/python tests/golden/make_sampler_golden.py [schedulers] [pipeline]
+(both parts when none is named).
 Deterministic (seeded, CPU).
 """
 import json
@@ -46,9 +53,12 @@ import pathlib
 import sys
 
 import torch
+import diffusers.schedulers.scheduling_ddpm as ddpm_module
 import diffusers.schedulers.scheduling_euler_ancestral_discrete as euler_a_module
-from diffusers import (DDIMScheduler, DPMSolverMultistepScheduler, EulerAncestralDiscreteScheduler,
-                       EulerDiscreteScheduler, HeunDiscreteScheduler, KDPM2DiscreteScheduler)
+import diffusers.schedulers.scheduling_k_dpm_2_ancestral_discrete as dpm2_a_module
+from diffusers import (DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler, DPMSolverSinglestepScheduler,
+                       EulerAncestralDiscreteScheduler, EulerDiscreteScheduler, HeunDiscreteScheduler,
+                       KDPM2AncestralDiscreteScheduler, KDPM2DiscreteScheduler, LMSDiscreteScheduler, PNDMScheduler)
 from safetensors.torch import save_file
 
 OUT = pathlib.Path(__file__).resolve().parent / "data" / "sampler"
@@ -61,7 +71,11 @@ SD15_SCHEDULER_CONFIG = {
 }
 
 CLASSES = {"ddim": DDIMScheduler, "euler": EulerDiscreteScheduler, "euler_a": EulerAncestralDiscreteScheduler,
-           "dpmsolver++": DPMSolverMultistepScheduler, "heun": HeunDiscreteScheduler, "dpm_2": KDPM2DiscreteScheduler}
+           "dpmsolver++": DPMSolverMultistepScheduler, "heun": HeunDiscreteScheduler, "dpm_2": KDPM2DiscreteScheduler,
+           "pndm": PNDMScheduler, "lms": LMSDiscreteScheduler, "dpm_2_a": KDPM2AncestralDiscreteScheduler,
+           "dpmsolver": DPMSolverMultistepScheduler, "dpmsingle": DPMSolverSinglestepScheduler, "ddpm": DDPMScheduler}
+# The modules whose step() draws its noise with randn_tensor (patched to replay the stored noise).
+NOISE_MODULES = {"euler_a": euler_a_module, "dpm_2_a": dpm2_a_module, "ddpm": ddpm_module}
 
 SHAPE = (2, 4, 4, 4)  # a batch of two 4x4 latents with 4 channels (the layout does not matter here)
 
@@ -88,6 +102,34 @@ CASES = [
     ("dpm_2", "diffusers", 10, False, 0.0, "epsilon"),
     ("dpm_2", "diffusers", 9, True, 0.0, "epsilon"),
     ("dpm_2", "kohya", 6, False, 0.0, "v_prediction"),
+    # PNDM: SD's config skips the Runge-Kutta steps (PLMS only); kohya's constructor defaults run them.
+    ("pndm", "diffusers", 20, False, 0.0, "epsilon"),
+    ("pndm", "diffusers", 2, False, 0.0, "epsilon"),
+    ("pndm", "diffusers", 1, False, 0.0, "v_prediction"),
+    ("pndm", "kohya", 20, False, 0.0, "epsilon"),
+    ("pndm", "kohya", 4, False, 0.0, "v_prediction"),
+    ("lms", "diffusers", 20, False, 0.0, "epsilon"),
+    ("lms", "diffusers", 15, True, 0.0, "epsilon"),
+    ("lms", "kohya", 9, False, 0.0, "v_prediction"),
+    ("lms", "diffusers", 2, False, 0.0, "epsilon"),
+    ("dpm_2_a", "diffusers", 10, False, 0.0, "epsilon"),
+    ("dpm_2_a", "diffusers", 9, True, 0.0, "epsilon"),
+    ("dpm_2_a", "kohya", 7, False, 0.0, "v_prediction"),
+    # DPM-Solver (noise prediction) runs in diffusers 0.32.1 only with final_sigmas_type sigma_min: last
+    # step first order below 15 steps, second order from 15 on.
+    ("dpmsolver", "diffusers", 20, False, 0.0, "epsilon"),
+    ("dpmsolver", "diffusers", 14, False, 0.0, "epsilon"),
+    ("dpmsolver", "kohya", 16, True, 0.0, "epsilon"),
+    ("dpmsolver", "kohya", 8, False, 0.0, "v_prediction"),
+    ("dpmsolver", "diffusers", 1, False, 0.0, "epsilon"),
+    ("dpmsingle", "diffusers", 20, False, 0.0, "epsilon"),
+    ("dpmsingle", "diffusers", 9, False, 0.0, "epsilon"),
+    ("dpmsingle", "kohya", 12, True, 0.0, "epsilon"),
+    ("dpmsingle", "kohya", 7, False, 0.0, "v_prediction"),
+    ("dpmsingle", "diffusers", 1, False, 0.0, "epsilon"),
+    ("ddpm", "diffusers", 25, False, 0.0, "epsilon"),
+    ("ddpm", "kohya", 20, False, 0.0, "epsilon"),
+    ("ddpm", "kohya", 10, False, 0.0, "v_prediction"),
 ]
 
 
@@ -98,6 +140,11 @@ def make_scheduler(kind, preset, karras, prediction):
         extra["use_karras_sigmas"] = True
     if prediction != "epsilon":
         extra["prediction_type"] = prediction
+    if kind == "dpmsolver":
+        # diffusers refuses algorithm_type dpmsolver with its default final_sigmas_type "zero" (so
+        # kohya's get_my_scheduler raises there); "sigma_min" is the setting it asks for instead.
+        extra["algorithm_type"] = "dpmsolver"
+        extra["final_sigmas_type"] = "sigma_min"
     if preset == "diffusers":
         return cls.from_config(SD15_SCHEDULER_CONFIG, **extra)
     if kind == "dpmsolver++":
@@ -117,6 +164,18 @@ def fake_model(x, t):
     return out.float()
 
 
+def lms_coefficients(sched, name):
+    """LMSDiscreteScheduler's integrated coefficients (scipy.integrate.quad) at every step, order
+    min(step + 1, 4) as step() uses them, zero-padded to 4, and the sigmas they integrate over."""
+    rows = []
+    for i in range(len(sched.timesteps)):
+        order = min(i + 1, 4)
+        row = [sched.get_lms_coefficient(order, i, j) for j in range(order)]
+        rows.append(row + [0.0] * (4 - order))
+    return {f"{name}.sigmas": sched.sigmas.to(torch.float64).contiguous(),
+            f"{name}.lms_coeffs": torch.tensor(rows, dtype=torch.float64)}
+
+
 def run_case(index, kind, preset, steps, karras, eta, prediction):
     sched = make_scheduler(kind, preset, karras, prediction)
     sched.set_timesteps(steps)
@@ -124,21 +183,27 @@ def run_case(index, kind, preset, steps, karras, eta, prediction):
     x0 = torch.randn(SHAPE, generator=gen, dtype=torch.float32)
     calls = len(sched.timesteps)
     noise = torch.randn((calls,) + SHAPE, generator=gen, dtype=torch.float32)
-    uses_noise = kind == "euler_a" or (kind == "ddim" and eta > 0)
-    noise_iter = iter(noise)
-    original_randn = euler_a_module.randn_tensor
-    euler_a_module.randn_tensor = lambda shape, **kw: next(noise_iter).clone()
+    uses_noise = kind in NOISE_MODULES or (kind == "ddim" and eta > 0)
+    # A step that draws noise gets the stored noise of its model call (diffusers' DPM2 a and DDPM
+    # skip the draw in some steps; the C++ side draws every call and uses what the step needs).
+    call = [0]
+    module = NOISE_MODULES.get(kind)
+    original_randn = module.randn_tensor if module else None
+    if module:
+        module.randn_tensor = lambda shape, **kw: noise[call[0]].clone()
     try:
         x = x0 * sched.init_noise_sigma
         latents = []
         for k, t in enumerate(sched.timesteps):
+            call[0] = k
             x_in = sched.scale_model_input(x, t)
             out = fake_model(x_in, t)
             kw = {"eta": eta, "variance_noise": noise[k].clone()} if kind == "ddim" and eta > 0 else {}
             x = sched.step(out, t, x, return_dict=False, **kw)[0]
             latents.append(x.clone())
     finally:
-        euler_a_module.randn_tensor = original_randn
+        if module:
+            module.randn_tensor = original_randn
     name = f"{kind}.{preset}.{steps}{'.karras' if karras else ''}{f'.eta{eta}' if eta else ''}" \
            f"{'.v' if prediction != 'epsilon' else ''}"
     tensors = {f"{name}.x0": x0.reshape(-1).contiguous(),
@@ -146,6 +211,8 @@ def run_case(index, kind, preset, steps, karras, eta, prediction):
                f"{name}.latents": torch.stack(latents).reshape(calls, -1).contiguous()}
     if uses_noise:
         tensors[f"{name}.noise"] = noise.reshape(calls, -1).contiguous()
+    if kind == "lms":
+        tensors.update(lms_coefficients(sched, name))
     meta = dict(name=name, kind=kind, preset=preset, steps=steps, karras=karras, eta=eta, prediction=prediction,
                 init_noise_sigma=float(sched.init_noise_sigma))
     return meta, tensors
@@ -324,8 +391,11 @@ def make_pipeline_golden():
 
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
-    make_scheduler_golden()
-    make_pipeline_golden()
+    parts = sys.argv[1:] or ["schedulers", "pipeline"]
+    if "schedulers" in parts:
+        make_scheduler_golden()
+    if "pipeline" in parts:
+        make_pipeline_golden()
 
 
 if __name__ == "__main__":

@@ -48,13 +48,7 @@ struct DdimPlan final : SamplerPlan {
 
 std::unique_ptr<const SamplerPlan> plan(const SamplerOptions& o, int n) {
     auto p = std::make_unique<DdimPlan>();
-    if (o.spacing == TimestepSpacing::leading) {
-        p->timesteps = schedule::leading(n, o.steps_offset);
-    } else {
-        p->timesteps = schedule::linspace_descending(n);
-        for (double& t : p->timesteps) t = std::nearbyint(t);  // NumPy rounds half to even
-    }
-    schedule::check_first_timestep(o, n, p->timesteps.front());
+    p->timesteps = schedule::discrete_timesteps(o, n);
     p->stride = schedule::kTrainSteps / n;
     p->final_ac = o.set_alpha_to_one ? 1.0 : schedule::sd15_tables().alphas_cumprod.front();
     p->eta = o.eta;

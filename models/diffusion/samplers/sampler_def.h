@@ -56,6 +56,9 @@ struct SamplerDef {
     bool takes_eta = false;                          // SamplerOptions::eta may be > 0
     bool reads_clip_sample = false;                  // step() clamps x0 when clip_sample is set
     TimestepSpacing spacing = TimestepSpacing::linspace;  // the class's default; both presets keep it
+    // The class's default set_alpha_to_one (DDIMScheduler's true, PNDMScheduler's false), which
+    // kohya's preset keeps; only the samplers that step past t = 0 read it.
+    bool set_alpha_to_one_default = true;
     // The schedule of `steps` steps (1..1000) under validated options; throws gl::Error naming
     // the sampler when the options' schedule does not fit the training schedule.
     std::unique_ptr<const SamplerPlan> (*plan)(const SamplerOptions& o, int steps) = nullptr;

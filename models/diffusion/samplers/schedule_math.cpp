@@ -107,6 +107,18 @@ void check_first_timestep(const SamplerOptions& o, int steps, double first) {
              " reach timestep ", first, ", past the schedule's ", kTrainSteps - 1);
 }
 
+std::vector<double> discrete_timesteps(const SamplerOptions& o, int n) {
+    std::vector<double> t;
+    if (o.spacing == TimestepSpacing::leading) {
+        t = leading(n, o.steps_offset);
+    } else {
+        t = linspace_descending(n);
+        for (double& v : t) v = std::nearbyint(v);  // NumPy rounds half to even
+    }
+    check_first_timestep(o, n, t.front());
+    return t;
+}
+
 SigmaSchedule sigma_schedule(const SamplerOptions& o, int n, KarrasTimesteps karras_timesteps) {
     const TrainTables& tables = sd15_tables();
     SigmaSchedule r;
@@ -124,13 +136,62 @@ SigmaSchedule sigma_schedule(const SamplerOptions& o, int n, KarrasTimesteps kar
         s = karras_sigmas(s.back(), s.front(), n);
         for (size_t i = 0; i < s.size(); i++) {
             t[i] = sigma_to_t(s[i], tables.log_sigmas);
-            t[i] = karras_timesteps == KarrasTimesteps::rounded ? std::nearbyint(t[i]) : f32(t[i]);
+            if (karras_timesteps == KarrasTimesteps::rounded) t[i] = std::nearbyint(t[i]);
+            else if (karras_timesteps == KarrasTimesteps::f32) t[i] = f32(t[i]);
         }
     }
     check_first_timestep(o, n, t.front());
     s.push_back(0.0);
     for (double& v : s) v = f32(v);
     return r;
+}
+
+SigmaSchedule dpm_solver_schedule(const SamplerOptions& o, int n, double final_sigma) {
+    const TrainTables& tables = sd15_tables();
+    SigmaSchedule r;
+    std::vector<double>& t = r.timesteps;
+    if (o.spacing == TimestepSpacing::leading) {
+        t = leading(n + 1, o.steps_offset);
+    } else {
+        t = linspace_descending(n + 1);
+        for (double& v : t) v = std::nearbyint(v);
+    }
+    t.pop_back();
+    std::vector<double>& s = r.sigmas;
+    if (o.karras) {
+        s = karras_sigmas(tables.sigmas.front(), tables.sigmas.back(), n);
+        for (size_t i = 0; i < s.size(); i++) t[i] = std::nearbyint(sigma_to_t(s[i], tables.log_sigmas));
+    } else {
+        s.resize(size_t(n));
+        for (size_t i = 0; i < s.size(); i++) s[i] = np_interp(t[i], tables.sigmas);
+    }
+    s.push_back(final_sigma);
+    for (double& v : s) v = f32(v);
+    check_first_timestep(o, n, t.front());
+    return r;
+}
+
+VpPoint vp_point(double sigma) {
+    const double alpha = 1 / std::sqrt(sigma * sigma + 1);
+    return {alpha, sigma * alpha, std::log(alpha) - std::log(sigma * alpha)};
+}
+
+double lagrange_basis_integral(std::span<const double> nodes, size_t j, double a, double b) {
+    GL_CHECK(j < nodes.size() && nodes.size() <= 8, "lagrange_basis_integral: basis ", j, " of ", nodes.size(),
+             " nodes (at most 8)");
+    // Gauss-Legendre on [-1, 1] with 4 points: exact for polynomials up to degree 7.
+    constexpr double x[] = {-0.8611363115940526, -0.3399810435848563, 0.3399810435848563, 0.8611363115940526};
+    constexpr double w[] = {0.3478548451374538, 0.6521451548625461, 0.6521451548625461, 0.3478548451374538};
+    const double half = (b - a) / 2, mid = (a + b) / 2;
+    double sum = 0;
+    for (size_t q = 0; q < 4; q++) {
+        const double tau = mid + half * x[q];
+        double p = 1;
+        for (size_t k = 0; k < nodes.size(); k++)
+            if (k != j) p *= (tau - nodes[k]) / (nodes[j] - nodes[k]);
+        sum += w[q] * p;
+    }
+    return half * sum;
 }
 
 double init_noise_sigma(const SamplerOptions& o, std::span<const double> sigmas) {
