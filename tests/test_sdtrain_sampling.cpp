@@ -31,6 +31,7 @@ TEST_CASE("sdtrain sampling: a bad prompt line is refused before the model is op
         {"a cat --d 18446744073709551616\n", "prompts.txt:1: --d 18446744073709551616 is out of range"},
         {"a cat --ss plms\n", "prompts.txt:1: unknown sampler 'plms'"},
         {"a cat --ss pndm_karras\n", "prompts.txt:1: sampler 'pndm_karras': pndm has no Karras variant"},
+        {"a cat --ss pndm --s 2\n", "prompts.txt:1 --ss: sampler pndm: 2 steps with the Runge-Kutta warm-up"},
         {"# only a comment\n", "holds no prompt"},
     };
     for (const auto& [text, want] : cases) {

@@ -33,6 +33,7 @@ diffusion::SamplerOptions prompt_sampler(const RunConfig& c, const diffusion::Sa
     diffusion::SamplerOptions o = sample_sampler_options(own ? p.sampler : c.sample_sampler, c.v_parameterization, where);
     try {
         o.validate();
+        diffusion::Sampler(o, p.steps);  // the schedule too (kohya's PNDM needs 4 steps): before the run, not at its first sample
     } catch (const gl::Error& e) {
         gl::fail(where, ": ", e.what());
     }
