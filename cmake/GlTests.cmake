@@ -148,6 +148,17 @@ gl_cli_test("sdtrain --cache_latents=yes" 2 "--cache_latents is a switch and tak
 gl_cli_test("sdtrain --output_name .." 2 "--output_name must be a file name \\(not empty, '.' or '..'"
             gl-sdtrain --pretrained_model_name_or_path m --train_data_dir d --resolution 512 --output_dir o
             --network_module networks.lora --output_name ..)
+# The validation options: kohya's argparse takes any int (0 ends in a ZeroDivisionError there).
+foreach(_gl_val "validation_split;1.5;a finite number in \\[0, 1\\]" "validate_every_n_steps;0;an integer in \\[1, "
+                "validate_every_n_epochs;0;an integer in \\[1, " "max_validation_steps;0;an integer in \\[1, "
+                "validation_seed;-1;an integer in \\[0, ")
+  list(GET _gl_val 0 _gl_opt)
+  list(GET _gl_val 1 _gl_bad)
+  list(GET _gl_val 2 _gl_want)
+  gl_cli_test("sdtrain --${_gl_opt} ${_gl_bad}" 2 "--${_gl_opt} wants ${_gl_want}" gl-sdtrain
+              --pretrained_model_name_or_path m --train_data_dir d --resolution 512 --output_dir o
+              --network_module networks.lora --${_gl_opt} ${_gl_bad})
+endforeach()
 gl_cli_test("gl-txt2img -W 8192" 2 "--width wants an integer in \\[8, 2048\\], got '8192'"
             gl-txt2img M -p x -W 8192 -H 8192 --steps 1)
 gl_cli_test("gl-txt2img --seed -2" 2 "--seed wants an integer in \\[0, 18446744073709551615\\], got '-2'"

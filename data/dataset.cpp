@@ -115,11 +115,16 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const 
         listings[si] = list_images(s.image_dir);
         if (listings[si].empty()) ds.warnings.push_back(gl::cat("ignoring subset ", dir, ": no images found"));
     }
+    size_t files = 0;
+    for (const std::vector<fs::path>& l : listings) files += l.size();
     listings = split_listings(std::move(listings), config, split);
     std::vector<Listed> listed;
     for (size_t si = 0; si < listings.size(); si++)
         for (const fs::path& f : listings[si]) listed.push_back({f, si});
     if (validation && listed.empty()) return ds;
+    GL_CHECK(!listed.empty() || files == 0, "validation_split ", config.validation_split,
+             " leaves no training image (kohya's rule: each subset trains on its first ceil(n * (1 - split)) "
+             "images); lower it");
 
     const int threads = int(std::clamp<size_t>(listed.size(), 1, size_t(default_worker_threads())));
     Workers pool(threads);  // declared before the window over it, so it outlives the tasks

@@ -52,6 +52,20 @@ void BucketTrainer::check(size_t i) const {
              "bucket trainer: runtime ", i, " does not run its step graph");
 }
 
+void BucketTrainer::check_input(const MicroInput& in, size_t k) const {
+    GL_CHECK(in.graph < graphs_.size(), "bucket trainer: graph ", in.graph, " of ", graphs_.size());
+    const StepGraph& s = *graphs_[in.graph].step;
+    const int64_t n = s.latent_numel();
+    GL_CHECK(int64_t(in.latents.size()) == n, "bucket trainer: micro-batch ", k + 1, " holds ", in.latents.size(),
+             " latent values, graph ", in.graph, " takes ", n);
+    const bool ids = std::holds_alternative<std::span<const int32_t>>(in.cond);
+    const size_t cond_n = std::visit([](auto c) { return c.size(); }, in.cond);
+    GL_CHECK(ids == s.opt.train_text_encoder && int64_t(cond_n) == (ids ? s.ids_numel() : s.context_numel()),
+             "bucket trainer: micro-batch ", k + 1, " has ", cond_n, ids ? " token ids" : " context values",
+             ", graph ", in.graph, " takes ", ids ? s.ids_numel() : s.context_numel(),
+             s.opt.train_text_encoder ? " token ids" : " context values");
+}
+
 size_t BucketTrainer::add(Member m) {
     graphs_.push_back(m);
     try {
@@ -83,19 +97,10 @@ StepReport BucketTrainer::update(const std::vector<MicroInput>& micro, double lr
     r.loss_scale = scaler_.scale();
     for (size_t k = 0; k < micro.size(); k++) {
         const MicroInput& in = micro[k];
-        GL_CHECK(in.graph < graphs_.size(), "bucket trainer: graph ", in.graph, " of ", graphs_.size());
+        check_input(in, k);
         StepGraph& s = *graphs_[in.graph].step;
         gl::Runtime& rt = *graphs_[in.graph].rt;
         const int64_t n = s.latent_numel();
-        GL_CHECK(int64_t(in.latents.size()) == n, "bucket trainer: micro-batch ", k + 1, " holds ", in.latents.size(),
-                 " latent values, graph ", in.graph, " takes ", n);
-        const bool ids = std::holds_alternative<std::span<const int32_t>>(in.cond);
-        const size_t cond_n = std::visit([](auto c) { return c.size(); }, in.cond);
-        GL_CHECK(ids == s.opt.train_text_encoder &&
-                     int64_t(cond_n) == (ids ? s.ids_numel() : s.context_numel()),
-                 "bucket trainer: micro-batch ", k + 1, " has ", cond_n, ids ? " token ids" : " context values",
-                 ", graph ", in.graph, " takes ", ids ? s.ids_numel() : s.context_numel(),
-                 s.opt.train_text_encoder ? " token ids" : " context values");
         const bool last = k + 1 == micro.size();
         const StepDraw d = draw_step(o_.objective, sched_, s.opt.batch, n, s.latent_channels(), rng_,
                                      {s.opt.latent_h, s.opt.latent_w, in.latents});
@@ -120,6 +125,27 @@ StepReport BucketTrainer::update(const std::vector<MicroInput>& micro, double lr
         gl::fail("training step ", r.step, ": the gradients hold inf/NaN with a finite loss (", r.loss,
                  "); the LoRA and optimizer state were not updated by this step");
     return r;
+}
+
+double BucketTrainer::evaluate(const MicroInput& in, int32_t timestep, diffusion::NoiseRng& rng) {
+    check_input(in, 0);
+    StepGraph& s = *graphs_[in.graph].step;
+    gl::Runtime& rt = *graphs_[in.graph].rt;
+    const StepDraw d = draw_step(o_.objective, sched_, s.opt.batch, s.latent_numel(), s.latent_channels(), rng,
+                                 {s.opt.latent_h, s.opt.latent_w, in.latents}, timestep);
+    s.net->sample_dropout(rt, 0, /*training=*/false);
+    s.update->optimizer().set_steps_applied(applied_);
+    // Micro-step 0 restarts the gradient accumulators: the next update's first micro-batch
+    // restarts them again, so between updates nothing of this run is left in them.
+    s.update->prepare(rt, 0, 0.0, /*skip=*/true);
+    float loss = 0;
+    try {
+        loss = run_micro_batch(s, rt, in.latents.data(), in.cond, d, scaler_, steps_, 0, in.loss_mask, in.sample_weights);
+    } catch (const gl::Error& e) {
+        gl::fail("validation after step ", steps_, " at timestep ", timestep, ": ", e.what());
+    }
+    s.update->finish_run(rt, false);
+    return loss;
 }
 
 void BucketTrainer::save_optimizer(const std::string& path, const std::map<std::string, std::string>& extra) {

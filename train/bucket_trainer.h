@@ -57,6 +57,15 @@ public:
     // Throws gl::Error naming the step when a loss is NaN/inf (the update is then not applied).
     StepReport update(const std::vector<MicroInput>& micro, double lr_factor = 1.0);
 
+    // The loss of one micro-batch without an update, as kohya's validation computes it
+    // (process_batch with is_train=False): every sample at `timestep`, the noise drawn from rng
+    // (the caller's stream, not the run's), LoRA dropouts off (a network with network dropout is
+    // refused: its graphs cannot switch it off). The parameters, the optimizer state, the loss
+    // scale and the run's counters stay as they were, bit for bit. Call it between updates: it
+    // overwrites the gradient accumulators, which an update's first micro-batch restarts.
+    // Throws gl::Error naming the step and timestep when the loss is NaN/inf.
+    double evaluate(const MicroInput& in, int32_t timestep, diffusion::NoiseRng& rng);
+
     int64_t steps_done() const { return steps_; }
     int64_t updates_applied() const { return applied_; }
     const optim::LossScaler& loss_scaler() const { return scaler_; }
@@ -77,6 +86,7 @@ public:
 
 private:
     void check(size_t i) const;
+    void check_input(const MicroInput& in, size_t k) const;  // micro-batch k fits its graph
     optim::Optimizer& optimizer(size_t g) { return graphs_[g].step->update->optimizer(); }
     std::vector<Member> graphs_;
     TrainerOptions o_;

@@ -158,10 +158,19 @@ void check_micro_batch(int64_t batch, int64_t latent_numel, int64_t channels) {
     GL_CHECK(batch > 0 && channels > 0 && latent_numel % (batch * channels) == 0, "draw_micro_batch: ",
              latent_numel, " latent elements do not split into ", batch, " samples of ", channels, " channels");
 }
+
+std::vector<int32_t> step_timesteps(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch,
+                                    diffusion::NoiseRng& rng, std::optional<int32_t> timestep) {
+    if (!timestep) return sample_timesteps(batch, o.min_timestep, o.max_timestep, s.num_steps, rng);
+    GL_CHECK(*timestep >= 0 && *timestep < s.num_steps, "draw_micro_batch: timestep ", *timestep, " outside [0, ",
+             s.num_steps, ")");
+    return std::vector<int32_t>(size_t(batch), *timestep);
+}
 }  // namespace
 
 MicroBatch draw_micro_batch(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
-                            int64_t channels, diffusion::NoiseRng& rng, const DrawInputs& in) {
+                            int64_t channels, diffusion::NoiseRng& rng, const DrawInputs& in,
+                            std::optional<int32_t> timestep) {
     check_micro_batch(batch, latent_numel, channels);
     MicroBatch m;
     m.noise.resize(size_t(latent_numel));
@@ -186,7 +195,7 @@ MicroBatch draw_micro_batch(const Objective& o, const diffusion::DdpmSchedule& s
                             draw_pyramid_levels(batch, in.latent_h, in.latent_w, channels,
                                                 o.multires_noise_iterations, rng));
     }
-    m.t = sample_timesteps(batch, o.min_timestep, o.max_timestep, s.num_steps, rng);
+    m.t = step_timesteps(o, s, batch, rng, timestep);
     if (o.ip_noise_gamma != 0) {
         const double gamma = o.ip_noise_gamma * (o.ip_noise_gamma_random_strength ? rng.uniform() : 1.0);
         m.ip_noise = input_perturbation(latent_numel, gamma, rng);
@@ -206,13 +215,13 @@ MicroBatch draw_micro_batch(const Objective& o, const diffusion::DdpmSchedule& s
 }
 
 StepDraw draw_step(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
-                   int64_t channels, diffusion::NoiseRng& rng, const DrawInputs& in) {
+                   int64_t channels, diffusion::NoiseRng& rng, const DrawInputs& in, std::optional<int32_t> timestep) {
     check_micro_batch(batch, latent_numel, channels);
     StepDraw d;
     d.seed = rng.seed;
     d.counter = rng.counter;
     if (draws_noise_on_host(o)) {
-        MicroBatch m = draw_micro_batch(o, s, batch, latent_numel, channels, rng, in);
+        MicroBatch m = draw_micro_batch(o, s, batch, latent_numel, channels, rng, in, timestep);
         d.t = std::move(m.t);
         d.noise = std::move(m.noise);
         d.ip_noise = std::move(m.ip_noise);
@@ -220,7 +229,7 @@ StepDraw draw_step(const Objective& o, const diffusion::DdpmSchedule& s, int64_t
     }
     d.noise_offset = o.noise_offset;
     rng.counter += noise_draws(o, batch, latent_numel, channels);
-    d.t = sample_timesteps(batch, o.min_timestep, o.max_timestep, s.num_steps, rng);
+    d.t = step_timesteps(o, s, batch, rng, timestep);
     return d;
 }
 

@@ -119,9 +119,12 @@ struct DrawInputs {
 // Draws noise (then offset noise, pyramid noise), then timesteps (then the input perturbation),
 // from rng. `latent_numel` is B * h * w * C. `s` is the SD1.5 schedule: its SNR gives the loss
 // weights (kohya's all_snr); the noising coefficients come from its zero-terminal-SNR rescaling
-// when o.zero_terminal_snr.
+// when o.zero_terminal_snr. With `timestep`, every sample is at that timestep and none is drawn
+// (kohya's validation sets min_timestep = max_timestep = t, and get_timesteps then fills the
+// batch without drawing); everything else is drawn as always.
 MicroBatch draw_micro_batch(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
-                            int64_t channels, diffusion::NoiseRng& rng, const DrawInputs& in = {});
+                            int64_t channels, diffusion::NoiseRng& rng, const DrawInputs& in = {},
+                            std::optional<int32_t> timestep = std::nullopt);
 
 // Whether o's noise needs the host: the variants the step graph does not draw (pyramid noise,
 // adaptive or random-strength offset noise, input perturbation). The graph then takes the noise as
@@ -140,7 +143,8 @@ struct StepDraw {
 // Moves rng exactly as draw_micro_batch does, drawing on the host only the timesteps (or, with
 // draws_noise_on_host, everything draw_micro_batch draws).
 StepDraw draw_step(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
-                   int64_t channels, diffusion::NoiseRng& rng, const DrawInputs& in = {});
+                   int64_t channels, diffusion::NoiseRng& rng, const DrawInputs& in = {},
+                   std::optional<int32_t> timestep = std::nullopt);
 // How far draw_micro_batch moves rng: two draws per normal value (noise, offset noise, input
 // perturbation), one per timestep and per random strength, and a fixed block per pyramid level
 // (train/noise_variants.h). Timestep sampling rejects a draw with a chance below 2^-50 (one more

@@ -97,6 +97,10 @@ std::string dataset_summary(const RunData& d) {
             reg += gl::cat(" (", reg_per_epoch, " of them per epoch to match the training images)");
     }
     s += gl::cat("  images with repeats: ", ds.num_train_images, " train", reg, "\n");
+    if (d.validation)
+        s += gl::cat("  validation: ", d.validation->dataset.num_train_images, " images held out (validation_split ",
+                     ds.config.validation_split, ") in ", d.validation->buckets.buckets.size(),
+                     d.validation->buckets.buckets.size() == 1 ? " bucket\n" : " buckets\n");
     const std::vector<data::SkippedImage> skipped = skipped_before_training(d);
     if (!skipped.empty()) {
         const std::string where = gl::cat(" (the first ", kSkippedInPlan, " here; all of them in the report, ",
@@ -113,6 +117,10 @@ std::string dataset_summary(const RunData& d) {
 std::vector<data::SkippedImage> skipped_before_training(const RunData& d) {
     std::vector<data::SkippedImage> all = d.dataset.skipped;
     data::add_skipped(all, d.buckets.skipped);
+    if (d.validation) {
+        data::add_skipped(all, d.validation->dataset.skipped);
+        data::add_skipped(all, d.validation->buckets.skipped);
+    }
     return all;
 }
 

@@ -47,7 +47,8 @@ RunData load_run_data(const RunConfig& c, uint64_t seed);
 constexpr size_t kSkippedInPlan = 20;
 std::string dataset_summary(const RunData& d);
 
-// The files the dataset read and the bucket assignment dropped, each once, with its reason.
+// The files the dataset read and the bucket assignment dropped (the validation set's too), each
+// once, with its reason.
 std::vector<data::SkippedImage> skipped_before_training(const RunData& d);
 
 // kohya's arithmetic for a micro-batch and accumulation: an epoch holds, per bucket,

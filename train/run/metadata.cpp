@@ -426,7 +426,8 @@ std::map<std::string, std::string> run_metadata(const RunConfig& c, const RunDat
         {"ss_session_id", std::to_string(f.session_id)},
         {"ss_training_started_at", py_float(f.started_at)},
         {"ss_num_train_images", std::to_string(d.dataset.num_train_images)},
-        {"ss_num_validation_images", "0"},
+        // kohya's val_dataset_group.num_train_images: the held-out images, once each.
+        {"ss_num_validation_images", std::to_string(d.validation ? d.validation->dataset.num_train_images : 0)},
         {"ss_num_reg_images", std::to_string(d.dataset.num_reg_images)},
         {"ss_num_batches_per_epoch", std::to_string(k.batches_per_epoch)},
         {"ss_num_epochs", std::to_string(k.epochs)},

@@ -195,9 +195,6 @@ void Session::Impl::prepare() {
     else m.seed = std::random_device{}() & 0xffffffffu;
     m.message("reading the dataset");
     m.data = load_run_data(c, m.seed);
-    GL_CHECK(!m.data.validation, "validation_split ", m.data.dataset.config.validation_split,
-             ": the validation loss pass is not implemented yet (the split is: data/validation_split.h); "
-             "remove validation_split from the options and the dataset config");
     check_run_paths(c, run_inputs(c, &m.model, &m.data.dataset.config), &m.data.dataset.config);
     m.plan.dataset = dataset_summary(m.data);
     m.plan.skipped = skipped_before_training(m.data);
@@ -207,6 +204,12 @@ void Session::Impl::prepare() {
     m.backend = gl::resolve_backend(c.backend, &why);
     if (!why.empty() && c.backend == gl::Backend::automatic) m.plan.notes.push_back("running on the CPU: " + why);
     m.step = m.base_step();
+    // kohya switches network dropout off for validation (network.eval()); our step graphs hold it
+    // built in, and the validation runs on them.
+    GL_CHECK(!m.data.validation || m.step.lora.lycoris() || m.step.lora.dropout == 0.0f, "validation_split ",
+             m.data.dataset.config.validation_split, " with network dropout (", m.step.lora.dropout,
+             "): the validation pass runs the training graphs, which cannot switch network dropout off as kohya's "
+             "validation does; train without --network_dropout (and network_args dropout) or without the split");
     m.cache_text = c.cache_text_encoder_outputs;
     m.plan_memory();
 

@@ -1,30 +1,16 @@
-// Session: the run itself (caches, the shared memory and its runtimes, weights, training, saves).
+// Session: the run itself (the training loop, its validation passes, saves and the end).
 #include <cstdio>
-#include <deque>
-#include <future>
 #include <fstream>
 #include <random>
-#include <thread>
 
-#include "data/loader.h"
-#include "ggml-lite/io/safetensors.h"
 #include "lora/kohya.h"
-#include "train/run/metadata.h"
-#include "train/run/save.h"
-#include "train/run/session_impl.h"
-#include "train/noise_variants.h"
+#include "train/run/runner.h"
 #include "train/run/tensorboard_log.h"
 
 namespace train {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-constexpr uint64_t kVaeNoiseStream = 0x7661652d6e6f6973ull;  // per-batch latent sampling noise
-
-// A field of /proc/self/status in bytes ("VmHWM": the peak resident set, file pages of the mapped
-// model included; "RssAnon": the process's own memory now).
 size_t proc_status_bytes(const char* field) {
     std::ifstream f("/proc/self/status");
     std::string line;
@@ -32,264 +18,6 @@ size_t proc_status_bytes(const char* field) {
     while (std::getline(f, line))
         if (line.rfind(key, 0) == 0) return size_t(std::strtoull(line.c_str() + key.size(), nullptr, 10)) * 1024;
     return 0;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-// What identifies the model's weights in cache keys: its files, sizes and times.
-std::string model_identity(const sd::Sd15Files& m) {
-    std::string s;
-    for (const std::string& p : {m.unet_path, m.text_encoder_path, m.vae_path}) {
-        std::error_code ec;
-        const auto size = fs::file_size(p, ec);
-        const auto t = fs::last_write_time(p, ec).time_since_epoch().count();
-        s += gl::cat(p, ":", size, ":", t, "|");
-    }
-    return s;
-}
-
-// One micro-batch ready for the step graph.
-struct Micro {
-    size_t graph = 0;
-    std::vector<float> latents, context;
-    std::vector<float> loss_mask;  // [B, h, w] at the latents' size (masked-loss graphs)
-    std::vector<float> sample_weights;  // [B] kohya's loss_weights (sample-weighted graphs)
-    std::vector<int32_t> ids;
-    int64_t images = 0;
-};
-
-}  // namespace
-
-// The training loop and everything it holds (run() builds one).
-class Runner {
-public:
-    Runner(Session::Impl& m, const std::atomic<bool>* stop) : m_(m), c_(m.cfg), stop_(stop) {}
-    RunSummary run();
-
-private:
-    bool cache();  // false: stopped (the entries cached so far are kept)
-    void allocate();
-    void init_network();
-    gl::Runtime& step_runtime(size_t i);
-    Micro prepare(const data::Batch& b);
-    void flush();
-    void end_epoch(int64_t epoch);
-    bool done() const { return trainer_->steps_done() >= m_.plan.counts.max_train_steps; }
-    std::string save_lora(SaveKind kind, int64_t n, int64_t meta_epoch);
-    std::string save_state(SaveKind kind, int64_t n);
-    RunPosition position() const;
-    void sample_host() { sum_.peak_host_anon_bytes = std::max(sum_.peak_host_anon_bytes, proc_status_bytes("RssAnon")); }
-
-    Session::Impl& m_;
-    const RunConfig& c_;
-    const std::atomic<bool>* stop_;
-    RunSummary sum_;
-    bool cuda_ = false;
-    std::unique_ptr<data::LatentCache> latent_cache_, text_cache_;
-    data::CacheReport latent_keys_;
-    data::TextCacheReport text_keys_;
-    std::shared_ptr<gl::SharedMemory> mem_;
-    std::vector<std::unique_ptr<gl::Runtime>> step_rt_, text_rt_, vae_rt_;
-    std::unique_ptr<BucketTrainer> trainer_;
-    std::map<std::string, std::string> run_md_;  // made at the first save
-    RunFacts facts_;
-    std::future<ModelFileInfo> model_info_;
-    optim::LrSchedule schedule_;
-    std::vector<Micro> group_;
-    int64_t epoch_ = 1, batches_done_ = 0;
-    std::deque<double> recent_losses_;
-    double loss_sum_ = 0, last_wait_ = 0, last_loss_mean_ = 0;
-    int64_t images_trained_ = 0;
-    std::chrono::steady_clock::time_point last_step_t_, train_t0_;
-    data::Loader* loader_ = nullptr;
-    int64_t first_step_ = 0;  // steps done when this run's loop began (a resumed state's)
-    // The last step saves: a stop right after one saves no copy (the state only when its position is
-    // still the same: an epoch's end since then changes where a resume starts).
-    int64_t step_lora_saved_ = -1;
-    int64_t step_state_saved_ = -1;
-    std::pair<int64_t, int64_t> state_saved_at_;  // its epoch_, batches_done_
-    std::vector<std::pair<std::string, double>> timings_;  // the stages before training (RunStart)
-};
-
-bool Runner::cache() {
-    const data::Dataset& ds = m_.data.dataset;
-    const std::string identity = model_identity(m_.model);
-    if (c_.cache_latents) {
-        std::optional<fs::path> dir;
-        if (c_.cache_latents_to_disk) dir = fs::path(c_.output_dir) / "latent_cache";
-        if (dir) fs::create_directories(*dir);
-        latent_cache_ = std::make_unique<data::LatentCache>(dir);
-        const auto t = std::chrono::steady_clock::now();
-        sd::VaeGraphEncoder enc(m_.model.vae_cfg, *m_.model.vae, "vae|" + identity,
-                                  c_.no_half_vae ? gl::DType::f32 : activation_dtype(m_.step.precision), m_.backend);
-        data::CacheOptions o;
-        o.vae_batch_size = c_.vae_batch_size;
-        o.seed = m_.seed;
-        o.stop = stop_;
-        auto last = std::chrono::steady_clock::now() - std::chrono::hours(1);
-        o.progress = [this, &last](size_t done, size_t total, double rate) {  // a line every 2 s, and the last
-            if (done < total && seconds_since(last) < 2.0) return;
-            last = std::chrono::steady_clock::now();
-            m_.message(gl::cat("caching latents: ", done, "/", total, " (", int(rate), " images/s)"));
-        };
-        latent_keys_ = data::cache_latents(ds, m_.data.buckets, *latent_cache_, enc, o);
-        enc.release();
-        timings_.emplace_back("caching latents", seconds_since(t));
-        if (latent_keys_.interrupted) return false;
-        data::add_skipped(sum_.skipped_images, latent_keys_.skipped);
-        const auto& keys = latent_keys_.keys;
-        GL_CHECK(std::any_of(keys.begin(), keys.end(), [](const std::string& k) { return !k.empty(); }),
-                 "no image could be cached: all ", latent_keys_.skipped.size(), " failed:\n",
-                 data::describe_skipped(latent_keys_.skipped));
-    }
-    if (m_.cache_text) {
-        std::optional<fs::path> dir;
-        if (c_.cache_text_encoder_outputs_to_disk) dir = fs::path(c_.output_dir) / "text_encoder_cache";
-        if (dir) fs::create_directories(*dir);
-        text_cache_ = std::make_unique<data::LatentCache>(dir);
-        const auto t = std::chrono::steady_clock::now();
-        const int chunks = m_.step.clip_chunks, content = m_.step.family->tokens().content;
-        auto tok = m_.model.tokenizer;
-        sd::ClipGraphEncoder enc(m_.model.clip_cfg, *m_.model.text_encoder, "clip|" + identity, m_.step.clip_skip,
-                                   chunks, activation_dtype(m_.step.precision), m_.backend,
-                                   [tok, chunks, content](const std::string& s) { return tok->encode_chunks(s, content * chunks); });
-        m_.message("caching text encoder outputs");
-        text_keys_ = data::cache_text_outputs(ds, *text_cache_, enc);
-        enc.release();
-        timings_.emplace_back("caching text encoder outputs", seconds_since(t));
-    }
-    return true;
-}
-
-gl::Runtime& Runner::step_runtime(size_t i) {
-    while (step_rt_.size() <= i) {
-        const gl::Plan& p = m_.graphs->steps()[step_rt_.size()].plan;
-        step_rt_.push_back(cuda_ ? gl::make_cuda_runtime(p, mem_) : gl::make_cpu_runtime(p, mem_));
-    }
-    return *step_rt_[i];
-}
-
-void Runner::allocate() {
-    GraphSet& gs = *m_.graphs;
-    m_.message(gl::cat("allocating ", gl::format_bytes(gs.layout().total_bytes()), " on ", m_.plan.memory.backend));
-    mem_ = gl::make_shared_memory(gs.layout());
-    auto make = [&](const gl::Plan& p) { return cuda_ ? gl::make_cuda_runtime(p, mem_) : gl::make_cpu_runtime(p, mem_); };
-    for (size_t i = 0; i < gs.steps().size(); i++) step_runtime(i);
-    for (const GraphSet::Text& t : gs.text()) text_rt_.push_back(make(t.plan));
-    for (const GraphSet::Vae& v : gs.vae()) vae_rt_.push_back(make(v.plan));
-
-    // Weights are read from the mapped files tensor by tensor, converted on the way in.
-    m_.message("loading the weights");
-    StepGraph& s0 = *gs.steps()[0].graph;
-    sd::load_unet(*s0.unet_weights, m_.model.unet_cfg, *m_.model.unet, *step_rt_[0]);
-    if (s0.text_weights) sd::load_clip(*s0.text_weights, *m_.model.text_encoder, *step_rt_[0]);
-    else if (!gs.text().empty()) sd::load_clip(*gs.text()[0].graph->weights, *m_.model.text_encoder, *text_rt_[0]);
-    if (!gs.vae().empty()) sd::load_vae(*gs.vae()[0].graph->weights, m_.model.vae_cfg, *m_.model.vae, *vae_rt_[0]);
-    if (m_.sampler) m_.sampler->use_memory(mem_, s0.text_weights || !gs.text().empty());
-    // Nothing reads the mapped files again: unmapping them gives their pages back.
-    m_.model.unet.reset();
-    m_.model.text_encoder.reset();
-    m_.model.vae.reset();
-
-    std::vector<BucketTrainer::Member> members;
-    for (size_t i = 0; i < gs.steps().size(); i++) members.push_back({gs.steps()[i].graph.get(), step_rt_[i].get()});
-    TrainerOptions to;
-    to.objective = c_.objective();
-    to.seed = m_.seed;
-    trainer_ = std::make_unique<BucketTrainer>(std::move(members), to);
-}
-
-void Runner::init_network() {
-    if (m_.resume) {
-        m_.message("resuming from " + *c_.resume);
-        const std::string note = load_run_state(*c_.resume, *trainer_, *m_.resume);
-        if (!note.empty()) m_.message("note: " + note);
-        epoch_ = m_.resume->epoch;
-        batches_done_ = m_.resume->batches_done;
-        return;
-    }
-    trainer_->init(m_.seed);
-    if (c_.network_weights) {
-        const gl::io::SafetensorsFile f(*c_.network_weights);
-        const StepGraph& s0 = *m_.graphs->steps()[0].graph;
-        const lora::LoadReport r = lora::load_lora(f, *s0.net, *step_rt_[0], sd::unet_ldm_names(m_.model.unet_cfg));
-        m_.message(gl::cat("--network_weights ", *c_.network_weights, ": ", r.modules, " modules loaded (",
-                           lora::lora_format_name(r.format), ")",
-                           r.missing.empty() ? "" : gl::cat(", ", r.missing.size(), " not in the file keep their init"),
-                           r.unexpected.empty() ? "" : gl::cat(", ", r.unexpected.size(), " file tensors unused")));
-        trainer_->init_optimizer();  // after the parameters (Prodigy copies them)
-    }
-}
-
-Micro Runner::prepare(const data::Batch& b) {
-    GraphSet& gs = *m_.graphs;
-    const int64_t f = m_.model.vae_cfg.downscale(), n = int64_t(b.samples.size());
-    const GraphShape shape{b.bucket.h / f, b.bucket.w / f, n};
-    Micro mi;
-    mi.images = n;
-    const size_t before = gs.steps().size();
-    mi.graph = gs.step_index(shape);
-    if (gs.steps().size() > before) {  // a shape the plan did not list: it runs in the same memory
-        trainer_->add({gs.steps()[mi.graph].graph.get(), &step_runtime(mi.graph)});
-        while (text_rt_.size() < gs.text().size())
-            text_rt_.push_back(cuda_ ? gl::make_cuda_runtime(gs.text()[text_rt_.size()].plan, mem_)
-                                     : gl::make_cpu_runtime(gs.text()[text_rt_.size()].plan, mem_));
-        while (vae_rt_.size() < gs.vae().size())
-            vae_rt_.push_back(cuda_ ? gl::make_cuda_runtime(gs.vae()[vae_rt_.size()].plan, mem_)
-                                    : gl::make_cpu_runtime(gs.vae()[vae_rt_.size()].plan, mem_));
-    }
-    if (latent_cache_) {
-        for (const data::Sample& s : b.samples) mi.latents.insert(mi.latents.end(), s.latent.begin(), s.latent.end());
-    } else {
-        std::vector<float> x;
-        for (const data::Sample& s : b.samples) x.insert(x.end(), s.pixels.begin(), s.pixels.end());
-        const size_t vi = gs.vae_index(shape);
-        gl::Runtime& rt = *vae_rt_[vi];
-        rt.write_f32(gs.vae()[vi].graph->x, x);
-        rt.run();
-        const std::vector<float> moments = rt.read_f32(gs.vae()[vi].graph->moments);
-        std::vector<float> noise(moments.size() / 2);
-        diffusion::NoiseRng rng{m_.seed ^ kVaeNoiseStream, uint64_t(b.step) * 0x100000000ull};
-        diffusion::fill_normal(noise, rng);
-        mi.latents = sd::vae_sample_latent(m_.model.vae_cfg, moments, noise);
-    }
-    if (m_.step.sample_weights)
-        for (const data::Sample& s : b.samples) mi.sample_weights.push_back(s.loss_weight);
-    if (m_.step.masked_loss)
-        for (const data::Sample& s : b.samples) {
-            // kohya's alpha masks: a sample without one (an opaque image, or a subset without
-            // alpha_mask beside one with it) weighs every pixel 1.
-            const std::vector<float> m = s.mask.empty() ? std::vector<float>(size_t(shape.latent_h * shape.latent_w), 1.0f)
-                                                        : mask_to_latent(s.mask, 1, b.bucket.h, b.bucket.w, f);
-            mi.loss_mask.insert(mi.loss_mask.end(), m.begin(), m.end());
-        }
-    const int chunks = m_.step.clip_chunks;
-    std::vector<int32_t> ids;
-    if (m_.step.train_text_encoder || !text_cache_)
-        for (const data::Sample& s : b.samples) {
-            const std::vector<int32_t> t =
-                m_.model.tokenizer->encode_chunks(s.caption, m_.step.family->tokens().content * chunks);
-            ids.insert(ids.end(), t.begin(), t.end());
-        }
-    if (m_.step.train_text_encoder) {
-        mi.ids = std::move(ids);
-    } else if (text_cache_) {
-        for (const data::Sample& s : b.samples) {
-            const std::string& key = text_keys_.keys.at(size_t(s.image));
-            std::optional<data::Latent> l = text_cache_->get(key);
-            GL_CHECK(l, "text encoder cache: no entry for ", m_.data.dataset.images[size_t(s.image)].path.string());
-            mi.context.insert(mi.context.end(), l->data.begin(), l->data.end());
-        }
-    } else {
-        const size_t ti = gs.text_index(n);
-        gl::Runtime& rt = *text_rt_[ti];
-        rt.write(gs.text()[ti].graph->ids, ids.data(), gl::DType::i32);
-        rt.run();
-        mi.context = rt.read_f32(gs.text()[ti].graph->context);
-    }
-    return mi;
 }
 
 RunPosition Runner::position() const {
@@ -327,9 +55,7 @@ void Runner::flush() {
     std::vector<MicroInput> in;
     int64_t images = 0;
     for (const Micro& mi : group_) {
-        in.push_back({mi.graph, mi.latents,
-                      mi.ids.empty() ? StepCond(std::span<const float>(mi.context)) : StepCond(std::span<const int32_t>(mi.ids)),
-                      mi.loss_mask, mi.sample_weights});
+        in.push_back(mi.input());
         images += mi.images;
     }
     const double factor = schedule_.multiplier(trainer_->updates_applied());
@@ -396,9 +122,12 @@ void Runner::flush() {
         }
     }
     if (m_.sampler && m_.sampler->due_at_step(step)) m_.obs->on_sample(m_.sampler->sample(step, std::nullopt));
+    if (val_ && validation_due_at_step(c_, step)) validate(epoch_, false);
 }
 
 void Runner::end_epoch(int64_t epoch) {
+    // kohya validates before it logs the epoch's loss and saves.
+    if (val_ && validation_due_at_epoch(c_, epoch)) validate(epoch, true);
     m_.obs->on_epoch({epoch, trainer_->steps_done(), last_loss_mean_});
     const int64_t every = c_.save_every_n_epochs.value_or(
         c_.save_n_epoch_ratio ? std::max<int64_t>(1, m_.plan.counts.epochs / *c_.save_n_epoch_ratio) : 0);
@@ -440,6 +169,12 @@ RunSummary Runner::run() {
     sum_.skipped_images = m_.plan.skipped;
     schedule_ = lr_schedule(c_, m_.plan.counts.max_train_steps);
 
+    if (m_.data.validation) {
+        val_.emplace();
+        const Objective o = c_.objective();
+        val_->timesteps = validation_timesteps(o.min_timestep, o.max_timestep);
+        val_->seed = validation_draw_seed(c_, m_.seed);
+    }
     if (!cache()) {
         sum_.interrupted = true;
         m_.message("stopped while caching latents: nothing trained or saved (cached latents are kept with "
@@ -455,10 +190,11 @@ RunSummary Runner::run() {
     first_step_ = trainer_->steps_done();
     data::Dataset& ds = m_.data.dataset;
     ds.config.batch_size = int(m_.step.batch);  // the loader cuts micro-batches
+    if (val_) m_.data.validation->dataset.config.batch_size = int(m_.step.batch);
     data::LoaderOptions lo;
     lo.seed = m_.seed;
     lo.epochs = int(m_.plan.counts.epochs);
-    lo.threads = std::max(1, std::min(c_.max_data_loader_n_workers, int(std::thread::hardware_concurrency())));
+    lo.threads = loader_threads();
     lo.prior_loss_weight = c_.prior_loss_weight;
     if (latent_cache_) lo.latents = latent_cache_.get(), lo.latent_keys = &latent_keys_;
     lo.first_batch = size_t(batches_done_);
