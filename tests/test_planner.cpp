@@ -81,11 +81,20 @@ void check_plan(const Plan& P) {
         }
         ValueId src = P.inplace_of[size_t(v)];
         if (src != kNoValue) {
-            // In place only over a computed input 0 of the producer that dies there.
+            // In place only over a computed input of the producer that dies there: input 0 of an
+            // in-place op, or the residual of a product (a fused add).
             const Node& n = g.nodes[size_t(x.producer)];
+            const OpDef& def = op_def(n.op);
             CHECK(n.out[0] == v);
-            CHECK(n.in[0] == src);
-            CHECK((op_def(n.op).flags & kOpInplace) != 0);
+            if (def.flags & kOpInplace) {
+                CHECK(n.in[0] == src);
+            } else {
+                REQUIRE(bool(def.residual_input));
+                REQUIRE(def.residual_input(n) >= 0);
+                CHECK(n.in[size_t(def.residual_input(n))] == src);
+                for (size_t j = 0; j < n.in.size(); j++)  // a product's other operands never share its bytes
+                    if (int(j) != def.residual_input(n)) CHECK(g.v(n.in[j]).base != src);
+            }
             CHECK(last[size_t(src)] == x.producer);
             CHECK(g.v(src).role == Role::computed);
             CHECK(g.v(src).bytes() == x.bytes());
