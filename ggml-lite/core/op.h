@@ -74,6 +74,9 @@ enum OpFlags : uint32_t {
     // Recomputing its outputs costs one memory-bound pass over inputs of about their size
     // (norms, GEGLU, casts): Recompute::cheap drops and recomputes them.
     kOpCheapRecompute = 1u << 5,
+    // out = in0 + in1 elementwise (NumPy broadcasting) and nothing else: the fusion pass
+    // (core/fusion.h) may fold it into the epilogue of the op that produces one of its inputs.
+    kOpPlainAdd = 1u << 6,
 };
 
 struct OpDef {
