@@ -6,7 +6,8 @@
 // memory in use, and the median time of a trainer step (host draws + input writes + the captured
 // CUDA graph replay + the loss / statistics reads) and of a bare graph replay, over >= 20 steps
 // after warm-up. --tiny runs the golden tests' tiny UNet instead (on the CPU too). --base-format
-// int8,fp8 adds configurations with the UNet's matrices stored in 8 bits (core/quant.h).
+// int8,fp8 adds configurations with the UNet's matrices stored in 8 bits (core/quant.h). The node
+// count is the planned graph's, after the fusion pass (core/fusion.h); --no-fusion plans without it.
 // A plain program (no Google Benchmark); built by `ninja bench_step`, not by `make bench`.
 #include <algorithm>
 #include <chrono>
@@ -44,6 +45,7 @@ struct Options {
     int steps = 20, warmup = 3, rank = 16, size = 512;
     int profile = 0;  // > 0: after timing, that many more steps with per-node timing, then the report
     bool plan_only = false;  // build and plan each config, print the memory plan, run nothing (no GPU needed)
+    bool fusion = true;      // PlanOptions::fusion: adds folded into GEMM / conv epilogues
     std::vector<size_t> budgets;  // more configs: recompute budget with these plan totals
     std::string timeline;         // write each config's memory timeline (SVG) here
     std::string frontier;         // per batch: the recompute frontier table, its plot (SVG) here
@@ -62,6 +64,8 @@ Options parse(int argc, char** argv) {
                                     "policy; prints each configuration's memory plan.");
     p.add_flag("--tiny", o.tiny, "the golden tests' tiny UNet instead (runs on the CPU too)");
     p.add_flag("--plan-only", o.plan_only, "the memory plan of each configuration, nothing run (no GPU needed)");
+    bool no_fusion = false;
+    p.add_flag("--no-fusion", no_fusion, "plan without the fusion pass (adds stay nodes of their own), to compare");
     p.add_backend(o.backend, "where the steps run");
     p.add_int_list("--batch", o.batches, int64_t(1), int64_t(4096), "batch sizes (default 1,8; 1,2 with --tiny)");
     p.add_parsed_list("--recompute", o.recompute, &gl::parse_recompute, "none|blocks|cheap,...", "recompute policies",
@@ -84,6 +88,7 @@ Options parse(int argc, char** argv) {
     p.add_path("--timeline", o.timeline, "each config's memory timeline (SVG); -b<batch>-<policy> added for several");
     p.add_path("--frontier", o.frontier, "per batch: planned total against predicted time over budgets (SVG)");
     p.parse(argc, argv);
+    o.fusion = !no_fusion;
     if (o.batches.empty()) o.batches = o.tiny ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1, 8};
     if (o.tiny && o.size == 512) o.size = 64;
     return o;
@@ -145,7 +150,9 @@ std::string svg_path(const std::string& file, const std::string& tag, bool sever
 void frontier(const Options& o, int64_t batch) {
     const auto step = train::build_step(step_options(o, batch));
     const train::StepGraph& s = *step;
-    gl::RecomputeSearch search(s.g, {});
+    gl::PlanOptions search_po;
+    search_po.fusion = o.fusion;
+    gl::RecomputeSearch search(s.g, search_po);
     const auto t0 = Clock::now();
     const size_t least = search.min_bytes(), none = search.frontier()[0].total_bytes;
     const double base = search.frontier()[0].predicted_seconds;
@@ -167,6 +174,7 @@ void frontier(const Options& o, int64_t batch) {
     for (gl::Recompute rc : {gl::Recompute::cheap, gl::Recompute::blocks}) {
         gl::PlanOptions po;
         po.recompute = rc;
+        po.fusion = o.fusion;
         const gl::Plan p = gl::make_plan(s.g, po);
         std::printf("%14s %14.1f %14.2f %10.3f %14.2f %8d\n", gl::recompute_name(rc), mib(double(p.total_bytes())),
                     p.predicted_seconds * 1e3, p.predicted_seconds / base, p.recompute_seconds * 1e3, p.recompute_nodes);
@@ -185,20 +193,23 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc, size_
     gl::PlanOptions po;
     po.recompute = rc;
     po.budget = budget;
+    po.fusion = o.fusion;
     gl::Plan plan = gl::make_plan(s->g, po);
     const double plan_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    std::printf("\n== %s, batch %lld, %dx%d, recompute %s, %s, base %s, LoRA rank %d on %zu modules, %s (%zu nodes, "
-                "planned in %.1f s)\n",
+    std::printf("\n== %s, batch %lld, %dx%d, recompute %s, %s, base %s, LoRA rank %d on %zu modules, %s (%zu nodes "
+                "planned, %zu built, %d adds fused; planned in %.1f s)\n",
                 o.tiny ? "tiny UNet" : "SD1.5 UNet", (long long)batch, o.size, o.size, gl::recompute_name(rc),
                 train::precision_name(o.precision), gl::weight_format_name(o.format), o.rank, s->net->modules().size(),
-                o.optimizer.name(), plan.graph.nodes.size(), plan_s);
+                o.optimizer.name(), plan.graph.nodes.size(), s->g.nodes.size(), plan.fused_adds, plan_s);
     std::printf("planned total %.1f MiB\n%s", mib(double(plan.total_bytes())), plan.report(o.plan_only ? 24 : 6).c_str());
     if (!o.timeline.empty()) {
         const bool several = o.batches.size() * (o.recompute.size() + o.budgets.size()) > 1;
         const std::string tag = gl::cat("b", batch, "-", gl::recompute_name(rc), budget ? gl::cat(budget >> 20) : "",
                                         format_tag(o));
         const std::string path = svg_path(o.timeline, tag, several || o.formats.size() > 1);
-        const gl::Plan none = rc == gl::Recompute::none ? gl::Plan{} : gl::make_plan(s->g);
+        gl::PlanOptions none_po;
+        none_po.fusion = o.fusion;
+        const gl::Plan none = rc == gl::Recompute::none ? gl::Plan{} : gl::make_plan(s->g, none_po);
         gl::io::write_file_atomic(path, gl::timeline_svg(plan, rc == gl::Recompute::none ? nullptr : &none,
                                                    gl::cat("SD1.5 LoRA step, batch ", batch, ", ", o.size, "x", o.size,
                                                            ", recompute ", gl::recompute_name(rc))));

@@ -55,9 +55,10 @@ struct Net {
     }
 
     // Every parameter's gradient and the loss, on the CPU.
-    std::vector<std::vector<float>> run(Recompute rc) {
+    std::vector<std::vector<float>> run(Recompute rc, bool fusion = true) {
         PlanOptions po;
         po.recompute = rc;
+        po.fusion = fusion;
         auto rt = make_cpu_runtime(make_plan(g, po));
         rt->poison(0xff);
         std::mt19937 rng(3);
@@ -123,7 +124,11 @@ TEST_CASE("fold_param_scales: a LoRA scale of 0.5 goes into the up weights' cast
         for (ValueId y : folded.g.nodes[i].out) CHECK(folded.g.v(y).producer == int(i));
     for (Recompute rc : {Recompute::none, Recompute::blocks, Recompute::cheap}) {
         CAPTURE(recompute_name(rc));
-        CHECK(folded.run(rc) == plain.run(Recompute::none));  // a power of two commutes with rounding
+        // A power of two commutes with rounding. Unfused: the folded scale leaves a view between
+        // the up projection and its join, which the fusion pass folds into the projection (the sum
+        // then rounded once, not after the product too), while the scale node keeps plain's apart.
+        CHECK(folded.run(rc, false) == plain.run(Recompute::none, false));
+        CHECK(folded.run(rc) == folded.run(Recompute::none));
     }
 }
 

@@ -81,11 +81,20 @@ void check_plan(const Plan& P) {
         }
         ValueId src = P.inplace_of[size_t(v)];
         if (src != kNoValue) {
-            // In place only over a computed input 0 of the producer that dies there.
+            // In place only over a computed input of the producer that dies there: input 0 of an
+            // in-place op, or the residual of a product (a fused add).
             const Node& n = g.nodes[size_t(x.producer)];
+            const OpDef& def = op_def(n.op);
             CHECK(n.out[0] == v);
-            CHECK(n.in[0] == src);
-            CHECK((op_def(n.op).flags & kOpInplace) != 0);
+            if (def.flags & kOpInplace) {
+                CHECK(n.in[0] == src);
+            } else {
+                REQUIRE(bool(def.residual_input));
+                REQUIRE(def.residual_input(n) >= 0);
+                CHECK(n.in[size_t(def.residual_input(n))] == src);
+                for (size_t j = 0; j < n.in.size(); j++)  // a product's other operands never share its bytes
+                    if (int(j) != def.residual_input(n)) CHECK(g.v(n.in[j]).base != src);
+            }
             CHECK(last[size_t(src)] == x.producer);
             CHECK(g.v(src).role == Role::computed);
             CHECK(g.v(src).bytes() == x.bytes());
@@ -135,7 +144,7 @@ size_t best_packing(const Plan& P) {
 
 TEST_CASE("planner: random graphs plan without overlaps, with the true peak") {
     const size_t aligns[] = {1, 16, 256};
-    int with_inplace = 0, with_clones = 0;
+    int with_inplace = 0, with_clones = 0, with_fused = 0, over_residual = 0;
     for (uint32_t seed = 0; seed < 300; seed++) {
         Net net = random_net(seed, 4 + int(seed % 37), seed % 2 == 0, seed % 3 != 2);
         for (Recompute rc : {Recompute::none, Recompute::blocks, Recompute::cheap}) {
@@ -144,11 +153,20 @@ TEST_CASE("planner: random graphs plan without overlaps, with the true peak") {
             Plan P = make_plan(net.g, {rc, aligns[seed % 3]});
             check_plan(P);
             with_clones += P.recompute_nodes > 0;
-            for (ValueId v : P.inplace_of) with_inplace += v != kNoValue;
+            with_fused += P.fused_adds > 0;
+            for (ValueId v = 0; v < P.graph.value_count(); v++) {
+                if (P.inplace_of[size_t(v)] == kNoValue) continue;
+                with_inplace++;
+                over_residual += !(op_def(P.graph.nodes[size_t(P.graph.v(v).producer)].op).flags & kOpInplace);
+            }
         }
     }
     // The generator must exercise the interesting paths.
+    MESSAGE("random plans: ", with_inplace, " in place (", over_residual, " over a residual), ", with_clones,
+            " with clones, ", with_fused, " with fused adds");
     CHECK(with_inplace > 50);
+    CHECK(with_fused > 20);
+    CHECK(over_residual > 5);
     CHECK(with_clones > 12);
 }
 

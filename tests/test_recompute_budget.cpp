@@ -55,8 +55,9 @@ void check_same(const std::vector<std::vector<float>>& a, const std::vector<std:
 }
 
 // Budgets from the least reachable plan to recompute none's, ascending; each plan fits its budget,
-// is a valid plan, and recomputes no node that a smaller budget's plan does not.
-std::vector<Plan> sweep(const Graph& g, RecomputeSearch& search, int points, size_t alignment) {
+// is a valid plan, and recomputes no node (of the searched, fused graph) that a smaller budget's
+// plan does not.
+std::vector<Plan> sweep(RecomputeSearch& search, int points, size_t alignment) {
     const size_t lo = search.min_bytes(), hi = search.frontier()[0].total_bytes;
     std::vector<Plan> plans;
     std::vector<bool> prev;
@@ -70,7 +71,7 @@ std::vector<Plan> sweep(const Graph& g, RecomputeSearch& search, int points, siz
         CHECK(p.options.alignment == alignment);
         CHECK(check_overlaps(p) == "");
         REQUIRE(check_topology(p.graph) == "");
-        std::vector<bool> cloned = cloned_nodes(p, g.nodes.size());
+        std::vector<bool> cloned = cloned_nodes(p, search.graph().nodes.size());
         if (!prev.empty()) CHECK(subset(cloned, prev));  // a larger budget never recomputes more
         CHECK(p.recompute_seconds <= prev_seconds);
         prev_seconds = p.recompute_seconds;
@@ -163,7 +164,7 @@ TEST_CASE("recompute budget: random graphs fit every budget, monotone, bitwise i
         CAPTURE(seed);
         Net net = random_net(seed, 14 + int(seed % 24), true, seed % 2 == 0);
         RecomputeSearch search(net.g, {Recompute::none, 64});
-        const std::vector<Plan> plans = sweep(net.g, search, 5, 64);
+        const std::vector<Plan> plans = sweep(search, 5, 64);
         with_range += plans.front().total_bytes() < plans.back().total_bytes();
         const std::vector<std::vector<float>> ref = run_net(net, make_plan(net.g, {Recompute::none, 64}));
         check_same(ref, run_net(net, plans.front()));
@@ -220,7 +221,7 @@ TEST_CASE("recompute budget: the full-size SD1.5 LoRA step over a sweep of budge
     o.lora = lora::LoraConfig{16, 16.0f, 1.0f};
     auto s = train::build_step(o);
     RecomputeSearch search(s->g, {});
-    const std::vector<Plan> plans = sweep(s->g, search, 9, 256);
+    const std::vector<Plan> plans = sweep(search, 9, 256);
     const double mib = 1024.0 * 1024.0;
     // The budget policy reaches below both fixed policies, and at cheap's memory it predicts a
     // faster step than cheap.

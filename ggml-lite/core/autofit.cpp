@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/core/fusion.h"
 #include "ggml-lite/core/parallel.h"
 #include "ggml-lite/core/recompute_budget.h"
 
@@ -108,6 +109,11 @@ Planned plan_none(const FitBuild& b, const FitSettings& st) {
     return p;
 }
 
+// A graph's predicted time without recompute as its plan predicts it: fused when the plans fuse.
+double seconds_as_planned(const Graph& g, const PlanOptions& o) {
+    return o.cost.graph_seconds(o.fusion ? fuse_epilogues(g) : g);
+}
+
 // Everything but the activation arena: what no recompute can lower (graph executables grow with it).
 size_t beside_activations(const Planned& p) { return p.total - p.layout.arena_bytes[kAct]; }
 
@@ -135,11 +141,15 @@ bool plan_recompute(const FitBuild& b, const FitSettings& st, Planned& p, size_t
         const Graph& g = *b.graphs[i].graph;
         const size_t want = fixed[i] + room;
         const int like = b.graphs[i].like;
-        if (like >= 0 && sets[size_t(like)].size() == g.nodes.size()) {
-            try {  // the set of the same nodes at a larger batch
+        if (like >= 0 && !sets[size_t(like)].empty()) {
+            try {  // the set of the same nodes at a larger batch (sets index the fused graphs)
+                FusionStats fused;
+                const Graph f = st.plan.fusion ? fuse_epilogues(g, &fused) : g;
+                GL_CHECK(sets[size_t(like)].size() == f.nodes.size(), "auto-fit: graph ", i, " has other nodes than graph ", like);
                 int added = 0;
-                Graph r = rewrite_recompute_set(g, sets[size_t(like)], &added);
+                Graph r = rewrite_recompute_set(f, sets[size_t(like)], &added);
                 Plan q = plan_rewritten(std::move(r), st.plan, added);
+                q.fused_adds = fused.adds;
                 if (q.total_bytes() <= want) {
                     q.options.recompute = Recompute::budget;
                     q.options.budget = want;
@@ -233,7 +243,7 @@ FitResult auto_fit(const std::vector<FitOption>& options, const FitSettings& st)
         FitBuild b = build_option(options[i]);
         double t = b.extra_seconds;
         for (const FitGraph& f : b.graphs)
-            t += f.runs * (f.planned ? f.planned->predicted_seconds : st.plan.cost.graph_seconds(*f.graph));
+            t += f.runs * (f.planned ? f.planned->predicted_seconds : seconds_as_planned(*f.graph, st.plan));
         row.seconds = none_seconds[i] = t;
         if (kept_option == SIZE_MAX || t < none_seconds[kept_option]) {
             kept_option = i;

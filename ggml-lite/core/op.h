@@ -74,6 +74,9 @@ enum OpFlags : uint32_t {
     // Recomputing its outputs costs one memory-bound pass over inputs of about their size
     // (norms, GEGLU, casts): Recompute::cheap drops and recomputes them.
     kOpCheapRecompute = 1u << 5,
+    // out = in0 + in1 elementwise (NumPy broadcasting) and nothing else: the fusion pass
+    // (core/fusion.h) may fold it into the epilogue of the op that produces one of its inputs.
+    kOpPlainAdd = 1u << 6,
 };
 
 struct OpDef {
@@ -84,6 +87,14 @@ struct OpDef {
     void (*backward)(BackwardCtx&);  // nullptr only for kOpNoGrad ops and grad helpers
     void (*cpu)(CpuCtx&);            // nullptr only for view ops
     uint32_t flags = 0;
+    // Ops whose kernels end in a GEMM-like epilogue (linear, matmul, conv2d, conv2d_grad_input) can
+    // add a residual r there: out = op(...) + r, r of out's shape and dtype, added in f32 before
+    // the one rounding; their kernels read r[i] before they write out[i], so out may take r's bytes.
+    // residual_input: the index of n's residual among its inputs, -1 when it has none.
+    // take_residual: gives n the residual r; false (n unchanged) when n cannot take one.
+    // Both nullptr for every other op.
+    int (*residual_input)(const Node& n) = nullptr;
+    bool (*take_residual)(Node& n, int32_t r) = nullptr;
 };
 
 const OpDef& op_def(Op op);

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/core/fusion.h"
 #include "ggml-lite/core/recompute_budget.h"
 
 namespace gl {
@@ -93,13 +94,25 @@ private:
 
 bool is_owner(const Graph& g, ValueId v) { return g.v(v).base == v; }
 
+// The input whose bytes output 0 may take when that input dies at the node: input 0 of in-place
+// ops, the residual of an epilogue op (its kernels read r[i] before writing out[i]); -1 for none.
+int inplace_source(const OpDef& def, const Node& n) {
+    if (n.in.empty()) return -1;
+    if (def.flags & kOpInplace) return 0;
+    return def.residual_input ? def.residual_input(n) : -1;
+}
+
 }  // namespace
 
 Plan make_plan(const Graph& input, const PlanOptions& opt) {
     if (opt.recompute == Recompute::budget) return plan_within_budget(input, opt);
+    FusionStats fused;
+    Graph g = opt.fusion ? fuse_epilogues(input, &fused) : input;
     int added = 0;
-    Graph g = opt.recompute == Recompute::none ? input : rewrite_for_recompute(input, opt.recompute, &added);
-    return plan_rewritten(std::move(g), opt, added);
+    if (opt.recompute != Recompute::none) g = rewrite_for_recompute(g, opt.recompute, &added);
+    Plan P = plan_rewritten(std::move(g), opt, added);
+    P.fused_adds = fused.adds;
+    return P;
 }
 
 Plan plan_rewritten(Graph rewritten, const PlanOptions& opt, int recompute_nodes) {
@@ -168,14 +181,18 @@ Plan plan_rewritten(Graph rewritten, const PlanOptions& opt, int recompute_nodes
             ValueId y = n.out[k];
             if (!is_act(y)) continue;
             const Value& yv = g.v(y);
-            if (k == 0 && (def.flags & kOpInplace) && !n.in.empty()) {
-                ValueId x = n.in[0];
+            const int src = k == 0 ? inplace_source(def, n) : -1;
+            if (src >= 0) {
+                ValueId x = n.in[size_t(src)];
                 const Value& xv = g.v(x);
                 bool ok = is_act(x) && xv.role == Role::computed && !xv.output && P.last[size_t(x)] == i &&
                           !handed_over[size_t(x)] && xv.bytes() == yv.bytes() && xv.dtype == yv.dtype &&
                           xv.layout.is_contiguous() && yv.layout.is_contiguous();
-                for (size_t j = 1; ok && j < n.in.size(); j++)
-                    ok = !(g.v(n.in[j]).base == x && n.in[j] != x);
+                // Another view of x's bytes would be overwritten while read; an elementwise op may
+                // read x itself twice, a product reads its operands long before its epilogue.
+                const bool elementwise = src == 0 && (def.flags & kOpInplace);
+                for (size_t j = 0; ok && j < n.in.size(); j++)
+                    if (int(j) != src) ok = !(g.v(n.in[j]).base == x && (n.in[j] != x || !elementwise));
                 if (ok) {
                     P.offset[size_t(y)] = P.offset[size_t(x)];
                     P.inplace_of[size_t(y)] = x;
@@ -237,6 +254,7 @@ std::string Plan::report(int top) const {
         std::snprintf(budget, sizeof budget, " <= %.1f MiB", double(options.budget) / (1024.0 * 1024.0));
     std::string s = cat("memory plan (recompute ", recompute_name(options.recompute), budget, ", ", graph.nodes.size(),
                         " nodes, ", recompute_nodes, " recomputed)\n");
+    s += options.fusion ? cat("  fused: ", fused_adds, " adds into epilogues\n") : std::string("  fusion off\n");
     for (int c = 0; c < kCategoryCount; c++) {
         char line[128];
         std::snprintf(line, sizeof line, "  %-20s %s\n", category_name(Category(c)), fmt_mib(arena_bytes[size_t(c)]).c_str());

@@ -27,11 +27,13 @@ struct PlanOptions {
     size_t alignment = 256;  // byte alignment of every value's offset
     size_t budget = 0;       // Recompute::budget: the most bytes the whole plan (every arena) may take
     CostModel cost;          // predicts node times: Plan::predicted_seconds and the budget's choices
+    bool fusion = true;      // fold adds into the epilogues of the products before them first (core/fusion.h)
 };
 
 struct Plan {
-    Graph graph;  // the graph that runs: the input graph, rewritten for recompute. Value ids of
-                  // the input graph keep their meaning; recompute clones are appended.
+    Graph graph;  // the graph that runs: the input graph, fused (PlanOptions::fusion) and rewritten
+                  // for recompute. Value ids of the input graph keep their meaning; recompute
+                  // clones are appended.
     PlanOptions options;
 
     // Per value id. Storage owners get a byte offset in their category's arena; views use
@@ -50,6 +52,7 @@ struct Plan {
     int peak_node = -1;           // where that peak is reached
     std::vector<ValueId> live_at_peak;  // activation values alive there, largest first
     int recompute_nodes = 0;      // nodes added by the recompute rewrite
+    int fused_adds = 0;           // adds the fusion pass folded into epilogues
     double recompute_flops = 0;   // their cost
     double predicted_seconds = 0;  // one run of the graph under options.cost
     double recompute_seconds = 0;  // the recompute nodes' share of it
@@ -59,10 +62,11 @@ struct Plan {
     std::string report(int top = 8) const;
 };
 
+// Fuses g (opt.fusion), rewrites it for opt.recompute and plans it.
 Plan make_plan(const Graph& g, const PlanOptions& opt = {});
 
-// Plans g as it is (make_plan after its recompute rewrite): liveness, in-place reuse, offsets.
-// recompute_nodes: how many of g's nodes are recompute clones (reported).
+// Plans g as it is (make_plan after its fusion and recompute rewrite): liveness, in-place reuse,
+// offsets. recompute_nodes: how many of g's nodes are recompute clones (reported).
 Plan plan_rewritten(Graph g, const PlanOptions& opt, int recompute_nodes);
 
 // Returns "" when no two simultaneously live values of one arena share bytes (values placed

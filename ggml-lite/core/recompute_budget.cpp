@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/core/fusion.h"
 
 namespace gl {
 
@@ -130,9 +131,13 @@ private:
 
 }  // namespace
 
-RecomputeSearch::RecomputeSearch(const Graph& g, const PlanOptions& opt) : g_(g), opt_(opt) {
-    for (const Node& n : g.nodes)
+RecomputeSearch::RecomputeSearch(const Graph& input, const PlanOptions& opt) : opt_(opt) {
+    for (const Node& n : input.nodes)
         GL_CHECK(n.recompute_of < 0, "recompute budget: graph already holds recompute clones (plan the input graph)");
+    FusionStats fused;
+    g_ = opt.fusion ? fuse_epilogues(input, &fused) : input;
+    fused_adds_ = fused.adds;
+    const Graph& g = g_;
     opt_.recompute = Recompute::none;
     opt_.budget = 0;
     const size_t N = g.nodes.size();
@@ -166,7 +171,9 @@ RecomputeSearch::RecomputeSearch(const Graph& g, const PlanOptions& opt) : g_(g)
 Plan RecomputeSearch::plan_set(const std::vector<bool>& set) const {
     int added = 0;
     Graph r = rewrite_recompute_set(g_, set, &added);
-    return plan_rewritten(std::move(r), opt_, added);
+    Plan p = plan_rewritten(std::move(r), opt_, added);
+    p.fused_adds = fused_adds_;
+    return p;
 }
 
 std::vector<bool> RecomputeSearch::set_after(size_t step, size_t moves) const {

@@ -48,12 +48,15 @@ struct BudgetStep {
 // The search for one graph, run lazily: plan(budget) computes the steps it needs, frontier() all.
 class RecomputeSearch {
 public:
-    // opt.alignment and opt.cost apply; opt.recompute and opt.budget are ignored.
+    // opt.alignment, opt.cost and opt.fusion apply; opt.recompute and opt.budget are ignored.
     RecomputeSearch(const Graph& g, const PlanOptions& opt);
 
+    // The graph the search plans and its recompute sets index: g fused (opt.fusion), else g.
+    const Graph& graph() const { return g_; }
+
     // The plan of the least recompute that fits `budget` bytes, and in `set` (when given) its
-    // recompute set (one flag per node of g: rewrite_recompute_set of another graph with the same
-    // nodes, a smaller batch of it, recomputes the same). Throws gl::Error naming the budget and
+    // recompute set (one flag per node of graph(): rewrite_recompute_set of another graph with the
+    // same nodes, a smaller batch of it fused alike, recomputes the same). Throws gl::Error naming the budget and
     // the smallest plan the search reaches when none fits. Calls with other budgets reuse what
     // earlier calls planned.
     Plan plan(size_t budget, std::vector<bool>* set = nullptr);
@@ -70,7 +73,8 @@ private:
     std::vector<bool> set_after(size_t step, size_t moves) const;
     Plan plan_set(const std::vector<bool>& set) const;
 
-    const Graph& g_;  // the caller's: it must outlive the search
+    Graph g_;  // the caller's graph, fused
+    int fused_adds_ = 0;
     PlanOptions opt_;
     std::vector<bool> eligible_;             // per node: may join a recompute set
     std::vector<double> seconds_;            // per node: predicted time

@@ -1,16 +1,19 @@
 // CUDA kernels of the conv family (semantics: ops/conv.cpp). NHWC maps, weights [Cout, k, k, Cin].
-//   conv2d            x [N,H,W,Cin], w, bias? -> y [N,Ho,Wo,Cout]      p.i = {stride, pad}
-//   conv2d_grad_input gy, w -> dx [N,H,W,Cin]                         p.i = {stride, pad, H, W}
+//   conv2d            x [N,H,W,Cin], w, bias?, r? -> y [N,Ho,Wo,Cout]  p.i = {stride, pad}
+//   conv2d_grad_input gy, w, r? -> dx [N,H,W,Cin]                     p.i = {stride, pad, H, W}
 //   conv2d_grad_weight gy, x -> dw [Cout,k,k,Cin]                     p.i = {stride, pad, k}
 //   upsample2x / upsample2x_grad: nearest 2x and its 2x2 block sum.
 // bf16/f16: implicit GEMM on tensor cores (conv_mma.cuh) when Cin % 8 == 0 (and Cout % 8 == 0
 // for the gradients), else the FFMA path; f32: the exact FFMA path (conv_simt.cuh). Split-K
 // partials go through this node's workspace and are summed in a fixed order: deterministic.
 // A quantized w (ops/quant.h: codes, its f32 scale per Cout as the last input) is converted to
-// the compute dtype inside the kernels' weight loads. Limit: every tensor under 2^31 elements.
+// the compute dtype inside the kernels' weight loads. A residual r (ops/residual.h: the output's
+// shape, the fusion pass's folded add) is added in the epilogue, after the split sum, and may be
+// the output's own bytes. Limit: every tensor under 2^31 elements.
 #include "ggml-lite/cuda/conv_launch.cuh"
 #include "ggml-lite/cuda/kernel.cuh"
 #include "ggml-lite/ops/quant.h"
+#include "ggml-lite/ops/residual.h"
 
 namespace gl {
 namespace {
@@ -56,7 +59,8 @@ void conv_run(CudaCtx& c) {
     GL_CHECK(fits_int32(c.out_shape(0)), op, ": output ", c.out_shape(0).str(), " exceeds 2^31 elements");
     Geom geo = geom_of(MODE, c.node, c.in_shape(0), c.in_shape(1), c.out_shape(0));
     const int n_in = int(c.in.size());
-    const void* bias = MODE == convk::kFwd && inputs_without_scale(c.p(), n_in) > 2 ? c.in_ptr(2) : nullptr;
+    const void* bias = MODE == convk::kFwd && operand_inputs(c.p(), n_in) > 2 ? c.in_ptr(2) : nullptr;
+    const void* residual = has_residual(c.p()) ? c.in_ptr(residual_index(c.p(), n_in)) : nullptr;
     convk::QuantB qb;
     if (is_quantized(c.p())) {
         qb.scale = c.in_ptr<float>(n_in - 1);
@@ -65,7 +69,7 @@ void conv_run(CudaCtx& c) {
     dispatch_float(c.out_dtype(0), op, [&](auto t) {
         using T = decltype(t);
         const char* err = convk::launch_conv<T>(MODE, geo, c.in_ptr(0), c.in_ptr(1), bias, c.out_ptr(0),
-                                                c.workspace, c.workspace_bytes, c.stream, -1, 0, 0, qb);
+                                                c.workspace, c.workspace_bytes, c.stream, -1, 0, 0, qb, residual);
         if (err) fail(op, ": ", err, " (in ", c.in_shape(0).str(), ", out ", c.out_shape(0).str(), ")");
     });
     GL_CUDA_LAUNCHED();

@@ -222,12 +222,13 @@ struct QuantB {
     DType codes = DType::i8;
 };
 
-// Runs one convolution. a/b per Args; out dense; ws at least plan.ws_bytes. Returns an error
-// message (nullptr on success); launch errors are left for the caller's cudaGetLastError.
+// Runs one convolution. a/b per Args; out dense; ws at least plan.ws_bytes; residual (forward and
+// input grad, nullptr: none) out's dtype and shape, dense, added once after the split sum. Returns
+// an error message (nullptr on success); launch errors are left for the caller's cudaGetLastError.
 template <class T>
 const char* launch_conv(int mode, const Geom& g, const void* a, const void* b, const void* bias, void* out,
                         void* ws, size_t ws_bytes, cudaStream_t st, int force_cfg = -1, int force_splits = 0,
-                        int linear_k = 0, QuantB qb = {}) {
+                        int linear_k = 0, QuantB qb = {}, const void* residual = nullptr) {
     const int64_t lim = int64_t(1) << 31;
     if (int64_t(g.N) * g.H * g.W * g.C >= lim || int64_t(g.N) * g.Ho * g.Wo * g.Co >= lim ||
         int64_t(g.Co) * g.k * g.k * g.C >= lim)
@@ -235,14 +236,15 @@ const char* launch_conv(int mode, const Geom& g, const void* a, const void* b, c
     const bool quant = qb.scale != nullptr;
     if (quant && mode == kWgrad) return "a quantized weight has no weight gradient";
     if (quant && qb.codes != DType::i8 && qb.codes != DType::f8e4m3) return "quantized codes must be i8 or f8e4m3";
+    if (residual && mode == kWgrad) return "a weight gradient takes no residual";
     ConvPlan pl = plan_conv<T>(mode, g, force_cfg, force_splits, quant);
     if (pl.out_elems == 0) return nullptr;
     if (pl.ws_bytes > ws_bytes) return "workspace too small";
     if (int64_t(pl.phases) * pl.splits > 65535) return "stride too large (grid z limit)";
     Args args{g, a, b, mode == kFwd ? bias : nullptr, out, static_cast<float*>(ws), pl.out_elems, pl.splits, 1, 1, linear_k,
-              qb.scale, qb.codes};
+              qb.scale, qb.codes, residual};
     const bool b_ok = quant ? (reinterpret_cast<uintptr_t>(b) & 7) == 0 : aligned16(b);  // codes: 8-byte chunks
-    bool mma = pl.mma && aligned16(a) && b_ok && (reinterpret_cast<uintptr_t>(out) & 3) == 0;
+    bool mma = pl.mma && aligned16(a) && b_ok && ((reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(residual)) & 3) == 0;
     if constexpr (sizeof(T) == 2) {
         if (mma) {
             args.m_tiles = pl.m_tiles;
@@ -265,7 +267,7 @@ const char* launch_conv(int mode, const Geom& g, const void* a, const void* b, c
     if (pl.splits > 1) {
         splitk_reduce_kernel<T><<<grid_for(pl.out_elems, 256, 132 * 16), 256, 0, st>>>(
             static_cast<const float*>(ws), pl.splits, pl.out_elems, static_cast<T*>(out),
-            static_cast<const T*>(args.bias), g.Co);
+            static_cast<const T*>(args.bias), g.Co, static_cast<const T*>(residual));
     }
     return nullptr;
 }

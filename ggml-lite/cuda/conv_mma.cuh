@@ -1,7 +1,8 @@
 // Convolution as implicit GEMM on NHWC tensors, shared by cuda/conv.cu and bench/conv_check.cu
 // (no dependency on the core headers). This file: problem geometry and the bf16/f16 tensor-core
 // kernel (mma.sync.m16n8k16 + ldmatrix, cp.async multi-stage pipeline with double-buffered
-// fragments, fp32 accumulation, fused bias epilogue). No im2col buffer: A/B tiles are gathered.
+// fragments, fp32 accumulation, fused bias and residual epilogue). No im2col buffer: A/B tiles
+// are gathered.
 //   forward:      M = N*Ho*Wo pixels, N = Cout, K = k*k*Cin     A = x gathered, B = w [Cout][K]
 //   input grad:   per stride phase (py, px), M = the dx pixels of that phase, N = Cin,
 //                 K = taps(phase)*Cout                          A = gy gathered, B = w (tap subset)
@@ -57,6 +58,9 @@ struct Args {
     // and one f32 scale per Cout; nullptr: b is dense T.
     const float* b_scale = nullptr;
     DType b_codes = DType::i8;
+    // Forward and input grad: added to the output before its rounding (nullptr: none); the
+    // output's dtype and dense layout, 4-byte aligned; may alias out exactly (read before written).
+    const void* residual = nullptr;
 };
 
 // The GEMM one block works on (a stride phase of the input gradient, or the whole problem).
@@ -102,7 +106,7 @@ __device__ __forceinline__ int64_t out_index(const Geom& g, const Prob& p, int m
 }
 
 // Stores GEMM outputs (m, n) and (m, n+1) (the second only if n+1 < NG): straight into the
-// output with the bias, or as fp32 partials into this split's workspace slice.
+// output with the bias and the residual, or as fp32 partials into this split's workspace slice.
 template <class T>
 __device__ __forceinline__ void store_pair(const Args& a, const Prob& p, int mode, int split, int m, int n,
                                            float v0, float v1) {
@@ -119,6 +123,22 @@ __device__ __forceinline__ void store_pair(const Args& a, const Prob& p, int mod
     if (a.bias) {
         v0 += to_f32(static_cast<const T*>(a.bias)[n]);
         if (two) v1 += to_f32(static_cast<const T*>(a.bias)[n + 1]);
+    }
+    if (a.residual) {
+        const T* r = static_cast<const T*>(a.residual) + idx;
+        if constexpr (sizeof(T) == 2) {
+            if (two && (p.NG % 2 == 0)) {  // idx is even: one 4-byte load
+                struct alignas(4) Pair { T x, y; };
+                const Pair rr = *reinterpret_cast<const Pair*>(r);
+                v0 += to_f32(rr.x);
+                v1 += to_f32(rr.y);
+                r = nullptr;
+            }
+        }
+        if (r) {
+            v0 += to_f32(r[0]);
+            if (two) v1 += to_f32(r[1]);
+        }
     }
     T* dst = static_cast<T*>(a.out) + idx;
     if constexpr (sizeof(T) == 2) {

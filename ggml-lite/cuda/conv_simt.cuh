@@ -18,6 +18,7 @@ __device__ __forceinline__ void store_one(const Args& a, const Prob& p, int mode
         return;
     }
     if (a.bias) v += to_f32(static_cast<const T*>(a.bias)[n]);
+    if (a.residual) v += to_f32(static_cast<const T*>(a.residual)[idx]);
     static_cast<T*>(a.out)[idx] = from_f32<T>(v);
 }
 
@@ -134,14 +135,16 @@ __global__ void __launch_bounds__(256) conv_simt_kernel(const Args args) {
         for (int j = 0; j < 4; j++) store_one<T>(args, p, MODE, split, m0 + ty + 16 * i, n0 + tx + 16 * j, acc[i][j]);
 }
 
-// out[i] = sum over splits of ws[s][i] (in split order) + bias[i % Co].
+// out[i] = sum over splits of ws[s][i] (in split order) + bias[i % Co] + residual[i]; the
+// residual may be out itself.
 template <class T>
-__global__ void splitk_reduce_kernel(const float* __restrict__ ws, int splits, int64_t n, T* __restrict__ out,
-                                     const T* __restrict__ bias, int Co) {
+__global__ void splitk_reduce_kernel(const float* __restrict__ ws, int splits, int64_t n, T* out,
+                                     const T* __restrict__ bias, int Co, const T* residual) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         float s = ws[i];
         for (int z = 1; z < splits; z++) s += ws[int64_t(z) * n + i];
         if (bias) s += to_f32(bias[i % Co]);
+        if (residual) s += to_f32(residual[i]);
         out[i] = from_f32<T>(s);
     }
 }

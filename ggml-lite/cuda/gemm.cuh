@@ -207,23 +207,36 @@ inline cublasHandle_t cublas_handle() {
     return h[dev];
 }
 
-// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so B goes first.
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so B goes first. A residual
+// is cuBLAS's beta * C (C holding it first), so it is added before C's one rounding and may be C;
+// a bias follows in a second pass.
 inline void launch_cublas(const GemmArgs& a, cudaStream_t s) {
     cublasHandle_t h = cublas_handle();
     GL_CHECK(cublasSetStream(h, s) == CUBLAS_STATUS_SUCCESS, "gemm: cublasSetStream failed");
     cudaDataType_t ty = a.dtype == DType::f32 ? CUDA_R_32F : a.dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
-    const float alpha = a.epi.alpha, beta = 0.0f;
+    const int64_t total = a.batch * a.M * a.N;
+    const bool residual_is_c = a.epi.residual == a.C && a.epi.ldr == a.ldc && a.epi.sr == a.sC;
+    if (a.epi.residual && !residual_is_c) {
+        visit_float(a.dtype, [&](auto tag) {
+            using T = decltype(tag);
+            copy_residual_kernel<T><<<grid_for(total, 256, 65535LL * 8), 256, 0, s>>>(
+                static_cast<T*>(a.C), int(a.batch), int(a.M), int(a.N), a.ldc, a.sC, a.epi);
+        });
+        GL_CUDA_LAUNCHED();
+    }
+    const float alpha = a.epi.alpha, beta = a.epi.residual ? 1.0f : 0.0f;
     cublasStatus_t st = cublasGemmStridedBatchedEx(
         h, a.tb ? CUBLAS_OP_T : CUBLAS_OP_N, a.ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(a.N), int(a.M), int(a.K), &alpha,
         a.B, ty, int(a.ldb), a.sB, a.A, ty, int(a.lda), a.sA, &beta, a.C, ty, int(a.ldc), a.sC, int(a.batch),
         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     GL_CHECK(st == CUBLAS_STATUS_SUCCESS, "gemm: cublasGemmStridedBatchedEx failed (status ", int(st), ")");
-    if (a.epi.bias || a.epi.residual) {
-        const int64_t total = a.batch * a.M * a.N;
+    if (a.epi.bias) {
+        Epilogue bias_only = a.epi;
+        bias_only.residual = nullptr;
         visit_float(a.dtype, [&](auto tag) {
             using T = decltype(tag);
             cublas_epilogue_kernel<T><<<grid_for(total, 256, 65535LL * 8), 256, 0, s>>>(
-                static_cast<T*>(a.C), int(a.batch), int(a.M), int(a.N), a.ldc, a.sC, a.epi);
+                static_cast<T*>(a.C), int(a.batch), int(a.M), int(a.N), a.ldc, a.sC, bias_only);
         });
         GL_CUDA_LAUNCHED();
     }

@@ -98,8 +98,19 @@ __device__ __forceinline__ void store_staged(const float* stage, int lds, int ro
 #pragma unroll
                 for (int e = 0; e < 8; e++) o[e] = from_f32<T>(v[e]);
             } else {
+                // apply_epilogue's order; the residual's 8 values in one 16-byte load (vec_ok
+                // checked its alignment and strides), read before dst, which it may be.
+                alignas(16) T r[8];
+                if (p.epi.residual)
+                    *reinterpret_cast<uint4*>(r) = *reinterpret_cast<const uint4*>(
+                        static_cast<const T*>(p.epi.residual) + bz * p.epi.sr + int64_t(gm) * p.epi.ldr + gn);
 #pragma unroll
-                for (int e = 0; e < 8; e++) o[e] = from_f32<T>(apply_epilogue<T>(p.epi, v[e], bz, gm, gn + e));
+                for (int e = 0; e < 8; e++) {
+                    float x = v[e] * p.epi.alpha;
+                    if (p.epi.bias) x += to_f32(static_cast<const T*>(p.epi.bias)[gn + e]);
+                    if (p.epi.residual) x += to_f32(r[e]);
+                    o[e] = from_f32<T>(x);
+                }
             }
             copy16(dst, o);
         } else {
@@ -431,7 +442,7 @@ __global__ void __launch_bounds__(256) ffma_gemm_kernel(MmaParams p) {
         }
 }
 
-// C += bias (+ residual) after a cuBLAS call, which wrote alpha * A B.
+// C += bias after a cuBLAS call, which wrote alpha * A B (+ the residual, as its beta * C).
 template <class T>
 __global__ void cublas_epilogue_kernel(T* C, int batch, int M, int N, int64_t ldc, int64_t sC, Epilogue epi) {
     epi.alpha = 1.0f;
@@ -440,6 +451,17 @@ __global__ void cublas_epilogue_kernel(T* C, int batch, int M, int N, int64_t ld
         const int64_t b = i / per, m = (i % per) / N, n = i % N;
         T* c = C + b * sC + m * ldc + n;
         *c = from_f32<T>(apply_epilogue<T>(epi, to_f32(*c), b, m, n));
+    }
+}
+
+// C = residual before a cuBLAS call that adds C (beta = 1): the residual's strides may differ from C's.
+template <class T>
+__global__ void copy_residual_kernel(T* C, int batch, int M, int N, int64_t ldc, int64_t sC, Epilogue epi) {
+    const int64_t per = int64_t(M) * N, total = per * batch;
+    const T* r = static_cast<const T*>(epi.residual);
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t b = i / per, m = (i % per) / N, n = i % N;
+        C[b * sC + m * ldc + n] = r[b * epi.sr + m * epi.ldr + n];
     }
 }
 

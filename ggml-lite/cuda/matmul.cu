@@ -3,6 +3,8 @@
 //   matmul(a, b, p.i[0] = trans_a, p.i[1] = trans_b): a [..., M, K] (trans: [..., K, M]),
 //     b [..., K, N] (trans: [..., N, K]) with a's batch dims, or 2-D and shared -> [..., M, N].
 //   linear(x [..., K], w [N, K], bias [N] optional) -> [..., N]; bias fused into the epilogue.
+//   Either with a residual r of the output's shape (ops/residual.h, the fusion pass's folded add)
+//   fed to the epilogue (gemm::Epilogue::residual; it may be the output's own bytes).
 // Inputs are read strided (kCudaStrided): any operand whose last two dims are row- or column-
 // major with one leading stride, and whose batch dims collapse to one stride, is used in place
 // (a transposed view just flips the kernel's layout flag); anything else is copied dense into
@@ -13,6 +15,7 @@
 #include "ggml-lite/cuda/kernel.cuh"
 #include "ggml-lite/cuda/gemm.cuh"
 #include "ggml-lite/ops/quant.h"
+#include "ggml-lite/ops/residual.h"
 
 namespace gl {
 namespace {
@@ -56,7 +59,7 @@ Mat mat_of(const Layout& L, int rd, int cd) {
     return {};
 }
 
-constexpr int kMaxIn = 4;  // linear with a quantized weight: x, codes, bias, scale
+constexpr int kMaxIn = 5;  // linear with a quantized weight and a residual: x, codes, bias, residual, scale
 
 // Everything about a node that does not depend on where its tensors live.
 struct NodePlan {
@@ -65,6 +68,7 @@ struct NodePlan {
     size_t dense_bytes[kMaxIn] = {};
     size_t split_bytes = 0;
     int bias = -1, scale = -1;      // inputs holding the bias and a quantized weight's scale
+    int residual = -1;              // the input holding the residual
 };
 
 // Matrix view of an operand of `rank >= 2` dims whose batch dims [0, nd-2) must collapse.
@@ -157,13 +161,19 @@ NodePlan plan_node(Op op, const Params& prm, const Layout* lay, const DType* dt,
         }
         a.tb = !mw.col;  // w [N, K] row-major is B stored N x K
         a.ldb = mw.ld;
-        if (inputs_without_scale(prm, n_in) == 3) {
+        if (operand_inputs(prm, n_in) == 3) {
             np.bias = 2;
             if (L[2].stride[0] != 1 && L[2].shape.d[0] != 1) make_dense(2);
         }
     }
     a.ldc = a.N;
     a.sC = a.M * a.N;
+    if (has_residual(prm)) {  // C's shape: dense, it is indexed as C is
+        np.residual = residual_index(prm, n_in);
+        if (!L[np.residual].is_contiguous()) make_dense(np.residual);
+        a.epi.ldr = a.ldc;
+        a.epi.sr = a.sC;
+    }
     np.split_bytes = align_up(gemm::gemm_workspace_bytes(a));
     return np;
 }
@@ -211,6 +221,7 @@ void matmul_run(CudaCtx& c) {
     a.B = ptr[1];
     a.C = c.out_ptr(0);
     if (np.bias >= 0) a.epi.bias = ptr[np.bias];
+    if (np.residual >= 0) a.epi.residual = ptr[np.residual];
     if (np.scale >= 0) a.b_scale = static_cast<const float*>(ptr[np.scale]);
     gemm::gemm(a, ws, ws_left, c.stream);
 }

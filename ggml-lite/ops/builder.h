@@ -117,6 +117,13 @@ ValueId conv2d_grad_input(Graph& g, ValueId gy, ValueId w, int stride, int pad, 
 ValueId conv2d(Graph& g, ValueId x, const QuantWeight& w, ValueId bias, int stride, int pad);
 ValueId conv2d_grad_input(Graph& g, ValueId gy, const QuantWeight& w, int stride, int pad, int64_t H, int64_t W);
 ValueId conv2d_grad_weight(Graph& g, ValueId gy, ValueId x, int stride, int pad, int64_t k);
+// The products with a residual r (the output's shape and dtype) added in their epilogue:
+// op(...) + r in f32, rounded once. The fusion pass (core/fusion.h) makes these of op(...)
+// followed by add(., r); quantized weights take a residual there too.
+ValueId matmul_add(Graph& g, ValueId a, ValueId b, ValueId r, bool trans_a = false, bool trans_b = false);
+ValueId linear_add(Graph& g, ValueId x, ValueId w, ValueId bias, ValueId r);
+ValueId conv2d_add(Graph& g, ValueId x, ValueId w, ValueId bias, ValueId r, int stride, int pad);
+ValueId conv2d_grad_input_add(Graph& g, ValueId gy, ValueId w, ValueId r, int stride, int pad, int64_t H, int64_t W);
 ValueId upsample2x(Graph& g, ValueId x);          // nearest, [N, H, W, C] -> [N, 2H, 2W, C]
 ValueId upsample2x_grad(Graph& g, ValueId gy);    // sums each 2x2 block
 

@@ -10,6 +10,7 @@
 #include "ggml-lite/ops/cpu_gemm.h"
 #include "ggml-lite/ops/family.h"
 #include "ggml-lite/ops/quant.h"
+#include "ggml-lite/ops/residual.h"
 
 namespace gl {
 namespace {
@@ -144,15 +145,16 @@ Cost conv_cost(const OpCall& c, const Shape& y, int64_t k, int64_t cin, const Sh
 
 }  // namespace
 
-// ---------------- conv2d: p.i[0] stride, p.i[1] pad, p.i[kQuantSlot] quantized w ----------------
+// ---------------- conv2d: p.i[0] stride, p.i[1] pad, p.i[kQuantSlot] quantized w, p.i[kResidualSlot] residual ----------------
 // Inputs {x [N, H, W, Cin], w [Cout, k, k, Cin]} or plus bias [Cout]; one float dtype. Quantized
-// (ops/quant.h): w holds codes and w's scale [Cout] follows as the last input.
+// (ops/quant.h): w holds codes and w's scale [Cout] follows as the last input. With a residual
+// (ops/residual.h) r [N, Ho, Wo, Cout] follows: out = conv + bias + r.
 
-static bool conv2d_has_bias(const Params& p, int n_in) { return inputs_without_scale(p, n_in) == 3; }
+static bool conv2d_has_bias(const Params& p, int n_in) { return operand_inputs(p, n_in) == 3; }
 
 static std::vector<OutSpec> conv2d_infer(const OpCall& c) {
-    const int n = inputs_without_scale(c.p, c.n_in());
-    c.check(n == 2 || n == 3, "takes x, w and an optional bias (and a quantized w's scale)");
+    const int n = operand_inputs(c.p, c.n_in());
+    c.check(n == 2 || n == 3, "takes x, w and an optional bias (and a residual, a quantized w's scale)");
     check_weight_dtypes(c);
     const Shape &x = c.shape(0), &w = c.shape(1);
     c.check(x.nd == 4, "x must be NHWC [N, H, W, Cin]");
@@ -162,7 +164,9 @@ static std::vector<OutSpec> conv2d_infer(const OpCall& c) {
     if (n == 3) c.check(c.shape(2) == Shape{w.d[0]}, "bias must be [", w.d[0], "]");
     const int64_t k = w.d[1], s = c.p.i[0], p = c.p.i[1];
     c.check(x.d[1] + 2 * p >= k && x.d[2] + 2 * p >= k, "kernel ", k, " is larger than the padded input");
-    return {dense(c.dtype(0), {x.d[0], conv_out(x.d[1], k, s, p), conv_out(x.d[2], k, s, p), w.d[0]})};
+    const OutSpec spec = dense(c.dtype(0), {x.d[0], conv_out(x.d[1], k, s, p), conv_out(x.d[2], k, s, p), w.d[0]});
+    check_residual(c, spec);
+    return {spec};
 }
 
 static Cost conv2d_cost(const OpCall& c) {
@@ -182,6 +186,7 @@ static void conv2d_backward(BackwardCtx& bc) {
     }
     if (!quant && bc.wants(1)) bc.add(1, conv2d_grad_weight(g, bc.grad(), bc.in(0), stride, pad, ws.d[1]));
     if (conv2d_has_bias(bc.p(), n_in) && bc.wants(2)) bc.add(2, sum_to(g, bc.grad(), {ws.d[0]}));
+    if (has_residual(bc.p()) && bc.wants(residual_index(bc.p(), n_in))) bc.add(residual_index(bc.p(), n_in), bc.grad());
 }
 
 static void conv2d_cpu(CpuCtx& c) {
@@ -196,7 +201,10 @@ static void conv2d_cpu(CpuCtx& c) {
     t.wt = wt.data();
     t.bias = conv2d_has_bias(c.p(), c.n_in()) ? c.in_f32(2) : nullptr;
     t.out = c.out_f32(0);
+    std::vector<float> r_copy;
+    const float* r = cpu_residual(c, t.out, r_copy);
     tap_conv(t);
+    add_cpu_residual(r, t.out, y.numel());
 }
 
 ValueId conv2d(Graph& g, ValueId x, ValueId w, ValueId bias, int stride, int pad) {
@@ -216,15 +224,27 @@ ValueId conv2d(Graph& g, ValueId x, const QuantWeight& w, ValueId bias, int stri
     return g.apply1(Op::conv2d, {x, w.q, bias, w.scale}, p);
 }
 
-const OpDef def_conv2d{"conv2d", "conv", conv2d_infer, conv2d_cost, conv2d_backward, conv2d_cpu, 0};
+ValueId conv2d_add(Graph& g, ValueId x, ValueId w, ValueId bias, ValueId r, int stride, int pad) {
+    Params p;
+    p.i[0] = stride;
+    p.i[1] = pad;
+    p.i[kResidualSlot] = 1;
+    if (bias == kNoValue) return g.apply1(Op::conv2d, {x, w, r}, p);
+    return g.apply1(Op::conv2d, {x, w, bias, r}, p);
+}
 
-// ------- conv2d_grad_input: p.i[0] stride, p.i[1] pad, p.i[2] H, p.i[3] W, p.i[kQuantSlot] quantized w -------
+const OpDef def_conv2d{"conv2d", "conv", conv2d_infer, conv2d_cost, conv2d_backward, conv2d_cpu, 0,
+                       residual_input_of, take_residual};
+
+// ------- conv2d_grad_input: p.i[0] stride, p.i[1] pad, p.i[2] H, p.i[3] W, p.i[kQuantSlot] quantized w,
+// p.i[kResidualSlot] residual -------
 // Inputs {gy [N, Ho, Wo, Cout], w [Cout, k, k, Cin]} -> dx [N, H, W, Cin]. H and W are
 // explicit because a strided conv maps several input sizes to the same output size. Quantized:
-// {gy, w codes, w's scale [Cout]}.
+// {gy, w codes, w's scale [Cout]}. With a residual r [N, H, W, Cin] after w: dx + r (the sum of
+// an input's gradients, folded in by the fusion pass).
 
 static std::vector<OutSpec> conv2d_grad_input_infer(const OpCall& c) {
-    c.check(inputs_without_scale(c.p, c.n_in()) == 2, "takes gy and w (and a quantized w's scale)");
+    c.check(operand_inputs(c.p, c.n_in()) == 2, "takes gy and w (and a residual, a quantized w's scale)");
     check_weight_dtypes(c);
     const Shape &gy = c.shape(0), &w = c.shape(1);
     c.check(gy.nd == 4, "gy must be NHWC [N, Ho, Wo, Cout]");
@@ -235,7 +255,9 @@ static std::vector<OutSpec> conv2d_grad_input_infer(const OpCall& c) {
     c.check(H >= 1 && W >= 1 && H + 2 * p >= k && W + 2 * p >= k, "invalid input size ", H, "x", W);
     c.check(conv_out(H, k, s, p) == gy.d[1] && conv_out(W, k, s, p) == gy.d[2],
             "an input of ", H, "x", W, " does not give gy's ", gy.d[1], "x", gy.d[2]);
-    return {dense(c.dtype(0), {gy.d[0], H, W, w.d[3]})};
+    const OutSpec spec = dense(c.dtype(0), {gy.d[0], H, W, w.d[3]});
+    check_residual(c, spec);
+    return {spec};
 }
 
 static Cost conv2d_grad_input_cost(const OpCall& c) {
@@ -256,7 +278,10 @@ static void conv2d_grad_input_cpu(CpuCtx& c) {
     const std::vector<float> wt = pack_grad_input(cpu_weight(c, 1, dequant), t.Cs, t.k * t.k, t.Co);
     t.wt = wt.data();
     t.out = c.out_f32(0);
+    std::vector<float> r_copy;
+    const float* r = cpu_residual(c, t.out, r_copy);
     tap_conv(t);
+    add_cpu_residual(r, t.out, dx.numel());
 }
 
 ValueId conv2d_grad_input(Graph& g, ValueId gy, ValueId w, int stride, int pad, int64_t H, int64_t W) {
@@ -278,8 +303,18 @@ ValueId conv2d_grad_input(Graph& g, ValueId gy, const QuantWeight& w, int stride
     return g.apply1(Op::conv2d_grad_input, {gy, w.q, w.scale}, p);
 }
 
+ValueId conv2d_grad_input_add(Graph& g, ValueId gy, ValueId w, ValueId r, int stride, int pad, int64_t H, int64_t W) {
+    Params p;
+    p.i[0] = stride;
+    p.i[1] = pad;
+    p.i[2] = H;
+    p.i[3] = W;
+    p.i[kResidualSlot] = 1;
+    return g.apply1(Op::conv2d_grad_input, {gy, w, r}, p);
+}
+
 const OpDef def_conv2d_grad_input{"conv2d_grad_input", "conv", conv2d_grad_input_infer, conv2d_grad_input_cost,
-                                  nullptr, conv2d_grad_input_cpu, kOpGradHelper};
+                                  nullptr, conv2d_grad_input_cpu, kOpGradHelper, residual_input_of, take_residual};
 
 // ---------------- conv2d_grad_weight: p.i[0] stride, p.i[1] pad, p.i[2] k ----------------
 // Inputs {gy [N, Ho, Wo, Cout], x [N, H, W, Cin]} -> dw [Cout, k, k, Cin].

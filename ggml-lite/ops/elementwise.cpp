@@ -86,7 +86,7 @@ ValueId add(Graph& g, ValueId a, ValueId b) { return g.apply1(Op::add, {a, b}); 
 ValueId sub(Graph& g, ValueId a, ValueId b) { return g.apply1(Op::sub, {a, b}); }
 ValueId mul(Graph& g, ValueId a, ValueId b) { return g.apply1(Op::mul, {a, b}); }
 
-const OpDef def_add{"add", "elementwise", binary_infer, binary_cost, add_backward, add_cpu, kOpInplace};
+const OpDef def_add{"add", "elementwise", binary_infer, binary_cost, add_backward, add_cpu, kOpInplace | kOpPlainAdd};
 const OpDef def_sub{"sub", "elementwise", binary_infer, binary_cost, sub_backward, sub_cpu, kOpInplace};
 const OpDef def_mul{"mul", "elementwise", binary_infer, binary_cost, mul_backward, mul_cpu, kOpInplace};
 

@@ -8,6 +8,7 @@
 #include "ggml-lite/ops/cpu_gemm.h"
 #include "ggml-lite/ops/family.h"
 #include "ggml-lite/ops/quant.h"
+#include "ggml-lite/ops/residual.h"
 
 // On x86-64 glibc the block is also compiled for AVX2, picked at load time. Without FMA
 // contraction (ISO C++ mode) both versions round every product and sum alike, so the
@@ -129,22 +130,23 @@ std::vector<int> swap_last2_perm(int nd) {
 
 }  // namespace
 
-// ---------------- matmul: p.i[0] trans_a, p.i[1] trans_b, p.i[kQuantSlot] quantized b ----------------
+// ---------------- matmul: p.i[0] trans_a, p.i[1] trans_b, p.i[kQuantSlot] quantized b, p.i[kResidualSlot] residual ----------------
 // Inputs {a, b}, same float dtype; output in that dtype. a [..., M, K] (trans_a: [..., K, M]),
 // b [..., K, N] (trans_b: [..., N, K]); b's batch dims equal a's, or b is 2-D and shared.
 // Quantized (ops/quant.h): {a, b codes, b's scale [b rows]}, b 2-D, a not transposed, output in
-// a's dtype.
+// a's dtype. With a residual (ops/residual.h) r [..., M, N] follows b: out = a b + r.
 
 static std::vector<OutSpec> matmul_infer(const OpCall& c) {
     c.check(c.p.i[kQuantSlot] == 0 || c.p.i[kQuantSlot] == 1, "the quantized flag must be 0 or 1");
+    const int n = operand_inputs(c.p, c.n_in());
     if (is_quantized(c.p)) {
-        c.check(c.n_in() == 3, "takes a, quantized b and b's scale");
+        c.check(n == 2, "takes a, quantized b (and a residual) and b's scale");
         c.check(dtype_is_float(c.dtype(0)), "a must be floating point");
         check_quant_weight(c, 1);
         c.check(c.shape(1).nd == 2, "a quantized b must be 2-D");
         c.check(c.p.i[0] == 0, "a quantized b takes a untransposed (the kernels read a row-major)");
     } else {
-        c.check(c.n_in() == 2, "takes two inputs");
+        c.check(n == 2, "takes two inputs (and a residual)");
         c.check(all_float_same(c), "inputs must share one floating-point dtype");
     }
     const Shape &a = c.shape(0), &b = c.shape(1);
@@ -161,7 +163,9 @@ static std::vector<OutSpec> matmul_infer(const OpCall& c) {
     Shape out = a;
     out.d[size_t(a.nd - 2)] = M;
     out.d[size_t(a.nd - 1)] = N;
-    return {dense(c.dtype(0), out)};
+    const OutSpec spec = dense(c.dtype(0), out);
+    check_residual(c, spec);
+    return {spec};
 }
 
 static Cost matmul_cost(const OpCall& c) {
@@ -180,10 +184,12 @@ static void matmul_backward(BackwardCtx& bc) {
     const bool ta = bc.p().i[0] != 0, tb = bc.p().i[1] != 0;
     const Shape as = g.shape(A);
     const bool shared_b = g.shape(B).nd == 2 && as.nd > 2;
+    const int n_in = int(bc.node.in.size());
+    if (has_residual(bc.p()) && bc.wants(residual_index(bc.p(), n_in))) bc.add(residual_index(bc.p(), n_in), gC);
     if (is_quantized(bc.p())) {
-        GL_CHECK(!bc.wants(1) && !bc.wants(2), "matmul: a quantized b is frozen and has no gradient");
+        GL_CHECK(!bc.wants(1) && !bc.wants(n_in - 1), "matmul: a quantized b is frozen and has no gradient");
         // dA = gC op(B)^T: the same codes and scales, read the other way (A is never transposed).
-        if (bc.wants(0)) bc.add(0, matmul(g, gC, QuantWeight{B, bc.in(2)}, false, !tb));
+        if (bc.wants(0)) bc.add(0, matmul(g, gC, QuantWeight{B, bc.in(n_in - 1)}, false, !tb));
         return;
     }
     // With C = op(A) op(B): d op(A) = gC op(B)^T and d op(B) = op(A)^T gC.
@@ -235,7 +241,10 @@ static void matmul_cpu(CpuCtx& c) {
     g.sB = b_batch == 1 ? 0 : g.K * g.N;
     g.C = c.out_f32(0);
     g.sC = g.M * g.N;
+    std::vector<float> r_copy;
+    const float* r = cpu_residual(c, g.C, r_copy);
     gemm(g);
+    add_cpu_residual(r, g.C, cs.numel());
 }
 
 ValueId matmul(Graph& g, ValueId a, ValueId b, bool trans_a, bool trans_b) {
@@ -253,18 +262,28 @@ ValueId matmul(Graph& g, ValueId a, const QuantWeight& b, bool trans_a, bool tra
     return g.apply1(Op::matmul, {a, b.q, b.scale}, p);
 }
 
-const OpDef def_matmul{"matmul", "matmul", matmul_infer, matmul_cost, matmul_backward, matmul_cpu, 0};
+ValueId matmul_add(Graph& g, ValueId a, ValueId b, ValueId r, bool trans_a, bool trans_b) {
+    Params p;
+    p.i[0] = trans_a ? 1 : 0;
+    p.i[1] = trans_b ? 1 : 0;
+    p.i[kResidualSlot] = 1;
+    return g.apply1(Op::matmul, {a, b, r}, p);
+}
 
-// ---------------- linear: p.i[kQuantSlot] quantized w ----------------
+const OpDef def_matmul{"matmul", "matmul", matmul_infer, matmul_cost, matmul_backward, matmul_cpu, 0,
+                       residual_input_of, take_residual};
+
+// ---------------- linear: p.i[kQuantSlot] quantized w, p.i[kResidualSlot] residual ----------------
 // Inputs {x, w} or {x, w, bias}, one float dtype; x [..., in], w [out, in], bias [out] -> [..., out].
-// Quantized (ops/quant.h): w holds codes and w's scale [out] follows as the last input.
+// Quantized (ops/quant.h): w holds codes and w's scale [out] follows as the last input. With a
+// residual (ops/residual.h) r [..., out] follows: out = x w^T + bias + r.
 
-static bool linear_has_bias(const Params& p, int n_in) { return inputs_without_scale(p, n_in) == 3; }
+static bool linear_has_bias(const Params& p, int n_in) { return operand_inputs(p, n_in) == 3; }
 
 static std::vector<OutSpec> linear_infer(const OpCall& c) {
     c.check(c.p.i[kQuantSlot] == 0 || c.p.i[kQuantSlot] == 1, "the quantized flag must be 0 or 1");
-    const int n = inputs_without_scale(c.p, c.n_in());
-    c.check(n == 2 || n == 3, "takes x, w and an optional bias (and a quantized w's scale)");
+    const int n = operand_inputs(c.p, c.n_in());
+    c.check(n == 2 || n == 3, "takes x, w and an optional bias (and a residual, a quantized w's scale)");
     if (is_quantized(c.p)) {
         check_quant_weight(c, 1);
         c.check(dtype_is_float(c.dtype(0)), "x must be floating point");
@@ -279,7 +298,9 @@ static std::vector<OutSpec> linear_infer(const OpCall& c) {
     if (n == 3) c.check(c.shape(2) == Shape{w.d[0]}, "bias must be [", w.d[0], "]");
     Shape out = x;
     out.d[size_t(x.nd - 1)] = w.d[0];
-    return {dense(c.dtype(0), out)};
+    const OutSpec spec = dense(c.dtype(0), out);
+    check_residual(c, spec);
+    return {spec};
 }
 
 static Cost linear_cost(const OpCall& c) {
@@ -299,11 +320,15 @@ static void linear_backward(BackwardCtx& bc) {
     const bool quant = is_quantized(bc.p()), bias = linear_has_bias(bc.p(), n_in);
     if (quant) GL_CHECK(!bc.wants(1) && !bc.wants(n_in - 1), "linear: a quantized weight is frozen and has no gradient");
     if (bc.wants(0)) {
-        const ValueId gx = quant ? matmul(g, gy_rows, QuantWeight{w, bc.in(n_in - 1)}) : matmul(g, gy_rows, w);
-        bc.add(0, reshape(g, gx, xs));
+        // gy [..., out] times the shared w is dx in x's shape: no reshape between the product and
+        // the sum of x's gradients, so the fusion pass can fold that sum into the product.
+        const ValueId a = xs.nd >= 2 ? gy : gy_rows;
+        const ValueId gx = quant ? matmul(g, a, QuantWeight{w, bc.in(n_in - 1)}) : matmul(g, a, w);
+        bc.add(0, xs.nd >= 2 ? gx : reshape(g, gx, xs));
     }
     if (!quant && bc.wants(1)) bc.add(1, matmul(g, gy_rows, reshape(g, x, {rows, ws.d[1]}), true, false));
     if (bias && bc.wants(2)) bc.add(2, sum_to(g, gy, {ws.d[0]}));
+    if (has_residual(bc.p()) && bc.wants(residual_index(bc.p(), n_in))) bc.add(residual_index(bc.p(), n_in), gy);
 }
 
 static void linear_cpu(CpuCtx& c) {
@@ -319,7 +344,10 @@ static void linear_cpu(CpuCtx& c) {
     g.B = wt.data();
     g.bias = linear_has_bias(c.p(), c.n_in()) ? c.in_f32(2) : nullptr;
     g.C = c.out_f32(0);
+    std::vector<float> r_copy;
+    const float* r = cpu_residual(c, g.C, r_copy);
     gemm(g);
+    add_cpu_residual(r, g.C, c.out[0].numel());
 }
 
 ValueId linear(Graph& g, ValueId x, ValueId w, ValueId bias) {
@@ -334,6 +362,14 @@ ValueId linear(Graph& g, ValueId x, const QuantWeight& w, ValueId bias) {
     return g.apply1(Op::linear, {x, w.q, bias, w.scale}, p);
 }
 
-const OpDef def_linear{"linear", "matmul", linear_infer, linear_cost, linear_backward, linear_cpu, 0};
+ValueId linear_add(Graph& g, ValueId x, ValueId w, ValueId bias, ValueId r) {
+    Params p;
+    p.i[kResidualSlot] = 1;
+    if (bias == kNoValue) return g.apply1(Op::linear, {x, w, r}, p);
+    return g.apply1(Op::linear, {x, w, bias, r}, p);
+}
+
+const OpDef def_linear{"linear", "matmul", linear_infer, linear_cost, linear_backward, linear_cpu, 0,
+                       residual_input_of, take_residual};
 
 }  // namespace gl
