@@ -2,6 +2,7 @@
 // pipeline and bf16 within the bf16 noise the CPU backend shows at the same precision; LoRA as
 // runtime branches and merged giving the same images within that noise, multiplier 0 the base image
 // bit for bit; odd latent sides (the UNet's crop) and the tiled VAE decode against the CPU.
+#include <algorithm>
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
@@ -64,10 +65,12 @@ TEST_CASE("CUDA text to image: multiplier 0 is the base image bit for bit, odd s
     CHECK(image("cuda", gl::DType::bf16, {}) == base);  // deterministic, bit for bit
     // A LoRA at strength 0 adds nothing, but its branch changes which adds the fusion pass folds into
     // epilogues (core/fusion.h: one bf16 rounding instead of two), so the image is the base's within
-    // bf16 rounding, not bit for bit.
+    // the pipeline's bf16 rounding noise (bf16 against f32, the same bound as the golden cases'), not
+    // bit for bit.
     const double zero = rel_error(image("cuda", gl::DType::bf16, {{golden("sampler/lora_a.safetensors"), 0.0f}}), base);
-    MESSAGE("18x14 image, LoRA at strength 0 vs none, CUDA bf16: ", zero);
-    CHECK(zero <= 1e-2);
+    const double bf16_noise = rel_error(base, image("cuda", gl::DType::f32, {}));
+    MESSAGE("18x14 image, LoRA at strength 0 vs none, CUDA bf16: ", zero, " (bf16 vs f32: ", bf16_noise, ")");
+    CHECK(zero <= std::max(3 * bf16_noise, 1e-2));
     const double odd = rel_error(image("cuda", gl::DType::f32, {}), image("cpu", gl::DType::f32, {}));
     MESSAGE("18x14 image, CUDA f32 vs CPU f32: ", odd);
     CHECK(odd <= 1e-3);
