@@ -9,6 +9,7 @@
 #include "data/loader.h"
 #include "ggml-lite/io/safetensors.h"
 #include "lora/kohya.h"
+#include "lora/max_norm.h"
 #include "train/run/metadata.h"
 #include "train/run/save.h"
 #include "train/run/session_impl.h"
@@ -151,7 +152,8 @@ bool Runner::cache() {
         const auto t = std::chrono::steady_clock::now();
         const int chunks = m_.step.clip_chunks, content = m_.step.family->tokens().content;
         auto tok = m_.model.tokenizer;
-        sd::ClipGraphEncoder enc(m_.model.clip_cfg, *m_.model.text_encoder, "clip|" + identity, m_.step.clip_skip,
+        const std::string key = "clip|" + identity + lora::base_weights_identity(c_.base_weight_files());
+        sd::ClipGraphEncoder enc(m_.model.clip_cfg, *m_.model.text_encoder, key, m_.step.clip_skip,
                                    chunks, activation_dtype(m_.step.precision), m_.backend,
                                    [tok, chunks, content](const std::string& s) { return tok->encode_chunks(s, content * chunks); });
         m_.message("caching text encoder outputs");
@@ -332,6 +334,13 @@ void Runner::flush() {
     const double factor = schedule_.multiplier(trainer_->updates_applied());
     const StepReport r = trainer_->update(in, factor);
     group_.clear();
+    const StepGraph& s0 = *m_.graphs->steps()[0].graph;
+    std::optional<lora::MaxNormReport> max_norm;
+    if (c_.scale_weight_norms.value_or(0) > 0) {  // kohya: after every optimizer step, applied or not
+        gl::Runtime& rt = *step_rt_[0];
+        max_norm = lora::apply_max_norm(*s0.net, *c_.scale_weight_norms, [&rt](gl::ValueId v) { return rt.read_f32(v); },
+                                        [&rt](gl::ValueId v, const std::vector<float>& x) { rt.write_f32(v, x); });
+    }
     images_trained_ += images;
     if (sum_.startup_seconds == 0) sum_.startup_seconds = seconds_since(m_.t0);
 
@@ -353,6 +362,17 @@ void Runner::flush() {
     const double next = schedule_.multiplier(trainer_->updates_applied());
     if (m_.step.train_unet) e.next_lr_unet = m_.step.unet_lr * next;
     if (m_.step.train_text_encoder) e.next_lr_text_encoder = m_.step.text_encoder_lr * next;
+    const std::vector<std::string> groups = kohya_group_names(s0);
+    for (size_t i = 0; i < groups.size(); i++) {
+        const double lr = s0.update->groups()[i].lr;
+        e.group_lrs.emplace_back(groups[i], lr * factor);
+        e.next_group_lrs.emplace_back(groups[i], lr * next);
+    }
+    if (max_norm) {
+        e.keys_scaled = max_norm->keys_scaled;
+        e.average_key_norm = max_norm->average_key_norm;
+        e.max_key_norm = max_norm->max_key_norm;
+    }
     last_loss_mean_ = e.loss_mean;
     e.grad_norm = r.grad_norm;
     e.applied = r.applied;
