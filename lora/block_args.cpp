@@ -139,49 +139,36 @@ std::vector<float> alphas_of(const std::string& key, const std::string& value, i
     return out;
 }
 
-// get_block_lr_weight's get_list: a preset over n blocks, plus its offset. No name at all (a GUI's
-// empty field) is kohya's unknown preset, for which it logs an error and takes the list as not given.
-std::optional<std::vector<double>> lr_preset(const std::string& key, const std::string& text, int n,
-                                             std::vector<std::string>& notes) {
+// get_block_lr_weight's get_list: a preset over n blocks, plus its offset. kohya's message for a
+// name it does not know (an empty one too) raises itself (its format string wants two names).
+std::vector<double> lr_preset(const std::string& key, const std::string& text, int n) {
     const std::vector<std::string> tokens = split(text, '+');
     const std::string& name = tokens[0];
-    if (name.empty()) {
-        notes.push_back(gl::cat("--network_args ", key, "='", text,
-                                "' names no preset: taken as not given, every "
-                                "block's weight 1 (as kohya, which logs an error)"));
-        return std::nullopt;
-    }
     double base = 0.0;
     if (tokens.size() > 1) {
         const std::optional<double> b = py_float(tokens[1]);
         GL_CHECK(b.has_value(), "--network_args ", key, "=", text, ": the offset '", tokens[1], "' is not a number");
         base = *b;
     }
+    GL_CHECK(name == "cosine" || name == "sine" || name == "linear" || name == "reverse_linear" || name == "zeros",
+             "--network_args ", key, "=", text, ": unknown lr_weight preset '", name,
+             "' (kohya's: cosine, sine, linear, reverse_linear, zeros, each with an optional +offset; or one number "
+             "per block, separated by commas)");
     std::vector<double> w;
     for (int k = 0; k < n; k++) {
         const double i = double(k), last = double(n - 1), r = double(n - 1 - k);
-        if (name == "cosine")
-            w.push_back(std::sin(std::numbers::pi * (r / last) / 2) + base);
-        else if (name == "sine")
-            w.push_back(std::sin(std::numbers::pi * (i / last) / 2) + base);
-        else if (name == "linear")
-            w.push_back(i / last + base);
-        else if (name == "reverse_linear")
-            w.push_back(r / last + base);
-        else if (name == "zeros")
-            w.push_back(0.0 + base);
-        else
-            gl::fail("--network_args ", key, "=", text, ": unknown lr_weight preset '", name,
-                     "' (kohya's: cosine, sine, linear, reverse_linear, zeros, each with an optional +offset; or one "
-                     "number per block, separated by commas)");
+        if (name == "cosine") w.push_back(std::sin(std::numbers::pi * (r / last) / 2) + base);
+        if (name == "sine") w.push_back(std::sin(std::numbers::pi * (i / last) / 2) + base);
+        if (name == "linear") w.push_back(i / last + base);
+        if (name == "reverse_linear") w.push_back(r / last + base);
+        if (name == "zeros") w.push_back(0.0 + base);
     }
     return w;
 }
 
 // A list of lr weights: "a,b,..." (an empty item is 0.0), or for down / up a preset when it has no comma.
-std::optional<std::vector<double>> lr_list(const std::string& key, const std::string& text, int n, bool presets,
-                                           std::vector<std::string>& notes) {
-    if (presets && text.find(',') == std::string::npos) return lr_preset(key, text, n, notes);
+std::vector<double> lr_list(const std::string& key, const std::string& text, int n, bool presets) {
+    if (presets && text.find(',') == std::string::npos) return lr_preset(key, text, n);
     std::vector<double> w;
     const std::vector<std::string> items = split(text, ',');
     for (size_t i = 0; i < items.size(); i++) {
@@ -207,11 +194,9 @@ std::vector<double> block_lr_weights(const std::map<std::string, std::string>& a
     std::vector<double> all;
     for (const auto& [key, n] :
          {std::pair{"down_lr_weight", b.down_up}, {"mid_lr_weight", b.mid}, {"up_lr_weight", b.down_up}}) {
-        std::optional<std::vector<double>> given;
-        if (a.count(key)) given = lr_list(key, a.at(key), n, key != std::string("mid_lr_weight"), notes);
         std::vector<double> w(size_t(n), 1.0);
-        if (given) {
-            w = *given;
+        if (a.count(key)) {
+            w = lr_list(key, a.at(key), n, key != std::string("mid_lr_weight"));
             if (int(w.size()) > n)
                 notes.push_back(gl::cat("--network_args ", key, " holds ", w.size(), " weights for ", n,
                                         " blocks: the ones after the ", n, "th are ignored (as kohya)"));

@@ -20,7 +20,8 @@
 // defaults above, and a block whose lr weight is 0 gets no module at all. Lists of lr weights
 // shorter than their blocks are filled with 1, longer ones cut (kohya warns: a note here).
 // What kohya refuses by crashing (a value int() / float() cannot read, a list of dims or alphas
-// of another length, a preset it does not know and logs an error for) is an error naming the arg.
+// of another length, a preset it does not know, whose message raises itself; a negative lr weight,
+// which torch's optimizers refuse) is an error naming the arg.
 // With --dim_from_weights kohya builds the network from the file (create_network_from_weights):
 // only the lr weights act then; the dims, alphas and LoRA+ ratios are noted as without effect.
 #pragma once

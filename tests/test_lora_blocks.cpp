@@ -224,3 +224,23 @@ TEST_CASE("lora blocks: max norm scales up and down as kohya's apply_max_norm_re
             }
     }
 }
+
+TEST_CASE("lora blocks: with --dim_from_weights only the lr weights act, as kohya's create_network_from_weights") {
+    lora::NetworkOptions o{"networks.lora", 4, 1.0, std::nullopt,
+                           {{"block_dims", "2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2"},
+                            {"down_lr_weight", "linear"},
+                            {"loraplus_lr_ratio", "4"}}};
+    o.dim_from_weights = true;
+    const lora::LoraConfig c = lora::network_config(o);
+    CHECK(c.block_dims.empty());
+    CHECK_FALSE(c.loraplus_unet);
+    CHECK(c.block_lr_weights.size() == 25);
+    CHECK(c.block_lr_weights[1] == doctest::Approx(1.0 / 11));
+    size_t noted = 0;
+    for (const std::string& n : c.notes) noted += n.find("no effect with --dim_from_weights") != std::string::npos;
+    CHECK(noted == 2);
+    // An unknown preset is refused (kohya's error message for it raises a TypeError).
+    CHECK(gltest::error_of([] {
+              lora::network_config({"networks.lora", 4, 1.0, std::nullopt, {{"down_lr_weight", "sin"}}});
+          }).find("unknown lr_weight preset 'sin'") != std::string::npos);
+}

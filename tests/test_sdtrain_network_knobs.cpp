@@ -180,9 +180,12 @@ TEST_CASE("sdtrain network knobs: block_dims give each block its rank, a rank of
     c.max_train_steps = 1;
     std::string dims;
     for (int i = 0; i < 25; i++) dims += std::string(i ? "," : "") + (i == 16 ? "3" : i == 17 ? "0" : "2");
-    c.network_args = {"block_dims=" + dims};
+    c.network_args = {"block_dims=" + dims, "frobnicate=1", "frobnicate=2"};
     train::Session(c).run();
     const gl::io::SafetensorsFile f((s.root / "out" / "tiny.safetensors").string());
+    // kohya's json.dumps of its args dict: a key given twice once, with its last value.
+    CHECK(f.metadata().at("ss_network_args") ==
+          "{\"block_dims\": \"" + dims + "\", \"frobnicate\": \"2\", \"dropout\": null}");
     size_t unet = 0;
     for (const std::string& k : module_keys(f)) {
         CAPTURE(k);
@@ -247,6 +250,20 @@ TEST_CASE("sdtrain network knobs: --base_weights trains as the model gl-merge ma
         CHECK(w == tensors(fs::path(merged.output_dir) / "tiny.safetensors"));
         CHECK(w != tensors(fs::path(plain.output_dir) / "tiny.safetensors"));
     }
+}
+
+TEST_CASE("sdtrain network knobs: a torch schedule's absolute lr must hold for every group the lr weights make") {
+    Scratch s("knobs-torch-lr");
+    const fs::path model = make_tiny_model(s.root), data = make_dataset(s.root);
+    train::RunConfig c = tiny_config(model, data, s.root / "out");
+    c.dry_run = true;
+    c.lr_scheduler_type = "CosineAnnealingLR";
+    c.lr_scheduler_args = {"T_max=6", "eta_min=1e-5"};
+    c.network_train_unet_only = true;
+    CHECK(train::Session(c).run().dry_run);  // one group: eta_min holds for it
+    c.network_args = {"down_lr_weight=0,0.5"};
+    CHECK(gltest::error_of([&] { train::Session(c).run(); }).find("eta_min is an absolute lr for every group") !=
+          std::string::npos);
 }
 
 TEST_CASE("sdtrain network knobs: a text-encoder cache of another base is not reused under --base_weights") {
