@@ -130,7 +130,8 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
         for (const lora::Tensor& t : m.tensors()) {
             const bool plus = ratio && t.suffix == "lora_up.weight";  // kohya: "lora_up" in the name
             ParamGroup& grp = by_key[{unet ? 0 : 1, block, plus}];
-            if (grp.params.empty()) grp = ParamGroup{plus ? name + "_plus" : name, {}, {}, float(plus ? lr * *ratio : lr), {}};
+            if (grp.params.empty())
+                grp = ParamGroup{plus ? name + "_plus" : name, {}, {}, float(plus ? lr * *ratio : lr), {}};
             grp.params.push_back(t.id);
             grp.grads.push_back(s->grads[t.id]);
             // PyTorch's shape, as kohya's Adafactor factors by it, where it holds the graph's

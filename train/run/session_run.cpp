@@ -338,8 +338,9 @@ void Runner::flush() {
     std::optional<lora::MaxNormReport> max_norm;
     if (c_.scale_weight_norms.value_or(0) > 0) {  // kohya: after every optimizer step, applied or not
         gl::Runtime& rt = *step_rt_[0];
-        max_norm = lora::apply_max_norm(*s0.net, *c_.scale_weight_norms, [&rt](gl::ValueId v) { return rt.read_f32(v); },
-                                        [&rt](gl::ValueId v, const std::vector<float>& x) { rt.write_f32(v, x); });
+        max_norm = lora::apply_max_norm(
+            *s0.net, *c_.scale_weight_norms, [&rt](gl::ValueId v) { return rt.read_f32(v); },
+            [&rt](gl::ValueId v, const std::vector<float>& x) { rt.write_f32(v, x); });
     }
     images_trained_ += images;
     if (sum_.startup_seconds == 0) sum_.startup_seconds = seconds_since(m_.t0);
