@@ -144,6 +144,12 @@ gl_cli_test("sdtrain --huber_c 1e39" 2 "--huber_c wants a finite number in \\[0,
             gl-sdtrain --huber_c 1e39)
 gl_cli_test("sdtrain --seed 2^64" 2 "--seed wants an integer in \\[0, 18446744073709551615\\]"
             gl-sdtrain --seed 18446744073709551616)
+gl_cli_test("sdtrain --scale_weight_norms with lycoris.kohya" 2
+            "--scale_weight_norms with lycoris.kohya is not supported" gl-sdtrain --pretrained_model_name_or_path m
+            --train_data_dir d --resolution 512 --output_dir o --network_module lycoris.kohya --scale_weight_norms 1)
+gl_cli_test("sdtrain unknown lr weight preset" 2 "--network_args up_lr_weight=sin: unknown lr_weight preset 'sin'"
+            gl-sdtrain --pretrained_model_name_or_path m --train_data_dir d --resolution 512 --output_dir o
+            --network_module networks.lora --network_args up_lr_weight=sin)
 gl_cli_test("sdtrain --cache_latents=yes" 2 "--cache_latents is a switch and takes no value" gl-sdtrain --cache_latents=yes)
 gl_cli_test("sdtrain --output_name .." 2 "--output_name must be a file name \\(not empty, '.' or '..'"
             gl-sdtrain --pretrained_model_name_or_path m --train_data_dir d --resolution 512 --output_dir o

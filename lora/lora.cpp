@@ -14,7 +14,7 @@ using gl::ValueId;
 const ModuleType& LoraConfig::module_type() const { return type ? *type : *module_types().front(); }
 
 Targets LoraConfig::targets() const {
-    if (!lycoris()) return kohya_targets(conv_dim > 0);
+    if (!lycoris()) return kohya_targets(locon());
     const std::optional<Targets> t = lycoris_preset(*family, preset);
     GL_CHECK(t.has_value(), "lora: unknown LyCORIS preset '", preset, "'");
     return *t;
@@ -33,6 +33,28 @@ LoraNetwork::LoraNetwork(LoraConfig cfg) : cfg_(std::move(cfg)) {
     GL_CHECK(cfg_.dropout >= 0.0f && cfg_.dropout < 1.0f, "lora: network dropout must be in [0, 1), got ",
              cfg_.dropout);
     GL_CHECK(cfg_.family != nullptr, "lora: no model family");
+    const size_t blocks = cfg_.block_dims.size(), family_blocks = size_t(cfg_.family->lora_blocks().size());
+    GL_CHECK(cfg_.block_alphas.size() == blocks && (blocks == 0 || blocks == family_blocks) &&
+                 (cfg_.conv_block_dims.empty() || cfg_.conv_block_dims.size() == blocks) &&
+                 cfg_.conv_block_alphas.size() == cfg_.conv_block_dims.size() &&
+                 (cfg_.block_lr_weights.empty() || cfg_.block_lr_weights.size() == family_blocks),
+             "lora: the block-wise dims, alphas and lr weights must hold one value per block of the family's ",
+             family_blocks, " (block_dims ", blocks, ", block_alphas ", cfg_.block_alphas.size(),
+             ", conv_block_dims ", cfg_.conv_block_dims.size(), ", conv_block_alphas ", cfg_.conv_block_alphas.size(),
+             ", lr weights ", cfg_.block_lr_weights.size(), ")");
+    for (size_t i = 0; i < blocks; i++)
+        GL_CHECK(cfg_.block_dims[i] >= 0 && std::isfinite(cfg_.block_alphas[i]) && cfg_.block_alphas[i] >= 0.0f &&
+                     (cfg_.conv_block_dims.empty() ||
+                      (cfg_.conv_block_dims[i] >= 0 && std::isfinite(cfg_.conv_block_alphas[i]) &&
+                       cfg_.conv_block_alphas[i] >= 0.0f)),
+                 "lora: block ", i, "'s dims and alphas must be >= 0");
+    for (double w : cfg_.block_lr_weights)
+        GL_CHECK(std::isfinite(w) && w >= 0.0, "lora: a block lr weight must be finite and >= 0, got ", w);
+    for (const auto& r : {cfg_.loraplus_unet, cfg_.loraplus_text_encoder})
+        GL_CHECK(!r || (std::isfinite(*r) && *r >= 0.0), "lora: a LoRA+ ratio must be finite and >= 0, got ", *r);
+    GL_CHECK(!cfg_.lycoris() || (blocks == 0 && cfg_.block_lr_weights.empty() && !cfg_.loraplus_unet &&
+                                 !cfg_.loraplus_text_encoder),
+             "lora: block-wise dims, lr weights and LoRA+ are networks.lora's");
     GL_CHECK(!cfg_.lycoris() || cfg_.from_file || lycoris_preset(*cfg_.family, cfg_.preset).has_value(),
              "lora: unknown LyCORIS preset '", cfg_.preset, "'");
 }
@@ -64,9 +86,19 @@ std::unique_ptr<Module> LoraNetwork::make_module(const Layer& l) const {
     if (cfg_.from_file) return cfg_.from_file->module(l, s);
     if (!cfg_.targets().covers(*cfg_.family, l.part, l.path)) return nullptr;
     const bool conv = l.kind == ModuleKind::conv;
-    if (conv && (cfg_.conv_dim <= 0 || !cfg_.targets().conv)) return nullptr;
+    if (conv && (!cfg_.locon() || !cfg_.targets().conv)) return nullptr;
     s.rank = conv ? cfg_.conv_dim : cfg_.rank;
     s.alpha = conv ? cfg_.effective_conv_alpha() : cfg_.effective_alpha();
+    if (l.part == Part::unet && !cfg_.block_dims.empty()) {
+        // kohya's block_dims: the block's rank and alpha (its convs' without conv_block_dims: none).
+        const int b = cfg_.family->lora_block(l.path);
+        GL_CHECK(b >= 0 && size_t(b) < cfg_.block_dims.size(), "lora: ", l.key, " lies in none of the ",
+                 cfg_.block_dims.size(), " blocks block_dims holds");
+        if (conv && cfg_.conv_block_dims.empty()) return nullptr;
+        s.rank = conv ? cfg_.conv_block_dims[size_t(b)] : cfg_.block_dims[size_t(b)];
+        s.alpha = conv ? cfg_.conv_block_alphas[size_t(b)] : cfg_.block_alphas[size_t(b)];
+    }
+    if (s.rank == 0) return nullptr;
     s.dora = cfg_.dora;
     s.dora_on_output = cfg_.dora_on_output;
     s.tucker = cfg_.tucker;

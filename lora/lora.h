@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <ranges>
 #include <string>
 #include <utility>
@@ -48,6 +49,19 @@ struct LoraConfig {
     float module_dropout = 0.0f;
     float dropout = 0.0f;
 
+    // networks.lora's block-wise network (lora/block_args.h), one entry per block of the family's
+    // kohya block list (models::LoraBlocks); empty: the network's rank and alpha everywhere. The
+    // UNet's Linear / 1x1 modules of block i get block_dims[i] / block_alphas[i], its k x k convs
+    // conv_block_dims[i] / conv_block_alphas[i] (empty: none); a rank of 0 makes no module there.
+    std::vector<int> block_dims, conv_block_dims;
+    std::vector<float> block_alphas, conv_block_alphas;
+    // Each block's learning-rate weight (down_lr_weight, mid_lr_weight, up_lr_weight): the UNet's
+    // parameters train in one group per block at unet_lr x weight (kohya's prepare_optimizer_params);
+    // empty: one UNet group.
+    std::vector<double> block_lr_weights;
+    // LoRA+: the lr ratio of each part's up weights (their own group); unset: none.
+    std::optional<double> loraplus_unet, loraplus_text_encoder;
+
     std::string network_module = "networks.lora";  // or "lycoris.kohya" (lora/network_args.h)
     const ModuleType* type = nullptr;              // nullptr: LoRA (networks.lora always)
     std::string preset = "full";                   // lycoris.kohya's
@@ -64,6 +78,12 @@ struct LoraConfig {
     bool has_gates() const { return rank_dropout > 0.0f || module_dropout > 0.0f; }
     float effective_alpha() const { return alpha == 0.0f ? float(rank) : alpha; }
     float effective_conv_alpha() const { return conv_alpha == 0.0f ? float(conv_dim) : conv_alpha; }
+    // k x k convs are adapted (networks.lora's LoCon: conv_dim, or conv_block_dims).
+    bool locon() const { return conv_dim > 0 || !conv_block_dims.empty(); }
+    // The LoRA+ ratio of a part's up weights, if any.
+    std::optional<double> loraplus(Part part) const {
+        return part == Part::unet ? loraplus_unet : loraplus_text_encoder;
+    }
     float scale() const { return multiplier * effective_alpha() / float(rank); }
     const ModuleType& module_type() const;
     Targets targets() const;

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "ggml-lite/core/error.h"
+#include "lora/block_args.h"
 
 namespace lora {
 
@@ -54,36 +55,36 @@ bool str_bool(const std::string& v) { return lower(v) != "false"; }  // LyCORIS'
 
 // ---- networks.lora ----
 
-// network_args keys of networks.lora that sdtrain does not implement.
-constexpr std::initializer_list<const char*> kUnsupportedLoraArgs = {
-    "block_dims", "block_alphas", "conv_block_dims", "conv_block_alphas", "down_lr_weight", "mid_lr_weight",
-    "up_lr_weight", "block_lr_zero_threshold", "loraplus_lr_ratio", "loraplus_unet_lr_ratio",
-    "loraplus_text_encoder_lr_ratio", "train_blocks", "exclude_patterns", "include_patterns"};
+// kohya and LyCORIS read the keys they know and ignore the others: one note per key.
+std::string ignored(const std::string& module, const std::string& key, const std::string& value) {
+    return gl::cat("--network_args ", key, "=", value, ": ", module, " does not read this key, so it has no effect",
+                   " (as ", module == "networks.lora" ? "kohya" : "LyCORIS", " ignores it; check its spelling)");
+}
 
 void kohya_lora(LoraConfig& c, const NetworkOptions& o) {
     bool conv_alpha_given = false;
     for (const auto& [key, value] : o.args) {
-        GL_CHECK(!one_of(key, kUnsupportedLoraArgs), "--network_args ", key,
-                 " is not supported (sdtrain's network args: conv_dim, conv_alpha, rank_dropout, module_dropout, "
-                 "dropout)");
-        const double x = arg_number(key, value);
+        if (is_block_arg(key)) continue;  // read below
         if (key == "conv_dim") {
+            const double x = arg_number(key, value);
             GL_CHECK(x >= 1 && x == std::floor(x) && x < 1e6, "--network_args conv_dim must be an integer >= 1");
             c.conv_dim = int(x);
         } else if (key == "conv_alpha") {
+            const double x = arg_number(key, value);
             check_float("network_args conv_alpha", x, 0);
             c.conv_alpha = float(x);
             conv_alpha_given = true;
         } else if (key == "rank_dropout" || key == "module_dropout" || key == "dropout") {
+            const double x = arg_number(key, value);
             check_rate("network_args " + key, x);
             (key == "rank_dropout" ? c.rank_dropout : key == "module_dropout" ? c.module_dropout : c.dropout) = float(x);
         } else {
-            gl::fail("--network_args: unknown key '", key, "' (conv_dim, conv_alpha, rank_dropout, module_dropout, "
-                     "dropout)");
+            c.notes.push_back(ignored("networks.lora", key, value));
         }
     }
     GL_CHECK(!conv_alpha_given || c.conv_dim > 0, "--network_args conv_alpha needs conv_dim");
     if (c.conv_dim > 0 && !conv_alpha_given) c.conv_alpha = 1.0f;  // networks.lora's default
+    read_block_args(c, o.args, o.dim_from_weights);
 }
 
 // ---- lycoris.kohya ----
@@ -155,10 +156,7 @@ void lycoris(LoraConfig& c, const NetworkOptions& o) {
         c.notes.push_back("--network_args " + kv.first + ": LyCORIS's algos " + known + " do not use it; no effect");
         return true;
     });
-    if (!rest.empty())
-        gl::fail("--network_args: unknown key '", rest.front().first, "' for lycoris.kohya (algo, preset, conv_dim, "
-                 "conv_alpha, use_tucker, dora_wd, wd_on_output, rank_dropout, module_dropout, dropout, factor, "
-                 "decompose_both, full_matrix, unbalanced_factorization)");
+    for (const auto& [key, value] : rest) c.notes.push_back(ignored("lycoris.kohya", key, value));
     // create_network: conv_dim = int(conv_dim or network_dim), conv_alpha = float(conv_alpha or network_alpha).
     if (!conv_dim_given) c.conv_dim = c.rank;
     if (!conv_alpha_given) c.conv_alpha = c.alpha;

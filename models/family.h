@@ -10,6 +10,7 @@
 //   adapters    the LoRA prefix of each part, the module classes a network's targets name
 //               (kohya's Transformer2DModel, LyCORIS's presets), which Linears the UNet runs as
 //               1x1 convs, and the order PyTorch defines the modules in (LyCORIS saves in it)
+//   blocks      kohya networks.lora's list of the UNet's blocks (block_dims, down/mid/up_lr_weight)
 //   metadata    the base-model strings kohya and modelspec write
 // SD1.5 is the first family (models/sd15/family.cpp). A second family is a folder under models/
 // holding its model code and one family file defining its Family and registering it here.
@@ -73,6 +74,14 @@ struct TextEncoderSpec {
 };
 
 // What kohya's train_network.py and sai_model_spec write to say which base a LoRA is for.
+// kohya networks.lora's block-wise network args hold one value per UNet block: the down blocks'
+// `down_up` entries (shallow to deep), the mid block's `mid`, then the up blocks' `down_up` (deep to
+// shallow). SD1.x: 12 + 1 + 12 = 25 (kohya's NUM_OF_BLOCKS, NUM_OF_MID_BLOCKS); none: 0.
+struct LoraBlocks {
+    int down_up = 0, mid = 0;
+    int size() const { return 2 * down_up + mid; }
+};
+
 struct BaseModelStrings {
     std::string ss_base_model_version;   // "sd_v1"
     std::string ss_v2;                   // "False"
@@ -102,6 +111,13 @@ public:
     // Modules outside the classes that LyCORIS's presets name directly: the Linear ones (SD: the
     // time embedding's) or the conv ones (SD: conv_in, conv_out).
     virtual std::vector<std::string> io_modules(bool linear) const = 0;
+    // kohya's block list (LoraBlocks) and the place in it of a UNet module path (kohya's
+    // get_block_index), -1 for a module in none; a family without one has no block-wise args.
+    virtual LoraBlocks lora_blocks() const { return {}; }
+    virtual int lora_block(const std::string& unet_path) const {
+        (void)unet_path;
+        return -1;
+    }
 };
 
 const Family& sd15_family();

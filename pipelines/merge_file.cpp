@@ -139,6 +139,35 @@ std::string parent_dir(const std::string& path) {
 
 }  // namespace
 
+std::unique_ptr<FileNetwork> file_network(const sd::Sd15Files& base, std::shared_ptr<const FileModules> modules,
+                                          float multiplier) {
+    auto fn = std::make_unique<FileNetwork>();
+    gl::Graph& g = fn->g;
+    fn->unet = std::make_unique<nn::Weights>(g, DType::f32);
+    fn->text_encoder = std::make_unique<nn::Weights>(g, DType::f32);
+    LoraConfig cfg;
+    cfg.from_file = std::move(modules);
+    cfg.multiplier = multiplier;
+    fn->net = std::make_unique<LoraNetwork>(cfg);
+    fn->net->attach_unet(*fn->unet);
+    fn->net->attach_text_encoder(*fn->text_encoder);
+    const sd::UnetConfig& uc = base.unet_cfg;
+    const int64_t side = int64_t(1) << (uc.block_out.size() - 1);
+    gl::ValueId x = g.input("x", DType::f32, {1, side, side, uc.in_channels});
+    gl::ValueId t = g.input("t", DType::f32, {1});
+    gl::ValueId ctx = g.input("context", DType::f32, {1, sd::ClipTokenizer::kContext, uc.cross_attention_dim});
+    g.mark_output(sd::unet_forward(*fn->unet, uc, x, t, ctx));
+    gl::ValueId ids = g.input("ids", DType::i32, {1, base.clip_cfg.max_pos});
+    g.mark_output(sd::build_clip(*fn->text_encoder, g, ids, base.clip_cfg));
+    return fn;
+}
+
+std::string checkpoint_key(const sd::Sd15Files& base, Part part, const std::string& name) {
+    if (part == Part::text_encoder) return sd::clip_key(sd::detect_clip_layout(*base.text_encoder), name);
+    return sd::detect_unet_layout(*base.unet) == sd::UnetLayout::diffusers ? sd::unet_key_diffusers(name)
+                                                                          : sd::unet_key_original(base.unet_cfg, name);
+}
+
 MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::string& base_path,
                                        const gl::io::TensorSource& lora_file, const std::string& out_arg,
                                        const MergeOptions& opt) {
@@ -173,22 +202,11 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
     gl::io::check_free_space(parent_dir(out), need, "lora merge: " + out);
 
     // The base models in f32 with the network on them (tiny inputs: only the weights matter).
-    gl::Graph g;
-    nn::Weights wu{g, DType::f32}, wc{g, DType::f32};
-    LoraConfig cfg;
-    cfg.from_file = modules;
-    cfg.multiplier = opt.multiplier;
-    LoraNetwork net(cfg);
-    net.attach_unet(wu);
-    net.attach_text_encoder(wc);
+    const std::unique_ptr<FileNetwork> fn = file_network(base, modules, opt.multiplier);
+    gl::Graph& g = fn->g;
+    nn::Weights &wu = *fn->unet, &wc = *fn->text_encoder;
+    LoraNetwork& net = *fn->net;
     const sd::UnetConfig& uc = base.unet_cfg;
-    const int64_t side = int64_t(1) << (uc.block_out.size() - 1);
-    gl::ValueId x = g.input("x", DType::f32, {1, side, side, uc.in_channels});
-    gl::ValueId t = g.input("t", DType::f32, {1});
-    gl::ValueId ctx = g.input("context", DType::f32, {1, sd::ClipTokenizer::kContext, uc.cross_attention_dim});
-    g.mark_output(sd::unet_forward(wu, uc, x, t, ctx));
-    gl::ValueId ids = g.input("ids", DType::i32, {1, base.clip_cfg.max_pos});
-    g.mark_output(sd::build_clip(wc, g, ids, base.clip_cfg));
     // The network holds every module at the file's ranks: a huge rank is refused before anything
     // is allocated, naming the tensor it was read from.
     int64_t lora_bytes = 0;
@@ -235,8 +253,6 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
 
     // Checkpoint key of every weight a module changed.
     std::map<std::string, Merged> unet_keys, te_keys;
-    const sd::UnetLayout ul = sd::detect_unet_layout(*base.unet);
-    const sd::ClipLayout cl = sd::detect_clip_layout(*base.text_encoder);
     size_t n_unet = 0, n_te = 0;
     for (const Module& m : net.modules()) {
         const bool unet = m.layer().part == Part::unet;
@@ -244,9 +260,7 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
         const std::string name = m.layer().path + ".weight";
         for (const nn::WeightEntry& e : (unet ? wu : wc).entries()) {
             if (e.name != name) continue;
-            const std::string key = unet ? (ul == sd::UnetLayout::diffusers ? sd::unet_key_diffusers(name)
-                                                                              : sd::unet_key_original(uc, name))
-                                         : sd::clip_key(cl, name);
+            const std::string key = checkpoint_key(base, m.layer().part, name);
             GL_CHECK(!key.empty(), "lora merge: no checkpoint key for ", name);
             (unet ? unet_keys : te_keys)[key] = Merged{e.id, e.layout};
         }

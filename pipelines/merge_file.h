@@ -19,11 +19,14 @@
 // Host memory: the UNet and text encoder in f32 (about 3.9 GB at SD1.5 size) plus one model file.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "ggml-lite/io/tensor_source.h"
+#include "lora/file_modules.h"
 #include "lora/kohya.h"
+#include "lora/lora.h"
 #include "models/sd15/model_files.h"
 
 namespace lora {
@@ -42,6 +45,19 @@ struct MergeReport {
     size_t tensors_written = 0;     // in the merged file(s)
     std::vector<std::string> stale_removed;  // temporaries of killed merges to `out`, removed
 };
+
+// The base's UNet and text encoder built on tiny inputs in one graph (only their layers matter:
+// nothing is allocated) with a network of the file's modules on them, at `multiplier`.
+struct FileNetwork {
+    gl::Graph g;
+    std::unique_ptr<nn::Weights> unet, text_encoder;
+    std::unique_ptr<LoraNetwork> net;
+};
+std::unique_ptr<FileNetwork> file_network(const sd::Sd15Files& base, std::shared_ptr<const FileModules> modules,
+                                          float multiplier);
+
+// The key the base's checkpoint holds an internal weight name of a part under ("" when none).
+std::string checkpoint_key(const sd::Sd15Files& base, Part part, const std::string& name);
 
 // Throws gl::Error naming the file and what is wrong: a LoRA file whose tensors the network does
 // not use (merging would drop them silently), ranks out of range, non-finite weights, an output

@@ -66,7 +66,11 @@ TEST_CASE("network args: what sdtrain does not do is refused by name, what has n
     CHECK(refusal({{"conv_dim", "4.5"}}).find("conv_dim=4.5") != std::string::npos);
     CHECK(refusal({{"factor", "x"}}).find("factor=x: LoKr's factor is an integer") != std::string::npos);
     CHECK(refusal({{"rank_dropout", "1.5"}}).find("rank_dropout must be in [0, 1)") != std::string::npos);
-    CHECK(refusal({{"frobnicate", "1"}}).find("unknown key 'frobnicate' for lycoris.kohya") != std::string::npos);
+    // A key LyCORIS does not read: ignored with a note, as LyCORIS's create_network ignores it.
+    const lora::LoraConfig unknown = lyco({{"frobnicate", "1"}});
+    REQUIRE(unknown.notes.size() == 1);
+    CHECK(unknown.notes[0].find("frobnicate=1: lycoris.kohya does not read this key, so it has no effect") !=
+          std::string::npos);
     // LoKr's args are taken (and checked) for any algo, as LyCORIS passes every kwarg to every module.
     CHECK_NOTHROW(lyco({{"algo", "loha"}, {"factor", "8"}}));
     CHECK(refusal({{"algo", "loha"}, {"factor", "eight"}}).find("factor=eight") != std::string::npos);

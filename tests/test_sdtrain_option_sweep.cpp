@@ -7,8 +7,12 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <fstream>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
+#include "sdtrain_cli_fixtures.h"
 #include "sdtrain_fixtures.h"
 #include "test_util.h"
 #include "tools/common/cli.h"
@@ -74,7 +78,10 @@ bool has(const std::string& s, const std::string& part) { return s.find(part) !=
 // kohya turns the sampling intervals off when <= 0 (a note, as kohya warns), and takes any float for
 // the noise variants: negative values are theirs.
 const std::set<std::string> kTakesNegative = {"sample_every_n_steps", "sample_every_n_epochs", "adaptive_noise_scale",
-                                              "multires_noise_discount", "ip_noise_gamma", "v_pred_like_loss"};
+                                              "multires_noise_discount", "ip_noise_gamma", "v_pred_like_loss",
+                                              "base_weights_multiplier"};
+// Any float, as kohya's type=float: a negative multiplier subtracts its LoRA.
+const std::set<std::string> kTakesAnyFloat = {"base_weights_multiplier"};
 
 }  // namespace
 
@@ -85,6 +92,7 @@ TEST_CASE("option sweep: no number option takes text, NaN, infinities or what no
         for (const std::string bad : {"abc", "", "nan", "-nan", "NaN", "inf", "-inf", "infinity", "-Infinity", "1e39",
                                       "-1e39", "1e400", "-1e400", "-18446744073709551617", "0x10", "5x", " 5", "5 ",
                                       "1_000"}) {
+            if (kTakesAnyFloat.count(o->name) && bad == "-18446744073709551617") continue;
             CAPTURE(o->name);
             CAPTURE(bad);
             const std::string e = usage_error({"--" + o->name, bad});
@@ -167,6 +175,8 @@ TEST_CASE("option sweep: the same bad numbers in a config file are refused namin
     };
     for (const train::Option* o : options_where(is_number)) {
         for (const std::string value : {"1e39", "nan", "inf", "-inf", "\"abc\"", "\"\"", "true", "[1, 2]", "-1.5"}) {
+            const bool list = o->kind == train::OptionKind::list;
+            if (list && (value == "[1, 2]" || value == "-1.5")) continue;  // a list of numbers takes them
             CAPTURE(o->name);
             CAPTURE(value);
             CHECK(has(file_error(o->name + " = " + value), "bad.toml: " + o->name));
@@ -214,10 +224,20 @@ TEST_CASE("option sweep: an option given twice: each value is checked, the last 
         // An earlier bad value is refused, not skipped (kohya's argparse converts every one).
         if (o.numeric) CHECK(has(usage_error(given({flag, "-1e39", flag, a})), flag));
     }
-    // Switches given twice are given; a list given twice is refused (kohya keeps only the last).
+    // Switches given twice are given; a list given twice is refused (kohya keeps only the last),
+    // except --network_args, whose last list counts as in kohya (with a note).
     CHECK(config_of({"--cache_latents", "--cache_latents"}) == config_of({"--cache_latents"}));
-    CHECK(has(usage_error({"--network_args", "conv_dim=4", "--network_args", "conv_alpha=1"}),
-              "--network_args was given twice"));
+    CHECK(has(usage_error({"--optimizer_args", "weight_decay=0.1", "--optimizer_args", "eps=1e-6"}),
+              "--optimizer_args was given twice"));
+    const train::RunConfig twice = sdtrain::parse_command_line(
+        with_required({"--network_args", "conv_dim=4", "conv_alpha=1", "--network_args", "rank_dropout=0.1"})).config;
+    // As kohya's own parser (tests/golden/make_kohya_network_golden.py) given the same.
+    std::ifstream golden(gltest::golden_dir("kohya") + "network_blocks.json");
+    REQUIRE(golden);
+    CHECK(twice.network_args ==
+          nlohmann::json::parse(golden).at("repeated_network_args").get<std::vector<std::string>>());
+    CHECK(sdtrain_cli_test::has_note(twice, "--network_args was given 2 times: the last list counts"));
+    CHECK(config_of({"--network_args", "conv_dim=4", "--network_args"}) == config_of({}));
 }
 
 TEST_CASE("option sweep: text options: empty paths, output names, switches with values, kohya's empty defaults") {
@@ -283,4 +303,30 @@ TEST_CASE("option sweep: RunConfig::validate applies the same ranges to a config
         CAPTURE(want);
         CHECK(has(gltest::error_of([&] { c.validate(); }), want));
     }
+}
+
+TEST_CASE("option sweep: kohya's network knobs with typical values are implemented, not refused") {
+    // As the GUI's Standard and LoCon presets and kohya's docs pass them.
+    const std::string ones = "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1";
+    const train::RunConfig c = sdtrain::parse_command_line(with_required(
+        {"--scale_weight_norms", "1", "--base_weights", "a.safetensors", "b.safetensors", "--base_weights_multiplier",
+         "0.5", "-1", "--network_args", "conv_dim=4", "conv_alpha=1",
+         "block_dims=2,4,4,4,8,8,8,8,8,8,8,8,8,8,8,8,8,8,8,8,8,8,4,4,2", "block_alphas=" + ones,
+         "conv_block_dims=1,2,2,2,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,2,2,1", "conv_block_alphas=" + ones,
+         "down_lr_weight=sine",
+         "mid_lr_weight=0.5", "up_lr_weight=cosine+0.1", "block_lr_zero_threshold=0.1", "loraplus_lr_ratio=16",
+         "loraplus_unet_lr_ratio=8", "loraplus_text_encoder_lr_ratio=4"})).config;
+    CHECK(c.scale_weight_norms == 1.0);
+    const std::vector<lora::BaseWeightsFile> files = c.base_weight_files();
+    REQUIRE(files.size() == 2);
+    CHECK(files[1].multiplier == -1.0f);
+    const lora::LoraConfig n = c.lora_config();
+    CHECK(n.block_dims.size() == 25);
+    CHECK(n.conv_block_dims.size() == 25);
+    CHECK(n.block_lr_weights.size() == 25);
+    CHECK(n.loraplus_unet == 8.0);
+    CHECK(n.loraplus_text_encoder == 4.0);
+    CHECK(train::find_option("scale_weight_norms")->group.rfind("Network", 0) == 0);  // in --help, not refused
+    CHECK(train::find_option("base_weights")->group.rfind("Network", 0) == 0);
+    CHECK(train::find_option("base_weights_multiplier")->group.rfind("Network", 0) == 0);
 }

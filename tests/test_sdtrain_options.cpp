@@ -109,8 +109,10 @@ TEST_CASE("sdtrain options: kohya options refused, accepted with a note, unknown
     const train::RunConfig c = parse({"--xformers", "--sdpa", "--mem_eff_attn", "--lowram"});
     CHECK(has_note(c, "--xformers: not needed"));
     CHECK(has_note(c, "--lowram: not needed"));
-    CHECK(usage_error({"--network_args", "block_dims=2,2,2"}).find("--network_args block_dims is not supported") !=
-          std::string::npos);
+    CHECK(usage_error({"--network_args", "block_dims=2,2,2"}).find("--network_args block_dims must have 25 elements "
+                                                                   "but 3 elements are given") != std::string::npos);
+    CHECK(has_note(parse({"--network_args", "frobnicate=1"}), "--network_args frobnicate=1: networks.lora does not "
+                                                              "read this key, so it has no effect"));
     CHECK(usage_error({"--network_args", "nonsense"}).find("'nonsense' is not key=value") != std::string::npos);
     CHECK(usage_error({"--optimizer_type", "DAdaptAdan"}).find("DAdaptAdan") != std::string::npos);
     CHECK(usage_error({"--optimizer_args", "bogus=1"}).find("bogus") != std::string::npos);

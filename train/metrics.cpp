@@ -110,6 +110,16 @@ std::string metrics_json(const StepMetrics& m) {
     ojson lr = ojson::object();
     for (const LrValue& v : m.lr) lr[v.group] = num(v.lr);
     j["lr"] = std::move(lr);
+    if (!m.group_lr.empty()) {
+        ojson groups = ojson::object();
+        for (const LrValue& v : m.group_lr) groups[v.group] = num(v.lr);
+        j["group_lr"] = std::move(groups);
+    }
+    if (m.keys_scaled >= 0) {
+        j["keys_scaled"] = m.keys_scaled;
+        j["average_key_norm"] = num(m.average_key_norm);
+        j["max_key_norm"] = num(m.max_key_norm);
+    }
     j["it_per_s"] = num(m.it_per_s);
     j["images_per_s"] = num(m.images_per_s);
     j["eta_s"] = num(m.eta_s);
@@ -235,12 +245,19 @@ StepMetrics step_of(const ojson& j) {
     m.total_epochs = get_int(j, "total_epochs");
     m.loss = get_num(j, "loss");
     m.loss_mean = get_num(j, "loss_mean");
-    if (const auto it = j.find("lr"); it != j.end()) {
-        if (!it->is_object()) throw std::invalid_argument("lr");
+    for (const char* key : {"lr", "group_lr"}) {
+        const auto it = j.find(key);
+        if (it == j.end()) continue;
+        if (!it->is_object()) throw std::invalid_argument(key);
         for (const auto& [group, v] : it->items()) {
-            if (!v.is_number() && !v.is_null()) throw std::invalid_argument("lr");
-            m.lr.push_back({group, v.is_null() ? kUnknown : v.get<double>()});
+            if (!v.is_number() && !v.is_null()) throw std::invalid_argument(key);
+            (key == std::string("lr") ? m.lr : m.group_lr).push_back({group, v.is_null() ? kUnknown : v.get<double>()});
         }
+    }
+    if (j.contains("keys_scaled")) {
+        m.keys_scaled = get_int(j, "keys_scaled");
+        m.average_key_norm = get_num(j, "average_key_norm");
+        m.max_key_norm = get_num(j, "max_key_norm");
     }
     m.it_per_s = get_num(j, "it_per_s");
     m.images_per_s = get_num(j, "images_per_s");

@@ -38,7 +38,14 @@ struct StepMetrics {
     int64_t epoch = 0;             // 1-based epoch this step belongs to
     double loss = kUnknown;        // this step's loss (mean over its micro-batches)
     int64_t images = 0;            // images this step trained on (batch x accumulation)
-    std::vector<LrValue> lr;       // per parameter group, as applied at this step
+    std::vector<LrValue> lr;       // per part ("unet", "text_encoder"), as applied at this step
+    // Every parameter group's under kohya's names, when there are more than one per part (block
+    // lr weights, LoRA+: "unet_block3", "unet plus", ...); else empty.
+    std::vector<LrValue> group_lr;
+    // --scale_weight_norms (kohya's max-norm figures): modules scaled at this step (-1: not used),
+    // the mean and the largest norm after scaling.
+    int64_t keys_scaled = -1;
+    double average_key_norm = kUnknown, max_key_norm = kUnknown;
     size_t mem_used = 0;           // device memory in use, bytes (0: not known)
     size_t mem_plan = 0;           // what the memory plan reserves, bytes (0: not known)
     double grad_norm = kUnknown;   // of the unscaled gradients

@@ -1,7 +1,11 @@
 #include "train/step.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <map>
+#include <optional>
+#include <tuple>
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/ops/param_casts.h"
@@ -109,10 +113,29 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     gl::merge_param_casts(g);
     s->grads = gl::backward(g, scaled);
 
-    ParamGroup unet{"unet", {}, {}, opt.unet_lr, {}}, te{"text_encoder", {}, {}, opt.text_encoder_lr, {}};
+    // kohya's prepare_optimizer_params: one group per part (the UNet's per block with block lr
+    // weights, at unet_lr x the block's weight), with LoRA+ each group's up weights in a group of
+    // their own at the lr x the part's ratio; the UNet's groups first, by block.
+    std::map<std::tuple<int, int, bool>, ParamGroup> by_key;
+    const lora::LoraConfig& lc = opt.lora;
     for (const lora::Module& m : s->net->modules()) {
-        ParamGroup& grp = m.layer().part == lora::Part::unet ? unet : te;
+        const bool unet = m.layer().part == lora::Part::unet;
+        std::string name = unet ? "unet" : "text_encoder";
+        double lr = unet ? opt.unet_lr : opt.text_encoder_lr;
+        int block = -1;
+        if (unet && !lc.block_lr_weights.empty()) {
+            block = opt.family->lora_block(m.layer().path);
+            GL_CHECK(block >= 0 && size_t(block) < lc.block_lr_weights.size(), "step: ", m.key(),
+                     " lies in none of the blocks the lr weights are given for");
+            name = gl::cat("unet_block", block);
+            lr *= lc.block_lr_weights[size_t(block)];
+        }
+        const std::optional<double> ratio = lc.loraplus(m.layer().part);
         for (const lora::Tensor& t : m.tensors()) {
+            const bool plus = ratio && t.suffix == "lora_up.weight";  // kohya: "lora_up" in the name
+            ParamGroup& grp = by_key[{unet ? 0 : 1, block, plus}];
+            if (grp.params.empty())
+                grp = ParamGroup{plus ? name + "_plus" : name, {}, {}, float(plus ? lr * *ratio : lr), {}};
             grp.params.push_back(t.id);
             grp.grads.push_back(s->grads[t.id]);
             // PyTorch's shape, as kohya's Adafactor factors by it, where it holds the graph's
@@ -121,12 +144,24 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
         }
     }
     std::vector<ParamGroup> groups;
-    for (ParamGroup* grp : {&unet, &te})
-        if (!grp->params.empty()) groups.push_back(std::move(*grp));
+    for (auto& [key, grp] : by_key) groups.push_back(std::move(grp));
     GL_CHECK(!groups.empty(), "step: the LoRA targets no module of the model (nothing to train)");
     s->update = std::make_unique<Update>(g, std::move(groups), opt.optimizer, opt.max_grad_norm, opt.grad_accum,
                                          s->loss_scale, s->loss);
     return s;
+}
+
+std::vector<std::string> kohya_group_names(const StepGraph& s) {
+    const std::vector<ParamGroup>& groups = s.update->groups();
+    const auto per_part = [](const ParamGroup& g) { return g.name == "unet" || g.name == "text_encoder"; };
+    if (std::all_of(groups.begin(), groups.end(), per_part)) return {};
+    std::vector<std::string> names;
+    for (const ParamGroup& g : groups) {
+        std::string d = g.name.rfind("text_encoder", 0) == 0 ? "textencoder" + g.name.substr(12) : g.name;
+        if (d.size() > 5 && d.compare(d.size() - 5, 5, "_plus") == 0) d.replace(d.size() - 5, 1, " ");
+        names.push_back(d);
+    }
+    return names;
 }
 
 void write_objective_tables(const StepGraph& s, gl::Runtime& rt, const Objective& o, const diffusion::DdpmSchedule& sched) {

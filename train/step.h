@@ -106,8 +106,15 @@ struct StepGraph {
 };
 
 // Builds the whole step (forward, backward, update). Returned by pointer: Weights hold a reference
-// to the graph.
+// to the graph. The update's parameter groups are kohya's (prepare_optimizer_params): "unet" and
+// "text_encoder", or with block lr weights "unet_block<i>" per block (by block), and with LoRA+
+// each one's up weights in "<group>_plus"; the UNet's first.
 std::unique_ptr<StepGraph> build_step(const StepOptions& opt);
+
+// kohya's lr_descriptions of the step's groups, in their order ("textencoder", "unet plus",
+// "unet_block3", ...), when there are more than one per part; else empty (kohya logs its
+// lr/unet and lr/textencoder then).
+std::vector<std::string> kohya_group_names(const StepGraph& s);
 
 // Writes the objective's tables (before the first run; the timestep range and schedule of the
 // draws must be sched's, whose step count the tables were built with) and a micro-batch's draw.

@@ -104,6 +104,27 @@ public:
         return {"conv_in", "conv_out"};
     }
 
+    LoraBlocks lora_blocks() const override { return {12, 1}; }
+
+    // kohya's get_block_index on the module's key: down_blocks.i.<resnets|attentions>.j is 1 + 3i + j
+    // (downsamplers 1 + 3i + 2), up_blocks 13 + the same, anything in mid_block 12; block 0
+    // (conv_in, the time embedding) holds no module networks.lora makes.
+    int lora_block(const std::string& path) const override {
+        std::vector<std::string> p;
+        std::stringstream ss(path);
+        for (std::string s; std::getline(ss, s, '.');) p.push_back(s);
+        if (!p.empty() && p[0] == "mid_block") return 12;
+        if (p.size() < 5 || (p[0] != "down_blocks" && p[0] != "up_blocks")) return -1;
+        const int64_t i = number(p[1]), j = number(p[3]);
+        if (i < 0 || j < 0 || i > 3) return -1;
+        int64_t idx = 0;
+        if (p[2] == "resnets" || p[2] == "attentions") idx = 3 * i + j;
+        else if (p[2] == "downsamplers" || p[2] == "upsamplers") idx = 3 * i + 2;
+        else return -1;
+        if (idx > 11) return -1;
+        return int(p[0] == "down_blocks" ? 1 + idx : 13 + idx);
+    }
+
 private:
     TokenLayout tokens_{};
     LatentSpec latent_{};

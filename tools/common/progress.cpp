@@ -95,6 +95,7 @@ std::string Progress::terminal_line(const train::StepMetrics& m, int width) {
         {rate(m.it_per_s) + " it/s", 3},
         {rate(m.images_per_s) + " img/s", 6},
         {mem.empty() ? "" : "mem " + mem, 7},
+        {m.keys_scaled >= 0 ? fmt("keys scaled %lld", (long long)m.keys_scaled) : "", 8},
         {m.total_steps > 0 ? "ETA " + format_duration(m.eta_s) : "", 2},
     };
     std::erase_if(fields, [](const Field& f) { return f.text.empty(); });
@@ -139,6 +140,9 @@ std::string Progress::plain_line(const train::StepMetrics& m) {
     }
     s += "  " + rate(m.it_per_s) + " it/s  " + rate(m.images_per_s) + " images/s";
     if (const std::string mem = memory(m); !mem.empty()) s += "  mem " + mem;
+    if (m.keys_scaled >= 0)
+        s += fmt("  max norm: %lld keys scaled, average key norm %.4g, max %.4g", (long long)m.keys_scaled,
+                 m.average_key_norm, m.max_key_norm);
     s += "  elapsed " + format_duration(m.elapsed_s);
     if (m.total_steps > 0) s += "  ETA " + format_duration(m.eta_s);
     if (!m.applied) s += "  (update skipped)";

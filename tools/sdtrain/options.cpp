@@ -118,14 +118,25 @@ void refuse_switch_values(const std::vector<std::string>& args) {
     }
 }
 
-// A list option given twice: kohya keeps the last list, where joining them is what one may mean.
-void refuse_repeated_lists(const std::vector<std::string>& args) {
+// Lists that keep their last occurrence, as kohya's argparse does (nargs="*", action "store"):
+// GUIs and scripts that append a --network_args to a command line count on it.
+bool last_list_counts(const std::string& name) { return name == "network_args"; }
+
+// How often each option is given on the command line.
+std::map<std::string, int> occurrences(const std::vector<std::string>& args) {
     std::map<std::string, int> seen;
     for (const std::string& a : args) {
-        if (a.rfind("--", 0) != 0) continue;
-        const std::string name = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
+        const size_t eq = a.find('=');
+        if (a.rfind("--", 0) == 0) seen[a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)]++;
+    }
+    return seen;
+}
+
+// Any other list option given twice: kohya keeps the last list, where joining them is what one may mean.
+void refuse_repeated_lists(const std::vector<std::string>& args) {
+    for (const auto& [name, n] : occurrences(args)) {
         const Option* o = find_option(name);
-        if (o && o->kind == OptionKind::list && ++seen[name] == 2)
+        if (o && o->kind == OptionKind::list && n >= 2 && !last_list_counts(name))
             throw UsageError(gl::cat("--", name, " was given twice: give all its values after one --", name,
                                      " (kohya would keep only the last list)"));
     }
@@ -191,12 +202,15 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
                 flag,
                 [&given, name, kind = o.kind](const CLI::results_t& r) {
                     given[name] = Values(r.begin(), r.end());  // a value option: each time it was given
+                    // A bare --network_args (CLI11 gives one empty value) is kohya's empty list.
+                    if (last_list_counts(name) && r.size() == 1 && r[0].empty()) given[name].clear();
                     return true;
                 },
                 o.help);
             opt->type_name(o.type);
             if (o.kind == OptionKind::list) {
                 opt->expected(0, -1)->allow_extra_args(true);
+                if (last_list_counts(name)) opt->trigger_on_parse();  // each occurrence replaces the last
             } else {
                 opt->type_size(1)->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
             }
@@ -250,6 +264,10 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
         }
         for (const std::string& v : values) set_option(*o, c, "--" + name, {v});  // each checked, the last counts
     }
+    for (const auto& [name, n] : occurrences(args))
+        if (n >= 2 && last_list_counts(name) && given.count(name))
+            c.note(gl::cat("--", name, " was given ", n, " times: the last list counts (as kohya's argparse), the "
+                           "earlier ones are ignored"));
     try {
         c.validate();
     } catch (const UsageError&) {

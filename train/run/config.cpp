@@ -17,7 +17,8 @@ namespace {
 // default lr (--learning_rate), which polynomial divides its absolute lr_end by and cosine_with_min_lr
 // its min_lr; Adafactor with a relative step computes its own lr: the factor stays 1 (kohya's
 // AdafactorSchedule).
-optim::LrSchedule schedule_for(const RunConfig& c, int64_t total_steps, std::vector<std::string>* notes) {
+optim::LrSchedule schedule_for(const RunConfig& c, int64_t total_steps, std::vector<std::string>* notes,
+                               const std::vector<double>* group_lrs = nullptr) {
     optim::KohyaScheduleArgs a;
     a.lr_scheduler = c.lr_scheduler;
     a.lr_scheduler_type = c.lr_scheduler_type;
@@ -30,8 +31,12 @@ optim::LrSchedule schedule_for(const RunConfig& c, int64_t total_steps, std::vec
     a.min_lr_ratio = c.lr_scheduler_min_lr_ratio;
     a.total_steps = total_steps;
     a.base_lr = c.learning_rate;
-    if (c.train_unet()) a.group_lrs.push_back(c.unet_learning_rate());
-    if (c.train_text_encoder()) a.group_lrs.push_back(c.text_encoder_learning_rate());
+    if (group_lrs) {
+        a.group_lrs = *group_lrs;
+    } else {
+        if (c.train_unet()) a.group_lrs.push_back(c.unet_learning_rate());
+        if (c.train_text_encoder()) a.group_lrs.push_back(c.text_encoder_learning_rate());
+    }
     return optim::kohya_schedule(a, notes);
 }
 }  // namespace
@@ -94,7 +99,11 @@ std::vector<std::pair<std::string, std::string>> parse_network_args(const std::v
     for (const std::string& a : args) {
         const size_t eq = a.find('=');
         GL_CHECK(eq != std::string::npos && eq > 0, "--network_args: '", a, "' is not key=value");
-        out.emplace_back(a.substr(0, eq), a.substr(eq + 1));
+        const std::string key = a.substr(0, eq), value = a.substr(eq + 1);
+        // kohya's dict: a key given again keeps its place and takes the later value.
+        const auto it = std::find_if(out.begin(), out.end(), [&](const auto& kv) { return kv.first == key; });
+        if (it != out.end()) it->second = value;
+        else out.emplace_back(key, value);
     }
     return out;
 }
@@ -175,6 +184,19 @@ void RunConfig::validate() {
              "--network_train_unet_only and --network_train_text_encoder_only contradict each other");
     GL_CHECK(!dim_from_weights || network_weights, "--dim_from_weights needs --network_weights");
     lora_config();  // checks network_args
+    if (scale_weight_norms) {
+        check_float("scale_weight_norms", *scale_weight_norms, 0);
+        GL_CHECK(*scale_weight_norms == 0 || network_module != "lycoris.kohya",
+                 "--scale_weight_norms with lycoris.kohya is not supported (LyCORIS's max norm scales a scalar each "
+                 "module holds, which sdtrain's LyCORIS modules do not); networks.lora has kohya's");
+        if (*scale_weight_norms == 0) note("--scale_weight_norms 0: no max-norm regularisation (as kohya)");
+    }
+    for (const std::string& p : base_weights) GL_CHECK(!p.empty(), "--base_weights wants paths, got ''");
+    for (double m : base_weights_multiplier)
+        check_float("base_weights_multiplier", m, -std::numeric_limits<float>::max());
+    if (base_weights_multiplier.size() > base_weights.size())
+        note(gl::cat("--base_weights_multiplier holds ", base_weights_multiplier.size(), " values for ",
+                     base_weights.size(), " --base_weights files: the ones beyond are ignored (as kohya)"));
     GL_CHECK(!(cache_text_encoder_outputs && train_text_encoder()),
              "--cache_text_encoder_outputs needs a frozen text encoder: add --network_train_unet_only");
     GL_CHECK(!(network_train_text_encoder_only && text_encoder_lr && *text_encoder_lr == 0),
@@ -330,6 +352,13 @@ lora::SavePrecision RunConfig::save_dtype() const {
     return p == "fp16" ? lora::SavePrecision::fp16 : p == "bf16" ? lora::SavePrecision::bf16 : lora::SavePrecision::fp32;
 }
 
+std::vector<lora::BaseWeightsFile> RunConfig::base_weight_files() const {
+    std::vector<lora::BaseWeightsFile> f;
+    for (size_t i = 0; i < base_weights.size(); i++)
+        f.push_back({base_weights[i], i < base_weights_multiplier.size() ? float(base_weights_multiplier[i]) : 1.0f});
+    return f;
+}
+
 gl::WeightFormat RunConfig::unet_base_format() const {
     if (fp8_base || fp8_base_unet) return gl::WeightFormat::fp8;
     if (int8_base || int8_base_unet) return gl::WeightFormat::int8;
@@ -350,7 +379,7 @@ const models::Family& RunConfig::family() const { return models::sd15_family(); 
 
 lora::LoraConfig RunConfig::lora_config() const {
     return lora::network_config({network_module, network_dim, network_alpha, network_dropout,
-                                 parse_network_args(network_args), &family()});
+                                 parse_network_args(network_args), &family(), dim_from_weights});
 }
 
 optim::OptimizerConfig RunConfig::optimizer() const {
@@ -404,5 +433,9 @@ std::vector<std::string> lr_scheduler_names() {
 }
 
 optim::LrSchedule lr_schedule(const RunConfig& c, int64_t total_steps) { return schedule_for(c, total_steps, nullptr); }
+
+void check_schedule_groups(const RunConfig& c, int64_t total_steps, const std::vector<double>& group_lrs) {
+    schedule_for(c, total_steps, nullptr, &group_lrs);
+}
 
 }  // namespace train

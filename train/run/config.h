@@ -17,6 +17,7 @@
 #include "ggml-lite/core/runtime.h"
 #include "lora/kohya.h"
 #include "optim/optimizer_config.h"
+#include "pipelines/base_weights.h"
 #include "optim/schedule.h"
 #include "train/objective.h"
 
@@ -67,6 +68,8 @@ struct RunConfig {
     bool adafactor_relative_step() const;     // the lr and its schedule are Adafactor's own
     Objective objective() const;
     int clip_chunks() const { return max_token_length.value_or(75) / 75; }
+    // --base_weights with their --base_weights_multiplier (1 where none is given).
+    std::vector<lora::BaseWeightsFile> base_weight_files() const;
     gl::WeightFormat unet_base_format() const;          // from --fp8_base* / --int8_base*
     gl::WeightFormat text_encoder_base_format() const;  // only --fp8_base / --int8_base reach it
     uint64_t seed_or(uint64_t drawn) const { return seed.value_or(drawn); }
@@ -77,8 +80,12 @@ std::vector<std::string> lr_scheduler_names();
 
 // kohya's LR schedule for a run of total_steps optimizer steps (warm-up from lr_warmup_steps).
 optim::LrSchedule lr_schedule(const RunConfig& c, int64_t total_steps);
+// Refuses (gl::Error) a schedule whose absolute torch lrs (eta_min, OneCycleLR's max_lr) cannot
+// hold for these parameter groups' lrs (block lr weights and LoRA+ make groups of other lrs).
+void check_schedule_groups(const RunConfig& c, int64_t total_steps, const std::vector<double>& group_lrs);
 
-// The network_args as key=value pairs (kohya splits at the first '='); gl::Error naming a bad one.
+// The network_args as key=value pairs (kohya splits at the first '=' into a dict: a key given
+// twice keeps its first place and its last value); gl::Error naming a bad one.
 std::vector<std::pair<std::string, std::string>> parse_network_args(const std::vector<std::string>& args);
 
 }  // namespace train

@@ -43,6 +43,14 @@ struct StepEvent {
     // The rates after the scheduler's step (the next update's): what kohya logs as lr/unet and
     // lr/textencoder at this step.
     std::optional<double> next_lr_unet, next_lr_text_encoder;
+    // With more than one parameter group per part (block lr weights, LoRA+): every group's rate at
+    // this step and after the scheduler's step, under kohya's lr_descriptions ("textencoder",
+    // "textencoder plus", "unet", "unet plus", "unet_block3", "unet_block3 plus"); else empty.
+    std::vector<std::pair<std::string, double>> group_lrs, next_group_lrs;
+    // --scale_weight_norms: kohya's max-norm figures after this update (modules scaled, the mean and
+    // the largest norm after scaling).
+    std::optional<int> keys_scaled;
+    std::optional<double> average_key_norm, max_key_norm;
     double grad_norm = 0;
     bool applied = true;    // false: an fp16 overflow skipped the update
     double loss_scale = 1;

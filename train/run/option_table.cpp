@@ -20,6 +20,7 @@ namespace {
 
 constexpr int kIntMax = std::numeric_limits<int>::max();
 constexpr int kIntMin = std::numeric_limits<int>::min();
+constexpr double kAnyReal = std::numeric_limits<double>::max();  // range(-kAnyReal, kAnyReal): any float
 
 // The reasons many refused options share.
 constexpr const char* kNotImplemented = "not implemented";
@@ -205,6 +206,13 @@ std::string show(const T& v) {
         std::string s;
         for (const std::string& x : v) s += (s.empty() ? "" : " ") + x;
         return s.empty() ? "None" : s;
+    } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+        std::string s;
+        for (double x : v) {
+            if (!s.empty()) s += ' ';
+            s += py_float(x);
+        }
+        return s.empty() ? "None" : s;
     } else if constexpr (std::is_same_v<T, std::array<int, 2>>) {
         return gl::cat(v[0], ",", v[1]);
     } else if constexpr (std::is_same_v<T, WarmupSteps>) {
@@ -243,7 +251,9 @@ std::optional<data::ConfigValue> dataset_value(const T& v) {
 }
 template <class T>
 constexpr bool kDatasetType = !std::is_same_v<T, WarmupSteps> && !std::is_same_v<T, gl::Backend> &&
-                              !std::is_same_v<T, std::vector<std::string>>;
+                              !std::is_same_v<T, std::vector<std::string>> && !std::is_same_v<T, std::vector<double>>;
+template <class T>
+constexpr bool kList = std::is_same_v<T, std::vector<std::string>> || std::is_same_v<T, std::vector<double>>;
 
 // An int literal as the default of a float option: kohya's argparse leaves the default as it is
 // written (not converted by type=float), and str() of it is "1", where a given 1 is "1.0".
@@ -262,11 +272,9 @@ Option declared(std::string name, Group group, std::string label, std::string he
     o.name = name;
     o.group = names_of(group).heading;
     o.section = names_of(group).section;
-    o.kind = std::is_same_v<T, bool> ? OptionKind::flag
-             : std::is_same_v<T, std::vector<std::string>> || listed ? OptionKind::list
-                                                                     : OptionKind::value;
+    o.kind = std::is_same_v<T, bool> ? OptionKind::flag : kList<T> || listed ? OptionKind::list : OptionKind::value;
     o.type = label;
-    o.numeric = kNumber<V>;
+    o.numeric = kNumber<V> || std::is_same_v<T, std::vector<double>>;
     o.help = std::move(help);
     if constexpr (std::is_integral_v<V> && !std::is_same_v<V, bool>) {
         const auto [lo, hi] = int_bounds<V>(t);
@@ -282,6 +290,10 @@ Option declared(std::string name, Group group, std::string label, std::string he
             c.*m = v.empty() || parse_bool(where, one(where, v));
         } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
             c.*m = v;
+        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+            std::vector<double> x;
+            for (const std::string& s : v) x.push_back(read<double>(where, s, label, t));
+            c.*m = std::move(x);
         } else if constexpr (Optional<T>::value) {
             if (!t.listed_reason.empty() && v.size() > 1) gl::fail(where, ": ", t.listed_reason);
             if (!t.listed_reason.empty() && v.empty()) (c.*m).reset();

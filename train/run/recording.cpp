@@ -61,6 +61,12 @@ StepMetrics step_metrics(const StepEvent& e) {
     m.images = e.images;
     if (e.lr_unet) m.lr.push_back({"unet", *e.lr_unet});
     if (e.lr_text_encoder) m.lr.push_back({"text_encoder", *e.lr_text_encoder});
+    for (const auto& [group, lr] : e.group_lrs) m.group_lr.push_back({group, lr});
+    if (e.keys_scaled) {
+        m.keys_scaled = *e.keys_scaled;
+        m.average_key_norm = e.average_key_norm.value_or(kUnknown);
+        m.max_key_norm = e.max_key_norm.value_or(kUnknown);
+    }
     m.grad_norm = e.grad_norm;
     m.applied = e.applied;
     if (e.device_bytes_in_use) {

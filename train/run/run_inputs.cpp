@@ -86,7 +86,8 @@ bool Runner::cache() {
         const auto t = std::chrono::steady_clock::now();
         const int chunks = m_.step.clip_chunks, content = m_.step.family->tokens().content;
         auto tok = m_.model.tokenizer;
-        sd::ClipGraphEncoder enc(m_.model.clip_cfg, *m_.model.text_encoder, "clip|" + identity, m_.step.clip_skip,
+        const std::string key = "clip|" + identity + lora::base_weights_identity(c_.base_weight_files());
+        sd::ClipGraphEncoder enc(m_.model.clip_cfg, *m_.model.text_encoder, key, m_.step.clip_skip,
                                    chunks, activation_dtype(m_.step.precision), m_.backend,
                                    [tok, chunks, content](const std::string& s) { return tok->encode_chunks(s, content * chunks); });
         m_.message("caching text encoder outputs");

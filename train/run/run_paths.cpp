@@ -70,6 +70,7 @@ std::vector<RunInput> run_inputs(const RunConfig& c, const sd::Sd15Files* model,
         for (const data::SubsetConfig& s : dataset->subsets)
             in.push_back({s.is_reg ? "the regularisation subset folder" : "the subset folder", s.image_dir.string(), false});
     if (c.network_weights) in.push_back({"--network_weights", *c.network_weights, true});
+    for (const std::string& b : c.base_weights) in.push_back({"--base_weights", b, true});  // read before any save
     if (c.resume) in.push_back({"--resume", *c.resume, true});
     return in;
 }

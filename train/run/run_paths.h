@@ -28,7 +28,7 @@ namespace train {
 struct RunInput {
     std::string what;  // as messages name it: "--train_data_dir", "the model's UNet file", ...
     std::string path;
-    bool own_save = false;  // --resume, --network_weights: may lie where the run writes
+    bool own_save = false;  // --resume, --network_weights, --base_weights: may lie where the run writes
 };
 
 // Every file and folder the run reads, for the checks below: those the options name, and with the

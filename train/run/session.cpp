@@ -189,6 +189,12 @@ void Session::Impl::prepare() {
     if (c.sample_prompts) read_sample_prompts(c);  // a bad line is refused before the model is opened
     m.message("opening the model " + c.pretrained_model_name_or_path);
     m.model = sd::open_sd15(c.pretrained_model_name_or_path);
+    if (!c.base_weights.empty()) {
+        // kohya's --base_weights: every later reader of the UNet and text encoder sees the merge.
+        std::vector<std::string> merged;
+        m.model = lora::with_base_weights(m.model, c.base_weight_files(), &merged);
+        for (const std::string& line : merged) m.cfg.note(line);
+    }
     // The seed: given, else the resumed run's, else drawn (kohya draws one too and records it).
     if (c.seed) m.seed = *c.seed;
     else if (m.resume) m.seed = m.resume->seed;
@@ -212,6 +218,9 @@ void Session::Impl::prepare() {
              "validation does; train without --network_dropout (and network_args dropout) or without the split");
     m.cache_text = c.cache_text_encoder_outputs;
     m.plan_memory();
+    std::vector<double> group_lrs;
+    for (const ParamGroup& g : m.graphs->steps()[0].graph->update->groups()) group_lrs.push_back(g.lr);
+    check_schedule_groups(c, m.plan.counts.max_train_steps, group_lrs);
 
     if (m.resume) {
         GL_CHECK(m.resume->seed == m.seed, "--resume ", *c.resume, ": the state was trained with --seed ",

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "lora/kohya.h"
+#include "lora/max_norm.h"
 #include "train/run/runner.h"
 #include "train/run/tensorboard_log.h"
 
@@ -61,6 +62,14 @@ void Runner::flush() {
     const double factor = schedule_.multiplier(trainer_->updates_applied());
     const StepReport r = trainer_->update(in, factor);
     group_.clear();
+    const StepGraph& s0 = *m_.graphs->steps()[0].graph;
+    std::optional<lora::MaxNormReport> max_norm;
+    if (c_.scale_weight_norms.value_or(0) > 0) {  // kohya: after every optimizer step, applied or not
+        gl::Runtime& rt = *step_rt_[0];
+        max_norm = lora::apply_max_norm(
+            *s0.net, *c_.scale_weight_norms, [&rt](gl::ValueId v) { return rt.read_f32(v); },
+            [&rt](gl::ValueId v, const std::vector<float>& x) { rt.write_f32(v, x); });
+    }
     images_trained_ += images;
     if (sum_.startup_seconds == 0) sum_.startup_seconds = seconds_since(m_.t0);
 
@@ -82,6 +91,17 @@ void Runner::flush() {
     const double next = schedule_.multiplier(trainer_->updates_applied());
     if (m_.step.train_unet) e.next_lr_unet = m_.step.unet_lr * next;
     if (m_.step.train_text_encoder) e.next_lr_text_encoder = m_.step.text_encoder_lr * next;
+    const std::vector<std::string> groups = kohya_group_names(s0);
+    for (size_t i = 0; i < groups.size(); i++) {
+        const double lr = s0.update->groups()[i].lr;
+        e.group_lrs.emplace_back(groups[i], lr * factor);
+        e.next_group_lrs.emplace_back(groups[i], lr * next);
+    }
+    if (max_norm) {
+        e.keys_scaled = max_norm->keys_scaled;
+        e.average_key_norm = max_norm->average_key_norm;
+        e.max_key_norm = max_norm->max_key_norm;
+    }
     last_loss_mean_ = e.loss_mean;
     e.grad_norm = r.grad_norm;
     e.applied = r.applied;

@@ -33,9 +33,15 @@ void TensorBoardLog::scalar(const std::string& tag, double v, int64_t step) { wr
 void TensorBoardLog::step(const StepEvent& e) {
     scalar("loss/current", e.loss, e.step);
     scalar("loss/average", e.loss_mean, e.step);
+    if (e.keys_scaled) {
+        scalar("max_norm/keys_scaled", *e.keys_scaled, e.step);
+        scalar("max_norm/max_key_norm", e.max_key_norm.value_or(0), e.step);
+        scalar("norm/avg_key_norm", e.average_key_norm.value_or(0), e.step);
+    }
     // kohya's lr_descriptions order: the text encoder's group first.
-    if (e.next_lr_text_encoder) scalar("lr/textencoder", *e.next_lr_text_encoder, e.step);
-    if (e.next_lr_unet) scalar("lr/unet", *e.next_lr_unet, e.step);
+    if (e.next_lr_text_encoder && e.next_group_lrs.empty()) scalar("lr/textencoder", *e.next_lr_text_encoder, e.step);
+    if (e.next_lr_unet && e.next_group_lrs.empty()) scalar("lr/unet", *e.next_lr_unet, e.step);
+    for (const auto& [group, lr] : e.next_group_lrs) scalar("lr/" + group, lr, e.step);
 }
 
 void TensorBoardLog::validation(const ValidationEvent& e) {
