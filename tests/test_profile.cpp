@@ -54,6 +54,7 @@ TEST_CASE("runtime profile: per-node times, by op and phase, without changing re
     CHECK(r.find("linear") != std::string::npos);
     CHECK(r.find("backward") != std::string::npos);
     CHECK(r.find("the 3 slowest nodes") != std::string::npos);
+    CHECK(r.find("the 3 costliest op / input shapes") != std::string::npos);
     rt->reset_profile();
     CHECK(rt->profiled_runs() == 0);
     CHECK(rt->profiled_ms(0) == 0.0);

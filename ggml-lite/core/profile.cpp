@@ -68,6 +68,27 @@ std::string Runtime::profile_report(size_t top) const {
         std::snprintf(line, sizeof line, "    %-20s %9.3f %6.1f%% %7d\n", name.c_str(), t.first, pct(t.first), t.second);
         s += line;
     }
+    // Nodes of one op on the same input shapes (a transformer's projections, a LoRA's rank-r
+    // products): where many small kernels add up, which the slowest-node list does not show.
+    std::map<std::string, std::pair<double, int>> by_shape;
+    for (size_t i = 0; i < g.nodes.size(); i++) {
+        const Node& n = g.nodes[i];
+        std::string key = op_def(n.op).name;
+        for (ValueId in : n.in) key += gl::cat(" ", dtype_name(g.v(in).dtype), g.v(in).shape().str());
+        auto& o = by_shape[key];
+        o.first += node_ms_[i] / runs;
+        o.second++;
+    }
+    std::vector<std::pair<std::string, std::pair<double, int>>> shapes = sorted(by_shape);
+    if (shapes.size() > top) shapes.resize(top);
+    std::snprintf(line, sizeof line, "  the %zu costliest op / input shapes   ms/run       %%   nodes\n", shapes.size());
+    s += line;
+    for (const auto& [key, t] : shapes) {
+        std::snprintf(line, sizeof line, "    %9.3f %6.1f%% %6d  ", t.first, pct(t.first), t.second);
+        s += line;
+        s += key;
+        s += "\n";
+    }
     std::vector<size_t> idx(g.nodes.size());
     std::iota(idx.begin(), idx.end(), size_t(0));
     std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return node_ms_[a] > node_ms_[b]; });
