@@ -8,6 +8,8 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/parallel.h"
 #include "ggml-lite/core/runtime.h"
+#include "ggml-lite/ops/norm_params.h"
+#include "ggml-lite/ops/residual.h"
 #include "op_cases.h"
 
 namespace gltest {
@@ -88,6 +90,55 @@ Register r(tight({
      [](Graph& g) {  // negative eps
          layer_norm(g, g.input("x", DType::f32, {2, 8}), g.input("g", DType::f32, {8}), g.input("b", DType::f32, {8}),
                     -1.0f);
+     }},
+    {"layer_norm", "SD's width 320, frozen bf16 affine: dx alone (CUDA's warp path, two vectors a lane)",
+     [](CaseBuilder& b) {
+         ValueId x = b.x("x", {3, 4, 320});
+         b.out(layer_norm(b.g, x, b.c("gamma", {320}, 0.5f, 1.5f, DType::bf16), b.c("beta", {320}, -1, 1, DType::bf16),
+                          1e-5f));
+     },
+     [](Graph& g) {  // a residual on a grad op that makes dgamma and dbeta too
+         ValueId x = g.input("x", DType::f32, {2, 8}), gm = g.input("g", DType::f32, {8});
+         auto f = g.apply(Op::layer_norm, {x, gm, gm}, {});
+         Params p;
+         p.i[kResidualSlot] = 1;
+         g.apply(Op::layer_norm_grad, {x, x, gm, gm, f[1], f[2], x}, p);
+     }},
+    {"layer_norm", "width 1280 with a trained affine (dgamma and dbeta; five vectors a lane)", [](CaseBuilder& b) {
+         ValueId x = b.x("x", {2, 3, 1280});
+         b.out(layer_norm(b.g, x, b.x("gamma", {1280}, 0.5f, 1.5f), b.x("beta", {1280}), 1e-5f));
+     },
+     [](Graph& g) {  // the dx-only flag is 0 or 1
+         ValueId x = g.input("x", DType::f32, {2, 8}), gm = g.input("g", DType::f32, {8});
+         auto f = g.apply(Op::layer_norm, {x, gm, gm}, {});
+         Params p;
+         p.i[kNormDxOnly] = 2;
+         g.apply(Op::layer_norm_grad, {x, x, gm, gm, f[1], f[2]}, p);
+     }},
+    {"layer_norm", "CLIP's width 768, frozen f32 affine, 5 rows", [](CaseBuilder& b) {
+         ValueId x = b.x("x", {5, 768});
+         b.out(layer_norm(b.g, x, b.c("gamma", {768}, 0.5f, 1.5f), b.c("beta", {768}), 1e-5f));
+     },
+     [](Graph& g) {  // dx alone with a residual of the wrong shape
+         ValueId x = g.input("x", DType::f32, {2, 8}), gm = g.input("g", DType::f32, {8});
+         auto f = g.apply(Op::layer_norm, {x, gm, gm}, {});
+         Params p;
+         p.i[kNormDxOnly] = 1;
+         p.i[kResidualSlot] = 1;
+         g.apply(Op::layer_norm_grad, {x, x, gm, gm, f[1], f[2], gm}, p);
+     }},
+    {"group_norm", "frozen affine at SD's 320 channels, fused SiLU: dx alone (CUDA's vector path)",
+     [](CaseBuilder& b) {
+         ValueId x = b.x("x", {2, 3, 2, 320});
+         b.out(group_norm(b.g, x, b.c("gamma", {320}, 0.5f, 1.5f), b.c("beta", {320}), 32, 1e-5f, true));
+     },
+     [](Graph& g) {  // dx alone takes (gy, x, gamma, beta, mean, rstd) and no more without a residual
+         ValueId x = g.input("x", DType::f32, {1, 2, 2, 8}), gm = g.input("g", DType::f32, {8});
+         Params p;
+         p.i[0] = 2;
+         auto f = g.apply(Op::group_norm, {x, gm, gm}, p);
+         p.i[kNormDxOnly] = 1;
+         g.apply(Op::group_norm_grad, {x, x, gm, gm, f[1], f[2], x}, p);
      }},
     {"softmax", "[3,7]", [](CaseBuilder& b) { b.out(softmax(b.g, b.x("x", {3, 7}, -2.0f, 2.0f))); },
      [](Graph& g) { softmax(g, g.input("x", DType::i32, {3, 7})); }},

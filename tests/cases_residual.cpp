@@ -5,6 +5,7 @@
 // conv phases, quantized weights) is compared with the CPU.
 #include "op_cases.h"
 
+#include "ggml-lite/ops/norm_params.h"
 #include "ggml-lite/ops/residual.h"
 
 namespace gltest {
@@ -47,6 +48,60 @@ QuantWeight qweight(CaseBuilder& b, const std::string& name, const Shape& s) {
 }
 
 Register r({
+    {"layer_norm", "x + linear(layer_norm(x)), frozen affine at width 320: x's gradient sum in the norm gradient",
+     [](CaseBuilder& b) {
+         ValueId x = b.x("x", {2, 3, 320});
+         ValueId h = layer_norm(b.g, x, b.c("gamma", {320}, 0.5f, 1.5f), b.c("beta", {320}), 1e-5f);
+         b.out(add(b.g, x, linear(b.g, h, b.x("w", {320, 320}, -0.05f, 0.05f))));
+     },
+     [](Graph& g) {  // a residual of the wrong dtype
+         ValueId x = g.input("x", DType::f32, {2, 8}), gm = g.input("g", DType::f32, {8});
+         auto f = g.apply(Op::layer_norm, {x, gm, gm}, {});
+         Params p;
+         p.i[kNormDxOnly] = 1;
+         p.i[kResidualSlot] = 1;
+         g.apply(Op::layer_norm_grad, {x, x, gm, gm, f[1], f[2], in(g, "r", {2, 8}, DType::bf16)}, p);
+     }},
+    {"layer_norm", "the same at width 44 (CUDA's block-per-row kernel)", [](CaseBuilder& b) {
+         ValueId x = b.x("x", {3, 44});
+         ValueId h = layer_norm(b.g, x, b.c("gamma", {44}, 0.5f, 1.5f), b.c("beta", {44}), 1e-5f);
+         b.out(add(b.g, x, linear(b.g, h, b.x("w", {44, 44}, -0.2f, 0.2f))));
+     },
+     [](Graph& g) {  // a residual needs its input
+         ValueId x = g.input("x", DType::f32, {2, 8}), gm = g.input("g", DType::f32, {8});
+         auto f = g.apply(Op::layer_norm, {x, gm, gm}, {});
+         Params p;
+         p.i[kNormDxOnly] = 1;
+         p.i[kResidualSlot] = 1;
+         g.apply(Op::layer_norm_grad, {x, x, gm, gm, f[1], f[2]}, p);
+     }},
+    {"group_norm", "x + conv(group_norm(x)), frozen affine, 32 groups of 320 channels: the sum in dx", [](CaseBuilder& b) {
+         ValueId x = b.x("x", {1, 4, 3, 320});
+         ValueId h = group_norm(b.g, x, b.c("gamma", {320}, 0.5f, 1.5f), b.c("beta", {320}), 32, 1e-5f, true);
+         b.out(add(b.g, x, conv2d(b.g, h, b.x("w", {320, 1, 1, 320}, -0.05f, 0.05f), kNoValue, 1, 0)));
+     },
+     [](Graph& g) {  // a residual on a grad op that makes dgamma and dbeta too
+         ValueId x = g.input("x", DType::f32, {1, 2, 2, 8}), gm = g.input("g", DType::f32, {8});
+         Params p;
+         p.i[0] = 2;
+         auto f = g.apply(Op::group_norm, {x, gm, gm}, p);
+         p.i[kResidualSlot] = 1;
+         g.apply(Op::group_norm_grad, {x, x, gm, gm, f[1], f[2], x}, p);
+     }},
+    {"group_norm", "the same with 12 channels (CUDA's scalar kernel)", [](CaseBuilder& b) {
+         ValueId x = b.x("x", {2, 3, 3, 12});
+         ValueId h = group_norm(b.g, x, b.c("gamma", {12}, 0.5f, 1.5f), b.c("beta", {12}), 3, 1e-5f, false);
+         b.out(add(b.g, x, conv2d(b.g, h, b.x("w", {12, 3, 3, 12}, -0.2f, 0.2f), kNoValue, 1, 1)));
+     },
+     [](Graph& g) {  // the residual must have dx's shape
+         ValueId x = g.input("x", DType::f32, {1, 2, 2, 8}), gm = g.input("g", DType::f32, {8});
+         Params p;
+         p.i[0] = 2;
+         auto f = g.apply(Op::group_norm, {x, gm, gm}, p);
+         p.i[kNormDxOnly] = 1;
+         p.i[kResidualSlot] = 1;
+         g.apply(Op::group_norm_grad, {x, x, gm, gm, f[1], f[2], gm}, p);
+     }},
     {"linear", "with bias and a residual, [2,3,5] -> [2,3,4]", [](CaseBuilder& b) {
          b.out(linear_add(b.g, b.x("x", {2, 3, 5}), b.x("w", {4, 5}), b.x("bias", {4}), b.x("r", {2, 3, 4})));
      },

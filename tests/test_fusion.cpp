@@ -86,6 +86,50 @@ TEST_CASE("fusion: the fused graph computes the unfused one, f32 bit for bit") {
     }
 }
 
+// Norms of a frozen affine before a product, joined to their input (a transformer block's
+// x + attn(layer_norm(x)), a resnet's x + conv(group_norm(x))): x's gradient sums the incoming one
+// and the norm's dx, which the norm gradient (dx alone) takes as its residual.
+Net norm_joins_net() {
+    Net n;
+    Graph& g = n.g;
+    const ValueId x = n.leaf(Role::param, "x", {2, 6, 16});
+    const ValueId ln = layer_norm(g, x, n.leaf(Role::weight, "ln.gamma", {16}), n.leaf(Role::weight, "ln.beta", {16}), 1e-5f);
+    const ValueId x4 = n.leaf(Role::param, "x4", {1, 4, 5, 8});
+    const ValueId gn = group_norm(g, x4, n.leaf(Role::weight, "gn.gamma", {8}), n.leaf(Role::weight, "gn.beta", {8}), 2,
+                                  1e-5f, true);
+    std::vector<ValueId> ys = {add(g, x, linear(g, ln, n.leaf(Role::param, "w", {16, 16}))),
+                               add(g, x4, conv2d(g, gn, n.leaf(Role::param, "wc", {8, 3, 3, 8}), kNoValue, 1, 1))};
+    for (ValueId y : ys) g.mark_output(y);
+    n.differentiate(ys);
+    return n;
+}
+
+int norm_grads_with_residual(const Graph& g) {
+    int k = 0;
+    for (const Node& x : g.nodes)
+        if (x.op == Op::layer_norm_grad || x.op == Op::group_norm_grad) k += op_def(x.op).residual_input(x) >= 0;
+    return k;
+}
+
+TEST_CASE("fusion: a gradient sum onto a frozen norm's dx is taken by the norm gradient, f32 bit for bit") {
+    Net n = norm_joins_net();
+    for (const Node& x : n.g.nodes)  // frozen gamma and beta: the norm gradients make dx alone
+        if (x.op == Op::layer_norm_grad || x.op == Op::group_norm_grad) CHECK(x.out.size() == 1);
+    const Graph f = fuse_epilogues(n.g);
+    CHECK(norm_grads_with_residual(n.g) == 0);
+    CHECK(norm_grads_with_residual(f) == 2);
+    CHECK(check_topology(f) == "");
+    const Plan fused = make_plan(n.g), plain = make_plan(n.g, unfused());
+    CHECK(check_overlaps(fused) == "");
+    const auto a = run_net(n, fused), b = run_net(n, plain);
+    REQUIRE(a.size() == b.size());
+    for (size_t k = 0; k < a.size(); k++) {
+        CAPTURE(k);
+        REQUIRE(a[k].size() == b[k].size());
+        CHECK(std::memcmp(a[k].data(), b[k].data(), a[k].size() * sizeof(float)) == 0);
+    }
+}
+
 TEST_CASE("fusion: in bf16 the fused sum is rounded once, within a rounding of the unfused one") {
     Net n = joins_net(true);
     const Plan fused = make_plan(n.g), plain = make_plan(n.g, unfused());
@@ -284,6 +328,7 @@ TEST_CASE("fusion: the tiny UNet's training step, fused, trains as unfused, and 
     CHECK(forward_adds >= lora_modules + st.chained);
     CHECK(st.chained > 0);
     CHECK(st.adds > forward_adds);  // and gradient sums
+    CHECK(norm_grads_with_residual(f) > 0);  // some of them onto the frozen norms' dx
     FusionStats again;
     fuse_epilogues(f, &again);
     CHECK(again.adds == 0);  // one pass fuses everything that qualifies

@@ -4,7 +4,8 @@
 //
 // First cut: adds into epilogues. add(a, b) (an op flagged kOpPlainAdd) becomes P(..., residual
 // b) when a is the output of a node P whose op takes a residual (OpDef::take_residual: linear,
-// matmul, conv2d, conv2d_grad_input: out = op(...) + b, summed in f32 and rounded once), and
+// matmul, conv2d, conv2d_grad_input, and the norm gradients of frozen gamma and beta: out =
+// op(...) + b, summed in f32 and rounded once), and
 //  - the add does not broadcast: a, b and its output have one shape and dtype;
 //  - the add is the only node that reads a's bytes (views of them aside), once; a is P's output
 //    or a view of all of it in its shape (what fold_param_scales leaves), in the activation arena,

@@ -87,9 +87,10 @@ struct OpDef {
     void (*backward)(BackwardCtx&);  // nullptr only for kOpNoGrad ops and grad helpers
     void (*cpu)(CpuCtx&);            // nullptr only for view ops
     uint32_t flags = 0;
-    // Ops whose kernels end in a GEMM-like epilogue (linear, matmul, conv2d, conv2d_grad_input) can
-    // add a residual r there: out = op(...) + r, r of out's shape and dtype, added in f32 before
-    // the one rounding; their kernels read r[i] before they write out[i], so out may take r's bytes.
+    // Ops whose kernels end in a GEMM-like epilogue (linear, matmul, conv2d, conv2d_grad_input), and
+    // the norm gradients that make dx alone, can add a residual r there: out = op(...) + r, r of
+    // out's shape and dtype, added in f32 before the one rounding; their kernels read r[i] before
+    // they write out[i], so out may take r's bytes.
     // residual_input: the index of n's residual among its inputs, -1 when it has none.
     // take_residual: gives n the residual r; false (n unchanged) when n cannot take one.
     // Both nullptr for every other op.

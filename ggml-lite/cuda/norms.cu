@@ -3,12 +3,16 @@
 // positions (coalesced along C), combined per (sample, group) by one block each into mean /
 // rstd, then an elementwise affine map (+ SiLU). The backward pass needs only two per-(sample, channel)
 // sums, A = sum gh*xhat and B = sum gh, from which dgamma, dbeta and the per-group terms of dx
-// follow. layer_norm and softmax: one block per row (last dim); layer-norm's dgamma/dbeta are
-// column sums over fixed row chunks. All reductions use fixed orders: deterministic.
+// follow. layer_norm: a warp per row held in registers (a block per row for odd widths), its
+// dgamma/dbeta column sums over fixed row chunks; softmax: a block per row. The gradients of a
+// frozen affine make dx alone, with an optional residual added before the rounding
+// (ops/norm_params.h, ops/residual.h). All reductions use fixed orders: deterministic.
 #include <algorithm>
 
 #include "ggml-lite/cuda/device.cuh"
 #include "ggml-lite/cuda/kernel.cuh"
+#include "ggml-lite/ops/norm_params.h"
+#include "ggml-lite/ops/residual.h"
 
 namespace gl {
 
@@ -173,13 +177,15 @@ __global__ void gn_bwd_channels(const double* part, TG* dgamma, TG* dbeta, Gn d)
 
 template <class T>
 __global__ void gn_bwd_apply(const T* gy, const T* x, const void* gm, DType tg, const void* bt, DType tb,
-                             const float* mean, const float* rstd, const double* coef, T* dx, Gn d) {
+                             const float* mean, const float* rstd, const double* coef, const T* res, T* dx, Gn d) {
     int64_t total = d.N * d.P * d.C;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
         int64_t c = i % d.C, n = i / (d.P * d.C), s = n * d.G + c / d.Cg;
         float gmc = load_any(gm, tg, c), rs = rstd[s], xh;
         float gh = gn_gh(gy, x, i, gmc, load_any(bt, tb, c), mean[s], rs, d.act, &xh);
-        dx[i] = from_f32<T>(float(double(rs) * (double(gh) * gmc - coef[s * 2] - double(xh) * coef[s * 2 + 1])));
+        float v = float(double(rs) * (double(gh) * gmc - coef[s * 2] - double(xh) * coef[s * 2 + 1]));
+        if (res) v += to_f32(res[i]);  // read before dx[i] is written: dx may be res's bytes
+        dx[i] = from_f32<T>(v);
     }
 }
 
@@ -238,7 +244,8 @@ __global__ void gn_apply_vec(const T* x, const void* gm, DType tg, const void* b
 
 template <class T>
 __global__ void gn_bwd_apply_vec(const T* gy, const T* x, const void* gm, DType tg, const void* bt, DType tb,
-                                 const float* mean, const float* rstd, const double* coef, T* dx, Gn d, GnVec v) {
+                                 const float* mean, const float* rstd, const double* coef, const T* res, T* dx, Gn d,
+                                 GnVec v) {
     const int tc = int(threadIdx.x) % v.cv, tp = int(threadIdx.x) / v.cv, n = int(blockIdx.y);
     if (tp >= v.rows) return;
     float mu[8], rs[8], ga[8], be[8], k0[8], k1[8];  // k: the group's terms, in float (registers)
@@ -256,6 +263,8 @@ __global__ void gn_bwd_apply_vec(const T* gy, const T* x, const void* gm, DType 
     for (int64_t p = int64_t(blockIdx.x) * v.rows + tp; p < d.P; p += int64_t(gridDim.x) * v.rows) {
         const Vec8<T> gv = *reinterpret_cast<const Vec8<T>*>(gy + off + p * d.C);
         const Vec8<T> xv = *reinterpret_cast<const Vec8<T>*>(x + off + p * d.C);
+        Vec8<T> rv;
+        if (res) rv = *reinterpret_cast<const Vec8<T>*>(res + off + p * d.C);
         Vec8<T> out;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -265,7 +274,8 @@ __global__ void gn_bwd_apply_vec(const T* gy, const T* x, const void* gm, DType 
                 const float h = xh * ga[j] + be[j], sg = sigmoidf_(h);
                 gh *= sg * (1.0f + h * (1.0f - sg));
             }
-            out.v[j] = from_f32<T>(rs[j] * (gh * ga[j] - k0[j] - xh * k1[j]));
+            const float o = rs[j] * (gh * ga[j] - k0[j] - xh * k1[j]);
+            out.v[j] = from_f32<T>(res ? o + to_f32(rv.v[j]) : o);
         }
         *reinterpret_cast<Vec8<T>*>(dx + off + p * d.C) = out;
     }
@@ -315,24 +325,28 @@ static void group_norm_grad_run(CudaCtx& c) {
             c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr(2), c.in_dtype(2), c.in_ptr(3), c.in_dtype(3), c.in_ptr<float>(4),
             c.in_ptr<float>(5), part, d);
         GL_CUDA_LAUNCHED();
-        GL_CHECK(c.out_dtype(1) == c.out_dtype(2), "group_norm_grad: gamma and beta must share a dtype on CUDA");
+        GL_CHECK(norm_dx_only(c.p()) || c.out_dtype(1) == c.out_dtype(2),
+                 "group_norm_grad: gamma and beta must share a dtype on CUDA");
         gn_bwd_coef<<<unsigned(d.N * d.G), 256, 0, c.stream>>>(part, c.in_ptr(2), c.in_dtype(2), coef, d);
         GL_CUDA_LAUNCHED();
-        dispatch_float(c.out_dtype(1), "group_norm_grad", [&](auto gtag) {
-            using TG = decltype(gtag);
-            gn_bwd_channels<TG><<<unsigned(ceil_div(d.C, 32)), dim3(32, 8), 0, c.stream>>>(part, c.out_ptr<TG>(1),
-                                                                                          c.out_ptr<TG>(2), d);
-        });
-        GL_CUDA_LAUNCHED();
-        if (gn_vec_ok<T>(d, c.in_ptr(0), c.in_ptr(1), c.out_ptr(0))) {
+        if (!norm_dx_only(c.p())) {  // a frozen affine has no dgamma / dbeta to make
+            dispatch_float(c.out_dtype(1), "group_norm_grad", [&](auto gtag) {
+                using TG = decltype(gtag);
+                gn_bwd_channels<TG><<<unsigned(ceil_div(d.C, 32)), dim3(32, 8), 0, c.stream>>>(
+                    part, c.out_ptr<TG>(1), c.out_ptr<TG>(2), d);
+            });
+            GL_CUDA_LAUNCHED();
+        }
+        const T* res = has_residual(c.p()) ? c.in_ptr<T>(residual_index(c.p(), int(c.in.size()))) : nullptr;
+        if (gn_vec_ok<T>(d, c.in_ptr(0), c.in_ptr(1), c.out_ptr(0)) && gn_vec_ok<T>(d, res, nullptr)) {
             const GnVec v = gn_vec_shape(d);
             gn_bwd_apply_vec<T><<<gn_vec_grid(d, v), unsigned(v.cv * v.rows), 0, c.stream>>>(
                 c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr(2), c.in_dtype(2), c.in_ptr(3), c.in_dtype(3),
-                c.in_ptr<float>(4), c.in_ptr<float>(5), coef, c.out_ptr<T>(0), d, v);
+                c.in_ptr<float>(4), c.in_ptr<float>(5), coef, res, c.out_ptr<T>(0), d, v);
         } else {
             gn_bwd_apply<T><<<grid_for(d.N * d.P * d.C, 256), 256, 0, c.stream>>>(
                 c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr(2), c.in_dtype(2), c.in_ptr(3), c.in_dtype(3),
-                c.in_ptr<float>(4), c.in_ptr<float>(5), coef, c.out_ptr<T>(0), d);
+                c.in_ptr<float>(4), c.in_ptr<float>(5), coef, res, c.out_ptr<T>(0), d);
         }
     });
     GL_CUDA_LAUNCHED();
@@ -340,8 +354,145 @@ static void group_norm_grad_run(CudaCtx& c) {
 const CudaKernel cuda_group_norm_grad{group_norm_grad_run, gn_ws};
 
 // ---------------- layer norm ----------------
+// Rows of width D % 8 == 0 up to 2048 (SD's 320 / 640 / 1280, CLIP's 768), 16-byte aligned: a warp
+// per row holding it in registers (NV vectors of 8 per lane), read once, no block barriers; the
+// other widths: a block per row. Both sum in double; dgamma / dbeta (column sums over fixed row
+// chunks) only when the node makes them (not for a frozen affine, ops/norm_params.h).
 
 namespace {
+
+constexpr int kLnWarpRows = 8;  // rows (warps) per block of the warp kernels
+constexpr int kLnMaxNV = 8;     // D <= 32 lanes x 8 vectors x 8
+
+template <class T>
+bool ln_warp_ok(int64_t D, std::initializer_list<const void*> ptrs) {
+    if (D % 8 != 0 || D > 32 * 8 * kLnMaxNV) return false;
+    for (const void* p : ptrs)
+        if (reinterpret_cast<uintptr_t>(p) % sizeof(Vec8<T>) != 0) return false;
+    return true;
+}
+inline unsigned ln_warp_grid(int64_t rows) { return unsigned(ceil_div(rows, int64_t(kLnWarpRows))); }
+
+template <class T, int NV>
+__global__ void ln_forward_warp(const T* x, const void* gm, DType tg, const void* bt, DType tb, T* y, float* mean,
+                                float* rstd, int64_t rows, int D, float eps) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = int64_t(blockIdx.x) * kLnWarpRows + (threadIdx.x >> 5);
+    if (r >= rows) return;  // whole warps
+    const int nv = D / 8;
+    float v[NV][8];
+    double s = 0;
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        const int q = lane + 32 * i;
+        if (q >= nv) continue;
+        const Vec8<T> in = reinterpret_cast<const Vec8<T>*>(x + r * D)[q];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            v[i][j] = to_f32(in.v[j]);
+            s += v[i][j];
+        }
+    }
+    const double mu_d = warp_sum(s) / double(D);
+    double var = 0;
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+        if (lane + 32 * i < nv)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const double e = double(v[i][j]) - mu_d;
+                var += e * e;
+            }
+    const float mu = float(mu_d), rs = float(1.0 / sqrt(warp_sum(var) / double(D) + double(eps)));
+    if (lane == 0) {
+        mean[r] = mu;
+        rstd[r] = rs;
+    }
+#pragma unroll
+    for (int i = 0; i < NV; i++) {  // y may be x's bytes: a lane writes only what it read
+        const int q = lane + 32 * i;
+        if (q >= nv) continue;
+        Vec8<T> out;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            out.v[j] = from_f32<T>((v[i][j] - mu) * rs * load_any(gm, tg, q * 8 + j) + load_any(bt, tb, q * 8 + j));
+        reinterpret_cast<Vec8<T>*>(y + r * D)[q] = out;
+    }
+}
+
+// dx = rstd * (gy * gamma - mean(gy * gamma) - xhat * mean(gy * gamma * xhat)) (+ res).
+template <class T, int NV>
+__global__ void ln_backward_dx_warp(const T* gy, const T* x, const void* gm, DType tg, const float* mean,
+                                    const float* rstd, const T* res, T* dx, int64_t rows, int D) {
+    const int lane = threadIdx.x & 31;
+    const int64_t r = int64_t(blockIdx.x) * kLnWarpRows + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const int nv = D / 8;
+    const float mu = mean[r], rs = rstd[r];
+    float g[NV][8], xh[NV][8];  // gy * gamma, xhat
+    double s1 = 0, s2 = 0;
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        const int q = lane + 32 * i;
+        if (q >= nv) continue;
+        const Vec8<T> gv = reinterpret_cast<const Vec8<T>*>(gy + r * D)[q];
+        const Vec8<T> xv = reinterpret_cast<const Vec8<T>*>(x + r * D)[q];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const double dxh = double(to_f32(gv.v[j])) * load_any(gm, tg, q * 8 + j);
+            g[i][j] = to_f32(gv.v[j]);
+            xh[i][j] = (to_f32(xv.v[j]) - mu) * rs;
+            s1 += dxh;
+            s2 += dxh * double(xh[i][j]);
+        }
+    }
+    const double a = warp_sum(s1) / double(D), b = warp_sum(s2) / double(D);
+#pragma unroll
+    for (int i = 0; i < NV; i++) {  // dx may be res's bytes: each element is read before it is written
+        const int q = lane + 32 * i;
+        if (q >= nv) continue;
+        Vec8<T> rv;
+        if (res) rv = reinterpret_cast<const Vec8<T>*>(res + r * D)[q];
+        Vec8<T> out;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float d = float(double(rs) * (double(g[i][j]) * load_any(gm, tg, q * 8 + j) - a - double(xh[i][j]) * b));
+            if (res) d += to_f32(rv.v[j]);
+            out.v[j] = from_f32<T>(d);
+        }
+        reinterpret_cast<Vec8<T>*>(dx + r * D)[q] = out;
+    }
+}
+
+template <template <class, int> class K, class T, class... A>
+void ln_launch_warp(int64_t D, cudaStream_t st, unsigned grid, A... args) {
+    const int nv = int(ceil_div(D / 8, int64_t(32)));
+    const unsigned threads = 32 * kLnWarpRows;
+    switch (nv) {
+        case 1: K<T, 1>::launch(grid, threads, st, args...); break;
+        case 2: K<T, 2>::launch(grid, threads, st, args...); break;
+        case 3: K<T, 3>::launch(grid, threads, st, args...); break;
+        case 4: K<T, 4>::launch(grid, threads, st, args...); break;
+        case 5: K<T, 5>::launch(grid, threads, st, args...); break;
+        case 6: K<T, 6>::launch(grid, threads, st, args...); break;
+        case 7: K<T, 7>::launch(grid, threads, st, args...); break;
+        default: K<T, 8>::launch(grid, threads, st, args...); break;
+    }
+}
+template <class T, int NV>
+struct LnForwardWarp {
+    template <class... A>
+    static void launch(unsigned grid, unsigned threads, cudaStream_t st, A... args) {
+        ln_forward_warp<T, NV><<<grid, threads, 0, st>>>(args...);
+    }
+};
+template <class T, int NV>
+struct LnBackwardWarp {
+    template <class... A>
+    static void launch(unsigned grid, unsigned threads, cudaStream_t st, A... args) {
+        ln_backward_dx_warp<T, NV><<<grid, threads, 0, st>>>(args...);
+    }
+};
 
 template <class T>
 __global__ void ln_forward(const T* x, const void* gm, DType tg, const void* bt, DType tb, T* y, float* mean,
@@ -370,7 +521,7 @@ __global__ void ln_forward(const T* x, const void* gm, DType tg, const void* bt,
 
 template <class T>
 __global__ void ln_backward_dx(const T* gy, const T* x, const void* gm, DType tg, const float* mean, const float* rstd,
-                               T* dx, int64_t D) {
+                               const T* res, T* dx, int64_t D) {
     __shared__ double sh[32];
     int64_t r = blockIdx.x;
     float mu = mean[r], rs = rstd[r];
@@ -384,7 +535,9 @@ __global__ void ln_backward_dx(const T* gy, const T* x, const void* gm, DType tg
     double b = block_sum(s2, sh) / double(D);
     for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
         double xh = double((to_f32(x[r * D + k]) - mu) * rs);
-        dx[r * D + k] = from_f32<T>(float(double(rs) * (double(to_f32(gy[r * D + k])) * load_any(gm, tg, k) - a - xh * b)));
+        float d = float(double(rs) * (double(to_f32(gy[r * D + k])) * load_any(gm, tg, k) - a - xh * b));
+        if (res) d += to_f32(res[r * D + k]);
+        dx[r * D + k] = from_f32<T>(d);
     }
 }
 
@@ -426,15 +579,22 @@ static void layer_norm_run(CudaCtx& c) {
     const int64_t D = c.in_shape(0).last(), rows = c.in[0].numel() / D;
     dispatch_float(c.in_dtype(0), "layer_norm", [&](auto tag) {
         using T = decltype(tag);
-        ln_forward<T><<<unsigned(rows), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr(1), c.in_dtype(1), c.in_ptr(2),
-                                                           c.in_dtype(2), c.out_ptr<T>(0), c.out_ptr<float>(1),
-                                                           c.out_ptr<float>(2), D, c.p().f[0]);
+        if (ln_warp_ok<T>(D, {c.in_ptr(0), c.out_ptr(0)})) {
+            ln_launch_warp<LnForwardWarp, T>(D, c.stream, ln_warp_grid(rows), c.in_ptr<T>(0), c.in_ptr(1),
+                                             c.in_dtype(1), c.in_ptr(2), c.in_dtype(2), c.out_ptr<T>(0),
+                                             c.out_ptr<float>(1), c.out_ptr<float>(2), rows, int(D), c.p().f[0]);
+        } else {
+            ln_forward<T><<<unsigned(rows), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr(1), c.in_dtype(1),
+                                                               c.in_ptr(2), c.in_dtype(2), c.out_ptr<T>(0),
+                                                               c.out_ptr<float>(1), c.out_ptr<float>(2), D, c.p().f[0]);
+        }
     });
     GL_CUDA_LAUNCHED();
 }
 const CudaKernel cuda_layer_norm{layer_norm_run};
 
 static size_t ln_grad_ws(const Graph& g, const Node& n) {
+    if (norm_dx_only(n.p)) return 0;
     const Shape& x = g.shape(n.in[1]);
     return size_t(ln_chunks(x.numel() / x.last()) * x.last() * 2) * sizeof(double);
 }
@@ -442,13 +602,23 @@ static void layer_norm_grad_run(CudaCtx& c) {
     const int64_t D = c.in_shape(1).last(), rows = c.in[1].numel() / D, chunks = ln_chunks(rows);
     const int64_t per = ceil_div(rows, chunks);
     GL_CHECK(c.in_dtype(0) == c.in_dtype(1), "layer_norm_grad: gy and x must share a dtype on CUDA");
-    GL_CHECK(c.out_dtype(1) == c.out_dtype(2), "layer_norm_grad: gamma and beta must share a dtype on CUDA");
-    double* part = reinterpret_cast<double*>(c.workspace);
+    const void* res = has_residual(c.p()) ? c.in_ptr(residual_index(c.p(), int(c.in.size()))) : nullptr;
     dispatch_float(c.in_dtype(1), "layer_norm_grad", [&](auto tag) {
         using T = decltype(tag);
-        ln_backward_dx<T><<<unsigned(rows), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr(2), c.in_dtype(2),
-                                                               c.in_ptr<float>(4), c.in_ptr<float>(5), c.out_ptr<T>(0), D);
+        const T* r = static_cast<const T*>(res);
+        if (ln_warp_ok<T>(D, {c.in_ptr(0), c.in_ptr(1), res, c.out_ptr(0)})) {
+            ln_launch_warp<LnBackwardWarp, T>(D, c.stream, ln_warp_grid(rows), c.in_ptr<T>(0), c.in_ptr<T>(1),
+                                              c.in_ptr(2), c.in_dtype(2), c.in_ptr<float>(4), c.in_ptr<float>(5), r,
+                                              c.out_ptr<T>(0), rows, int(D));
+        } else {
+            ln_backward_dx<T><<<unsigned(rows), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr(2),
+                                                                   c.in_dtype(2), c.in_ptr<float>(4),
+                                                                   c.in_ptr<float>(5), r, c.out_ptr<T>(0), D);
+        }
         GL_CUDA_LAUNCHED();
+        if (norm_dx_only(c.p())) return;
+        GL_CHECK(c.out_dtype(1) == c.out_dtype(2), "layer_norm_grad: gamma and beta must share a dtype on CUDA");
+        double* part = reinterpret_cast<double*>(c.workspace);
         ln_backward_partial<T><<<dim3(unsigned(ceil_div(D, 128)), unsigned(chunks)), 128, 0, c.stream>>>(
             c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr<float>(4), c.in_ptr<float>(5), part, rows, D, per);
         GL_CUDA_LAUNCHED();

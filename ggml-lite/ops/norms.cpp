@@ -4,6 +4,8 @@
 // Statistics accumulate in double; y is computed from the f32-rounded mean and rstd that are
 // saved, so forward and backward see exactly the same normalisation.
 #include "ggml-lite/ops/family.h"
+#include "ggml-lite/ops/norm_params.h"
+#include "ggml-lite/ops/residual.h"
 
 namespace gl {
 
@@ -33,6 +35,27 @@ void check_affine(const OpCall& c, int xi, int gi, int bi, int64_t C) {
     c.check(c.shape(gi) == Shape{C}, "gamma must be [", C, "], got ", c.shape(gi));
     c.check(c.shape(bi) == Shape{C}, "beta must be [", C, "], got ", c.shape(bi));
     c.check(dtype_is_float(c.dtype(xi)), "x must be floating point");
+}
+
+// The grad ops' inputs: (gy, x, gamma, beta, mean, rstd), then a residual when dx comes alone.
+void check_norm_grad_call(const OpCall& c) {
+    const int64_t dx_only = c.p.i[size_t(kNormDxOnly)];
+    c.check(dx_only == 0 || dx_only == 1, "the dx-only flag must be 0 or 1");
+    c.check(dx_only || !has_residual(c.p), "a residual needs dx alone (frozen gamma and beta)");
+    c.check(c.n_in() == 6 + (has_residual(c.p) ? 1 : 0),
+            has_residual(c.p) ? "takes (gy, x, gamma, beta, mean, rstd, residual)" : "takes (gy, x, gamma, beta, mean, rstd)");
+}
+
+// {dx, dgamma, dbeta}, or {dx} alone; dx then may take a residual.
+std::vector<OutSpec> norm_grad_outputs(const OpCall& c) {
+    std::vector<OutSpec> out{dense(c.dtype(1), c.shape(1))};
+    if (norm_dx_only(c.p)) {
+        check_residual(c, out[0]);
+        return out;
+    }
+    out.push_back(dense(c.dtype(2), c.shape(2)));
+    out.push_back(dense(c.dtype(3), c.shape(3)));
+    return out;
 }
 
 }  // namespace
@@ -107,11 +130,16 @@ static void group_norm_cpu(CpuCtx& c) {
 
 // group_norm and layer_norm share one backward shape: their grad op takes (gy, x, gamma, beta,
 // mean, rstd) and returns (dx, dgamma, dbeta). Only y's gradient flows; mean and rstd are saved
-// statistics, not differentiable outputs.
+// statistics, not differentiable outputs. With gamma and beta frozen (a LoRA's base) the grad op
+// makes dx alone (p.i[kNormDxOnly]): no column sums over every row, and with one output it can
+// take a residual (ops/residual.h) that the fusion pass folds a gradient sum into.
 static void affine_norm_backward(BackwardCtx& b, Op grad_op) {
     if (b.grad(0) == kNoValue) return;
-    auto r = b.g.apply(grad_op, {b.grad(0), b.in(0), b.in(1), b.in(2), b.out(1), b.out(2)}, b.p());
-    for (int i = 0; i < 3; i++) b.add(i, r[size_t(i)]);
+    Params p = b.p();
+    const bool dx_only = !b.wants(1) && !b.wants(2);
+    p.i[size_t(kNormDxOnly)] = dx_only ? 1 : 0;
+    auto r = b.g.apply(grad_op, {b.grad(0), b.in(0), b.in(1), b.in(2), b.out(1), b.out(2)}, p);
+    for (int i = 0; i < (dx_only ? 1 : 3); i++) b.add(i, r[size_t(i)]);
 }
 
 static void group_norm_backward(BackwardCtx& b) { affine_norm_backward(b, Op::group_norm_grad); }
@@ -132,7 +160,7 @@ const OpDef def_group_norm{"group_norm", "norms", group_norm_infer, group_norm_c
 // With fused SiLU the pre-activation h = xhat * gamma + beta is recomputed (hence beta).
 
 static std::vector<OutSpec> group_norm_grad_infer(const OpCall& c) {
-    c.check(c.n_in() == 6, "takes (gy, x, gamma, beta, mean, rstd)");
+    check_norm_grad_call(c);
     const Shape& x = c.shape(1);
     c.check(x.nd >= 2 && x.numel() > 0, "x must be [N, ..., C]");
     c.check(c.shape(0) == x && dtype_is_float(c.dtype(0)), "gy must be floating point and shaped like x");
@@ -142,7 +170,7 @@ static std::vector<OutSpec> group_norm_grad_infer(const OpCall& c) {
     Shape st{x[0], G};
     for (int i : {4, 5})
         c.check(c.dtype(i) == DType::f32 && c.shape(i) == st, "mean and rstd must be f32 ", st);
-    return {dense(c.dtype(1), x), dense(c.dtype(2), c.shape(2)), dense(c.dtype(3), c.shape(3))};
+    return norm_grad_outputs(c);
 }
 static Cost group_norm_grad_cost(const OpCall& c) {
     double n = double(c.shape(1).numel());
@@ -158,9 +186,9 @@ static void group_norm_grad_cpu(CpuCtx& c) {
     const float* bt = c.in_f32(3);
     const float* mean = c.in_f32(4);
     const float* rstd = c.in_f32(5);
-    float* dx = c.out_f32(0);
-    float* dgamma = c.out_f32(1);
-    float* dbeta = c.out_f32(2);
+    float* dx = c.out_f32(0);  // holds dx-hat until the group sums are known: r is taken first
+    std::vector<float> r_copy;
+    const float* res = cpu_residual(c, dx, r_copy);
     // Per-sample partial sums for dgamma and dbeta, each (n, g) task owning its slice; they are
     // summed over n in a fixed order afterwards so the result does not depend on the threading.
     std::vector<double> pg(size_t(D.N * D.C), 0.0), pb(size_t(D.N * D.C), 0.0);
@@ -200,6 +228,10 @@ static void group_norm_grad_cpu(CpuCtx& c) {
                 }
         }
     });
+    add_cpu_residual(res, dx, c.out[0].numel());
+    if (norm_dx_only(c.p())) return;
+    float* dgamma = c.out_f32(1);
+    float* dbeta = c.out_f32(2);
     for (int64_t ch = 0; ch < D.C; ch++) {
         double sg = 0, sb = 0;
         for (int64_t n = 0; n < D.N; n++) {
@@ -212,7 +244,7 @@ static void group_norm_grad_cpu(CpuCtx& c) {
 }
 
 const OpDef def_group_norm_grad{"group_norm_grad", "norms", group_norm_grad_infer, group_norm_grad_cost, nullptr,
-                                group_norm_grad_cpu, kOpGradHelper};
+                                group_norm_grad_cpu, kOpGradHelper, residual_input_of, take_residual};
 
 // ---------------- layer_norm: p.f[0] eps ----------------
 // inputs (x [..., D], gamma [D], beta [D]); outputs {y (x's dtype and shape), mean [rows] f32, rstd [rows] f32}
@@ -276,7 +308,7 @@ const OpDef def_layer_norm{"layer_norm", "norms", layer_norm_infer, layer_norm_c
 // beta is not read; it is taken so that dbeta gets beta's dtype and the signature matches group_norm_grad.
 
 static std::vector<OutSpec> layer_norm_grad_infer(const OpCall& c) {
-    c.check(c.n_in() == 6, "takes (gy, x, gamma, beta, mean, rstd)");
+    check_norm_grad_call(c);
     const Shape& x = c.shape(1);
     c.check(x.nd >= 1 && x.numel() > 0, "x must be a non-empty [..., D]");
     c.check(c.shape(0) == x && dtype_is_float(c.dtype(0)), "gy must be floating point and shaped like x");
@@ -284,7 +316,7 @@ static std::vector<OutSpec> layer_norm_grad_infer(const OpCall& c) {
     Shape st{x.numel() / x.last()};
     for (int i : {4, 5})
         c.check(c.dtype(i) == DType::f32 && c.shape(i) == st, "mean and rstd must be f32 ", st);
-    return {dense(c.dtype(1), x), dense(c.dtype(2), c.shape(2)), dense(c.dtype(3), c.shape(3))};
+    return norm_grad_outputs(c);
 }
 static Cost layer_norm_grad_cost(const OpCall& c) {
     double n = double(c.shape(1).numel());
@@ -299,8 +331,8 @@ static void layer_norm_grad_cpu(CpuCtx& c) {
     const float* mean = c.in_f32(4);
     const float* rstd = c.in_f32(5);
     float* dx = c.out_f32(0);
-    float* dgamma = c.out_f32(1);
-    float* dbeta = c.out_f32(2);
+    std::vector<float> r_copy;
+    const float* res = cpu_residual(c, dx, r_copy);
     parallel_for(rows, std::max<int64_t>(1, 2048 / Dm), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; r++) {
             const float mu = mean[r], rs = rstd[r];
@@ -318,6 +350,10 @@ static void layer_norm_grad_cpu(CpuCtx& c) {
             }
         }
     });
+    add_cpu_residual(res, dx, c.out[0].numel());
+    if (norm_dx_only(c.p())) return;
+    float* dgamma = c.out_f32(1);
+    float* dbeta = c.out_f32(2);
     // dgamma, dbeta: split over columns, every column summed over rows in order (deterministic).
     parallel_for(Dm, 64, [&](int64_t k0, int64_t k1) {
         std::vector<double> sg(size_t(k1 - k0), 0.0), sb(size_t(k1 - k0), 0.0);
@@ -337,7 +373,7 @@ static void layer_norm_grad_cpu(CpuCtx& c) {
 }
 
 const OpDef def_layer_norm_grad{"layer_norm_grad", "norms", layer_norm_grad_infer, layer_norm_grad_cost, nullptr,
-                                layer_norm_grad_cpu, kOpGradHelper};
+                                layer_norm_grad_cpu, kOpGradHelper, residual_input_of, take_residual};
 
 // ---------------- softmax: p.f[0] scale ----------------
 // input x [..., D]; output y = softmax(scale * x) over the last dim, x's dtype and shape.

@@ -1,8 +1,9 @@
-// How the epilogue ops (linear, matmul, conv2d, conv2d_grad_input) carry a residual (OpDef::
+// How the epilogue ops (linear, matmul, conv2d, conv2d_grad_input; group_norm_grad and
+// layer_norm_grad when they make dx alone, ops/norm_params.h) carry a residual (OpDef::
 // take_residual, core/fusion.h): Params::i[kResidualSlot] = 1 and the residual r sits after the
 // op's own inputs, before a quantized weight's scale (which stays last, ops/quant.h). r has the
 // output's shape and dtype; out = op(...) + r, added in f32 before the one rounding. Shared by the
-// shape rules and CPU kernels (ops/matmul.cpp, ops/conv.cpp) and the CUDA launchers.
+// shape rules and CPU kernels (ops/matmul.cpp, ops/conv.cpp, ops/norms.cpp) and the CUDA launchers.
 #pragma once
 #include <vector>
 
