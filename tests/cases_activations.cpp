@@ -84,6 +84,10 @@ Register r({
      ref_of(Act::quick_gelu), 1e-5},
     {"geglu", "[2,3,8] -> [2,3,4]", [](CaseBuilder& b) { b.out(geglu(b.g, b.x("x", {2, 3, 8}, -3, 3))); },
      [](Graph& g) { geglu(g, g.input("x", DType::f32, {2, 5})); }},
+    {"geglu", "F = 16 over [3,2,32] (CUDA's 8-element vector path, forward and gradient)", [](CaseBuilder& b) {
+         b.out(geglu(b.g, b.x("x", {3, 2, 32}, -3, 3)));
+     },
+     [](Graph& g) { geglu(g, g.input("x", DType::f32, {3})); }},
     {"geglu", "gradient in place over the projection output", [](CaseBuilder& b) {
          ValueId x = b.x("x", {4, 6}, -2, 2);
          b.out(geglu(b.g, scale(b.g, x, 1.5f)));

@@ -194,15 +194,11 @@ __global__ void gn_bwd_apply(const T* gy, const T* x, const void* gm, DType tg, 
 // owns channels [8 tc, 8 tc + 8) of sample blockIdx.y, keeps their statistics and affine terms in
 // registers (no per-element index arithmetic) and walks positions with 16- or 32-byte accesses.
 // Block: cv = C / 8 channel vectors x `rows` positions.
-template <class T>
-struct alignas(8 * sizeof(T)) Vec8 {
-    T v[8];
-};
 struct GnVec {
     int cv, rows;
 };
 inline GnVec gn_vec_shape(const Gn& d) {
-    const int cv = int(d.C / 8);
+    const int cv = std::max(1, int(d.C / 8));  // (unused when C % 8 != 0: gn_vec_ok refuses it)
     return {cv, std::max(1, 256 / cv)};
 }
 inline dim3 gn_vec_grid(const Gn& d, const GnVec& v) {
@@ -213,6 +209,85 @@ template <class T>
 bool gn_vec_ok(const Gn& d, const void* a, const void* b, const void* c = nullptr) {
     auto al = [](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % sizeof(Vec8<T>) == 0; };
     return d.C % 8 == 0 && d.C / 8 <= 1024 && al(a) && al(b) && al(c);
+}
+
+// The partial sums of gn_stats_partial / gn_bwd_partial on 8-channel vectors: thread (tc, tp) of
+// block (chunk, sample) sums positions p0 + tp, p0 + tp + rows, ... of its channels in double; the
+// block's rows then add in tp order through shared memory (sh [rows][C][2]: deterministic).
+inline size_t gn_partial_smem(const Gn& d, const GnVec& v) { return size_t(v.rows) * size_t(d.C) * 2 * sizeof(double); }
+inline bool gn_partial_vec_ok(const Gn& d, const GnVec& v) { return gn_partial_smem(d, v) <= 48 * 1024; }
+
+__device__ __forceinline__ void gn_partial_store(double* sh, const double (&u)[8], const double (&w)[8], double* part,
+                                                 const Gn& d, const GnVec& v, int tc, int tp) {
+    if (tp < v.rows)
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            sh[(int64_t(tp) * d.C + tc * 8 + j) * 2] = u[j];
+            sh[(int64_t(tp) * d.C + tc * 8 + j) * 2 + 1] = w[j];
+        }
+    __syncthreads();
+    double* o = part + (int64_t(blockIdx.y) * d.chunks + blockIdx.x) * d.C * 2;
+    for (int64_t i = threadIdx.x; i < d.C * 2; i += blockDim.x) {
+        double t = 0;
+        for (int r = 0; r < v.rows; r++) t += sh[r * d.C * 2 + i];
+        o[i] = t;
+    }
+}
+
+template <class T>
+__global__ void gn_stats_partial_vec(const T* x, double* part, Gn d, GnVec v) {
+    extern __shared__ double sh[];
+    const int tc = int(threadIdx.x) % v.cv, tp = int(threadIdx.x) / v.cv;
+    const int64_t n = blockIdx.y, p0 = int64_t(blockIdx.x) * d.rows_per_chunk, p1 = min(d.P, p0 + d.rows_per_chunk);
+    double s[8] = {}, ss[8] = {};
+    if (tp < v.rows)
+        for (int64_t p = p0 + tp; p < p1; p += v.rows) {
+            const Vec8<T> in = *reinterpret_cast<const Vec8<T>*>(x + (n * d.P + p) * d.C + tc * 8);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const double e = to_f32(in.v[j]);
+                s[j] += e;
+                ss[j] += e * e;
+            }
+        }
+    gn_partial_store(sh, s, ss, part, d, v, tc, tp);
+}
+
+template <class T>
+__global__ void gn_bwd_partial_vec(const T* gy, const T* x, const void* gm, DType tg, const void* bt, DType tb,
+                                   const float* mean, const float* rstd, double* part, Gn d, GnVec v) {
+    extern __shared__ double sh[];
+    const int tc = int(threadIdx.x) % v.cv, tp = int(threadIdx.x) / v.cv;
+    const int64_t n = blockIdx.y, p0 = int64_t(blockIdx.x) * d.rows_per_chunk, p1 = min(d.P, p0 + d.rows_per_chunk);
+    double a[8] = {}, b[8] = {};
+    if (tp < v.rows) {
+        float mu[8], rs[8], ga[8], be[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int c = tc * 8 + j, g = int(n) * int(d.G) + c / int(d.Cg);
+            mu[j] = mean[g];
+            rs[j] = rstd[g];
+            ga[j] = load_any(gm, tg, c);
+            be[j] = load_any(bt, tb, c);
+        }
+        for (int64_t p = p0 + tp; p < p1; p += v.rows) {
+            const int64_t off = (n * d.P + p) * d.C + tc * 8;
+            const Vec8<T> gv = *reinterpret_cast<const Vec8<T>*>(gy + off);
+            const Vec8<T> xv = *reinterpret_cast<const Vec8<T>*>(x + off);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float xh = (to_f32(xv.v[j]) - mu[j]) * rs[j];
+                float gh = to_f32(gv.v[j]);
+                if (d.act) {
+                    const float h = xh * ga[j] + be[j], sg = sigmoidf_(h);
+                    gh *= sg * (1.0f + h * (1.0f - sg));
+                }
+                a[j] += double(gh) * xh;
+                b[j] += gh;
+            }
+        }
+    }
+    gn_partial_store(sh, a, b, part, d, v, tc, tp);
 }
 
 template <class T>
@@ -295,12 +370,16 @@ static void group_norm_run(CudaCtx& c) {
     float* rstd = c.out_ptr<float>(2);
     dispatch_float(c.in_dtype(0), "group_norm", [&](auto tag) {
         using T = decltype(tag);
-        gn_stats_partial<T><<<dim3(unsigned(d.chunks), unsigned(d.N)), 256, 0, c.stream>>>(c.in_ptr<T>(0), part, d);
+        const GnVec v = gn_vec_shape(d);
+        if (gn_vec_ok<T>(d, c.in_ptr(0), nullptr) && gn_partial_vec_ok(d, v))
+            gn_stats_partial_vec<T><<<dim3(unsigned(d.chunks), unsigned(d.N)), unsigned(v.cv * v.rows),
+                                      gn_partial_smem(d, v), c.stream>>>(c.in_ptr<T>(0), part, d, v);
+        else
+            gn_stats_partial<T><<<dim3(unsigned(d.chunks), unsigned(d.N)), 256, 0, c.stream>>>(c.in_ptr<T>(0), part, d);
         GL_CUDA_LAUNCHED();
         gn_stats_final<<<unsigned(d.N * d.G), 256, 0, c.stream>>>(part, mean, rstd, d);
         GL_CUDA_LAUNCHED();
         if (gn_vec_ok<T>(d, c.in_ptr(0), c.out_ptr(0))) {
-            const GnVec v = gn_vec_shape(d);
             gn_apply_vec<T><<<gn_vec_grid(d, v), unsigned(v.cv * v.rows), 0, c.stream>>>(
                 c.in_ptr<T>(0), c.in_ptr(1), c.in_dtype(1), c.in_ptr(2), c.in_dtype(2), mean, rstd, c.out_ptr<T>(0), d,
                 v);
@@ -321,9 +400,16 @@ static void group_norm_grad_run(CudaCtx& c) {
     double* coef = part + d.N * d.chunks * d.C * 2;
     dispatch_float(c.in_dtype(1), "group_norm_grad", [&](auto tag) {
         using T = decltype(tag);
-        gn_bwd_partial<T><<<dim3(unsigned(d.chunks), unsigned(d.N)), 256, 0, c.stream>>>(
-            c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr(2), c.in_dtype(2), c.in_ptr(3), c.in_dtype(3), c.in_ptr<float>(4),
-            c.in_ptr<float>(5), part, d);
+        const GnVec v = gn_vec_shape(d);
+        if (gn_vec_ok<T>(d, c.in_ptr(0), c.in_ptr(1)) && gn_partial_vec_ok(d, v))
+            gn_bwd_partial_vec<T><<<dim3(unsigned(d.chunks), unsigned(d.N)), unsigned(v.cv * v.rows),
+                                    gn_partial_smem(d, v), c.stream>>>(c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr(2),
+                                                                       c.in_dtype(2), c.in_ptr(3), c.in_dtype(3),
+                                                                       c.in_ptr<float>(4), c.in_ptr<float>(5), part, d, v);
+        else
+            gn_bwd_partial<T><<<dim3(unsigned(d.chunks), unsigned(d.N)), 256, 0, c.stream>>>(
+                c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr(2), c.in_dtype(2), c.in_ptr(3), c.in_dtype(3),
+                c.in_ptr<float>(4), c.in_ptr<float>(5), part, d);
         GL_CUDA_LAUNCHED();
         GL_CHECK(norm_dx_only(c.p()) || c.out_dtype(1) == c.out_dtype(2),
                  "group_norm_grad: gamma and beta must share a dtype on CUDA");
@@ -339,7 +425,6 @@ static void group_norm_grad_run(CudaCtx& c) {
         }
         const T* res = has_residual(c.p()) ? c.in_ptr<T>(residual_index(c.p(), int(c.in.size()))) : nullptr;
         if (gn_vec_ok<T>(d, c.in_ptr(0), c.in_ptr(1), c.out_ptr(0)) && gn_vec_ok<T>(d, res, nullptr)) {
-            const GnVec v = gn_vec_shape(d);
             gn_bwd_apply_vec<T><<<gn_vec_grid(d, v), unsigned(v.cv * v.rows), 0, c.stream>>>(
                 c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr(2), c.in_dtype(2), c.in_ptr(3), c.in_dtype(3),
                 c.in_ptr<float>(4), c.in_ptr<float>(5), coef, res, c.out_ptr<T>(0), d, v);

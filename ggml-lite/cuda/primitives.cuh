@@ -9,7 +9,8 @@
 //   8-bit codes    code_to_f32, dequant8: a quantized weight's i8 / f8e4m3 codes (core/quant.h)
 //                  times their row scale, as the GEMM and conv loaders convert them
 //   arithmetic     ceil_div
-//   memory         smem_u32, cp.async (cp_async, cp_async_commit, cp_async_wait), copy16
+//   memory         smem_u32, cp.async (cp_async, cp_async_commit, cp_async_wait), copy16, Vec8 (8
+//                  elements moved as one 16- or 32-byte access)
 //   tensor cores   ldmatrix x4 (ldsm_x4, transposed ldsm_x4_t) and mma.sync m16n8k16 with fp32
 //                  accumulation (mma16816): sm_80 and later
 //   reductions     warp_sum / warp_max over 32 lanes, quad_sum / quad_max over the 4 lanes that
@@ -127,6 +128,17 @@ __host__ __device__ constexpr auto ceil_div(A a, B b) {
 }
 
 // ---------------- memory ----------------
+
+// Eight elements of T as one aligned access (16 bytes in a half dtype): the vector paths of the
+// memory-bound kernels, which need 8-element-aligned rows.
+template <class T>
+struct alignas(8 * sizeof(T)) Vec8 {
+    T v[8];
+};
+template <class T>
+__host__ __device__ __forceinline__ bool vec8_aligned(const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % sizeof(Vec8<T>) == 0;
+}
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
