@@ -128,7 +128,7 @@ gl_cli_test("sdtrain no model" 2 "--pretrained_model_name_or_path is required" g
 gl_cli_test("sdtrain full_bf16 without bf16" 2 "--full_bf16 needs --mixed_precision bf16" gl-sdtrain
             --pretrained_model_name_or_path m --train_data_dir d --resolution 512 --output_dir o
             --network_module networks.lora --full_bf16)
-gl_cli_test("sdtrain refused kohya option" 2 "--v2: kohya's option is not supported" gl-sdtrain --v2)
+gl_cli_test("sdtrain refused kohya option" 2 "--deepspeed: kohya's option is not supported" gl-sdtrain --deepspeed)
 gl_cli_test("sdtrain missing model file" 1 "sdtrain: error: .*no-such-model" gl-sdtrain
             --pretrained_model_name_or_path no-such-model --train_data_dir d --resolution 512
             --output_dir ${PROJECT_BINARY_DIR}/sdtrain-cli-out --network_module networks.lora)

@@ -52,7 +52,7 @@ fs::path make_tiny_sd2_model(const fs::path& root) {
 
 }  // namespace
 
-TEST_CASE("sdtrain sd2: --v2 trains a tiny SD2.x model; its LoRA has Linear projections and kohya's SD2 metadata") {
+TEST_CASE("sdtrain sd2: --v2 trains a tiny SD2.x model, its LoRA with Linear projections and kohya's SD2 metadata") {
     Scratch s("sd2");
     const fs::path model = make_tiny_sd2_model(s.root), data = make_dataset(s.root);
     train::RunConfig c = tiny_config(model, data, s.root / "out");
