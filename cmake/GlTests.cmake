@@ -113,6 +113,7 @@ gl_cli_test("example-denoiser --backend gpu" 2 "--backend: unknown backend 'gpu'
 gl_cli_test("example-denoiser --channels 12" 2 "--channels must be a multiple of 8" example-denoiser --channels 12)
 gl_cli_test("example-denoiser --help" 0 "--recompute none\\|blocks\\|cheap" example-denoiser --help)
 gl_cli_test("gl-make-demo writes the assets" 0 "dataset: .*10_shapes \\(24 images" gl-make-demo ${PROJECT_BINARY_DIR}/make-demo-test)
+gl_cli_test("gl-make-demo --v2 writes an SD2.x model" 0 "model: .*\\(SD2.x diffusers folder" gl-make-demo ${PROJECT_BINARY_DIR}/make-demo-v2-test --v2 --variants 1)
 gl_cli_test("gl-make-demo --side 10" 2 "--side wants an integer in \\[32, 4096\\]" gl-make-demo OUT --side 10)
 gl_cli_test("example-denoiser trains" 0 "step +30/30  loss " example-denoiser --steps 30 --log-every 10 --backend cpu)
 gl_cli_test("gl-merge unknown flag first" 2 "not expected: --frobnicate" gl-merge --frobnicate B L O)
@@ -127,7 +128,7 @@ gl_cli_test("sdtrain no model" 2 "--pretrained_model_name_or_path is required" g
 gl_cli_test("sdtrain full_bf16 without bf16" 2 "--full_bf16 needs --mixed_precision bf16" gl-sdtrain
             --pretrained_model_name_or_path m --train_data_dir d --resolution 512 --output_dir o
             --network_module networks.lora --full_bf16)
-gl_cli_test("sdtrain refused kohya option" 2 "--v2: kohya's option is not supported" gl-sdtrain --v2)
+gl_cli_test("sdtrain refused kohya option" 2 "--deepspeed: kohya's option is not supported" gl-sdtrain --deepspeed)
 gl_cli_test("sdtrain missing model file" 1 "sdtrain: error: .*no-such-model" gl-sdtrain
             --pretrained_model_name_or_path no-such-model --train_data_dir d --resolution 512
             --output_dir ${PROJECT_BINARY_DIR}/sdtrain-cli-out --network_module networks.lora)

@@ -6,7 +6,7 @@ namespace {
 
 // Every family, in the order family_names() lists them: a new family adds its getter here.
 const Family* const* all_families(size_t& n) {
-    static const Family* const families[] = {&sd15_family()};
+    static const Family* const families[] = {&sd15_family(), &sd2_family()};
     n = std::size(families);
     return families;
 }

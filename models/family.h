@@ -12,14 +12,30 @@
 //               1x1 convs, and the order PyTorch defines the modules in (LyCORIS saves in it)
 //   blocks      kohya networks.lora's list of the UNet's blocks (block_dims, down/mid/up_lr_weight)
 //   metadata    the base-model strings kohya and modelspec write
-// SD1.5 is the first family (models/sd15/family.cpp). A second family is a folder under models/
-// holding its model code and one family file defining its Family and registering it here.
+//   model       opening the model files as distributed and building the denoiser and text encoder
+//               graphs from what was opened (the trainer, the session and the pipelines ask it)
+// SD1.5 is the first family (models/sd15/family.cpp), SD2.x the second (models/sd2/family.cpp). A
+// family is a folder under models/ holding its model code and one family file defining its Family
+// and registering it in models/family.cpp.
 #pragma once
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "ggml-lite/core/graph.h"
+
+namespace nn {
+class Weights;
+}
+// The Stable Diffusion architecture's descriptions (models/sd15/): SD1.x and SD2.x share one
+// implementation of every layer, parametrised by these configs.
+namespace sd {
+struct Sd15Files;
+struct UnetConfig;
+struct ClipConfig;
+}  // namespace sd
 
 namespace models {
 
@@ -86,6 +102,7 @@ struct BaseModelStrings {
     std::string ss_base_model_version;   // "sd_v1"
     std::string ss_v2;                   // "False"
     std::string modelspec_architecture;  // "stable-diffusion-v1" (the network type appended: "/lora")
+    int resolution = 512;                // modelspec.resolution's side without --resolution (SD2 768-v: 768)
 };
 
 class Family {
@@ -118,10 +135,24 @@ public:
         (void)unet_path;
         return -1;
     }
+
+    // The model as distributed (a diffusers folder or one single file; prefer_fp16 picks a
+    // folder's .fp16. weights), checked to be this family's: a relative's files are refused with
+    // an error naming the file and the option that opens them. Throws gl::Error.
+    virtual sd::Sd15Files open(const std::string& path, bool prefer_fp16 = false) const = 0;
+    // The denoiser's forward pass (eps or v [B, h, w, C]) from latents x [B, h, w, C], timesteps t
+    // [B] and the text context [B, T, width], its weight leaves created in w.
+    virtual gl::ValueId denoiser(nn::Weights& w, const sd::UnetConfig& c, gl::ValueId x, gl::ValueId t,
+                                 gl::ValueId context) const = 0;
+    // The text encoders' context [B, TokenLayout::context_rows(chunks), width] from ids
+    // [B * chunks, sequence], the hidden state the family takes (clip_skip counting on from it).
+    virtual gl::ValueId text_context(nn::Weights& w, gl::Graph& g, gl::ValueId ids, int chunks,
+                                     const sd::ClipConfig& c, int clip_skip) const = 0;
 };
 
 const Family& sd15_family();
-// The families by name ("sd15"); nullptr when unknown.
+const Family& sd2_family();
+// The families by name ("sd15", "sd2"); nullptr when unknown.
 const Family* find_family(std::string_view name);
 std::vector<std::string> family_names();
 

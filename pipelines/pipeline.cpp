@@ -213,7 +213,7 @@ GraphBuilder Pipeline::Impl::unet_builder(const Sd15Files& f, int batch, int h, 
         const ValueId x = g.input("x", DType::f32, {batch, h, w, c.in_channels});
         const ValueId t = g.input("t", DType::f32, {batch});
         const ValueId ctx = g.input("context", DType::f32, {batch, context_len, c.cross_attention_dim});
-        return BuiltGraph{{x, t, ctx}, unet_forward(wt, c, x, t, ctx)};
+        return BuiltGraph{{x, t, ctx}, f.family->denoiser(wt, c, x, t, ctx)};
     };
 }
 

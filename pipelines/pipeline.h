@@ -103,7 +103,7 @@ std::vector<std::tuple<int, int, int>> decode_shapes(const VaeDecodePlan& vp, in
 
 class Pipeline {
 public:
-    // `model` comes from open_sd15. Plans the models and reads the LoRA files (formats, ranks and
+    // `model` comes from its family's open (models::Family::open). Plans the models and reads the LoRA files (formats, ranks and
     // shapes checked; nothing is allocated until the first request). Throws gl::Error naming the
     // file for a bad LoRA file, or the option that is out of range.
     Pipeline(Sd15Files model, PipelineOptions opt);

@@ -57,9 +57,10 @@ inline const char* kVaeConfig = R"({"_class_name": "AutoencoderKL", "act_fn": "s
   "layers_per_block": 1, "norm_num_groups": 4, "out_channels": 3, "sample_size": 16, "scaling_factor": 0.18215,
   "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D"]})";
 
-// The text encoder's weights: N(0, 0.02) from a fixed seed, layer norms at identity.
-inline void write_random_clip(const fs::path& file) {
-    const sd::ClipConfig c{3514, 16, 2, 2, 32, 77, gl::Act::quick_gelu, 1e-5f};
+// The text encoder's weights (kClipConfig's unless given): N(0, 0.02) from a fixed seed, layer
+// norms at identity.
+inline void write_random_clip(const fs::path& file,
+                              const sd::ClipConfig& c = {3514, 16, 2, 2, 32, 77, gl::Act::quick_gelu, 1e-5f}) {
     gl::Graph g;
     nn::Weights w(g, gl::DType::f32);
     sd::build_clip(w, g, g.input("ids", gl::DType::i32, {1, 77}), c);

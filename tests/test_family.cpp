@@ -6,7 +6,9 @@
 #include <algorithm>
 
 #include "lora_fixtures.h"
+#include "ggml-lite/core/error.h"
 #include "models/family.h"
+#include "models/sd15/model_files.h"
 
 namespace {
 
@@ -37,6 +39,13 @@ public:
     std::vector<std::string> io_modules(bool linear) const override {
         return linear ? std::vector<std::string>{} : std::vector<std::string>{"conv_in"};
     }
+    sd::Sd15Files open(const std::string& path, bool) const override { gl::fail(path, ": the stand-in opens no files"); }
+    gl::ValueId denoiser(nn::Weights&, const sd::UnetConfig&, gl::ValueId x, gl::ValueId, gl::ValueId) const override {
+        return x;
+    }
+    gl::ValueId text_context(nn::Weights&, gl::Graph&, gl::ValueId ids, int, const sd::ClipConfig&, int) const override {
+        return ids;
+    }
 
 private:
     models::TokenLayout tokens_{10, 8, 2};
@@ -64,7 +73,7 @@ TEST_CASE("family: SD1.5's token layout, latent space, text encoder, metadata st
     CHECK(f.base_model(true).modelspec_architecture == "stable-diffusion-v1");
     CHECK(models::find_family("sd15") == &f);
     CHECK(models::find_family("sdxl") == nullptr);
-    CHECK(models::family_names() == std::vector<std::string>{"sd15"});
+    CHECK(models::family_names() == std::vector<std::string>{"sd15", "sd2"});
     CHECK(f.unet_linear_kind("down_blocks.0.attentions.0.proj_in") == models::ModuleKind::conv1x1);
     CHECK(f.unet_linear_kind("down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q") ==
           models::ModuleKind::linear);

@@ -54,6 +54,7 @@ const std::vector<Layer> kLayers = {
     {"models/diffusion", {"models/nn"}},
     {"models/family", {"models/diffusion"}, true},
     {"models/sd15", {"models/family"}},
+    {"models/sd2", {"models/sd15"}},  // SD2.x runs SD1.x's layers with its configs
     {"lora", {"models/family"}},  // adapters ask the family (models/family.h), never a family's model
     {"data", kRuntime},  // through an encoder interface: no model
     {"pipelines", {"lora", "data", "models/sd15"}},  // SD's pipeline, encoders and checkpoint merge

@@ -318,11 +318,18 @@ TEST_CASE("model_files: unsupported and malformed configs are refused naming the
     CHECK(unet(R"({"num_attention_heads": 4})").heads == 4);
     CHECK(unet(R"({"attention_head_dim": [2, 2]})").heads == 2);
     CHECK(unet(R"({"in_channels": 9})").in_channels == 9);
-    // SD2.x: linear projections, per-block head counts.
-    CHECK_THROWS_WITH_AS(unet(R"({"use_linear_projection": true})"),
-                         doctest::Contains("unet/config.json: field 'use_linear_projection' = true"), gl::Error);
+    // SD2.x: linear projections, per-level head counts, upcast attention are read (the family
+    // that opens the model checks them: test_sd2.cpp).
+    CHECK(unet(R"({"use_linear_projection": true})").linear_projection);
+    CHECK_FALSE(unet("{}").linear_projection);
+    CHECK(unet(R"({"upcast_attention": true})").upcast_attention);
+    CHECK(unet(R"({"attention_head_dim": [2, 4]})").level_heads == std::vector<int>{2, 4});
+    CHECK(unet(R"({"attention_head_dim": [2, 2]})").level_heads.empty());
+    CHECK_THROWS_WITH_AS(unet(R"({"attention_head_dim": [2, 4, 8]})"),
+                         doctest::Contains("unet/config.json: unet config: 3 per-level head counts for 2 blocks"),
+                         gl::Error);
     CHECK_THROWS_WITH_AS(unet(R"({"attention_head_dim": [5, 10]})"),
-                         doctest::Contains("field 'attention_head_dim' = [5,10] differs between blocks"), gl::Error);
+                         doctest::Contains("block_out[0] = 16 is not divisible by 5 heads"), gl::Error);
     // SDXL: added embeddings, per-block transformer depths.
     CHECK_THROWS_WITH_AS(unet(R"({"addition_embed_type": "text_time"})"),
                          doctest::Contains("field 'addition_embed_type' = \"text_time\""), gl::Error);

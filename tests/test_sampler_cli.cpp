@@ -164,6 +164,17 @@ TEST_CASE("gl-txt2img: images, parameters, grid, prompt file, numbering, refusal
     fs::remove_all(dir);
 }
 
+TEST_CASE("gl-txt2img: --v2 opens SD2.x models and refuses an SD1.x one by name") {
+    const fs::path dir = fs::temp_directory_path() / ("gl-test-txt2img-v2-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    make_tiny_folder(dir / "tiny-sd");
+    const Result r = txt2img(dir, "'" + (dir / "tiny-sd").string() + "' --v2 --backend cpu --prompt x -W 16 -H 16");
+    CHECK(r.status == 1);
+    CHECK(has(r.err, "an SD1.x model"));
+    CHECK(has(r.err, "not SD2.x"));
+    fs::remove_all(dir);
+}
+
 TEST_CASE("gl-txt2img: one set of bounds for flags and prompt files") {
     const fs::path dir = fs::temp_directory_path() / ("gl-test-txt2img-bounds-" + std::to_string(::getpid()));
     fs::remove_all(dir);

@@ -98,8 +98,11 @@ TEST_CASE("sdtrain options: kohya's names land in the run configuration") {
 
 TEST_CASE("sdtrain options: kohya options refused, accepted with a note, unknown") {
     CHECK(usage_error({"--frobnicate"}).find("--frobnicate") != std::string::npos);
-    CHECK(usage_error({"--v2"}).find("--v2: kohya's option is not supported by sdtrain (sdtrain trains SD1.x") !=
+    CHECK(usage_error({"--deepspeed"}).find("--deepspeed: kohya's option is not supported by sdtrain (") !=
           std::string::npos);
+    CHECK(parse({"--v2"}).v2);  // kohya's, implemented: the SD2.x family
+    CHECK(parse({"--v2"}).family().name() == "sd2");
+    CHECK(train::RunConfig{}.family().name() == "sd15");
     CHECK(usage_error({"--wandb_run_name", "r"}).find("--wandb_run_name: kohya's option is not supported") !=
           std::string::npos);
     CHECK(parse({"--multires_noise_iterations", "6"}).objective().multires_noise_iterations == 6);  // kohya's, implemented
@@ -258,7 +261,7 @@ optimizer_args = ["weight_decay=0.05"]
     CHECK(file_error("[a]\nfrobnicate = 1\n").find("bad.toml: frobnicate: unknown option") != std::string::npos);
     CHECK(file_error("[a]\n[a.b]\nseed = 1\n").find("tables nest one level") != std::string::npos);
     CHECK(file_error("seed = \n").find("invalid TOML") != std::string::npos);
-    CHECK(file_error("v2 = true\n").find("bad.toml: v2: kohya's option is not supported") != std::string::npos);
+    CHECK(file_error("deepspeed = true\n").find("bad.toml: deepspeed: kohya's option is not supported") != std::string::npos);
     CHECK(file_error("max_train_steps = \"x\"\n").find("bad.toml: max_train_steps wants an integer") !=
           std::string::npos);
     try {
@@ -313,7 +316,8 @@ TEST_CASE("sdtrain options: --help groups the options") {
                               "Memory (", "Output (", "Sampling:"})
             CHECK(t.find(g) != std::string::npos);
         CHECK(t.find("--pretrained_model_name_or_path") < t.find("--train_data_dir"));
-        CHECK(t.find("--v2") == std::string::npos);  // refused options stay out of the help
+        CHECK(t.find("--deepspeed") == std::string::npos);  // refused options stay out of the help
+        CHECK(t.find("--v2") != std::string::npos);
         // Each option once, under the group a user looks in.
         std::map<std::string, std::string> group_of;  // option -> the section heading above it
         std::istringstream lines(t);

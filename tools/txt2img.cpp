@@ -51,6 +51,7 @@ struct Args {
     int width = 512, height = 512, batch = 1, clip_skip = 1;
     std::string out = "outputs";
     bool grid = false, plan_only = false, prefer_fp16 = false;
+    bool v2 = false, v_prediction = false;  // the SD2.x family; a v-prediction model (SD2.x 768-v)
     gl::Backend backend = gl::Backend::automatic;
     std::string dtype = "auto";
     double vae_budget_mib = 2048;
@@ -86,6 +87,7 @@ diffusion::SamplerOptions sampler_of(const std::string& name, const Args& a) {
                                                       : diffusion::SamplerOptions::diffusers_sd15(n.kind);
     o.karras = n.karras;
     if (n.kind.def().takes_eta) o.eta = a.eta;
+    if (a.v_prediction) o.prediction = diffusion::Prediction::v_prediction;
     o.validate();
     return o;
 }
@@ -178,7 +180,8 @@ int run(const Args& a) {
     const std::vector<Request> reqs = requests_of(a);
     using Clock = std::chrono::steady_clock;
     auto t0 = Clock::now();
-    sd::Sd15Files files = sd::open_sd15(a.model, a.prefer_fp16);
+    const models::Family& family = a.v2 ? models::sd2_family() : models::sd15_family();
+    sd::Sd15Files files = family.open(a.model, a.prefer_fp16);
     std::printf("model %s (%s)\n", a.model.c_str(), sd::sd15_layout_name(files.layout));
     for (const sd::LoraFile& l : po.loras)
         std::printf("LoRA %s at %g (%s)\n", l.path.c_str(), double(l.multiplier), a.merge_loras ? "merged" : "runtime");
@@ -288,6 +291,8 @@ int parse_and_run(int argc, char** argv) {
                    "the most memory the run may lay out (8G, 512M; never more than the GPU's free memory, or the "
                    "host's available memory on the CPU); a request over it is refused naming the sizes that fit");
     cli.add_flag("--prefer-fp16", a.prefer_fp16, "diffusers folders: read the .fp16 weight files when present");
+    cli.add_flag("--v2", a.v2, "an SD2.x model (sdtrain's --v2)");
+    cli.add_flag("--v-prediction", a.v_prediction, "a v-prediction model (SD2.x 768-v: with --v2)");
     cli.add_flag("--plan", a.plan_only, "print the memory plan and exit");
     cli.parse(argc, argv);
     if (a.prompts.empty() && a.prompt_file.empty()) throw gl::cli::UsageError("give --prompt or --prompt-file");

@@ -89,7 +89,7 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
         s->text_weights = std::make_unique<nn::Weights>(g, act, opt.text_encoder_format);
         s->net->attach_text_encoder(*s->text_weights);
         s->ids = g.input("ids", DType::i32, {B * opt.clip_chunks, opt.family->tokens().sequence});
-        s->context = sd::build_clip_chunked(*s->text_weights, g, s->ids, opt.clip_chunks, opt.clip, opt.clip_skip);
+        s->context = opt.family->text_context(*s->text_weights, g, s->ids, opt.clip_chunks, opt.clip, opt.clip_skip);
     } else {
         s->context = g.input("context", act, {B, opt.context_tokens, opt.unet.cross_attention_dim});
     }
@@ -97,7 +97,7 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     ValueId a = gl::reshape(g, s->sqrt_ac, col), b = gl::reshape(g, s->sqrt_1m_ac, col);
     const ValueId noise_in = opt.input_perturbation ? gl::add(g, s->noise, s->ip_noise) : s->noise;
     ValueId noisy = gl::add(g, gl::mul(g, s->latents, a), gl::mul(g, noise_in, b));
-    s->pred = sd::unet_forward(*s->unet_weights, opt.unet, noisy, s->timesteps, s->context);
+    s->pred = opt.family->denoiser(*s->unet_weights, opt.unet, noisy, s->timesteps, s->context);
     s->target = opt.prediction == diffusion::Prediction::epsilon
                     ? s->noise
                     : gl::sub(g, gl::mul(g, s->noise, a), gl::mul(g, s->latents, b));
@@ -217,7 +217,7 @@ std::unique_ptr<TextEncoderGraph> build_text_encoder(const sd::ClipConfig& c, Pr
     auto t = std::make_unique<TextEncoderGraph>();
     t->weights = std::make_unique<nn::Weights>(t->g, activation_dtype(p), format);
     t->ids = t->g.input("ids", DType::i32, {batch * chunks, family.tokens().sequence});
-    t->context = sd::build_clip_chunked(*t->weights, t->g, t->ids, chunks, c, clip_skip);
+    t->context = family.text_context(*t->weights, t->g, t->ids, chunks, c, clip_skip);
     t->g.mark_output(t->context);
     return t;
 }

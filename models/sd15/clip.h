@@ -22,6 +22,8 @@ struct ClipConfig {
     float eps = 1e-5f;
 
     static ClipConfig vit_l14() { return {}; }  // SD1.5's text encoder
+    // SD2.x's: OpenCLIP ViT-H/14's text tower as diffusers and kohya hold it, 23 of its 24 layers.
+    static ClipConfig vit_h14() { return {49408, 1024, 23, 16, 4096, 77, gl::Act::gelu_erf, 1e-5f}; }
     // Small enough for golden tests and CI (hidden 32, 2 layers).
     static ClipConfig tiny() { return {1000, 32, 2, 4, 64, 77, gl::Act::quick_gelu, 1e-5f}; }
 };

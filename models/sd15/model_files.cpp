@@ -126,8 +126,9 @@ UnetConfig parse_unet_config(const std::string& text, const std::string& origin)
     const json j = parse_object(text, origin);
     const Fields f{j, origin};
     f.require_str("_class_name", "UNet2DConditionModel", "SD1.x's UNet class");
-    // SDXL (added time/text embeddings), class-conditioned and LCM-style models, SD2's linear
-    // transformer projections: each changes tensors or computation the graph does not have.
+    // SDXL (added time/text embeddings), class-conditioned and LCM-style models: each changes
+    // tensors or computation the graph does not have. SD2.x's settings (linear projections,
+    // per-level heads, upcast attention) are read; the family that opens the model checks them.
     f.refuse_set("addition_embed_type", "SDXL-style added embeddings");
     f.refuse_set("addition_time_embed_dim", "SDXL-style added embeddings");
     f.refuse_set("class_embed_type", "class embeddings");
@@ -138,7 +139,6 @@ UnetConfig parse_unet_config(const std::string& text, const std::string& origin)
     f.refuse_set("cross_attention_norm", "a cross-attention norm");
     f.refuse_set("timestep_post_act", "a post-timestep activation");
     f.refuse_set("reverse_transformer_layers_per_block", "per-block transformer depths");
-    f.require_bool("use_linear_projection", false, "SD2.x's linear proj_in/proj_out; SD1.x uses 1x1 convs");
     f.require_bool("dual_cross_attention", false, "SD1.x has one cross-attention");
     f.require_bool("center_input_sample", false, "SD1.x does not centre its input");
     f.require_bool("resnet_skip_time_act", false, "SD1.x's resnets");
@@ -165,10 +165,20 @@ UnetConfig parse_unet_config(const std::string& text, const std::string& origin)
     c.out_channels = f.integer("out_channels", c.out_channels);
     c.block_out = f.int_list("block_out_channels", c.block_out);
     c.layers_per_block = f.uniform_int("layers_per_block", c.layers_per_block);
-    // diffusers: num_attention_heads, falling back to attention_head_dim (which SD1.x configs use
-    // for the head count). SD2's per-block [5, 10, 20, 20] is refused by uniform_int.
-    c.heads = f.has("num_attention_heads") ? f.uniform_int("num_attention_heads", c.heads)
-                                           : f.uniform_int("attention_head_dim", c.heads);
+    // diffusers: num_attention_heads, falling back to attention_head_dim (which SD1.x and SD2.x
+    // configs use for the head count); a list that differs between levels (SD2's [5, 10, 20, 20])
+    // is kept per level.
+    const char* heads_key = f.has("num_attention_heads") ? "num_attention_heads" : "attention_head_dim";
+    if (f.has(heads_key) && j.at(heads_key).is_array()) {
+        c.level_heads = f.int_list(heads_key, {});
+        c.heads = c.level_heads[0];
+        if (std::all_of(c.level_heads.begin(), c.level_heads.end(), [&](int h) { return h == c.heads; }))
+            c.level_heads.clear();
+    } else {
+        c.heads = f.integer(heads_key, c.heads);
+    }
+    c.linear_projection = f.boolean("use_linear_projection", false);
+    c.upcast_attention = f.boolean("upcast_attention", false);
     if (f.has("cross_attention_dim") && j.at("cross_attention_dim").is_array())
         f.bad("cross_attention_dim", "one integer (per-block widths are not supported)");
     c.cross_attention_dim = f.integer("cross_attention_dim", c.cross_attention_dim);
@@ -411,7 +421,7 @@ Sd15Files open_sd15_single_file(const std::string& file, const UnetConfig& unet_
         if (t.name.starts_with("conditioner."))
             gl::fail(file, ": an SDXL checkpoint (", t.name, "); only SD1.x is supported");
         if (t.name.starts_with("cond_stage_model.model."))
-            gl::fail(file, ": an SD2.x checkpoint (OpenCLIP text encoder, ", t.name, "); only SD1.x is supported");
+            gl::fail(file, ": an SD2.x checkpoint (OpenCLIP text encoder, ", t.name, "), not SD1.x (sdtrain: --v2)");
     }
     auto detect = [&](auto fn, const char* what) {
         try {
@@ -471,6 +481,16 @@ Sd15Files open_sd15(const std::string& path, bool prefer_fp16) {
     Sd15Files m = fs::is_directory(st) ? open_sd15_folder(path, prefer_fp16) : open_sd15_single_file(path);
     check_sd15_pipeline(m);
     return m;
+}
+
+std::string sd2_traits(const Sd15Files& m) {
+    std::vector<std::string> t;
+    if (m.unet_cfg.linear_projection) t.push_back("the UNet's linear projections");
+    if (!m.unet_cfg.level_heads.empty()) t.push_back("the UNet's per-level attention heads");
+    if (m.clip_cfg.act == gl::Act::gelu_erf) t.push_back("the text encoder's gelu");
+    std::string out;
+    for (const std::string& s : t) out += (out.empty() ? "" : ", ") + s;
+    return out;
 }
 
 void check_sd15_pipeline(const Sd15Files& m) {

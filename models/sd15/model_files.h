@@ -14,6 +14,7 @@
 #include <string>
 
 #include "ggml-lite/io/tensor_source.h"
+#include "models/family.h"
 #include "models/sd15/clip.h"
 #include "models/sd15/tokenizer.h"
 #include "models/sd15/unet.h"
@@ -35,6 +36,8 @@ struct Sd15Files {
     // The folder's tokenizer/, or the built-in CLIP vocabulary (single files, folders without one).
     std::shared_ptr<const ClipTokenizer> tokenizer;
     Sd15Layout layout = Sd15Layout::diffusers;
+    // The family that opened it (models::Family::open), whose graphs the pipelines build.
+    const models::Family* family = &models::sd15_family();
     // The files actually opened (which variant was chosen), for logs.
     std::string unet_path, text_encoder_path, vae_path, tokenizer_path;  // tokenizer_path "" = built in
 };
@@ -49,6 +52,10 @@ Sd15Files open_sd15(const std::string& path, bool prefer_fp16 = false);
 // width is the text encoder's width, its output channels the VAE's latent channels. Throws
 // gl::Error naming the files.
 void check_sd15_pipeline(const Sd15Files& m);
+
+// What makes m an SD2.x model rather than SD1.x ("the UNet's linear projections", ...), "" when
+// it has SD1.x's shape. The families check it after opening (a folder opens whatever its configs say).
+std::string sd2_traits(const Sd15Files& m);
 
 // The two halves of open_sd15 (without check_sd15_pipeline), for callers that know what they are
 // opening, and for tests whose tiny models are not one consistent pipeline.

@@ -3,8 +3,10 @@
 #include "models/sd15/tokenizer.h"
 
 #include <array>
+#include <filesystem>
 #include <mutex>
 #include <queue>
+#include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "ggml-lite/core/error.h"
@@ -195,6 +197,7 @@ struct ClipTokenizer::Impl {
     std::unordered_map<uint64_t, Merge> merges;  // (left id, right id) -> rank, merged id
     std::array<int32_t, 256> byte_id{}, byte_end_id{};  // a byte's symbol, inside / at the end of a word
     int32_t bos = 0, eos = 0, unk = 0;
+    int32_t pad = -1;  // -1: EOS
 
     mutable std::mutex cache_mu;
     mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
@@ -307,28 +310,43 @@ ClipTokenizer::ClipTokenizer(ClipTokenizer&&) noexcept = default;
 ClipTokenizer& ClipTokenizer::operator=(ClipTokenizer&&) noexcept = default;
 ClipTokenizer::~ClipTokenizer() = default;
 
+namespace {
+
+// CLIP's vocabulary is implied by its merges: the byte characters, the same with "</w>", one
+// token per merge (in rank order), then <|startoftext|> and <|endoftext|>.
+std::unique_ptr<ClipTokenizer::Impl> builtin_impl() {
+    const std::string origin = "built-in CLIP vocabulary";
+    std::string_view text(reinterpret_cast<const char*>(gl_embed_clip_merges), gl_embed_clip_merges_size);
+    auto pairs = parse_merges(text, origin);
+    auto impl = std::make_unique<ClipTokenizer::Impl>();
+    const std::array<char32_t, 256> chars = byte_chars();
+    const std::vector<int> order = byte_order();
+    int64_t id = 0;
+    for (int suffix = 0; suffix < 2; ++suffix)
+        for (int b : order) {
+            std::string s;
+            cliptext::append_utf8(s, chars[size_t(b)]);
+            impl->add_token(suffix ? s + "</w>" : s, id++, origin);
+        }
+    for (const auto& [a, b] : pairs) impl->add_token(a + b, id++, origin);
+    impl->add_token(cliptext::encode_utf8(kBosText), id++, origin);
+    impl->add_token(cliptext::encode_utf8(kEosText), id++, origin);
+    GL_CHECK(impl->ids.size() == size_t(id), "tokenizer: ", origin, " has duplicate tokens");
+    impl->finish(pairs, origin);
+    return impl;
+}
+
+}  // namespace
+
 const ClipTokenizer& ClipTokenizer::builtin() {
-    // CLIP's vocabulary is implied by its merges: the byte characters, the same with "</w>", one
-    // token per merge (in rank order), then <|startoftext|> and <|endoftext|>.
+    static const ClipTokenizer tok(builtin_impl());
+    return tok;
+}
+
+const ClipTokenizer& ClipTokenizer::builtin_sd2() {
     static const ClipTokenizer tok = [] {
-        const std::string origin = "built-in CLIP vocabulary";
-        std::string_view text(reinterpret_cast<const char*>(gl_embed_clip_merges), gl_embed_clip_merges_size);
-        auto pairs = parse_merges(text, origin);
-        auto impl = std::make_unique<Impl>();
-        const std::array<char32_t, 256> chars = byte_chars();
-        const std::vector<int> order = byte_order();
-        int64_t id = 0;
-        for (int suffix = 0; suffix < 2; ++suffix)
-            for (int b : order) {
-                std::string s;
-                cliptext::append_utf8(s, chars[size_t(b)]);
-                impl->add_token(suffix ? s + "</w>" : s, id++, origin);
-            }
-        for (const auto& [a, b] : pairs) impl->add_token(a + b, id++, origin);
-        impl->add_token(cliptext::encode_utf8(kBosText), id++, origin);
-        impl->add_token(cliptext::encode_utf8(kEosText), id++, origin);
-        GL_CHECK(impl->ids.size() == size_t(id), "tokenizer: ", origin, " has duplicate tokens");
-        impl->finish(pairs, origin);
+        std::unique_ptr<Impl> impl = builtin_impl();
+        impl->pad = impl->ids.at("!");
         return ClipTokenizer(std::move(impl));
     }();
     return tok;
@@ -343,7 +361,25 @@ ClipTokenizer ClipTokenizer::from_files(const std::string& vocab_json, const std
 }
 
 ClipTokenizer ClipTokenizer::from_folder(const std::string& dir) {
-    return from_files(dir + "/vocab.json", dir + "/merges.txt");
+    ClipTokenizer tok = from_files(dir + "/vocab.json", dir + "/merges.txt");
+    const std::string map = dir + "/special_tokens_map.json";
+    std::error_code ec;
+    if (!std::filesystem::exists(map, ec)) return tok;
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(gl::io::read_small_file(map));
+    } catch (const nlohmann::json::exception& e) {
+        gl::fail(map, ": not valid JSON (", e.what(), ")");
+    }
+    if (!j.is_object() || !j.contains("pad_token")) return tok;
+    // transformers writes a token as its text or as {"content": text, ...}.
+    const nlohmann::json& p = j.at("pad_token");
+    const nlohmann::json& text = p.is_object() && p.contains("content") ? p.at("content") : p;
+    GL_CHECK(text.is_string(), map, ": pad_token is not a token string");
+    const auto it = tok.impl_->ids.find(text.get<std::string>());
+    GL_CHECK(it != tok.impl_->ids.end(), map, ": pad_token \"", text.get<std::string>(), "\" is not in the vocabulary");
+    tok.impl_->pad = it->second;
+    return tok;
 }
 
 std::vector<int32_t> ClipTokenizer::tokenize(std::string_view text) const {
@@ -370,6 +406,7 @@ std::vector<int32_t> ClipTokenizer::encode_chunks(std::string_view text, int max
              "tokenizer: max_tokens must be 75, 150 or 225 (kohya's max_token_length), got ", max_tokens);
     std::vector<int32_t> ids = tokenize(text);
     if (ids.size() > size_t(max_tokens)) ids.resize(size_t(max_tokens));
+    if (pad() != eos()) return encode_padded(ids, max_tokens);
     ids.resize(size_t(max_tokens), impl_->eos);  // padding (the content's own EOS is the first pad)
     // Each chunk: BOS, its 75 ids, and the last id of the whole padded sequence, which is EOS.
     std::vector<int32_t> out;
@@ -382,9 +419,29 @@ std::vector<int32_t> ClipTokenizer::encode_chunks(std::string_view text, int max
     return out;
 }
 
+std::vector<int32_t> ClipTokenizer::encode_padded(const std::vector<int32_t>& content, int max_tokens) const {
+    // transformers' padded sequence of max_tokens + 2 ids: BOS, content, EOS, padding.
+    std::vector<int32_t> seq{impl_->bos};
+    seq.insert(seq.end(), content.begin(), content.end());
+    seq.push_back(impl_->eos);
+    seq.resize(size_t(max_tokens) + 2, pad());
+    if (max_tokens == kChunk) return seq;
+    std::vector<int32_t> out;
+    out.reserve(size_t(max_tokens / kChunk) * kContext);
+    for (int c = 0; c < max_tokens / kChunk; ++c) {
+        const size_t at = out.size();
+        out.push_back(impl_->bos);
+        out.insert(out.end(), seq.begin() + 1 + c * kChunk, seq.begin() + 1 + (c + 1) * kChunk);
+        out.push_back(seq.back());
+        if (out[at + kChunk] != impl_->eos && out[at + kChunk] != pad()) out[at + kChunk + 1] = impl_->eos;
+        if (out[at + 1] == pad()) out[at + 1] = impl_->eos;
+    }
+    return out;
+}
+
 int32_t ClipTokenizer::bos() const { return impl_->bos; }
 int32_t ClipTokenizer::eos() const { return impl_->eos; }
-int32_t ClipTokenizer::pad() const { return impl_->eos; }
+int32_t ClipTokenizer::pad() const { return impl_->pad >= 0 ? impl_->pad : impl_->eos; }
 int32_t ClipTokenizer::vocab_size() const { return int32_t(impl_->tokens.size()); }
 
 const std::string& ClipTokenizer::token(int32_t id) const {

@@ -29,6 +29,10 @@ void UnetConfig::validate() const {
     in_range("cross_attention_dim", cross_attention_dim, kMaxChannels);
     in_range("norm_num_groups", norm_groups, kMaxChannels);
     in_range("attention heads (num_attention_heads / attention_head_dim)", heads, kMaxChannels);
+    GL_CHECK(level_heads.empty() || level_heads.size() == n, "unet config: ", level_heads.size(),
+             " per-level head counts for ", n, " blocks");
+    for (size_t i = 0; i < level_heads.size(); i++)
+        in_range(gl::cat("attention heads of block ", i), level_heads[i], kMaxChannels);
     in_range("layers_per_block", layers_per_block, kMaxLayers);
     in_range("transformer_layers_per_block", transformer_layers, kMaxLayers);
     GL_CHECK(std::isfinite(norm_eps) && std::isfinite(freq_shift), "unet config: norm_eps and freq_shift must be finite");
@@ -44,13 +48,31 @@ void UnetConfig::validate() const {
         const int ch = block_out[i];
         GL_CHECK(ch >= 1 && ch % norm_groups == 0, "unet config: block_out[", i, "] = ", ch,
                  " is not a positive multiple of norm_groups ", norm_groups);
-        GL_CHECK(ch % heads == 0, "unet config: block_out[", i, "] = ", ch, " is not divisible by ", heads, " heads");
+        GL_CHECK(ch % heads_at(i) == 0, "unet config: block_out[", i, "] = ", ch, " is not divisible by ", heads_at(i),
+                 " heads");
     }
     GL_CHECK((block_out[0] / 2) != 0 && float(block_out[0] / 2) != freq_shift,
              "unet config: time embedding width ", block_out[0], " does not fit freq_shift ", freq_shift);
 }
 
 UnetConfig UnetConfig::sd15() { return UnetConfig{}; }
+
+UnetConfig UnetConfig::sd2() {
+    UnetConfig c;
+    c.level_heads = {5, 10, 20, 20};
+    c.linear_projection = true;
+    c.cross_attention_dim = 1024;
+    return c;
+}
+
+UnetConfig UnetConfig::tiny_sd2() {
+    UnetConfig c = tiny();
+    c.level_heads = {2, 4};
+    c.linear_projection = true;
+    c.upcast_attention = true;
+    c.cross_attention_dim = 24;
+    return c;
+}
 
 UnetConfig UnetConfig::tiny() {
     UnetConfig c;
@@ -96,11 +118,11 @@ ValueId resnet(Builder& b, const std::string& name, ValueId x, int64_t cout) {
 // BasicTransformerBlock on tokens [B, L, C]: pre-LN self-attention, cross-attention to the
 // context, GEGLU feed-forward (C -> 2 x 4C -> 4C -> C), each with a residual. Attention as
 // diffusers' Attention: no bias on q/k/v.
-ValueId transformer_block(Builder& b, const std::string& name, ValueId h) {
+ValueId transformer_block(Builder& b, const std::string& name, ValueId h, int heads) {
     nn::Scope s(b.w, name);
     const int64_t C = b.g.shape(h).last();
     const float eps = b.c.layer_norm_eps;
-    const nn::AttentionSpec attn{.heads = b.c.heads};
+    const nn::AttentionSpec attn{.heads = heads};
     ValueId n = nn::layer_norm(b.w, "norm1", h, eps);
     h = gl::add(b.g, h, nn::attention(b.w, "attn1", n, n, attn));
     n = nn::layer_norm(b.w, "norm2", h, eps);
@@ -110,15 +132,15 @@ ValueId transformer_block(Builder& b, const std::string& name, ValueId h) {
     return gl::add(b.g, h, nn::linear(b.w, "ff.net.2", f, C));
 }
 
-// Transformer2DModel (SD1.5 flavour: 1x1-conv projections, run as linears on the tokens): GN,
-// proj_in, blocks, proj_out, + x.
-ValueId transformer(Builder& b, const std::string& name, ValueId x) {
+// Transformer2DModel: GN, proj_in, blocks, proj_out, + x. SD1.x's 1x1-conv projections and SD2.x's
+// Linear ones are the same linear over the tokens (diffusers reshapes before or after them).
+ValueId transformer(Builder& b, const std::string& name, ValueId x, int heads) {
     nn::Block blk(b.w, name);
     const Shape xs = b.g.shape(x);
     const int64_t B = xs[0], H = xs[1], W = xs[2], C = xs[3];
     ValueId h = nn::group_norm(b.w, "norm", x, b.c.norm_groups, b.c.transformer_norm_eps, false);
     h = nn::linear(b.w, "proj_in", gl::reshape(b.g, h, Shape{B, H * W, C}), C);
-    for (int l = 0; l < b.c.transformer_layers; l++) h = transformer_block(b, idx("transformer_blocks", size_t(l)), h);
+    for (int l = 0; l < b.c.transformer_layers; l++) h = transformer_block(b, idx("transformer_blocks", size_t(l)), h, heads);
     h = nn::linear(b.w, "proj_out", h, C);
     return gl::add(b.g, gl::reshape(b.g, h, Shape{B, H, W, C}), x);
 }
@@ -162,7 +184,7 @@ ValueId unet_forward(nn::Weights& w, const UnetConfig& c, ValueId x, ValueId t, 
         nn::Scope blk(w, idx("down_blocks", i));
         for (size_t j = 0; j < size_t(c.layers_per_block); j++) {
             h = resnet(b, idx("resnets", j), h, c.block_out[i]);
-            if (c.down[i] == UnetBlock::cross_attn) h = transformer(b, idx("attentions", j), h);
+            if (c.down[i] == UnetBlock::cross_attn) h = transformer(b, idx("attentions", j), h, c.heads_at(i));
             skips.push_back(h);
         }
         if (i + 1 < n) {
@@ -174,7 +196,7 @@ ValueId unet_forward(nn::Weights& w, const UnetConfig& c, ValueId x, ValueId t, 
     {
         nn::Scope mid(w, "mid_block");
         h = resnet(b, "resnets.0", h, c.block_out[n - 1]);
-        h = transformer(b, "attentions.0", h);
+        h = transformer(b, "attentions.0", h, c.heads_at(n - 1));
         h = resnet(b, "resnets.1", h, c.block_out[n - 1]);
     }
 
@@ -188,7 +210,7 @@ ValueId unet_forward(nn::Weights& w, const UnetConfig& c, ValueId x, ValueId t, 
             h = gl::concat(g, {h, skips.back()}, 3);
             skips.pop_back();
             h = resnet(b, idx("resnets", j), h, out);
-            if (c.up[i] == UnetBlock::cross_attn) h = transformer(b, idx("attentions", j), h);
+            if (c.up[i] == UnetBlock::cross_attn) h = transformer(b, idx("attentions", j), h, c.heads_at(n - 1 - i));
         }
         if (i + 1 < n) {
             // Sides that were odd on the way down: diffusers interpolates to the skip's size, which

@@ -34,6 +34,15 @@ struct UnetConfig {
     // Attention heads per transformer (head dim = channels / heads). SD1.5's diffusers config
     // calls this `attention_head_dim` (8), a historical misnomer: it is the number of heads.
     int heads = 8;
+    // SD2.x's configs give the head count per level (attention_head_dim [5, 10, 20, 20]: head dim
+    // 64 at every level); empty: `heads` everywhere. The mid block takes the deepest level's.
+    std::vector<int> level_heads;
+    // Transformer2DModel's proj_in / proj_out are nn.Linear (SD2.x) instead of 1x1 convs (SD1.x):
+    // the same graph (load_weights takes either shape), but adapters see Linear modules.
+    bool linear_projection = false;
+    // diffusers' upcast_attention (SD2.1 768-v): scores in f32 for fp16 models. Every backend
+    // accumulates attention in f32 already, so it changes nothing here; kept to describe the model.
+    bool upcast_attention = false;
     int cross_attention_dim = 768;
     int transformer_layers = 1;  // BasicTransformerBlocks per Transformer2DModel
     int norm_groups = 32;
@@ -43,6 +52,7 @@ struct UnetConfig {
     bool flip_sin_to_cos = true;         // Timesteps(flip_sin_to_cos, downscale_freq_shift)
     float freq_shift = 0.0f;
 
+    int heads_at(size_t level) const { return level_heads.empty() ? heads : level_heads.at(level); }
     int time_proj_dim() const { return block_out.at(0); }        // sinusoidal embedding width
     int time_embed_dim() const { return 4 * block_out.at(0); }   // TimestepEmbedding output
     // How often the down path halves the latents. unet_forward takes any size (odd sides are
@@ -55,10 +65,15 @@ struct UnetConfig {
     void validate() const;
 
     static UnetConfig sd15();
+    // stable-diffusion-2-1 and -2-base (the same UNet; 2.1's upcast_attention changes nothing here).
+    static UnetConfig sd2();
     // The golden-test model: block_out (16, 32), one cross-attention and one plain block, one
     // layer per block, 8 groups, 2 heads, cross-attention width 16 (its weights stay a few
     // hundred KB). Mirrors tests/golden/make_unet_golden.py.
     static UnetConfig tiny();
+    // tiny() with SD2.x's settings: per-level heads (2, 4), linear projections, upcast attention,
+    // cross-attention width 24. Mirrors tests/golden/make_sd2_unet_golden.py.
+    static UnetConfig tiny_sd2();
 };
 
 // Builds the UNet's forward pass into w's graph and returns eps [B, h, w, out_channels].

@@ -37,6 +37,15 @@ ModelConfig model_config() {
     return c;
 }
 
+ModelConfig model_config_sd2() {
+    ModelConfig c = model_config();
+    c.clip.act = gl::Act::gelu_erf;
+    c.unet.level_heads = {2, 4, 4};
+    c.unet.linear_projection = true;
+    c.unet.upcast_attention = true;
+    return c;
+}
+
 // ---- config.json ----
 
 std::string unet_config_json(const sd::UnetConfig& c) {
@@ -44,7 +53,8 @@ std::string unet_config_json(const sd::UnetConfig& c) {
     j["_class_name"] = "UNet2DConditionModel";
     j["_diffusers_version"] = "0.30.0";
     j["act_fn"] = "silu";
-    j["attention_head_dim"] = c.heads;
+    if (c.level_heads.empty()) j["attention_head_dim"] = c.heads;
+    else j["attention_head_dim"] = c.level_heads;
     j["block_out_channels"] = c.block_out;
     j["center_input_sample"] = false;
     j["cross_attention_dim"] = c.cross_attention_dim;
@@ -63,19 +73,21 @@ std::string unet_config_json(const sd::UnetConfig& c) {
     j["out_channels"] = c.out_channels;
     j["sample_size"] = 16;
     j["up_block_types"] = up;
-    j["use_linear_projection"] = false;
+    j["upcast_attention"] = c.upcast_attention;
+    j["use_linear_projection"] = c.linear_projection;
     return j.dump(2) + "\n";
 }
 
 std::string clip_config_json(const sd::ClipConfig& c) {
-    GL_CHECK(c.act == gl::Act::quick_gelu, "demo model: the text encoder must use quick_gelu");
+    GL_CHECK(c.act == gl::Act::quick_gelu || c.act == gl::Act::gelu_erf,
+             "demo model: the text encoder must use quick_gelu (SD1.x) or gelu (SD2.x)");
     ordered_json j;
     j["architectures"] = {"CLIPTextModel"};
     j["model_type"] = "clip_text_model";
     j["bos_token_id"] = 49406;
     j["eos_token_id"] = 49407;
     j["pad_token_id"] = 1;
-    j["hidden_act"] = "quick_gelu";
+    j["hidden_act"] = c.act == gl::Act::gelu_erf ? "gelu" : "quick_gelu";
     j["hidden_size"] = c.width;
     j["intermediate_size"] = c.mlp;
     j["layer_norm_eps"] = c.eps;

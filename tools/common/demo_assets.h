@@ -37,6 +37,9 @@ struct ModelConfig {
 // The demo's model: UNet (32, 64, 64) channels, CLIP width 32 with 2 layers, VAE with 4 levels of
 // 12 channels (8x downscale, as SD1.5's).
 ModelConfig model_config();
+// The same with SD2.x's settings: per-level heads (2, 4, 4), linear projections, upcast
+// attention, a gelu text encoder (opened with --v2).
+ModelConfig model_config_sd2();
 
 // The config.json files as diffusers / transformers write them (what open_sd15 parses).
 std::string unet_config_json(const sd::UnetConfig& c);

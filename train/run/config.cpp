@@ -375,7 +375,7 @@ bool RunConfig::train_text_encoder() const {
     return !network_train_unet_only && text_encoder_learning_rate() != 0.0;
 }
 
-const models::Family& RunConfig::family() const { return models::sd15_family(); }
+const models::Family& RunConfig::family() const { return v2 ? models::sd2_family() : models::sd15_family(); }
 
 lora::LoraConfig RunConfig::lora_config() const {
     return lora::network_config({network_module, network_dim, network_alpha, network_dropout,

@@ -492,9 +492,10 @@ lora::SaveOptions lora_save_options(const RunConfig& c, std::map<std::string, st
     const auto finished = training.find("ss_training_finished_at");
     so.title = c.metadata_title.value_or(
         c.output_name.value_or("LoRA@" + (finished != training.end() ? finished->second : py_float(unix_now()))));
-    // get_sai_model_spec takes --resolution, SD1's 512x512 without it (a dataset config's own
-    // resolution does not reach it).
-    const std::array<int, 2> reso = c.resolution.value_or(std::array<int, 2>{512, 512});
+    // get_sai_model_spec takes --resolution, the family's (512x512; SD2 768-v: 768x768) without it
+    // (a dataset config's own resolution does not reach it).
+    const int side = c.family().base_model(c.v_parameterization).resolution;
+    const std::array<int, 2> reso = c.resolution.value_or(std::array<int, 2>{side, side});
     so.resolution_w = reso[0];
     so.resolution_h = reso[1];
     so.clip_skip = c.clip_skip.value_or(0);

@@ -188,7 +188,7 @@ void Session::Impl::prepare() {
     }
     if (c.sample_prompts) read_sample_prompts(c);  // a bad line is refused before the model is opened
     m.message("opening the model " + c.pretrained_model_name_or_path);
-    m.model = sd::open_sd15(c.pretrained_model_name_or_path);
+    m.model = c.family().open(c.pretrained_model_name_or_path);
     if (!c.base_weights.empty()) {
         // kohya's --base_weights: every later reader of the UNet and text encoder sees the merge.
         std::vector<std::string> merged;
