@@ -72,7 +72,7 @@ private:
     std::unique_ptr<BucketTrainer> trainer_;
     std::map<std::string, std::string> run_md_;  // made at the first save
     RunFacts facts_;
-    std::future<ModelFileInfo> model_info_;
+    std::future<ModelFileInfo> model_info_, vae_info_;
     optim::LrSchedule schedule_;
     std::vector<Micro> group_;
     int64_t epoch_ = 1, batches_done_ = 0;

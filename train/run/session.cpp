@@ -11,6 +11,7 @@
 #include "ggml-lite/core/autofit.h"
 #include "ggml-lite/core/plan_svg.h"
 #include "lora/file_modules.h"
+#include "models/sd15/vae_file.h"
 #include "train/run/run_paths.h"
 #include "train/run/save.h"
 #include "train/run/session_impl.h"
@@ -189,6 +190,7 @@ void Session::Impl::prepare() {
     if (c.sample_prompts) read_sample_prompts(c);  // a bad line is refused before the model is opened
     m.message("opening the model " + c.pretrained_model_name_or_path);
     m.model = sd::open_sd15(c.pretrained_model_name_or_path);
+    if (c.vae) sd::replace_vae(m.model, *c.vae);
     if (!c.base_weights.empty()) {
         // kohya's --base_weights: every later reader of the UNet and text encoder sees the merge.
         std::vector<std::string> merged;

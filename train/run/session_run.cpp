@@ -36,6 +36,7 @@ std::string Runner::save_lora(SaveKind kind, int64_t n, int64_t meta_epoch) {
     const fs::path path = fs::path(c_.output_dir) / lora_file_name(c_, kind, n);
     if (run_md_.empty()) {
         facts_.model = model_info_.get();
+        if (vae_info_.valid()) facts_.vae = vae_info_.get();
         run_md_ = run_metadata(c_, m_.data, facts_);
     }
     const lora::SaveOptions so =
@@ -185,6 +186,7 @@ RunSummary Runner::run() {
     // save: they are computed beside caching and training.
     const std::string path = c_.pretrained_model_name_or_path;
     model_info_ = std::async(std::launch::async, [path] { return model_file_info(path); });
+    if (c_.vae) vae_info_ = std::async(std::launch::async, [vae = *c_.vae] { return model_file_info(vae); });
     facts_ = facts;
     sum_.skipped_images = m_.plan.skipped;
     schedule_ = lr_schedule(c_, m_.plan.counts.max_train_steps);
