@@ -307,6 +307,18 @@ void RunConfig::validate() {
     if (!vram_limit && (allow_8bit_optimizer || allow_cached_text_encoder || allow_unet_only))
         note("--allow_* options only widen what --vram_limit may choose, and what a refused plan suggests");
 
+    // kohya's start (train/run/initial_step.h); its arithmetic needs the dataset.
+    GL_CHECK(!(resume && (initial_epoch || initial_step)), "--", initial_step ? "initial_step" : "initial_epoch",
+             " with --resume: sdtrain's --resume continues exactly where the state stopped (the data order too), "
+             "where kohya's would replace the state's step; leave it out");
+    GL_CHECK(!(skip_until_initial_step && gradient_accumulation_steps > 1 && (initial_epoch || initial_step)),
+             "--skip_until_initial_step with --gradient_accumulation_steps ", gradient_accumulation_steps,
+             ": kohya counts the skip in batches and the epochs in updates, so its step counter would start wrong "
+             "(even negative); use --resume from a state, which continues exactly");
+    if (initial_step && initial_epoch) note("--initial_step overrides --initial_epoch (as kohya)");
+    if (skip_until_initial_step && !initial_step && !initial_epoch)
+        note("--skip_until_initial_step: no effect without --initial_step or --initial_epoch (as kohya)");
+
     // Output.
     GL_CHECK(save_model_as == "safetensors", "--save_model_as ", save_model_as,
              " is not supported: sdtrain saves safetensors (what A1111, ComfyUI and stable-diffusion.cpp load)");

@@ -12,6 +12,7 @@
 #include "ggml-lite/core/plan_svg.h"
 #include "lora/file_modules.h"
 #include "models/sd15/vae_file.h"
+#include "train/run/initial_step.h"
 #include "train/run/run_paths.h"
 #include "train/run/save.h"
 #include "train/run/session_impl.h"
@@ -223,6 +224,7 @@ void Session::Impl::prepare() {
     std::vector<double> group_lrs;
     for (const ParamGroup& g : m.graphs->steps()[0].graph->update->groups()) group_lrs.push_back(g.lr);
     check_schedule_groups(c, m.plan.counts.max_train_steps, group_lrs);
+    if (const std::optional<KohyaStart> s = kohya_start(c, m.plan.counts)) m.plan.notes.push_back(s->note);
 
     if (m.resume) {
         GL_CHECK(m.resume->seed == m.seed, "--resume ", *c.resume, ": the state was trained with --seed ",

@@ -26,6 +26,8 @@ RunPosition Runner::position() const {
     p.step = trainer_->steps_done();
     p.epoch = epoch_;
     p.batches_done = batches_done_;
+    p.start_step = start_step_;
+    p.start_batch = start_batch_;
     p.seed = m_.seed;
     p.trainer = trainer_->state();
     p.run_identity = run_identity(m_.data, m_.seed, m_.step.batch, m_.step.grad_accum);
