@@ -168,7 +168,7 @@ TEST_CASE("sdtrain options: contradictions and missing options are errors naming
         {{"--max_token_length", "160"}, "--max_token_length must be 150 or 225"},
         {{"--cache_text_encoder_outputs"}, "needs a frozen text encoder: add --network_train_unet_only"},
         {{"--sample_every_n_steps", "100"}, "needs --sample_prompts"},
-        {{"--save_model_as", "ckpt"}, "--save_model_as ckpt is not supported"},
+        {{"--save_model_as", "bin"}, "--save_model_as must be safetensors, ckpt or pt (kohya's choices), got 'bin'"},
         {{"--network_module", "networks.dylora"}, "--network_module networks.dylora is not supported"},
         {{"--mixed_precision", "fp8"}, "--mixed_precision must be no, fp16 or bf16"},
         {{"--random_crop", "--cache_latents"}, "--cache_latents cannot be used with --random_crop"},

@@ -320,8 +320,8 @@ void RunConfig::validate() {
         note("--skip_until_initial_step: no effect without --initial_step or --initial_epoch (as kohya)");
 
     // Output.
-    GL_CHECK(save_model_as == "safetensors", "--save_model_as ", save_model_as,
-             " is not supported: sdtrain saves safetensors (what A1111, ComfyUI and stable-diffusion.cpp load)");
+    GL_CHECK(one_of(save_model_as, {"safetensors", "ckpt", "pt"}), "--save_model_as must be safetensors, ckpt or pt ",
+             "(kohya's choices), got '", save_model_as, "'");
     GL_CHECK(!save_precision || one_of(*save_precision, {"float", "fp16", "bf16"}),
              "--save_precision must be float, fp16 or bf16");
     for (const auto& [name, v] : {std::pair{"save_every_n_steps", save_every_n_steps},
