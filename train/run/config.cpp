@@ -304,6 +304,9 @@ void RunConfig::validate() {
     if (vram_limit && *vram_limit != "auto") gl::parse_bytes(*vram_limit);
     GL_CHECK(!((fp8_base || fp8_base_unet) && (int8_base || int8_base_unet)),
              "--fp8_base(_unet) and --int8_base(_unet) contradict each other: the base is stored one way");
+    GL_CHECK(!(fp8_base || fp8_base_unet) || mixed_precision != "no", fp8_base ? "--fp8_base" : "--fp8_base_unet",
+             " requires --mixed_precision fp16 or bf16 (kohya asserts it: the unquantized parts compute in the mixed "
+             "precision)");
     if (!vram_limit && (allow_8bit_optimizer || allow_cached_text_encoder || allow_unet_only))
         note("--allow_* options only widen what --vram_limit may choose, and what a refused plan suggests");
 
