@@ -17,6 +17,7 @@
 #include "ggml-lite/core/checked.h"
 #include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/io/sha256.h"
+#include "ggml-lite/io/torch_save.h"
 
 namespace lora {
 
@@ -167,11 +168,22 @@ size_t save_kohya(const std::string& path, const LoraNetwork& net, const ReadFn&
         }
     }
     for (size_t i = 0; i < out.size(); i++) out[i].data = bytes[i].data();
+    if (torch_file(path)) {  // kohya's torch.save(state_dict): no metadata, no hashes
+        gl::io::write_torch_checkpoint(path, out);
+        return out.size();
+    }
     std::map<std::string, std::string> md = kohya_metadata(net, opt);
     if (lycoris) md["sshs_model_hash"] = lycoris_model_hash(out);
     else std::tie(md["sshs_model_hash"], md["sshs_legacy_hash"]) = kohya_model_hashes(out, md);
     gl::io::write_safetensors(path, out, md);
     return out.size();
+}
+
+bool torch_file(const std::string& path) {
+    const auto ends = [&](const std::string& e) {
+        return path.size() >= e.size() && path.compare(path.size() - e.size(), e.size(), e) == 0;
+    };
+    return ends(".ckpt") || ends(".pt");
 }
 
 std::string lycoris_model_hash(const std::vector<gl::io::TensorToWrite>& tensors) {

@@ -55,10 +55,15 @@ std::pair<std::string, std::string> kohya_model_hashes(const std::vector<gl::io:
 // LyCORIS's sshs_model_hash of these tensors in this order (utils.precalculate_safetensors_hashes).
 std::string lycoris_model_hash(const std::vector<gl::io::TensorToWrite>& tensors);
 
+// Whether save_kohya writes path in torch's format (.ckpt, .pt).
+bool torch_file(const std::string& path);
+
 // Parameter values come from and go to a runtime, or (tests, tools without the model's weights
 // in memory) any host store (lora/module.h's ReadFn / WriteFn).
 
 // Writes every module of net (values read from rt) atomically to path. Returns the tensor count.
+// A path ending in .ckpt or .pt is written as kohya's save_weights writes it there, torch.save of
+// the state dict without metadata (io/torch_save.h); any other path is safetensors.
 size_t save_kohya(const std::string& path, const LoraNetwork& net, const gl::Runtime& rt, const SaveOptions& opt = {});
 size_t save_kohya(const std::string& path, const LoraNetwork& net, const ReadFn& read, const SaveOptions& opt = {});
 

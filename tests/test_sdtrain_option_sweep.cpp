@@ -330,3 +330,32 @@ TEST_CASE("option sweep: kohya's network knobs with typical values are implement
     CHECK(train::find_option("base_weights")->group.rfind("Network", 0) == 0);
     CHECK(train::find_option("base_weights_multiplier")->group.rfind("Network", 0) == 0);
 }
+
+TEST_CASE("option sweep: kohya's model and run options with typical values are implemented, not refused") {
+    // As kohya users pass them: the fine-tuned MSE VAE, a start at a later epoch or step, prompts
+    // in TOML, torch's format, two text-encoder lrs (networks.lora takes the first), a spaced
+    // resolution.
+    const train::RunConfig c = sdtrain::parse_command_line(with_required(
+        {"--vae", "vae-ft-mse-840000-ema-pruned.safetensors", "--initial_epoch", "3", "--initial_step", "100",
+         "--skip_until_initial_step", "--sample_prompts", "prompts.toml", "--save_model_as", "ckpt",
+         "--text_encoder_lr", "5e-5", "1e-5", "--resolution", "512, 768"})).config;
+    CHECK(c.vae == "vae-ft-mse-840000-ema-pruned.safetensors");
+    CHECK(c.initial_epoch == 3);
+    CHECK(c.initial_step == 100);
+    CHECK(c.skip_until_initial_step);
+    CHECK(c.sample_prompts == "prompts.toml");
+    CHECK(c.save_model_as == "ckpt");
+    CHECK(c.text_encoder_lr == 5e-5);
+    CHECK(sdtrain_cli_test::has_note(c, "--text_encoder_lr was given 2 values: the first counts"));
+    CHECK(c.resolution == std::array<int, 2>{512, 768});
+    CHECK(sdtrain::parse_command_line(with_required({"--save_model_as", "pt"})).config.save_model_as == "pt");
+    // A bare --text_encoder_lr is kohya's empty list: unset, the text encoder at --learning_rate.
+    CHECK_FALSE(sdtrain::parse_command_line(with_required({"--text_encoder_lr"})).config.text_encoder_lr);
+    CHECK(has(usage_error({"--resolution", "512, x"}), "--resolution"));
+    // kohya asserts a mixed precision for fp8; the refusal says so.
+    CHECK(has(usage_error({"--fp8_base"}), "--fp8_base requires --mixed_precision fp16 or bf16 (kohya asserts it"));
+    for (const char* o : {"vae", "initial_epoch", "initial_step", "skip_until_initial_step"}) {
+        CAPTURE(o);
+        CHECK_FALSE(train::find_option(o)->group.empty());  // in --help, not refused
+    }
+}

@@ -172,15 +172,22 @@ TEST_CASE("train quant: sdtrain's --fp8_base family sets the UNet's and the text
         WeightFormat unet, te;
     };
     for (const Want& w : {Want{{}, WeightFormat::dense, WeightFormat::dense},
-                          Want{{"--fp8_base"}, WeightFormat::fp8, WeightFormat::fp8},
-                          Want{{"--fp8_base_unet"}, WeightFormat::fp8, WeightFormat::dense},
-                          Want{{"--fp8_base", "--fp8_base_unet"}, WeightFormat::fp8, WeightFormat::dense},
+                          Want{{"--fp8_base", "--mixed_precision", "bf16"}, WeightFormat::fp8, WeightFormat::fp8},
+                          Want{{"--fp8_base_unet", "--mixed_precision", "fp16"}, WeightFormat::fp8, WeightFormat::dense},
+                          Want{{"--fp8_base", "--fp8_base_unet", "--mixed_precision", "bf16"}, WeightFormat::fp8,
+                               WeightFormat::dense},
                           Want{{"--int8_base"}, WeightFormat::int8, WeightFormat::int8},
                           Want{{"--int8_base_unet"}, WeightFormat::int8, WeightFormat::dense}}) {
         const train::RunConfig c = parse(w.flags);
         CHECK(c.unet_base_format() == w.unet);
         CHECK(c.text_encoder_base_format() == w.te);
     }
-    CHECK(gltest::error_of([&] { parse({"--fp8_base", "--int8_base_unet"}); })
+    CHECK(gltest::error_of([&] { parse({"--fp8_base", "--int8_base_unet", "--mixed_precision", "bf16"}); })
               .find("--fp8_base(_unet) and --int8_base(_unet) contradict each other") != std::string::npos);
+    // kohya asserts a mixed precision for fp8 (the parts it leaves unquantized compute in it).
+    for (const char* f : {"--fp8_base", "--fp8_base_unet"})
+        CHECK(gltest::error_of([&] { parse({f}); })
+                  .find(std::string(f) + " requires --mixed_precision fp16 or bf16 (kohya asserts it") !=
+              std::string::npos);
+    CHECK(parse({"--int8_base"}).unet_base_format() == WeightFormat::int8);  // ours: any precision
 }

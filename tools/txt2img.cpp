@@ -27,6 +27,7 @@
 #include "models/sd15/model_files.h"
 #include "pipelines/a1111.h"
 #include "pipelines/pipeline.h"
+#include "pipelines/sample_prompt_files.h"
 #include "tools/common/cli.h"
 
 #ifndef GL_VERSION
@@ -102,7 +103,7 @@ std::vector<Request> requests_of(const Args& a) {
     defaults.seed = a.seed;
     std::vector<diffusion::SamplePrompt> prompts;
     if (!a.prompt_file.empty()) {
-        prompts = diffusion::read_prompt_file(a.prompt_file, defaults);
+        prompts = sd::read_sample_prompt_file(a.prompt_file, defaults);
     } else {
         for (const std::string& text : a.prompts) {
             diffusion::SamplePrompt p = defaults;
@@ -115,7 +116,7 @@ std::vector<Request> requests_of(const Args& a) {
     for (size_t i = 0; i < prompts.size(); i++) {
         const diffusion::SamplePrompt& sp = prompts[i];
         Request r;
-        r.where = sp.line > 0 ? gl::cat(a.prompt_file, ":", sp.line) : gl::cat("prompt ", i + 1);
+        r.where = sp.where.empty() ? gl::cat("prompt ", i + 1) : sp.where;
         r.p.prompt = sp.prompt;
         r.p.negative = sp.negative;
         r.p.width = sp.width;

@@ -67,6 +67,9 @@ public:
     double evaluate(const MicroInput& in, int32_t timestep, diffusion::NoiseRng& rng);
 
     int64_t steps_done() const { return steps_; }
+    // kohya's --skip_until_initial_step: the step counter starts at `steps` on a fresh optimizer
+    // (the lr schedule follows updates_applied(), from 0).
+    void count_steps_from(int64_t steps) { steps_ = steps; }
     int64_t updates_applied() const { return applied_; }
     const optim::LossScaler& loss_scaler() const { return scaler_; }
     BucketTrainerState state() const { return {steps_, rng_.counter}; }

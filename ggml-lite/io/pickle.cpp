@@ -432,4 +432,10 @@ PickledStateDict unpickle_state_dict(const uint8_t* p, size_t n, const std::stri
     return Unpickler(p, n, origin).run();
 }
 
+const char* torch_storage_class(StoredType t) {
+    for (const AllowedGlobal& g : kAllowed)
+        if (g.kind == Global::storage_type && g.storage == t) return g.name;
+    gl::fail("no torch storage class for ", stored_name(t));
+}
+
 }  // namespace gl::io

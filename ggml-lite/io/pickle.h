@@ -42,4 +42,8 @@ constexpr int kPickleMaxRank = 16;
 // gl::Error naming `origin` and the byte position on anything outside the supported subset.
 PickledStateDict unpickle_state_dict(const uint8_t* p, size_t n, const std::string& origin);
 
+// The torch storage class of a stored type as pickles name it ("torch.FloatStorage"): the one the
+// unpickler reads back as t.
+const char* torch_storage_class(StoredType t);
+
 }  // namespace gl::io

@@ -79,6 +79,7 @@ std::optional<SamplePrompt> parse_prompt_line(std::string_view raw, const Sample
     const std::string where = line_no > 0 ? gl::cat(origin, ":", line_no) : origin;
     SamplePrompt p = defaults;
     p.line = line_no;
+    p.where = where;
 
     // Pieces between " --" separators: the prompt, then one option each.
     std::vector<std::string_view> pieces;

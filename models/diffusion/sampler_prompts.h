@@ -52,6 +52,7 @@ struct SamplePrompt {
     int steps = 30;
     std::string sampler;  // "" = the run's default sampler
     int line = 0;         // 1-based line of the prompt file (0 for prompts not from a file)
+    std::string where;    // what errors about it name: "file:line", or "file: prompt N" (.toml / .json)
 };
 
 // kohya's defaults for a line's missing options (sample_image_inference): 512x512, 30 steps,

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <toml++/toml.h>
@@ -64,8 +65,21 @@ std::string toml_quote(const std::string& s) {
     return out + "\"";
 }
 
-// kohya's --output_config: the options given on the command line, as a TOML file (refused when
-// the file exists).
+// kohya's read_config_from_file drops an argument whose value is its default (vars(args) against
+// parse_args([])): the values compared, not their spelling ("2e-6" is learning_rate's 2e-06).
+bool is_kohya_default(const Option& o, const Values& values) {
+    if (!o.set || !o.show || o.kind == OptionKind::flag) return false;
+    train::RunConfig given;
+    try {
+        o.set(given, "--" + o.name, o.kind == OptionKind::value ? Values{values.back()} : values);
+    } catch (const gl::Error&) {
+        return false;  // refused later, naming the value
+    }
+    return o.show(given) == o.show(train::RunConfig{});
+}
+
+// kohya's --output_config: the options given on the command line that differ from kohya's
+// defaults, as a TOML file (refused when the file exists); then the program stops, as kohya exits.
 void write_config(const std::string& path, const std::map<std::string, Values>& given) {
     std::error_code ec;
     if (fs::exists(path, ec)) throw UsageError("--output_config: " + path + " exists already (kohya refuses too)");
@@ -73,6 +87,7 @@ void write_config(const std::string& path, const std::map<std::string, Values>& 
     for (const auto& [name, values] : given) {
         if (name == "config_file" || name == "output_config") continue;
         const Option& o = *find_option(name);
+        if (is_kohya_default(o, values)) continue;
         text += name + " = ";
         if (o.kind == OptionKind::flag) {
             text += "true";
@@ -116,6 +131,17 @@ void refuse_switch_values(const std::vector<std::string>& args) {
             throw UsageError(gl::cat("--", name, " is a switch and takes no value, got '", a, "' (kohya refuses it "
                                      "too); leave it out for false"));
     }
+}
+
+// The options given with no value after them (CLI11 hands those one empty value, as it hands
+// --name ''): kohya's nargs="*" makes them the empty list.
+std::set<std::string> given_bare(const std::vector<std::string>& args) {
+    std::set<std::string> bare;
+    for (size_t i = 0; i < args.size(); i++)
+        if (args[i].rfind("--", 0) == 0 && args[i].find('=') == std::string::npos &&
+            (i + 1 == args.size() || args[i + 1].rfind("--", 0) == 0))
+            bare.insert(args[i].substr(2));
+    return bare;
 }
 
 // Lists that keep their last occurrence, as kohya's argparse does (nargs="*", action "store"):
@@ -192,6 +218,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     gl::cli::Parser p("sdtrain", kDescription);
     CLI::App& app = p.app();
     std::map<std::string, Values> given;  // what the command line said, by option
+    const std::set<std::string> bare_options = given_bare(args);
     for (const Option& o : option_table()) {
         const std::string flag = "--" + o.name, name = o.name;
         CLI::Option* opt = nullptr;
@@ -200,10 +227,13 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
         } else {
             opt = app.add_option(
                 flag,
-                [&given, name, kind = o.kind](const CLI::results_t& r) {
+                [&given, &bare_options, name, kind = o.kind, numeric = o.numeric](const CLI::results_t& r) {
                     given[name] = Values(r.begin(), r.end());  // a value option: each time it was given
-                    // A bare --network_args (CLI11 gives one empty value) is kohya's empty list.
-                    if (last_list_counts(name) && r.size() == 1 && r[0].empty()) given[name].clear();
+                    // A bare --network_args, or a bare list of numbers, is kohya's empty list
+                    // (--text_encoder_lr: None); --text_encoder_lr '' is a bad number, as for kohya.
+                    const bool bare = kind == OptionKind::list && r.size() == 1 && r[0].empty();
+                    if (bare && (last_list_counts(name) || (numeric && bare_options.count(name))))
+                        given[name].clear();
                     return true;
                 },
                 o.help);

@@ -304,12 +304,27 @@ void RunConfig::validate() {
     if (vram_limit && *vram_limit != "auto") gl::parse_bytes(*vram_limit);
     GL_CHECK(!((fp8_base || fp8_base_unet) && (int8_base || int8_base_unet)),
              "--fp8_base(_unet) and --int8_base(_unet) contradict each other: the base is stored one way");
+    GL_CHECK(!(fp8_base || fp8_base_unet) || mixed_precision != "no", fp8_base ? "--fp8_base" : "--fp8_base_unet",
+             " requires --mixed_precision fp16 or bf16 (kohya asserts it: the unquantized parts compute in the mixed "
+             "precision)");
     if (!vram_limit && (allow_8bit_optimizer || allow_cached_text_encoder || allow_unet_only))
         note("--allow_* options only widen what --vram_limit may choose, and what a refused plan suggests");
 
+    // kohya's start (train/run/initial_step.h); its arithmetic needs the dataset.
+    GL_CHECK(!(resume && (initial_epoch || initial_step)), "--", initial_step ? "initial_step" : "initial_epoch",
+             " with --resume: sdtrain's --resume continues exactly where the state stopped (the data order too), "
+             "where kohya's would replace the state's step; leave it out");
+    GL_CHECK(!(skip_until_initial_step && gradient_accumulation_steps > 1 && (initial_epoch || initial_step)),
+             "--skip_until_initial_step with --gradient_accumulation_steps ", gradient_accumulation_steps,
+             ": kohya counts the skip in batches and the epochs in updates, so its step counter would start wrong "
+             "(even negative); use --resume from a state, which continues exactly");
+    if (initial_step && initial_epoch) note("--initial_step overrides --initial_epoch (as kohya)");
+    if (skip_until_initial_step && !initial_step && !initial_epoch)
+        note("--skip_until_initial_step: no effect without --initial_step or --initial_epoch (as kohya)");
+
     // Output.
-    GL_CHECK(save_model_as == "safetensors", "--save_model_as ", save_model_as,
-             " is not supported: sdtrain saves safetensors (what A1111, ComfyUI and stable-diffusion.cpp load)");
+    GL_CHECK(one_of(save_model_as, {"safetensors", "ckpt", "pt"}), "--save_model_as must be safetensors, ckpt or pt ",
+             "(kohya's choices), got '", save_model_as, "'");
     GL_CHECK(!save_precision || one_of(*save_precision, {"float", "fp16", "bf16"}),
              "--save_precision must be float, fp16 or bf16");
     for (const auto& [name, v] : {std::pair{"save_every_n_steps", save_every_n_steps},

@@ -448,6 +448,11 @@ std::map<std::string, std::string> run_metadata(const RunConfig& c, const RunDat
         m["ss_sd_model_hash"] = f.model.legacy_hash;
         m["ss_new_sd_model_hash"] = f.model.sha256;
     }
+    if (f.vae) {
+        m["ss_vae_name"] = f.vae->name;
+        m["ss_vae_hash"] = f.vae->legacy_hash;
+        m["ss_new_vae_hash"] = f.vae->sha256;
+    }
     if (!c.network_args.empty()) m["ss_network_args"] = network_args_json(c);
     const data::DatasetConfig& dc = d.dataset.config;
     if (!d.from_dataset_config) {

@@ -47,6 +47,7 @@ struct RunFacts {
     uint64_t seed = 0;
     StepCounts counts;
     ModelFileInfo model;
+    std::optional<ModelFileInfo> vae;  // --vae's, for ss_vae_name / ss_vae_hash / ss_new_vae_hash
 };
 
 // Every ss_* key train_network.py writes at the start of a run (ss_steps / ss_epoch /

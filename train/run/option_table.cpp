@@ -136,10 +136,18 @@ bool parse_bool(const std::string& where, const std::string& v) {
     gl::fail(where, " wants true or false, got '", v, "'");
 }
 
+// kohya's tuple(int(r) for r in s.split(",")): Python's int() takes blanks around the digits, so
+// "512, 768" is a resolution.
 std::array<int, 2> read_resolution(const std::string& where, const std::string& s) {
+    auto side = [&](std::string part) {
+        const char* blanks = " \t\n\r\f\v";
+        const size_t a = part.find_first_not_of(blanks), b = part.find_last_not_of(blanks);
+        part = a == std::string::npos ? "" : part.substr(a, b - a + 1);
+        return gl::parse_int<int>(where, part, 1, 1 << 16);
+    };
     const size_t comma = s.find(',');
-    const int a = gl::parse_int<int>(where, s.substr(0, comma), 1, 1 << 16);
-    const int b = comma == std::string::npos ? a : gl::parse_int<int>(where, s.substr(comma + 1), 1, 1 << 16);
+    const int a = side(s.substr(0, comma));
+    const int b = comma == std::string::npos ? a : side(s.substr(comma + 1));
     return {a, b};
 }
 
@@ -295,9 +303,16 @@ Option declared(std::string name, Group group, std::string label, std::string he
             for (const std::string& s : v) x.push_back(read<double>(where, s, label, t));
             c.*m = std::move(x);
         } else if constexpr (Optional<T>::value) {
-            if (!t.listed_reason.empty() && v.size() > 1) gl::fail(where, ": ", t.listed_reason);
-            if (!t.listed_reason.empty() && v.empty()) (c.*m).reset();
-            else c.*m = read<V>(where, one(where, v), label, t);
+            if (!t.listed_reason.empty()) {
+                // kohya's nargs="*": every value is converted, a bare option is None.
+                std::vector<V> x;
+                for (const std::string& s : v) x.push_back(read<V>(where, s, label, t));
+                if (x.empty()) (c.*m).reset();
+                else c.*m = x.front();
+                if (x.size() > 1) c.note(gl::cat(where, " was given ", x.size(), " values: ", t.listed_reason));
+            } else {
+                c.*m = read<V>(where, one(where, v), label, t);
+            }
         } else {
             c.*m = read<V>(where, one(where, v), label, t);
         }

@@ -6,6 +6,7 @@
 #include "ggml-lite/io/safetensors.h"
 #include "lora/kohya.h"
 #include "train/noise_variants.h"
+#include "train/run/initial_step.h"
 #include "train/run/runner.h"
 
 namespace train {
@@ -144,9 +145,17 @@ void Runner::init_network() {
         if (!note.empty()) m_.message("note: " + note);
         epoch_ = m_.resume->epoch;
         batches_done_ = m_.resume->batches_done;
+        start_step_ = m_.resume->start_step;
+        start_batch_ = m_.resume->start_batch;
         return;
     }
     trainer_->init(m_.seed);
+    if (const std::optional<KohyaStart> s = kohya_start(c_, m_.plan.counts)) {
+        epoch_ = s->epoch;
+        batches_done_ = start_batch_ = s->first_batch;
+        start_step_ = s->step;
+        trainer_->count_steps_from(s->step);
+    }
     if (c_.network_weights) {
         const gl::io::SafetensorsFile f(*c_.network_weights);
         const StepGraph& s0 = *m_.graphs->steps()[0].graph;

@@ -38,7 +38,8 @@ bool written_by_run(const RunConfig& c, const std::string& name) {
     return false;
 }
 
-void add_model_files(std::vector<RunInput>& in, const std::string& given, const sd::Sd15Files& m) {
+// own_vae: the VAE is --vae's (an input of its own), not a file of the model's folder.
+void add_model_files(std::vector<RunInput>& in, const std::string& given, const sd::Sd15Files& m, bool own_vae) {
     const bool folder = fs::is_directory(given);
     const std::pair<const char*, const std::string*> files[] = {{"UNet", &m.unet_path},
                                                                  {"text encoder", &m.text_encoder_path},
@@ -46,8 +47,11 @@ void add_model_files(std::vector<RunInput>& in, const std::string& given, const 
                                                                  {"tokenizer", &m.tokenizer_path}};
     for (const auto& [what, path] : files) {
         if (path->empty()) continue;
-        in.push_back({gl::cat("the model's ", what, " file"), *path, false});
+        const bool vae_given = own_vae && path == &m.vae_path;
+        in.push_back({vae_given ? std::string("--vae's weights file") : gl::cat("the model's ", what, " file"), *path,
+                      false});
         if (!folder) continue;  // a single file's folder holds other files, the model is the file
+        if (vae_given) continue;
         // The folders the file is in: as spelled (unet/, maybe a symlink) and really (blobs/).
         in.push_back({gl::cat("the model's ", what, " folder"), fs::path(*path).parent_path().string(), false});
         in.push_back({gl::cat("the model's ", what, " folder"),
@@ -60,11 +64,12 @@ void add_model_files(std::vector<RunInput>& in, const std::string& given, const 
 std::vector<RunInput> run_inputs(const RunConfig& c, const sd::Sd15Files* model, const data::DatasetConfig* dataset) {
     std::vector<RunInput> in;
     in.push_back({"--pretrained_model_name_or_path", c.pretrained_model_name_or_path, false});
-    if (model) add_model_files(in, c.pretrained_model_name_or_path, *model);
+    if (model) add_model_files(in, c.pretrained_model_name_or_path, *model, c.vae.has_value());
     for (const auto& [what, path] : {std::pair{"--train_data_dir", &c.train_data_dir},
                                      {"--reg_data_dir", &c.reg_data_dir},
                                      {"--dataset_config", &c.dataset_config},
-                                     {"--sample_prompts", &c.sample_prompts}})
+                                     {"--sample_prompts", &c.sample_prompts},
+                                     {"--vae", &c.vae}})
         if (*path) in.push_back({what, **path, false});
     if (dataset)
         for (const data::SubsetConfig& s : dataset->subsets)

@@ -72,10 +72,12 @@ private:
     std::unique_ptr<BucketTrainer> trainer_;
     std::map<std::string, std::string> run_md_;  // made at the first save
     RunFacts facts_;
-    std::future<ModelFileInfo> model_info_;
+    std::future<ModelFileInfo> model_info_, vae_info_;
     optim::LrSchedule schedule_;
     std::vector<Micro> group_;
     int64_t epoch_ = 1, batches_done_ = 0;
+    // Where this run's counting began (kohya's --initial_*, or a resumed state's): step, batch.
+    int64_t start_step_ = 0, start_batch_ = 0;
     std::deque<double> recent_losses_;
     double loss_sum_ = 0, last_wait_ = 0, last_loss_mean_ = 0;
     int64_t images_trained_ = 0;

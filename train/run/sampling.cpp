@@ -6,6 +6,7 @@
 #include "data/png_file.h"
 #include "ggml-lite/core/error.h"
 #include "pipelines/a1111.h"
+#include "pipelines/sample_prompt_files.h"
 #include "train/run/save.h"
 
 namespace train {
@@ -29,7 +30,7 @@ namespace {
 
 diffusion::SamplerOptions prompt_sampler(const RunConfig& c, const diffusion::SamplePrompt& p) {
     const bool own = !p.sampler.empty();
-    const std::string where = own ? gl::cat(*c.sample_prompts, ":", p.line, " --ss") : "--sample_sampler";
+    const std::string where = !own ? "--sample_sampler" : p.where + (p.line > 0 ? " --ss" : " sample_sampler");
     diffusion::SamplerOptions o = sample_sampler_options(own ? p.sampler : c.sample_sampler, c.v_parameterization, where);
     try {
         o.validate();
@@ -46,7 +47,7 @@ std::vector<diffusion::SamplePrompt> read_sample_prompts(const RunConfig& c) {
     GL_CHECK(c.sample_prompts, "sampling: no --sample_prompts");
     std::vector<diffusion::SamplePrompt> prompts;
     try {
-        prompts = diffusion::read_prompt_file(*c.sample_prompts, diffusion::kohya_prompt_defaults());
+        prompts = sd::read_sample_prompt_file(*c.sample_prompts, diffusion::kohya_prompt_defaults());
         for (const diffusion::SamplePrompt& p : prompts) prompt_sampler(c, p);
     } catch (const gl::Error& e) {
         gl::fail("--sample_prompts: ", e.what());

@@ -11,6 +11,8 @@
 #include "ggml-lite/core/autofit.h"
 #include "ggml-lite/core/plan_svg.h"
 #include "lora/file_modules.h"
+#include "models/sd15/vae_file.h"
+#include "train/run/initial_step.h"
 #include "train/run/run_paths.h"
 #include "train/run/save.h"
 #include "train/run/session_impl.h"
@@ -189,6 +191,7 @@ void Session::Impl::prepare() {
     if (c.sample_prompts) read_sample_prompts(c);  // a bad line is refused before the model is opened
     m.message("opening the model " + c.pretrained_model_name_or_path);
     m.model = c.family().open(c.pretrained_model_name_or_path);
+    if (c.vae) sd::replace_vae(m.model, *c.vae);
     if (!c.base_weights.empty()) {
         // kohya's --base_weights: every later reader of the UNet and text encoder sees the merge.
         std::vector<std::string> merged;
@@ -221,6 +224,7 @@ void Session::Impl::prepare() {
     std::vector<double> group_lrs;
     for (const ParamGroup& g : m.graphs->steps()[0].graph->update->groups()) group_lrs.push_back(g.lr);
     check_schedule_groups(c, m.plan.counts.max_train_steps, group_lrs);
+    if (const std::optional<KohyaStart> s = kohya_start(c, m.plan.counts)) m.plan.notes.push_back(s->note);
 
     if (m.resume) {
         GL_CHECK(m.resume->seed == m.seed, "--resume ", *c.resume, ": the state was trained with --seed ",

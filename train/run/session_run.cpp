@@ -26,6 +26,8 @@ RunPosition Runner::position() const {
     p.step = trainer_->steps_done();
     p.epoch = epoch_;
     p.batches_done = batches_done_;
+    p.start_step = start_step_;
+    p.start_batch = start_batch_;
     p.seed = m_.seed;
     p.trainer = trainer_->state();
     p.run_identity = run_identity(m_.data, m_.seed, m_.step.batch, m_.step.grad_accum);
@@ -36,6 +38,7 @@ std::string Runner::save_lora(SaveKind kind, int64_t n, int64_t meta_epoch) {
     const fs::path path = fs::path(c_.output_dir) / lora_file_name(c_, kind, n);
     if (run_md_.empty()) {
         facts_.model = model_info_.get();
+        if (vae_info_.valid()) facts_.vae = vae_info_.get();
         run_md_ = run_metadata(c_, m_.data, facts_);
     }
     const lora::SaveOptions so =
@@ -185,6 +188,7 @@ RunSummary Runner::run() {
     // save: they are computed beside caching and training.
     const std::string path = c_.pretrained_model_name_or_path;
     model_info_ = std::async(std::launch::async, [path] { return model_file_info(path); });
+    if (c_.vae) vae_info_ = std::async(std::launch::async, [vae = *c_.vae] { return model_file_info(vae); });
     facts_ = facts;
     sum_.skipped_images = m_.plan.skipped;
     schedule_ = lr_schedule(c_, m_.plan.counts.max_train_steps);

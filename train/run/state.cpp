@@ -66,6 +66,8 @@ void save_run_state(const fs::path& dir, BucketTrainer& t, const RunPosition& po
         j["current_step"] = pos.step;
         j["sdtrain"] = {{"version", kStateVersion},
                         {"batches_done", pos.batches_done},
+                        {"start_step", pos.start_step},
+                        {"start_batch", pos.start_batch},
                         {"seed", pos.seed},
                         {"trainer_steps", pos.trainer.steps},
                         {"noise_counter", pos.trainer.noise_counter},

@@ -27,6 +27,9 @@ struct RunPosition {
     int64_t step = 0;          // optimizer steps done
     int64_t epoch = 1;         // the epoch the next batch belongs to (1-based)
     int64_t batches_done = 0;  // loader batches consumed (the next one's index in the run)
+    // Where the counting began: the step counter at batch start_batch (0, 0 but for kohya's
+    // --initial_epoch / --initial_step, train/run/initial_step.h).
+    int64_t start_step = 0, start_batch = 0;
     uint64_t seed = 0;
     BucketTrainerState trainer;
     std::string run_identity;  // data order: seed, micro-batch, accumulation, images, buckets

@@ -50,6 +50,8 @@ struct Fields {
         gl::fail(file, ": field '", prefix, key, "' is ", v.dump(), ", out of range: expected ", expected);
     }
 
+    bool has(const char* key) const { return obj.find(key) != obj.end(); }
+
     const json& object(const char* key) const {
         const json& v = at(key);
         if (!v.is_object()) wrong(key, v, "an object");
@@ -88,6 +90,9 @@ RunPosition parse_run_position(const std::string& text, const std::string& file)
     p.step = int64_t(top.integer("current_step", 0, kInt64Max));
     p.epoch = int64_t(top.integer("current_epoch", 1, kInt64Max));
     p.batches_done = int64_t(s.integer("batches_done", 0, kInt64Max));
+    // Absent in states of runs without kohya's --initial_* (and of earlier versions): 0.
+    if (s.has("start_step")) p.start_step = int64_t(s.integer("start_step", 0, kInt64Max));
+    if (s.has("start_batch")) p.start_batch = int64_t(s.integer("start_batch", 0, p.batches_done));
     p.seed = s.integer("seed", 0, UINT64_MAX);
     p.trainer.steps = int64_t(s.integer("trainer_steps", 0, kInt64Max));
     p.trainer.noise_counter = s.integer("noise_counter", 0, UINT64_MAX);
@@ -116,9 +121,16 @@ void check_run_position(const RunPosition& p, const std::string& file, const Run
              k.max_train_steps, " (nothing is left to train; raise --max_train_steps or --max_train_epochs)");
     GL_CHECK(p.batches_done <= total, file, ": sdtrain.batches_done ", p.batches_done, " is past this run's ", total,
              " batches (", k.epochs, " epochs of ", per_epoch, ")");
-    // A state is saved after an update: whole epochs, then whole accumulation groups of the epoch.
+    // A state is saved after an update: whole epochs, then whole accumulation groups of the epoch;
+    // the steps counted from where the run's counting began (kohya's --initial_*: a step of its own
+    // at a batch of its own, on an update's boundary as well).
+    auto updates_at = [&](int64_t batches) {
+        return batches / per_epoch * k.updates_per_epoch + batches % per_epoch / k.accum;
+    };
     const int64_t in_epoch = p.batches_done % per_epoch;
-    const int64_t updates = p.batches_done / per_epoch * k.updates_per_epoch + in_epoch / k.accum;
+    GL_CHECK(p.start_batch % per_epoch % k.accum == 0 && p.start_step <= p.step, file, ": sdtrain.start_batch ",
+             p.start_batch, " and start_step ", p.start_step, " are no start of this run");
+    const int64_t updates = updates_at(p.batches_done) - updates_at(p.start_batch) + p.start_step;
     GL_CHECK(in_epoch % k.accum == 0 && updates == p.step, file, ": sdtrain.batches_done ", p.batches_done,
              " and current_step ", p.step, " disagree: with ", per_epoch, " batches per epoch and ", k.accum,
              " accumulation steps, ", p.batches_done, " batches end ",
@@ -129,8 +141,8 @@ void check_run_position(const RunPosition& p, const std::string& file, const Run
              ": current_epoch ", p.epoch, " disagrees with sdtrain.batches_done ", p.batches_done, " (", per_epoch,
              " batches per epoch: the next batch is in epoch ", next, ")");
     // Every update draws noise for at least one image; every batch at most for a whole one.
-    const uint64_t lo = saturated_product(uint64_t(p.step), run.min_update_draws);
-    const uint64_t hi = saturated_product(uint64_t(p.batches_done), run.max_batch_draws);
+    const uint64_t lo = saturated_product(uint64_t(p.step - p.start_step), run.min_update_draws);
+    const uint64_t hi = saturated_product(uint64_t(p.batches_done - p.start_batch), run.max_batch_draws);
     GL_CHECK(p.trainer.noise_counter >= lo && p.trainer.noise_counter <= hi, file, ": sdtrain.noise_counter ",
              p.trainer.noise_counter, " is outside [", lo, ", ", hi, "], the noise drawn by ", p.step, " updates of ",
              p.batches_done, " batches of this run");
