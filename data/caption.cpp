@@ -90,12 +90,14 @@ void CaptionOptions::validate() const {
     GL_CHECK(keep_tokens >= 0, "keep_tokens must be >= 0, got ", keep_tokens);
     GL_CHECK(!caption_separator.empty(), "caption_separator must not be empty");
     GL_CHECK(token_warmup_min >= 0, "token_warmup_min must be >= 0, got ", token_warmup_min);
-    GL_CHECK(token_warmup_step >= 0 && token_warmup_step <= 1e15, "token_warmup_step must be >= 0, got ",
-             token_warmup_step);
+    GL_CHECK(std::isfinite(token_warmup_step) && token_warmup_step >= 0,
+             "token_warmup_step must be a finite number >= 0, got ", token_warmup_step);
 }
 
 int64_t CaptionOptions::token_warmup_steps(int64_t max_train_steps) const {
-    return int64_t(std::floor(token_warmup_step < 1 ? token_warmup_step * double(max_train_steps) : token_warmup_step));
+    // Beyond 2^53 steps no run gets to the end of the warm-up: held there, where an int64 holds it.
+    const double steps = token_warmup_step < 1 ? token_warmup_step * double(max_train_steps) : token_warmup_step;
+    return int64_t(std::floor(std::min(steps, 0x1p53)));
 }
 
 std::optional<std::string> read_caption_file(const std::filesystem::path& image, const std::string& extension,
@@ -118,8 +120,12 @@ std::optional<std::string> read_caption_file(const std::filesystem::path& image,
         return strip(nl == std::string::npos ? text : text.substr(0, nl));
     }
     std::string joined;
-    for (const std::string& line : split(text, "\n"))
-        if (!strip(line).empty()) joined += (joined.empty() ? "" : "\n") + strip(line);
+    for (const std::string& line : split(text, "\n")) {
+        const std::string t = strip(line);
+        if (t.empty()) continue;
+        if (!joined.empty()) joined += '\n';
+        joined += t;
+    }
     return joined;
 }
 

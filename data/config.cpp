@@ -213,7 +213,8 @@ SubsetConfig make_subset(const Levels& l) {
     s.flip_aug = l.get("flip_aug", false);
     s.random_crop = l.get("random_crop", false);
     s.color_aug = l.get("color_aug", false);
-    GL_CHECK(!s.color_aug, l.names.front(), ": color_aug is not supported by sdtrain");
+    GL_CHECK(!s.color_aug, l.names.front(), ": color_aug is not supported by sdtrain (kohya's hue shift goes "
+                                            "through OpenCV's 8-bit HSV round trip, which is not reimplemented)");
     return s;
 }
 

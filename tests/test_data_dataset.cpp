@@ -194,7 +194,7 @@ TEST_CASE("data config: refusals name the file, table and key") {
           "c.toml [general]: 'custom_attributes' is a kohya option that sdtrain does not support (only other "
           "families' trainers read it (Lumina's); kohya's SD1.x training ignores it)");
     CHECK(err("[[datasets]]\n[[datasets.subsets]]\nimage_dir='x'\ntoken_warmup_step = -2\n")
-              .find("token_warmup_step must be >= 0") != std::string::npos);
+              .find("token_warmup_step must be a finite number >= 0") != std::string::npos);
     CHECK(err("[general]\nimage_dir = 'x'\n[[datasets]]\n[[datasets.subsets]]\nimage_dir='x'\n") ==
           "c.toml [general]: 'image_dir' belongs in a [[datasets.subsets]] table");
     CHECK(err("[[datasets]]\n[[datasets.subsets]]\nimage_dir='x'\nbatch_size = 2\n") ==

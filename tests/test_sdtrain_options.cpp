@@ -261,8 +261,8 @@ optimizer_args = ["weight_decay=0.05"]
     // A value no option takes is named by what it is, beside what the option wants.
     CHECK(file_error("seed = 2024-01-31\n").find("bad.toml: seed: a date (2024-01-31) is not an option value (seed "
                                                  "takes a number)") != std::string::npos);
-    CHECK(file_error("output_dir = { a = 1 }\n").find("output_dir: a table is not an option value (output_dir "
-                                                      "takes a string") != std::string::npos);
+    CHECK(file_error("[s]\noutput_dir = { a = 1 }\n").find("[s] output_dir: a table is not an option value "
+                                                           "(output_dir takes a string") != std::string::npos);
     CHECK(file_error("network_args = [[\"a\"], [\"b\"]]\n").find("network_args: an array of 2 arrays is not an "
                                                                     "option value (network_args takes an array of "
                                                                     "strings)") != std::string::npos);
