@@ -104,7 +104,7 @@ TEST_CASE("data dataset group: each dataset's buckets apart with its batch size,
     CHECK(plan.find("dataset #2 bucket  resolution") != std::string::npos);
 }
 
-TEST_CASE("data dataset group: one dataset is returned as it is; errors name the dataset") {
+TEST_CASE("data dataset group: one dataset is returned as it is, and errors name the dataset") {
     Group g;
     data::BucketedDataset one;
     one.dataset.images.resize(2);
