@@ -195,12 +195,13 @@ namespace {
 constexpr uint64_t kEpochStream = 0x65706f6368ull;  // "epoch"
 }
 
-EpochPlanner::EpochPlanner(const BucketAssignment& a, int batch_size, uint64_t seed)
-    : batch_size_(batch_size), seed_(seed) {
+EpochPlanner::EpochPlanner(const BucketAssignment& a, int batch_size, uint64_t seed) : seed_(seed) {
     GL_CHECK(batch_size >= 1, "batch size must be >= 1");
     for (size_t b = 0; b < a.buckets.size(); b++) {
         lists_.push_back(a.buckets[b].images);
-        const int n = int((a.buckets[b].images.size() + size_t(batch_size) - 1) / size_t(batch_size));
+        const size_t bs = size_t(a.buckets[b].batch(batch_size));
+        batch_sizes_.push_back(bs);
+        const int n = int((a.buckets[b].images.size() + bs - 1) / bs);
         for (int k = 0; k < n; k++) batches_.emplace_back(int(b), k);
     }
 }
@@ -219,9 +220,9 @@ std::vector<BatchRef> EpochPlanner::epoch(int epoch) {
     std::vector<BatchRef> out;
     for (const auto& [b, k] : batches_) {
         const std::vector<int>& l = lists_[size_t(b)];
-        const size_t first = size_t(k) * size_t(batch_size_);
+        const size_t bs = batch_sizes_[size_t(b)], first = size_t(k) * bs;
         BatchRef r{b, {}};
-        r.images.assign(l.begin() + long(first), l.begin() + long(std::min(l.size(), first + size_t(batch_size_))));
+        r.images.assign(l.begin() + long(first), l.begin() + long(std::min(l.size(), first + bs)));
         out.push_back(std::move(r));
     }
     return out;

@@ -5,6 +5,7 @@
 // (one entry per repeat) shuffled every epoch, batches cut from one bucket (the last one of a
 // bucket may be short), the batch list shuffled, all from a seeded generator.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -59,6 +60,13 @@ struct Bucket {
     Reso reso;
     std::vector<int> images;  // indices into Dataset::images, one entry per repeat
     int distinct = 0;         // images without repeats
+    // Several datasets (data/dataset_group.h): the bucket's dataset and its batch size; 0 when the
+    // run trains one, whose batch size the loader is given.
+    int dataset = 0;
+    int batch_size = 0;
+    // The bucket's batches hold this many images: its dataset's batch size, at most `cap` (the
+    // run's micro-batch).
+    int64_t batch(int64_t cap) const { return batch_size > 0 ? std::min<int64_t>(batch_size, cap) : cap; }
 };
 
 struct BucketAssignment {
@@ -90,7 +98,7 @@ public:
 private:
     std::vector<std::vector<int>> lists_;
     std::vector<std::pair<int, int>> batches_;  // (bucket, batch index)
-    int batch_size_;
+    std::vector<size_t> batch_sizes_;           // per bucket
     uint64_t seed_;
     int current_ = 0;
 };

@@ -1,5 +1,7 @@
 #include "data/caption.h"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -51,6 +53,31 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
     for (size_t at = 0; (at = s.find(from, at)) != std::string::npos; at += to.size()) s.replace(at, from.size(), to);
 }
 
+// kohya's wildcards: "{a|b|c}" (a '{', then anything up to the next '}', at least one character)
+// becomes one of its '|' parts; "{{" and "}}" stand for literal braces. The escapes are swapped for
+// a marker the caption does not hold while the wildcards are drawn, as kohya does.
+std::string draw_wildcards(std::string caption, Rng& rng) {
+    std::string open = "\x1e(", close = "\x1e)";
+    while (caption.find(open) != std::string::npos || caption.find(close) != std::string::npos)
+        open += '(', close += ')';
+    replace_all(caption, "{{", open);
+    replace_all(caption, "}}", close);
+    std::string out;
+    for (size_t i = 0; i < caption.size();) {
+        const size_t end = caption[i] == '{' ? caption.find('}', i + 1) : std::string::npos;
+        if (end == std::string::npos || end == i + 1) {
+            out += caption[i++];
+            continue;
+        }
+        const std::vector<std::string> options = split(caption.substr(i + 1, end - i - 1), "|");
+        out += options[size_t(rng.below(options.size()))];
+        i = end + 1;
+    }
+    replace_all(out, open, "{");
+    replace_all(out, close, "}");
+    return out;
+}
+
 }  // namespace
 
 void CaptionOptions::validate() const {
@@ -62,9 +89,19 @@ void CaptionOptions::validate() const {
              caption_dropout_every_n_epochs);
     GL_CHECK(keep_tokens >= 0, "keep_tokens must be >= 0, got ", keep_tokens);
     GL_CHECK(!caption_separator.empty(), "caption_separator must not be empty");
+    GL_CHECK(token_warmup_min >= 0, "token_warmup_min must be >= 0, got ", token_warmup_min);
+    GL_CHECK(std::isfinite(token_warmup_step) && token_warmup_step >= 0,
+             "token_warmup_step must be a finite number >= 0, got ", token_warmup_step);
 }
 
-std::optional<std::string> read_caption_file(const std::filesystem::path& image, const std::string& extension) {
+int64_t CaptionOptions::token_warmup_steps(int64_t max_train_steps) const {
+    // Beyond 2^53 steps no run gets to the end of the warm-up: held there, where an int64 holds it.
+    const double steps = token_warmup_step < 1 ? token_warmup_step * double(max_train_steps) : token_warmup_step;
+    return int64_t(std::floor(std::min(steps, 0x1p53)));
+}
+
+std::optional<std::string> read_caption_file(const std::filesystem::path& image, const std::string& extension,
+                                             bool all_lines) {
     std::filesystem::path p = image;
     p.replace_extension();
     p += extension;
@@ -78,19 +115,39 @@ std::optional<std::string> read_caption_file(const std::filesystem::path& image,
     std::string text = all.str();
     if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);  // UTF-8 byte order mark
     GL_CHECK(valid_utf8(text), "caption file ", p.string(), ": not valid UTF-8");
-    const size_t nl = text.find('\n');
-    return strip(nl == std::string::npos ? text : text.substr(0, nl));
+    if (!all_lines) {
+        const size_t nl = text.find('\n');
+        return strip(nl == std::string::npos ? text : text.substr(0, nl));
+    }
+    std::string joined;
+    for (const std::string& line : split(text, "\n")) {
+        const std::string t = strip(line);
+        if (t.empty()) continue;
+        if (!joined.empty()) joined += '\n';
+        joined += t;
+    }
+    return joined;
 }
 
-std::string process_caption(const CaptionOptions& o, const std::string& raw, int epoch, Rng& rng) {
+std::string process_caption(const CaptionOptions& o, const std::string& raw, int epoch, Rng& rng, CaptionStep at) {
     std::string caption = raw;
     if (!o.caption_prefix.empty()) caption = o.caption_prefix + " " + caption;
     if (!o.caption_suffix.empty()) caption = caption + " " + o.caption_suffix;
     bool drop = o.caption_dropout_rate > 0 && rng.uniform() < o.caption_dropout_rate;
     drop = drop || (o.caption_dropout_every_n_epochs > 0 && epoch % o.caption_dropout_every_n_epochs == 0);
     if (drop) return "";
-    caption = caption.substr(0, caption.find('\n'));
-    if (o.shuffle_caption || o.caption_tag_dropout_rate > 0) {
+    if (o.enable_wildcard) {
+        if (caption.find('\n') != std::string::npos) {
+            const std::vector<std::string> lines = split(caption, "\n");
+            caption = lines[size_t(rng.below(lines.size()))];
+        }
+        caption = draw_wildcards(std::move(caption), rng);
+    } else {
+        caption = caption.substr(0, caption.find('\n'));
+    }
+    // kohya resolves a share of the run to steps at its first caption: one that rounds to 0 steps is off.
+    const int64_t warmup = o.token_warmup_steps(at.max_train_steps);
+    if (o.shuffle_caption || warmup > 0 || o.caption_tag_dropout_rate > 0) {
         std::vector<std::string> fixed, flex, fixed_suffix;
         const std::string& ks = o.keep_tokens_separator;
         if (!ks.empty() && caption.find(ks) != std::string::npos) {
@@ -110,6 +167,12 @@ std::string process_caption(const CaptionOptions& o, const std::string& raw, int
                 fixed.assign(flex.begin(), flex.begin() + long(k));
                 flex.erase(flex.begin(), flex.begin() + long(k));
             }
+        }
+        if (warmup > 0 && at.step < warmup) {
+            // kohya's floor(step * (tags - min) / warm-up steps) + min, in floating point as there
+            const double slope = double(int64_t(flex.size()) - o.token_warmup_min) / double(warmup);
+            const int64_t n = int64_t(std::floor(double(at.step) * slope)) + o.token_warmup_min;
+            flex.resize(size_t(std::clamp<int64_t>(n, 0, int64_t(flex.size()))));
         }
         if (o.shuffle_caption) rng.shuffle(flex);
         if (o.caption_tag_dropout_rate > 0) {

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <sstream>
+#include <utility>
 
 #include <toml++/toml.h>
 
+#include "data/toml_value.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/io/files.h"
 
@@ -28,6 +30,7 @@ struct Key {
 constexpr Key kKeys[] = {
     {"image_dir", Kind::string, Scope::subset_only},
     {"is_reg", Kind::boolean, Scope::subset_only},
+    {"conditioning_data_dir", Kind::string, Scope::subset_only},
     {"alpha_mask", Kind::boolean, Scope::subset_or_command_line},
     {"num_repeats", Kind::integer, Scope::subset},
     {"class_tokens", Kind::string, Scope::subset},
@@ -46,6 +49,9 @@ constexpr Key kKeys[] = {
     {"flip_aug", Kind::boolean, Scope::subset},
     {"random_crop", Kind::boolean, Scope::subset},
     {"color_aug", Kind::boolean, Scope::subset},
+    {"enable_wildcard", Kind::boolean, Scope::subset},
+    {"token_warmup_min", Kind::integer, Scope::subset},
+    {"token_warmup_step", Kind::number, Scope::subset},
     {"batch_size", Kind::integer, Scope::dataset},
     {"resolution", Kind::reso, Scope::dataset},
     {"enable_bucket", Kind::boolean, Scope::dataset},
@@ -58,10 +64,13 @@ constexpr Key kKeys[] = {
     {"validation_split", Kind::number, Scope::dataset},
     {"validation_seed", Kind::integer, Scope::dataset},
 };
-// kohya keys sdtrain does not implement: refused rather than silently ignored.
-constexpr const char* kUnsupported[] = {
-    "enable_wildcard", "token_warmup_min",  "token_warmup_step", "face_crop_aug_range", "custom_attributes",
-    "resize_interpolation", "metadata_file", "conditioning_data_dir", "network_multiplier"};
+// kohya keys sdtrain does not implement: refused rather than silently ignored, with the reason.
+constexpr std::pair<const char*, const char*> kUnsupported[] = {
+    {"face_crop_aug_range", "kohya's crop around the face box of the file name is not implemented"},
+    {"custom_attributes", "only other families' trainers read it (Lumina's); kohya's SD1.x training ignores it"},
+    {"resize_interpolation", "images are resized as kohya's default does (area when shrinking, else Lanczos)"},
+    {"metadata_file", "fine-tuning metadata (kohya's FineTuningDataset) is not implemented"},
+    {"network_multiplier", "a dataset's own network multiplier is not implemented"}};
 
 const Key* find_key(const std::string& name) {
     for (const Key& k : kKeys)
@@ -80,6 +89,14 @@ const char* kind_name(Kind k) {
     return "?";
 }
 
+const char* value_name(const ConfigValue& v) {
+    if (std::holds_alternative<bool>(v)) return "a boolean";
+    if (std::holds_alternative<int64_t>(v)) return "an integer";
+    if (std::holds_alternative<double>(v)) return "a number";
+    if (std::holds_alternative<std::string>(v)) return "a string";
+    return "an array of 2 integers";
+}
+
 bool fits(const ConfigValue& v, Kind k) {
     switch (k) {
         case Kind::boolean: return std::holds_alternative<bool>(v);
@@ -92,23 +109,29 @@ bool fits(const ConfigValue& v, Kind k) {
     return false;
 }
 
+// The key's entry; throws naming an unsupported or unknown key.
+const Key* known_key(const std::string& name, const std::string& where) {
+    for (const auto& [key, why] : kUnsupported)
+        if (name == key) gl::fail(where, ": '", name, "' is a kohya option that sdtrain does not support (", why, ")");
+    const Key* k = find_key(name);
+    GL_CHECK(k, where, ": unknown key '", name, "'");
+    return k;
+}
+
 // Checks every key of one level: known, allowed there, of the right type.
 void validate_level(const ConfigLevel& level, const std::string& where, bool is_subset, bool is_command_line = false) {
     for (const auto& entry : level) {
         const std::string& name = entry.first;
         const ConfigValue& value = entry.second;
-        if (std::find_if(std::begin(kUnsupported), std::end(kUnsupported),
-                         [&](const char* u) { return name == u; }) != std::end(kUnsupported))
-            gl::fail(where, ": '", name, "' is a kohya option that sdtrain does not support");
-        const Key* k = find_key(name);
-        GL_CHECK(k, where, ": unknown key '", name, "'");
+        const Key* k = known_key(name, where);
         GL_CHECK(is_subset || k->scope != Scope::subset_only, where, ": '", name,
                  "' belongs in a [[datasets.subsets]] table");
         GL_CHECK(is_subset || is_command_line || k->scope != Scope::subset_or_command_line, where, ": '", name,
                  "' belongs in a [[datasets.subsets]] table (or on the command line)");
         GL_CHECK(!is_subset || k->scope != Scope::dataset, where, ": '", name,
                  "' is a dataset setting, not a subset one");
-        GL_CHECK(fits(value, k->kind), where, ": '", name, "' must be ", kind_name(k->kind));
+        GL_CHECK(fits(value, k->kind), where, ": '", name, "' must be ", kind_name(k->kind), ", got ",
+                 value_name(value));
     }
 }
 
@@ -158,6 +181,14 @@ SubsetConfig make_subset(const Levels& l) {
     s.num_repeats = l.integer("num_repeats", 1);
     s.is_reg = l.get("is_reg", false);
     s.alpha_mask = l.get("alpha_mask", false);
+    if (const ConfigValue* m = l.find("conditioning_data_dir")) {
+        s.conditioning_data_dir = fs::path(std::get<std::string>(*m));
+        // kohya's mask subsets (its ControlNet subsets) take neither key.
+        GL_CHECK(!s.is_reg, l.names.front(), ": conditioning_data_dir (mask images) with is_reg: kohya's masked "
+                                             "subsets are training images only");
+        GL_CHECK(!s.alpha_mask, l.names.front(), ": conditioning_data_dir and alpha_mask: a subset takes its mask "
+                                                 "from one of them");
+    }
     if (const ConfigValue* ct = l.find("class_tokens")) s.class_tokens = std::get<std::string>(*ct);
     CaptionOptions& c = s.caption;
     c.caption_extension = l.get("caption_extension", c.caption_extension);
@@ -171,6 +202,9 @@ SubsetConfig make_subset(const Levels& l) {
     c.caption_dropout_rate = l.number("caption_dropout_rate", 0);
     c.caption_dropout_every_n_epochs = l.integer("caption_dropout_every_n_epochs", 0);
     c.caption_tag_dropout_rate = l.number("caption_tag_dropout_rate", 0);
+    c.enable_wildcard = l.get("enable_wildcard", false);
+    c.token_warmup_min = l.integer("token_warmup_min", 1);
+    c.token_warmup_step = l.number("token_warmup_step", 0);
     try {
         c.validate();
     } catch (const gl::Error& e) {
@@ -179,7 +213,8 @@ SubsetConfig make_subset(const Levels& l) {
     s.flip_aug = l.get("flip_aug", false);
     s.random_crop = l.get("random_crop", false);
     s.color_aug = l.get("color_aug", false);
-    GL_CHECK(!s.color_aug, l.names.front(), ": color_aug is not supported by sdtrain");
+    GL_CHECK(!s.color_aug, l.names.front(), ": color_aug is not supported by sdtrain (kohya's hue shift goes "
+                                            "through OpenCV's 8-bit HSV round trip, which is not reimplemented)");
     return s;
 }
 
@@ -213,6 +248,13 @@ DatasetConfig make_dataset(const Levels& l) {
     return d;
 }
 
+// A value no key takes (a table, a date, an array other than [width, height]): the error names
+// what was given and what the key wants (an unknown or unsupported key is named as such first).
+[[noreturn]] void refuse_value(const std::string& key, const toml::node& node, const std::string& where) {
+    const Key* k = known_key(key, where);
+    gl::fail(where, ": '", key, "' must be ", kind_name(k->kind), ", got ", describe_toml_value(node));
+}
+
 ConfigLevel level_of(const toml::table& t, const std::string& where, bool is_subset) {
     ConfigLevel out;
     for (const auto& [k, node] : t) {
@@ -224,7 +266,7 @@ ConfigLevel level_of(const toml::table& t, const std::string& where, bool is_sub
         else if (auto s = node.value_exact<std::string>()) out[key] = *s;
         else if (const toml::array* a = node.as_array(); a && a->size() == 2 && a->is_homogeneous<int64_t>())
             out[key] = std::array<int64_t, 2>{*a->get(0)->value<int64_t>(), *a->get(1)->value<int64_t>()};
-        else gl::fail(where, ": '", key, "' has a value of an unsupported type");
+        else refuse_value(key, node, where);
     }
     validate_level(out, where, is_subset);
     return out;
@@ -273,6 +315,13 @@ std::vector<DatasetConfig> parse_dataset_config(const std::string& text, const s
             d.subsets.push_back(make_subset(
                 Levels{{&sl, &dl, &general, &command_line}, {sname, dname, name + " [general]", "command line"}}));
         }
+        // kohya reads a dataset as one of masks (its ControlNet dataset) only when every subset names
+        // its mask folder; otherwise the key is one its DreamBooth schema refuses.
+        const auto masked = std::count_if(d.subsets.begin(), d.subsets.end(),
+                                          [](const SubsetConfig& s) { return s.conditioning_data_dir.has_value(); });
+        GL_CHECK(masked == 0 || size_t(masked) == d.subsets.size(), dname, ": conditioning_data_dir is set in ", masked,
+                 " of its ", d.subsets.size(), " subsets; kohya takes mask folders for every subset of a dataset "
+                 "or for none");
         out.push_back(std::move(d));
     }
     return out;

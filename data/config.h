@@ -2,9 +2,9 @@
 // --dataset_config TOML file ([general], [[datasets]], [[datasets.subsets]]) or the folder layout
 // train_data_dir/<repeats>_<class tokens>/ with an optional reg_data_dir in the same layout.
 // A value is looked up subset -> dataset -> [general] -> command line -> kohya's default, the first
-// that sets it winning. Keys kohya accepts but sdtrain does not implement (wildcards, token
-// warm-up, face crop, fine-tuning metadata, ...) are errors naming the key,
-// as are unknown keys and values of the wrong type.
+// that sets it winning. Keys kohya accepts but sdtrain does not implement (face crop, fine-tuning
+// metadata, ...) are errors naming the key, as are unknown keys and values of the wrong type
+// (named by what was given: "got a table").
 #pragma once
 #include <array>
 #include <filesystem>
@@ -32,6 +32,9 @@ struct SubsetConfig {
     bool random_crop = false;
     bool color_aug = false;
     bool alpha_mask = false;  // keep alpha as a loss mask instead of compositing over white
+    // kohya's masked loss from mask images: for each image the file of the same name (any image
+    // extension) in this folder, its red channel the loss weight (255: trained, 0: not).
+    std::optional<std::filesystem::path> conditioning_data_dir;
 };
 
 struct DatasetConfig {

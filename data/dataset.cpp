@@ -59,6 +59,51 @@ std::vector<fs::path> list_images(const fs::path& dir) {
     return out;
 }
 
+std::string stem_of(const fs::path& p) { return p.stem().string(); }
+
+// kohya's pairing of images with the masks of a subset's conditioning_data_dir (its
+// ControlNetDataset): by file name without the extension, in both directions, and each mask of its
+// image's size (kohya asserts it when it resizes the pair).
+void pair_masks(std::vector<ImageEntry>& images, const DatasetConfig& config,
+                const std::vector<std::set<std::string>>& listed_stems) {
+    for (size_t si = 0; si < config.subsets.size(); si++) {
+        const std::optional<fs::path>& dir = config.subsets[si].conditioning_data_dir;
+        if (!dir) continue;
+        std::error_code ec;
+        GL_CHECK(fs::is_directory(*dir, ec), "conditioning_data_dir ", dir->string(), ": not a directory");
+        std::map<std::string, fs::path> masks;  // the first by name, as kohya's sorted glob
+        for (const fs::path& m : list_images(*dir)) masks.try_emplace(stem_of(m), m);
+        std::vector<std::string> missing, extra;
+        for (ImageEntry& e : images) {
+            if (e.subset != int(si)) continue;
+            const auto it = masks.find(stem_of(e.path));
+            if (it == masks.end()) {
+                missing.push_back(e.path.filename().string());
+                continue;
+            }
+            const std::vector<uint8_t> bytes = read_file_bytes(it->second);
+            const ImageHeader h = verify_image(bytes.data(), bytes.size(), it->second.string());
+            GL_CHECK(h.width == e.width && h.height == e.height, "mask ", it->second.string(), ": ", h.width, "x",
+                     h.height, ", its image ", e.path.string(), " is ", e.width, "x", e.height,
+                     " (a mask has its image's size)");
+            e.mask = it->second;
+        }
+        for (const auto& [stem, m] : masks)
+            if (!listed_stems[si].count(stem)) extra.push_back(m.filename().string());
+        auto names = [](const std::vector<std::string>& v) {
+            std::string out;
+            for (size_t i = 0; i < v.size() && i < 5; i++) out += (i ? ", " : "") + v[i];
+            return v.size() > 5 ? gl::cat(out, " and ", v.size() - 5, " more") : out;
+        };
+        GL_CHECK(missing.empty(), "conditioning_data_dir ", dir->string(), ": no mask image for ", missing.size(),
+                 missing.size() == 1 ? " image of " : " images of ", config.subsets[si].image_dir.string(), ": ",
+                 names(missing), " (a mask is named as its image)");
+        GL_CHECK(extra.empty(), "conditioning_data_dir ", dir->string(), ": ", extra.size(),
+                 extra.size() == 1 ? " mask has" : " masks have", " no image in ", config.subsets[si].image_dir.string(),
+                 ": ", names(extra), " (kohya refuses extra masks too)");
+    }
+}
+
 struct Listed {
     fs::path path;
     size_t subset = 0;
@@ -117,6 +162,9 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const 
     }
     size_t files = 0;
     for (const std::vector<fs::path>& l : listings) files += l.size();
+    std::vector<std::set<std::string>> listed_stems(config.subsets.size());
+    for (size_t si = 0; si < listings.size(); si++)
+        for (const fs::path& f : listings[si]) listed_stems[si].insert(stem_of(f));
     listings = split_listings(std::move(listings), config, split);
     std::vector<Listed> listed;
     for (size_t si = 0; si < listings.size(); si++)
@@ -166,7 +214,7 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const 
         e.is_reg = s.is_reg;
         e.width = v.header.width;
         e.height = v.header.height;
-        if (std::optional<std::string> c = read_caption_file(l.path, s.caption.caption_extension)) {
+        if (std::optional<std::string> c = read_caption_file(l.path, s.caption.caption_extension, s.caption.enable_wildcard)) {
             e.caption = *c;
         } else {
             e.caption = s.class_tokens.value_or("");
@@ -175,6 +223,7 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const 
         (s.is_reg ? ds.num_reg_images : ds.num_train_images) += s.num_repeats;
         (s.is_reg ? reg : ds.images).push_back(std::move(e));
     }
+    pair_masks(ds.images, ds.config, listed_stems);
     for (size_t si = 0; si < config.subsets.size(); si++)
         if (config.subsets[si].is_reg && files_in[si] > 0 && read_in[si] == 0)
             gl::fail("regularisation folder ", config.subsets[si].image_dir.string(), ": none of its ", files_in[si],

@@ -25,6 +25,7 @@ struct ImageEntry {
     std::string caption;        // as read (file, else class tokens, else empty); drawn per step
     int num_repeats = 1;        // for reg images after balancing
     bool is_reg = false;
+    std::filesystem::path mask;  // its mask image (the subset's conditioning_data_dir), else empty
 };
 
 struct SkippedImage {
@@ -54,6 +55,10 @@ struct Dataset {
 // none can be read (training would go on without the regularisation the user asked for; kohya
 // stops the run at the first image it cannot load, in any folder), and with BadImagePolicy::fail
 // at the first bad image (an ImageError).
+// A subset with a conditioning_data_dir pairs each image with the mask image of its name (the
+// first by kohya's extension order when several); as kohya, an image without a mask, or a mask
+// without an image, is an error naming them, and so (where kohya's would fail at the batch) is a
+// mask whose size is not its image's or that cannot be read.
 // split: the whole dataset, or kohya's training or validation part of it (data/validation_split.h);
 // a validation part without images is an empty Dataset, not an error.
 Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy = BadImagePolicy::skip,

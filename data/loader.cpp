@@ -15,9 +15,15 @@ Loader::Loader(const Dataset& ds, const BucketAssignment& a, LoaderOptions opt) 
              "loader: epochs, threads and queue_depth must be >= 1");
     GL_CHECK(!opt_.latents || (opt_.latent_keys && opt_.latent_keys->keys.size() == ds.images.size() * 2),
              "loader: cached latents need the keys cache_latents returned for this dataset");
+    GL_CHECK(opt_.batches_per_update >= 1, "loader: batches_per_update must be >= 1");
     EpochPlanner planner(a, ds.config.batch_size, opt_.seed);
-    for (int e = 1; e <= opt_.epochs; e++)
-        for (BatchRef& b : planner.epoch(e)) plan_.push_back({e, std::move(b)});
+    int64_t updates_before = 0;  // in the epochs before this one
+    for (int e = 1; e <= opt_.epochs; e++) {
+        int64_t k = 0;
+        for (BatchRef& b : planner.epoch(e))
+            plan_.push_back({e, updates_before + k++ / opt_.batches_per_update, std::move(b)});
+        updates_before += (k + opt_.batches_per_update - 1) / opt_.batches_per_update;
+    }
     GL_CHECK(opt_.first_batch <= plan_.size(), "loader: first batch ", opt_.first_batch, " is past the run's ",
              plan_.size(), " batches");
     pool_ = std::make_unique<Workers>(opt_.threads);
@@ -55,17 +61,25 @@ Batch Loader::make(size_t step) const {
         smp.loss_weight = e.is_reg ? float(opt_.prior_loss_weight) : 1.0f;
         smp.flipped = s.flip_aug && rng.uniform() < 0.5;
         try {
+            // A mask image goes through its image's resize, crop and flip (kohya centres its crop
+            // whatever random_crop says; the image's own crop keeps the pair aligned).
+            std::optional<std::array<int, 2>> crop;
+            const BucketChoice& ch = a_.choice[size_t(i)];
+            if (s.random_crop && !opt_.latents)
+                crop = std::array<int, 2>{int(rng.below(uint64_t(ch.resized.w - ch.bucket.w) + 1)),
+                                          int(rng.below(uint64_t(ch.resized.h - ch.bucket.h) + 1))};
+            if (!e.mask.empty()) {
+                ImageEntry m = e;
+                m.path = e.mask;
+                const PreparedImage mask = prepare_image(m, ch, smp.flipped, true, crop);
+                for (size_t p = 0; p < mask.rgb.size(); p += 3) smp.mask.push_back(float(mask.rgb[p]) / 255.f);
+            }
             if (opt_.latents) {
                 const std::string& key = opt_.latent_keys->keys[size_t(i) * 2 + smp.flipped];
                 std::optional<Latent> l = key.empty() ? std::nullopt : opt_.latents->get(key);
                 if (!l) throw ImageError(e.path.string(), "no cached latent (it failed to cache)");
                 smp.latent = std::move(l->data);
             } else {
-                const BucketChoice& ch = a_.choice[size_t(i)];
-                std::optional<std::array<int, 2>> crop;
-                if (s.random_crop)
-                    crop = std::array<int, 2>{int(rng.below(uint64_t(ch.resized.w - ch.bucket.w) + 1)),
-                                              int(rng.below(uint64_t(ch.resized.h - ch.bucket.h) + 1))};
                 const PreparedImage img = prepare_image(e, ch, smp.flipped, s.alpha_mask, crop);
                 smp.pixels.resize(img.rgb.size());
                 to_unit_range(img.rgb, smp.pixels.data());
@@ -76,7 +90,7 @@ Batch Loader::make(size_t step) const {
             skipped_.push_back({err.path(), err.reason()});
             continue;
         }
-        smp.caption = process_caption(s.caption, e.caption, p.epoch, rng);
+        smp.caption = process_caption(s.caption, e.caption, p.epoch, rng, {p.update, opt_.max_train_steps});
         b.samples.push_back(std::move(smp));
     }
     return b;

@@ -46,6 +46,10 @@ struct LoaderOptions {
     // Resume: the first batch to make and hand out (its index in the whole run). Every batch is a
     // function of (seed, its index), so the ones after it are those of an uninterrupted run.
     size_t first_batch = 0;
+    // For token warm-up: the run's optimizer steps and the batches each takes (an epoch's last
+    // update may take fewer), so that a batch's caption is drawn for kohya's global_step of it.
+    int64_t max_train_steps = 0;
+    int batches_per_update = 1;
 };
 
 class Loader {
@@ -66,6 +70,7 @@ public:
 private:
     struct Planned {
         int epoch;
+        int64_t update;  // the optimizer step the batch is for, from 0
         BatchRef ref;
     };
     Batch make(size_t step) const;

@@ -15,7 +15,7 @@ TextCacheReport cache_text_outputs(const Dataset& ds, LatentCache& cache, TextEn
     GL_CHECK(batch_size >= 1, "text encoder batch size must be >= 1");
     for (const SubsetConfig& s : ds.config.subsets)
         GL_CHECK(!s.caption.varies(), "text-encoder outputs cannot be cached for ", s.image_dir.string(),
-                 ": its captions are shuffled or dropped");
+                 ": its captions change from step to step (shuffled, dropped, wildcards or token warm-up)");
     TextCacheReport rep;
     rep.keys.resize(ds.images.size());
     std::map<std::string, std::string> todo;  // key -> caption of the misses

@@ -143,8 +143,11 @@ keep_tokens = 2
 
 [[datasets]]
 resolution = 640
+token_warmup_step = 0.5
   [[datasets.subsets]]
   image_dir = "/x"
+  enable_wildcard = true
+  token_warmup_min = 3
 )";
     const data::ConfigLevel cli = {{"flip_aug", true}, {"batch_size", int64_t(8)}, {"keep_tokens", int64_t(9)}};
     const std::vector<data::DatasetConfig> ds = data::parse_dataset_config(toml, "cfg.toml", cli);
@@ -173,6 +176,12 @@ resolution = 640
     CHECK(ds[0].subsets[1].caption.caption_dropout_rate == doctest::Approx(0.1));
     CHECK(ds[0].subsets[1].num_repeats == 1);
     CHECK(ds[1].subsets[0].caption.caption_extension == ".txt");
+    CHECK(ds[1].subsets[0].caption.enable_wildcard);
+    CHECK(ds[1].subsets[0].caption.token_warmup_min == 3);
+    CHECK(ds[1].subsets[0].caption.token_warmup_step == 0.5);  // the dataset's, for its subsets
+    CHECK_FALSE(a.caption.enable_wildcard);
+    CHECK(a.caption.token_warmup_min == 1);  // kohya's defaults
+    CHECK(a.caption.token_warmup_step == 0);
 }
 
 TEST_CASE("data config: refusals name the file, table and key") {
@@ -181,21 +190,34 @@ TEST_CASE("data config: refusals name the file, table and key") {
     };
     CHECK(err("[[datasets]]\n[[datasets.subsets]]\nimage_dir='x'\nflip = true\n") ==
           "c.toml [[datasets]] #1 subset #1: unknown key 'flip'");
-    CHECK(err("[general]\nenable_wildcard = true\n[[datasets]]\n[[datasets.subsets]]\nimage_dir='x'\n") ==
-          "c.toml [general]: 'enable_wildcard' is a kohya option that sdtrain does not support");
+    CHECK(err("[general]\ncustom_attributes = 1\n[[datasets]]\n[[datasets.subsets]]\nimage_dir='x'\n") ==
+          "c.toml [general]: 'custom_attributes' is a kohya option that sdtrain does not support (only other "
+          "families' trainers read it (Lumina's); kohya's SD1.x training ignores it)");
+    CHECK(err("[[datasets]]\n[[datasets.subsets]]\nimage_dir='x'\ntoken_warmup_step = -2\n")
+              .find("token_warmup_step must be a finite number >= 0") != std::string::npos);
     CHECK(err("[general]\nimage_dir = 'x'\n[[datasets]]\n[[datasets.subsets]]\nimage_dir='x'\n") ==
           "c.toml [general]: 'image_dir' belongs in a [[datasets.subsets]] table");
     CHECK(err("[[datasets]]\n[[datasets.subsets]]\nimage_dir='x'\nbatch_size = 2\n") ==
           "c.toml [[datasets]] #1 subset #1: 'batch_size' is a dataset setting, not a subset one");
     CHECK(err("[[datasets]]\nnum_repeats = 'ten'\n[[datasets.subsets]]\nimage_dir='x'\n") ==
-          "c.toml [[datasets]] #1: 'num_repeats' must be an integer");
+          "c.toml [[datasets]] #1: 'num_repeats' must be an integer, got a string");
     CHECK(err("[[datasets]]\n[[datasets.subsets]]\nnum_repeats = 2\n") ==
           "c.toml [[datasets]] #1 subset #1: 'image_dir' is required");
     CHECK(err("[[datasets]]\n[[datasets.subsets]]\nimage_dir='x'\ncaption_dropout_rate = 2.0\n")
               .find("caption_dropout_rate must be in [0, 1]") != std::string::npos);
     CHECK(err("[general]\n") == "c.toml: no [[datasets]]");
     CHECK(err("[[datasets]]\nresolution = [1, 2, 3]\n[[datasets.subsets]]\nimage_dir='x'\n") ==
-          "c.toml [[datasets]] #1: 'resolution' has a value of an unsupported type");
+          "c.toml [[datasets]] #1: 'resolution' must be an integer or [width, height], got an array of 3 integers");
+    CHECK(err("[[datasets]]\n[[datasets.subsets]]\nimage_dir = { path = 'x' }\n") ==
+          "c.toml [[datasets]] #1 subset #1: 'image_dir' must be a string, got a table");
+    CHECK(err("[[datasets]]\n[[datasets.subsets]]\nimage_dir='x'\nclass_tokens = 1979-05-27\n") ==
+          "c.toml [[datasets]] #1 subset #1: 'class_tokens' must be a string, got a date (1979-05-27)");
+    CHECK(err("[[datasets]]\nresolution = []\n[[datasets.subsets]]\nimage_dir='x'\n") ==
+          "c.toml [[datasets]] #1: 'resolution' must be an integer or [width, height], got an empty array");
+    CHECK(err("[[datasets]]\n[[datasets.subsets]]\nimage_dir='x'\nflip_aug = [true, 1]\n") ==
+          "c.toml [[datasets]] #1 subset #1: 'flip_aug' must be a boolean, got an array of 2 mixed values");
+    CHECK(err("[[datasets]]\n[[datasets.subsets]]\nimage_dir='x'\nfrobnicate = { a = 1 }\n") ==
+          "c.toml [[datasets]] #1 subset #1: unknown key 'frobnicate'");
     CHECK(err("[[datasets]\n").find("c.toml: invalid TOML: ") == 0);
     CHECK(err("[other]\n") == "c.toml: unknown top-level key 'other' (expected [general] and [[datasets]])");
 }

@@ -4,6 +4,7 @@
 // loader destroyed mid-run; the worker pool's ordered prefetch (data/workers.h) it runs on.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -158,4 +159,31 @@ TEST_CASE("data workers: results in order whatever the timing, a bounded window,
     // Destroyed with work queued and under way: nothing runs on freed state (ASan would say).
     data::Prefetch<size_t> abandoned(pool, 1000, 16, make);
     CHECK(*abandoned.next() == 0);
+}
+
+TEST_CASE("data loader: token warm-up draws each batch's caption for its optimizer step (kohya's global_step)") {
+    const fs::path root = fs::temp_directory_path() / ("gl_loader_warmup_" + std::to_string(getpid()));
+    fs::create_directories(root / "4_x");
+    fs::copy_file(golden("dataset/images/ok/rgb.png"), root / "4_x" / "a.png");
+    std::ofstream(root / "4_x" / "a.txt") << "t1, t2, t3, t4, t5";
+    data::ConfigLevel cli = {{"resolution", std::array<int64_t, 2>{16, 16}}, {"caption_extension", std::string(".txt")},
+                             {"token_warmup_step", int64_t(4)}, {"batch_size", int64_t(1)}};
+    std::vector<std::string> w;
+    const data::Dataset ds = data::build_dataset(data::folder_dataset_config(root, std::nullopt, cli, w));
+    const data::BucketAssignment a = data::assign_buckets(ds);
+    data::LoaderOptions o;
+    o.epochs = 2;
+    o.threads = 2;
+    o.max_train_steps = 6;
+    o.batches_per_update = 3;  // 4 batches an epoch: updates of 3 and 1 batches
+    data::Loader l(ds, a, o);
+    std::vector<size_t> tags;
+    for (const data::Batch& b : drain(l)) {
+        REQUIRE(b.samples.size() == 1);
+        const std::string& c = b.samples[0].caption;
+        tags.push_back(size_t(std::count(c.begin(), c.end(), ',')) + 1);
+    }
+    // Updates 0 0 0 1 | 2 2 2 3: floor(step * (5 - 1) / 4) + 1 tags, all 5 from step 4 on.
+    CHECK(tags == std::vector<size_t>{1, 1, 1, 2, 3, 3, 3, 4});
+    fs::remove_all(root);
 }

@@ -63,5 +63,12 @@ TEST_CASE("data text cache: each distinct caption encoded once, batched, keyed b
     data::Dataset shuffled = ds;
     shuffled.config.subsets[0].caption.shuffle_caption = true;
     CHECK(gltest::error_of([&] { data::cache_text_outputs(shuffled, again, enc); })
-              .find("its captions are shuffled or dropped") != std::string::npos);
+              .find("its captions change from step to step") != std::string::npos);
+    for (auto change : {+[](data::CaptionOptions& o) { o.enable_wildcard = true; },
+                        +[](data::CaptionOptions& o) { o.token_warmup_step = 0.5; }}) {
+        data::Dataset drawn = ds;
+        change(drawn.config.subsets[0].caption);
+        CHECK(gltest::error_of([&] { data::cache_text_outputs(drawn, again, enc); })
+                  .find("(shuffled, dropped, wildcards or token warm-up)") != std::string::npos);
+    }
 }

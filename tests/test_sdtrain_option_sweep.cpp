@@ -18,6 +18,7 @@
 #include "tools/common/cli.h"
 #include "tools/sdtrain/options.h"
 #include "train/run/config_view.h"
+#include "train/run/data_plan.h"
 #include "train/run/option_table.h"
 
 using namespace sdtrain_test;
@@ -358,4 +359,25 @@ TEST_CASE("option sweep: kohya's model and run options with typical values are i
         CAPTURE(o);
         CHECK_FALSE(train::find_option(o)->group.empty());  // in --help, not refused
     }
+}
+
+TEST_CASE("option sweep: kohya's dataset options with typical values are implemented or refused with the reason") {
+    const train::RunConfig c = sdtrain::parse_command_line(
+        with_required({"--enable_wildcard", "--token_warmup_min", "3", "--token_warmup_step", "0.25", "--masked_loss",
+                       "--conditioning_data_dir", "masks"})).config;
+    CHECK(c.enable_wildcard);
+    CHECK(c.token_warmup_min == 3);
+    CHECK(c.token_warmup_step == 0.25);
+    // The dataset settings reach the subsets through the command line's level.
+    const data::ConfigLevel l = train::dataset_command_line(c);
+    CHECK(std::get<bool>(l.at("enable_wildcard")));
+    CHECK(std::get<int64_t>(l.at("token_warmup_min")) == 3);
+    CHECK(std::get<double>(l.at("token_warmup_step")) == 0.25);
+    CHECK(sdtrain_cli_test::has_note(c, "--conditioning_data_dir: kohya's train_network does not read it"));
+    for (const char* o : {"enable_wildcard", "token_warmup_min", "token_warmup_step"})
+        CHECK(train::find_option(o)->group.rfind("Data", 0) == 0);  // in --help, not refused
+    CHECK(has(usage_error({"--weighted_captions"}), "--weighted_captions: kohya's option is not supported by sdtrain "
+                                                    "(not implemented: kohya's (word:1.2) prompt weighting"));
+    CHECK(has(usage_error({"--token_warmup_step", "-1"}), "--token_warmup_step"));
+    CHECK(has(usage_error({"--token_warmup_min", "-1"}), "--token_warmup_min"));
 }

@@ -262,7 +262,18 @@ optimizer_args = ["weight_decay=0.05"]
         return std::string("(no error)");
     };
     CHECK(file_error("[a]\nfrobnicate = 1\n").find("bad.toml: frobnicate: unknown option") != std::string::npos);
-    CHECK(file_error("[a]\n[a.b]\nseed = 1\n").find("tables nest one level") != std::string::npos);
+    CHECK(file_error("[a]\n[a.b]\nseed = 1\n").find("bad.toml: [a] b: a table is not an option value (b takes a value; "
+                                                    "tables nest one level") != std::string::npos);
+    // A value no option takes is named by what it is, beside what the option wants.
+    CHECK(file_error("seed = 2024-01-31\n").find("bad.toml: seed: a date (2024-01-31) is not an option value (seed "
+                                                 "takes a number)") != std::string::npos);
+    CHECK(file_error("[s]\noutput_dir = { a = 1 }\n").find("[s] output_dir: a table is not an option value "
+                                                           "(output_dir takes a string") != std::string::npos);
+    CHECK(file_error("network_args = [[\"a\"], [\"b\"]]\n").find("network_args: an array of 2 arrays is not an "
+                                                                    "option value (network_args takes an array of "
+                                                                    "strings)") != std::string::npos);
+    CHECK(file_error("cache_latents = 12:30:00\n").find("a time (12:30:00) is not an option value (cache_latents "
+                                                        "takes true or false)") != std::string::npos);
     CHECK(file_error("seed = \n").find("invalid TOML") != std::string::npos);
     CHECK(file_error("deepspeed = true\n").find("bad.toml: deepspeed: kohya's option is not supported") != std::string::npos);
     CHECK(file_error("max_train_steps = \"x\"\n").find("bad.toml: max_train_steps wants an integer") !=

@@ -296,6 +296,30 @@ CASES = [
         },
     },
     {
+        # Several datasets (kohya's multi-resolution configs): each its own resolution, buckets and
+        # batch size, one folder in both (tag frequency counts it once, dataset dirs twice), the
+        # caption keys wildcards and token warm-up.
+        "name": "dataset_config_multires",
+        "argv": COMMON + [
+            "--dataset_config", "{root}/dataset.toml", "--max_train_epochs", "2", "--seed", "13",
+            "--network_dim", "4", "--network_alpha", "2", "--gradient_accumulation_steps", "2",
+        ],
+        "files": {
+            "images": images("a/pics", SIZES[:9]) + images("b/more", SIZES[9:14], first=9),
+            "texts": {"dataset.toml": (
+                "[general]\ncaption_extension = \".txt\"\nenable_bucket = true\nmin_bucket_reso = 64\n"
+                "max_bucket_reso = 512\n\n"
+                "[[datasets]]\nresolution = 256\nbatch_size = 2\n\n"
+                "  [[datasets.subsets]]\n  image_dir = \"{root}/a/pics\"\n  num_repeats = 2\n"
+                "  enable_wildcard = true\n\n"
+                "[[datasets]]\nresolution = [320, 256]\nbatch_size = 3\nbucket_reso_steps = 32\n\n"
+                "  [[datasets.subsets]]\n  image_dir = \"{root}/a/pics\"\n  token_warmup_step = 5\n\n"
+                "  [[datasets.subsets]]\n  image_dir = \"{root}/b/more\"\n  num_repeats = 3\n\n"
+                "[[datasets]]\nresolution = 192\nbatch_size = 1\nenable_bucket = false\n\n"
+                "  [[datasets.subsets]]\n  image_dir = \"{root}/b/more\"\n  flip_aug = true\n")},
+        },
+    },
+    {
         # The network's options not given: kohya writes argparse's defaults as they are written
         # (--network_alpha's int 1 as "1", where a given 1 is "1.0"; --network_dim's None).
         "name": "folders_network_defaults",

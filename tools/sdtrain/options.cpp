@@ -9,6 +9,7 @@
 
 #include <toml++/toml.h>
 
+#include "data/toml_value.h"
 #include "ggml-lite/io/files.h"
 #include "tools/common/cli.h"
 #include "train/run/option_table.h"
@@ -34,8 +35,16 @@ std::string number_text(double x) {
     return std::string(buf, end);
 }
 
+// What an option takes, for the error about a TOML value it cannot take.
+std::string wanted(const Option* o) {
+    if (!o) return "a value";
+    if (o->kind == OptionKind::flag) return "true or false";
+    if (o->kind == OptionKind::list) return o->numeric ? "an array of numbers" : "an array of strings";
+    return o->numeric ? "a number" : "a string";
+}
+
 // One TOML value as option text (arrays: one text per element).
-Values toml_values(const toml::node& n, const std::string& where) {
+Values toml_values(const toml::node& n, const std::string& key, const std::string& where) {
     if (auto b = n.value_exact<bool>()) return {*b ? "true" : "false"};
     if (auto i = n.value_exact<int64_t>()) return {std::to_string(*i)};
     if (auto d = n.value_exact<double>()) return {number_text(*d)};
@@ -43,13 +52,16 @@ Values toml_values(const toml::node& n, const std::string& where) {
     if (const toml::array* a = n.as_array()) {
         Values out;
         for (const toml::node& e : *a) {
-            Values v = toml_values(e, where);
-            if (v.size() != 1 || e.is_array()) throw UsageError(where + ": nested arrays are not option values");
-            out.push_back(v[0]);
+            if (!e.is_boolean() && !e.is_integer() && !e.is_floating_point() && !e.is_string())
+                throw UsageError(gl::cat(where, ": ", data::describe_toml_value(n), " is not an option value (", key,
+                                         " takes ", wanted(find_option(key)), ")"));
+            out.push_back(toml_values(e, key, where)[0]);
         }
         return out;
     }
-    throw UsageError(where + ": a value of an unsupported type (tables nest one level, as kohya reads them)");
+    const char* nesting = n.is_table() ? "; tables nest one level, as kohya reads them" : "";
+    throw UsageError(gl::cat(where, ": ", data::describe_toml_value(n), " is not an option value (", key, " takes ",
+                             wanted(find_option(key)), nesting, ")"));
 }
 
 std::string toml_quote(const std::string& s) {
@@ -195,7 +207,7 @@ std::vector<std::pair<std::string, Values>> read_config_file(const std::string& 
     }
     std::vector<std::pair<std::string, Values>> out;
     auto add = [&](const std::string& key, const toml::node& n, const std::string& where) {
-        out.emplace_back(key, toml_values(n, where));
+        out.emplace_back(key, toml_values(n, key, where));
     };
     for (const auto& [k, node] : root) {
         const std::string key(k.str());

@@ -142,8 +142,8 @@ void RunConfig::validate() {
         note("--caption_extension '': a caption is the file named as its image without the extension (as kohya)");
     GL_CHECK(vae_batch_size >= 1, "--vae_batch_size must be >= 1");
     GL_CHECK(max_data_loader_n_workers >= 0, "--max_data_loader_n_workers must be >= 0");
-    GL_CHECK(!color_aug, "--color_aug is not supported (its latents change every step; kohya disallows it with "
-                         "latent caching too)");
+    GL_CHECK(!color_aug, "--color_aug is not supported: kohya's hue shift goes through OpenCV's 8-bit HSV round "
+                         "trip, which is not reimplemented (kohya refuses it with --cache_latents too)");
     if (cache_latents_to_disk && !cache_latents) {
         cache_latents = true;
         note("--cache_latents_to_disk turns --cache_latents on (as kohya)");

@@ -19,50 +19,84 @@ data::ConfigLevel dataset_command_line(const RunConfig& c) {
     return l;
 }
 
+namespace {
+
+// One dataset's training part and, with a validation split, its validation part (none when the
+// split holds out no image: a warning).
+void load_dataset(const RunConfig& c, const data::DatasetConfig& dc, uint64_t seed, RunData& d,
+                  std::vector<data::BucketedDataset>& validation, const std::string& tag) {
+    for (const data::SubsetConfig& s : dc.subsets) {
+        GL_CHECK(!s.alpha_mask || !c.cache_latents, "subset ", s.image_dir.string(),
+                 ": alpha_mask with --cache_latents: the latent cache does not keep the masks; train without "
+                 "--cache_latents (the masks are made with each batch)");
+        GL_CHECK(!s.conditioning_data_dir || c.masked_loss, "subset ", s.image_dir.string(),
+                 ": conditioning_data_dir (mask images) needs --masked_loss (kohya's dataset schema takes the key only "
+                 "with it)");
+    }
+    const bool split = dc.validation_split > 0.0;
+    data::BucketedDataset part;
+    part.dataset = data::build_dataset(dc, data::BadImagePolicy::skip,
+                                       {split ? data::DatasetPart::training : data::DatasetPart::whole, seed});
+    part.buckets = data::assign_buckets(part.dataset);
+    if (split) {
+        data::BucketedDataset v;
+        v.dataset = data::build_dataset(dc, data::BadImagePolicy::skip, {data::DatasetPart::validation, seed});
+        if (!v.dataset.images.empty()) v.buckets = data::assign_buckets(v.dataset);
+        for (const std::string& w : v.dataset.warnings) d.warnings.push_back("validation set: " + tag + w);
+        for (const std::string& w : v.buckets.warnings) d.warnings.push_back("validation set: " + tag + w);
+        v.dataset.warnings.clear();
+        v.buckets.warnings.clear();
+        if (v.buckets.buckets.empty())
+            d.warnings.push_back(gl::cat(tag, "validation_split ", dc.validation_split,
+                                         " holds out no image: no validation loss (kohya's rule: n - round(n * split) "
+                                         "onwards of each subset)"));
+        else
+            validation.push_back(std::move(v));
+    }
+    d.parts.push_back(std::move(part));
+}
+
+}  // namespace
+
 RunData load_run_data(const RunConfig& c, uint64_t seed) {
     RunData d;
-    data::DatasetConfig dc;
+    std::vector<data::DatasetConfig> all;
     if (c.dataset_config) {
-        std::vector<data::DatasetConfig> all;
         try {
             all = data::load_dataset_config(*c.dataset_config, dataset_command_line(c));
         } catch (const gl::Error& e) {
             gl::fail("--dataset_config: ", e.what());
         }
-        GL_CHECK(all.size() == 1, "--dataset_config ", *c.dataset_config, ": ", all.size(),
-                 " [[datasets]] tables; sdtrain trains one dataset (put every subset in one [[datasets]])");
-        dc = std::move(all[0]);
         d.from_dataset_config = true;
     } else {
         std::optional<fs::path> reg;
         if (c.reg_data_dir) reg = fs::path(*c.reg_data_dir);
-        dc = data::folder_dataset_config(*c.train_data_dir, reg, dataset_command_line(c), d.warnings);
-        GL_CHECK(!dc.subsets.empty(), "--train_data_dir ", *c.train_data_dir,
+        all.push_back(data::folder_dataset_config(*c.train_data_dir, reg, dataset_command_line(c), d.warnings));
+        GL_CHECK(!all[0].subsets.empty(), "--train_data_dir ", *c.train_data_dir,
                  ": no <repeats>_<name> folder (train_data_dir must be the parent of the image folders, as kohya's)");
     }
-    for (const data::SubsetConfig& s : dc.subsets)
-        GL_CHECK(!s.alpha_mask || !c.cache_latents, "subset ", s.image_dir.string(),
-                 ": alpha_mask with --cache_latents: the latent cache does not keep the masks; train without "
-                 "--cache_latents (the masks are made with each batch)");
-    if (c.masked_loss && std::none_of(dc.subsets.begin(), dc.subsets.end(), [](const auto& s) { return s.alpha_mask; }))
-        d.warnings.push_back("--masked_loss: no subset keeps its alpha as a mask (alpha_mask), so nothing is masked "
-                             "(kohya's masks from conditioning_data_dir are not implemented)");
-    const bool split = dc.validation_split > 0.0;
-    d.dataset = data::build_dataset(dc, data::BadImagePolicy::skip,
-                                    {split ? data::DatasetPart::training : data::DatasetPart::whole, seed});
-    d.buckets = data::assign_buckets(d.dataset);
-    if (split) {
-        ValidationData v;
-        v.dataset = data::build_dataset(dc, data::BadImagePolicy::skip, {data::DatasetPart::validation, seed});
-        if (!v.dataset.images.empty()) v.buckets = data::assign_buckets(v.dataset);
-        for (const std::string& w : v.dataset.warnings) d.warnings.push_back("validation set: " + w);
-        for (const std::string& w : v.buckets.warnings) d.warnings.push_back("validation set: " + w);
-        if (v.buckets.buckets.empty())
-            d.warnings.push_back(gl::cat("validation_split ", dc.validation_split,
-                                         " holds out no image: no validation loss (kohya's rule: n - round(n * split) "
-                                         "onwards of each subset)"));
-        else
-            d.validation = std::move(v);
+    std::vector<data::BucketedDataset> validation;
+    for (size_t i = 0; i < all.size(); i++) {
+        const std::string tag = all.size() > 1 ? gl::cat("dataset #", i + 1, ": ") : std::string();
+        try {
+            load_dataset(c, all[i], seed, d, validation, tag);
+        } catch (const gl::Error& e) {
+            if (tag.empty()) throw;
+            gl::fail("--dataset_config ", *c.dataset_config, " [[datasets]] #", i + 1, ": ", e.what());
+        }
+    }
+    if (c.masked_loss && std::none_of(d.parts.begin(), d.parts.end(), [](const data::BucketedDataset& p) {
+            return std::any_of(p.dataset.config.subsets.begin(), p.dataset.config.subsets.end(),
+                               [](const auto& s) { return s.alpha_mask || s.conditioning_data_dir; });
+        }))
+        d.warnings.push_back("--masked_loss: no subset has masks (alpha_mask, or mask images in a "
+                             "conditioning_data_dir), so nothing is masked");
+    data::MergedDatasets merged = data::merge_datasets(d.parts);
+    d.dataset = std::move(merged.dataset);
+    d.buckets = std::move(merged.buckets);
+    if (!validation.empty()) {
+        data::MergedDatasets v = data::merge_datasets(std::move(validation));
+        d.validation = ValidationData{std::move(v.dataset), std::move(v.buckets)};
     }
     GL_CHECK(!d.buckets.buckets.empty(), "no image fits a bucket (", d.buckets.skipped.size(), " skipped):\n",
              data::describe_skipped(d.buckets.skipped));
@@ -71,22 +105,40 @@ RunData load_run_data(const RunConfig& c, uint64_t seed) {
     return d;
 }
 
-std::string dataset_summary(const RunData& d) {
-    const data::Dataset& ds = d.dataset;
-    // Per subset its images as kohya counts them (the folder's, before the balancing), and the
-    // regularisation images an epoch holds after it.
+namespace {
+
+// Per subset its images as kohya counts them (the folder's, before the balancing).
+std::string subset_lines(const data::Dataset& ds, const std::string& indent) {
     std::map<int, int64_t> per_subset;
-    int64_t reg_per_epoch = 0;
-    for (const data::ImageEntry& e : ds.images) {
-        per_subset[e.subset]++;
-        if (e.is_reg) reg_per_epoch += e.num_repeats;
-    }
+    for (const data::ImageEntry& e : ds.images) per_subset[e.subset]++;
     for (const data::ImageEntry& e : ds.unused_reg) per_subset[e.subset]++;
-    std::string s = gl::cat("dataset (", d.from_dataset_config ? "dataset config" : "folders", "):\n");
+    std::string s;
     for (const auto& [i, n] : per_subset) {
         const data::SubsetConfig& sc = ds.config.subsets[size_t(i)];
-        s += gl::cat("  ", sc.is_reg ? "reg   " : "train ", sc.image_dir.filename().string(), ": ", n, " images x ",
+        s += gl::cat(indent, sc.is_reg ? "reg   " : "train ", sc.image_dir.filename().string(), ": ", n, " images x ",
                      sc.num_repeats, " repeats = ", n * sc.num_repeats, "\n");
+    }
+    return s;
+}
+
+}  // namespace
+
+std::string dataset_summary(const RunData& d) {
+    const data::Dataset& ds = d.dataset;
+    // The regularisation images an epoch holds after the balancing.
+    int64_t reg_per_epoch = 0;
+    for (const data::ImageEntry& e : ds.images)
+        if (e.is_reg) reg_per_epoch += e.num_repeats;
+    std::string s = gl::cat("dataset (", d.from_dataset_config ? "dataset config" : "folders", "):\n");
+    if (d.parts.size() > 1) {
+        for (size_t i = 0; i < d.parts.size(); i++) {
+            const data::DatasetConfig& dc = d.parts[i].dataset.config;
+            s += gl::cat("  dataset #", i + 1, ": resolution ", dc.width, "x", dc.height, ", batch size ",
+                         dc.batch_size, ", ", d.parts[i].dataset.num_train_images, " train images with repeats\n");
+            s += subset_lines(d.parts[i].dataset, "    ");
+        }
+    } else {
+        s += subset_lines(ds, "  ");
     }
     std::string reg;
     if (ds.num_reg_images > 0) {
@@ -110,7 +162,8 @@ std::string dataset_summary(const RunData& d) {
         for (const std::string& f : ds.failed_formats) s += "    " + f + "\n";
         s += data::describe_skipped(skipped, kSkippedInPlan, "    ");
     }
-    s += data::bucket_table(d.buckets);
+    if (d.parts.size() <= 1) return s + data::bucket_table(d.buckets);
+    for (size_t i = 0; i < d.parts.size(); i++) s += gl::cat("dataset #", i + 1, " ", data::bucket_table(d.parts[i].buckets));
     return s;
 }
 
@@ -131,15 +184,16 @@ StepCounts count_steps(const RunConfig& c, const RunData& d, int64_t micro_batch
     k.accum = accum;
     std::string terms, values;
     for (const data::Bucket& b : d.buckets.buckets) {
-        const int64_t n = int64_t(b.images.size()), batches = (n + micro_batch - 1) / micro_batch;
+        const int64_t n = int64_t(b.images.size()), batch = b.batch(micro_batch), batches = (n + batch - 1) / batch;
         k.batches_per_epoch += batches;
-        terms += gl::cat(terms.empty() ? "" : " + ", "ceil(", n, "/", micro_batch, ")");
+        terms += gl::cat(terms.empty() ? "" : " + ", "ceil(", n, "/", batch, ")");
         values += gl::cat(values.empty() ? "" : " + ", batches);
     }
     k.updates_per_epoch = (k.batches_per_epoch + accum - 1) / accum;
     std::string& a = k.arithmetic;
     a = gl::cat("  batches per epoch  = ", terms, d.buckets.buckets.size() > 1 ? " = " + values : std::string(), " = ",
-                k.batches_per_epoch, "   (per bucket: images with repeats / batch ", micro_batch, ")\n");
+                k.batches_per_epoch, "   (per bucket: images with repeats / batch ",
+                d.parts.size() > 1 ? gl::cat("of its dataset, at most ", micro_batch) : gl::cat(micro_batch), ")\n");
     a += gl::cat("  updates per epoch  = ceil(", k.batches_per_epoch, " / ", accum, " accumulation steps) = ",
                  k.updates_per_epoch, "\n");
     if (c.max_train_epochs) {
@@ -165,11 +219,11 @@ std::vector<GraphShape> graph_shapes(const RunData& d, int64_t micro_batch, int6
             GL_CHECK(b.reso.w % m == 0 && b.reso.h % m == 0, "bucket ", b.reso.w, "x", b.reso.h,
                      ": the UNet takes sides that are multiples of ", m,
                      " pixels (use --bucket_reso_steps 64 and a resolution that is a multiple of 64)");
-            const int64_t n = int64_t(b.images.size());
-            const GraphShape full{b.reso.h / downscale, b.reso.w / downscale, std::min(n, micro_batch)};
-            const GraphShape last{full.latent_h, full.latent_w, n % micro_batch};
+            const int64_t n = int64_t(b.images.size()), batch = b.batch(micro_batch);
+            const GraphShape full{b.reso.h / downscale, b.reso.w / downscale, std::min(n, batch)};
+            const GraphShape last{full.latent_h, full.latent_w, n % batch};
             if (std::find(out.begin(), out.end(), full) == out.end()) out.push_back(full);
-            if (n > micro_batch && last.batch != 0 && std::find(out.begin(), out.end(), last) == out.end())
+            if (n > batch && last.batch != 0 && std::find(out.begin(), out.end(), last) == out.end())
                 out.push_back(last);
         }
     };

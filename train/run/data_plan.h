@@ -10,6 +10,7 @@
 #include "data/bucket.h"
 #include "data/config.h"
 #include "data/dataset.h"
+#include "data/dataset_group.h"
 #include "train/run/config.h"
 #include "train/run/graphs.h"
 
@@ -22,8 +23,11 @@ struct ValidationData {
 };
 
 struct RunData {
-    data::Dataset dataset;  // the training images (the training part when validation_split is set)
+    // The training images (the training part when validation_split is set): every dataset's, merged
+    // (data/dataset_group.h), and each dataset's own (for its metadata and its lines in the plan).
+    data::Dataset dataset;
     data::BucketAssignment buckets;
+    std::vector<data::BucketedDataset> parts;
     std::optional<ValidationData> validation;  // a validation split that holds images
     bool from_dataset_config = false;  // --dataset_config (else the folder layout)
     std::vector<std::string> warnings;  // the dataset's and the buckets'
@@ -36,8 +40,9 @@ data::ConfigLevel dataset_command_line(const RunConfig& c);
 
 // Reads the dataset and assigns buckets, split into training and validation images by kohya's rule
 // (data/validation_split.h; seed: the run's --seed, which orders the split without a
-// validation_seed). Throws gl::Error naming the file or option: no usable image, more than one
-// [[datasets]] (sdtrain trains one), alpha_mask (no masked loss here).
+// validation_seed). Several [[datasets]] are trained together as kohya's DatasetGroup does. Throws
+// gl::Error naming the file or option: no usable image, alpha_mask with cached latents (the cache
+// keeps no masks), mask images (conditioning_data_dir) without --masked_loss.
 RunData load_run_data(const RunConfig& c, uint64_t seed);
 
 // "images: ..., subsets with repeats, reg images, buckets" for the plan, and the images skipped
@@ -52,7 +57,8 @@ std::string dataset_summary(const RunData& d);
 std::vector<data::SkippedImage> skipped_before_training(const RunData& d);
 
 // kohya's arithmetic for a micro-batch and accumulation: an epoch holds, per bucket,
-// ceil(images with repeats / micro-batch) batches; an update takes `accum` of them (the last of an
+// ceil(images with repeats / batch) batches (batch: the micro-batch, or with several datasets the
+// bucket's dataset's batch size, at most the micro-batch); an update takes `accum` of them (the last of an
 // epoch fewer); --max_train_epochs sets the total steps, else --max_train_steps sets the epochs.
 struct StepCounts {
     int64_t micro_batch = 1;

@@ -40,12 +40,13 @@ std::map<GraphShape, int64_t> shape_runs(const RunData& d, int64_t micro, int64_
     std::map<GraphShape, int64_t> runs;
     for (const data::Bucket& b : d.buckets.buckets) {
         const int64_t n = int64_t(b.images.size()), h = b.reso.h / downscale, w = b.reso.w / downscale;
-        if (n <= micro) {
+        const int64_t batch = b.batch(micro);  // several datasets: the bucket's own batch size
+        if (n <= batch) {
             runs[{h, w, n}] += 1;
             continue;
         }
-        runs[{h, w, micro}] += n / micro;
-        if (n % micro) runs[{h, w, n % micro}] += 1;
+        runs[{h, w, batch}] += n / batch;
+        if (n % batch) runs[{h, w, n % batch}] += 1;
     }
     return runs;
 }

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <vector>
 
@@ -351,15 +352,15 @@ std::string tag_frequency(const std::vector<SubsetImages>& subsets) {
 // BaseDataset.bucket_info: {"buckets": {id: {"resolution": [w, h], "count": n}}, "mean_img_ar_error": e}.
 // kohya's bucket manager keeps only the resolutions some image chose and numbers them 0..n-1 in
 // (w, h) order (predefined resolutions or not); without bucketing there is none: null.
-std::string bucket_info(const RunData& d) {
-    if (!d.dataset.config.enable_bucket) return "null";
+std::string bucket_info(const data::Dataset& ds, const data::BucketAssignment& buckets) {
+    if (!ds.config.enable_bucket) return "null";
     std::string out = "{\"buckets\": {";
-    for (size_t i = 0; i < d.buckets.buckets.size(); i++) {
-        const data::Bucket& b = d.buckets.buckets[i];
+    for (size_t i = 0; i < buckets.buckets.size(); i++) {
+        const data::Bucket& b = buckets.buckets[i];
         out += gl::cat(i ? ", " : "", "\"", i, "\": {\"resolution\": [", b.reso.w, ", ", b.reso.h,
                        "], \"count\": ", b.images.size(), "}");
     }
-    return out + "}, \"mean_img_ar_error\": " + py_float(d.buckets.mean_ar_error) + "}";
+    return out + "}, \"mean_img_ar_error\": " + py_float(buckets.mean_ar_error) + "}";
 }
 
 // The dataset's min / max bucket resolution as kohya keeps them: moved to multiples of the steps
@@ -373,9 +374,9 @@ std::optional<std::pair<int, int>> bucket_limits(const data::DatasetConfig& c) {
 std::string json_bool(bool b) { return b ? "true" : "false"; }
 std::string json_opt_string(const std::string& s) { return s.empty() ? "null" : py_json_string(s); }
 
-// --dataset_config's ss_datasets: the dataset (sdtrain trains one) with its subsets, keys in
-// train_network.py's order.
-std::string datasets_json(const RunData& d, const std::vector<SubsetImages>& subsets) {
+// One dataset of --dataset_config's ss_datasets, with its subsets, keys in train_network.py's order.
+std::string dataset_json(const data::BucketedDataset& d) {
+    const std::vector<SubsetImages> subsets = kept_subsets(d.dataset);
     const data::DatasetConfig& dc = d.dataset.config;
     const auto limits = bucket_limits(dc);
     std::string list;
@@ -388,20 +389,37 @@ std::string datasets_json(const RunData& d, const std::vector<SubsetImages>& sub
                         ", \"shuffle_caption\": ", json_bool(co.shuffle_caption), ", \"keep_tokens\": ",
                         co.keep_tokens, ", \"keep_tokens_separator\": ", py_json_string(co.keep_tokens_separator),
                         ", \"secondary_separator\": ", json_opt_string(co.secondary_separator),
-                        ", \"enable_wildcard\": false, \"caption_prefix\": ", json_opt_string(co.caption_prefix),
+                        ", \"enable_wildcard\": ", json_bool(co.enable_wildcard), ", \"caption_prefix\": ", json_opt_string(co.caption_prefix),
                         ", \"caption_suffix\": ", json_opt_string(co.caption_suffix),
                         ", \"resize_interpolation\": null, \"image_dir\": ", py_json_string(dir_name(s)),
                         ", \"class_tokens\": ", s.class_tokens ? py_json_string(*s.class_tokens) : "null",
                         ", \"is_reg\": ", json_bool(s.is_reg), "}");
     }
-    return gl::cat("[{\"is_dreambooth\": true, \"batch_size_per_device\": ", dc.batch_size,
+    return gl::cat("{\"is_dreambooth\": true, \"batch_size_per_device\": ", dc.batch_size,
                    ", \"num_train_images\": ", d.dataset.num_train_images, ", \"num_reg_images\": ",
                    d.dataset.num_reg_images, ", \"resolution\": [", dc.width, ", ", dc.height,
                    "], \"enable_bucket\": ", json_bool(dc.enable_bucket), ", \"min_bucket_reso\": ",
                    limits ? std::to_string(limits->first) : "null", ", \"max_bucket_reso\": ",
                    limits ? std::to_string(limits->second) : "null", ", \"tag_frequency\": ", tag_frequency(subsets),
-                   ", \"bucket_info\": ", bucket_info(d), ", \"resize_interpolation\": null, \"subsets\": [", list,
-                   "]}]");
+                   ", \"bucket_info\": ", bucket_info(d.dataset, d.buckets),
+                   ", \"resize_interpolation\": null, \"subsets\": [", list, "]}");
+}
+
+// kohya's merged ss_tag_frequency of several datasets: a folder counted in an earlier dataset is
+// not counted again.
+std::vector<SubsetImages> tag_frequency_subsets(const RunData& d) {
+    std::vector<SubsetImages> out;
+    std::set<std::string> earlier;
+    for (const data::BucketedDataset& p : d.parts) {
+        std::set<std::string> here;
+        for (SubsetImages& s : kept_subsets(p.dataset)) {
+            if (earlier.count(dir_name(*s.config))) continue;
+            here.insert(dir_name(*s.config));
+            out.push_back(std::move(s));
+        }
+        earlier.insert(here.begin(), here.end());
+    }
+    return out;
 }
 
 std::string network_args_json(const RunConfig& c) {
@@ -438,7 +456,7 @@ std::map<std::string, std::string> run_metadata(const RunConfig& c, const RunDat
         // kohya's get_git_revision_hash: the commit, or "(unknown)" outside a git checkout.
         {"ss_sd_scripts_commit_hash", build_commit().empty() ? "(unknown)" : build_commit()},
         {"ss_optimizer", kohya_optimizer_text(c)},
-        {"ss_tag_frequency", tag_frequency(subsets)},
+        {"ss_tag_frequency", tag_frequency(tag_frequency_subsets(d))},
         {"ss_sd_model_name", f.model.name},
     };
     // The options' own keys (kohya's args as str() writes them); some only for the folder layout.
@@ -466,9 +484,11 @@ std::map<std::string, std::string> run_metadata(const RunConfig& c, const RunDat
         m["ss_max_bucket_reso"] = limits ? std::to_string(limits->second) : "None";
         m["ss_dataset_dirs"] = dataset_dirs(subsets, false);
         m["ss_reg_dataset_dirs"] = dataset_dirs(subsets, true);
-        m["ss_bucket_info"] = bucket_info(d);
+        m["ss_bucket_info"] = bucket_info(d.dataset, d.buckets);
     } else {
-        m["ss_datasets"] = datasets_json(d, subsets);
+        std::string list;
+        for (const data::BucketedDataset& p : d.parts) list += (list.empty() ? "" : ", ") + dataset_json(p);
+        m["ss_datasets"] = "[" + list + "]";
         // The folders of the training subsets, a name seen before numbered " (2)", " (3)", ...
         PyDict dirs;
         for (const SubsetImages& s : subsets) {

@@ -76,7 +76,8 @@ std::string run_identity(const RunData& d, uint64_t seed, int64_t micro_batch, i
                           "|", e.is_reg, "|"));
     }
     for (const data::Bucket& b : d.buckets.buckets)
-        update(h, gl::cat(b.reso.w, "x", b.reso.h, ":", b.images.size(), "|"));
+        update(h, gl::cat(b.reso.w, "x", b.reso.h, ":", b.images.size(), "|",
+                          b.batch_size ? gl::cat("dataset ", b.dataset, " batch ", b.batch_size, "|") : ""));
     return h.hex();
 }
 
@@ -141,8 +142,10 @@ StepOptions Session::Impl::base_step() const {
     so.loss = cfg.objective().loss;
     so.host_noise = draws_noise_on_host(cfg.objective());
     so.input_perturbation = cfg.objective().ip_noise_gamma != 0;
-    // kohya applies the alpha masks whenever a batch has one (--masked_loss or not).
-    for (const data::SubsetConfig& sub : data.dataset.config.subsets) so.masked_loss = so.masked_loss || sub.alpha_mask;
+    // kohya applies the alpha masks whenever a batch has one (--masked_loss or not), the mask
+    // images of conditioning_data_dir with --masked_loss (data_plan refuses them without it).
+    for (const data::SubsetConfig& sub : data.dataset.config.subsets)
+        so.masked_loss = so.masked_loss || sub.alpha_mask || sub.conditioning_data_dir;
     // kohya's loss_weights: prior_loss_weight on the regularisation images, 1 on the others.
     for (const data::SubsetConfig& sub : data.dataset.config.subsets)
         so.sample_weights = so.sample_weights || (sub.is_reg && cfg.prior_loss_weight != 1.0);

@@ -222,6 +222,8 @@ RunSummary Runner::run() {
     lo.prior_loss_weight = c_.prior_loss_weight;
     if (latent_cache_) lo.latents = latent_cache_.get(), lo.latent_keys = &latent_keys_;
     lo.first_batch = size_t(batches_done_);
+    lo.max_train_steps = m_.plan.counts.max_train_steps;
+    lo.batches_per_update = m_.step.grad_accum;
     data::Loader loader(ds, m_.data.buckets, lo);
     loader_ = &loader;
     const int64_t per_epoch = m_.plan.counts.batches_per_epoch;
