@@ -93,6 +93,13 @@ struct StateSlot {
     bool saved = true;  // false: per-step scratch
 };
 
+// A schedule-free param (eval weights x = lerp(y, z, weight), y the param the step graph holds):
+// what Optimizer::to_eval and to_train swap.
+struct EvalPair {
+    gl::ValueId param, z;
+    float weight;
+};
+
 struct UpdateGroup {
     std::string name;
     double lr;
@@ -112,9 +119,9 @@ class UpdateBuilder {
 public:
     UpdateBuilder(gl::Graph& graph, const OptimizerConfig& config, gl::ValueId gstat_value,
                   std::vector<UpdateGroup> update_groups, std::vector<UpdateParam> update_params,
-                  std::vector<StateSlot>& slots)
+                  std::vector<StateSlot>& slots, std::vector<EvalPair>& eval_pairs)
         : g(graph), cfg(config), gstat(gstat_value), groups(std::move(update_groups)),
-          params(std::move(update_params)), slots_(slots) {}
+          params(std::move(update_params)), slots_(slots), eval_pairs_(eval_pairs) {}
 
     gl::Graph& g;
     const OptimizerConfig& cfg;
@@ -137,10 +144,14 @@ public:
     gl::ValueId shared_state(const std::string& suffix, gl::DType t, const gl::Shape& s, StateInit init = {});
     // Per-step scratch, named "optim.<suffix>": not saved; re-initialised after load_state.
     gl::ValueId scratch(const std::string& suffix, gl::DType t, const gl::Shape& s, StateInit init = {});
+    // Schedule-free: the weights to save, sample and validate are not p but lerp(p, z, weight)
+    // (schedulefree: 1 - 1 / beta1, from the argument's double as Python computes it).
+    void eval_average(const UpdateParam& p, gl::ValueId z, float weight) { eval_pairs_.push_back({p.param, z, weight}); }
 
 private:
     gl::ValueId add(const std::string& name, gl::DType t, const gl::Shape& s, StateInit init, bool saved);
     std::vector<StateSlot>& slots_;
+    std::vector<EvalPair>& eval_pairs_;
 };
 
 struct OptimizerDef {

@@ -93,6 +93,15 @@ LrSchedule kohya_schedule(const KohyaScheduleArgs& a, std::vector<std::string>* 
     auto note = [&](std::string text) {
         if (notes) notes->push_back(std::move(text));
     };
+    if (a.schedule_free) {
+        const bool given = a.lr_scheduler != "constant" || !a.lr_scheduler_type.empty() ||
+                           !a.lr_scheduler_args.empty() || a.warmup_steps != 0 || a.decay_steps != 0;
+        if (given)
+            note("a schedule-free optimizer runs at a constant lr (kohya's dummy scheduler): --lr_scheduler, "
+                 "--lr_scheduler_type, --lr_scheduler_args, --lr_warmup_steps and --lr_decay_steps are ignored "
+                 "(warm up with the optimizer's warmup_steps)");
+        return LrSchedule::make(LrKind::Constant, a.base_lr, 0, a.total_steps);
+    }
     const Kwargs kw = parse_py_kwargs("--lr_scheduler_args", a.lr_scheduler_args);
     const std::string& name = a.lr_scheduler;
     auto no_warmup = [&](const std::string& what) {

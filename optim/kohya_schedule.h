@@ -29,6 +29,7 @@ struct KohyaScheduleArgs {
     int64_t total_steps = 0;                      // --max_train_steps (one process)
     double base_lr = 1e-4;                        // the optimizer's default lr (--learning_rate)
     std::vector<double> group_lrs;                // every trained group's lr (absolute torch lrs need one)
+    bool schedule_free = false;                   // a *ScheduleFree optimizer (kohya's is_schedulefree_optimizer)
 };
 
 // The schedule kohya builds, validated. Throws gl::Error where kohya (or the function it calls)
@@ -36,6 +37,8 @@ struct KohyaScheduleArgs {
 // without a floor, an argument the schedule does not take, a torch class not supported here. notes
 // (may be null) receives what kohya accepts but ignores (warm-up steps for piecewise_constant, any
 // --lr_scheduler_args for adafactor).
+// A schedule-free optimizer gets kohya's dummy scheduler: the factor stays 1 and the schedule options
+// are neither read nor checked (notes says so when one is given).
 LrSchedule kohya_schedule(const KohyaScheduleArgs& a, std::vector<std::string>* notes = nullptr);
 
 }  // namespace optim

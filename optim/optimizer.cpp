@@ -14,6 +14,7 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/io/safetensors.h"
 #include "ggml-lite/ops/builder.h"
+#include "ggml-lite/ops/optim_schedulefree.h"
 
 namespace optim {
 
@@ -103,7 +104,7 @@ void Optimizer::finish(gl::Graph& g, ValueId loss_scale, float max_grad_norm) {
             params.push_back({grp.params[i], grp.grads[i], grp.hyper, grp.torch_shapes[i], groups.size()});
         groups.push_back({grp.name, grp.lr, grp.hyper});
     }
-    UpdateBuilder b(g, cfg_, gstat_, std::move(groups), std::move(params), slots_);
+    UpdateBuilder b(g, cfg_, gstat_, std::move(groups), std::move(params), slots_, eval_pairs_);
     cfg_.def->append(b);
     finished_ = true;
 }
@@ -122,6 +123,7 @@ void write_initial(gl::Runtime& rt, const StateSlot& sl) {
 void Optimizer::init_state(gl::Runtime& rt) {
     GL_CHECK(finished_, "Optimizer::init_state: call finish() first");
     for (const StateSlot& sl : slots_) write_initial(rt, sl);
+    train_weights_.clear();
     steps_applied_ = 0;
     last_ = {};
 }
@@ -153,6 +155,23 @@ StepResult Optimizer::after_step(gl::Runtime& rt) {
     return last_;
 }
 
+void Optimizer::to_eval(gl::Runtime& rt) {
+    if (eval_pairs_.empty() || in_eval()) return;
+    for (const EvalPair& e : eval_pairs_) {
+        std::vector<float> y = rt.read_f32(e.param), x(y.size());
+        const std::vector<float> z = rt.read_f32(e.z);
+        for (size_t i = 0; i < y.size(); i++) x[i] = gl::torch_lerp(y[i], z[i], e.weight);
+        rt.write_f32(e.param, x);
+        train_weights_.push_back(std::move(y));
+    }
+}
+
+void Optimizer::to_train(gl::Runtime& rt) {
+    if (!in_eval()) return;
+    for (size_t k = 0; k < eval_pairs_.size(); k++) rt.write_f32(eval_pairs_[k].param, train_weights_[k]);
+    train_weights_.clear();
+}
+
 std::vector<ValueId> Optimizer::state_values() const {
     std::vector<ValueId> r;
     for (const StateSlot& sl : slots_)
@@ -180,6 +199,7 @@ static std::multiset<std::string> split_args(const std::string& s) {
 void Optimizer::save_state(const std::string& path, const gl::Runtime& rt, const LossScaler* scaler,
                            const std::map<std::string, std::string>& extra) const {
     GL_CHECK(finished_, "Optimizer::save_state: call finish() first");
+    GL_CHECK(!in_eval(), "Optimizer::save_state: the params hold the eval weights (call to_train first)");
     std::vector<std::vector<uint8_t>> bufs;
     std::vector<gl::io::TensorToWrite> tensors;
     for (const StateSlot& sl : slots_) {
@@ -209,6 +229,7 @@ void Optimizer::save_state(const std::string& path, const gl::Runtime& rt, const
 
 std::string Optimizer::load_state(const std::string& path, gl::Runtime& rt, LossScaler* scaler) {
     GL_CHECK(finished_, "Optimizer::load_state: call finish() first");
+    GL_CHECK(!in_eval(), "Optimizer::load_state: the params hold the eval weights (call to_train first)");
     gl::io::SafetensorsFile f(path);
     const auto& meta = f.metadata();
     auto get = [&](const char* key) -> const std::string& {

@@ -24,6 +24,7 @@
 // bias corrections, then does not advance, as torch's GradScaler skipping optimizer.step()).
 #pragma once
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <string>
 #include <vector>
@@ -90,6 +91,17 @@ public:
     // any order) for the caller to show.
     std::string load_state(const std::string& path, gl::Runtime& rt, LossScaler* scaler = nullptr);
 
+    // Schedule-free optimizers (AdamWScheduleFree, SGDScheduleFree) train at y, the params the step
+    // graph holds, while the weights to save, sample and validate are x = lerp(y, z, 1 - 1 / beta1), as
+    // schedulefree's optimizer.eval() sets them (in f32, torch.lerp's formula). to_eval writes x into the params and keeps y on the
+    // host; to_train writes y back bit for bit (schedulefree lerps back, which rounds). Both are no-ops
+    // for other optimizers and when already in that mode. Call between steps; a run in eval mode
+    // may evaluate (a validation pass skips its update) but must not apply a step.
+    bool has_eval_weights() const { return !eval_pairs_.empty(); }
+    void to_eval(gl::Runtime& rt);
+    void to_train(gl::Runtime& rt);
+    bool in_eval() const { return !train_weights_.empty(); }
+
     const OptimizerConfig& config() const { return cfg_; }
     gl::ValueId gstat() const { return gstat_; }
     // The state leaves that save_state writes (scratch excluded).
@@ -108,10 +120,33 @@ private:
     OptimizerConfig cfg_;
     std::vector<Group> groups_;
     std::vector<StateSlot> slots_;  // what the descriptor's append created, in creation order
+    std::vector<EvalPair> eval_pairs_;
+    std::vector<std::vector<float>> train_weights_;  // y of every eval pair while in eval mode
     gl::ValueId gstat_ = gl::kNoValue;
     bool finished_ = false;
     int64_t steps_applied_ = 0;
     StepResult last_;
+};
+
+// While alive, the params hold the optimizer's eval weights (Optimizer::to_eval; nothing changes for
+// an optimizer without them or one already in eval mode, which the outer holder restores). Leaving
+// the scope normally restores y; unwinding from an exception leaves them (the run is ending).
+class EvalWeights {
+public:
+    EvalWeights(Optimizer& o, gl::Runtime& rt) : o_(o), rt_(rt), switched_(o.has_eval_weights() && !o.in_eval()) {
+        o_.to_eval(rt_);
+    }
+    EvalWeights(const EvalWeights&) = delete;
+    EvalWeights& operator=(const EvalWeights&) = delete;
+    ~EvalWeights() noexcept(false) {
+        if (switched_ && std::uncaught_exceptions() == unwinding_) o_.to_train(rt_);
+    }
+
+private:
+    Optimizer& o_;
+    gl::Runtime& rt_;
+    bool switched_;
+    int unwinding_ = std::uncaught_exceptions();
 };
 
 // fp16 dynamic loss scaling as torch.cuda.amp.GradScaler: the loss is multiplied by scale() (the

@@ -37,18 +37,14 @@ constexpr const char* kNotYet = "not implemented here yet";
 constexpr Refused kRefused[] = {
     {"SGDNesterov8bit", "bitsandbytes' 8-bit momentum kernel (SGD8bit) has no counterpart here; SGDNesterov "
                         "runs the same step with 32-bit state"},
-    {"Lion8bit", kNotYet},
-    {"PagedLion8bit", "it runs as Lion8bit, which is not implemented here yet"},
-    {"DAdaptation", kNotYet},
-    {"DAdaptAdamPreprint", kNotYet},
+    {"DAdaptation", "kohya runs dadaptation.experimental.DAdaptAdamPreprint for it, which is not implemented here "
+                    "yet (DAdaptAdam is)"},
+    {"DAdaptAdamPreprint", "not implemented here yet (DAdaptAdam is)"},
     {"DAdaptAdaGrad", kNotYet},
     {"DAdaptAdan", kNotYet},
     {"DAdaptAdanIP", kNotYet},
-    {"DAdaptLion", kNotYet},
     {"DAdaptSGD", kNotYet},
-    {"AdamWScheduleFree", kNotYet},
-    {"SGDScheduleFree", kNotYet},
-    {"RAdamScheduleFree", kNotYet},
+    {"RAdamScheduleFree", "not implemented here yet (AdamWScheduleFree and SGDScheduleFree are)"},
     {"AdEMAMix8bit", kNotYet},
     {"PagedAdEMAMix8bit", kNotYet},
 };

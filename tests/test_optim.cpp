@@ -107,7 +107,7 @@ void run_golden(const std::string& name, double tol) {
         optim::LrSchedule::make(optim::parse_lr_kind(meta.at("lr_scheduler")), 1.0, std::stoll(meta.at("warmup")), kSteps);
     // Loss scale 256 (a power of two, so unscaling is exact): the trajectory must not notice it.
     const float scale = 256.0f;
-    double worst = 0, worst_d = 0, worst_moved = 0;  // worst_moved: relative to the distance travelled
+    double worst = 0, worst_d = 0, worst_moved = 0, worst_eval = 0;  // worst_moved: relative to the distance travelled
     std::map<std::string, std::vector<float>> init;
     for (const char* n : kNames) init[n] = read_all(prob, std::string("init.") + n);
     int worst_step = 0;
@@ -132,14 +132,36 @@ void run_golden(const std::string& name, double tol) {
         }
         if (num / den > worst) worst = num / den, worst_step = k;
         worst_moved = std::max(worst_moved, num / moved);
+        if (ref.has("eval.w")) {  // schedule-free: the weights a save reads, then y again bit for bit
+            std::map<std::string, std::vector<float>> y;
+            for (const char* n : kNames) y[n] = net.rt->read_f32(net.p[n]);
+            REQUIRE(net.opt->has_eval_weights());
+            {
+                const optim::EvalWeights eval(*net.opt, *net.rt);
+                REQUIRE(net.opt->in_eval());
+                double e_num = 0, e_den = 0;
+                for (const char* n : kNames) {
+                    const std::vector<float> x = net.rt->read_f32(net.p[n]), want = read_all(ref, std::string("eval.") + n);
+                    for (size_t i = 0; i < x.size(); i++) {
+                        e_num = std::max(e_num, std::fabs(double(x[i]) - want[size_t(k) * x.size() + i]));
+                        e_den = std::max(e_den, std::fabs(double(want[size_t(k) * x.size() + i])));
+                    }
+                }
+                worst_eval = std::max(worst_eval, e_num / e_den);
+            }
+            CHECK_FALSE(net.opt->in_eval());
+            for (const char* n : kNames) CHECK(net.rt->read_f32(net.p[n]) == y[n]);
+        }
         if (!d_ref.empty()) {
             float d = net.rt->read_f32(net.opt->state_values()[0])[kPdD];  // optim.prodigy.state comes first
             worst_d = std::max(worst_d, std::fabs(double(d) - d_ref[size_t(k)]) / std::fabs(double(d_ref[size_t(k)])));
         }
     }
     MESSAGE(name, ": max relative error of the params over ", kSteps, " steps ", worst, " (step ", worst_step + 1,
-            "), relative to the distance from init ", worst_moved, d_ref.empty() ? "" : cat(", of d ", worst_d));
+            "), relative to the distance from init ", worst_moved, d_ref.empty() ? "" : cat(", of d ", worst_d),
+            ref.has("eval.w") ? cat(", of the eval weights ", worst_eval) : "");
     CHECK(worst <= tol);
+    CHECK(worst_eval <= tol);
     CHECK(worst_moved <= 50 * tol);
     CHECK(worst_d <= tol);
 }
@@ -158,7 +180,9 @@ TEST_CASE("optimizers follow the PyTorch trajectories (60 steps, two groups, wei
         {"adamw", 2e-5}, {"adafactor_fixed_lr", 2e-5}, {"adafactor_relative_step", 2e-5}, {"adafactor_warmup_init", 2e-5},
         {"lion", 2e-5}, {"prodigy", 5e-4}, {"prodigy_options", 2e-5}, {"prodigy_no_first_moment", 5e-4},
         {"sgd_nesterov", 2e-5}, {"sgd_nesterov_momentum", 2e-5}, {"dadapt_adam", 5e-4}, {"dadapt_adam_options", 2e-5},
-        {"dadapt_adam_coupled", 5e-4}};
+        {"dadapt_adam_coupled", 5e-4}, {"adamw_schedulefree", 2e-5}, {"adamw_schedulefree_options", 2e-5},
+        {"sgd_schedulefree", 2e-5}, {"sgd_schedulefree_options", 2e-5}, {"dadapt_lion", 2e-5},
+        {"dadapt_lion_options", 2e-5}};
     for (auto [name, tol] : cases) {
         SUBCASE(name) { run_golden(name, tol); }
     }
@@ -167,6 +191,7 @@ TEST_CASE("optimizers follow the PyTorch trajectories (60 steps, two groups, wei
 namespace {
 
 const char* const kAllKinds[] = {"AdamW", "AdamW8bit", "Lion", "Adafactor", "Prodigy", "SGDNesterov", "DAdaptAdam",
+                                 "AdamWScheduleFree", "SGDScheduleFree", "DAdaptLion",
                                  "PagedAdamW"};
 constexpr int64_t kBig = 5000;  // over kAdam8bitMinElements: 8-bit state, several reduction blocks
 
@@ -175,7 +200,7 @@ std::unique_ptr<Net> make_net(const std::string& kind, int64_t big = kBig, doubl
                               const std::vector<std::string>& args = {"weight_decay=0.01"}) {
     io::SafetensorsFile prob(kGolden + "problem.safetensors");
     optim::OptimizerConfig cfg = optim::parse_optimizer(kind, args);
-    const bool one_lr = kind == "Prodigy" || kind == "DAdaptAdam";  // a shared d estimate
+    const bool one_lr = kind == "Prodigy" || kind.starts_with("DAdapt");  // a shared d estimate
     auto net = std::make_unique<Net>(prob, cfg, lr, one_lr ? lr : lr / 2, max_norm, big);
     for (const char* n : kNames) net->rt->write_f32(net->p[n], read_all(prob, std::string("init.") + n));
     if (big > 0) {

@@ -46,7 +46,9 @@ TEST_CASE("optimizer registry: kohya's names in any case and the Python class pa
     std::set<std::string> names;
     for (const optim::OptimizerDef* d : optim::optimizer_defs()) names.insert(d->name);
     CHECK(names == std::set<std::string>{"AdamW", "AdamW8bit", "Lion", "Adafactor", "Prodigy", "DAdaptAdam",
-                                         "SGDNesterov", "PagedAdamW8bit", "PagedAdamW", "PagedAdamW32bit"});
+                                         "SGDNesterov", "PagedAdamW8bit", "PagedAdamW", "PagedAdamW32bit",
+                                         "AdamWScheduleFree", "SGDScheduleFree", "DAdaptLion", "Lion8bit",
+                                         "PagedLion8bit"});
     const std::pair<const char*, const char*> accepted[] = {
         {"adamw", "AdamW"},
         {" ADAMW8BIT ", "AdamW8bit"},
@@ -82,7 +84,7 @@ TEST_CASE("optimizer registry: kohya's names in any case and the Python class pa
         CHECK_MESSAGE(e.find("AdamW8bit (bitsandbytes.optim.AdamW8bit)") != std::string::npos, e);
     }
     // kohya's names not implemented here: refused with the reason, in any case.
-    for (const char* type : {"Lion8bit", "sgdnesterov8bit", "AdEMAMix8bit", "AdamWScheduleFree", "DAdaptLion"}) {
+    for (const char* type : {"sgdnesterov8bit", "AdEMAMix8bit", "RAdamScheduleFree", "DAdaptSGD", "dadaptation"}) {
         const std::string e = error_of([&] { optim::parse_optimizer(type, {}); });
         CHECK_MESSAGE(e.find(std::string("'") + type + "' is not supported: ") != std::string::npos, e);
     }
@@ -95,6 +97,25 @@ TEST_CASE("every optimizer's defaults are its Python class's") {
     for (const char* type : {"AdamW", "AdamW8bit"}) {
         const optim::OptimizerConfig c = optim::parse_optimizer(type, {});
         CHECK((c.beta1 == 0.9f && c.beta2 == 0.999f && c.eps == 1e-8f && c.weight_decay == 0.01f));
+    }
+    // schedulefree 1.4's and dadaptation 3.2's signatures; momentum feeds SGDScheduleFree's beta1 slot.
+    const optim::OptimizerConfig sf = optim::parse_optimizer("AdamWScheduleFree", {});
+    CHECK((sf.beta1 == 0.9f && sf.beta2 == 0.999f && sf.eps == 1e-8f && sf.weight_decay == 0.0f));
+    CHECK((sf.number("warmup_steps") == 0 && sf.number("r") == 0 && sf.number("weight_lr_power") == 2));
+    const optim::OptimizerConfig sgd_sf = optim::parse_optimizer("schedulefree.SGDScheduleFree", {});
+    CHECK((sgd_sf.beta1 == 0.9f && sgd_sf.weight_decay == 0.0f && sgd_sf.number("weight_lr_power") == 2));
+    CHECK(optim::parse_optimizer("SGDScheduleFree", {"momentum=0.8"}).beta1 == 0.8f);
+    const optim::OptimizerConfig dlion = optim::parse_optimizer("DAdaptLion", {});
+    CHECK((dlion.beta1 == 0.9f && dlion.beta2 == 0.99f && dlion.weight_decay == 0.0f && dlion.number("d0") == 1e-6));
+    const optim::OptimizerConfig lion8 = optim::parse_optimizer("bitsandbytes.optim.Lion8bit", {});
+    CHECK((lion8.beta1 == 0.9f && lion8.beta2 == 0.99f && lion8.weight_decay == 0.0f));
+    // Lion8bit takes no amsgrad or optim_bits (bitsandbytes' AdamW8bit does); a momentum of 1 or 0 has
+    // no eval weight for the schedule-free ones.
+    for (auto [type, arg] : {std::pair{"Lion8bit", "amsgrad=False"}, {"Lion8bit", "optim_bits=32"},
+                             {"SGDScheduleFree", "momentum=1"}, {"AdamWScheduleFree", "betas=0,0.999"},
+                             {"AdamWScheduleFree", "warmup_steps=-1"}}) {
+        CAPTURE(arg);
+        CHECK_THROWS_AS(optim::parse_optimizer(type, {arg}), gl::Error);
     }
     const optim::OptimizerConfig lion = optim::parse_optimizer("Lion", {});
     CHECK((lion.beta1 == 0.9f && lion.beta2 == 0.99f && lion.weight_decay == 0.0f));

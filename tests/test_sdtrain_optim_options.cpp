@@ -40,8 +40,31 @@ TEST_CASE("sdtrain optimizers: SGDNesterov, DAdaptAdam and the paged forms, ss_o
 
     // kohya's optimizer types not here are refused with the reason.
     CHECK(usage_error({"--optimizer_type", "SGDNesterov8bit"}).find("SGD8bit") != std::string::npos);
-    CHECK(usage_error({"--optimizer_type", "DAdaptLion"}).find("not implemented here yet") != std::string::npos);
-    CHECK(usage_error({"--optimizer_type", "PagedLion8bit"}).find("Lion8bit") != std::string::npos);
+    CHECK(usage_error({"--optimizer_type", "DAdaptSGD"}).find("not implemented here yet") != std::string::npos);
+    CHECK(usage_error({"--optimizer_type", "DAdaptation"}).find("DAdaptAdamPreprint") != std::string::npos);
+}
+
+TEST_CASE("sdtrain optimizers: the schedule-free ones, DAdaptLion, Lion8bit and PagedLion8bit, ss_optimizer as kohya writes it") {
+    CHECK(train::kohya_optimizer_text(parse({"--optimizer_type", "AdamWScheduleFree", "--optimizer_args",
+                                             "warmup_steps=100", "betas=0.95,0.99"})) ==
+          "schedulefree.adamw_schedulefree.AdamWScheduleFree(warmup_steps=100,betas=(0.95, 0.99))");
+    CHECK(train::kohya_optimizer_text(parse({"--optimizer_type", "sgdschedulefree"})) ==
+          "schedulefree.sgd_schedulefree.SGDScheduleFree");
+    CHECK(train::kohya_optimizer_text(parse({"--optimizer_type", "DAdaptLion", "--learning_rate", "1"})) ==
+          "dadaptation.dadapt_lion.DAdaptLion");
+    CHECK(train::kohya_optimizer_text(parse({"--optimizer_type", "Lion8bit", "--optimizer_args", "weight_decay=0.1"})) ==
+          "bitsandbytes.optim.lion.Lion8bit(weight_decay=0.1)");
+    const train::RunConfig paged = parse({"--optimizer_type", "PagedLion8bit"});
+    CHECK(has_note(paged, "--optimizer_type PagedLion8bit: runs as Lion8bit"));
+    CHECK(train::kohya_optimizer_text(paged) == "bitsandbytes.optim.lion.PagedLion8bit");
+    // kohya gives a schedule-free optimizer its dummy scheduler: a constant lr whatever the schedule says.
+    const train::RunConfig sf = parse({"--optimizer_type", "AdamWScheduleFree", "--lr_scheduler", "cosine",
+                                       "--lr_warmup_steps", "10"});
+    CHECK(has_note(sf, "a schedule-free optimizer runs at a constant lr"));
+    const optim::LrSchedule s = train::lr_schedule(sf, 100);
+    for (int64_t k : {0, 5, 50, 99}) CHECK(s.multiplier(k) == 1.0);
+    CHECK(train::lr_schedule(parse({"--lr_scheduler", "cosine"}), 100).multiplier(50) < 1.0);
+    CHECK(has_note(parse({"--optimizer_type", "DAdaptLion"}), "too low for DAdaptLion"));
 }
 
 TEST_CASE("sdtrain optimizers: --optimizer_args keywords that change nothing are accepted with a note") {
@@ -118,6 +141,13 @@ TEST_CASE("sdtrain --dry_run: the memory plan counts each optimizer's state (SGD
         return x * (unit == 'G' ? 1 << 30 : unit == 'M' ? 1 << 20 : unit == 'K' ? 1 << 10 : 1);
     };
     const double sgd = state_line("SGDNesterov"), adamw = state_line("AdamW"), dadapt = state_line("DAdaptAdam");
+    // SGDScheduleFree holds z (one param-sized tensor, as SGDNesterov), AdamWScheduleFree and
+    // DAdaptLion two (z, exp_avg_sq; exp_avg, s: as AdamW); Lion8bit a byte per element (the tiny
+    // model's LoRA tensors are under 4096 elements, so it keeps Lion's f32 exp_avg: as SGDNesterov).
+    CHECK(state_line("SGDScheduleFree") == doctest::Approx(sgd).epsilon(0.05));
+    CHECK(state_line("AdamWScheduleFree") == doctest::Approx(adamw).epsilon(0.05));
+    CHECK(state_line("DAdaptLion") == doctest::Approx(adamw).epsilon(0.05));
+    CHECK(state_line("Lion8bit") == doctest::Approx(sgd).epsilon(0.05));
     // One param-sized state tensor set more each: momentum_buffer; exp_avg, exp_avg_sq; exp_avg,
     // exp_avg_sq, s (+ the d state). The category holds the run's other state leaves too, and the
     // arena aligns each tensor, so the steps agree to a few percent.

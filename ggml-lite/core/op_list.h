@@ -70,7 +70,11 @@
     X(prodigy_d, optim_prodigy)         \
     X(prodigy_step, optim_prodigy)      \
     X(adamw8bit_step, adam8bit)         \
+    X(lion8bit_step, adam8bit)          \
     X(sgd_step, optim_sgd)              \
     X(dadapt_adam_accum, optim_dadapt)  \
     X(dadapt_adam_d, optim_dadapt)      \
-    X(dadapt_adam_step, optim_dadapt)
+    X(dadapt_adam_step, optim_dadapt)   \
+    X(dadapt_lion_step, optim_dadapt)   \
+    X(schedulefree_step, optim_schedulefree) \
+    X(schedulefree_advance, optim_schedulefree)

@@ -1,4 +1,5 @@
-// Block-wise 8-bit AdamW, in place (CPU reference: ops/adam8bit.cpp), every tensor of a parameter
+// Block-wise 8-bit AdamW and Lion, in place (CPU reference: ops/adam8bit.cpp); Lion8bit below AdamW8bit
+// reuses its maps, tables, loads and layout. AdamW8bit: every tensor of a parameter
 // group in one launch (cuda/multi_tensor.cuh): one warp per quantisation block of 256 elements of
 // one tensor, 8 per lane; shared-memory copies of both dynamic maps and of the O(1)
 // code-search tables (ops/adam8bit_codes.h); the block max is a warp max; one reciprocal of it
@@ -186,7 +187,7 @@ __global__ void __launch_bounds__(256, 4) adamw8bit_kernel(const __grid_constant
     }
 }
 
-static void adamw8bit_run(CudaCtx& c) {
+static void upload_tables() {
     static std::once_flag once;
     std::call_once(once, [] {
         float host[512];
@@ -199,6 +200,10 @@ static void adamw8bit_run(CudaCtx& c) {
                     kAdam8bitUnsignedEntries * sizeof(uint32_t));
         GL_CUDA_CHECK(cudaMemcpyToSymbol(g_code_tables, tables.data(), tables.size() * sizeof(uint32_t)));
     });
+}
+
+static void adamw8bit_run(CudaCtx& c) {
+    upload_tables();
     const int n = int(c.p().i[1]);
     const float *hyper = c.in_ptr<float>(6 * n), *gstat = gstat_ptr(c, 6 * n + 1);
     for_each_input_table<6>(c, n, 256, [&](const Adam8bitTable& t) {
@@ -208,5 +213,84 @@ static void adamw8bit_run(CudaCtx& c) {
     });
 }
 const CudaKernel cuda_adamw8bit_step{adamw8bit_run};
+
+// Lion8bit: the same warp per quantisation block; one moment, the signed map and table only.
+using Lion8bitTable = TensorTable<4, table_capacity<4>()>;  // param, grad, m codes, absmax m
+
+__device__ __forceinline__ void store8(float* p, uint8_t* cm, int64_t base, int64_t n, const float (&pv)[8],
+                                       const uint8_t (&c1)[8]) {
+    if (base + 8 <= n) {
+        *reinterpret_cast<float4*>(p + base) = *reinterpret_cast<const float4*>(pv);
+        *reinterpret_cast<float4*>(p + base + 4) = *reinterpret_cast<const float4*>(pv + 4);
+        *reinterpret_cast<uint2*>(cm + base) = *reinterpret_cast<const uint2*>(c1);
+    } else {
+        for (int j = 0; j < 8; j++)
+            if (base + j < n) {
+                p[base + j] = pv[j];
+                cm[base + j] = c1[j];
+            }
+    }
+}
+
+__global__ void __launch_bounds__(256, 4) lion8bit_kernel(const __grid_constant__ Lion8bitTable tt, const float* h,
+                                                          const float* gstat) {
+    const Gate gate = load_gate(gstat);
+    if (gate.skip) return;
+    __shared__ Tables8bit t;
+    t.fill();
+    const float lr = h[kLr], b1 = h[kBeta1], b2 = h[kBeta2], gs = h[kGradScale];
+    const float decay = __fsub_rn(1.0f, __fmul_rn(lr, h[kWeightDecay]));
+    const float c1 = __fsub_rn(1.0f, b1), c2 = __fsub_rn(1.0f, b2);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t all = tt.tiles();
+    for (int64_t q = int64_t(blockIdx.x) * kWarps8bit + warp; q < all; q += int64_t(gridDim.x) * kWarps8bit) {
+        const int k = tt.find(q);
+        const int64_t b = q - tt.first_tile[k], n = tt.n[k];
+        float* p = tt.at<float>(0, k);
+        const float* g = tt.at<float>(1, k);
+        uint8_t* cm = tt.at<uint8_t>(2, k);
+        float* am = tt.at<float>(3, k);
+        const int64_t base = b * 256 + lane * 8;
+        float gv[8], pv[8], m[8];
+        uint8_t codes[8];
+        load8(gv, g, base, n);
+        load8(codes, cm, base, n, 127);
+        load8(pv, p, base, n);
+        const float am_old = am[b];
+        float mmax = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float gi = __fmul_rn(__fmul_rn(gv[j], gs), gate.mul), mi = __fmul_rn(t.qs[codes[j]], am_old);
+            const float ci = __fadd_rn(__fmul_rn(mi, b1), __fmul_rn(c1, gi));
+            const float u = ci > 0.0f ? 1.0f : (ci < 0.0f ? -1.0f : 0.0f);
+            pv[j] = __fsub_rn(__fmul_rn(pv[j], decay), __fmul_rn(lr, u));
+            m[j] = __fadd_rn(__fmul_rn(mi, b2), __fmul_rn(c2, gi));
+            if (base + j < n) mmax = fmaxf(mmax, fabsf(m[j]));
+        }
+        mmax = warp_max(mmax);
+        const float inv = adam8bit_inverse(mmax);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int code = adam8bit_code<true>(t.ts(), adam8bit_normalize(m[j], mmax, inv));
+            if (signbit(t.qs[code]) != signbit(m[j])) code += m[j] > 0.0f ? 1 : -1;
+            codes[j] = uint8_t(code);
+        }
+        store8(p, cm, base, n, pv, codes);
+        __syncwarp();  // every lane has read the old absmax before lane 0 replaces it
+        if (lane == 0) am[b] = mmax;
+    }
+}
+
+static void lion8bit_run(CudaCtx& c) {
+    upload_tables();
+    const int n = int(c.p().i[1]);
+    const float *hyper = c.in_ptr<float>(4 * n), *gstat = gstat_ptr(c, 4 * n + 1);
+    for_each_input_table<4>(c, n, 256, [&](const Lion8bitTable& t) {
+        const unsigned grid = unsigned(std::min<int64_t>(ceil_div(t.tiles(), kWarps8bit), sm_count() * 16));
+        lion8bit_kernel<<<grid, 256, 0, c.stream>>>(t, hyper, gstat);
+        GL_CUDA_LAUNCHED();
+    });
+}
+const CudaKernel cuda_lion8bit_step{lion8bit_run};
 
 }  // namespace gl

@@ -3,6 +3,7 @@
 //                      double partials -> workspace; one block adds them in a fixed order into the slot
 //   dadapt_adam_d      one block: slot sums in a fixed order, then the shared d update (optim_dadapt.h)
 //   dadapt_adam_step   grid-stride elementwise update
+//   dadapt_lion_step   as accum (parts blocks, then one block adds them): DAdaptLion's whole per-param step
 // Every kernel reads the gstat gate first and does nothing when it says skip; no float atomics.
 #include "ggml-lite/cuda/optim_common.cuh"
 #include "ggml-lite/ops/optim_dadapt.h"
@@ -95,6 +96,75 @@ static void da_accum_run(CudaCtx& c) {
     GL_CUDA_LAUNCHED();
 }
 const CudaKernel cuda_dadapt_adam_accum{da_accum_run, da_accum_workspace};
+
+struct DaLionArgs {
+    float *p, *m, *s;
+    const float* g;
+    const float *h, *lead, *ds;
+    float* acc;
+    const float* gstat;
+    int64_t n, slot;
+    int parts;
+    double* ws;  // [2 * parts]
+};
+
+__global__ void __launch_bounds__(256) da_lion_parts_kernel(DaLionArgs a) {
+    __shared__ double sh[32];
+    const Gate gate = load_gate(a.gstat);
+    if (gate.skip) return;
+    const DaLionConsts k = dadapt_lion_consts(a.h, a.lead, a.ds);
+    double dot = 0.0, sabs = 0.0;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n; i += int64_t(a.parts) * blockDim.x) {
+        const float gi = __fmul_rn(__fmul_rn(a.g[i], k.gs), gate.mul);
+        const float mi = a.m[i], si = a.s[i];
+        const float ci = __fadd_rn(__fmul_rn(mi, k.b1), __fmul_rn(k.c1, gi));
+        const float u = ci > 0.0f ? 1.0f : (ci < 0.0f ? -1.0f : 0.0f);
+        a.p[i] = __fadd_rn(__fmul_rn(a.p[i], k.decay), __fmul_rn(k.step, u));
+        a.m[i] = __fadd_rn(__fmul_rn(mi, k.b2), __fmul_rn(k.cm, gi));
+        dot += double(u) * double(si);
+        const float sn = __fadd_rn(__fmul_rn(si, k.sqrt_b2), __fmul_rn(k.cs, u));
+        a.s[i] = sn;
+        sabs += double(fabsf(sn));
+    }
+    dot = block_sum(dot, sh);
+    sabs = block_sum(sabs, sh);
+    if (threadIdx.x == 0) {
+        a.ws[2 * blockIdx.x] = dot * k.dlr;
+        a.ws[2 * blockIdx.x + 1] = sabs;
+    }
+}
+
+__global__ void da_lion_finish_kernel(DaLionArgs a) {
+    if (load_gate(a.gstat).skip) return;
+    double num = 0.0, sabs = 0.0;
+    for (int k = 0; k < a.parts; k++) {
+        num += a.ws[2 * k];
+        sabs += a.ws[2 * k + 1];
+    }
+    a.acc[2 * a.slot] = float(num);
+    a.acc[2 * a.slot + 1] = float(sabs);
+}
+
+static void da_lion_run(CudaCtx& c) {
+    DaLionArgs a{};
+    a.p = mut_ptr<float>(c, 0);
+    a.g = c.in_ptr<float>(1);
+    a.m = mut_ptr<float>(c, 2);
+    a.s = mut_ptr<float>(c, 3);
+    a.h = c.in_ptr<float>(4);
+    a.lead = c.in_ptr<float>(5);
+    a.ds = c.in_ptr<float>(6);
+    a.acc = mut_ptr<float>(c, 7);
+    a.gstat = gstat_ptr(c, 8);
+    a.n = c.in[0].numel();
+    a.slot = c.p().i[1];
+    a.parts = reduction_parts(a.n);
+    a.ws = reinterpret_cast<double*>(c.workspace);
+    da_lion_parts_kernel<<<a.parts, 256, 0, c.stream>>>(a);
+    da_lion_finish_kernel<<<1, 1, 0, c.stream>>>(a);
+    GL_CUDA_LAUNCHED();
+}
+const CudaKernel cuda_dadapt_lion_step{da_lion_run, da_accum_workspace};
 
 __global__ void __launch_bounds__(256) da_d_kernel(float* ds, const float* acc, int64_t slots, const float* h,
                                                    const float* gstat, float growth, bool bias_correction) {

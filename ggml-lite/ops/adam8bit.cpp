@@ -1,5 +1,5 @@
-// Block-wise 8-bit AdamW (Dettmers et al. 2021, as bitsandbytes) as an in-place op: the two
-// dynamic quantisation maps, the nearest-code search and the CPU reference step.
+// Block-wise 8-bit AdamW and Lion (Dettmers et al. 2021, as bitsandbytes) as in-place ops: the two
+// dynamic quantisation maps, the nearest-code search and the CPU reference steps.
 #include <algorithm>
 #include <bit>
 
@@ -215,6 +215,81 @@ void adamw8bit_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v,
                     ValueId hyper, ValueId gstat) {
     adamw8bit_step(g, std::vector<ValueId>{param}, {grad}, {m}, {v}, {absmax_m}, {absmax_v}, hyper, gstat);
 }
+
+// ------ lion8bit_step(params..., grads..., m u8..., absmax_m..., hyper[, gstat]); p.i[1] = N ------
+// bitsandbytes' 1-state block-wise kernel for LION: decay, the sign step from the dequantised m, m's
+// EMA, the block's new absmax, requantisation, and a code whose value's sign differs from the
+// moment's moved one code toward it (so a small negative moment never becomes 0).
+
+static std::vector<OutSpec> lion8bit_infer(const OpCall& c) {
+    const int n = multi_count(c, 4);
+    check_gstat_input(c, 4 * n + 1);
+    for (int k = 0; k < n; k++) {
+        check_state_f32(c, k, "param");
+        check_state_f32(c, n + k, "grad");
+        const int64_t e = c.shape(k).numel(), blocks = (e + kAdam8bitBlock - 1) / kAdam8bitBlock;
+        c.check(c.shape(n + k).numel() == e, "grad must have the parameter's element count");
+        c.check(c.dtype(2 * n + k) == DType::u8, "m must be u8 codes");
+        c.check(c.shape(2 * n + k).numel() == e, "m must have the parameter's element count");
+        check_state_f32(c, 3 * n + k, "absmax");
+        c.check(c.shape(3 * n + k).numel() == blocks, "absmax must hold one float per block of ", kAdam8bitBlock, " (",
+                blocks, ")");
+    }
+    check_hyper_input(c, 4 * n);
+    return {};
+}
+
+int lion8bit_code(const float* qs, float m, float absmax, float inverse) {
+    int code = adam8bit_quantize(qs, adam8bit_normalize(m, absmax, inverse));
+    if (std::signbit(qs[code]) != std::signbit(m)) code += m > 0.0f ? 1 : -1;
+    return code;
+}
+
+static void lion8bit_cpu(CpuCtx& c) {
+    const int N = int(c.p().i[1]);
+    const GradGate gate = grad_gate(c, 4 * N + 1);
+    if (gate.skip) return;
+    const float* h = c.in_f32(4 * N);
+    const float* qs = adam8bit_qmap(true);
+    const float lr = h[kLr], b1 = h[kBeta1], b2 = h[kBeta2], gs = h[kGradScale];
+    const float decay = 1.0f - lr * h[kWeightDecay];
+    for (int tensor = 0; tensor < N; tensor++) {
+        float* p = mut_f32(c, tensor);
+        const float* g = c.in_f32(N + tensor);
+        uint8_t* cm = static_cast<uint8_t*>(c.in[size_t(2 * N + tensor)].data) + c.in[size_t(2 * N + tensor)].layout.offset;
+        float* am = mut_f32(c, 3 * N + tensor);
+        const int64_t n = c.in[size_t(tensor)].numel(), blocks = (n + kAdam8bitBlock - 1) / kAdam8bitBlock;
+        parallel_for(blocks, 16, [&](int64_t lo, int64_t hi) {
+            float m[kAdam8bitBlock];
+            for (int64_t b = lo; b < hi; b++) {
+                const int64_t base = b * kAdam8bitBlock, len = std::min<int64_t>(kAdam8bitBlock, n - base);
+                float new_am = 0.0f;
+                for (int64_t k = 0; k < len; k++) {
+                    const int64_t i = base + k;
+                    const float gi = (g[i] * gs) * gate.mul, mi = qs[cm[i]] * am[b];
+                    const float ci = mi * b1 + (1.0f - b1) * gi;
+                    const float u = ci > 0.0f ? 1.0f : (ci < 0.0f ? -1.0f : 0.0f);
+                    p[i] = p[i] * decay - lr * u;
+                    m[k] = mi * b2 + (1.0f - b2) * gi;
+                    new_am = std::max(new_am, std::fabs(m[k]));
+                }
+                const float inv = adam8bit_inverse(new_am);
+                for (int64_t k = 0; k < len; k++) cm[base + k] = uint8_t(lion8bit_code(qs, m[k], new_am, inv));
+                am[b] = new_am;
+            }
+        });
+    }
+}
+
+void lion8bit_step(Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
+                   const std::vector<ValueId>& m, const std::vector<ValueId>& absmax_m, ValueId hyper, ValueId gstat) {
+    Params p;
+    p.i[1] = int64_t(params.size());
+    g.apply(Op::lion8bit_step, multi_inputs({&params, &grads, &m, &absmax_m}, {hyper, gstat}), p);
+}
+
+const OpDef def_lion8bit_step{"lion8bit_step", "adam8bit", lion8bit_infer, multi_step_cost, nullptr, lion8bit_cpu,
+                              kOpNoGrad | kOpMutates};
 
 const OpDef def_adamw8bit_step{"adamw8bit_step", "adam8bit", adamw8bit_infer, multi_step_cost, nullptr, adamw8bit_cpu,
                                kOpNoGrad | kOpMutates};

@@ -12,6 +12,7 @@
 #include "ggml-lite/core/graph.h"
 #include "ggml-lite/ops/op_kinds.h"  // Act, LossKind
 #include "ggml-lite/ops/optim_dadapt.h"
+#include "ggml-lite/ops/optim_schedulefree.h"
 #include "ggml-lite/ops/optim_types.h"
 
 namespace gl {
@@ -209,6 +210,12 @@ void adamw8bit_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v,
 void adamw8bit_step(Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
                     const std::vector<ValueId>& m, const std::vector<ValueId>& v, const std::vector<ValueId>& absmax_m,
                     const std::vector<ValueId>& absmax_v, ValueId hyper, ValueId gstat = kNoValue);
+// (ops/adam8bit.cpp) Block-wise 8-bit Lion (as bitsandbytes' Lion8bit): lion_step's update with m held as u8
+// codes into the signed map, one fp32 absmax per block of 256; a code whose value's sign differs from
+// the moment's moves one code toward it (bitsandbytes keeps the momentum's sign). hyper: as lion_step's.
+void lion8bit_step(Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
+                   const std::vector<ValueId>& m, const std::vector<ValueId>& absmax_m, ValueId hyper,
+                   ValueId gstat = kNoValue);
 // The 8-bit maps (adam8bit_qmap, adam8bit_quantize): ops/optim_types.h.
 
 // (ops/optim_sgd.cpp) SGD with momentum as torch.optim.SGD: g += wd * p; buf = g at step 1, else
@@ -228,5 +235,21 @@ void dadapt_adam_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId
 void dadapt_adam_d(Graph& g, ValueId dstate, ValueId acc, ValueId hyper, const DAdaptOptions& o, ValueId gstat = kNoValue);
 void dadapt_adam_step(Graph& g, ValueId param, ValueId m, ValueId v, ValueId hyper, ValueId dstate,
                       const DAdaptOptions& o, ValueId gstat = kNoValue);
+
+// (ops/optim_dadapt.cpp) D-Adaptation Lion (as dadaptation 3.2's DAdaptLion): dadapt_lion_step for every param
+// (the sign step with dlr = d * lead_hyper's lr, m, s; dlr * dot(update, old s) and sum|s| into acc[2*slot],
+// acc[2*slot+1]), then ONE dadapt_adam_d with the lead hyper and DAdaptOptions{} (growth unbounded, no bias
+// correction). hyper: the param group's beta1, beta2, weight_decay, grad_scale.
+void dadapt_lion_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId s, ValueId hyper, ValueId lead_hyper,
+                      ValueId dstate, ValueId acc, int slot, ValueId gstat = kNoValue);
+
+// (ops/optim_schedulefree.cpp) Schedule-free AdamW / SGD (as schedulefree 1.4). The param holds y; a group's
+// step is schedulefree_step for each of its params (v: AdamW's second moment, kNoValue for SGD), then ONE
+// schedulefree_advance of its sfstate f32 [kSfStateSize] (SfSlot, ops/optim_schedulefree.h). hyper: lr,
+// beta1 (SGD: momentum), beta2, eps, weight_decay, step, grad_scale.
+void schedulefree_step(Graph& g, ValueId param, ValueId grad, ValueId z, ValueId v, ValueId hyper, ValueId sfstate,
+                       const ScheduleFreeOptions& o, ValueId gstat = kNoValue);
+void schedulefree_advance(Graph& g, ValueId sfstate, ValueId hyper, const ScheduleFreeOptions& o,
+                          ValueId gstat = kNoValue);
 
 }  // namespace gl

@@ -6,6 +6,9 @@
 //   dadapt_adam_d      (once)                   sums the slots in slot order, updates d in dstate
 //   dadapt_adam_step   (per param, second loop) decoupled decay by the step's dlr, p -= m / (sqrt(v) + eps)
 // Node order carries the ordering: every accum before the d op before every step.
+// DAdaptLion (dadaptation 3.2) updates each param in its one loop, so a step is dadapt_lion_step per
+// param (the sign step, m, s, and the sums into acc), then the same dadapt_adam_d (growth unbounded,
+// no bias correction: DAdaptLion's d rule is DAdaptAdam's without them).
 #include <algorithm>
 
 #include "ggml-lite/ops/optim_common.h"
@@ -159,6 +162,62 @@ void dadapt_adam_step(Graph& g, ValueId param, ValueId m, ValueId v, ValueId hyp
     g.apply(Op::dadapt_adam_step, present({param, m, v, hyper, dstate, gstat}), dadapt_params(o, 0));
 }
 
+// ------- dadapt_lion_step(param, grad, m, s, hyper, lead_hyper, dstate, acc[, gstat]) -------
+// hyper: the param's group (betas, weight decay, grad scale); lead_hyper: the group with the largest
+// lr, whose lr sets dlr = d * lr for every group (DAdaptLion steps groups at lr 0 too).
+
+static std::vector<OutSpec> lion_infer(const OpCall& c) {
+    check_gstat_input(c, 8);
+    const int64_t n = c.shape(0).numel();
+    check_state_f32(c, 0, "param");
+    const std::pair<int, const char*> same[] = {{1, "grad"}, {2, "m"}, {3, "s"}};
+    for (auto [i, what] : same) {
+        check_state_f32(c, i, what);
+        c.check(c.shape(i).numel() == n, what, " must have the parameter's element count");
+    }
+    check_hyper_input(c, 4);
+    check_hyper_input(c, 5);
+    check_dstate(c, 6);
+    check_state_f32(c, 7, "acc");
+    c.check(c.p.i[1] >= 0 && 2 * c.p.i[1] + 1 < c.shape(7).numel(), "slot ", c.p.i[1], " is outside acc");
+    return {};
+}
+
+static void lion_cpu(CpuCtx& c) {
+    const GradGate gate = grad_gate(c, 8);
+    if (gate.skip) return;
+    float* p = mut_f32(c, 0);
+    const float* g = c.in_f32(1);
+    float* m = mut_f32(c, 2);
+    float* s = mut_f32(c, 3);
+    const float* h = c.in_f32(4);
+    const float* ds = c.in_f32(6);
+    float* acc = mut_f32(c, 7);
+    const DaLionConsts k = dadapt_lion_consts(h, c.in_f32(5), ds);
+    double dot = 0.0, sabs = 0.0;
+    for (int64_t i = 0, n = c.in[0].numel(); i < n; i++) {
+        const float gi = (g[i] * k.gs) * gate.mul;
+        const float ci = m[i] * k.b1 + k.c1 * gi;
+        const float u = ci > 0.0f ? 1.0f : (ci < 0.0f ? -1.0f : 0.0f);
+        p[i] = p[i] * k.decay + k.step * u;
+        m[i] = m[i] * k.b2 + k.cm * gi;
+        dot += double(u) * double(s[i]);
+        s[i] = s[i] * k.sqrt_b2 + k.cs * u;
+        sabs += double(std::fabs(s[i]));
+    }
+    acc[2 * c.p().i[1]] = float(k.dlr * dot);
+    acc[2 * c.p().i[1] + 1] = float(sabs);
+}
+
+void dadapt_lion_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId s, ValueId hyper, ValueId lead_hyper,
+                      ValueId dstate, ValueId acc, int slot, ValueId gstat) {
+    DAdaptOptions o;  // DAdaptLion: growth unbounded, no bias correction
+    g.apply(Op::dadapt_lion_step, present({param, grad, m, s, hyper, lead_hyper, dstate, acc, gstat}),
+            dadapt_params(o, slot));
+}
+
+const OpDef def_dadapt_lion_step{"dadapt_lion_step", "optim_dadapt", lion_infer, step_cost, nullptr, lion_cpu,
+                                 kOpNoGrad | kOpMutates};
 const OpDef def_dadapt_adam_accum{"dadapt_adam_accum", "optim_dadapt", accum_infer, step_cost, nullptr, accum_cpu,
                                   kOpNoGrad | kOpMutates};
 const OpDef def_dadapt_adam_d{"dadapt_adam_d", "optim_dadapt", d_infer, d_cost, nullptr, d_cpu, kOpNoGrad | kOpMutates};

@@ -4,6 +4,7 @@
 #pragma once
 #include <cmath>
 
+#include "ggml-lite/ops/optim_types.h"
 #include "ggml-lite/ops/rng.h"  // GL_HD
 
 namespace gl {
@@ -42,6 +43,28 @@ GL_HD void dadapt_adam_update_d(float* ds, double num, double sk_l1, float lr, f
     ds[kDaDHat] = float(d_hat);
     ds[kDaSkL1] = float(sk_l1);
     ds[kDaApplied] = 1.0f;
+}
+
+// DAdaptLion's per-step constants (f32 where torch applies them to f32 tensors): h is the param's
+// group hyper, lead the hyper of the group with the largest lr, ds the dstate before the d update.
+struct DaLionConsts {
+    double dlr;
+    float decay, step, b1, c1, b2, cm, sqrt_b2, cs, gs;
+};
+GL_HD DaLionConsts dadapt_lion_consts(const float* h, const float* lead, const float* ds) {
+    DaLionConsts k;
+    k.dlr = double(ds[kDaD]) * double(lead[kLr]);
+    const double b1 = h[kBeta1], b2 = h[kBeta2], sqrt_b2 = sqrt(b2);
+    k.decay = float(1.0 - k.dlr * double(h[kWeightDecay]));
+    k.step = float(-k.dlr);
+    k.b1 = h[kBeta1];
+    k.c1 = float(1.0 - b1);
+    k.b2 = h[kBeta2];
+    k.cm = float((1.0 - b2) * k.dlr);
+    k.sqrt_b2 = float(sqrt_b2);
+    k.cs = float((1.0 - sqrt_b2) * k.dlr);
+    k.gs = h[kGradScale];
+    return k;
 }
 
 }  // namespace gl

@@ -47,5 +47,8 @@ constexpr int64_t kAdam8bitMinElements = 4096;  // smaller tensors keep fp32 sta
 const float* adam8bit_qmap(bool is_signed);
 // Index of the code nearest to x (ties to the lower index) in a sorted 256-entry map.
 int adam8bit_quantize(const float* qmap, float x);
+// Lion8bit's code of moment m in a block of `absmax` (inverse: adam8bit_inverse(absmax)): the nearest
+// code of m / absmax, moved one code toward m's sign when that code's value has the other sign.
+int lion8bit_code(const float* signed_qmap, float m, float absmax, float inverse);
 
 }  // namespace gl

@@ -6,30 +6,41 @@
 // (dadaptation wants about 1.0; kohya warns below 0.1).
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/ops/builder.h"
-#include "optim/descriptor.h"
+#include "optim/dadapt.h"
 
 namespace optim {
 
-namespace {
-
-void append(UpdateBuilder& b) {
-    // dadaptation: every group's lr is the largest one or 0 (else RuntimeError).
+size_t dadapt_lead_group(const UpdateBuilder& b, const char* optimizer) {
     size_t lead = 0;
     for (size_t i = 0; i < b.groups.size(); i++)
         if (b.groups[i].lr > b.groups[lead].lr) lead = i;
     for (const UpdateGroup& grp : b.groups)
-        GL_CHECK(grp.lr == 0.0 || grp.lr == b.groups[lead].lr, "DAdaptAdam: groups '", b.groups[lead].name, "' and '",
+        GL_CHECK(grp.lr == 0.0 || grp.lr == b.groups[lead].lr, optimizer, ": groups '", b.groups[lead].name, "' and '",
                  grp.name, "' have different learning rates; D-Adaptation shares one d estimate, so (as dadaptation) "
                  "every group must use the same lr or 0");
+    return lead;
+}
+
+gl::ValueId dadapt_state(UpdateBuilder& b, double d0) {
+    std::vector<float> start(gl::kDAdaptStateSize, 0.0f);
+    start[gl::kDaD] = float(d0);
+    return b.shared_state("dadapt.state", gl::DType::f32, gl::Shape{gl::kDAdaptStateSize}, StateInit::exactly(start));
+}
+
+gl::ValueId dadapt_acc(UpdateBuilder& b) {
+    return b.scratch("dadapt.acc", gl::DType::f32, gl::Shape{2 * int64_t(b.params.size())});
+}
+
+namespace {
+
+void append(UpdateBuilder& b) {
+    const size_t lead = dadapt_lead_group(b, "DAdaptAdam");
     gl::DAdaptOptions o;
     o.growth_rate = float(b.cfg.number("growth_rate"));
     o.decouple = b.cfg.flag("decouple");
     o.use_bias_correction = b.cfg.flag("use_bias_correction");
-    std::vector<float> start(gl::kDAdaptStateSize, 0.0f);
-    start[gl::kDaD] = float(b.cfg.number("d0"));
-    const gl::ValueId dstate =
-        b.shared_state("dadapt.state", gl::DType::f32, gl::Shape{gl::kDAdaptStateSize}, StateInit::exactly(start));
-    const gl::ValueId acc = b.scratch("dadapt.acc", gl::DType::f32, gl::Shape{2 * int64_t(b.params.size())});
+    const gl::ValueId dstate = dadapt_state(b, b.cfg.number("d0"));
+    const gl::ValueId acc = dadapt_acc(b);
     std::vector<gl::ValueId> m(b.params.size()), v(b.params.size());
     for (size_t i = 0; i < b.params.size(); i++) {
         const UpdateParam& p = b.params[i];

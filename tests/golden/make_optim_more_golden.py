@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """More golden trajectories for tests/test_optim.cpp, on make_optim_golden.py's problem (same seed,
 same gradients, same two groups; problem.safetensors is not rewritten): SGDNesterov as kohya builds
-it (torch.optim.SGD with nesterov=True and momentum=0.9 unless given) and dadaptation's DAdaptAdam.
+it (torch.optim.SGD with nesterov=True and momentum=0.9 unless given) and dadaptation's DAdaptAdam and
+DAdaptLion.
 
 Writes tests/golden/data/optim/<case>.safetensors in make_optim_golden.py's format (traj.*, and d for
-DAdaptAdam: the d estimate after each step).
+the D-Adaptation cases: the d estimate after each step).
 Run with the golden venv (pip install dadaptation): ~/venv-golden/bin/python tests/golden/make_optim_more_golden.py
 Deterministic (seeded, CPU).
 """
@@ -12,7 +13,7 @@ import sys
 import pathlib
 
 import torch
-from dadaptation import DAdaptAdam
+from dadaptation import DAdaptAdam, DAdaptLion
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from make_optim_golden import OUT, make_problem, run_case, save_file  # noqa: E402
@@ -37,6 +38,9 @@ CASES = [
                            growth_rate=1.05, d0=1e-5), 1.0, 1.0, "linear", 0, 1.0),
     ("dadapt_adam_coupled", "DAdaptAdam", ["weight_decay=0.1", "eps=1e-6"],
      lambda gr: DAdaptAdam(gr, weight_decay=0.1, eps=1e-6), 0.5, 0.5, "constant", 0, 0.0),
+    ("dadapt_lion", "DAdaptLion", [], lambda gr: DAdaptLion(gr), 1.0, 1.0, "constant", 0, 1.0),
+    ("dadapt_lion_options", "DAdaptLion", ["betas=0.95,0.98", "weight_decay=0.1", "d0=1e-5"],
+     lambda gr: DAdaptLion(gr, betas=(0.95, 0.98), weight_decay=0.1, d0=1e-5), 0.5, 0.5, "linear", 0, 0.0),
 ]
 
 

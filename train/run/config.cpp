@@ -8,6 +8,7 @@
 #include "ggml-lite/core/autofit.h"
 #include "ggml-lite/core/error.h"
 #include "lora/network_args.h"
+#include "optim/descriptor.h"
 #include "optim/kohya_schedule.h"
 
 namespace train {
@@ -31,6 +32,7 @@ optim::LrSchedule schedule_for(const RunConfig& c, int64_t total_steps, std::vec
     a.min_lr_ratio = c.lr_scheduler_min_lr_ratio;
     a.total_steps = total_steps;
     a.base_lr = c.learning_rate;
+    a.schedule_free = optim::lower(c.optimizer().name()).ends_with("schedulefree");
     if (group_lrs) {
         a.group_lrs = *group_lrs;
     } else {

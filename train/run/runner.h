@@ -55,6 +55,11 @@ private:
     void end_epoch(int64_t epoch);
     bool done() const { return trainer_->steps_done() >= m_.plan.counts.max_train_steps; }
     std::string save_lora(SaveKind kind, int64_t n, int64_t meta_epoch);
+    // Schedule-free optimizers: saves, samples and validation passes see the eval weights, as kohya's
+    // run between optimizer.eval() and .train() (the state is saved at the training point, y).
+    optim::EvalWeights eval_weights() {
+        return optim::EvalWeights(m_.graphs->steps()[0].graph->update->optimizer(), *step_rt_[0]);
+    }
     std::string save_state(SaveKind kind, int64_t n);
     RunPosition position() const;
     void sample_host() { sum_.peak_host_anon_bytes = std::max(sum_.peak_host_anon_bytes, proc_status_bytes("RssAnon")); }

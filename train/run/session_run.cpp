@@ -36,6 +36,7 @@ RunPosition Runner::position() const {
 
 std::string Runner::save_lora(SaveKind kind, int64_t n, int64_t meta_epoch) {
     const fs::path path = fs::path(c_.output_dir) / lora_file_name(c_, kind, n);
+    const optim::EvalWeights eval = eval_weights();
     if (run_md_.empty()) {
         facts_.model = model_info_.get();
         if (vae_info_.valid()) facts_.vae = vae_info_.get();
@@ -144,7 +145,10 @@ void Runner::flush() {
             m_.obs->on_save(st);
         }
     }
-    if (m_.sampler && m_.sampler->due_at_step(step)) m_.obs->on_sample(m_.sampler->sample(step, std::nullopt));
+    if (m_.sampler && m_.sampler->due_at_step(step)) {
+        const optim::EvalWeights eval = eval_weights();
+        m_.obs->on_sample(m_.sampler->sample(step, std::nullopt));
+    }
     if (val_ && validation_due_at_step(c_, step)) validate(epoch_, false);
 }
 
@@ -173,8 +177,10 @@ void Runner::end_epoch(int64_t epoch) {
             m_.obs->on_save(st);
         }
     }
-    if (m_.sampler && m_.sampler->due_at_epoch(epoch))
+    if (m_.sampler && m_.sampler->due_at_epoch(epoch)) {
+        const optim::EvalWeights eval = eval_weights();
         m_.obs->on_sample(m_.sampler->sample(trainer_->steps_done(), epoch));
+    }
 }
 
 RunSummary Runner::run() {
@@ -240,7 +246,10 @@ RunSummary Runner::run() {
     start.timings = timings_;
     start.tensorboard_dir = tensorboard_run_dir(c_, m_.started_at).string();
     m_.obs->on_start(start);
-    if (m_.sampler && c_.sample_at_first && !m_.resume) m_.obs->on_sample(m_.sampler->sample(0, std::nullopt));
+    if (m_.sampler && c_.sample_at_first && !m_.resume) {
+        const optim::EvalWeights eval = eval_weights();
+        m_.obs->on_sample(m_.sampler->sample(0, std::nullopt));
+    }
     train_t0_ = last_step_t_ = std::chrono::steady_clock::now();
     if (m_.resume && batches_done_ % per_epoch == 0 && batches_done_ > 0 && epoch_ == batches_done_ / per_epoch)
         end_epoch(epoch_++);  // the state was saved after its epoch's last update, before the epoch's end

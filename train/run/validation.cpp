@@ -59,6 +59,7 @@ uint64_t validation_draw_seed(const RunConfig& c, uint64_t run_seed) {
 void Runner::validate(int64_t epoch, bool per_epoch) {
     Validation& v = *val_;
     const ValidationData& vd = *m_.data.validation;
+    const optim::EvalWeights eval = eval_weights();
     const auto t0 = std::chrono::steady_clock::now();
     data::LoaderOptions lo;
     lo.seed = v.seed;
