@@ -39,7 +39,7 @@ std::vector<float> sorted_values(const std::map<std::string, std::vector<float>>
 
 }  // namespace
 
-TEST_CASE("sdtrain AdamWScheduleFree: the saved LoRA holds the eval weights x; training continues from y") {
+TEST_CASE("sdtrain AdamWScheduleFree: the saved LoRA holds the eval weights x, and training continues from y") {
     Scratch s("schedulefree");
     const fs::path model = make_tiny_model(s.root), data = make_dataset(s.root);
     train::RunConfig c = tiny_config(model, data, s.root / "saves");
