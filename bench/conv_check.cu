@@ -1,14 +1,15 @@
 // Standalone correctness and speed check of the conv family CUDA kernels (cuda/conv_*.cuh)
 // against a direct-convolution reference kernel (double accumulation). No core library needed:
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I. bench/conv_check.cu -o conv_check
+//   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I. bench/conv_check.cu -o conv_check
 //   ./conv_check [--sweep]     (--sweep also times every tile configuration and split count)
 // Measured on one H200 (bf16, batch 8, 3x3 pad 1, TFLOP/s; configuration the planner picks,
-// from the --sweep table): fwd / input grad / weight grad
-//   64x64 320->320     311 / 292 / 206      cuDNN fwd 434
-//   32x32 640->640     282 / 259 / 290      cuDNN fwd 454  (best config 310 fwd)
-//   16x16 1280->1280   351 / 293 / 289      cuDNN fwd 468
-//   8x8 1280->1280     270 / 248 / 191      cuDNN fwd 257
-// Stride-2 downsamples 222-285 fwd, 172-199 input grad; 1x1 convs 116-194 (small K).
+// from the --sweep table): fwd / input grad / weight grad. Configurations 8-11 are the sm_90a
+// wgmma tiles (conv_sm90.cuh); the weight gradient stays on mma.sync.
+//   64x64 320->320     473 / 361 / 223      (mma.sync alone: 311 / 292)   cuDNN fwd 434
+//   32x32 640->640     524 / 344 / 282      (282 / 259)                   cuDNN fwd 454
+//   16x16 1280->1280   361 / 330 / 272      (351 / 293)                   cuDNN fwd 468
+//   8x8 1280->1280     264 / 222 / 166      (270 / 248)                   cuDNN fwd 257
+// Stride-2 downsamples 263-342 fwd, 203-239 input grad; 1x1 convs 141-253 (small K).
 // f32 exact path 11-18 TFLOP/s; upsample2x and its gradient ~3.3-3.5 TB/s.
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +28,12 @@ using namespace gl::convk;
         cudaError_t e_ = (x);                                                                      \
         if (e_ != cudaSuccess) { printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); exit(1); } \
     } while (0)
+
+// Whether tile configuration c exists for mode m on this GPU (the wgmma ones: sm_90a only).
+static bool cfg_exists(int m, int c) {
+    MmaTable t = mma_table_for<__nv_bfloat16>(m);
+    return c < t.n && t.e[c].launch;
+}
 
 static const char* mode_name(int m) { return m == kFwd ? "fwd " : m == kDgrad ? "dgrad" : "wgrad"; }
 
@@ -265,13 +272,16 @@ int main(int argc, char** argv) {
     printf("== every tile config x splits {1,3} (bf16, quiet unless failing) ==\n");
     for (int gi : {1, 7, 8, 9}) {
         setup<__nv_bfloat16>(small[size_t(gi)].g);
-        for (int c = 0; c < kNumCfg; c++)
+        for (int c = 0; c < kMaxCfg; c++)
             for (int s : {1, 3})
                 for (int lin : {0, 1})
-                    for (int m = 0; m < 3; m++) check<__nv_bfloat16>(m, small[size_t(gi)].g, c, s, small[size_t(gi)].name, false, lin);
+                    for (int m = 0; m < 3; m++)
+                        if (cfg_exists(m, c)) check<__nv_bfloat16>(m, small[size_t(gi)].g, c, s, small[size_t(gi)].name, false, lin);
     }
     setup<__half>(small[9].g);
-    for (int c = 0; c < kNumCfg; c++) for (int m = 0; m < 3; m++) check<__half>(m, small[9].g, c, 2, small[9].name, false);
+    for (int c = 0; c < kMaxCfg; c++)
+        for (int m = 0; m < 3; m++)
+            if (cfg_exists(m, c)) check<__half>(m, small[9].g, c, 2, small[9].name, false);
     printf("  done (%d failures so far)\n", g_fail);
 
     printf("== upsample ==\n");
@@ -328,9 +338,11 @@ int main(int argc, char** argv) {
     }
     if (sweep) {
         printf("== occupancy (blocks/SM) per cfg, bf16 fwd/dgrad/wgrad ==\n ");
-        for (int c = 0; c < kNumCfg; c++)
-            printf(" c%d:%d/%d/%d", c, mma_table<__nv_bfloat16, kFwd>()[c].occupancy(), mma_table<__nv_bfloat16, kDgrad>()[c].occupancy(),
-                   mma_table<__nv_bfloat16, kWgrad>()[c].occupancy());
+        for (int c = 0; c < kMaxCfg; c++) {
+            printf(" c%d:", c);
+            for (int m = 0; m < 3; m++)
+                printf(m ? "/%d" : "%d", cfg_exists(m, c) ? mma_table_for<__nv_bfloat16>(m).e[c].occupancy() : 0);
+        }
         printf("\n== sweep: us per cfg (splits 1/2/3/4, '-' = over workspace cap), bf16; then linear-K for best ==\n");
         for (size_t i = 0; i < 10; i++) {
             setup<__nv_bfloat16>(sd[i].g);
@@ -339,7 +351,8 @@ int main(int argc, char** argv) {
                 int maxs = int(std::max<int64_t>(1, std::min<int64_t>(16, int64_t(kMaxSplitWorkspace / 4) / oe)));
                 printf("S%zu %s", i, mode_name(m));
                 double best = 1e30; int bc = -1, bs = 0;
-                for (int c = 0; c < kNumCfg; c++) {
+                for (int c = 0; c < kMaxCfg; c++) {
+                    if (!cfg_exists(m, c)) continue;
                     printf(" |");
                     for (int s : {1, 2, 3, 4}) {
                         if (s > maxs) { printf("    -"); continue; }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "ggml-lite/cuda/conv_simt.cuh"
+#include "ggml-lite/cuda/conv_sm90.cuh"
 #include "ggml-lite/cuda/device.cuh"
 
 namespace gl::convk {
@@ -26,29 +27,27 @@ constexpr int kMaxSplits = 8;
 struct MmaEntry {
     int bm, bn, bk, threads, smem;
     double eff;  // fitted relative per-SM throughput (see est_seconds)
-    void (*launch)(const Args&, dim3, cudaStream_t);
+    void (*launch)(const Args&, dim3, cudaStream_t);  // nullptr: the entry does not exist for this mode
     int (*occupancy)();  // resident blocks per SM
 };
 
-template <class T, int MODE, class Cfg, bool QB = false>
-struct MmaKernel {
+// One kernel of the table: Kern is a conv_mma_kernel or conv_wgmma_kernel instance, Cfg its tile.
+template <auto Kern, class Cfg>
+struct TableKernel {
     static void set_attr() {
         // Once per kernel (raising the dynamic shared-memory limit is not a stream operation).
-        static const cudaError_t e = cudaFuncSetAttribute(conv_mma_kernel<T, MODE, Cfg, QB>,
-                                                          cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem);
+        static const cudaError_t e = cudaFuncSetAttribute(Kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmem);
         (void)e;
     }
     static void launch(const Args& a, dim3 grid, cudaStream_t s) {
         set_attr();
-        conv_mma_kernel<T, MODE, Cfg, QB><<<grid, Cfg::kThreads, Cfg::kSmem, s>>>(a);
+        Kern<<<grid, Cfg::kThreads, Cfg::kSmem, s>>>(a);
     }
     static int occupancy() {
         static const int occ = [] {
             set_attr();
             int n = 0;
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, conv_mma_kernel<T, MODE, Cfg, QB>, Cfg::kThreads,
-                                                              Cfg::kSmem) != cudaSuccess)
-                n = 1;
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kern, Cfg::kThreads, Cfg::kSmem) != cudaSuccess) n = 1;
             return std::max(n, 1);
         }();
         return occ;
@@ -57,14 +56,36 @@ struct MmaKernel {
         return {Cfg::kBM, Cfg::kBN, Cfg::kBK, Cfg::kThreads, Cfg::kSmem, eff, &launch, &occupancy};
     }
 };
+template <class T, int MODE, class Cfg, bool QB = false>
+using MmaKernel = TableKernel<conv_mma_kernel<T, MODE, Cfg, QB>, Cfg>;
 
+// The wgmma tiles (sm_90a, conv_sm90.cuh): forward and input gradient; the input gradient's
+// N-major B needs BN % 64 == 0, so WgCfgC (BN = 160) is forward only.
+using WgCfgA = WgConvCfg<64, 4>;
+using WgCfgB = WgConvCfg<128, 3>;
+using WgCfgC = WgConvCfg<160, 3>;
+using WgCfgD = WgConvCfg<128, 4>;
+constexpr int kNumWg = 4, kMaxCfg = kNumCfg + kNumWg;
+
+template <class T, int MODE, class Cfg>
+MmaEntry wg_entry(double eff) {
+    if constexpr (MODE == kWgrad || (MODE == kDgrad && Cfg::kBN % 64 != 0)) {
+        return {Cfg::kBM, Cfg::kBN, Cfg::kBK, Cfg::kThreads, Cfg::kSmem, eff, nullptr, nullptr};
+    } else {
+        return TableKernel<conv_wgmma_kernel<T, MODE, Cfg>, Cfg>::entry(eff);
+    }
+}
+
+// The mma.sync entries (every GPU) followed by the wgmma ones (taken where conv_wgmma_usable()).
 template <class T, int MODE>
 const MmaEntry* mma_table() {
-    static const MmaEntry t[kNumCfg] = {
+    static const MmaEntry t[kMaxCfg] = {
         MmaKernel<T, MODE, Cfg0>::entry(1.062), MmaKernel<T, MODE, Cfg1>::entry(0.992),
         MmaKernel<T, MODE, Cfg2>::entry(1.135), MmaKernel<T, MODE, Cfg3>::entry(0.877),
         MmaKernel<T, MODE, Cfg4>::entry(0.591), MmaKernel<T, MODE, Cfg5>::entry(0.859),
         MmaKernel<T, MODE, Cfg6>::entry(0.773), MmaKernel<T, MODE, Cfg7>::entry(1.030),
+        wg_entry<T, MODE, WgCfgA>(1.30), wg_entry<T, MODE, WgCfgB>(1.45),
+        wg_entry<T, MODE, WgCfgC>(1.50), wg_entry<T, MODE, WgCfgD>(1.45),
     };
     return t;
 }
@@ -85,13 +106,13 @@ const MmaEntry* mma_quant_table() {
 
 struct MmaTable {
     const MmaEntry* e;
-    int n;
+    int n;  // entries to consider; an entry with launch == nullptr is skipped
 };
 template <class T>
 MmaTable mma_table_for(int mode, bool quant = false) {
     if (quant) return {mode == kFwd ? mma_quant_table<T, kFwd>() : mma_quant_table<T, kDgrad>(), kNumQuantCfg};
-    return {mode == kFwd ? mma_table<T, kFwd>() : mode == kDgrad ? mma_table<T, kDgrad>() : mma_table<T, kWgrad>(),
-            kNumCfg};
+    const int n = mode != kWgrad && conv_wgmma_usable() ? kMaxCfg : kNumCfg;
+    return {mode == kFwd ? mma_table<T, kFwd>() : mode == kDgrad ? mma_table<T, kDgrad>() : mma_table<T, kWgrad>(), n};
 }
 
 constexpr size_t kMaxSplitWorkspace = size_t(32) << 20;
@@ -165,7 +186,7 @@ inline void choose_mma(int mode, const Geom& g, MmaTable tab, const int* occ, in
     *cfg = -1;
     *splits = 1;
     for (int c = 0; c < tab.n; c++) {
-        if (force_cfg >= 0 && c != force_cfg) continue;
+        if ((force_cfg >= 0 && c != force_cfg) || !tab.e[c].launch) continue;
         const int kt_total = (p0.K + tab.e[c].bk - 1) / tab.e[c].bk;
         for (int s = 1; s <= max_s; s++) {
             if (force_splits > 0 && s != force_splits) continue;
@@ -174,7 +195,7 @@ inline void choose_mma(int mode, const Geom& g, MmaTable tab, const int* occ, in
             if (t < best) { best = t; *cfg = c; *splits = s; }
         }
     }
-    if (*cfg < 0) { *cfg = force_cfg >= 0 && force_cfg < tab.n ? force_cfg : 0; *splits = 1; }
+    if (*cfg < 0) { *cfg = force_cfg >= 0 && force_cfg < tab.n && tab.e[force_cfg].launch ? force_cfg : 0; *splits = 1; }
 }
 
 // quant: the weight operand is quantized (Args::b_scale), which has its own tile table.
@@ -188,8 +209,8 @@ ConvPlan plan_conv(int mode, const Geom& g, int force_cfg = -1, int force_splits
     if constexpr (sizeof(T) == 2) {
         if (pl.mma) {
             const MmaTable tab = mma_table_for<T>(mode, quant);
-            int occ[kNumCfg];
-            for (int c = 0; c < tab.n; c++) occ[c] = tab.e[c].occupancy();
+            int occ[kMaxCfg];
+            for (int c = 0; c < tab.n; c++) occ[c] = tab.e[c].launch ? tab.e[c].occupancy() : 0;
             choose_mma(mode, g, tab, occ, sm_count(), force_cfg, force_splits, &pl.cfg, &pl.splits);
             pl.m_tiles = (p0.M + tab.e[pl.cfg].bm - 1) / tab.e[pl.cfg].bm;
             pl.n_tiles = (p0.NG + tab.e[pl.cfg].bn - 1) / tab.e[pl.cfg].bn;

@@ -176,98 +176,101 @@ struct KPos {
     }
 };
 
-template <int BM, int BN, int BK, int WM, int WN, int STAGES>
-struct MmaCfg {
-    static constexpr int kBM = BM, kBN = BN, kBK = BK, kWM = WM, kWN = WN, kStages = STAGES;
-    static constexpr int kThreads = WM * WN * 32;
-    static constexpr int kSmem = STAGES * (BM + BN) * BK * 2;
-};
+// Offset (elements) of 16-byte chunk `chunk` of row `row` of an MN-major tile [BK][R]: rows of R
+// elements (the mma.sync kernel's ldmatrix layout) or, ATOMS, 64-wide atoms of BK rows of 128 B
+// one after another (the wgmma layout: its descriptor's LBO steps from atom to atom).
+template <int R, int BK, bool ATOMS>
+__device__ __forceinline__ int off_mn_tile(int row, int chunk) {
+    if constexpr (ATOMS) return (chunk >> 3) * (BK * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+    else return off_mn<R>(row, chunk);
+}
 
-template <class T, int MODE, class Cfg, bool QB = false>
-__global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args) {
-    constexpr int BM = Cfg::kBM, BN = Cfg::kBN, BK = Cfg::kBK, NT = Cfg::kThreads, STAGES = Cfg::kStages;
-    constexpr int KS = BK / 16;
-    constexpr int WTM = BM / Cfg::kWM, WTN = BN / Cfg::kWN, MT = WTM / 16, NT8 = WTN / 8;
-    static_assert(WTM % 16 == 0 && WTN % 16 == 0 && (BK == 32 || BK == 64), "tile");
-    constexpr bool A_KMAJ = MODE != kWgrad, B_KMAJ = MODE == kFwd;
-    constexpr int A_ELEMS = BM * BK, STAGE = (BM + BN) * BK;
-    constexpr int A_CPR = A_KMAJ ? BK / 8 : BM / 8, B_CPR = B_KMAJ ? BK / 8 : BN / 8;
-    constexpr int A_RSTEP = NT / A_CPR, B_RSTEP = NT / B_CPR;
-    constexpr int A_ROWS = (A_KMAJ ? BM : BK) / A_RSTEP, B_ROWS = (B_KMAJ ? BN : BK) / B_RSTEP;
+// One block's gathers of its A and B tiles (every mode), a k-tile at a time into a pipeline slot
+// (A then B): cp.async of 16-byte chunks, zero-filled off the tensors. QB: B's chunks are 8-bit
+// codes held in registers until store_codes converts them into the slot. Used by the mma.sync
+// kernel below and the wgmma kernel (conv_sm90.cuh).
+template <class T, int MODE, int BM, int BN, int BK, int NT, bool QB, bool ATOMS>
+struct TileLoader {
+    static constexpr bool A_KMAJ = MODE != kWgrad, B_KMAJ = MODE == kFwd;
+    static constexpr int A_ELEMS = BM * BK;
+    static constexpr int A_CPR = A_KMAJ ? BK / 8 : BM / 8, B_CPR = B_KMAJ ? BK / 8 : BN / 8;
+    static constexpr int A_RSTEP = NT / A_CPR, B_RSTEP = NT / B_CPR;
+    static constexpr int A_ROWS = (A_KMAJ ? BM : BK) / A_RSTEP, B_ROWS = (B_KMAJ ? BN : BK) / B_RSTEP;
     static_assert(NT % A_CPR == 0 && NT % B_CPR == 0 && A_ROWS >= 1 && B_ROWS >= 1, "loader");
-    static_assert(!QB || (MODE != kWgrad && STAGES >= 3), "a quantized B tile is stored one iteration late");
+    static_assert(!ATOMS || (BK == 64 && (BM % 64 == 0 || A_KMAJ) && (BN % 64 == 0 || B_KMAJ)), "atom tiles");
 
-    extern __shared__ __align__(128) unsigned char smem_raw[];
-    T* smem = reinterpret_cast<T*>(smem_raw);
-    const Geom& g = args.g;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int wm = warp / Cfg::kWN, wn = warp % Cfg::kWN;
-    const int phase = int(blockIdx.z) / args.splits, split = int(blockIdx.z) % args.splits;
-    const int m0 = int(blockIdx.x / args.n_tiles) * BM, n0 = int(blockIdx.x % args.n_tiles) * BN;
-    const Prob p = make_prob(g, MODE, phase);
-    if (m0 >= p.M) return;
-    const int KT = ceil_div(p.K, BK);
-    const int kt0 = int(int64_t(KT) * split / args.splits), kt1 = int(int64_t(KT) * (split + 1) / args.splits);
-    const bool tapfirst = MODE != kWgrad && !args.linear_k && p.Cg % BK == 0;
-    const T* A = static_cast<const T*>(args.a);
-    const T* B = static_cast<const T*>(args.b);
-    const uint8_t* Bq = static_cast<const uint8_t*>(args.b);  // QB: the codes, same element offsets
+    const Args& args;
+    const Prob& p;
+    const int m0, n0;
+    bool tapfirst;
+    const T* A;
+    const T* B;
+    const uint8_t* Bq;  // QB: the codes, same element offsets
     uint2 b_codes[QB ? B_ROWS : 1];  // QB: this thread's chunks of the tile in flight and their scales
     float b_scale[QB ? B_ROWS : 1];
-
     // Source of the gathered operand (fwd, dgrad: A; wgrad: B). Offsets fit 32 bits (checked on launch).
-    const int Hs = MODE == kDgrad ? g.Ho : g.H, Ws = MODE == kDgrad ? g.Wo : g.W, Cs = MODE == kDgrad ? g.Co : g.C;
-    const int a_cc = tid % A_CPR, a_r0 = tid / A_CPR, b_cc = tid % B_CPR, b_r0 = tid / B_CPR;
-
+    int Hs, Ws, Cs, a_cc, a_r0, b_cc, b_r0;
     int a_off[A_KMAJ ? A_ROWS : 1], a_y[A_KMAJ ? A_ROWS : 1], a_x[A_KMAJ ? A_ROWS : 1];
     int b_off[B_KMAJ ? B_ROWS : 1];
     bool a_col_ok = true, b_col_ok = true;  // MN-major tiles: this thread's column chunk is in range
     int wb_r = 0, wb_s = 0, wb_c = 0;
-    if constexpr (A_KMAJ) {
+    KPos kb{0, 0, 0};  // K position of the next tile to load
+
+    __device__ __forceinline__ TileLoader(const Args& args_, const Prob& p_, int tid, int m0_, int n0_, int kt0)
+        : args(args_), p(p_), m0(m0_), n0(n0_) {
+        const Geom& g = args.g;
+        tapfirst = MODE != kWgrad && !args.linear_k && p.Cg % BK == 0;
+        A = static_cast<const T*>(args.a);
+        B = static_cast<const T*>(args.b);
+        Bq = static_cast<const uint8_t*>(args.b);
+        Hs = MODE == kDgrad ? g.Ho : g.H; Ws = MODE == kDgrad ? g.Wo : g.W; Cs = MODE == kDgrad ? g.Co : g.C;
+        a_cc = tid % A_CPR; a_r0 = tid / A_CPR; b_cc = tid % B_CPR; b_r0 = tid / B_CPR;
+        if constexpr (A_KMAJ) {
 #pragma unroll
-        for (int i = 0; i < A_ROWS; i++) {
-            int m = m0 + a_r0 + i * A_RSTEP;
-            a_off[i] = 0; a_y[i] = -(1 << 29); a_x[i] = 0;
-            if (m < p.M) {
-                int b = p.dv_hw.div(m), rem = m - b * int(p.dv_hw.d);
-                int qy = p.dv_w.div(rem), qx = rem - qy * int(p.dv_w.d);
-                int y = MODE == kFwd ? qy * g.S - g.pad : qy + p.dy0;
-                int x = MODE == kFwd ? qx * g.S - g.pad : qx + p.dx0;
-                a_y[i] = y; a_x[i] = x;
-                a_off[i] = ((b * Hs + y) * Ws + x) * Cs;
+            for (int i = 0; i < A_ROWS; i++) {
+                int m = m0 + a_r0 + i * A_RSTEP;
+                a_off[i] = 0; a_y[i] = -(1 << 29); a_x[i] = 0;
+                if (m < p.M) {
+                    int b = p.dv_hw.div(m), rem = m - b * int(p.dv_hw.d);
+                    int qy = p.dv_w.div(rem), qx = rem - qy * int(p.dv_w.d);
+                    int y = MODE == kFwd ? qy * g.S - g.pad : qy + p.dy0;
+                    int x = MODE == kFwd ? qx * g.S - g.pad : qx + p.dx0;
+                    a_y[i] = y; a_x[i] = x;
+                    a_off[i] = ((b * Hs + y) * Ws + x) * Cs;
+                }
+            }
+        } else {
+            a_col_ok = m0 + a_cc * 8 < p.M;
+        }
+        if constexpr (B_KMAJ) {
+#pragma unroll
+            for (int i = 0; i < B_ROWS; i++) {
+                int n = n0 + b_r0 + i * B_RSTEP;
+                b_off[i] = n < p.NG ? n * p.K : -1;
+            }
+        } else {
+            int j = n0 + b_cc * 8;
+            b_col_ok = j < p.NG;
+            if (MODE == kWgrad) {
+                int tap = j / g.C;
+                wb_c = j - tap * g.C; wb_r = tap / g.k; wb_s = tap - wb_r * g.k;
             }
         }
-    } else {
-        a_col_ok = m0 + a_cc * 8 < p.M;
-    }
-    if constexpr (B_KMAJ) {
-#pragma unroll
-        for (int i = 0; i < B_ROWS; i++) {
-            int n = n0 + b_r0 + i * B_RSTEP;
-            b_off[i] = n < p.NG ? n * p.K : -1;
-        }
-    } else {
-        int j = n0 + b_cc * 8;
-        b_col_ok = j < p.NG;
-        if (MODE == kWgrad) {
-            int tap = j / g.C;
-            wb_c = j - tap * g.C; wb_r = tap / g.k; wb_s = tap - wb_r * g.k;
+
+        if (MODE != kWgrad && p.K > 0) {
+            if (tapfirst) {
+                int taps = p.nr * p.ns, cb = kt0 / taps, t = kt0 - cb * taps;
+                kb.r = t / p.ns; kb.s = t - kb.r * p.ns; kb.c = cb * BK;
+            } else {
+                int k = kt0 * BK, tap = k / p.Cg;
+                kb.c = k - tap * p.Cg; kb.r = tap / p.ns; kb.s = tap - kb.r * p.ns;
+            }
         }
     }
 
-    KPos kb{0, 0, 0};  // K position of the next tile to load
-    if (MODE != kWgrad && p.K > 0) {
-        if (tapfirst) {
-            int taps = p.nr * p.ns, cb = kt0 / taps, t = kt0 - cb * taps;
-            kb.r = t / p.ns; kb.s = t - kb.r * p.ns; kb.c = cb * BK;
-        } else {
-            int k = kt0 * BK, tap = k / p.Cg;
-            kb.c = k - tap * p.Cg; kb.r = tap / p.ns; kb.s = tap - kb.r * p.ns;
-        }
-    }
-
-    auto load_tile = [&](int stage, int kt) {
-        T* sA = smem + stage * STAGE;
+    // Issues the copies of k-tile kt into the slot at sA (B at sA + A_ELEMS).
+    __device__ __forceinline__ void load(T* sA, int kt) {
+        const Geom& g = args.g;
         T* sB = sA + A_ELEMS;
         const int k0 = kt * BK;
         if constexpr (A_KMAJ) {
@@ -289,7 +292,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
             for (int i = 0; i < A_ROWS; i++) {
                 int row = a_r0 + i * A_RSTEP, pix = k0 + row;
                 bool v = a_col_ok && pix < p.K;
-                cp_async<16>(sA + off_mn<BM>(row, a_cc), v ? A + (pix * g.Co + m0 + a_cc * 8) : A, v);
+                cp_async<16>(sA + off_mn_tile<BM, BK, ATOMS>(row, a_cc), v ? A + (pix * g.Co + m0 + a_cc * 8) : A, v);
             }
         }
         // One B chunk: an async copy, or (QB) its codes and scale into registers (zeros: off the tensor).
@@ -319,7 +322,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
 #pragma unroll
                 for (int i = 0; i < B_ROWS; i++) {
                     int row = b_r0 + i * B_RSTEP;
-                    b_chunk(i, off_mn<BN>(row, b_cc), b_col_ok, base + row * co_stride,
+                    b_chunk(i, off_mn_tile<BN, BK, ATOMS>(row, b_cc), b_col_ok, base + row * co_stride,
                             QB && b_col_ok ? args.b_scale[kb.c + row] : 0.f);
                 }
             } else {
@@ -330,7 +333,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
                     q.step_linear(row, p.Cg, p.ns);
                     bool v = b_col_ok && k0 + row < p.K;
                     int o = ((q.c * g.k + p.r0 + q.r * g.S) * g.k + p.s0 + q.s * g.S) * g.C + ci;
-                    b_chunk(i, off_mn<BN>(row, b_cc), v, o, QB && v ? args.b_scale[q.c] : 0.f);
+                    b_chunk(i, off_mn_tile<BN, BK, ATOMS>(row, b_cc), v, o, QB && v ? args.b_scale[q.c] : 0.f);
                 }
             }
         } else {
@@ -346,27 +349,59 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args
                     v = unsigned(y) < unsigned(g.H) && unsigned(x) < unsigned(g.W);
                     o = ((b * g.H + y) * g.W + x) * g.C + wb_c;
                 }
-                cp_async<16>(sB + off_mn<BN>(row, b_cc), v ? B + o : B, v);
+                cp_async<16>(sB + off_mn_tile<BN, BK, ATOMS>(row, b_cc), v ? B + o : B, v);
             }
         }
         if (MODE != kWgrad) {
             if (tapfirst) kb.step_tap(BK, p.nr, p.ns);
             else kb.step_linear(BK, p.Cg, p.ns);
         }
-    };
+    }
 
-    // QB: the chunks load_tile fetched, converted into that tile's B slot.
-    auto store_codes = [&](int stage) {
+    // QB: the chunks load fetched, converted into that tile's B slot sB.
+    __device__ __forceinline__ void store_codes(T* sB) {
         if constexpr (QB) {
-            T* sB = smem + stage * STAGE + A_ELEMS;
 #pragma unroll
             for (int i = 0; i < B_ROWS; i++) {
                 const int row = b_r0 + i * B_RSTEP;
-                const int off = B_KMAJ ? off_k<BK>(row, b_cc) : off_mn<BN>(row, b_cc);
+                const int off = B_KMAJ ? off_k<BK>(row, b_cc) : off_mn_tile<BN, BK, ATOMS>(row, b_cc);
                 *reinterpret_cast<uint4*>(sB + off) = dequant8<T>(b_codes[i], b_scale[i], args.b_codes);
             }
         }
-    };
+    }
+};
+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES>
+struct MmaCfg {
+    static constexpr int kBM = BM, kBN = BN, kBK = BK, kWM = WM, kWN = WN, kStages = STAGES;
+    static constexpr int kThreads = WM * WN * 32;
+    static constexpr int kSmem = STAGES * (BM + BN) * BK * 2;
+};
+
+template <class T, int MODE, class Cfg, bool QB = false>
+__global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args) {
+    constexpr int BM = Cfg::kBM, BN = Cfg::kBN, BK = Cfg::kBK, NT = Cfg::kThreads, STAGES = Cfg::kStages;
+    constexpr int KS = BK / 16;
+    constexpr int WTM = BM / Cfg::kWM, WTN = BN / Cfg::kWN, MT = WTM / 16, NT8 = WTN / 8;
+    static_assert(WTM % 16 == 0 && WTN % 16 == 0 && (BK == 32 || BK == 64), "tile");
+    using Ld = TileLoader<T, MODE, BM, BN, BK, NT, QB, false>;
+    constexpr bool A_KMAJ = Ld::A_KMAJ, B_KMAJ = Ld::B_KMAJ;
+    constexpr int A_ELEMS = Ld::A_ELEMS, STAGE = (BM + BN) * BK;
+    static_assert(!QB || (MODE != kWgrad && STAGES >= 3), "a quantized B tile is stored one iteration late");
+
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    T* smem = reinterpret_cast<T*>(smem_raw);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp / Cfg::kWN, wn = warp % Cfg::kWN;
+    const int phase = int(blockIdx.z) / args.splits, split = int(blockIdx.z) % args.splits;
+    const int m0 = int(blockIdx.x / args.n_tiles) * BM, n0 = int(blockIdx.x % args.n_tiles) * BN;
+    const Prob p = make_prob(args.g, MODE, phase);
+    if (m0 >= p.M) return;
+    const int KT = ceil_div(p.K, BK);
+    const int kt0 = int(int64_t(KT) * split / args.splits), kt1 = int(int64_t(KT) * (split + 1) / args.splits);
+    Ld ld(args, p, tid, m0, n0, kt0);
+    auto load_tile = [&](int stage, int kt) { ld.load(smem + stage * STAGE, kt); };
+    auto store_codes = [&](int stage) { ld.store_codes(smem + stage * STAGE + A_ELEMS); };
 
     uint32_t af[2][MT][4], bfr[2][NT8][2];
     auto load_frags = [&](int buf, int stage, int ks) {
