@@ -286,6 +286,13 @@ static void perf(bool sweep) {
         {4096, 1280, 1280, false, false, "dX of 1280->1280"},
         {320, 320, 32768, true, false, "dW 320x320 over 32768 rows"},
         {4096, 4096, 4096, false, true, "square 4096"},
+        // a rank-16 LoRA on a 320-wide projection of 32768 rows: forward, then the backward products
+        {32768, 16, 320, false, true, "LoRA down h = x A^T"},
+        {32768, 320, 16, false, true, "LoRA up u = h B^T"},
+        {32768, 16, 320, false, false, "LoRA dh = du B"},
+        {32768, 320, 16, false, false, "LoRA dx = dh A"},
+        {16, 320, 32768, true, false, "LoRA dA = dh^T x"},
+        {320, 16, 32768, true, false, "LoRA dB = du^T h"},
     };
     Buf ws(size_t(256) << 20);
     for (const Shape& s : shapes) {
