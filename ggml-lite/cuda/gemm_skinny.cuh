@@ -103,9 +103,11 @@ template <class T>
 void launch_skinny_k(const GemmArgs& a, cudaStream_t s) {
     MmaParams p = params_of(a);
     const int smem = int(a.K * a.N * int64_t(sizeof(T)));
+    // The limit is raised once to what any call may ask (skinny_k_ok: B within the opt-in).
     static thread_local uint64_t set_tb = 0, set_nt = 0;
-    if (a.tb) allow_smem(reinterpret_cast<const void*>(skinny_k_kernel<T, true>), smem, set_tb);
-    else allow_smem(reinterpret_cast<const void*>(skinny_k_kernel<T, false>), smem, set_nt);
+    const int optin = device_info().smem_optin;
+    if (a.tb) allow_smem(reinterpret_cast<const void*>(skinny_k_kernel<T, true>), optin, set_tb);
+    else allow_smem(reinterpret_cast<const void*>(skinny_k_kernel<T, false>), optin, set_nt);
     // Enough blocks for a few waves, each staging B once and looping over its items.
     const int64_t items = ceil_div(a.M, kSkinnyRows) * (a.N / 8);
     const int per_sm = std::max(1, std::min(8, int((227 * 1024) / std::max(smem, 1))));
