@@ -3,7 +3,7 @@
 // the whole cost. The tensor-core kernels spend most of such a call in one padded k-tile and an
 // epilogue staged through shared memory; this one streams C instead:
 //   B (K x N, either layout) is staged once per block into shared memory as [K][N] rows; each thread
-//   makes a 4 x 8 block of C (4 rows, 8 consecutive columns) with fp32 FMAs in k order from its rows
+//   makes a 2 x 8 block of C (2 rows, 8 consecutive columns) with fp32 FMAs in k order from its rows
 //   of A (16-byte loads) and B's 16-byte chunks, then applies the epilogue (alpha, bias, residual:
 //   one 16-byte load a row, read before C, which it may be) and stores 16 bytes a row. A warp's 32
 //   threads take consecutive column chunks, so its stores are contiguous.
@@ -15,7 +15,7 @@
 
 namespace gl::gemm {
 
-constexpr int kSkinnyK = 32, kSkinnyRows = 4;
+constexpr int kSkinnyK = 32, kSkinnyRows = 2;
 
 // Whether the skinny-K kernel takes this problem (shape only; alignment is vec_ok's).
 inline bool skinny_k_ok(const GemmArgs& a, int smem_optin) {
@@ -25,16 +25,20 @@ inline bool skinny_k_ok(const GemmArgs& a, int smem_optin) {
 }
 
 template <class T, bool TB>
-__global__ void __launch_bounds__(256) skinny_k_kernel(MmaParams p) {
+__global__ void __launch_bounds__(256, 4) skinny_k_kernel(MmaParams p) {
     extern __shared__ __align__(16) unsigned char skinny_smem[];
     T* sB = reinterpret_cast<T*>(skinny_smem);  // [K][N]
     const int K = p.K, N = p.N, N8 = N / 8;
     const int64_t bz = int64_t(blockIdx.y) + p.batch0;
     const T* B = static_cast<const T*>(p.B) + bz * p.sB;
-    if constexpr (TB) {  // B stored [N][K]: transposed on the way in (it is small)
-        for (int i = threadIdx.x; i < K * N; i += blockDim.x) {
-            const int n = i / K, k = i - n * K;
-            sB[k * N + n] = B[int64_t(n) * p.ldb + k];
+    if constexpr (TB) {  // B stored [N][K]: 16-byte chunks of a row, transposed into sB's columns
+        const int K8 = K / 8;
+        for (int i = threadIdx.x; i < N * K8; i += blockDim.x) {
+            const int n = i / K8, k0 = (i - n * K8) * 8;
+            alignas(16) T c8[8];
+            copy16(c8, B + int64_t(n) * p.ldb + k0);
+#pragma unroll
+            for (int e = 0; e < 8; e++) sB[(k0 + e) * N + n] = c8[e];
         }
     } else {  // [K][N] rows: 16-byte chunks
         for (int i = threadIdx.x; i < K * N8; i += blockDim.x) {
@@ -110,7 +114,12 @@ void launch_skinny_k(const GemmArgs& a, cudaStream_t s) {
     else allow_smem(reinterpret_cast<const void*>(skinny_k_kernel<T, false>), optin, set_nt);
     // Enough blocks for a few waves, each staging B once and looping over its items.
     const int64_t items = ceil_div(a.M, kSkinnyRows) * (a.N / 8);
-    const int per_sm = std::max(1, std::min(8, int((227 * 1024) / std::max(smem, 1))));
+    // Resident blocks per SM for this B's shared memory (a host query, no stream operation).
+    int per_sm = 0;
+    const void* kern = a.tb ? reinterpret_cast<const void*>(skinny_k_kernel<T, true>)
+                            : reinterpret_cast<const void*>(skinny_k_kernel<T, false>);
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, 256, smem) != cudaSuccess || per_sm < 1) per_sm = 1;
+    cudaGetLastError();
     const unsigned blocks = unsigned(std::max<int64_t>(1, std::min<int64_t>(ceil_div(items, 256), int64_t(sm_count()) * per_sm)));
     for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
         p.batch0 = int(b0);
