@@ -177,7 +177,6 @@ static const char* kname(GemmKernel k) {
         case GemmKernel::wg128: return "wg128";
         case GemmKernel::wg160: return "wg160";
         case GemmKernel::wg64: return "wg64";
-        case GemmKernel::skinny_k: return "skinny_k";
         case GemmKernel::ffma_f32: return "ffma";
         default: return "cublas";
     }
@@ -261,14 +260,14 @@ static void correctness() {
         Problem y(DType::bf16, 616, 320, 768, false, true, 1, false, true);
         run_auto(y, "77-token K/V projection +bias");
     }
-    // short K (the skinny-K kernel): both B layouts, ragged M, bias and residual, f16 too
+    // short K (a LoRA rank: one padded k-tile): both B layouts, ragged M, bias and residual, f16 too
     for (DType t : {DType::bf16, DType::f16})
         for (int tb = 0; tb < 2; tb++)
             for (int64_t K : {8, 16, 32}) {
                 Problem p(t, 1003, 328, K, false, tb, 1, false, true, true);
-                run_auto(p, (std::string("skinny K=") + std::to_string(K) + " +bias +residual").c_str());
+                run_auto(p, (std::string("short K=") + std::to_string(K) + " +bias +residual").c_str());
                 Problem q(t, 517, 2560, K, false, tb, 3, tb == 1, false, true);
-                run_auto(q, (std::string("skinny K=") + std::to_string(K) + " batched +residual").c_str());
+                run_auto(q, (std::string("short K=") + std::to_string(K) + " batched +residual").c_str());
             }
     for (const CfgEntry& c : all_cfgs(wgmma_usable()))
         for (int ta = 0; ta < 2; ta++)

@@ -162,12 +162,12 @@ Register r({
          b.out(matmul_add(b.g, b.x("a", {2, 24, 32}), b.x("b", {32, 40}), b.x("r", {2, 24, 40})));
      },
      [](Graph& g) { matmul_add(g, in(g, "a", {2, 4, 5}), in(g, "b", {5, 3}), in(g, "r", {4, 3})); }},
-    {"linear", "a LoRA's up projection: K = 16 (the skinny-K kernel), ragged rows, bias and a residual",
+    {"linear", "a LoRA's up projection: K = 16 (one padded k-tile), ragged rows, bias and a residual",
      [](CaseBuilder& b) {
          b.out(linear_add(b.g, b.x("h", {3, 37, 16}), b.x("up", {328, 16}), b.x("bias", {328}), b.x("r", {3, 37, 328})));
      },
      [](Graph& g) { linear_add(g, in(g, "h", {3, 16}), in(g, "up", {8, 16}), kNoValue, in(g, "r", {3, 16})); }},
-    {"matmul", "a LoRA's input gradient dh A: K = 8 and 24 (the skinny-K kernel), with a residual",
+    {"matmul", "a LoRA's input gradient dh A: K = 8 and 24, with a residual",
      [](CaseBuilder& b) {
          b.out(matmul_add(b.g, b.x("a", {2, 45, 8}), b.x("b", {8, 72}), b.x("r", {2, 45, 72})));
          b.out(matmul_add(b.g, b.x("a2", {45, 24}), b.x("b2", {24, 2560}), b.x("r2", {45, 2560})));

@@ -36,7 +36,6 @@
 #include "ggml-lite/cuda/gemm_args.cuh"
 #include "ggml-lite/cuda/gemm_kernels.cuh"
 #include "ggml-lite/cuda/gemm_sm90.cuh"
-#include "ggml-lite/cuda/gemm_skinny.cuh"
 
 namespace gl::gemm {
 
@@ -52,7 +51,7 @@ using CfgSmall = TileCfg<64, 64, 32, 2, 2, 4, 4>;   // few tiles; the unaligned 
 // sm_90a wgmma tiles 128 x BN with their pipeline depth (2 blocks per SM for all three).
 constexpr int kWg64Stages = 4, kWg128Stages = 3, kWg160Stages = 3;
 
-enum class GemmKernel { mma_wide, mma_k64, mma_w4, mma_small, wg128, wg160, wg64, skinny_k, ffma_f32, cublas };
+enum class GemmKernel { mma_wide, mma_k64, mma_w4, mma_small, wg128, wg160, wg64, ffma_f32, cublas };
 
 inline bool use_cublas() {
     static const bool on = [] {
@@ -88,8 +87,6 @@ inline GemmPlan plan_gemm(const GemmArgs& a, bool vec) {
     if (a.dtype == DType::f32) return {GemmKernel::ffma_f32, 1};
     const int64_t M = a.M, N = a.N, K = a.K, batch = a.batch;
     const DeviceInfo dev = device_info();
-    // A short K (a LoRA's rank): streaming C beats a padded tensor-core tile (gemm_skinny.cuh).
-    if (vec && skinny_k_ok(a, dev.smem_optin)) return {GemmKernel::skinny_k, 1};
     struct Cand {
         GemmKernel k;
         int bm, bn, per_sm;
@@ -261,8 +258,6 @@ inline void gemm(const GemmArgs& a, void* ws, size_t ws_bytes, cudaStream_t s) {
     GemmPlan pl = plan_gemm(a, vec);
     if (pl.kernel == GemmKernel::cublas) return launch_cublas(a, s);
     if (pl.kernel == GemmKernel::ffma_f32) return launch_ffma(a, s);
-    if (pl.kernel == GemmKernel::skinny_k)
-        return a.dtype == DType::bf16 ? launch_skinny_k<__nv_bfloat16>(a, s) : launch_skinny_k<__half>(a, s);
     if (pl.splits > 1 && (!ws || ws_bytes < size_t(pl.splits) * size_t(a.batch * a.M * a.N) * sizeof(float)))
         pl.splits = 1;
     float* part = static_cast<float*>(ws);
