@@ -97,6 +97,13 @@ double CostModel::node_seconds(const Graph& g, const Node& n) const {
     return rate_seconds(g, n) * op_scale_of(size_t(n.op)) * step_scale;
 }
 
+double graph_flops(const Graph& g) {
+    double f = 0;
+    for (const Node& n : g.nodes)
+        if (launches(n)) f += node_cost(g, n).flops;
+    return f;
+}
+
 double CostModel::graph_seconds(const Graph& g) const {
     double s = 0;
     for (const Node& n : g.nodes) s += node_seconds(g, n);

@@ -38,6 +38,10 @@ struct CostModel {
     std::string code() const;
 };
 
+// The floating-point operations of g's launching nodes as their ops' cost rules count them (a
+// GEMM's 2MNK, attention's 4·B·H·L·S·d forward, ...): what an MFU figure divides by.
+double graph_flops(const Graph& g);
+
 // Fits a CostModel to measured node times of graph g (ms per run, one per node, as
 // Runtime::profiled_ms(i) / profiled_runs() gives them), per node t = s_op * (max(f / F, b / B) + L),
 // alternating two steps until the op scales settle:
