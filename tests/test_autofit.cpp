@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "ggml-lite/core/autofit.h"
+#include "ggml-lite/core/cost_model.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/recompute_budget.h"
 #include "ggml-lite/core/runtime.h"
@@ -243,6 +244,20 @@ TEST_CASE("auto-fit: the SD1.5 step at 512x512, effective batch 8, on 8 and 5 Gi
     CHECK_THROWS_WITH_AS(train::auto_fit_step(r), doctest::Contains("no configuration fits"), gl::Error);
     r.micro_batches = {3};
     CHECK_THROWS_AS(train::auto_fit_step(r), gl::Error);
+}
+
+TEST_CASE("graph_flops: a GEMM's 2MNK, views nothing, elementwise ops their element count at most") {
+    Graph g;
+    const ValueId a = g.input("a", DType::f32, Shape{3, 5, 7});
+    const ValueId w = g.input("w", DType::f32, Shape{11, 7});
+    const ValueId y = linear(g, a, w);  // [3, 5, 11]: 2 * 15 * 11 * 7 FLOPs
+    g.mark_output(reshape(g, y, Shape{15, 11}));
+    const double f = graph_flops(g);
+    CHECK(f >= 2.0 * 15 * 11 * 7);
+    CHECK(f <= 2.0 * 15 * 11 * 7 + 15 * 11);
+    Graph e;
+    e.mark_output(reshape(e, e.input("x", DType::f32, Shape{4, 4}), Shape{16}));
+    CHECK(graph_flops(e) == 0.0);
 }
 
 TEST_CASE("cost model: a fit to node times recovers the constants they were made with") {
