@@ -19,6 +19,7 @@
 #include "ggml-lite/dist/local.h"
 #include "ggml-lite/dist/nccl.h"
 #include "ggml-lite/dist/rendezvous.h"
+#include "ggml-lite/dist/shard.h"
 #include "ggml-lite/dist/tcp.h"
 #include "ggml-lite/ops/builder.h"
 #include "train/update.h"
@@ -315,4 +316,32 @@ TEST_CASE("nccl communicator: a library that is not there is a clear error, and 
     CHECK(err.find("--dist_backend tcp") != std::string::npos);
     CHECK(std::string(std::getenv("NCCL_NVLS_ENABLE")) == "0");
     ::unsetenv("GL_NCCL_LIBRARY");
+}
+
+TEST_CASE("sharding: contiguous slices of the global batch, even splits of a short one, kohya's step counts") {
+    // 2 ranks x batch 4 = the 8 images of 1 x batch 8.
+    CHECK(dist::shard_of(8, 2, 0).begin == 0);
+    CHECK(dist::shard_of(8, 2, 1).begin == 4);
+    CHECK(dist::shard_of(8, 2, 1).count == 4);
+    CHECK(dist::shard_of(8, 2, 1).share == 0.5f);
+    // A last global batch of 5 over 3 ranks: 2, 2, 1, covering [0, 5) once.
+    int64_t next = 0;
+    float shares = 0;
+    for (int r = 0; r < 3; r++) {
+        const dist::Shard s = dist::shard_of(5, 3, r);
+        CHECK(s.begin == next);
+        next += s.count;
+        shares += s.share;
+        CHECK(s.count == (r < 2 ? 2 : 1));
+    }
+    CHECK(next == 5);
+    CHECK(shares == doctest::Approx(1.0));
+    // Fewer images than ranks: the last rank joins with none and weight 0.
+    CHECK(dist::shard_of(1, 2, 1).count == 0);
+    CHECK(dist::shard_of(1, 2, 1).share == 0.0f);
+    CHECK(dist::effective_batch(4, 2, 3) == 24);
+    CHECK(dist::updates_per_epoch(17, 2, 1) == 9);
+    CHECK(dist::updates_per_epoch(17, 2, 4) == 3);
+    CHECK(dist::updates_per_epoch(16, 1, 1) == 16);
+    CHECK(error_of([] { dist::shard_of(4, 2, 2); }).find("rank 2 outside a world of 2") != std::string::npos);
 }
