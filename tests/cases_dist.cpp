@@ -5,10 +5,11 @@
 namespace gltest {
 namespace {
 
-// in[0]: the weight, then the tensors; outputs y_k = w * x_k rounded to f32.
+// in[0]: the weight, then the N tensors, then the harness' N projections; y_k = w * x_k in f32.
 std::vector<std::vector<float>> all_reduce_reference(const std::vector<std::vector<float>>& in) {
     std::vector<std::vector<float>> out;
-    for (size_t k = 1; k < in.size(); k++) {
+    const size_t n = (in.size() - 1) / 2;
+    for (size_t k = 1; k <= n; k++) {
         std::vector<float> y = in[k];
         for (float& e : y) e *= in[0][0];
         out.push_back(y);
