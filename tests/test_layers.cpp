@@ -42,9 +42,10 @@ struct Include {
 const std::vector<std::string> kRuntime = {"optim", "ggml-lite/cuda"};
 
 const std::vector<Layer> kLayers = {
-    // ggml-lite: core below ops below the CUDA backend; checkpoint files need only core.
+    // ggml-lite: core below dist below ops below the CUDA backend; checkpoint files need only core.
     {"ggml-lite/core", {}},
-    {"ggml-lite/ops", {"ggml-lite/core"}},
+    {"ggml-lite/dist", {"ggml-lite/core"}},  // communicators: the op's all_reduce sums over them
+    {"ggml-lite/ops", {"ggml-lite/dist"}},
     {"ggml-lite/cuda", {"ggml-lite/ops"}},
     {"ggml-lite/io", {"ggml-lite/core"}},
     {"optim", {"ggml-lite/ops", "ggml-lite/io"}},

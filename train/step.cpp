@@ -147,7 +147,7 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     for (auto& [key, grp] : by_key) groups.push_back(std::move(grp));
     GL_CHECK(!groups.empty(), "step: the LoRA targets no module of the model (nothing to train)");
     s->update = std::make_unique<Update>(g, std::move(groups), opt.optimizer, opt.max_grad_norm, opt.grad_accum,
-                                         s->loss_scale, s->loss);
+                                         s->loss_scale, s->loss, opt.data_parallel);
     return s;
 }
 

@@ -70,6 +70,9 @@ struct StepOptions {
     bool masked_loss = false;         // a per-pixel loss_mask input (--masked_loss, alpha_mask)
     bool sample_weights = false;      // a per-sample weight input (kohya's loss_weights: --prior_loss_weight)
     int grad_accum = 1;
+    // Several ranks: the gradients are all-reduced (weighted by each rank's share of the global
+    // batch) inside the step before the gradient statistics and the update (train/update.h).
+    bool data_parallel = false;
     float unet_lr = 1e-4f, text_encoder_lr = 5e-5f;
     optim::OptimizerConfig optimizer;  // AdamW (torch defaults) unless set, e.g. by optim::parse_optimizer
     float max_grad_norm = 1.0f;        // kohya's default; <= 0: no clipping

@@ -12,39 +12,61 @@ namespace train {
 using gl::ValueId;
 
 Update::Update(gl::Graph& g, std::vector<ParamGroup> groups, const optim::OptimizerConfig& cfg, float max_grad_norm,
-               int accum, ValueId loss_scale, ValueId loss)
+               int accum, ValueId loss_scale, ValueId loss, bool reduce)
     : groups_(std::move(groups)), opt_(cfg), accum_(accum) {
     GL_CHECK(accum_ >= 1, "update: gradient accumulation steps must be >= 1, got ", accum_);
     GL_CHECK(!groups_.empty(), "update: no parameter groups");
     if (accum_ > 1) ctl_ = g.input("train.accum_ctl", gl::DType::f32, {2});
-    for (ParamGroup& grp : groups_) {
+    std::vector<std::vector<ValueId>> reads(groups_.size());  // what the optimizer reads as each gradient
+    for (size_t gi = 0; gi < groups_.size(); gi++) {
+        ParamGroup& grp = groups_[gi];
         GL_CHECK(grp.params.size() == grp.grads.size() && !grp.params.empty(), "update: group ", grp.name,
                  " needs one gradient per parameter and at least one parameter");
-        std::vector<ValueId> read;  // what the optimizer reads as each parameter's gradient
         for (size_t i = 0; i < grp.params.size(); i++) {
             const ValueId p = grp.params[i], gr = grp.grads[i];
             GL_CHECK(gr != gl::kNoValue, "update: ", g.describe(p), " has no gradient (is it reached from the loss?)");
             if (accum_ == 1) {
-                read.push_back(gr);
+                reads[gi].push_back(gr);
                 continue;
             }
             ValueId acc = g.state("train." + g.v(p).name + ".grad_accum", gl::DType::f32, g.shape(p));
             accum_values_.push_back(acc);
             gl::accumulate(g, acc, gr, ctl_);
-            read.push_back(acc);
+            reads[gi].push_back(acc);
         }
-        opt_.add_group(g, grp.name, grp.params, read, grp.lr, -1.0f, grp.torch_shapes);
     }
     skip_ = g.input("train.skip", gl::DType::f32, {1});
     probe_param_ = g.param("train.skip_probe", gl::DType::f32, {1});
     ValueId probe = gl::add(g, gl::reshape(g, gl::scale(g, gl::cast(g, loss, gl::DType::f32), 0.0f), {1}), skip_);
+    if (reduce) {
+        share_ = g.input("train.dist_share", gl::DType::f32, {1});
+        std::vector<ValueId> all;
+        for (const auto& r : reads) all.insert(all.end(), r.begin(), r.end());
+        all.push_back(probe);
+        const std::vector<ValueId> summed = gl::all_reduce(g, all, share_);
+        size_t at = 0;
+        for (auto& r : reads)
+            for (ValueId& v : r) v = summed[at++];
+        probe = summed[at];
+    }
+    for (size_t gi = 0; gi < groups_.size(); gi++) {
+        const ParamGroup& grp = groups_[gi];
+        opt_.add_group(g, grp.name, grp.params, reads[gi], grp.lr, -1.0f, grp.torch_shapes);
+    }
     opt_.add_group(g, "train.skip_probe", {probe_param_}, {probe}, 0.0, 0.0f);
     opt_.finish(g, loss_scale, max_grad_norm);
+}
+
+void Update::set_share(gl::Runtime& rt, float share) {
+    GL_CHECK(share_ != gl::kNoValue, "update: set_share on a step built without data parallelism");
+    GL_CHECK(std::isfinite(share) && share >= 0.0f && share <= 1.0f, "update: share ", share, " outside [0, 1]");
+    rt.write_f32(share_, {share});
 }
 
 void Update::init_state(gl::Runtime& rt) {
     const gl::Graph& g = rt.plan().graph;
     rt.write_f32(probe_param_, {0.0f});
+    if (share_ != gl::kNoValue) rt.write_f32(share_, {1.0f});
     for (ValueId a : accum_values_) rt.write_f32(a, std::vector<float>(size_t(g.v(a).numel()), 0.0f));
     opt_.init_state(rt);
 }

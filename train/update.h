@@ -8,7 +8,12 @@
 //   probe = 0 * loss + skip, where skip f32 [1] is written per run: 0 on a final micro-step, NaN on
 //   the others. A NaN/inf loss or a host skip makes the step's statistics non-finite, and every
 //   update op then changes nothing (parameters and state bit-identical). The probe belongs to a
-//   one-element parameter ("train.skip_probe") in a group of its own at lr 0, which no op moves.
+//   one-element parameter ("train.skip_probe") in a group of its own at lr 0, which no op moves;
+// - data parallelism (reduce = true): the gradients the optimizer reads (the accumulators with
+//   accum > 1) and the probe go through one gl::all_reduce, weighted by the f32 [1] input
+//   "train.dist_share" (this rank's share of the global batch, set_share), before the gradient
+//   statistics and the update: every rank reads the global batch's mean gradient and applies the
+//   same update, and a NaN / skip on any rank skips the step on all.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -40,7 +45,7 @@ public:
     // multiplied by; loss: the unscaled scalar loss (the probe watches it); max_grad_norm <= 0:
     // no clipping.
     Update(gl::Graph& g, std::vector<ParamGroup> groups, const optim::OptimizerConfig& cfg, float max_grad_norm,
-           int accum, gl::ValueId loss_scale, gl::ValueId loss);
+           int accum, gl::ValueId loss_scale, gl::ValueId loss, bool reduce = false);
 
     // Zeroes the optimizer state and the accumulators (write the parameters first: Prodigy copies them).
     void init_state(gl::Runtime& rt);
@@ -49,6 +54,10 @@ public:
     // update applies after this micro-step although fewer than `accum` ran (the end of an epoch,
     // as accelerate does: the accumulated gradients keep their 1/accum weights).
     void prepare(gl::Runtime& rt, int micro, double lr_factor = 1.0, bool skip = false, bool last = false);
+    // Data parallelism: this rank's weight in the reduction (its images / the global batch's;
+    // 1 / world size for even slices). Kept until changed; init_state writes 1.
+    void set_share(gl::Runtime& rt, float share);
+    bool reduces() const { return share_ != gl::kNoValue; }
     // After every run: reads the statistics; `apply` says whether the run was prepared to apply
     // (final micro-step, not skipped).
     UpdateReport finish_run(gl::Runtime& rt, bool apply);
@@ -64,7 +73,7 @@ private:
     optim::Optimizer opt_;
     int accum_ = 1;
     std::vector<gl::ValueId> accum_values_;
-    gl::ValueId ctl_ = gl::kNoValue, skip_ = gl::kNoValue, probe_param_ = gl::kNoValue;
+    gl::ValueId ctl_ = gl::kNoValue, skip_ = gl::kNoValue, probe_param_ = gl::kNoValue, share_ = gl::kNoValue;
 };
 
 }  // namespace train

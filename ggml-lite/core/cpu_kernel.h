@@ -8,11 +8,15 @@
 #include "ggml-lite/core/tensor_ref.h"
 
 namespace gl {
+namespace dist {
+class Communicator;
+}
 
 struct CpuCtx {
     explicit CpuCtx(const Node& n) : node(n) {}
     const Node& node;
     std::vector<TensorRef> in, out;
+    dist::Communicator* comm = nullptr;  // the runtime's (Runtime::set_communicator)
 
     const Params& p() const { return node.p; }
     const Shape& in_shape(int i) const { return in[size_t(i)].shape(); }

@@ -170,6 +170,7 @@ public:
             if (def.flags & kOpView) continue;
             const auto t0 = std::chrono::steady_clock::now();
             CpuCtx ctx(n);
+            ctx.comm = comm_;
             for (ValueId x : n.in) ctx.in.push_back(ref(x));
             for (ValueId y : n.out) ctx.out.push_back(ref(y));
             GL_CHECK(def.cpu, "cpu runtime: op ", def.name, " has no CPU kernel");

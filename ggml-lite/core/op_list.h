@@ -77,4 +77,6 @@
     X(dadapt_adam_step, optim_dadapt)   \
     X(dadapt_lion_step, optim_dadapt)   \
     X(schedulefree_step, optim_schedulefree) \
-    X(schedulefree_advance, optim_schedulefree)
+    X(schedulefree_advance, optim_schedulefree) \
+    /* data parallelism */              \
+    X(all_reduce, dist)

@@ -14,6 +14,9 @@
 namespace gl {
 
 class SharedMemory;
+namespace dist {
+class Communicator;
+}
 
 class Runtime {
 public:
@@ -42,6 +45,11 @@ public:
     // What the backend holds: the plan's arenas plus backend extras (workspace, context).
     virtual std::string memory_report() const { return plan_.report(); }
 
+    // The communicator the plan's all_reduce nodes sum over (ggml-lite/dist/communicator.h; not
+    // owned, it must outlive the runtime's runs). None: the runtime is a world of one.
+    void set_communicator(dist::Communicator* c) { comm_ = c; }
+    dist::Communicator* communicator() const { return comm_; }
+
     void write_f32(ValueId v, const std::vector<float>& x);
     std::vector<float> read_f32(ValueId v) const;
 
@@ -69,6 +77,7 @@ protected:
     Runtime(Plan plan, std::shared_ptr<SharedMemory> shared);
     Plan plan_;
     std::shared_ptr<SharedMemory> shared_;
+    dist::Communicator* comm_ = nullptr;
 
 private:
     bool profiling_ = false;

@@ -16,6 +16,9 @@
 #include "ggml-lite/cuda/primitives.cuh"
 
 namespace gl {
+namespace dist {
+class Communicator;
+}
 
 struct CudaCtx {
     CudaCtx(const Node& n, cudaStream_t s) : node(n), stream(s) {}
@@ -24,6 +27,7 @@ struct CudaCtx {
     std::vector<TensorRef> in, out;  // data: device storage of the base value; layout.offset applies
     char* workspace = nullptr;       // this node's scratch (CudaKernel::workspace bytes)
     size_t workspace_bytes = 0;
+    dist::Communicator* comm = nullptr;  // the runtime's (Runtime::set_communicator)
 
     const Params& p() const { return node.p; }
     const Shape& in_shape(int i) const { return in[size_t(i)].shape(); }

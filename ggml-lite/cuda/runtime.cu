@@ -393,6 +393,7 @@ private:
                 timed_[i] = true;
             }
             CudaCtx ctx(n, stream_);
+            ctx.comm = comm_;
             char* scratch = static_cast<char*>(workspace_);
             for (ValueId x : n.in) {
                 TensorRef t = ref(x);

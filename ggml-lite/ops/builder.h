@@ -168,6 +168,13 @@ void adamw_step(Graph& g, const std::vector<ValueId>& params, const std::vector<
 // max_norm <= 0: no clipping. Deterministic (fixed-order double sums on every backend).
 ValueId grad_stats(Graph& g, const std::vector<ValueId>& grads, ValueId loss_scale, float max_norm);
 
+// ---- data parallelism (ops/dist.cpp) ----
+// y_k = the sum over the ranks of the runtime's communicator (Runtime::set_communicator) of
+// weight * x_k, for f32 tensors x_k and an f32 [1] weight (each rank's share of the global batch:
+// the sum is then the global batch's mean gradient). One node for every tensor (one collective).
+// No communicator: a world of one, y_k = weight * x_k. No gradient.
+std::vector<ValueId> all_reduce(Graph& g, const std::vector<ValueId>& xs, ValueId weight);
+
 // (ops/optim_lion.cpp) Lion (Chen et al. 2023, as lion-pytorch): c = b1*m + (1-b1)*g;
 // p = p*(1 - lr*wd) - lr*sign(c); m = b2*m + (1-b2)*g. hyper: lr, beta1, beta2, weight_decay,
 // grad_scale (eps and step unused). sign(0) = 0; a NaN gradient gives a NaN moment (use gstat).
