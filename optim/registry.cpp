@@ -41,7 +41,6 @@ constexpr Refused kRefused[] = {
                     "yet (DAdaptAdam is)"},
     {"DAdaptAdamPreprint", "not implemented here yet (DAdaptAdam is)"},
     {"DAdaptAdanIP", kNotYet},
-    {"RAdamScheduleFree", "not implemented here yet (AdamWScheduleFree and SGDScheduleFree are)"},
     {"AdEMAMix8bit", kNotYet},
     {"PagedAdEMAMix8bit", kNotYet},
 };

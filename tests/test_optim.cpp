@@ -189,7 +189,8 @@ TEST_CASE("optimizers follow the PyTorch trajectories (60 steps, two groups, wei
         {"dadapt_adam_coupled", 5e-4}, {"adamw_schedulefree", 2e-5}, {"adamw_schedulefree_options", 2e-5},
         {"sgd_schedulefree", 2e-5}, {"sgd_schedulefree_options", 2e-5}, {"dadapt_lion", 2e-5},
         {"dadapt_lion_options", 2e-5}, {"dadapt_sgd", 2e-5}, {"dadapt_sgd_options", 6e-5}, {"dadapt_adagrad", 2e-5},
-        {"dadapt_adagrad_options", 2e-5}, {"dadapt_adan", 2e-4}, {"dadapt_adan_options", 2e-5}};
+        {"dadapt_adagrad_options", 2e-5}, {"dadapt_adan", 2e-4}, {"dadapt_adan_options", 2e-5},
+        {"radam_schedulefree", 2e-5}, {"radam_schedulefree_options", 2e-5}};
     for (auto [name, tol] : cases) {
         SUBCASE(name) { run_golden(name, tol); }
     }
@@ -199,7 +200,8 @@ namespace {
 
 const char* const kAllKinds[] = {"AdamW", "AdamW8bit", "Lion", "Adafactor", "Prodigy", "SGDNesterov", "DAdaptAdam",
                                  "AdamWScheduleFree", "SGDScheduleFree", "DAdaptLion",
-                                 "PagedAdamW", "DAdaptSGD", "DAdaptAdaGrad", "DAdaptAdan"};
+                                 "PagedAdamW", "DAdaptSGD", "DAdaptAdaGrad", "DAdaptAdan",
+                                 "RAdamScheduleFree"};
 constexpr int64_t kBig = 5000;  // over kAdam8bitMinElements: 8-bit state, several reduction blocks
 
 // A net of every golden param plus "big", initialised deterministically.

@@ -40,6 +40,9 @@ TEST_CASE("parse_optimizer: kohya's names and optimizer_args, unknown ones refus
           std::string::npos);
     CHECK(optim::parse_optimizer("dadaptsgd", {"momentum=0.5"}).beta1 == 0.5f);
     CHECK(optim::parse_optimizer("DAdaptAdaGrad", {}).eps == 1e-6f);
+    CHECK(optim::parse_optimizer("radamschedulefree", {}).flag("silent_sgd_phase"));
+    CHECK(error_of([] { optim::parse_optimizer("RAdamScheduleFree", {"warmup_steps=10"}); }).find("warmup_steps") !=
+          std::string::npos);  // RAdamScheduleFree takes none
     CHECK(error_of([] { optim::parse_optimizer("AdamW", {"betas=0.9"}); }).find("betas") != std::string::npos);
     CHECK(error_of([] { optim::parse_optimizer("AdamW", {"betas=0.9,1.5"}); }).find("betas") != std::string::npos);
     CHECK(error_of([] { optim::parse_optimizer("Lion", {"weight_decay=abc"}); }).find("weight_decay") != std::string::npos);
@@ -59,7 +62,8 @@ TEST_CASE("optimizer registry: kohya's names in any case and the Python class pa
     CHECK(names == std::set<std::string>{"AdamW", "AdamW8bit", "Lion", "Adafactor", "Prodigy", "DAdaptAdam",
                                          "SGDNesterov", "PagedAdamW8bit", "PagedAdamW", "PagedAdamW32bit",
                                          "AdamWScheduleFree", "SGDScheduleFree", "DAdaptLion", "Lion8bit",
-                                         "PagedLion8bit", "DAdaptSGD", "DAdaptAdaGrad", "DAdaptAdan"});
+                                         "PagedLion8bit", "DAdaptSGD", "DAdaptAdaGrad", "DAdaptAdan",
+                                         "RAdamScheduleFree"});
     const std::pair<const char*, const char*> accepted[] = {
         {"adamw", "AdamW"},
         {" ADAMW8BIT ", "AdamW8bit"},
@@ -95,7 +99,7 @@ TEST_CASE("optimizer registry: kohya's names in any case and the Python class pa
         CHECK_MESSAGE(e.find("AdamW8bit (bitsandbytes.optim.AdamW8bit)") != std::string::npos, e);
     }
     // kohya's names not implemented here: refused with the reason, in any case.
-    for (const char* type : {"sgdnesterov8bit", "AdEMAMix8bit", "RAdamScheduleFree", "DAdaptAdanIP", "dadaptation"}) {
+    for (const char* type : {"sgdnesterov8bit", "AdEMAMix8bit", "PagedAdEMAMix8bit", "DAdaptAdanIP", "dadaptation"}) {
         const std::string e = error_of([&] { optim::parse_optimizer(type, {}); });
         CHECK_MESSAGE(e.find(std::string("'") + type + "' is not supported: ") != std::string::npos, e);
     }

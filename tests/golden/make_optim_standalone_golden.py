@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Golden trajectories for tests/test_optim.cpp of dadaptation's DAdaptSGD, DAdaptAdaGrad and DAdaptAdan,
-on make_optim_golden.py's problem (read from tests/golden/data/optim/problem.safetensors, not rewritten):
+"""Golden trajectories for tests/test_optim.cpp of dadaptation's DAdaptSGD, DAdaptAdaGrad and DAdaptAdan
+and schedulefree's RAdamScheduleFree, on make_optim_golden.py's problem (read from tests/golden/data/optim/problem.safetensors, not rewritten):
 two groups "unet" = {w, conv} and "te" = {b}, the gradient at step k g = (p - target) * 0.5 + noise[k] in
 f32, clipping by clip_grad_norm_ over every param before the step, 60 steps.
 
@@ -8,10 +8,12 @@ Every step here is elementwise apart from sums over all elements, so the params 
 the problem file stores them in (conv as ggml-lite's [Cout, kh, kw, Cin]); no layout change is needed.
 Writes tests/golden/data/optim/<case>.safetensors in make_optim_golden.py's format (traj.* [60, ...],
 d [60]: the d estimate after each step; metadata optimizer_type, optimizer_args, lr_unet, lr_te,
-lr_scheduler, warmup, max_grad_norm).
+lr_scheduler, warmup, max_grad_norm). RAdamScheduleFree's cases have no d but eval.* [60, ...], the
+weights optimizer.eval() would set after each step (lerp(y, z, 1 - 1/beta1), out of place), as
+make_optim_schedulefree_golden.py writes them.
 
-Needs only torch and dadaptation (no numpy or safetensors: the files are read and written here):
-  <golden python> tests/golden/make_optim_dadapt_golden.py
+Needs only torch, dadaptation and schedulefree (no numpy or safetensors: files are read and written here):
+  <golden python> tests/golden/make_optim_standalone_golden.py
 Deterministic (CPU).
 """
 import json
@@ -20,6 +22,7 @@ import struct
 
 import torch
 from dadaptation import DAdaptAdaGrad, DAdaptAdan, DAdaptSGD
+from schedulefree import RAdamScheduleFree
 
 OUT = pathlib.Path(__file__).resolve().parent / "data" / "optim"
 STEPS = 60
@@ -71,7 +74,10 @@ def run(prob, factory, lr_unet, lr_te, scheduler, warmup, max_norm):
         sched = torch.optim.lr_scheduler.LambdaLR(opt, linear_with_warmup(warmup))
     else:
         assert scheduler == "constant" and warmup == 0
-    traj, ds = {n: [] for n in NAMES}, []
+    schedule_free = isinstance(opt, RAdamScheduleFree)
+    if schedule_free:
+        opt.train()
+    traj, ds, ev = {n: [] for n in NAMES}, [], {n: [] for n in NAMES}
     for k in range(STEPS):
         for n, p in params.items():
             p.grad = (p.detach() - prob["target." + n]) * 0.5 + prob["noise." + n][k]
@@ -82,9 +88,15 @@ def run(prob, factory, lr_unet, lr_te, scheduler, warmup, max_norm):
             sched.step()
         for n, p in params.items():
             traj[n].append(p.detach().clone())
-        ds.append(float(opt.param_groups[0]["d"]))
+            if schedule_free:
+                ev[n].append(torch.lerp(p.detach(), opt.state[p]["z"], 1 - 1 / opt.param_groups[0]["betas"][0]))
+        if not schedule_free:
+            ds.append(float(opt.param_groups[0]["d"]))
     out = {"traj." + n: torch.stack(v) for n, v in traj.items()}
-    out["d"] = torch.tensor(ds, dtype=torch.float32)
+    if schedule_free:
+        out.update({"eval." + n: torch.stack(v) for n, v in ev.items()})
+    else:
+        out["d"] = torch.tensor(ds, dtype=torch.float32)
     return out
 
 
@@ -103,6 +115,12 @@ CASES = [
      lambda gr: DAdaptAdan(gr, betas=(0.9, 0.9, 0.95), weight_decay=0.05, no_prox=True, growth_rate=1.1, eps=1e-6,
                            d0=1e-4),
      1.0, 1.0, "linear", 0, 1.0),
+    ("radam_schedulefree", "RAdamScheduleFree", ["weight_decay=0.01"],
+     lambda gr: RAdamScheduleFree(gr, weight_decay=0.01), 1e-2, 5e-3, "constant", 0, 1.0),
+    ("radam_schedulefree_options", "RAdamScheduleFree",
+     ["betas=(0.95, 0.99)", "eps=1e-6", "r=0.5", "weight_lr_power=1.0", "silent_sgd_phase=False"],
+     lambda gr: RAdamScheduleFree(gr, betas=(0.95, 0.99), eps=1e-6, r=0.5, weight_lr_power=1.0,
+                                  silent_sgd_phase=False), 2e-2, 1e-2, "constant", 0, 0.0),
 ]
 
 
@@ -113,7 +131,8 @@ def main():
         meta = {"optimizer_type": otype, "optimizer_args": ";".join(args), "lr_unet": repr(lr_unet),
                 "lr_te": repr(lr_te), "lr_scheduler": scheduler, "warmup": str(warmup), "max_grad_norm": repr(max_norm)}
         save(tensors, str(OUT / (name + ".safetensors")), meta)
-        print(name, "d after 1, 10, 60 steps:", tensors["d"][0].item(), tensors["d"][9].item(), tensors["d"][-1].item())
+        print(name, "d after 1, 10, 60 steps:", *(tensors["d"][i].item() for i in (0, 9, -1))) if "d" in tensors else \
+            print(name, "moved", max((tensors["traj." + n][-1] - prob["init." + n]).abs().max().item() for n in NAMES))
 
 
 if __name__ == "__main__":
