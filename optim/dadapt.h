@@ -1,5 +1,6 @@
-// What the D-Adaptation descriptors share (optim/optimizers/dadapt_adam.cpp defines it): the group
-// whose lr leads the shared d estimate, checked as dadaptation checks it, and the shared state.
+// What the D-Adaptation descriptors share (optim/optimizers/dadapt_adam.cpp defines the first three,
+// dadapt_sgd.cpp the rest): the group whose lr leads the shared d estimate, checked as dadaptation
+// checks it, the shared state, and the arguments every one of them takes.
 #pragma once
 #include "optim/descriptor.h"
 
@@ -11,5 +12,20 @@ size_t dadapt_lead_group(const UpdateBuilder& b, const char* optimizer);
 // dstate (shared, DAdaptSlot order, d = d0 at first) and the per-step scratch acc (two floats per param).
 gl::ValueId dadapt_state(UpdateBuilder& b, double d0);
 gl::ValueId dadapt_acc(UpdateBuilder& b);
+
+// DAdaptSGD / AdaGrad / Adan (ops/optim_dadapt_more.h): dadapt.state (shared, DSumSlot order, d = d0
+// at first; the running scalars as f32 pairs) and the scratch dadapt.acc (kDsAccWidth floats per param).
+gl::ValueId dadapt_sum_state(UpdateBuilder& b, double d0);
+gl::ValueId dadapt_sum_acc(UpdateBuilder& b);
+
+// growth_rate: >= 1 (inf: unbounded).
+const char* check_growth_rate(const ArgValue& v);
+// The arguments dadaptation's logging and FSDP take, which change nothing here.
+inline ArgDef dadapt_log_every_arg() {
+    return {"log_every", ArgType::number, "0", nullptr, {}, "dadaptation's logging of d; ignored"};
+}
+inline ArgDef dadapt_fsdp_arg() {
+    return {"fsdp_in_use", ArgType::flag, "False", nullptr, {}, "one process here: nothing to reduce across"};
+}
 
 }  // namespace optim

@@ -64,17 +64,22 @@ ArgValue parse_value(const std::string& key, const std::string& value, ArgType t
             r.n = 1;
             r.x[0] = parse_number(key, value, v);
             return r;
-        case ArgType::pair: {
+        case ArgType::pair:
+        case ArgType::triple: {
             std::string inner = v;
             if (inner.size() >= 2 &&
                 ((inner.front() == '(' && inner.back() == ')') || (inner.front() == '[' && inner.back() == ']')))
                 inner = inner.substr(1, inner.size() - 2);
-            const size_t comma = inner.find(',');
-            if (comma == std::string::npos || inner.find(',', comma + 1) != std::string::npos)
-                bad(key, value, "expected two numbers: a,b");
-            r.n = 2;
-            r.x[0] = parse_number(key, value, inner.substr(0, comma));
-            r.x[1] = parse_number(key, value, inner.substr(comma + 1));
+            const int want = type == ArgType::triple ? 3 : 2;
+            size_t start = 0;
+            for (int k = 0; k < want; k++) {
+                const size_t comma = inner.find(',', start);
+                if ((comma == std::string::npos) != (k == want - 1))
+                    bad(key, value, want == 3 ? "expected three numbers: a,b,c" : "expected two numbers: a,b");
+                r.x[k] = parse_number(key, value, inner.substr(start, comma == std::string::npos ? comma : comma - start));
+                start = comma + 1;
+            }
+            r.n = want;
             return r;
         }
     }
@@ -158,6 +163,10 @@ bool OptimizerConfig::is_none(const std::string& arg) const {
 std::pair<double, double> OptimizerConfig::pair(const std::string& arg) const {
     const ArgValue& v = value(arg, ArgType::pair, ArgType::pair);
     return {v.x[0], v.x[1]};
+}
+double OptimizerConfig::triple(const std::string& arg, int i) const {
+    GL_CHECK(i >= 0 && i < 3, "optimizer ", def->name, ": argument '", arg, "' has no number ", i);
+    return value(arg, ArgType::triple, ArgType::triple).x[i];
 }
 
 OptimizerConfig parse_optimizer(const std::string& type, const std::vector<std::string>& args) {

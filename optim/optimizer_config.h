@@ -22,6 +22,7 @@ enum class ArgType {
     flag,            // True / False (any case)
     number_or_none,  // a number or None
     pair,            // two numbers: 0.9,0.99  (0.9, 0.99)  [0.9, 0.99]
+    triple,          // three numbers, as pair: 0.98,0.92,0.99 (DAdaptAdan's betas)
     flag_or_none,    // True / False or None (torch's foreach)
 };
 
@@ -29,7 +30,7 @@ enum class ArgType {
 struct ArgValue {
     bool none = false;
     int n = 0;
-    double x[2] = {0.0, 0.0};
+    double x[3] = {0.0, 0.0, 0.0};
 };
 
 // One optimizer's settings: its descriptor, the constant slots of the per-step hyper tensor that every
@@ -55,6 +56,7 @@ struct OptimizerConfig {
     bool flag(const std::string& arg) const;
     bool is_none(const std::string& arg) const;
     std::pair<double, double> pair(const std::string& arg) const;
+    double triple(const std::string& arg, int i) const;  // number i (0, 1, 2) of a triple
 
 private:
     const ArgValue& value(const std::string& arg, ArgType a, ArgType b) const;

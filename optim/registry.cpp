@@ -40,11 +40,7 @@ constexpr Refused kRefused[] = {
     {"DAdaptation", "kohya runs dadaptation.experimental.DAdaptAdamPreprint for it, which is not implemented here "
                     "yet (DAdaptAdam is)"},
     {"DAdaptAdamPreprint", "not implemented here yet (DAdaptAdam is)"},
-    {"DAdaptAdaGrad", kNotYet},
-    {"DAdaptAdan", kNotYet},
     {"DAdaptAdanIP", kNotYet},
-    {"DAdaptSGD", kNotYet},
-    {"RAdamScheduleFree", "not implemented here yet (AdamWScheduleFree and SGDScheduleFree are)"},
     {"AdEMAMix8bit", kNotYet},
     {"PagedAdEMAMix8bit", kNotYet},
 };

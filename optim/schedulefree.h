@@ -8,7 +8,9 @@
 
 namespace optim {
 
-void append_schedulefree(UpdateBuilder& b, bool adam);
+enum class SfKind { sgd, adamw, radam };
+// RAdam: as AdamW, its args silent_sgd_phase (read from the config) and no warmup_steps.
+void append_schedulefree(UpdateBuilder& b, SfKind kind);
 
 // schedulefree's checks: warmup_steps >= 0; the momentum (beta1) in (0, 1), as its eval weight
 // 1 - 1 / beta1 needs it.

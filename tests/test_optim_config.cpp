@@ -28,7 +28,21 @@ TEST_CASE("parse_optimizer: kohya's names and optimizer_args, unknown ones refus
     CHECK((pd.number("d_coef") == 2.0 && pd.beta2 == 0.99f && std::isinf(pd.number("growth_rate"))));
     CHECK((pd.is_none("beta3") && pd.flag("use_bias_correction") && pd.weight_decay == 0.0f));
     CHECK(error_of([] { optim::parse_optimizer("AdamW", {"momentum=0.9"}); }).find("'momentum'") != std::string::npos);
-    CHECK(error_of([] { optim::parse_optimizer("DAdaptSGD", {}); }).find("DAdaptSGD") != std::string::npos);
+    CHECK(error_of([] { optim::parse_optimizer("DAdaptAdanIP", {}); }).find("DAdaptAdanIP") != std::string::npos);
+    // DAdaptAdan's betas are three numbers, DAdaptSGD's momentum feeds the hyper's first slot.
+    auto an = optim::parse_optimizer("DAdaptAdan", {"betas=(0.9, 0.9, 0.95)", "no_prox=True"});
+    CHECK((an.beta1 == 0.9f && an.beta2 == 0.9f && an.triple("betas", 2) == 0.95 && an.flag("no_prox")));
+    CHECK(optim::parse_optimizer("DAdaptAdan", {}).triple("betas", 2) == 0.99);
+    CHECK(optim::parse_optimizer("DAdaptAdan", {}).weight_decay == 0.02f);
+    CHECK(error_of([] { optim::parse_optimizer("DAdaptAdan", {"betas=0.9,0.9"}); }).find("three numbers") !=
+          std::string::npos);
+    CHECK(error_of([] { optim::parse_optimizer("DAdaptAdan", {"betas=0.9,0.9,1.0"}); }).find("betas") !=
+          std::string::npos);
+    CHECK(optim::parse_optimizer("dadaptsgd", {"momentum=0.5"}).beta1 == 0.5f);
+    CHECK(optim::parse_optimizer("DAdaptAdaGrad", {}).eps == 1e-6f);
+    CHECK(optim::parse_optimizer("radamschedulefree", {}).flag("silent_sgd_phase"));
+    CHECK(error_of([] { optim::parse_optimizer("RAdamScheduleFree", {"warmup_steps=10"}); }).find("warmup_steps") !=
+          std::string::npos);  // RAdamScheduleFree takes none
     CHECK(error_of([] { optim::parse_optimizer("AdamW", {"betas=0.9"}); }).find("betas") != std::string::npos);
     CHECK(error_of([] { optim::parse_optimizer("AdamW", {"betas=0.9,1.5"}); }).find("betas") != std::string::npos);
     CHECK(error_of([] { optim::parse_optimizer("Lion", {"weight_decay=abc"}); }).find("weight_decay") != std::string::npos);
@@ -48,7 +62,8 @@ TEST_CASE("optimizer registry: kohya's names in any case and the Python class pa
     CHECK(names == std::set<std::string>{"AdamW", "AdamW8bit", "Lion", "Adafactor", "Prodigy", "DAdaptAdam",
                                          "SGDNesterov", "PagedAdamW8bit", "PagedAdamW", "PagedAdamW32bit",
                                          "AdamWScheduleFree", "SGDScheduleFree", "DAdaptLion", "Lion8bit",
-                                         "PagedLion8bit"});
+                                         "PagedLion8bit", "DAdaptSGD", "DAdaptAdaGrad", "DAdaptAdan",
+                                         "RAdamScheduleFree"});
     const std::pair<const char*, const char*> accepted[] = {
         {"adamw", "AdamW"},
         {" ADAMW8BIT ", "AdamW8bit"},
@@ -84,7 +99,7 @@ TEST_CASE("optimizer registry: kohya's names in any case and the Python class pa
         CHECK_MESSAGE(e.find("AdamW8bit (bitsandbytes.optim.AdamW8bit)") != std::string::npos, e);
     }
     // kohya's names not implemented here: refused with the reason, in any case.
-    for (const char* type : {"sgdnesterov8bit", "AdEMAMix8bit", "RAdamScheduleFree", "DAdaptSGD", "dadaptation"}) {
+    for (const char* type : {"sgdnesterov8bit", "AdEMAMix8bit", "PagedAdEMAMix8bit", "DAdaptAdanIP", "dadaptation"}) {
         const std::string e = error_of([&] { optim::parse_optimizer(type, {}); });
         CHECK_MESSAGE(e.find(std::string("'") + type + "' is not supported: ") != std::string::npos, e);
     }

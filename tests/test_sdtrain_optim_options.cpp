@@ -40,7 +40,9 @@ TEST_CASE("sdtrain optimizers: SGDNesterov, DAdaptAdam and the paged forms, ss_o
 
     // kohya's optimizer types not here are refused with the reason.
     CHECK(usage_error({"--optimizer_type", "SGDNesterov8bit"}).find("SGD8bit") != std::string::npos);
-    CHECK(usage_error({"--optimizer_type", "DAdaptSGD"}).find("not implemented here yet") != std::string::npos);
+    CHECK(usage_error({"--optimizer_type", "DAdaptAdanIP"}).find("not implemented here yet") != std::string::npos);
+    CHECK(train::kohya_optimizer_text(parse({"--optimizer_type", "DAdaptSGD", "--learning_rate", "1"})) ==
+          "dadaptation.dadapt_sgd.DAdaptSGD");
     CHECK(usage_error({"--optimizer_type", "DAdaptation"}).find("DAdaptAdamPreprint") != std::string::npos);
 }
 

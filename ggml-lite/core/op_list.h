@@ -76,6 +76,13 @@
     X(dadapt_adam_d, optim_dadapt)      \
     X(dadapt_adam_step, optim_dadapt)   \
     X(dadapt_lion_step, optim_dadapt)   \
+    X(dadapt_sgd_accum, optim_dadapt_more) \
+    X(dadapt_sgd_step, optim_dadapt_more) \
+    X(dadapt_adagrad_accum, optim_dadapt_more) \
+    X(dadapt_adagrad_step, optim_dadapt_more) \
+    X(dadapt_adan_accum, optim_dadapt_more) \
+    X(dadapt_adan_step, optim_dadapt_more) \
+    X(dadapt_sum_d, optim_dadapt_more) \
     X(schedulefree_step, optim_schedulefree) \
     X(schedulefree_advance, optim_schedulefree) \
     /* data parallelism */              \

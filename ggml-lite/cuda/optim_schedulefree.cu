@@ -1,4 +1,4 @@
-// Schedule-free AdamW / SGD, in place (CPU reference: ops/optim_schedulefree.cpp), f32 param / grad / z
+// Schedule-free AdamW / SGD / RAdam, in place (CPU reference: ops/optim_schedulefree.cpp), f32 param / grad / z
 // / v. The group's scalars come from sfstate and hyper on the device (ops/optim_schedulefree.h); the
 // elementwise kernel uses round-to-nearest intrinsics (no FMA contraction) so both backends agree bit
 // for bit on the same inputs. schedulefree_advance is one thread.
@@ -15,7 +15,14 @@ struct SfStepArgs {
     const float* gstat;
     int64_t n;
     float r, wlp, warmup;
+    int variant, silent;  // sf_params' i[0] (0 SGD, 1 AdamW, 2 RAdam) and i[1]
 };
+
+// The lr factor of the variant (RAdam's rectification, else 1) and whether the step divides by sqrt(v).
+__device__ double sf_factor(int variant, int silent, const float* h, bool* adaptive) {
+    *adaptive = variant == 1;
+    return variant == 2 ? radam_rect(h[kBeta2], h[kStep], silent != 0, adaptive) : 1.0;
+}
 
 __device__ __forceinline__ float lerp_rn(float start, float end, float w) {
     const float d = __fsub_rn(end, start);
@@ -25,7 +32,9 @@ __device__ __forceinline__ float lerp_rn(float start, float end, float w) {
 __global__ void sf_step_kernel(SfStepArgs a) {
     const Gate gate = load_gate(a.gstat);
     if (gate.skip) return;
-    const SfScalars s = schedulefree_scalars(a.sf, a.h, a.r, a.wlp, a.warmup);
+    bool adaptive = false;
+    const double factor = sf_factor(a.variant, a.silent, a.h, &adaptive);
+    const SfScalars s = schedulefree_scalars(a.sf, a.h, a.r, a.wlp, a.warmup, factor);
     const float b1 = a.h[kBeta1], b2 = a.h[kBeta2], eps = a.h[kEps], wd = a.h[kWeightDecay], gs = a.h[kGradScale];
     const float ckp1 = float(s.ckp1), lr = float(s.lr), ystep = float(s.lr * (double(b1) * (1.0 - s.ckp1) - 1.0));
     const float cv = float(1.0 - double(b2)), bc2 = float(1.0 - pow(double(b2), double(a.h[kStep])));
@@ -35,7 +44,7 @@ __global__ void sf_step_kernel(SfStepArgs a) {
         if (a.v) {
             const float vi = __fadd_rn(__fmul_rn(a.v[i], b2), __fmul_rn(__fmul_rn(cv, gi), gi));
             a.v[i] = vi;
-            gi = __fdiv_rn(gi, __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, bc2)), eps));
+            if (adaptive) gi = __fdiv_rn(gi, __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, bc2)), eps));
         }
         if (wd != 0.0f) gi = __fadd_rn(gi, __fmul_rn(wd, yi));
         a.y[i] = __fadd_rn(lerp_rn(yi, zi, ckp1), __fmul_rn(ystep, gi));
@@ -58,20 +67,25 @@ static void sf_step_run(CudaCtx& c) {
     a.r = c.p().f[0];
     a.wlp = c.p().f[1];
     a.warmup = c.p().f[2];
+    a.variant = int(c.p().i[0]);
+    a.silent = int(c.p().i[1]);
     if (a.n == 0) return;
     sf_step_kernel<<<grid_for(a.n, 256, sm_count() * 16), 256, 0, c.stream>>>(a);
     GL_CUDA_LAUNCHED();
 }
 const CudaKernel cuda_schedulefree_step{sf_step_run};
 
-__global__ void sf_advance_kernel(float* sf, const float* h, const float* gstat, float r, float wlp, float warmup) {
+__global__ void sf_advance_kernel(float* sf, const float* h, const float* gstat, float r, float wlp, float warmup,
+                                  int variant, int silent) {
     if (load_gate(gstat).skip) return;
-    schedulefree_store(sf, schedulefree_scalars(sf, h, r, wlp, warmup));
+    bool adaptive = false;
+    const double factor = sf_factor(variant, silent, h, &adaptive);
+    schedulefree_store(sf, schedulefree_scalars(sf, h, r, wlp, warmup, factor));
 }
 
 static void sf_advance_run(CudaCtx& c) {
     sf_advance_kernel<<<1, 1, 0, c.stream>>>(mut_ptr<float>(c, 0), c.in_ptr<float>(1), gstat_ptr(c, 2), c.p().f[0],
-                                             c.p().f[1], c.p().f[2]);
+                                             c.p().f[1], c.p().f[2], int(c.p().i[0]), int(c.p().i[1]));
     GL_CUDA_LAUNCHED();
 }
 const CudaKernel cuda_schedulefree_advance{sf_advance_run};

@@ -9,10 +9,13 @@
 
 namespace gl {
 
-// Params of both: i[0] adam, f[0] r, f[1] weight_lr_power, f[2] warmup_steps.
+// Params of both: i[0] 0 SGD, 1 AdamW, 2 RAdam; i[1] silent_sgd_phase; f[0] r, f[1] weight_lr_power,
+// f[2] warmup_steps.
 static Params sf_params(const ScheduleFreeOptions& o) {
+    GL_CHECK(o.adam || !o.radam, "schedulefree: RAdam is an Adam variant (set adam too)");
     Params p;
-    p.i[0] = o.adam ? 1 : 0;
+    p.i[0] = o.radam ? 2 : (o.adam ? 1 : 0);
+    p.i[1] = o.silent_sgd_phase ? 1 : 0;
     p.f[0] = o.r;
     p.f[1] = o.weight_lr_power;
     p.f[2] = o.warmup_steps;
@@ -25,8 +28,10 @@ static void check_sfstate(const OpCall& c, int i) {
     c.check(c.p.f[2] >= 0.0f && std::isfinite(c.p.f[2]), "warmup_steps must be >= 0");
 }
 
-static SfScalars sf_scalars(CpuCtx& c, const float* sf, const float* h) {
-    return schedulefree_scalars(sf, h, c.p().f[0], c.p().f[1], c.p().f[2]);
+static SfScalars sf_scalars(CpuCtx& c, const float* sf, const float* h, bool* adaptive) {
+    *adaptive = c.p().i[0] == 1;
+    const double factor = c.p().i[0] == 2 ? radam_rect(h[kBeta2], h[kStep], c.p().i[1] != 0, adaptive) : 1.0;
+    return schedulefree_scalars(sf, h, c.p().f[0], c.p().f[1], c.p().f[2], factor);
 }
 
 // ------- schedulefree_step(param, grad, z, [v,] hyper, sfstate[, gstat]); v only for AdamW -------
@@ -57,7 +62,8 @@ static void step_cpu(CpuCtx& c) {
     float* z = mut_f32(c, 2);
     float* v = adam ? mut_f32(c, 3) : nullptr;
     const float* h = c.in_f32(fixed - 2);
-    const SfScalars s = sf_scalars(c, c.in_f32(fixed - 1), h);
+    bool adaptive = false;
+    const SfScalars s = sf_scalars(c, c.in_f32(fixed - 1), h, &adaptive);
     const float b1 = h[kBeta1], b2 = h[kBeta2], eps = h[kEps], wd = h[kWeightDecay], gs = h[kGradScale];
     const float ckp1 = float(s.ckp1), lr = float(s.lr), ystep = float(s.lr * (double(b1) * (1.0 - s.ckp1) - 1.0));
     const float cv = float(1.0 - double(b2)), bc2 = float(1.0 - std::pow(double(b2), double(h[kStep])));
@@ -66,7 +72,7 @@ static void step_cpu(CpuCtx& c) {
             float gi = (g[i] * gs) * gate.mul;
             if (adam) {
                 v[i] = v[i] * b2 + cv * gi * gi;
-                gi = gi / (std::sqrt(v[i] / bc2) + eps);
+                if (adaptive) gi = gi / (std::sqrt(v[i] / bc2) + eps);
             }
             if (wd != 0.0f) gi = gi + wd * y[i];
             y[i] = torch_lerp(y[i], z[i], ckp1) + ystep * gi;
@@ -93,7 +99,8 @@ static std::vector<OutSpec> advance_infer(const OpCall& c) {
 static void advance_cpu(CpuCtx& c) {
     if (grad_gate(c, 2).skip) return;
     float* sf = mut_f32(c, 0);
-    schedulefree_store(sf, sf_scalars(c, sf, c.in_f32(1)));
+    bool adaptive = false;
+    schedulefree_store(sf, sf_scalars(c, sf, c.in_f32(1), &adaptive));
 }
 
 static Cost advance_cost(const OpCall&) { return {16.0, 64.0}; }

@@ -17,12 +17,15 @@ const char* check_schedulefree_betas(const ArgValue& v) {
     return ok ? nullptr : "must lie in (0, 1) for the momentum (its eval weight is 1 - 1 / momentum), [0, 1) for beta2";
 }
 
-void append_schedulefree(UpdateBuilder& b, bool adam) {
+void append_schedulefree(UpdateBuilder& b, SfKind kind) {
+    const bool adam = kind != SfKind::sgd;
     gl::ScheduleFreeOptions o;
     o.adam = adam;
+    o.radam = kind == SfKind::radam;
     o.r = float(b.cfg.number("r"));
     o.weight_lr_power = float(b.cfg.number("weight_lr_power"));
-    o.warmup_steps = float(b.cfg.number("warmup_steps"));
+    o.warmup_steps = o.radam ? 0.0f : float(b.cfg.number("warmup_steps"));
+    o.silent_sgd_phase = o.radam && b.cfg.flag("silent_sgd_phase");
     const double beta1 = adam ? b.cfg.pair("betas").first : b.cfg.number("momentum");
     const float eval_weight = float(1.0 - 1.0 / beta1);
     std::vector<float> start(gl::kSfStateSize, 0.0f);
@@ -45,7 +48,7 @@ void append_schedulefree(UpdateBuilder& b, bool adam) {
 }
 
 namespace {
-void append(UpdateBuilder& b) { append_schedulefree(b, /*adam*/ true); }
+void append(UpdateBuilder& b) { append_schedulefree(b, SfKind::adamw); }
 }  // namespace
 
 const OptimizerDef& optimizer_adamw_schedulefree() {

@@ -57,9 +57,9 @@ void append(UpdateBuilder& b) {
     }
 }
 
-const char* check_growth_rate(const ArgValue& v) { return v.x[0] >= 1 ? nullptr : "must be >= 1 (inf: unbounded)"; }
-
 }  // namespace
+
+const char* check_growth_rate(const ArgValue& v) { return v.x[0] >= 1 ? nullptr : "must be >= 1 (inf: unbounded)"; }
 
 const OptimizerDef& optimizer_dadapt_adam() {
     static const OptimizerDef def{
@@ -73,8 +73,8 @@ const OptimizerDef& optimizer_dadapt_adam() {
             {"use_bias_correction", ArgType::flag, "False"},
             {"d0", ArgType::number, "1e-6", check_positive},
             {"growth_rate", ArgType::number, "float('inf')", check_growth_rate},
-            {"log_every", ArgType::number, "0", nullptr, {}, "dadaptation's logging of d; ignored"},
-            {"fsdp_in_use", ArgType::flag, "False", nullptr, {}, "one process here: nothing to reduce across"},
+            dadapt_log_every_arg(),
+            dadapt_fsdp_arg(),
         },
         nullptr,
         append,

@@ -33,9 +33,9 @@ const OptimizerDef& optimizer_dadapt_lion() {
         {
             betas_arg("(0.9, 0.99)"),
             weight_decay_arg("0.0"),
-            {"log_every", ArgType::number, "0", nullptr, {}, "dadaptation's logging of d; ignored"},
+            dadapt_log_every_arg(),
             {"d0", ArgType::number, "1e-6", check_positive},
-            {"fsdp_in_use", ArgType::flag, "False", nullptr, {}, "one process here: nothing to reduce across"},
+            dadapt_fsdp_arg(),
         },
         nullptr,
         append,

@@ -6,7 +6,7 @@
 namespace optim {
 
 namespace {
-void append(UpdateBuilder& b) { append_schedulefree(b, /*adam*/ false); }
+void append(UpdateBuilder& b) { append_schedulefree(b, SfKind::sgd); }
 const char* check_momentum(const ArgValue& v) {
     return v.x[0] > 0 && v.x[0] < 1 ? nullptr : "must lie in (0, 1) (schedulefree: 'Momentum must be between 0 and 1 "
                                                 "exclusive')";

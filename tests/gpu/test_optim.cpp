@@ -35,7 +35,7 @@ struct Problem {
         }
         loss_scale = g.input("loss_scale", DType::f32, Shape{1});
         opt = std::make_unique<optim::Optimizer>(optim::parse_optimizer(kind, {"weight_decay=0.01"}));
-        const bool prodigy = std::string(kind) == "Prodigy";
+        const bool prodigy = std::string(kind) == "Prodigy" || std::string(kind).starts_with("DAdapt");  // one d
         opt->add_group(g, "unet", {params[1], params[2], params[3], params[4]}, {grads[1], grads[2], grads[3], grads[4]},
                        1e-2, -1.0f, {Shape{}, Shape{}, Shape{}, Shape{12, 20, 1, 1}});
         opt->add_group(g, "te", {params[0]}, {grads[0]}, prodigy ? 1e-2 : 5e-3);
@@ -77,7 +77,8 @@ struct Problem {
 }  // namespace
 
 TEST_CASE("optimizers on CUDA follow the CPU over 30 steps (groups, clipping, loss scale, a skipped overflow)") {
-    for (const char* kind : {"AdamW", "AdamW8bit", "Lion", "Adafactor", "Prodigy"}) {
+    for (const char* kind : {"AdamW", "AdamW8bit", "Lion", "Adafactor", "Prodigy", "DAdaptSGD", "DAdaptAdaGrad",
+                             "DAdaptAdan", "RAdamScheduleFree"}) {
         CAPTURE(kind);
         Problem cpu(kind, false), gpu(kind, true);
         optim::LossScaler sc({256.0, 2.0, 0.5, 8}), sg({256.0, 2.0, 0.5, 8});
