@@ -159,6 +159,13 @@ BucketAssignment assign_buckets(const Dataset& ds) {
                                                           ch.bucket.h)});
             continue;
         }
+        // OpenCV's INTER_AREA enlarges by its bilinear path, which sdtrain does not reproduce: refused
+        // before anything is encoded rather than resized by other arithmetic than kohya's.
+        GL_CHECK(can_resize(e.resize, e.width, e.height, ch.resized.w, ch.resized.h), e.path.string(),
+                 ": resize_interpolation 'area' would enlarge it (", e.width, "x", e.height, " to ", ch.resized.w, "x",
+                 ch.resized.h, " for bucket ", ch.bucket.w, "x", ch.bucket.h, "); OpenCV's INTER_AREA enlarges "
+                 "with its bilinear path, which sdtrain does not reimplement: use 'lanczos' or 'box', or leave "
+                 "resize_interpolation unset");
         errors.push_back(std::fabs(ch.ar_error));
         auto it = std::find_if(all.begin(), all.end(), [&](const Bucket& b) { return b.reso == ch.bucket; });
         if (it == all.end()) it = all.insert(all.end(), Bucket{ch.bucket, {}, 0});

@@ -49,6 +49,7 @@ constexpr Key kKeys[] = {
     {"flip_aug", Kind::boolean, Scope::subset},
     {"random_crop", Kind::boolean, Scope::subset},
     {"color_aug", Kind::boolean, Scope::subset},
+    {"resize_interpolation", Kind::string, Scope::subset},  // and the dataset's own (kohya's two ascendable keys)
     {"enable_wildcard", Kind::boolean, Scope::subset},
     {"token_warmup_min", Kind::integer, Scope::subset},
     {"token_warmup_step", Kind::number, Scope::subset},
@@ -68,7 +69,6 @@ constexpr Key kKeys[] = {
 constexpr std::pair<const char*, const char*> kUnsupported[] = {
     {"face_crop_aug_range", "kohya's crop around the face box of the file name is not implemented"},
     {"custom_attributes", "only other families' trainers read it (Lumina's); kohya's SD1.x training ignores it"},
-    {"resize_interpolation", "images are resized as kohya's default does (area when shrinking, else Lanczos)"},
     {"metadata_file", "fine-tuning metadata (kohya's FineTuningDataset) is not implemented"},
     {"network_multiplier", "a dataset's own network multiplier is not implemented"}};
 
@@ -172,6 +172,13 @@ struct Levels {
     }
 };
 
+// kohya's resize_interpolation of the most specific level that sets it (automatic when none does).
+Interpolation interpolation_of(const Levels& l) {
+    std::string where;
+    const ConfigValue* v = l.find("resize_interpolation", &where);
+    return v ? parse_interpolation(std::get<std::string>(*v), where) : Interpolation::automatic;
+}
+
 SubsetConfig make_subset(const Levels& l) {
     SubsetConfig s;
     std::string where;
@@ -213,6 +220,7 @@ SubsetConfig make_subset(const Levels& l) {
     s.flip_aug = l.get("flip_aug", false);
     s.random_crop = l.get("random_crop", false);
     s.color_aug = l.get("color_aug", false);
+    s.resize_interpolation = interpolation_of(l);
     GL_CHECK(!s.color_aug, l.names.front(), ": color_aug is not supported by sdtrain (kohya's hue shift goes "
                                             "through OpenCV's 8-bit HSV round trip, which is not reimplemented)");
     return s;
@@ -237,6 +245,7 @@ DatasetConfig make_dataset(const Levels& l) {
     d.max_bucket_reso = l.integer("max_bucket_reso", 1024);
     d.bucket_reso_steps = l.integer("bucket_reso_steps", 64);
     d.bucket_no_upscale = l.get("bucket_no_upscale", false);
+    d.resize_interpolation = interpolation_of(l);
     d.validation_split = l.number("validation_split", 0.0);
     if (const ConfigValue* v = l.find("validation_seed")) d.validation_seed = std::get<int64_t>(*v);
     GL_CHECK(d.validation_split >= 0.0 && d.validation_split <= 1.0, l.names.front(),

@@ -2,8 +2,7 @@
 // --dataset_config TOML file ([general], [[datasets]], [[datasets.subsets]]) or the folder layout
 // train_data_dir/<repeats>_<class tokens>/ with an optional reg_data_dir in the same layout.
 // A value is looked up subset -> dataset -> [general] -> command line -> kohya's default, the first
-// that sets it winning. Keys kohya accepts but sdtrain does not implement (face crop, fine-tuning
-// metadata, ...) are errors naming the key, as are unknown keys and values of the wrong type
+// that sets it winning. Keys kohya accepts but sdtrain does not implement (fine-tuning metadata, ...) are errors naming the key, as are unknown keys and values of the wrong type
 // (named by what was given: "got a table").
 #pragma once
 #include <array>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "data/caption.h"
+#include "data/resize.h"
 
 namespace data {
 
@@ -31,6 +31,8 @@ struct SubsetConfig {
     bool flip_aug = false;
     bool random_crop = false;
     bool color_aug = false;
+    // kohya's resize_interpolation (data/resize.h): the filter of every resize of its images.
+    Interpolation resize_interpolation = Interpolation::automatic;
     bool alpha_mask = false;  // keep alpha as a loss mask instead of compositing over white
     // kohya's masked loss from mask images: for each image the file of the same name (any image
     // extension) in this folder, its red channel the loss weight (255: trained, 0: not).
@@ -45,6 +47,9 @@ struct DatasetConfig {
     int max_bucket_reso = 1024;
     int bucket_reso_steps = 64;
     bool bucket_no_upscale = false;
+    // The dataset's own resize_interpolation (kohya keeps it beside the subsets'; a subset's, which
+    // falls back to it, is the one used).
+    Interpolation resize_interpolation = Interpolation::automatic;
     // kohya's validation split: this share of every training subset's images (by split_train_val's
     // rule, data/validation_split.h) is held out; validation_seed orders the draw (else the run's seed).
     double validation_split = 0.0;

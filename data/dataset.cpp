@@ -212,6 +212,7 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const 
         e.subset = int(l.subset);
         e.num_repeats = s.num_repeats;
         e.is_reg = s.is_reg;
+        e.resize = s.resize_interpolation;
         e.width = v.header.width;
         e.height = v.header.height;
         if (std::optional<std::string> c = read_caption_file(l.path, s.caption.caption_extension, s.caption.enable_wildcard)) {

@@ -25,6 +25,7 @@ struct ImageEntry {
     std::string caption;        // as read (file, else class tokens, else empty); drawn per step
     int num_repeats = 1;        // for reg images after balancing
     bool is_reg = false;
+    Interpolation resize = Interpolation::automatic;  // its subset's resize_interpolation
     std::filesystem::path mask;  // its mask image (the subset's conditioning_data_dir), else empty
 };
 

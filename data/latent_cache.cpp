@@ -33,8 +33,8 @@ Image decode_resized(const std::vector<uint8_t>& bytes, const ImageEntry& e, con
     Image out;
     out.width = r.w;
     out.height = r.h;
-    out.rgb = resize_like_kohya(img.rgb.data(), img.width, img.height, 3, r.w, r.h);
-    if (keep_alpha) out.alpha = resize_like_kohya(img.alpha.data(), img.width, img.height, 1, r.w, r.h);
+    out.rgb = resize_kohya(img.rgb.data(), img.width, img.height, 3, r.w, r.h, e.resize);
+    if (keep_alpha) out.alpha = resize_kohya(img.alpha.data(), img.width, img.height, 1, r.w, r.h, e.resize);
     return out;
 }
 
@@ -87,10 +87,12 @@ void to_unit_range(const std::vector<uint8_t>& rgb, float* out) {
 }
 
 std::string latent_key(const std::string& image_sha256, const BucketChoice& c, std::array<int, 2> crop, bool flip,
-                       const std::string& encoder_identity) {
+                       const std::string& encoder_identity, Interpolation resize) {
+    const std::string filter =
+        resize == Interpolation::automatic ? std::string() : gl::cat("|resize ", interpolation_name(resize));
     return gl::io::sha256_hex(gl::cat("latent v1|", image_sha256, "|bucket ", c.bucket.w, "x", c.bucket.h, "|resized ",
                                       c.resized.w, "x", c.resized.h, "|crop ", crop[0], ",", crop[1], "|flip ",
-                                      int(flip), "|encoder ", encoder_identity));
+                                      int(flip), "|encoder ", encoder_identity, filter));
 }
 
 LatentCache::LatentCache(std::optional<fs::path> dir) : dir_(std::move(dir)) {
@@ -378,7 +380,7 @@ CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCa
             const BucketChoice& ch = a.choice[size_t(i)];
             for (int f = 0; f < 2; f++) {
                 if (f == 1 && !ds.config.subsets[size_t(e.subset)].flip_aug) continue;
-                s.keys[size_t(f)] = latent_key(s.sha, ch, centre_crop(ch), f == 1, identity);
+                s.keys[size_t(f)] = latent_key(s.sha, ch, centre_crop(ch), f == 1, identity, e.resize);
                 s.hit[size_t(f)] = cache.get(s.keys[size_t(f)]).has_value();
             }
             return s;

@@ -84,8 +84,11 @@ struct Latent {
     std::vector<float> data;  // [h][w][c], as the encoder gave them
 };
 
+// The resize filter is part of the key only when it is not kohya's default, so that the keys of
+// earlier caches stay valid.
 std::string latent_key(const std::string& image_sha256, const BucketChoice& choice, std::array<int, 2> crop,
-                       bool flip, const std::string& encoder_identity);
+                       bool flip, const std::string& encoder_identity,
+                       Interpolation resize = Interpolation::automatic);
 
 // Thread-safe: the caching workers look entries up and write them concurrently.
 class LatentCache {

@@ -110,6 +110,13 @@ double sinc(double x) {
     return std::sin(x) / x;
 }
 double lanczos3(double x) { return (-3.0 <= x && x < 3.0) ? sinc(x) * sinc(x / 3) : 0.0; }
+double box(double x) { return (x > -0.5 && x <= 0.5) ? 1.0 : 0.0; }
+
+struct PillowFilter {
+    double (*f)(double);
+    double support;
+};
+constexpr PillowFilter kLanczos{lanczos3, 3.0}, kBox{box, 0.5};
 
 constexpr int kPrecisionBits = 32 - 8 - 2;
 
@@ -119,11 +126,11 @@ struct Taps {
     std::vector<int32_t> k;         // [out][ksize], fixed point
 };
 
-Taps lanczos_taps(int in_size, int out_size) {
+Taps pillow_taps(int in_size, int out_size, PillowFilter filter) {
     const float in0 = 0.f, in1 = float(in_size);
     const double scale = double(in1 - in0) / out_size;
     const double filterscale = std::max(scale, 1.0);
-    const double support = 3.0 * filterscale;
+    const double support = filter.support * filterscale;
     Taps t;
     t.ksize = int(std::ceil(support)) * 2 + 1;
     t.first.resize(size_t(out_size));
@@ -140,7 +147,7 @@ Taps lanczos_taps(int in_size, int out_size) {
         xmax -= xmin;
         double ww = 0.0;
         for (int x = 0; x < xmax; x++) {
-            w[size_t(x)] = lanczos3((x + xmin - center + 0.5) * ss);
+            w[size_t(x)] = filter.f((x + xmin - center + 0.5) * ss);
             ww += w[size_t(x)];
         }
         for (int x = 0; x < xmax; x++) {
@@ -190,11 +197,12 @@ std::vector<uint8_t> resize_area(const uint8_t* src, int sw, int sh, int ch, int
     return area_fractional<0>(src, sw, sh, ch, dw, dh, scale_x, scale_y);
 }
 
-std::vector<uint8_t> resize_lanczos(const uint8_t* src, int sw, int sh, int ch, int dw, int dh) {
-    check_sizes("resize_lanczos", sw, sh, ch, dw, dh);
+namespace {
+
+std::vector<uint8_t> resize_pillow(const uint8_t* src, int sw, int sh, int ch, int dw, int dh, PillowFilter filter) {
     std::vector<uint8_t> cur(src, src + size_t(sw) * sh * ch);
     if (dw != sw) {  // horizontal pass first, into 8 bits, as Pillow
-        const Taps t = lanczos_taps(sw, dw);
+        const Taps t = pillow_taps(sw, dw, filter);
         std::vector<uint8_t> out(size_t(dw) * sh * ch);
         if (ch == 3) lanczos_rows<3>(cur.data(), out.data(), sw, sh, ch, dw, t);
         else if (ch == 1) lanczos_rows<1>(cur.data(), out.data(), sw, sh, ch, dw, t);
@@ -202,7 +210,7 @@ std::vector<uint8_t> resize_lanczos(const uint8_t* src, int sw, int sh, int ch, 
         cur.swap(out);
     }
     if (dh != sh) {
-        const Taps t = lanczos_taps(sh, dh);
+        const Taps t = pillow_taps(sh, dh, filter);
         const size_t row = size_t(dw) * ch;
         std::vector<uint8_t> out(row * dh);
         std::vector<int32_t> acc(row);
@@ -220,9 +228,63 @@ std::vector<uint8_t> resize_lanczos(const uint8_t* src, int sw, int sh, int ch, 
     return cur;
 }
 
+}  // namespace
+
+std::vector<uint8_t> resize_lanczos(const uint8_t* src, int sw, int sh, int ch, int dw, int dh) {
+    check_sizes("resize_lanczos", sw, sh, ch, dw, dh);
+    return resize_pillow(src, sw, sh, ch, dw, dh, kLanczos);
+}
+
+std::vector<uint8_t> resize_box(const uint8_t* src, int sw, int sh, int ch, int dw, int dh) {
+    check_sizes("resize_box", sw, sh, ch, dw, dh);
+    return resize_pillow(src, sw, sh, ch, dw, dh, kBox);
+}
+
+const char* interpolation_name(Interpolation how) {
+    switch (how) {
+        case Interpolation::automatic: return "";
+        case Interpolation::lanczos: return "lanczos";
+        case Interpolation::box: return "box";
+        case Interpolation::area: return "area";
+    }
+    return "?";
+}
+
+Interpolation parse_interpolation(const std::string& name, const std::string& where) {
+    for (Interpolation how : {Interpolation::lanczos, Interpolation::box, Interpolation::area})
+        if (name == interpolation_name(how)) return how;
+    if (name == "bilinear" || name == "linear" || name == "bicubic" || name == "cubic")
+        gl::fail(where, ": resize_interpolation '", name, "' is not supported by sdtrain: kohya resizes with OpenCV's ",
+                 name == "bilinear" || name == "linear" ? "INTER_LINEAR" : "INTER_CUBIC",
+                 " (fixed-point 8-bit arithmetic), which is not reimplemented; lanczos, box and area are");
+    if (name == "nearest")
+        gl::fail(where, ": resize_interpolation 'nearest' is not supported by sdtrain: kohya resizes with OpenCV's "
+                        "INTER_NEAREST_EXACT, whose choice at exact pixel-centre ties is not reproduced; lanczos, box "
+                        "and area are");
+    gl::fail(where, ": resize_interpolation '", name,
+             "' is not one kohya accepts (lanczos, nearest, bilinear, linear, bicubic, cubic, area, box)");
+}
+
+bool can_resize(Interpolation how, int sw, int sh, int dw, int dh) {
+    return how != Interpolation::area || (dw <= sw && dh <= sh);
+}
+
+std::vector<uint8_t> resize_kohya(const uint8_t* src, int sw, int sh, int ch, int dw, int dh, Interpolation how) {
+    check_sizes("resize", sw, sh, ch, dw, dh);
+    if (dw == sw && dh == sh) return {src, src + size_t(sw) * sh * ch};  // cv2 and Pillow copy
+    if (how == Interpolation::automatic) how = dw <= sw && dh <= sh ? Interpolation::area : Interpolation::lanczos;
+    switch (how) {
+        case Interpolation::area:
+            GL_CHECK(dw <= sw && dh <= sh, "resize_interpolation 'area' enlarges ", sw, "x", sh, " to ", dw, "x", dh,
+                     ": OpenCV's INTER_AREA enlarges with its bilinear path, which is not reimplemented");
+            return resize_area(src, sw, sh, ch, dw, dh);
+        case Interpolation::box: return resize_box(src, sw, sh, ch, dw, dh);
+        default: return resize_lanczos(src, sw, sh, ch, dw, dh);
+    }
+}
+
 std::vector<uint8_t> resize_like_kohya(const uint8_t* src, int sw, int sh, int ch, int dw, int dh) {
-    if (dw <= sw && dh <= sh) return resize_area(src, sw, sh, ch, dw, dh);
-    return resize_lanczos(src, sw, sh, ch, dw, dh);
+    return resize_kohya(src, sw, sh, ch, dw, dh, Interpolation::automatic);
 }
 
 std::vector<uint8_t> crop(const uint8_t* src, int sw, int sh, int ch, int x, int y, int cw, int cht) {

@@ -391,7 +391,8 @@ std::string dataset_json(const data::BucketedDataset& d) {
                         ", \"secondary_separator\": ", json_opt_string(co.secondary_separator),
                         ", \"enable_wildcard\": ", json_bool(co.enable_wildcard), ", \"caption_prefix\": ", json_opt_string(co.caption_prefix),
                         ", \"caption_suffix\": ", json_opt_string(co.caption_suffix),
-                        ", \"resize_interpolation\": null, \"image_dir\": ", py_json_string(dir_name(s)),
+                        ", \"resize_interpolation\": ", json_opt_string(data::interpolation_name(s.resize_interpolation)),
+                        ", \"image_dir\": ", py_json_string(dir_name(s)),
                         ", \"class_tokens\": ", s.class_tokens ? py_json_string(*s.class_tokens) : "null",
                         ", \"is_reg\": ", json_bool(s.is_reg), "}");
     }
@@ -402,7 +403,8 @@ std::string dataset_json(const data::BucketedDataset& d) {
                    limits ? std::to_string(limits->first) : "null", ", \"max_bucket_reso\": ",
                    limits ? std::to_string(limits->second) : "null", ", \"tag_frequency\": ", tag_frequency(subsets),
                    ", \"bucket_info\": ", bucket_info(d.dataset, d.buckets),
-                   ", \"resize_interpolation\": null, \"subsets\": [", list, "]}");
+                   ", \"resize_interpolation\": ", json_opt_string(data::interpolation_name(dc.resize_interpolation)),
+                   ", \"subsets\": [", list, "]}");
 }
 
 // kohya's merged ss_tag_frequency of several datasets: a folder counted in an earlier dataset is
