@@ -195,7 +195,7 @@ TEST_CASE("option sweep: an option given twice: each value is checked, the last 
         "1", "2", "0", "0.5", "0.25", "150", "225", "a", "b", ".txt", ".caption", "constant", "linear", "l1", "l2",
         "fp16", "bf16", "float", "ddim", "euler", "snr", "exponential", "AdamW", "Lion", "cpu", "auto", "8G", "4G",
         "512", "512,768", "networks.lora", "safetensors", "tensorboard", "all", "StepLR",
-        "torch.optim.lr_scheduler.StepLR"};
+        "torch.optim.lr_scheduler.StepLR", "lanczos", "box"};
     // What some options need beside them to be valid at all.
     const std::map<std::string, std::vector<std::string>> needs = {
         {"save_last_n_steps", {"--save_every_n_steps", "1"}},
@@ -297,6 +297,8 @@ TEST_CASE("option sweep: RunConfig::validate applies the same ranges to a config
          "--huber_c must be in (0, 1] with --loss_type huber"},
         {[](train::RunConfig& c) { c.output_name = ".."; }, "--output_name must be a file name"},
         {[](train::RunConfig& c) { c.output_name = std::string("a\0b", 3); }, "--output_name must be a file name"},
+        {[](train::RunConfig& c) { c.resize_interpolation = "foo"; }, "--resize_interpolation: resize_interpolation 'foo'"},
+        {[](train::RunConfig& c) { c.resize_interpolation = "bicubic"; }, "is not supported by sdtrain"},
     };
     for (const auto& [change, want] : cases) {
         train::RunConfig c = ok;

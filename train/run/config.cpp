@@ -7,6 +7,7 @@
 
 #include "ggml-lite/core/autofit.h"
 #include "ggml-lite/core/error.h"
+#include "data/resize.h"
 #include "lora/network_args.h"
 #include "optim/descriptor.h"
 #include "optim/kohya_schedule.h"
@@ -123,6 +124,8 @@ void RunConfig::validate() {
              network_module, " is not supported: sdtrain trains networks.lora (LoRA; LoCon through --network_args "
              "conv_dim=N conv_alpha=A) and lycoris.kohya (--network_args algo=<type>, dora_wd=True)");
     if (output_name) check_output_name(*output_name);
+    // The filter's name is checked here, before any file is opened (the dataset reads it again).
+    if (resize_interpolation) (void)data::parse_interpolation(*resize_interpolation, "--resize_interpolation");
 
     // Data: one source.
     GL_CHECK(!(dataset_config && (train_data_dir || reg_data_dir)),
