@@ -1,5 +1,10 @@
 #include "ggml-lite/dist/rendezvous.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -90,6 +95,21 @@ Rendezvous rendezvous_from_env(const EnvLookup& env) {
                  " needs MASTER_PORT (a free port on the master)");
     }
     return r;
+}
+
+int free_loopback_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    GL_CHECK(fd >= 0, "a free loopback port: socket() failed (errno ", errno, ")");
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+    const int err = errno;
+    ::close(fd);
+    GL_CHECK(ok, "a free loopback port: bind() on 127.0.0.1 failed (errno ", err, ")");
+    return ntohs(a.sin_port);
 }
 
 }  // namespace gl::dist

@@ -31,4 +31,8 @@ Rendezvous rendezvous_from_env(const EnvLookup& env = process_env());
 // The first host of a Slurm node list ("a01", "a[01-04,07],b02" -> "a01").
 std::string slurm_first_host(const std::string& nodelist);
 
+// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, read back, released): for
+// ranks started on one host. Throws gl::Error when no socket can be bound.
+int free_loopback_port();
+
 }  // namespace gl::dist

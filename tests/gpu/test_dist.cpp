@@ -19,6 +19,7 @@
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/dist/nccl.h"
+#include "ggml-lite/dist/rendezvous.h"
 #include "ggml-lite/dist/tcp.h"
 #include "ggml-lite/ops/builder.h"
 #include "train/update.h"
@@ -90,15 +91,7 @@ TEST_CASE("dist gpu: two processes on one GPU over tcp give one process' batch o
     int port = 0;
     pid_t child = -1;
     if (rank == 0) {
-        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-        socklen_t len = sizeof a;
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-        ::close(fd);
-        port = ntohs(a.sin_port);
+        port = gl::dist::free_loopback_port();
         child = ::fork();
         REQUIRE(child >= 0);
         if (child == 0) {
