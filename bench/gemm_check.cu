@@ -177,6 +177,9 @@ static const char* kname(GemmKernel k) {
         case GemmKernel::wg128: return "wg128";
         case GemmKernel::wg160: return "wg160";
         case GemmKernel::wg64: return "wg64";
+        case GemmKernel::tma128: return "tma128";
+        case GemmKernel::tma160: return "tma160";
+        case GemmKernel::tma64: return "tma64";
         case GemmKernel::ffma_f32: return "ffma";
         default: return "cublas";
     }
@@ -203,6 +206,10 @@ template <int BN, int S>
 CfgEntry wentry(const char* name) {
     return {name, [](const GemmArgs& a) { launch_wgmma_layout<__nv_bfloat16, BN, S>(a, 1, nullptr, 0); }, BN % 64 != 0};
 }
+template <int BN, int S>
+CfgEntry tentry(const char* name) {
+    return {name, [](const GemmArgs& a) { launch_tma_layout<__nv_bfloat16, BN, S>(a, 0); }, BN % 64 != 0};
+}
 static std::vector<CfgEntry> all_cfgs(bool with_wgmma) {
     std::vector<CfgEntry> v = {
         entry<CfgWide>("mma256x160"),    entry<CfgK64>("mma128x128k64"), entry<CfgW4>("mma128x128w4"),
@@ -217,6 +224,11 @@ static std::vector<CfgEntry> all_cfgs(bool with_wgmma) {
         v.push_back(wentry<160, 4>("xwg160s4"));
         v.push_back(wentry<256, 3>("xwg256s3"));
         v.push_back(wentry<256, 4>("xwg256s4"));
+        if (tma_usable()) {
+            v.push_back(tentry<128, kTma128Stages>("tma128"));
+            v.push_back(tentry<160, kTma160Stages>("tma160"));
+            v.push_back(tentry<64, kTma64Stages>("tma64"));
+        }
     }
     return v;
 }
@@ -282,7 +294,7 @@ static void correctness() {
 
 static void perf(bool sweep) {
     std::printf("== speed, bf16, TFLOP/s (median of 11 x 10 launches) ==\n");
-    struct Shape { int64_t M, N, K; bool ta, tb; const char* what; };
+    struct Shape { int64_t M, N, K; bool ta, tb; const char* what; bool res = false; };
     const Shape shapes[] = {
         {32768, 320, 320, false, true, "linear 320->320 (fwd)"},
         {32768, 2560, 320, false, true, "linear 320->2560 GEGLU proj (fwd)"},
@@ -300,12 +312,15 @@ static void perf(bool sweep) {
         {32768, 320, 16, false, true, "LoRA up u = h B^T"},
         {32768, 16, 320, false, false, "LoRA dh = du B"},
         {32768, 320, 16, false, false, "LoRA dx = dh A"},
+        {32768, 320, 16, false, true, "LoRA up u = h B^T +residual", true},
+        {32768, 2560, 16, false, true, "LoRA up 320->2560 +residual", true},
+        {32768, 320, 320, false, false, "dX of 320->320 +residual", true},
         {16, 320, 32768, true, false, "LoRA dA = dh^T x"},
         {320, 16, 32768, true, false, "LoRA dB = du^T h"},
     };
     Buf ws(size_t(256) << 20);
     for (const Shape& s : shapes) {
-        Problem p(DType::bf16, s.M, s.N, s.K, s.ta, s.tb);
+        Problem p(DType::bf16, s.M, s.N, s.K, s.ta, s.tb, 1, false, false, s.res);
         const double fl = p.flops();
         GemmArgs ref = p.a;
         ref.C = p.R->p;

@@ -5,8 +5,10 @@
 //   B: stored K x N row-major (ldb >= N) or, tb, N x K (ldb >= K; linear weights [out, in]).
 //   Batch strides sA, sB, sC (sB = 0 shares B); indices are 64-bit, M, N, K < 2^31.
 // Kernels (all fp32 accumulation, one rounding to C's dtype after the epilogue):
+//   sm_90a, bf16/f16 (gemm_tma.cuh): persistent, warp-specialised, TMA into an mbarrier ring,
+//     wgmma, tiles 128 x {64, 128, 160}, all four layouts; taken unless the problem splits K.
 //   sm_90a, bf16/f16 (gemm_sm90.cuh): wgmma from 128-B-swizzled smem filled by cp.async, tiles
-//     128 x {64, 128, 160}, all four layouts (its speed against cuBLAS: bench/RESULTS.md).
+//     128 x {64, 128, 160}, all four layouts; split-K (its speed against cuBLAS: bench/RESULTS.md).
 //   sm_80+, bf16/f16 (gemm_kernels.cuh): mma.sync m16n8k16 + ldmatrix + cp.async pipeline.
 //   The 16-byte paths need the contiguous dims, leading dims and batch strides to be multiples of
 //   8 and 16-byte aligned pointers; otherwise a mma.sync kernel with scalar predicated loads runs.
@@ -18,7 +20,6 @@
 // Few output tiles and a long K: split-K with fp32 partials in the caller's workspace, summed in
 //   a fixed order (deterministic: no atomics anywhere).
 // GL_GEMM=cublas routes everything to cuBLAS (comparison; f32 uses CUBLAS_COMPUTE_32F).
-// A TMA / warp-specialised Hopper kernel would be one more GemmKernel value in plan_gemm().
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -36,6 +37,7 @@
 #include "ggml-lite/cuda/gemm_args.cuh"
 #include "ggml-lite/cuda/gemm_kernels.cuh"
 #include "ggml-lite/cuda/gemm_sm90.cuh"
+#include "ggml-lite/cuda/gemm_tma.cuh"
 
 namespace gl::gemm {
 
@@ -50,8 +52,12 @@ using CfgSmall = TileCfg<64, 64, 32, 2, 2, 4, 4>;   // few tiles; the unaligned 
 
 // sm_90a wgmma tiles 128 x BN with their pipeline depth (2 blocks per SM for all three).
 constexpr int kWg64Stages = 4, kWg128Stages = 3, kWg160Stages = 3;
+// The TMA kernel's rings (one block per SM; each fills most of the 227 KB with its epilogue rows).
+constexpr int kTma64Stages = 6, kTma128Stages = 4, kTma160Stages = 3;
 
-enum class GemmKernel { mma_wide, mma_k64, mma_w4, mma_small, wg128, wg160, wg64, ffma_f32, cublas };
+enum class GemmKernel { mma_wide, mma_k64, mma_w4, mma_small, wg128, wg160, wg64, tma128, tma160, tma64, ffma_f32, cublas };
+
+inline bool is_tma(GemmKernel k) { return k == GemmKernel::tma128 || k == GemmKernel::tma160 || k == GemmKernel::tma64; }
 
 inline bool use_cublas() {
     static const bool on = [] {
@@ -96,8 +102,12 @@ inline GemmPlan plan_gemm(const GemmArgs& a, bool vec) {
     // Relative throughputs fitted to an H200 sweep of bench/gemm_check.cu (bench/RESULTS.md); the
     // 64-wide wgmma tile is rated lower for its short N. Earlier entries win ties.
     const bool wg = vec && !quant && wgmma_usable();
+    const bool tma = wg && K > 0 && tma_usable();
     const bool ta = a.ta, tb = a.tb;
     const Cand cands[] = {
+        {GemmKernel::tma128, 128, 128, 1, 2.65, tma},
+        {GemmKernel::tma160, 128, 160, 1, 2.62, tma && tb},
+        {GemmKernel::tma64, 128, 64, 1, 2.15, tma},
         {GemmKernel::wg128, 128, 128, 2, 1.90, wg},
         {GemmKernel::wg160, 128, 160, 2, 2.00, wg && tb},  // an N-major B needs 64-wide atoms
         {GemmKernel::wg64, 128, 64, 2, 1.40, wg},
@@ -107,18 +117,19 @@ inline GemmPlan plan_gemm(const GemmArgs& a, bool vec) {
          vec && !wg && !quant && mma_smem<CfgWide>(ta, tb) <= dev.smem_optin},
         {GemmKernel::mma_small, 64, 64, 4, 0.60, !wg},
     };
+    // Too few tiles for one per SM and a long K: split K (which the TMA kernel does not).
+    auto splits_k = [&](const Cand& c) { return tiles_of(M, N, batch, c.bm, c.bn) < dev.sms && K >= 1024; };
     const Cand* best = nullptr;
     double best_t = 0;
     for (const Cand& c : cands) {
-        if (!c.ok) continue;
+        if (!c.ok || (is_tma(c.k) && splits_k(c))) continue;
         const double t = predict(M, N, batch, dev.sms, c.bm, c.bn, c.per_sm, c.eff);
         if (!best || t < best_t) best = &c, best_t = t;
     }
     GemmPlan pl{best->k, 1};
-    // Too few tiles for one per SM and a long K: split K so that the blocks fill about one
-    // full wave, each split keeping >= 512 of K.
+    // The split: the blocks fill about one full wave, each split keeping >= 512 of K.
     const int64_t tiles = tiles_of(M, N, batch, best->bm, best->bn), slots = int64_t(dev.sms) * best->per_sm;
-    if (tiles < dev.sms && K >= 1024) {
+    if (splits_k(*best)) {
         int64_t s = slots / tiles;
         s = s < K / 512 ? s : K / 512;
         s = s < 32 ? s : 32;
@@ -191,6 +202,9 @@ void launch_tc(GemmKernel k, bool vec, const GemmArgs& a, int splits, float* par
         case GemmKernel::wg128: return launch_wgmma_layout<T, 128, kWg128Stages>(a, splits, partial, s);
         case GemmKernel::wg160: return launch_wgmma_layout<T, 160, kWg160Stages>(a, splits, partial, s);
         case GemmKernel::wg64: return launch_wgmma_layout<T, 64, kWg64Stages>(a, splits, partial, s);
+        case GemmKernel::tma128: return launch_tma_layout<T, 128, kTma128Stages>(a, s);
+        case GemmKernel::tma160: return launch_tma_layout<T, 160, kTma160Stages>(a, s);
+        case GemmKernel::tma64: return launch_tma_layout<T, 64, kTma64Stages>(a, s);
         case GemmKernel::mma_wide: return launch_mma_layout<T, CfgWide, true>(a, splits, partial, s);
         case GemmKernel::mma_k64: return launch_mma_layout<T, CfgK64, true>(a, splits, partial, s);
         case GemmKernel::mma_w4: return launch_mma_layout<T, CfgW4, true>(a, splits, partial, s);

@@ -69,11 +69,12 @@ struct MmaParams {
 
 // Writes `rows` rows of a staged fp32 tile (pitch lds floats, BN columns; global rows from gm0,
 // columns from n0) to C through the epilogue, or raw to the split-K partials (blockIdx.y = split).
+// The NTH threads storing it are numbered tid = 0..NTH-1.
 template <class T, int BN, int NTH, bool VEC>
 __device__ __forceinline__ void store_staged(const float* stage, int lds, int rows, int gm0, int n0, const MmaParams& p,
-                                             int64_t bz) {
+                                             int64_t bz, int tid) {
     T* C = static_cast<T*>(p.C) + bz * p.sC;
-    for (int i = threadIdx.x; i < rows * (BN / 8); i += NTH) {
+    for (int i = tid; i < rows * (BN / 8); i += NTH) {
         const int r = i / (BN / 8), c = (i % (BN / 8)) * 8;
         const int gm = gm0 + r, gn = n0 + c;
         if (gm >= p.M || gn >= p.N) continue;
@@ -365,7 +366,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::MINB) mma_gemm_kernel(MmaP
                 }
         }
         __syncthreads();
-        store_staged<T, BN, NTH, VEC>(stage, LDS, RP, m0 + pass * RP, n0, p, bz);
+        store_staged<T, BN, NTH, VEC>(stage, LDS, RP, m0 + pass * RP, n0, p, bz, threadIdx.x);
         if (pass + 1 < P) __syncthreads();
     }
 }

@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(256, (WgCfg<BN, STAGES>::smem_bytes * 2 <= 227
         *reinterpret_cast<float2*>(stage + (r + 8) * Cfg::kLds + c) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
     }
     __syncthreads();
-    store_staged<T, BN, NTH, true>(stage, Cfg::kLds, BM, m0, n0, p, bz);
+    store_staged<T, BN, NTH, true>(stage, Cfg::kLds, BM, m0, n0, p, bz, tid);
 #else
     __trap();  // not built for sm_90a; wgmma_usable() keeps the dispatcher away
 #endif
