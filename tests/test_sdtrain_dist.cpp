@@ -13,6 +13,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "data/loader.h"
@@ -248,7 +249,7 @@ std::map<std::string, std::vector<float>> lora_tensors(const fs::path& f) {
     for (const gl::io::TensorInfo& t : st.list()) {
         int64_t n = 1;
         for (int64_t d : t.shape) n *= d;
-        std::vector<float> v(size_t(n));
+        std::vector<float> v(static_cast<size_t>(n));
         st.read(t.name, v.data(), gl::DType::f32);
         out[t.name] = std::move(v);
     }
@@ -264,9 +265,18 @@ size_t count_of(const std::string& s, const std::string& part) {
 // The pids of the ranks a supervisor started, by rank (their RANK variable).
 std::map<int, pid_t> ranks_of(pid_t supervisor) {
     std::map<int, pid_t> out;
-    std::ifstream kids(gl::cat("/proc/", supervisor, "/task/", supervisor, "/children"));
-    pid_t pid = 0;
-    while (kids >> pid) {
+    for (const fs::directory_entry& d : fs::directory_iterator("/proc")) {
+        const std::string name = d.path().filename().string();
+        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        const std::string stat = gltest::slurp(d.path() / "stat");  // pid (comm) state ppid ...
+        const size_t close = stat.rfind(')');
+        if (close == std::string::npos) continue;
+        std::istringstream rest(stat.substr(close + 2));
+        std::string state;
+        pid_t ppid = 0;
+        rest >> state >> ppid;
+        if (ppid != supervisor) continue;
+        const pid_t pid = pid_t(std::stol(name));
         const std::string env = gltest::slurp(gl::cat("/proc/", pid, "/environ"));
         for (size_t at = 0; at < env.size();) {
             const size_t end = env.find('\0', at);
@@ -306,8 +316,8 @@ TEST_CASE("sdtrain --num_processes 2 --dist_backend tcp: 2 ranks x batch 1 train
     CHECK_FALSE(has(t2, "rank 1"));
     // The same steps arithmetic as one process at batch 2.
     const std::string t1 = one.text();
-    CHECK(has(t2, "batches per epoch  = ceil(3/2) + ceil(3/2) = 4"));
-    CHECK(has(t1, "batches per epoch  = ceil(3/2) + ceil(3/2) = 4"));
+    CHECK(has(t2, "batches per epoch  = ceil(3/2) + ceil(3/2) = 2 + 2 = 4"));
+    CHECK(has(t1, "batches per epoch  = ceil(3/2) + ceil(3/2) = 2 + 2 = 4"));
 
     const auto a = lora_tensors(s.root / "two" / "tiny.safetensors"), b = lora_tensors(s.root / "one" / "tiny.safetensors");
     REQUIRE(a.size() == b.size());
@@ -328,7 +338,7 @@ TEST_CASE("sdtrain --num_processes 2 --dist_backend tcp: 2 ranks x batch 1 train
     CHECK(moved > 1e-3);  // training moved the LoRA
     // f32 on the CPU: the two runs differ only in where the batch's gradient sum is rounded
     // (inside one GEMM over 2 samples, or per rank and then added), a few ulps per step.
-    CHECK(worst < 1e-5);
+    CHECK(worst < 1e-6);  // measured 6.7e-8 (1 ulp of the largest weight)
 
     // Rank 0 alone wrote: one LoRA, one state with the world size, the metrics and the report.
     CHECK(fs::exists(s.root / "two" / "metrics.jsonl"));

@@ -60,7 +60,7 @@ void BucketTrainer::check_input(const MicroInput& in, size_t k) const {
     GL_CHECK(int64_t(in.latents.size()) == n, "bucket trainer: micro-batch ", k + 1, " holds ", in.latents.size(),
              " latent values, graph ", in.graph, " takes ", n);
     GL_CHECK(in.global == 0 || (s.update->reduces() && in.begin >= 0 && in.count >= 0 &&
-                                in.begin + std::max<int64_t>(in.count, 1) <= in.global &&
+                                in.begin + in.count <= in.global &&
                                 (in.count == 0 || in.count == s.opt.batch)),
              "bucket trainer: micro-batch ", k + 1, " is images [", in.begin, ", ", in.begin + in.count, ") of a global ",
              in.global, " on graph ", in.graph, " (batch ", s.opt.batch, s.update->reduces() ? "" : ", not data-parallel",

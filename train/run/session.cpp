@@ -119,7 +119,9 @@ RunShape Session::Impl::resume_shape() const {
     }
     const Objective o = cfg.objective();
     r.min_update_draws = BucketTrainer::noise_draws(o, 1, smallest, ch);
-    r.max_batch_draws = BucketTrainer::noise_draws(o, step.batch, step.batch * largest, ch, true);
+    // Several ranks draw every micro-batch's noise for the global micro-batch (world x the batch).
+    const int64_t global = step.batch * world();
+    r.max_batch_draws = BucketTrainer::noise_draws(o, global, global * largest, ch, true);
     return r;
 }
 
