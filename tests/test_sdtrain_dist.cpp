@@ -2,7 +2,8 @@
 // a host of simulated GPUs and a launcher's environment; the loader's slices of the global batches
 // (data/loader.h); and the binary itself, `--num_processes 2 --dist_backend tcp` on the tiny model:
 // the LoRA of 2 ranks x batch 1 against 1 process x batch 2, rank 0's outputs alone, a killed rank
-// stopping the other, a resume with another world size refused.
+// stopping the other, a resume with another world size refused; and train/run/ranks.h's gather, update
+// exchange and agreement check over an in-process world.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -17,11 +18,13 @@
 #include <thread>
 
 #include "data/loader.h"
+#include "ggml-lite/dist/local.h"
 #include "ggml-lite/io/safetensors.h"
 #include "sdtrain_fixtures.h"
 #include "test_util.h"
 #include "tools/common/cli.h"
 #include "tools/sdtrain/launch.h"
+#include "train/run/ranks.h"
 
 using namespace sdtrain_test;
 
@@ -119,6 +122,39 @@ TEST_CASE("sdtrain launch: --gpus and --num_processes on one host, a launcher's 
     std::map<std::string, std::string> one_gpu = torchrun;
     one_gpu["CUDA_VISIBLE_DEVICES"] = "5";
     CHECK(sdtrain::plan_launch(launch_config(std::nullopt, std::nullopt), env_of(one_gpu), [] { return 8; }).gpu == -1);
+}
+
+TEST_CASE("ranks: a gather in rank order, the update exchange, and a digest that differs named by its rank") {
+    gl::dist::LocalWorld world(3, std::chrono::seconds(10));
+    std::vector<std::string> agree_err(3), differ_err(3);
+    std::vector<std::vector<std::string>> gathered(3);
+    std::vector<train::UpdateExchange> x(3);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; r++)
+        threads.emplace_back([&, r] {
+            gl::dist::Communicator& c = world.rank(r);
+            gathered[size_t(r)] = train::gather_over_ranks(c, std::string(size_t(r + 1), char('a' + r)));
+            x[size_t(r)] = train::exchange_update(c, 0.25 * (r + 1), r == 2);
+            try {
+                train::check_ranks_agree(c, "the plan", "same");
+            } catch (const gl::Error& e) {
+                agree_err[size_t(r)] = e.what();
+            }
+            try {
+                train::check_ranks_agree(c, "the LoRA at step 3", r == 2 ? "other" : "same", "diverged");
+            } catch (const gl::Error& e) {
+                differ_err[size_t(r)] = e.what();
+            }
+        });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 3; r++) {
+        CAPTURE(r);
+        CHECK(gathered[size_t(r)] == std::vector<std::string>{"a", "bb", "ccc"});
+        CHECK(x[size_t(r)].loss == 1.5);  // 0.25 + 0.5 + 0.75 on every rank
+        CHECK(x[size_t(r)].stop);         // rank 2 asked: every rank stops
+        CHECK(agree_err[size_t(r)].empty());
+        CHECK(has(differ_err[size_t(r)], "the ranks disagree on the LoRA at step 3: rank 2's differs from rank 0's (diverged)"));
+    }
 }
 
 namespace {
