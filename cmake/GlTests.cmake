@@ -142,6 +142,18 @@ gl_cli_test("sdtrain unwritable output folder" 1 "sdtrain: error: --output_dir /
             gl-sdtrain --pretrained_model_name_or_path m --train_data_dir d --resolution 512
             --output_dir /proc/sdtrain-out --network_module networks.lora)
 # Numbers and values that pass a first check and break later are refused by the option's name.
+# Several GPUs: refused before any rank starts (the CPU suite's host has no GPU; a GPU host names the missing one).
+gl_cli_test("sdtrain --gpus 7" 2 "--gpus 7: (this host has no CUDA device|GPU 7 does not exist)" gl-sdtrain
+            --pretrained_model_name_or_path m --train_data_dir d --resolution 512 --output_dir o
+            --network_module networks.lora --gpus 7)
+gl_cli_test("sdtrain --num_processes 0" 2 "--num_processes wants an integer in \\[1, 1024\\]" gl-sdtrain
+            --num_processes 0)
+gl_cli_test("sdtrain --dist_backend mpi" 2 "--dist_backend 'mpi': nccl or tcp" gl-sdtrain
+            --pretrained_model_name_or_path m --train_data_dir d --resolution 512 --output_dir o
+            --network_module networks.lora --num_processes 2 --dist_backend mpi)
+gl_cli_test("sdtrain --dist_backend nccl --backend cpu" 2 "--dist_backend nccl with --backend cpu" gl-sdtrain
+            --pretrained_model_name_or_path m --train_data_dir d --resolution 512 --output_dir o
+            --network_module networks.lora --num_processes 2 --dist_backend nccl --backend cpu)
 gl_cli_test("sdtrain --text_encoder_lr -inf" 2 "--text_encoder_lr wants a finite number >= 0, got '-inf'"
             gl-sdtrain --text_encoder_lr -inf)
 gl_cli_test("sdtrain --learning_rate 1e39" 2 "--learning_rate wants a finite number >= 0 that a 32-bit float holds"

@@ -202,11 +202,11 @@ namespace {
 constexpr uint64_t kEpochStream = 0x65706f6368ull;  // "epoch"
 }
 
-EpochPlanner::EpochPlanner(const BucketAssignment& a, int batch_size, uint64_t seed) : seed_(seed) {
-    GL_CHECK(batch_size >= 1, "batch size must be >= 1");
+EpochPlanner::EpochPlanner(const BucketAssignment& a, int batch_size, uint64_t seed, int world) : seed_(seed) {
+    GL_CHECK(batch_size >= 1 && world >= 1, "batch size and ranks must be >= 1");
     for (size_t b = 0; b < a.buckets.size(); b++) {
         lists_.push_back(a.buckets[b].images);
-        const size_t bs = size_t(a.buckets[b].batch(batch_size));
+        const size_t bs = size_t(a.buckets[b].batch(batch_size)) * size_t(world);
         batch_sizes_.push_back(bs);
         const int n = int((a.buckets[b].images.size() + bs - 1) / bs);
         for (int k = 0; k < n; k++) batches_.emplace_back(int(b), k);

@@ -89,10 +89,12 @@ struct BatchRef {
 };
 
 // The batches of one epoch (1-based). `bucket_lists` carries each bucket's list across epochs,
-// shuffled in place every epoch as kohya does; start it as the buckets' image lists.
+// shuffled in place every epoch as kohya does; start it as the buckets' image lists. `world`
+// ranks of a data-parallel run: each batch is a global one of world x the bucket's batch, which
+// the ranks split (dist/shard.h), so the order is one process's at that batch size.
 class EpochPlanner {
 public:
-    EpochPlanner(const BucketAssignment& a, int batch_size, uint64_t seed);
+    EpochPlanner(const BucketAssignment& a, int batch_size, uint64_t seed, int world = 1);
     std::vector<BatchRef> epoch(int epoch);
 
 private:

@@ -4,6 +4,7 @@
 
 #include "data/caption.h"
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/dist/shard.h"
 
 namespace data {
 namespace {
@@ -16,7 +17,9 @@ Loader::Loader(const Dataset& ds, const BucketAssignment& a, LoaderOptions opt) 
     GL_CHECK(!opt_.latents || (opt_.latent_keys && opt_.latent_keys->keys.size() == ds.images.size() * 2),
              "loader: cached latents need the keys cache_latents returned for this dataset");
     GL_CHECK(opt_.batches_per_update >= 1, "loader: batches_per_update must be >= 1");
-    EpochPlanner planner(a, ds.config.batch_size, opt_.seed);
+    GL_CHECK(opt_.world >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world, "loader: rank ", opt_.rank,
+             " outside a world of ", opt_.world);
+    EpochPlanner planner(a, ds.config.batch_size, opt_.seed, opt_.world);
     int64_t updates_before = 0;  // in the epochs before this one
     for (int e = 1; e <= opt_.epochs; e++) {
         int64_t k = 0;
@@ -51,7 +54,11 @@ Batch Loader::make(size_t step) const {
     b.epoch = p.epoch;
     b.step = int(step);
     b.bucket = a_.buckets[size_t(p.ref.bucket)].reso;
-    for (size_t k = 0; k < p.ref.images.size(); k++) {
+    const gl::dist::Shard shard = gl::dist::shard_of(int64_t(p.ref.images.size()), opt_.world, opt_.rank);
+    b.global_images = int64_t(p.ref.images.size());
+    b.first = shard.begin;
+    b.planned = shard.count;
+    for (size_t k = size_t(shard.begin); k < size_t(shard.begin + shard.count); k++) {
         const int i = p.ref.images[k];
         const ImageEntry& e = ds_.images[size_t(i)];
         const SubsetConfig& s = ds_.config.subsets[size_t(e.subset)];
@@ -98,7 +105,7 @@ Batch Loader::make(size_t step) const {
 
 std::optional<Batch> Loader::next() {
     while (std::optional<Batch> b = batches_->next())
-        if (!b->samples.empty()) return b;  // a batch whose images all failed is passed over
+        if (!b->samples.empty() || opt_.world > 1) return b;  // one rank passes over a batch whose images all failed
     return std::nullopt;
 }
 

@@ -32,6 +32,10 @@ struct Batch {
     int step = 0;   // index of the batch in the whole run, from 0
     Reso bucket;
     std::vector<Sample> samples;
+    // Data parallelism: the global batch's planned images, and this rank's slice of them
+    // [first, first + planned) (dist::shard_of); samples holds the slice's images that loaded.
+    // One rank: the whole batch (first 0, planned = global_images).
+    int64_t global_images = 0, first = 0, planned = 0;
 };
 
 struct LoaderOptions {
@@ -46,6 +50,13 @@ struct LoaderOptions {
     // Resume: the first batch to make and hand out (its index in the whole run). Every batch is a
     // function of (seed, its index), so the ones after it are those of an uninterrupted run.
     size_t first_batch = 0;
+    // Data parallelism: this rank of `world`. The batches are the global ones (world x the batch
+    // size, the order one process has at that size) and each rank makes only its slice; every
+    // random choice is drawn by the image's position in the global batch, so an image is the
+    // same (flip, crop, caption) whatever the world size. A slice may be empty (a short global
+    // batch, or images that failed): with world > 1 next() hands it out anyway, so every rank
+    // takes part in every step.
+    int rank = 0, world = 1;
     // For token warm-up: the run's optimizer steps and the batches each takes (an epoch's last
     // update may take fewer), so that a batch's caption is drawn for kohya's global_step of it.
     int64_t max_train_steps = 0;

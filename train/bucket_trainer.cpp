@@ -1,5 +1,6 @@
 #include "train/bucket_trainer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ggml-lite/core/error.h"
@@ -58,6 +59,12 @@ void BucketTrainer::check_input(const MicroInput& in, size_t k) const {
     const int64_t n = s.latent_numel();
     GL_CHECK(int64_t(in.latents.size()) == n, "bucket trainer: micro-batch ", k + 1, " holds ", in.latents.size(),
              " latent values, graph ", in.graph, " takes ", n);
+    GL_CHECK(in.global == 0 || (s.update->reduces() && in.begin >= 0 && in.count >= 0 &&
+                                in.begin + in.count <= in.global &&
+                                (in.count == 0 || in.count == s.opt.batch)),
+             "bucket trainer: micro-batch ", k + 1, " is images [", in.begin, ", ", in.begin + in.count, ") of a global ",
+             in.global, " on graph ", in.graph, " (batch ", s.opt.batch, s.update->reduces() ? "" : ", not data-parallel",
+             ")");
     const bool ids = std::holds_alternative<std::span<const int32_t>>(in.cond);
     const size_t cond_n = std::visit([](auto c) { return c.size(); }, in.cond);
     GL_CHECK(ids == s.opt.train_text_encoder && int64_t(cond_n) == (ids ? s.ids_numel() : s.context_numel()),
@@ -102,16 +109,20 @@ StepReport BucketTrainer::update(const std::vector<MicroInput>& micro, double lr
         gl::Runtime& rt = *graphs_[in.graph].rt;
         const int64_t n = s.latent_numel();
         const bool last = k + 1 == micro.size();
-        const StepDraw d = draw_step(o_.objective, sched_, s.opt.batch, n, s.latent_channels(), rng_,
-                                     {s.opt.latent_h, s.opt.latent_w, in.latents});
-        s.net->sample_dropout(rt, rng_.next_u64());
+        const StepDraw d = draw(in, s);
+        uint64_t dropout_seed = rng_.next_u64();
+        if (in.global > 0) dropout_seed ^= uint64_t(in.begin) * 0x9E3779B97F4A7C15ull;  // the ranks' masks differ
+        s.net->sample_dropout(rt, dropout_seed);
         s.update->optimizer().set_steps_applied(applied_);
+        const double share = in.global > 0 ? double(in.count) / double(in.global) : 1.0;
+        if (in.global > 0) s.update->set_share(rt, float(share));
         s.update->prepare(rt, int(k), lr_factor, false, last);
         const float loss = run_micro_batch(s, rt, in.latents.data(), in.cond, d, scaler_, r.step, int(k), in.loss_mask,
                                            in.sample_weights);
         const UpdateReport u = s.update->finish_run(rt, last);
-        r.loss += double(loss) / double(micro.size());
-        for (float e : rt.read_f32(s.per_sample)) r.per_sample.push_back(e);
+        r.loss += share * double(loss) / double(micro.size());
+        if (in.global == 0 || in.count > 0)
+            for (float e : rt.read_f32(s.per_sample)) r.per_sample.push_back(e);
         if (last) {
             r.applied = u.applied;
             r.grad_norm = u.grad_norm;
@@ -125,6 +136,27 @@ StepReport BucketTrainer::update(const std::vector<MicroInput>& micro, double lr
         gl::fail("training step ", r.step, ": the gradients hold inf/NaN with a finite loss (", r.loss,
                  "); the LoRA and optimizer state were not updated by this step");
     return r;
+}
+
+StepDraw BucketTrainer::draw(const MicroInput& in, const StepGraph& s) {
+    const int64_t n = s.latent_numel(), ch = s.latent_channels();
+    const DrawInputs di{s.opt.latent_h, s.opt.latent_w, in.latents};
+    if (in.global == 0) return draw_step(o_.objective, sched_, s.opt.batch, n, ch, rng_, di);
+    const int64_t per_sample = n / s.opt.batch;
+    if (in.count > 0)
+        return draw_step_shard(o_.objective, sched_, in.global, in.begin, in.count, per_sample, ch, rng_, di);
+    // No image here: the stream moves as on the other ranks; the graph runs on zeros.
+    const std::vector<float> zeros(size_t(in.global * per_sample), 0.0f);
+    const StepDraw all = draw_step(o_.objective, sched_, in.global, in.global * per_sample, ch, rng_,
+                                   {s.opt.latent_h, s.opt.latent_w, zeros});
+    StepDraw d;
+    d.seed = all.seed;
+    d.counter = all.counter;
+    d.noise_offset = all.noise_offset;
+    d.t.assign(size_t(s.opt.batch), all.t.empty() ? 0 : all.t[0]);
+    if (!all.noise.empty()) d.noise.assign(size_t(n), 0.0f);
+    if (!all.ip_noise.empty()) d.ip_noise.assign(size_t(n), 0.0f);
+    return d;
 }
 
 double BucketTrainer::evaluate(const MicroInput& in, int32_t timestep, diffusion::NoiseRng& rng) {

@@ -24,6 +24,12 @@ struct MicroInput {
     StepCond cond;
     std::span<const float> loss_mask;  // [B, h, w] at the latents' size; masked-loss graphs only
     std::span<const float> sample_weights;  // [B]; sample-weighted graphs only (empty: ones)
+    // Data parallelism (graphs built with StepOptions::data_parallel): this rank's images
+    // [begin, begin + count) of a global micro-batch of `global` (0: one process, the micro-batch
+    // is all of it). The draws are the global micro-batch's (train::draw_step_shard) and the rank's
+    // gradient weighs count / global. count 0: the rank holds none of its images and runs the
+    // graph on zeros (latents, condition) with weight 0, so it still joins the reduction.
+    int64_t global = 0, begin = 0, count = 0;
 };
 
 // What a resumed run restores beside the optimizer's state file (train/run/state.h saves it).
@@ -53,6 +59,8 @@ public:
     void init_optimizer();
 
     // One optimizer step over 1..accum micro-batches (fewer than accum: the end of an epoch).
+    // Data parallelism: the report's loss is this rank's part of the global loss (each micro-batch's
+    // loss times count / global): the ranks' sum is the loss of the global batch.
     // lr_factor multiplies the groups' learning rates (the LR schedule at updates_applied()).
     // Throws gl::Error naming the step when a loss is NaN/inf (the update is then not applied).
     StepReport update(const std::vector<MicroInput>& micro, double lr_factor = 1.0);
@@ -90,6 +98,7 @@ public:
 private:
     void check(size_t i) const;
     void check_input(const MicroInput& in, size_t k) const;  // micro-batch k fits its graph
+    StepDraw draw(const MicroInput& in, const StepGraph& s);  // its draws, moving rng_
     optim::Optimizer& optimizer(size_t g) { return graphs_[g].step->update->optimizer(); }
     std::vector<Member> graphs_;
     TrainerOptions o_;

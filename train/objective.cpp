@@ -233,4 +233,38 @@ StepDraw draw_step(const Objective& o, const diffusion::DdpmSchedule& s, int64_t
     return d;
 }
 
+StepDraw draw_step_shard(const Objective& o, const diffusion::DdpmSchedule& s, int64_t global, int64_t begin,
+                         int64_t count, int64_t per_sample, int64_t channels, diffusion::NoiseRng& rng,
+                         const DrawInputs& in) {
+    GL_CHECK(global >= 1 && begin >= 0 && count >= 1 && begin + count <= global && per_sample >= 1, "draw_step_shard: ",
+             count, " samples from ", begin, " of a global micro-batch of ", global);
+    const size_t lo = size_t(begin * per_sample), n = size_t(count * per_sample);
+    if (draws_noise_on_host(o)) {
+        std::vector<float> all;  // the global latents, this rank's in place (adaptive noise offset only)
+        DrawInputs gin{in.latent_h, in.latent_w, {}};
+        if (!in.latents.empty()) {
+            GL_CHECK(in.latents.size() == n, "draw_step_shard: ", in.latents.size(), " latent values for ", count,
+                     " samples of ", per_sample);
+            all.assign(size_t(global * per_sample), 0.0f);
+            std::copy(in.latents.begin(), in.latents.end(), all.begin() + long(lo));
+            gin.latents = all;
+        }
+        StepDraw d = draw_step(o, s, global, global * per_sample, channels, rng, gin);
+        d.t = std::vector<int32_t>(d.t.begin() + begin, d.t.begin() + begin + count);
+        d.noise = std::vector<float>(d.noise.begin() + long(lo), d.noise.begin() + long(lo + n));
+        if (!d.ip_noise.empty())
+            d.ip_noise = std::vector<float>(d.ip_noise.begin() + long(lo), d.ip_noise.begin() + long(lo + n));
+        return d;
+    }
+    StepDraw d;
+    d.seed = rng.seed;
+    d.noise_offset = o.noise_offset;
+    const uint64_t offset_draws = o.noise_offset > 0 ? uint64_t(channels) : 0;
+    d.counter = rng.counter + 2 * uint64_t(begin) * (uint64_t(per_sample) + offset_draws);
+    rng.counter += noise_draws(o, global, global * per_sample, channels);
+    const std::vector<int32_t> t = step_timesteps(o, s, global, rng, std::nullopt);
+    d.t.assign(t.begin() + begin, t.begin() + begin + count);
+    return d;
+}
+
 }  // namespace train

@@ -145,6 +145,17 @@ struct StepDraw {
 StepDraw draw_step(const Objective& o, const diffusion::DdpmSchedule& s, int64_t batch, int64_t latent_numel,
                    int64_t channels, diffusion::NoiseRng& rng, const DrawInputs& in = {},
                    std::optional<int32_t> timestep = std::nullopt);
+// Data parallelism: a rank's part [begin, begin + count) of a global micro-batch of `global`
+// samples (per_sample latent values each). rng moves as draw_step moves it for the whole global
+// micro-batch, on every rank alike. The timesteps, and with draws_noise_on_host every host draw,
+// are the global draw's slice: what one process draws for those images. The graph-drawn noise
+// starts at the sample's place in the global draw; with offset noise each rank's block holds its
+// noise and then its offset draws (begin x (per_sample + channels) normals in), disjoint from the
+// other ranks' within the global block, so that variant is not one process's values (the same
+// distribution). `latents`: this rank's (adaptive noise offset: the others' count as zeros).
+StepDraw draw_step_shard(const Objective& o, const diffusion::DdpmSchedule& s, int64_t global, int64_t begin,
+                         int64_t count, int64_t per_sample, int64_t channels, diffusion::NoiseRng& rng,
+                         const DrawInputs& in = {});
 // How far draw_micro_batch moves rng: two draws per normal value (noise, offset noise, input
 // perturbation), one per timestep and per random strength, and a fixed block per pyramid level
 // (train/noise_variants.h). Timestep sampling rejects a draw with a chance below 2^-50 (one more

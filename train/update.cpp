@@ -60,13 +60,15 @@ Update::Update(gl::Graph& g, std::vector<ParamGroup> groups, const optim::Optimi
 void Update::set_share(gl::Runtime& rt, float share) {
     GL_CHECK(share_ != gl::kNoValue, "update: set_share on a step built without data parallelism");
     GL_CHECK(std::isfinite(share) && share >= 0.0f && share <= 1.0f, "update: share ", share, " outside [0, 1]");
-    rt.write_f32(share_, {share});
+    share_value_ = share;
+    rt.write_f32(share_, {accum_ > 1 ? 1.0f : share});  // with accumulation prepare weights each addition
 }
 
 void Update::init_state(gl::Runtime& rt) {
     const gl::Graph& g = rt.plan().graph;
     rt.write_f32(probe_param_, {0.0f});
     if (share_ != gl::kNoValue) rt.write_f32(share_, {1.0f});
+    share_value_ = 1.0f;
     for (ValueId a : accum_values_) rt.write_f32(a, std::vector<float>(size_t(g.v(a).numel()), 0.0f));
     opt_.init_state(rt);
 }
@@ -74,7 +76,8 @@ void Update::init_state(gl::Runtime& rt) {
 void Update::prepare(gl::Runtime& rt, int micro, double lr_factor, bool skip, bool last) {
     GL_CHECK(micro >= 0 && micro < accum_, "update: micro-step ", micro, " outside [0, ", accum_, ")");
     opt_.set_step(rt, opt_.next_step(), lr_factor);
-    if (ctl_ != gl::kNoValue) rt.write_f32(ctl_, {micro == 0 ? 1.0f : 0.0f, float(1.0 / double(accum_))});
+    if (ctl_ != gl::kNoValue)
+        rt.write_f32(ctl_, {micro == 0 ? 1.0f : 0.0f, float(double(share_value_) / double(accum_))});
     const bool apply = (micro == accum_ - 1 || last) && !skip;
     rt.write_f32(skip_, {apply ? 0.0f : std::numeric_limits<float>::quiet_NaN()});
 }

@@ -54,8 +54,12 @@ public:
     // update applies after this micro-step although fewer than `accum` ran (the end of an epoch,
     // as accelerate does: the accumulated gradients keep their 1/accum weights).
     void prepare(gl::Runtime& rt, int micro, double lr_factor = 1.0, bool skip = false, bool last = false);
-    // Data parallelism: this rank's weight in the reduction (its images / the global batch's;
-    // 1 / world size for even slices). Kept until changed; init_state writes 1.
+    // Data parallelism: this rank's weight for the next micro-batches (its images / the global
+    // micro-batch's; 1 / world size for even slices), kept until changed; init_state writes 1.
+    // Without accumulation it weights the reduction; with it, each micro-batch's addition into
+    // the accumulators (share / accum, written by prepare), and the reduction sums them as they are,
+    // so micro-batches of different shares (a short one at a bucket's end) weigh as they would in
+    // one process.
     void set_share(gl::Runtime& rt, float share);
     bool reduces() const { return share_ != gl::kNoValue; }
     // After every run: reads the statistics; `apply` says whether the run was prepared to apply
@@ -74,6 +78,7 @@ private:
     int accum_ = 1;
     std::vector<gl::ValueId> accum_values_;
     gl::ValueId ctl_ = gl::kNoValue, skip_ = gl::kNoValue, probe_param_ = gl::kNoValue, share_ = gl::kNoValue;
+    float share_value_ = 1.0f;
 };
 
 }  // namespace train

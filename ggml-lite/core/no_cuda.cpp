@@ -1,10 +1,13 @@
 // Stand-ins for a build without CUDA: they say so instead of failing to link.
 #ifndef GL_HAVE_CUDA
+#include "ggml-lite/core/cuda_devices.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/core/shared_memory.h"
 
 namespace gl {
+
+int cuda_device_count() { return 0; }
 
 bool cuda_available(std::string* why) {
     if (why) *why = "ggml-lite was built without CUDA (configure with -DGL_CUDA=ON where nvcc exists)";

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <utility>
 
+#include "ggml-lite/core/cuda_devices.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/core/shared_memory.h"
 #include "ggml-lite/cuda/kernel.cuh"
@@ -66,6 +67,15 @@ void launch_densify(const TensorRef& t, void* dst, cudaStream_t s) {
         default: densify_kernel<uint32_t><<<grid, 256, 0, s>>>((const uint32_t*)t.data, (uint32_t*)dst, d); break;
     }
     GL_CUDA_LAUNCHED();
+}
+
+int cuda_device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();  // clear the sticky error of a failed probe
+        return 0;
+    }
+    return n;
 }
 
 bool cuda_available(std::string* why) {

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "ggml-lite/core/error.h"
+#include "ggml-lite/dist/shard.h"
 #include "train/run/option_table.h"
 
 namespace train {
@@ -177,14 +178,16 @@ std::vector<data::SkippedImage> skipped_before_training(const RunData& d) {
     return all;
 }
 
-StepCounts count_steps(const RunConfig& c, const RunData& d, int64_t micro_batch, int accum) {
-    GL_CHECK(micro_batch >= 1 && accum >= 1, "steps: micro-batch and accumulation must be >= 1");
+StepCounts count_steps(const RunConfig& c, const RunData& d, int64_t micro_batch, int accum, int world) {
+    GL_CHECK(micro_batch >= 1 && accum >= 1 && world >= 1, "steps: micro-batch, accumulation and ranks must be >= 1");
     StepCounts k;
     k.micro_batch = micro_batch;
     k.accum = accum;
+    k.world = world;
     std::string terms, values;
     for (const data::Bucket& b : d.buckets.buckets) {
-        const int64_t n = int64_t(b.images.size()), batch = b.batch(micro_batch), batches = (n + batch - 1) / batch;
+        const int64_t n = int64_t(b.images.size()), batch = b.batch(micro_batch) * world,
+                      batches = (n + batch - 1) / batch;
         k.batches_per_epoch += batches;
         terms += gl::cat(terms.empty() ? "" : " + ", "ceil(", n, "/", batch, ")");
         values += gl::cat(values.empty() ? "" : " + ", batches);
@@ -193,7 +196,8 @@ StepCounts count_steps(const RunConfig& c, const RunData& d, int64_t micro_batch
     std::string& a = k.arithmetic;
     a = gl::cat("  batches per epoch  = ", terms, d.buckets.buckets.size() > 1 ? " = " + values : std::string(), " = ",
                 k.batches_per_epoch, "   (per bucket: images with repeats / batch ",
-                d.parts.size() > 1 ? gl::cat("of its dataset, at most ", micro_batch) : gl::cat(micro_batch), ")\n");
+                d.parts.size() > 1 ? gl::cat("of its dataset, at most ", micro_batch) : gl::cat(micro_batch),
+                world > 1 ? gl::cat(" x ", world, " ranks: global batches, each rank a slice") : std::string(), ")\n");
     a += gl::cat("  updates per epoch  = ceil(", k.batches_per_epoch, " / ", accum, " accumulation steps) = ",
                  k.updates_per_epoch, "\n");
     if (c.max_train_epochs) {
@@ -207,28 +211,35 @@ StepCounts count_steps(const RunConfig& c, const RunData& d, int64_t micro_batch
         a += gl::cat("  epochs             = ceil(", k.max_train_steps, " steps (--max_train_steps) / ",
                      k.updates_per_epoch, ") = ", k.epochs, "\n");
     }
-    a += gl::cat("  images per update  = ", micro_batch, " x ", accum, " = ", micro_batch * accum, "\n");
+    if (world > 1)
+        a += gl::cat("  effective batch    = ", micro_batch, " per rank x ", world, " ranks x ", accum,
+                     " accumulation = ", micro_batch * world * accum, " images per update\n");
+    else
+        a += gl::cat("  images per update  = ", micro_batch, " x ", accum, " = ", micro_batch * accum, "\n");
     return k;
 }
 
-std::vector<GraphShape> graph_shapes(const RunData& d, int64_t micro_batch, int64_t downscale, int unet_multiple) {
+std::vector<GraphShape> graph_shapes(const RunData& d, int64_t micro_batch, int64_t downscale, int unet_multiple,
+                                     int world) {
     std::vector<GraphShape> out;
-    auto add = [&](const data::BucketAssignment& buckets) {
+    auto put = [&](const GraphShape& g) {
+        if (g.batch > 0 && std::find(out.begin(), out.end(), g) == out.end()) out.push_back(g);
+    };
+    auto add = [&](const data::BucketAssignment& buckets, int ranks) {
         for (const data::Bucket& b : buckets.buckets) {
             const int64_t m = downscale * unet_multiple;
             GL_CHECK(b.reso.w % m == 0 && b.reso.h % m == 0, "bucket ", b.reso.w, "x", b.reso.h,
                      ": the UNet takes sides that are multiples of ", m,
                      " pixels (use --bucket_reso_steps 64 and a resolution that is a multiple of 64)");
-            const int64_t n = int64_t(b.images.size()), batch = b.batch(micro_batch);
-            const GraphShape full{b.reso.h / downscale, b.reso.w / downscale, std::min(n, batch)};
-            const GraphShape last{full.latent_h, full.latent_w, n % batch};
-            if (std::find(out.begin(), out.end(), full) == out.end()) out.push_back(full);
-            if (n > batch && last.batch != 0 && std::find(out.begin(), out.end(), last) == out.end())
-                out.push_back(last);
+            const int64_t n = int64_t(b.images.size()), batch = b.batch(micro_batch), global = batch * ranks;
+            const int64_t h = b.reso.h / downscale, w = b.reso.w / downscale;
+            if (n >= global) put({h, w, batch});
+            if (const int64_t rest = n % global)  // the short last global batch: every rank's slice
+                for (int r = 0; r < ranks; r++) put({h, w, gl::dist::shard_of(rest, ranks, r).count});
         }
     };
-    add(d.buckets);
-    if (d.validation) add(d.validation->buckets);
+    add(d.buckets, world);
+    if (d.validation) add(d.validation->buckets, 1);
     return out;
 }
 

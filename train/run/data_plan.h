@@ -60,19 +60,25 @@ std::vector<data::SkippedImage> skipped_before_training(const RunData& d);
 // ceil(images with repeats / batch) batches (batch: the micro-batch, or with several datasets the
 // bucket's dataset's batch size, at most the micro-batch); an update takes `accum` of them (the last of an
 // epoch fewer); --max_train_epochs sets the total steps, else --max_train_steps sets the epochs.
+// Data parallelism (world ranks): a batch is a global one of world x the batch (each rank its
+// slice), so an epoch holds per bucket ceil(images / (batch x world)) of them, and an update
+// takes world x micro-batch x accum images.
 struct StepCounts {
     int64_t micro_batch = 1;
     int accum = 1;
+    int world = 1;
     int64_t batches_per_epoch = 0, updates_per_epoch = 0, max_train_steps = 0, epochs = 0;
     std::string arithmetic;  // the computation, line by line
 };
-StepCounts count_steps(const RunConfig& c, const RunData& d, int64_t micro_batch, int accum);
+StepCounts count_steps(const RunConfig& c, const RunData& d, int64_t micro_batch, int accum, int world = 1);
 
 // The graph shapes an epoch runs: per bucket its full micro-batch and, when its image count is not
-// a multiple, the short last batch; then the validation buckets' not among them (a validation
-// runs the step graph of its batch's shape). Latent sides are the bucket's pixels / downscale (checked
+// a multiple, the short last batch (world ranks: every rank's slice of the short global batch, so
+// all ranks plan the same graphs); then the validation buckets' not among them (a validation
+// runs the step graph of its batch's shape, on every rank the whole validation set). Latent sides are the bucket's pixels / downscale (checked
 // against the UNet's size multiple: gl::Error naming the bucket).
-std::vector<GraphShape> graph_shapes(const RunData& d, int64_t micro_batch, int64_t downscale, int unet_multiple);
+std::vector<GraphShape> graph_shapes(const RunData& d, int64_t micro_batch, int64_t downscale, int unet_multiple,
+                                     int world = 1);
 
 // The buckets for auto-fit: latent sides and their share of the images (with repeats).
 struct BucketShare {

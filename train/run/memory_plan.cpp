@@ -10,6 +10,7 @@
 #include "ggml-lite/core/autofit.h"
 #include "ggml-lite/core/host_memory.h"
 #include "ggml-lite/core/plan_svg.h"
+#include "ggml-lite/dist/shard.h"
 #include "train/run/session_impl.h"
 
 namespace train {
@@ -36,17 +37,15 @@ struct RunCandidate {
 
 // How often each step shape runs in an epoch at a micro-batch (graph_shapes' shapes), and the
 // epoch's optimizer updates.
-std::map<GraphShape, int64_t> shape_runs(const RunData& d, int64_t micro, int64_t downscale) {
+// Several ranks: rank 0's runs (its slices of the global batches).
+std::map<GraphShape, int64_t> shape_runs(const RunData& d, int64_t micro, int64_t downscale, int world) {
     std::map<GraphShape, int64_t> runs;
     for (const data::Bucket& b : d.buckets.buckets) {
         const int64_t n = int64_t(b.images.size()), h = b.reso.h / downscale, w = b.reso.w / downscale;
         const int64_t batch = b.batch(micro);  // several datasets: the bucket's own batch size
-        if (n <= batch) {
-            runs[{h, w, n}] += 1;
-            continue;
-        }
-        runs[{h, w, batch}] += n / batch;
-        if (n % batch) runs[{h, w, n % batch}] += 1;
+        const int64_t global = batch * world;
+        if (n / global) runs[{h, w, batch}] += n / global;
+        if (n % global) runs[{h, w, gl::dist::shard_of(n % global, world, 0).count}] += 1;
     }
     return runs;
 }
@@ -61,6 +60,7 @@ struct RunFitter {
     uint64_t seed;
     GraphSetOptions base;  // vae, rules; step and the text encoder per candidate
     size_t extra = 0;      // held outside the layout (the CUDA context, when a size is given)
+    int world = 1;         // data-parallel ranks
     std::map<bool, std::shared_ptr<RunSampler>> samplers;
 
     std::vector<gl::FitOption> options(const std::vector<FitConfig>& configs, const StepOptions& user) {
@@ -91,10 +91,10 @@ struct RunFitter {
         g.step = cand->step;
         g.text_encoder_on_device = !fc.train_te && !fc.cache_te;
         g.plan_options = [](const GraphShape&) { return gl::PlanOptions{}; };
-        cand->graphs =
-            GraphSet::unplanned(g, graph_shapes(data, cand->step.batch, f, cand->step.unet.size_multiple()), others);
-        const StepCounts k = count_steps(c, data, cand->step.batch, cand->step.grad_accum);
-        gl::FitBuild b = cand->graphs->fit_build(cand, shape_runs(data, cand->step.batch, f),
+        cand->graphs = GraphSet::unplanned(
+            g, graph_shapes(data, cand->step.batch, f, cand->step.unet.size_multiple(), world), others);
+        const StepCounts k = count_steps(c, data, cand->step.batch, cand->step.grad_accum, world);
+        gl::FitBuild b = cand->graphs->fit_build(cand, shape_runs(data, cand->step.batch, f, world),
                                                  double(std::max<int64_t>(1, k.updates_per_epoch)));
         b.extra_bytes = extra;
         return b;
@@ -166,7 +166,7 @@ void Session::Impl::plan_memory() {
     std::string recompute = c.gradient_checkpointing ? "blocks (--gradient_checkpointing)" : "none";
     message("planning the graphs");
     if (c.vram_limit) {
-        RunFitter fitter{c, data, model, seed, go, extra, {}};
+        RunFitter fitter{c, data, model, seed, go, extra, world(), {}};
         const std::vector<gl::FitOption> options = fitter.options(fit_configs(fit_request(c, step, false)), step);
         gl::FitSettings st;
         st.limit = mp.limit;
@@ -195,9 +195,9 @@ void Session::Impl::plan_memory() {
             sampler = std::make_shared<RunSampler>(c, model, step, seed);
             others = sampler->plans();
         }
-        graphs = std::make_unique<GraphSet>(go, graph_shapes(data, step.batch, f, mult), others);
+        graphs = std::make_unique<GraphSet>(go, graph_shapes(data, step.batch, f, mult, world()), others);
     }
-    plan.counts = count_steps(c, data, step.batch, step.grad_accum);
+    plan.counts = count_steps(c, data, step.batch, step.grad_accum, world());
 
     const gl::SharedLayout& L = graphs->layout();
     mp.planned_bytes = L.total_bytes();
@@ -225,8 +225,12 @@ void Session::Impl::plan_memory() {
     const char* where = c.vram_limit ? " (--vram_limit)" : cuda ? " free" : " of available host memory";
     t += category_line("predicted peak", mp.predicted_peak,
                        mp.limit ? gl::cat("of ", gl::format_bytes(mp.limit), where) : std::string("(no limit known)"));
+    const std::string ranks =
+        world() > 1 ? gl::cat(" per rank x ", world(), " ranks (", comm->name(), "; effective batch ",
+                              step.batch * world() * step.grad_accum, ")")
+                    : std::string();
     plan.configuration =
-        gl::cat("micro-batch ", step.batch, " x ", step.grad_accum, " accumulation, recompute ", recompute, ", ",
+        gl::cat("micro-batch ", step.batch, " x ", step.grad_accum, " accumulation", ranks, ", recompute ", recompute, ", ",
                 step.optimizer.name(), ", ", precision_name(step.precision), ", text encoder ",
                 step.train_text_encoder ? "trained" : cache_text ? "frozen, outputs cached" : "frozen, run each step",
                 ", latents ", c.cache_latents ? "cached" : "encoded each step", ", ", graphs->steps().size(),
@@ -247,7 +251,7 @@ std::string Session::Impl::advice(const GraphSetOptions& base, size_t extra) {
     const int64_t f = model.vae_cfg.downscale();
     const int mult = step.unet.size_multiple();
     std::string s;
-    RunFitter fitter{c, data, model, seed, base, extra, {}};
+    RunFitter fitter{c, data, model, seed, base, extra, world(), {}};
     std::vector<gl::FitOption> options = fitter.options(fit_configs(fit_request(c, step, true)), step);
     if (!c.vram_limit)
         for (gl::FitOption& o : options) o.needs = o.needs.empty() ? "--vram_limit" : "--vram_limit " + o.needs;

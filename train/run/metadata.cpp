@@ -477,7 +477,8 @@ std::map<std::string, std::string> run_metadata(const RunConfig& c, const RunDat
     const data::DatasetConfig& dc = d.dataset.config;
     if (!d.from_dataset_config) {
         m["ss_batch_size_per_device"] = std::to_string(dc.batch_size);
-        m["ss_total_batch_size"] = std::to_string(int64_t(dc.batch_size) * c.gradient_accumulation_steps);
+        // kohya's total_batch_size: train_batch_size x num_processes x gradient_accumulation_steps.
+        m["ss_total_batch_size"] = std::to_string(int64_t(dc.batch_size) * k.world * c.gradient_accumulation_steps);
         m["ss_resolution"] = gl::cat("(", dc.width, ", ", dc.height, ")");
         const auto limits = bucket_limits(dc);
         m["ss_enable_bucket"] = py_bool(dc.enable_bucket);

@@ -36,7 +36,9 @@ std::string model_identity(const sd::Sd15Files& m) {
 
 MicroInput Micro::input() const {
     const StepCond cond = ids.empty() ? StepCond(std::span<const float>(context)) : StepCond(std::span<const int32_t>(ids));
-    return {graph, latents, cond, loss_mask, sample_weights};
+    MicroInput in{graph, latents, cond, loss_mask, sample_weights};
+    if (global > 0) in.global = global, in.begin = begin, in.count = images;
+    return in;
 }
 
 bool Runner::cache() {
@@ -104,6 +106,7 @@ gl::Runtime& Runner::step_runtime(size_t i) {
     while (step_rt_.size() <= i) {
         const gl::Plan& p = m_.graphs->steps()[step_rt_.size()].plan;
         step_rt_.push_back(cuda_ ? gl::make_cuda_runtime(p, mem_) : gl::make_cpu_runtime(p, mem_));
+        step_rt_.back()->set_communicator(m_.comm);  // the step's all_reduce (several ranks)
     }
     return *step_rt_[i];
 }
@@ -168,13 +171,38 @@ void Runner::init_network() {
     }
 }
 
+Micro Runner::stand_in(const data::Batch& b) {
+    const GraphSet& gs = *m_.graphs;
+    const int64_t f = m_.model.vae_cfg.downscale();
+    std::optional<size_t> pick;
+    for (size_t i = 0; i < gs.steps().size(); i++) {
+        const GraphShape& sh = gs.steps()[i].shape;
+        if (sh.latent_h == b.bucket.h / f && sh.latent_w == b.bucket.w / f &&
+            (!pick || sh.batch < gs.steps()[*pick].shape.batch))
+            pick = i;
+    }
+    GL_CHECK(pick, "data parallelism: no step graph of bucket ", b.bucket.w, "x", b.bucket.h, " for a rank without images");
+    const StepGraph& s = *gs.steps()[*pick].graph;
+    Micro mi;
+    mi.graph = *pick;
+    mi.global = b.global_images;
+    mi.begin = b.first;
+    mi.latents.assign(size_t(s.latent_numel()), 0.0f);
+    if (s.opt.train_text_encoder) mi.ids.assign(size_t(s.ids_numel()), 0);
+    else mi.context.assign(size_t(s.context_numel()), 0.0f);
+    if (s.opt.masked_loss) mi.loss_mask.assign(size_t(s.opt.batch * s.opt.latent_h * s.opt.latent_w), 1.0f);
+    return mi;
+}
+
 Micro Runner::prepare(const data::Batch& b, bool validation) {
     const data::Dataset& ds = validation ? m_.data.validation->dataset : m_.data.dataset;
     GraphSet& gs = *m_.graphs;
     const int64_t f = m_.model.vae_cfg.downscale(), n = int64_t(b.samples.size());
+    if (n == 0) return stand_in(b);  // several ranks: none of this global batch's images is here
     const GraphShape shape{b.bucket.h / f, b.bucket.w / f, n};
     Micro mi;
     mi.images = n;
+    if (m_.comm && !validation) mi.global = b.global_images, mi.begin = b.first;
     const size_t before = gs.steps().size();
     mi.graph = gs.step_index(shape);
     if (gs.steps().size() > before) {  // a shape the plan did not list: it runs in the same memory
@@ -198,7 +226,9 @@ Micro Runner::prepare(const data::Batch& b, bool validation) {
         const std::vector<float> moments = rt.read_f32(gs.vae()[vi].graph->moments);
         std::vector<float> noise(moments.size() / 2);
         const uint64_t stream = validation ? val_->seed ^ kValidationVaeNoiseStream : m_.seed ^ kVaeNoiseStream;
-        diffusion::NoiseRng rng{stream, uint64_t(b.step) * 0x100000000ull};
+        // A rank's slice draws from its first image's place in the global batch.
+        const uint64_t skip = 2 * uint64_t(b.first) * uint64_t(noise.size() / size_t(n));
+        diffusion::NoiseRng rng{stream, uint64_t(b.step) * 0x100000000ull + skip};
         diffusion::fill_normal(noise, rng);
         mi.latents = sd::vae_sample_latent(m_.model.vae_cfg, moments, noise);
     }

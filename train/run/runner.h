@@ -30,6 +30,9 @@ struct Micro {
     std::vector<float> sample_weights;  // [B] kohya's loss_weights (sample-weighted graphs)
     std::vector<int32_t> ids;
     int64_t images = 0;
+    // Data parallelism: this rank's images [begin, begin + images) of a global micro-batch of
+    // `global` (0: one process). images 0: a stand-in of zeros that joins the reduction.
+    int64_t global = 0, begin = 0;
 
     MicroInput input() const;  // what BucketTrainer takes (views of this micro-batch)
 };
@@ -62,6 +65,17 @@ private:
     }
     std::string save_state(SaveKind kind, int64_t n);
     RunPosition position() const;
+    // The LR schedule's factor after `updates` applied updates. kohya builds its schedule for
+    // max_train_steps x processes scheduler steps and accelerate steps it once per process at every
+    // update, so with N ranks the factor is the N-times-longer schedule's at updates x N (a warm-up
+    // given in steps then ends after lr_warmup_steps / N updates, as in kohya).
+    double lr_factor(int64_t updates) const { return schedule_.multiplier(updates * m_.world()); }
+    // Between updates: whether to stop (Ctrl-C). Several ranks: agreed at the last update's
+    // exchange, so every rank stops after the same one.
+    bool stop_requested() const { return m_.comm ? stop_agreed_ : stop_ && stop_->load(); }
+    // A micro-batch of zeros for a rank that holds no image of a global batch (its bucket's
+    // smallest step graph), so that it joins the step's reduction with weight 0.
+    Micro stand_in(const data::Batch& b);
     void sample_host() { sum_.peak_host_anon_bytes = std::max(sum_.peak_host_anon_bytes, proc_status_bytes("RssAnon")); }
 
     Session::Impl& m_;
@@ -104,6 +118,7 @@ private:
         LossRecorder per_step, per_epoch;  // kohya's val_step_loss_recorder, val_epoch_loss_recorder
     };
     std::optional<Validation> val_;
+    bool stop_agreed_ = false;  // several ranks: a rank asked to stop at the last update
 };
 
 }  // namespace train

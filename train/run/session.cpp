@@ -13,6 +13,7 @@
 #include "lora/file_modules.h"
 #include "models/sd15/vae_file.h"
 #include "train/run/initial_step.h"
+#include "train/run/ranks.h"
 #include "train/run/run_paths.h"
 #include "train/run/save.h"
 #include "train/run/session_impl.h"
@@ -102,6 +103,11 @@ Session::~Session() = default;
 
 const RunConfig& Session::config() const { return impl_->cfg; }
 
+void Session::set_communicator(gl::dist::Communicator* comm) {
+    GL_CHECK(!impl_->prepared, "sdtrain: the communicator is set before the plan");
+    impl_->comm = comm && comm->world_size() > 1 ? comm : nullptr;
+}
+
 RunShape Session::Impl::resume_shape() const {
     RunShape r;
     r.counts = plan.counts;
@@ -113,7 +119,9 @@ RunShape Session::Impl::resume_shape() const {
     }
     const Objective o = cfg.objective();
     r.min_update_draws = BucketTrainer::noise_draws(o, 1, smallest, ch);
-    r.max_batch_draws = BucketTrainer::noise_draws(o, step.batch, step.batch * largest, ch, true);
+    // Several ranks draw every micro-batch's noise for the global micro-batch (world x the batch).
+    const int64_t global = step.batch * world();
+    r.max_batch_draws = BucketTrainer::noise_draws(o, global, global * largest, ch, true);
     return r;
 }
 
@@ -150,6 +158,7 @@ StepOptions Session::Impl::base_step() const {
     for (const data::SubsetConfig& sub : data.dataset.config.subsets)
         so.sample_weights = so.sample_weights || (sub.is_reg && cfg.prior_loss_weight != 1.0);
     so.grad_accum = cfg.gradient_accumulation_steps;
+    so.data_parallel = world() > 1;
     so.unet_lr = float(cfg.unet_learning_rate());
     so.text_encoder_lr = float(cfg.text_encoder_learning_rate());
     so.optimizer = cfg.optimizer();
@@ -205,6 +214,7 @@ void Session::Impl::prepare() {
     if (c.seed) m.seed = *c.seed;
     else if (m.resume) m.seed = m.resume->seed;
     else m.seed = std::random_device{}() & 0xffffffffu;
+    if (m.comm) m.comm->broadcast(&m.seed, sizeof m.seed, 0);  // a drawn seed is rank 0's
     m.message("reading the dataset");
     m.data = load_run_data(c, m.seed);
     check_run_paths(c, run_inputs(c, &m.model, &m.data.dataset.config), &m.data.dataset.config);
@@ -226,10 +236,19 @@ void Session::Impl::prepare() {
     m.plan_memory();
     std::vector<double> group_lrs;
     for (const ParamGroup& g : m.graphs->steps()[0].graph->update->groups()) group_lrs.push_back(g.lr);
-    check_schedule_groups(c, m.plan.counts.max_train_steps, group_lrs);
+    check_schedule_groups(c, m.plan.counts.max_train_steps * m.world(), group_lrs);
+    if (m.world() > 1 && !c.lr_warmup_steps.ratio && c.lr_warmup_steps.value > 0)
+        m.plan.notes.push_back(gl::cat("--lr_warmup_steps ", c.lr_warmup_steps.value, " with ", m.world(),
+                                       " processes: as kohya's schedule (built for max_train_steps x processes and "
+                                       "stepped once per process at each update), the warm-up ends after ",
+                                       c.lr_warmup_steps.value / m.world(), " updates"));
     if (const std::optional<KohyaStart> s = kohya_start(c, m.plan.counts)) m.plan.notes.push_back(s->note);
 
     if (m.resume) {
+        GL_CHECK(m.resume->world_size == m.world(), "--resume ", *c.resume, ": the state was saved by a run of ",
+                 m.resume->world_size, m.resume->world_size == 1 ? " process" : " processes", ", this run has ",
+                 m.world(), " (its global batches, and so its data order, differ: resume with --num_processes ",
+                 m.resume->world_size, ")");
         GL_CHECK(m.resume->seed == m.seed, "--resume ", *c.resume, ": the state was trained with --seed ",
                  m.resume->seed, ", this run has --seed ", m.seed);
         GL_CHECK(m.resume->run_identity ==
@@ -241,6 +260,19 @@ void Session::Impl::prepare() {
     }
     m.cfg.seed = m.seed;  // the configuration shows the seed the run uses
     m.plan.config = config_sections(m.cfg);
+    if (m.comm) {
+        // The ranks run one command line; what each resolved from it (files, datasets, device)
+        // must be the same, or their graphs would not meet.
+        std::string all = gl::cat(m.plan.counts.arithmetic, "|", m.plan.configuration, "|", m.plan.memory.planned_bytes,
+                                  "|", m.plan.dataset, "|");
+        for (const ConfigSection& sec : m.plan.config)
+            for (const auto& [k, v] : sec.entries) all += k + "=" + v + "|";
+        gl::io::Sha256 h;
+        h.update(all.data(), all.size());
+        check_ranks_agree(*m.comm, "the configuration and the plan", h.hex(),
+                          gl::cat("rank ", m.rank(), "'s plan: ", gl::format_bytes(m.plan.memory.planned_bytes), ", ",
+                                  m.plan.configuration));
+    }
     m.prepared = true;
 }
 

@@ -18,6 +18,7 @@
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/shared_memory.h"
+#include "ggml-lite/dist/communicator.h"
 #include "train/run/config.h"
 #include "train/run/config_view.h"
 #include "train/run/data_plan.h"
@@ -83,6 +84,13 @@ public:
     Session& operator=(const Session&) = delete;
 
     const RunConfig& config() const;
+    // Data parallelism (before prepare(); not owned): this process is comm's rank, and every rank
+    // runs a Session of the same configuration. The ranks take rank 0's seed, check that they
+    // agree on the configuration, the plan and the LoRA (gl::Error naming the rank otherwise),
+    // shard every global batch (world x the micro-batch) and reduce the gradients in the step
+    // graphs; only rank 0 writes (LoRA files, states, samples) and its observer alone should
+    // record. A world of one is a plain run.
+    void set_communicator(gl::dist::Communicator* comm);
     // Plan for this device instead of the backend's (before prepare()); run() then refuses.
     void plan_for(DeviceModel device);
     // Output folder check, resume state read, model headers, dataset, buckets, steps, graphs and

@@ -8,6 +8,7 @@
 
 #include "data/latent_cache.h"
 #include "data/text_cache.h"
+#include "ggml-lite/dist/communicator.h"
 #include "models/sd15/model_files.h"
 #include "pipelines/cache_encoders.h"
 #include "train/autofit.h"
@@ -37,6 +38,11 @@ struct Session::Impl {
     std::unique_ptr<GraphSet> graphs;
     std::shared_ptr<RunSampler> sampler;  // --sample_prompts: in the same memory
     uint64_t seed = 0;
+    // Data parallelism (Session::set_communicator): this process' rank; none: a world of one.
+    gl::dist::Communicator* comm = nullptr;
+    int world() const { return comm ? comm->world_size() : 1; }
+    int rank() const { return comm ? comm->rank() : 0; }
+    bool leader() const { return rank() == 0; }  // saves, samples, reports
     std::vector<std::filesystem::path> created_dirs;  // by check_output_dir: removed again when refused
 
     void message(const std::string& m) { obs->on_message(m); }

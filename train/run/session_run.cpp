@@ -5,6 +5,7 @@
 
 #include "lora/kohya.h"
 #include "lora/max_norm.h"
+#include "train/run/ranks.h"
 #include "train/run/runner.h"
 #include "train/run/tensorboard_log.h"
 
@@ -29,6 +30,7 @@ RunPosition Runner::position() const {
     p.start_step = start_step_;
     p.start_batch = start_batch_;
     p.seed = m_.seed;
+    p.world_size = m_.world();
     p.trainer = trainer_->state();
     p.run_identity = run_identity(m_.data, m_.seed, m_.step.batch, m_.step.grad_accum);
     return p;
@@ -37,6 +39,10 @@ RunPosition Runner::position() const {
 std::string Runner::save_lora(SaveKind kind, int64_t n, int64_t meta_epoch) {
     const fs::path path = fs::path(c_.output_dir) / lora_file_name(c_, kind, n);
     const optim::EvalWeights eval = eval_weights();
+    if (m_.comm)  // every rank applied the same updates: the LoRA must be the same bits everywhere
+        check_ranks_agree(*m_.comm, gl::cat("the LoRA at step ", trainer_->steps_done()), lora_digest(*trainer_),
+                          "the ranks' updates diverged");
+    if (!m_.leader()) return path.string();
     if (run_md_.empty()) {
         facts_.model = model_info_.get();
         if (vae_info_.valid()) facts_.vae = vae_info_.get();
@@ -50,7 +56,7 @@ std::string Runner::save_lora(SaveKind kind, int64_t n, int64_t meta_epoch) {
 
 std::string Runner::save_state(SaveKind kind, int64_t n) {
     const fs::path dir = fs::path(c_.output_dir) / state_dir_name(c_, kind, n);
-    save_run_state(dir, *trainer_, position());
+    if (m_.leader()) save_run_state(dir, *trainer_, position());
     sum_.resume_hint = dir.string();
     return dir.string();
 }
@@ -61,11 +67,16 @@ void Runner::flush() {
     int64_t images = 0;
     for (const Micro& mi : group_) {
         in.push_back(mi.input());
-        images += mi.images;
+        images += m_.comm ? mi.global : mi.images;  // several ranks: the global batch's
     }
-    const double factor = schedule_.multiplier(trainer_->updates_applied());
-    const StepReport r = trainer_->update(in, factor);
+    const double factor = lr_factor(trainer_->updates_applied());
+    StepReport r = trainer_->update(in, factor);
     group_.clear();
+    if (m_.comm) {  // the global loss, and whether any rank was asked to stop
+        const UpdateExchange x = exchange_update(*m_.comm, r.loss, stop_ && stop_->load());
+        r.loss = x.loss;
+        stop_agreed_ = x.stop;
+    }
     const StepGraph& s0 = *m_.graphs->steps()[0].graph;
     std::optional<lora::MaxNormReport> max_norm;
     if (c_.scale_weight_norms.value_or(0) > 0) {  // kohya: after every optimizer step, applied or not
@@ -92,7 +103,7 @@ void Runner::flush() {
     e.loss_mean = loss_sum_ / double(recent_losses_.size());
     if (m_.step.train_unet) e.lr_unet = m_.step.unet_lr * factor;
     if (m_.step.train_text_encoder) e.lr_text_encoder = m_.step.text_encoder_lr * factor;
-    const double next = schedule_.multiplier(trainer_->updates_applied());
+    const double next = lr_factor(trainer_->updates_applied());
     if (m_.step.train_unet) e.next_lr_unet = m_.step.unet_lr * next;
     if (m_.step.train_text_encoder) e.next_lr_text_encoder = m_.step.text_encoder_lr * next;
     const std::vector<std::string> groups = kohya_group_names(s0);
@@ -145,7 +156,7 @@ void Runner::flush() {
             m_.obs->on_save(st);
         }
     }
-    if (m_.sampler && m_.sampler->due_at_step(step)) {
+    if (m_.sampler && m_.leader() && m_.sampler->due_at_step(step)) {
         const optim::EvalWeights eval = eval_weights();
         m_.obs->on_sample(m_.sampler->sample(step, std::nullopt));
     }
@@ -177,7 +188,7 @@ void Runner::end_epoch(int64_t epoch) {
             m_.obs->on_save(st);
         }
     }
-    if (m_.sampler && m_.sampler->due_at_epoch(epoch)) {
+    if (m_.sampler && m_.leader() && m_.sampler->due_at_epoch(epoch)) {
         const optim::EvalWeights eval = eval_weights();
         m_.obs->on_sample(m_.sampler->sample(trainer_->steps_done(), epoch));
     }
@@ -193,11 +204,13 @@ RunSummary Runner::run() {
     // The model's hashes (ss_sd_model_hash: the whole file read) are only needed by the first
     // save: they are computed beside caching and training.
     const std::string path = c_.pretrained_model_name_or_path;
-    model_info_ = std::async(std::launch::async, [path] { return model_file_info(path); });
-    if (c_.vae) vae_info_ = std::async(std::launch::async, [vae = *c_.vae] { return model_file_info(vae); });
+    if (m_.leader()) {  // the files are rank 0's to write
+        model_info_ = std::async(std::launch::async, [path] { return model_file_info(path); });
+        if (c_.vae) vae_info_ = std::async(std::launch::async, [vae = *c_.vae] { return model_file_info(vae); });
+    }
     facts_ = facts;
     sum_.skipped_images = m_.plan.skipped;
-    schedule_ = lr_schedule(c_, m_.plan.counts.max_train_steps);
+    schedule_ = lr_schedule(c_, m_.plan.counts.max_train_steps * m_.world());  // lr_factor: kohya's x N
 
     if (m_.data.validation) {
         val_.emplace();
@@ -217,6 +230,7 @@ RunSummary Runner::run() {
     sample_host();
     init_network();
     timings_.emplace_back("allocating, loading the weights, initialising the LoRA", seconds_since(load_t));
+    if (m_.comm) check_ranks_agree(*m_.comm, "the initial LoRA", lora_digest(*trainer_));
     first_step_ = trainer_->steps_done();
     data::Dataset& ds = m_.data.dataset;
     ds.config.batch_size = int(m_.step.batch);  // the loader cuts micro-batches
@@ -230,6 +244,8 @@ RunSummary Runner::run() {
     lo.first_batch = size_t(batches_done_);
     lo.max_train_steps = m_.plan.counts.max_train_steps;
     lo.batches_per_update = m_.step.grad_accum;
+    lo.rank = m_.rank();
+    lo.world = m_.world();
     data::Loader loader(ds, m_.data.buckets, lo);
     loader_ = &loader;
     const int64_t per_epoch = m_.plan.counts.batches_per_epoch;
@@ -246,7 +262,7 @@ RunSummary Runner::run() {
     start.timings = timings_;
     start.tensorboard_dir = tensorboard_run_dir(c_, m_.started_at).string();
     m_.obs->on_start(start);
-    if (m_.sampler && c_.sample_at_first && !m_.resume) {
+    if (m_.sampler && m_.leader() && c_.sample_at_first && !m_.resume) {
         const optim::EvalWeights eval = eval_weights();
         m_.obs->on_sample(m_.sampler->sample(0, std::nullopt));
     }
@@ -256,7 +272,7 @@ RunSummary Runner::run() {
 
     bool epoch_open = false;
     while (!done()) {
-        if (group_.empty() && stop_ && stop_->load()) {  // between updates only
+        if (group_.empty() && stop_requested()) {  // between updates only
             sum_.interrupted = true;
             break;
         }
@@ -323,7 +339,9 @@ RunSummary Session::run(const std::atomic<bool>* stop) {
     }
     GL_CHECK(!impl_->device, "sdtrain: this session was planned for a simulated ", impl_->device->backend,
              " device (plan_for); it plans, it does not run");
-    const std::vector<std::string> removed = remove_run_leftovers(impl_->cfg.output_dir);
+    // Several ranks: rank 0 alone writes into the folder (another rank's temporaries are its own).
+    const std::vector<std::string> removed =
+        impl_->leader() ? remove_run_leftovers(impl_->cfg.output_dir) : std::vector<std::string>{};
     if (!removed.empty()) {
         std::string list;
         for (const std::string& p : removed) list += (list.empty() ? "" : ", ") + p;

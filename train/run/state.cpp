@@ -69,6 +69,7 @@ void save_run_state(const fs::path& dir, BucketTrainer& t, const RunPosition& po
                         {"start_step", pos.start_step},
                         {"start_batch", pos.start_batch},
                         {"seed", pos.seed},
+                        {"world_size", pos.world_size},
                         {"trainer_steps", pos.trainer.steps},
                         {"noise_counter", pos.trainer.noise_counter},
                         {"run_identity", pos.run_identity}};

@@ -31,6 +31,9 @@ struct RunPosition {
     // --initial_epoch / --initial_step, train/run/initial_step.h).
     int64_t start_step = 0, start_batch = 0;
     uint64_t seed = 0;
+    // Data-parallel ranks (absent in the file: 1). The batches are the world's global ones, so a
+    // resume must have as many ranks.
+    int world_size = 1;
     BucketTrainerState trainer;
     std::string run_identity;  // data order: seed, micro-batch, accumulation, images, buckets
 };

@@ -94,6 +94,7 @@ RunPosition parse_run_position(const std::string& text, const std::string& file)
     if (s.has("start_step")) p.start_step = int64_t(s.integer("start_step", 0, kInt64Max));
     if (s.has("start_batch")) p.start_batch = int64_t(s.integer("start_batch", 0, p.batches_done));
     p.seed = s.integer("seed", 0, UINT64_MAX);
+    if (s.has("world_size")) p.world_size = int(s.integer("world_size", 1, 1 << 20));
     p.trainer.steps = int64_t(s.integer("trainer_steps", 0, kInt64Max));
     p.trainer.noise_counter = s.integer("noise_counter", 0, UINT64_MAX);
     p.run_identity = s.hex_digest("run_identity");
