@@ -24,6 +24,7 @@ struct MicroInput {
     StepCond cond;
     std::span<const float> loss_mask;  // [B, h, w] at the latents' size; masked-loss graphs only
     std::span<const float> sample_weights;  // [B]; sample-weighted graphs only (empty: ones)
+    std::span<const float> token_weights;   // [B, T]; token-weighted graphs only (empty: ones)
 };
 
 // What a resumed run restores beside the optimizer's state file (train/run/state.h saves it).
