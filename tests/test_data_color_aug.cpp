@@ -64,7 +64,7 @@ TEST_CASE("data color_aug: a third of the draws change the image, half of those 
     CHECK_THROWS_AS(data::hue_shift(img, 7, 3.0), gl::Error);  // not whole rows
 }
 
-TEST_CASE("data color_aug: --color_aug trains without cached latents; with them it is refused as kohya does") {
+TEST_CASE("data color_aug: --color_aug trains without cached latents and is refused with them, as kohya does") {
     train::RunConfig c;
     c.pretrained_model_name_or_path = "m.safetensors";
     c.train_data_dir = "data";
