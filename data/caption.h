@@ -3,7 +3,8 @@
 // every N epochs), tag shuffling with kept leading tokens (a count, or a separator that fixes a
 // prefix and an optional suffix), tag dropout, wildcards ({a|b|c}, one line of a multi-line caption
 // file drawn), token warm-up (the first tags only, more of them step by step). Tags are re-joined
-// with ", " as kohya does, whatever the separator. Weighted captions are not supported.
+// with ", " as kohya does, whatever the separator. Weighted captions are weighted after all this, as
+// kohya weighs them (models/sd15/prompt_weights.h).
 #pragma once
 #include <cstdint>
 #include <filesystem>

@@ -221,8 +221,6 @@ SubsetConfig make_subset(const Levels& l) {
     s.random_crop = l.get("random_crop", false);
     s.color_aug = l.get("color_aug", false);
     s.resize_interpolation = interpolation_of(l);
-    GL_CHECK(!s.color_aug, l.names.front(), ": color_aug is not supported by sdtrain (kohya's hue shift goes "
-                                            "through OpenCV's 8-bit HSV round trip, which is not reimplemented)");
     return s;
 }
 

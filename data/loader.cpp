@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "data/caption.h"
+#include "data/color_aug.h"
+#include "data/resize.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/dist/shard.h"
 
@@ -87,7 +89,16 @@ Batch Loader::make(size_t step) const {
                 if (!l) throw ImageError(e.path.string(), "no cached latent (it failed to cache)");
                 smp.latent = std::move(l->data);
             } else {
-                const PreparedImage img = prepare_image(e, ch, smp.flipped, s.alpha_mask, crop);
+                // kohya's color_aug comes after the crop and before the flip (OpenCV's rounding
+                // depends on where a pixel lies in its row).
+                PreparedImage img = prepare_image(e, ch, smp.flipped && !s.color_aug, s.alpha_mask, crop);
+                if (s.color_aug) {
+                    color_aug(img.rgb, img.width, rng);
+                    if (smp.flipped) {
+                        flip_horizontal(img.rgb.data(), img.width, img.height, 3);
+                        if (!img.alpha.empty()) flip_horizontal(img.alpha.data(), img.width, img.height, 1);
+                    }
+                }
                 smp.pixels.resize(img.rgb.size());
                 to_unit_range(img.rgb, smp.pixels.data());
                 for (uint8_t v : img.alpha) smp.mask.push_back(float(v) / 255.f);

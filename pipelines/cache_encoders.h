@@ -15,6 +15,7 @@
 #include "ggml-lite/core/shared_memory.h"
 #include "ggml-lite/io/tensor_source.h"
 #include "models/sd15/clip.h"
+#include "models/sd15/prompt_weights.h"
 #include "models/sd15/tokenizer.h"
 #include "models/sd15/vae.h"
 
@@ -88,6 +89,10 @@ public:
                      int clip_skip = 1, int n_chunks = 1, gl::DType dtype = gl::DType::f32,
                      gl::Backend backend = gl::Backend::cpu, Tokenize tokenize = nullptr);
     ~ClipGraphEncoder() override;
+    // kohya's weighted captions: `tokenize` gives the ids and the output rows' weights of one
+    // caption, which multiply the outputs (models/sd15/prompt_weights.h); the identity says so.
+    using WeightedTokenize = std::function<WeightedIds(const std::string&)>;
+    void set_weighted(WeightedTokenize tokenize);
     std::string identity() const override;
     std::vector<float> encode(const std::vector<std::string>& captions) override;
     int tokens() const override {
@@ -105,6 +110,7 @@ private:
     gl::DType dtype_;
     gl::Backend backend_;
     Tokenize tokenize_;
+    WeightedTokenize weighted_;
     std::unique_ptr<Shape> current_;
 };
 

@@ -32,8 +32,10 @@ ClipGraphEncoder::ClipGraphEncoder(ClipConfig config, const gl::io::TensorSource
 }
 ClipGraphEncoder::~ClipGraphEncoder() = default;
 
+void ClipGraphEncoder::set_weighted(WeightedTokenize tokenize) { weighted_ = std::move(tokenize); }
+
 std::string ClipGraphEncoder::identity() const {
-    return gl::cat(identity_, "|clip_skip ", clip_skip_, "|chunks ", n_chunks_);
+    return gl::cat(identity_, "|clip_skip ", clip_skip_, "|chunks ", n_chunks_, weighted_ ? "|weighted" : "");
 }
 
 void ClipGraphEncoder::release() { current_.reset(); }
@@ -54,15 +56,27 @@ std::vector<float> ClipGraphEncoder::encode(const std::vector<std::string>& capt
         current_ = std::move(s);
     }
     std::vector<int32_t> ids;
+    std::vector<float> weights;
     for (const std::string& c : captions) {
-        const std::vector<int32_t> one = tokenize_(c);
+        std::vector<int32_t> one;
+        if (weighted_) {
+            WeightedIds w = weighted_(c);
+            GL_CHECK(w.weights.size() == size_t(tokens()), "text encoder: ", w.weights.size(),
+                     " token weights, not ", tokens());
+            one = std::move(w.ids);
+            weights.insert(weights.end(), w.weights.begin(), w.weights.end());
+        } else {
+            one = tokenize_(c);
+        }
         const size_t want = size_t(ClipTokenizer::kContext) * size_t(n_chunks_);
         GL_CHECK(one.size() == want, "text encoder: the tokenizer gave ", one.size(), " ids, not ", want);
         ids.insert(ids.end(), one.begin(), one.end());
     }
     current_->rt->write(current_->ids, ids.data(), gl::DType::i32);
     current_->rt->run();
-    return current_->rt->read_f32(current_->hidden);
+    std::vector<float> out = current_->rt->read_f32(current_->hidden);
+    if (weighted_) apply_token_weights(out, weights, b, tokens(), width());
+    return out;
 }
 
 }  // namespace sd

@@ -378,8 +378,8 @@ TEST_CASE("option sweep: kohya's dataset options with typical values are impleme
     CHECK(sdtrain_cli_test::has_note(c, "--conditioning_data_dir: kohya's train_network does not read it"));
     for (const char* o : {"enable_wildcard", "token_warmup_min", "token_warmup_step"})
         CHECK(train::find_option(o)->group.rfind("Data", 0) == 0);  // in --help, not refused
-    CHECK(has(usage_error({"--weighted_captions"}), "--weighted_captions: kohya's option is not supported by sdtrain "
-                                                    "(not implemented: kohya's (word:1.2) prompt weighting"));
+    CHECK(sdtrain::parse_command_line(with_required({"--weighted_captions"})).config.weighted_captions);
+    CHECK(train::find_option("weighted_captions")->group.rfind("Data", 0) == 0);
     CHECK(has(usage_error({"--token_warmup_step", "-1"}), "--token_warmup_step"));
     CHECK(has(usage_error({"--token_warmup_min", "-1"}), "--token_warmup_min"));
 }

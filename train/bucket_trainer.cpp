@@ -118,7 +118,7 @@ StepReport BucketTrainer::update(const std::vector<MicroInput>& micro, double lr
         if (in.global > 0) s.update->set_share(rt, float(share));
         s.update->prepare(rt, int(k), lr_factor, false, last);
         const float loss = run_micro_batch(s, rt, in.latents.data(), in.cond, d, scaler_, r.step, int(k), in.loss_mask,
-                                           in.sample_weights);
+                                           in.sample_weights, in.token_weights);
         const UpdateReport u = s.update->finish_run(rt, last);
         r.loss += share * double(loss) / double(micro.size());
         if (in.global == 0 || in.count > 0)
@@ -172,7 +172,8 @@ double BucketTrainer::evaluate(const MicroInput& in, int32_t timestep, diffusion
     s.update->prepare(rt, 0, 0.0, /*skip=*/true);
     float loss = 0;
     try {
-        loss = run_micro_batch(s, rt, in.latents.data(), in.cond, d, scaler_, steps_, 0, in.loss_mask, in.sample_weights);
+        loss = run_micro_batch(s, rt, in.latents.data(), in.cond, d, scaler_, steps_, 0, in.loss_mask, in.sample_weights,
+                               in.token_weights);
     } catch (const gl::Error& e) {
         gl::fail("validation after step ", steps_, " at timestep ", timestep, ": ", e.what());
     }

@@ -24,6 +24,7 @@ struct MicroInput {
     StepCond cond;
     std::span<const float> loss_mask;  // [B, h, w] at the latents' size; masked-loss graphs only
     std::span<const float> sample_weights;  // [B]; sample-weighted graphs only (empty: ones)
+    std::span<const float> token_weights;   // [B, T]; token-weighted graphs only (empty: ones)
     // Data parallelism (graphs built with StepOptions::data_parallel): this rank's images
     // [begin, begin + count) of a global micro-batch of `global` (0: one process, the micro-batch
     // is all of it). The draws are the global micro-batch's (train::draw_step_shard) and the rank's

@@ -40,6 +40,8 @@ void StepOptions::validate() const {
              " must be a multiple of ", m, " (", 8 * m, " pixels)");
     GL_CHECK(clip_skip >= 1, "step: clip_skip must be >= 1");
     GL_CHECK(train_unet || train_text_encoder, "step: neither the UNet nor the text encoder is trained");
+    GL_CHECK(!token_weights || train_text_encoder,
+             "step: token weights are an input of a trained text encoder only (a frozen one's context comes weighted)");
     GL_CHECK(!train_text_encoder || clip.width == unet.cross_attention_dim, "step: the text encoder's width ",
              clip.width, " is not the UNet's cross-attention width ", unet.cross_attention_dim);
     GL_CHECK(unet_lr >= 0 && text_encoder_lr >= 0, "step: learning rates must be >= 0");
@@ -48,6 +50,9 @@ void StepOptions::validate() const {
 
 int64_t StepGraph::context_numel() const { return opt.batch * opt.context_tokens * opt.unet.cross_attention_dim; }
 int64_t StepGraph::ids_numel() const { return opt.batch * opt.family->tokens().ids(opt.clip_chunks); }
+int64_t StepGraph::context_rows() const {
+    return opt.train_text_encoder ? opt.family->tokens().context_rows(opt.clip_chunks) : opt.context_tokens;
+}
 
 std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     opt.validate();
@@ -90,6 +95,10 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
         s->net->attach_text_encoder(*s->text_weights);
         s->ids = g.input("ids", DType::i32, {B * opt.clip_chunks, opt.family->tokens().sequence});
         s->context = opt.family->text_context(*s->text_weights, g, s->ids, opt.clip_chunks, opt.clip, opt.clip_skip);
+        if (opt.token_weights) {
+            s->token_weights = g.input("token_weights", DType::f32, {B, s->context_rows(), 1});
+            s->context = gl::cast(g, gl::mul(g, gl::cast(g, s->context, DType::f32), s->token_weights), act);
+        }
     } else {
         s->context = g.input("context", act, {B, opt.context_tokens, opt.unet.cross_attention_dim});
     }

@@ -15,6 +15,8 @@
 //   context             act [B, T, cross_dim]      frozen text encoder: its output, computed apart
 //   ids                 i32 [B * chunks, 77]       trained text encoder: the token ids (the
 //                                                  family's sequence length: 77 for SD)
+//   token_weights       f32 [B, T, 1]              trained text encoder with weighted captions
+//                                                  only: kohya's per-row weights of the context
 //
 // and once, the objective's tables (frozen f32 [num_steps, 1] each, write_objective_tables):
 // t as the UNet takes it, sqrt(alpha_bar_t), sqrt(1 - alpha_bar_t), the loss weight and (huber and
@@ -62,6 +64,10 @@ struct StepOptions {
     int64_t context_tokens = 77;
     sd::ClipConfig clip = sd::ClipConfig::vit_l14();
     int clip_chunks = 1, clip_skip = 1;
+    // kohya's --weighted_captions with a trained text encoder: the context (in f32, as kohya's
+    // autocast leaves it) times a token_weights input before the UNet (models/sd15/prompt_weights.h).
+    // A frozen text encoder's context comes weighted from the host.
+    bool token_weights = false;
     lora::LoraConfig lora;
     diffusion::Prediction prediction = diffusion::Prediction::epsilon;
     gl::LossKind loss = gl::LossKind::l2;
@@ -96,7 +102,7 @@ struct StepGraph {
     gl::ValueId sqrt_ac = gl::kNoValue, sqrt_1m_ac = gl::kNoValue, loss_weights = gl::kNoValue;
     gl::ValueId huber_c = gl::kNoValue;
     gl::ValueId ip_noise = gl::kNoValue, loss_mask = gl::kNoValue, sample_weight = gl::kNoValue;  // inputs (see above)
-    gl::ValueId context = gl::kNoValue, ids = gl::kNoValue;
+    gl::ValueId context = gl::kNoValue, ids = gl::kNoValue, token_weights = gl::kNoValue;
     gl::ValueId pred = gl::kNoValue, target = gl::kNoValue;
     gl::ValueId loss = gl::kNoValue, per_sample = gl::kNoValue;  // unscaled loss [], per-sample [B]
     gl::Gradients grads;
@@ -106,6 +112,7 @@ struct StepGraph {
     int64_t latent_numel() const { return opt.batch * opt.latent_h * opt.latent_w * latent_channels(); }
     int64_t context_numel() const;  // of one micro-batch (frozen text encoder)
     int64_t ids_numel() const;      // of one micro-batch (trained text encoder)
+    int64_t context_rows() const;   // T of the context [B, T, width]
 };
 
 // Builds the whole step (forward, backward, update). Returned by pointer: Weights hold a reference

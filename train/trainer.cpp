@@ -57,7 +57,7 @@ void check_objective_fits(const Objective& o, const StepGraph& s, const std::str
 
 float run_micro_batch(StepGraph& s, gl::Runtime& rt, const float* latents, StepCond cond, const StepDraw& d,
                       const optim::LossScaler& scaler, int64_t report_step, int k, std::span<const float> loss_mask,
-                      std::span<const float> sample_weights) {
+                      std::span<const float> sample_weights, std::span<const float> token_weights) {
     rt.write(s.latents, latents, gl::DType::f32);
     write_draw(s, rt, d);
     if (s.loss_mask != gl::kNoValue) {
@@ -76,6 +76,17 @@ float run_micro_batch(StepGraph& s, gl::Runtime& rt, const float* latents, StepC
                      " must be finite and >= 0");
         const std::vector<float> ones(size_t(s.opt.batch), 1.0f);
         rt.write(s.sample_weight, sample_weights.empty() ? ones.data() : sample_weights.data(), gl::DType::f32);
+    }
+    GL_CHECK(token_weights.empty() || s.token_weights != gl::kNoValue, "training step ", report_step,
+             ": token weights for a graph built without them (StepOptions::token_weights)");
+    if (s.token_weights != gl::kNoValue) {
+        const int64_t rows = s.opt.batch * s.context_rows();
+        GL_CHECK(token_weights.empty() || int64_t(token_weights.size()) == rows, "training step ", report_step, ": ",
+                 token_weights.size(), " token weights for ", s.opt.batch, " x ", s.context_rows(), " context rows");
+        for (float w : token_weights)
+            GL_CHECK(std::isfinite(w), "training step ", report_step, ": token weight ", w, " is not finite");
+        const std::vector<float> ones(size_t(rows), 1.0f);
+        rt.write(s.token_weights, token_weights.empty() ? ones.data() : token_weights.data(), gl::DType::f32);
     }
     if (const auto* ids = std::get_if<std::span<const int32_t>>(&cond))
         rt.write(s.ids, ids->data(), gl::DType::i32);

@@ -37,12 +37,14 @@ using StepCond = std::variant<std::span<const float>, std::span<const int32_t>>;
 
 // Writes one micro-batch's inputs into s's graph on rt (latents [B, h, w, C], the draw d, the
 // condition of this micro-batch, the loss scale, for a masked-loss graph the mask [B, h, w] at the
-// latents' size, and for a sample-weighted graph the weights [B]: empty means ones), runs it and
+// latents' size, for a sample-weighted graph the weights [B] and for a token-weighted one the
+// context rows' weights [B, T] (empty means ones)), runs it and
 // returns the unscaled loss. A NaN/inf loss throws gl::Error naming report_step, micro-batch k of
 // s.opt.grad_accum and the timesteps.
 float run_micro_batch(StepGraph& s, gl::Runtime& rt, const float* latents, StepCond cond, const StepDraw& d,
                       const optim::LossScaler& scaler, int64_t report_step, int k,
-                      std::span<const float> loss_mask = {}, std::span<const float> sample_weights = {});
+                      std::span<const float> loss_mask = {}, std::span<const float> sample_weights = {},
+                      std::span<const float> token_weights = {});
 // Checks that graph s was built for objective o (prediction, loss, input perturbation, host-drawn
 // noise); `who` names the caller in the error.
 void check_objective_fits(const Objective& o, const StepGraph& s, const std::string& who);

@@ -402,9 +402,12 @@ std::vector<int32_t> ClipTokenizer::tokenize(std::string_view text) const {
 std::vector<int32_t> ClipTokenizer::encode(std::string_view text) const { return encode_chunks(text, kChunk); }
 
 std::vector<int32_t> ClipTokenizer::encode_chunks(std::string_view text, int max_tokens) const {
+    return encode_content(tokenize(text), max_tokens);
+}
+
+std::vector<int32_t> ClipTokenizer::encode_content(std::vector<int32_t> ids, int max_tokens) const {
     GL_CHECK(max_tokens == 75 || max_tokens == 150 || max_tokens == 225,
              "tokenizer: max_tokens must be 75, 150 or 225 (kohya's max_token_length), got ", max_tokens);
-    std::vector<int32_t> ids = tokenize(text);
     if (ids.size() > size_t(max_tokens)) ids.resize(size_t(max_tokens));
     if (pad() != eos()) return encode_padded(ids, max_tokens);
     ids.resize(size_t(max_tokens), impl_->eos);  // padding (the content's own EOS is the first pad)

@@ -54,6 +54,9 @@ public:
     // sequence + its last id, that last made EOS after a content id, a chunk that starts with
     // padding made BOS, EOS, padding.
     std::vector<int32_t> encode_chunks(std::string_view text, int max_tokens) const;
+    // The same from content ids already tokenised (cut to max_tokens here): kohya's weighted
+    // captions tokenise each weighted piece alone (models/sd15/prompt_weights.h).
+    std::vector<int32_t> encode_content(std::vector<int32_t> ids, int max_tokens) const;
 
     int32_t bos() const;
     int32_t eos() const;

@@ -147,14 +147,15 @@ void RunConfig::validate() {
         note("--caption_extension '': a caption is the file named as its image without the extension (as kohya)");
     GL_CHECK(vae_batch_size >= 1, "--vae_batch_size must be >= 1");
     GL_CHECK(max_data_loader_n_workers >= 0, "--max_data_loader_n_workers must be >= 0");
-    GL_CHECK(!color_aug, "--color_aug is not supported: kohya's hue shift goes through OpenCV's 8-bit HSV round "
-                         "trip, which is not reimplemented (kohya refuses it with --cache_latents too)");
     if (cache_latents_to_disk && !cache_latents) {
         cache_latents = true;
         note("--cache_latents_to_disk turns --cache_latents on (as kohya)");
     }
     GL_CHECK(!(cache_latents && random_crop), "--cache_latents cannot be used with --random_crop (the crop changes "
                                               "every step)");
+    GL_CHECK(!(cache_latents && color_aug), "--cache_latents cannot be used with --color_aug (the colours change "
+                                            "every step; kohya: when caching latents, either color_aug or random_crop "
+                                            "cannot be used)");
     if (cache_text_encoder_outputs_to_disk && !cache_text_encoder_outputs) {
         cache_text_encoder_outputs = true;
         note("--cache_text_encoder_outputs_to_disk turns --cache_text_encoder_outputs on");

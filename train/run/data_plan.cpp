@@ -6,6 +6,7 @@
 
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/dist/shard.h"
+#include "models/sd15/prompt_weights.h"
 #include "train/run/option_table.h"
 
 namespace train {
@@ -57,6 +58,28 @@ void load_dataset(const RunConfig& c, const data::DatasetConfig& dc, uint64_t se
     d.parts.push_back(std::move(part));
 }
 
+// kohya's weighted captions stop the run at a "(text:number)" whose number Python's float()
+// refuses: every caption (its prefix, each line, its suffix) is parsed before any model loads.
+void check_weighted_captions(const data::Dataset& ds) {
+    for (const data::ImageEntry& e : ds.images) {
+        const data::CaptionOptions& o = ds.config.subsets[size_t(e.subset)].caption;
+        size_t from = 0;
+        for (;;) {
+            const size_t end = std::min(e.caption.find('\n', from), e.caption.size());
+            std::string line = e.caption.substr(from, end - from);
+            if (!o.caption_prefix.empty()) line = o.caption_prefix + " " + line;
+            if (!o.caption_suffix.empty()) line += " " + o.caption_suffix;
+            try {
+                sd::parse_prompt_attention(line);
+            } catch (const gl::Error& err) {
+                gl::fail("--weighted_captions: the caption of ", e.path.string(), ": ", err.what());
+            }
+            if (end == e.caption.size()) break;
+            from = end + 1;
+        }
+    }
+}
+
 }  // namespace
 
 RunData load_run_data(const RunConfig& c, uint64_t seed) {
@@ -98,6 +121,10 @@ RunData load_run_data(const RunConfig& c, uint64_t seed) {
     if (!validation.empty()) {
         data::MergedDatasets v = data::merge_datasets(std::move(validation));
         d.validation = ValidationData{std::move(v.dataset), std::move(v.buckets)};
+    }
+    if (c.weighted_captions) {
+        check_weighted_captions(d.dataset);
+        if (d.validation) check_weighted_captions(d.validation->dataset);
     }
     GL_CHECK(!d.buckets.buckets.empty(), "no image fits a bucket (", d.buckets.skipped.size(), " skipped):\n",
              data::describe_skipped(d.buckets.skipped));

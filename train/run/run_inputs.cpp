@@ -5,6 +5,7 @@
 
 #include "ggml-lite/io/safetensors.h"
 #include "lora/kohya.h"
+#include "models/sd15/prompt_weights.h"
 #include "train/noise_variants.h"
 #include "train/run/initial_step.h"
 #include "train/run/runner.h"
@@ -36,7 +37,7 @@ std::string model_identity(const sd::Sd15Files& m) {
 
 MicroInput Micro::input() const {
     const StepCond cond = ids.empty() ? StepCond(std::span<const float>(context)) : StepCond(std::span<const int32_t>(ids));
-    MicroInput in{graph, latents, cond, loss_mask, sample_weights};
+    MicroInput in{graph, latents, cond, loss_mask, sample_weights, token_weights};
     if (global > 0) in.global = global, in.begin = begin, in.count = images;
     return in;
 }
@@ -93,6 +94,10 @@ bool Runner::cache() {
         sd::ClipGraphEncoder enc(m_.model.clip_cfg, *m_.model.text_encoder, key, m_.step.clip_skip,
                                    chunks, activation_dtype(m_.step.precision), m_.backend,
                                    [tok, chunks, content](const std::string& s) { return tok->encode_chunks(s, content * chunks); });
+        if (c_.weighted_captions)
+            enc.set_weighted([tok, chunks, content](const std::string& s) {
+                return sd::encode_weighted(*tok, s, content * chunks);
+            });
         m_.message("caching text encoder outputs");
         text_keys_ = data::cache_text_outputs(ds, *text_cache_, enc);
         if (vd) val_->text_keys = data::cache_text_outputs(vd->dataset, *text_cache_, enc);
@@ -242,16 +247,23 @@ Micro Runner::prepare(const data::Batch& b, bool validation) {
                                                         : mask_to_latent(s.mask, 1, b.bucket.h, b.bucket.w, f);
             mi.loss_mask.insert(mi.loss_mask.end(), m.begin(), m.end());
         }
-    const int chunks = m_.step.clip_chunks;
+    const int chunks = m_.step.clip_chunks, max_tokens = m_.step.family->tokens().content * chunks;
     std::vector<int32_t> ids;
+    std::vector<float> token_weights;  // kohya's weighted captions: per context row
     if (m_.step.train_text_encoder || !text_cache_)
         for (const data::Sample& s : b.samples) {
-            const std::vector<int32_t> t =
-                m_.model.tokenizer->encode_chunks(s.caption, m_.step.family->tokens().content * chunks);
-            ids.insert(ids.end(), t.begin(), t.end());
+            if (c_.weighted_captions) {
+                const sd::WeightedIds w = sd::encode_weighted(*m_.model.tokenizer, s.caption, max_tokens);
+                ids.insert(ids.end(), w.ids.begin(), w.ids.end());
+                token_weights.insert(token_weights.end(), w.weights.begin(), w.weights.end());
+            } else {
+                const std::vector<int32_t> t = m_.model.tokenizer->encode_chunks(s.caption, max_tokens);
+                ids.insert(ids.end(), t.begin(), t.end());
+            }
         }
     if (m_.step.train_text_encoder) {
         mi.ids = std::move(ids);
+        mi.token_weights = std::move(token_weights);
     } else if (text_cache_) {
         for (const data::Sample& s : b.samples) {
             const std::string& key = (validation ? val_->text_keys : text_keys_).keys.at(size_t(s.image));
@@ -265,6 +277,10 @@ Micro Runner::prepare(const data::Batch& b, bool validation) {
         rt.write(gs.text()[ti].graph->ids, ids.data(), gl::DType::i32);
         rt.run();
         mi.context = rt.read_f32(gs.text()[ti].graph->context);
+        if (c_.weighted_captions) {
+            const int64_t rows = m_.step.family->tokens().context_rows(chunks);
+            sd::apply_token_weights(mi.context, token_weights, n, rows, m_.model.clip_cfg.width);
+        }
     }
     return mi;
 }

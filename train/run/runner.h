@@ -28,6 +28,7 @@ struct Micro {
     std::vector<float> latents, context;
     std::vector<float> loss_mask;  // [B, h, w] at the latents' size (masked-loss graphs)
     std::vector<float> sample_weights;  // [B] kohya's loss_weights (sample-weighted graphs)
+    std::vector<float> token_weights;   // [B, T] kohya's weighted captions (trained text encoder)
     std::vector<int32_t> ids;
     int64_t images = 0;
     // Data parallelism: this rank's images [begin, begin + images) of a global micro-batch of

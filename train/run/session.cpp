@@ -139,6 +139,7 @@ StepOptions Session::Impl::base_step() const {
     so.clip_chunks = cfg.clip_chunks();
     so.context_tokens = so.family->tokens().context_rows(so.clip_chunks);
     so.clip_skip = cfg.clip_skip.value_or(1);
+    so.token_weights = cfg.weighted_captions && so.train_text_encoder;
     so.lora = cfg.lora_config();
     if (cfg.dim_from_weights && so.lora.lycoris()) {
         // LyCORIS's create_network_from_weights: the modules exactly as the file holds them.
