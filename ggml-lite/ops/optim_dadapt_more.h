@@ -1,5 +1,6 @@
-// D-Adaptation SGD, AdaGrad and Adan (dadaptation 3.2's DAdaptSGD, DAdaptAdaGrad, DAdaptAdan) as
-// in-place ops (ops/optim_dadapt_more.cpp, cuda/optim_dadapt_more.cu), and what they share with the
+// D-Adaptation SGD, AdaGrad and Adan (dadaptation 3.2's DAdaptSGD, DAdaptAdaGrad, DAdaptAdan) and the
+// experimental module's DAdaptAdamPreprint and DAdaptAdanIP as in-place ops (ops/optim_dadapt_more.cpp,
+// cuda/optim_dadapt_more.cu), and what they share with the
 // code that builds them: the shared state, the d rules (computed in double by both backends from the
 // same device tensors), and the builder calls.
 //
@@ -18,8 +19,8 @@
 namespace gl {
 
 // Pairs (hi at the index, lo at index + 1): d, the step's dlr, SGD's g0_norm, and the rule's running
-// sums A, B, C (SGD: A numerator_weighted; AdaGrad: A gsq_weighted, B sksq_weighted, C skl1; Adan: A
-// gsq_weighted). Singles: d_hat, applied (0 when the step returned before its update, as dadaptation
+// sums A, B, C (SGD: A numerator_weighted; AdaGrad: A gsq_weighted, B sksq_weighted, C skl1; Adan and
+// AdamPreprint: A gsq_weighted; AdanIP: A numerator_weighted). Singles: d_hat, applied (0 when the step returned before its update, as dadaptation
 // does when no progress is possible), steps (the updates applied: dadaptation's k), first (SGD: 1
 // when this step was its first, whose s the step op scales by dlr).
 enum DSumSlot {
@@ -28,7 +29,9 @@ enum DSumSlot {
 };
 constexpr int kDsAccWidth = 6;  // three pairs per param slot
 
-enum class DSumRule : int64_t { sgd = 0, adagrad = 1, adan = 2 };
+// adam_preprint's d rule is Adan's with beta3 = beta2 (its gsq_weighted is an EMA by beta2).
+enum class DSumRule : int64_t { sgd = 0, adagrad = 1, adan = 2, adam_preprint = 3, adan_ip = 4 };
+constexpr int64_t kDsRuleCount = 5;
 
 GL_HD double ds_get(const float* ds, int at) { return double(ds[at]) + double(ds[at + 1]); }
 GL_HD void ds_put(float* ds, int at, double x) {
@@ -76,7 +79,17 @@ GL_HD void dadapt_sum_update_d(float* ds, DSumRule rule, const double* sum, floa
         ds_put(ds, kDsA, gsq);
         ds_put(ds, kDsB, sksq);
         ds_put(ds, kDsC, skl1);
-    } else {
+    } else if (rule == DSumRule::adan_ip) {
+        const double b3 = beta3;
+        const double num = b3 * ds_get(ds, kDsA) + (1.0 - b3) * (dlr * sum[0]);
+        if (sum[2] == 0.0) return;
+        if (lr > 0.0f) {
+            d_hat = 2.0 * (b3 / (1.0 - b3)) * num / sum[2];
+            const double grown = d * double(growth_rate), capped = d_hat < grown ? d_hat : grown;
+            d = d > capped ? d : capped;
+        }
+        ds_put(ds, kDsA, num);
+    } else {  // adan, adam_preprint
         const double b3 = beta3;
         const double gsq = b3 * ds_get(ds, kDsA) + sum[0] * (dlr * dlr) * (1.0 - b3);
         if (sum[2] == 0.0) return;
@@ -121,6 +134,22 @@ void dadapt_adan_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId
                        ValueId gstat = kNoValue);
 void dadapt_adan_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId diff, ValueId v, ValueId pre,
                       ValueId hyper, ValueId lead, ValueId dstate, bool no_prox, ValueId gstat = kNoValue);
+// DAdaptAdamPreprint (dadaptation.experimental; kohya's "DAdaptation"; betas: lead's; lead the group
+// with the largest lr): g += decay p unless decouple; for a group at lr > 0: m = b1 m + dlr (1 - b1) g,
+// v = b2 v + (1 - b2) g^2, s = b2 s + dlr (1 - b2) g, acc = (sum g^2 / denom, sum s^2 / denom, sum |s|).
+// step: p -= dlr decay p first (decouple, group lr > 0), then p -= m / (sqrt v + eps). Its d rule:
+// dadapt_sum_d with DSumRule::adam_preprint and beta3 = beta2.
+void dadapt_adam_preprint_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId s, ValueId hyper,
+                                ValueId lead, ValueId dstate, ValueId acc, int slot, bool decouple,
+                                ValueId gstat = kNoValue);
+void dadapt_adam_preprint_step(Graph& g, ValueId param, ValueId m, ValueId v, ValueId hyper, ValueId dstate,
+                               bool decouple, ValueId gstat = kNoValue);
+// DAdaptAdanIP (dadaptation.experimental): dadapt_adan_accum's EMAs, but acc = (dot(g, s / denom) with
+// s and denom before their updates, 0, sum |s|) for its numerator_weighted d rule (DSumRule::adan_ip);
+// its step is dadapt_adan_step's.
+void dadapt_adan_ip_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId diff, ValueId v, ValueId s,
+                          ValueId pre, ValueId hyper, ValueId lead, ValueId dstate, ValueId acc, int slot, float beta3,
+                          ValueId gstat = kNoValue);
 // Sums acc over every slot in slot order and applies `rule`'s d update (dadapt_sum_update_d).
 void dadapt_sum_d(Graph& g, ValueId dstate, ValueId acc, ValueId lead, DSumRule rule, float growth_rate,
                   float beta3 = 0.0f, ValueId gstat = kNoValue);
