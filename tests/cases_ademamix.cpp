@@ -45,7 +45,7 @@ void element(const Step& k, double g, float& p, float& m1, float& m2, float& nu)
 // fp32: leaves p, g, m1, m2, nu, hyper[, gstat].
 std::vector<std::vector<float>> fp32_reference(const std::vector<std::vector<float>>& in, const AdemamixOptions& o) {
     std::vector<float> p = in[0], m1 = in[2], m2 = in[3], nu = in[4];
-    const bool gate = in.size() > 6;
+    const bool gate = in.size() > 6 && in[6].size() == size_t(kGstatSize);
     if (gate && in[6][kGsNonfinite] != 0.0f) return {p, m1, m2, nu};
     const double mul = gate ? in[6][kGsMul] : 1.0;
     const Step k = consts(in[5], o);

@@ -55,7 +55,12 @@ GL_HD AdemamixConsts ademamix_consts(const float* h, const float* f) {
     if (f[2] > 0.0f) alpha = fmin(t * alpha / double(f[2]), alpha);
     if (f[3] > 0.0f) {
         const double ln1 = log(double(k.b1)), ln3 = log(b3), s = t / double(f[3]);
+#ifdef __CUDA_ARCH__  // no FMA contraction: the CPU's doubles
+        const double den = __dadd_rn(__dmul_rn(1.0 - s, ln3), __dmul_rn(s, ln1));
+        b3 = fmin(exp(__dmul_rn(ln1, ln3) / den), b3);
+#else
         b3 = fmin(exp((ln1 * ln3) / ((1.0 - s) * ln3 + s * ln1)), b3);
+#endif
     }
     k.alpha = float(alpha);
     k.b3 = float(b3);
@@ -66,7 +71,11 @@ GL_HD AdemamixConsts ademamix_consts(const float* h, const float* f) {
     k.corr2 = float(sqrt(1.0 - pow(double(k.b2), t)));
     const float wd = h[kWeightDecay];
     k.decays = wd > 0.0f;
+#ifdef __CUDA_ARCH__
+    k.decay = __fsub_rn(1.0f, __fmul_rn(k.lr, wd));
+#else
     k.decay = 1.0f - k.lr * wd;
+#endif
     return k;
 }
 
