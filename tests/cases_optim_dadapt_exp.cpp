@@ -165,10 +165,11 @@ void build_exp(CaseBuilder& b, const ExpCase& k) {
         const Q& q = qs[i];
         const ValueId hi = i == 0 ? h : h2;
         if (k.ip)
-            dadapt_adan_ip_accum(b.g, q.p, q.g, q.st[0], q.st[1], q.st[2], q.st[3], q.st[4], hi, h, ds, acc, int(i),
-                                 k.beta3, gs);
+            dadapt_adan_ip_accum(b.g, q.p, q.g, q.st[0], q.st[1], q.st[2], q.st[3], q.st[4], hi, h, ds, acc, int(i), kB1,
+                                 kB2, k.beta3, gs);
         else
-            dadapt_adam_preprint_accum(b.g, q.p, q.g, q.st[0], q.st[1], q.st[2], hi, h, ds, acc, int(i), k.decouple, gs);
+            dadapt_adam_preprint_accum(b.g, q.p, q.g, q.st[0], q.st[1], q.st[2], hi, h, ds, acc, int(i), kB1, kB2,
+                                       k.decouple, gs);
     }
     dadapt_sum_d(b.g, ds, acc, h, k.ip ? DSumRule::adan_ip : DSumRule::adam_preprint, k.growth, k.ip ? k.beta3 : kB2,
                  gs);
@@ -208,14 +209,14 @@ Register r({
              [](Graph& g) {  // s of another size
                  dadapt_adam_preprint_accum(g, g.param("p", DType::f32, {8}), hy(g, "g"), st(g, "m"), st(g, "v"),
                                             st(g, "s", 9), hy(g, "h"), hy(g, "l"), st(g, "ds", kDsSize),
-                                            st(g, "acc", kDsAccWidth), 0, false);
+                                            st(g, "acc", kDsAccWidth), 0, 0.9, 0.99, false);
              }),
     exp_case("dadapt_adam_preprint_accum", "DAdaptAdamPreprint, whole first step, a second group at lr 0, growth 1.02",
              with({}, [](ExpCase& k) { k.first = true, k.zero_lr_second = true, k.growth = 1.02f; }),
              [](Graph& g) {  // acc too small for the slot
                  dadapt_adam_preprint_accum(g, g.param("p", DType::f32, {8}), hy(g, "g"), st(g, "m"), st(g, "v"),
                                             st(g, "s"), hy(g, "h"), hy(g, "l"), st(g, "ds", kDsSize),
-                                            st(g, "acc", kDsAccWidth), 1, false);
+                                            st(g, "acc", kDsAccWidth), 1, 0.9, 0.99, false);
              }),
     exp_case("dadapt_adam_preprint_step", "DAdaptAdamPreprint, whole step, mid-run, decoupled decay",
              with({}, [](ExpCase& k) { k.decouple = true; }),
@@ -228,14 +229,14 @@ Register r({
              [](Graph& g) {  // beta3 outside [0, 1)
                  dadapt_adan_ip_accum(g, g.param("p", DType::f32, {8}), hy(g, "g"), st(g, "m"), st(g, "d"), st(g, "v"),
                                       st(g, "s"), st(g, "pre"), hy(g, "h"), hy(g, "l"), st(g, "ds", kDsSize),
-                                      st(g, "acc", kDsAccWidth), 0, 1.0f);
+                                      st(g, "acc", kDsAccWidth), 0, 0.98, 0.92, 1.0);
              }),
     exp_case("dadapt_adan_ip_accum", "DAdaptAdanIP, whole step, mid-run, no_prox, growth 1.05, gstat multiplier",
              with({}, [](ExpCase& k) { k.ip = true, k.no_prox = true, k.growth = 1.05f, k.gstat = true; }),
              [](Graph& g) {  // hyper of the wrong size
                  dadapt_adan_ip_accum(g, g.param("p", DType::f32, {8}), hy(g, "g"), st(g, "m"), st(g, "d"), st(g, "v"),
                                       st(g, "s"), st(g, "pre"), hy(g, "h", 4), hy(g, "l"), st(g, "ds", kDsSize),
-                                      st(g, "acc", kDsAccWidth), 0, 0.9f);
+                                      st(g, "acc", kDsAccWidth), 0, 0.98, 0.92, 0.9);
              }),
     exp_case("dadapt_adam_preprint_step", "DAdaptAdamPreprint, gstat non-finite flag: nothing changes",
              with({}, [](ExpCase& k) { k.gstat = true, k.skip = 1.0f; }),

@@ -22,6 +22,7 @@ struct DsAccumArgs {
     const float* gstat;
     int64_t n, slot, flags;
     float beta3;
+    double beta[3];  // the preprint / AdanIP accum's betas as doubles (Params i[3..5])
     int parts;
     double* ws;  // [3 * parts]
 };
@@ -132,9 +133,9 @@ struct PreprintRule {
         b1 = a.lead[kBeta1];
         b2 = a.lead[kBeta2];
         const double dlr = ds_get(a.ds, kDsD) * double(a.lead[kLr]);
-        c1 = float(dlr * (1.0 - double(b1)));
-        c2 = float(1.0 - double(b2));
-        cs = float(dlr * (1.0 - double(b2)));
+        c1 = float(dlr * (1.0 - a.beta[0]));
+        c2 = float(1.0 - a.beta[1]);
+        cs = float(dlr * (1.0 - a.beta[1]));
     }
     __device__ void at(const DsAccumArgs& a, int64_t i, float mul, double* sum) const {
         if (!on) return;
@@ -165,10 +166,10 @@ struct AdanIpRule {
         b2 = a.lead[kBeta2];
         b3 = a.beta3;
         const double dlr = ds_get(a.ds, kDsD) * double(a.lead[kLr]);
-        c1 = float(dlr * (1.0 - double(b1)));
-        c2 = float(dlr * (1.0 - double(b2)));
-        c3 = float(1.0 - double(b3));
-        cs = float(dlr * (1.0 - double(b3)));
+        c1 = float(dlr * (1.0 - a.beta[0]));
+        c2 = float(dlr * (1.0 - a.beta[1]));
+        c3 = float(1.0 - a.beta[2]);
+        cs = float(dlr * (1.0 - a.beta[2]));
         first = a.ds[kDsSteps] == 0.0f;
     }
     __device__ void at(const DsAccumArgs& a, int64_t i, float mul, double* sum) const {
@@ -240,6 +241,7 @@ void ds_accum_run(CudaCtx& c, int n_state, bool sgd) {
     a.slot = c.p().i[1];
     a.flags = c.p().i[2];
     a.beta3 = c.p().f[1];
+    for (int k = 0; k < 3; k++) a.beta[k] = ds_bits_double(c.p().i[3 + k]);
     a.parts = reduction_parts(a.n);
     a.ws = reinterpret_cast<double*>(c.workspace);
     ds_accum_parts_kernel<Rule><<<a.parts, 256, 0, c.stream>>>(a);
@@ -305,7 +307,7 @@ __global__ void ds_preprint_step_kernel(float* p, const float* m, const float* v
 }
 
 __global__ void __launch_bounds__(256) ds_d_kernel(float* ds, const float* acc, int64_t slots, const float* lead,
-                                                   const float* gstat, int rule, float growth, float beta3) {
+                                                   const float* gstat, int rule, float growth, double beta3) {
     __shared__ double sh[32];
     if (load_gate(gstat).skip) return;
     double sum[3] = {0.0, 0.0, 0.0};
@@ -365,7 +367,8 @@ void adan_step_run(CudaCtx& c) {
 void sum_d_run(CudaCtx& c) {
     const Params& p = c.p();
     ds_d_kernel<<<1, 256, 0, c.stream>>>(mut_ptr<float>(c, 0), c.in_ptr<float>(1), c.in[1].numel() / kDsAccWidth,
-                                         c.in_ptr<float>(2), gstat_ptr(c, 3), int(p.i[0]), p.f[0], p.f[1]);
+                                         c.in_ptr<float>(2), gstat_ptr(c, 3), int(p.i[0]), p.f[0],
+                                         ds_bits_double(p.i[3]));
     GL_CUDA_LAUNCHED();
 }
 

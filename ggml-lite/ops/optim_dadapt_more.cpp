@@ -15,7 +15,8 @@ namespace gl {
 namespace {
 
 // Params: i[0] the rule, i[1] the slot (accum) or flags (adan step: 1 = no_prox; preprint step: 1 =
-// decouple), i[2] flags of an accum (preprint: 1 = decouple); f[0] growth_rate, f[1] beta3.
+// decouple), i[2] flags of an accum (preprint: 1 = decouple), i[3..5] doubles as bits (dadapt_sum_d:
+// beta3; the preprint / AdanIP accum: beta1, beta2, beta3); f[0] growth_rate, f[1] beta3 (f32).
 Params dsum_params(DSumRule rule, int slot, float growth = INFINITY, float beta3 = 0.0f, int64_t flags = 0) {
     Params p;
     p.i[0] = int64_t(rule);
@@ -348,8 +349,9 @@ static void preprint_accum_cpu(CpuCtx& c) {
     const bool coupled = !(c.p().i[2] & 1);
     const float wd = h[kWeightDecay], gs = h[kGradScale], eps = h[kEps];
     const float b1 = lead[kBeta1], b2 = lead[kBeta2];
+    const double b1d = ds_bits_double(c.p().i[3]), b2d = ds_bits_double(c.p().i[4]);
     const double dlr = ds_get(ds, kDsD) * double(lead[kLr]);
-    const float c1 = float(dlr * (1.0 - double(b1))), c2 = float(1.0 - double(b2)), cs = float(dlr * (1.0 - double(b2)));
+    const float c1 = float(dlr * (1.0 - b1d)), c2 = float(1.0 - b2d), cs = float(dlr * (1.0 - b2d));
     double gsq = 0.0, ssq = 0.0, l1 = 0.0;
     for (int64_t i = 0, n = c.in[0].numel(); i < n; i++) {
         float gi = (g[i] * gs) * gate.mul;
@@ -367,9 +369,12 @@ static void preprint_accum_cpu(CpuCtx& c) {
 }
 
 void dadapt_adam_preprint_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId s, ValueId hyper,
-                                ValueId lead, ValueId dstate, ValueId acc, int slot, bool decouple, ValueId gstat) {
-    g.apply(Op::dadapt_adam_preprint_accum, present({param, grad, m, v, s, hyper, lead, dstate, acc, gstat}),
-            dsum_params(DSumRule::adam_preprint, slot, INFINITY, 0.0f, decouple ? 1 : 0));
+                                ValueId lead, ValueId dstate, ValueId acc, int slot, double beta1, double beta2,
+                                bool decouple, ValueId gstat) {
+    Params p = dsum_params(DSumRule::adam_preprint, slot, INFINITY, 0.0f, decouple ? 1 : 0);
+    p.i[3] = ds_double_bits(beta1);
+    p.i[4] = ds_double_bits(beta2);
+    g.apply(Op::dadapt_adam_preprint_accum, present({param, grad, m, v, s, hyper, lead, dstate, acc, gstat}), p);
 }
 
 // ------- dadapt_adam_preprint_step(param, m, v, hyper, dstate[, gstat]) -------
@@ -422,9 +427,10 @@ static void adan_ip_accum_cpu(CpuCtx& c) {
     const float* ds = c.in_f32(9);
     const float gs = h[kGradScale], eps = h[kEps];
     const float b1 = lead[kBeta1], b2 = lead[kBeta2], b3 = c.p().f[1];
+    const double b1d = ds_bits_double(c.p().i[3]), b2d = ds_bits_double(c.p().i[4]), b3d = ds_bits_double(c.p().i[5]);
     const double dlr = ds_get(ds, kDsD) * double(lead[kLr]);
-    const float c1 = float(dlr * (1.0 - double(b1))), c2 = float(dlr * (1.0 - double(b2)));
-    const float c3 = float(1.0 - double(b3)), cs = float(dlr * (1.0 - double(b3)));
+    const float c1 = float(dlr * (1.0 - b1d)), c2 = float(dlr * (1.0 - b2d));
+    const float c3 = float(1.0 - b3d), cs = float(dlr * (1.0 - b3d));
     const bool first = ds[kDsSteps] == 0.0f;
     double dot = 0.0, l1 = 0.0;
     for (int64_t i = 0, n = c.in[0].numel(); i < n; i++) {
@@ -443,10 +449,13 @@ static void adan_ip_accum_cpu(CpuCtx& c) {
 }
 
 void dadapt_adan_ip_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId diff, ValueId v, ValueId s,
-                          ValueId pre, ValueId hyper, ValueId lead, ValueId dstate, ValueId acc, int slot, float beta3,
-                          ValueId gstat) {
-    g.apply(Op::dadapt_adan_ip_accum, present({param, grad, m, diff, v, s, pre, hyper, lead, dstate, acc, gstat}),
-            dsum_params(DSumRule::adan_ip, slot, INFINITY, beta3));
+                          ValueId pre, ValueId hyper, ValueId lead, ValueId dstate, ValueId acc, int slot, double beta1,
+                          double beta2, double beta3, ValueId gstat) {
+    Params p = dsum_params(DSumRule::adan_ip, slot, INFINITY, float(beta3));
+    p.i[3] = ds_double_bits(beta1);
+    p.i[4] = ds_double_bits(beta2);
+    p.i[5] = ds_double_bits(beta3);
+    g.apply(Op::dadapt_adan_ip_accum, present({param, grad, m, diff, v, s, pre, hyper, lead, dstate, acc, gstat}), p);
 }
 
 // ------- dadapt_sum_d(dstate, acc, lead[, gstat]) -------
@@ -470,14 +479,17 @@ static void sum_d_cpu(CpuCtx& c) {
     double sum[3] = {0.0, 0.0, 0.0};
     for (int64_t k = 0, n = c.in[1].numel() / kDsAccWidth; k < n; k++)
         for (int j = 0; j < 3; j++) sum[j] += ds_get(acc, int(kDsAccWidth * k + 2 * j));
-    dadapt_sum_update_d(mut_f32(c, 0), DSumRule(c.p().i[0]), sum, c.in_f32(2)[kLr], c.p().f[0], c.p().f[1]);
+    dadapt_sum_update_d(mut_f32(c, 0), DSumRule(c.p().i[0]), sum, c.in_f32(2)[kLr], c.p().f[0],
+                        ds_bits_double(c.p().i[3]));
 }
 
 static Cost sum_d_cost(const OpCall& c) { return {2.0 * double(c.shape(1).numel()), 4.0 * double(c.shape(1).numel())}; }
 
-void dadapt_sum_d(Graph& g, ValueId dstate, ValueId acc, ValueId lead, DSumRule rule, float growth_rate, float beta3,
+void dadapt_sum_d(Graph& g, ValueId dstate, ValueId acc, ValueId lead, DSumRule rule, float growth_rate, double beta3,
                   ValueId gstat) {
-    g.apply(Op::dadapt_sum_d, present({dstate, acc, lead, gstat}), dsum_params(rule, 0, growth_rate, beta3));
+    Params p = dsum_params(rule, 0, growth_rate, float(beta3));
+    p.i[3] = ds_double_bits(beta3);
+    g.apply(Op::dadapt_sum_d, present({dstate, acc, lead, gstat}), p);
 }
 
 constexpr uint32_t kStepFlags = kOpNoGrad | kOpMutates;

@@ -41,9 +41,10 @@ GL_HD void ds_put(float* ds, int at, double x) {
 }
 
 // The d update of dadapt_sum_d: sum[3] the acc sums over every slot (in slot order), lr the lead
-// group's lr, beta3 Adan's third beta. Writes dstate as dadaptation writes its group scalars.
+// group's lr, beta3 Adan's third beta (AdamPreprint's beta2) as the double dadaptation computes with:
+// its d_hat divides by 1 - beta3, so a beta rounded to f32 (0.999 by 1.3e-8) would move d by 1e-5. Writes dstate as dadaptation writes its group scalars.
 GL_HD void dadapt_sum_update_d(float* ds, DSumRule rule, const double* sum, float lr, float growth_rate,
-                                      float beta3) {
+                                      double beta3) {
     double d = ds_get(ds, kDsD);
     const double steps = ds[kDsSteps];
     const double lrd = lr;
@@ -139,19 +140,34 @@ void dadapt_adan_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId 
 // v = b2 v + (1 - b2) g^2, s = b2 s + dlr (1 - b2) g, acc = (sum g^2 / denom, sum s^2 / denom, sum |s|).
 // step: p -= dlr decay p first (decouple, group lr > 0), then p -= m / (sqrt v + eps). Its d rule:
 // dadapt_sum_d with DSumRule::adam_preprint and beta3 = beta2.
+// beta1, beta2 (and AdanIP's beta3): the betas as doubles (the config's), whose 1 - beta the EMAs
+// add by, as torch computes alpha = dlr * (1 - beta) in double; the multipliers are lead's f32 betas.
 void dadapt_adam_preprint_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId s, ValueId hyper,
-                                ValueId lead, ValueId dstate, ValueId acc, int slot, bool decouple,
-                                ValueId gstat = kNoValue);
+                                ValueId lead, ValueId dstate, ValueId acc, int slot, double beta1, double beta2,
+                                bool decouple, ValueId gstat = kNoValue);
 void dadapt_adam_preprint_step(Graph& g, ValueId param, ValueId m, ValueId v, ValueId hyper, ValueId dstate,
                                bool decouple, ValueId gstat = kNoValue);
 // DAdaptAdanIP (dadaptation.experimental): dadapt_adan_accum's EMAs, but acc = (dot(g, s / denom) with
 // s and denom before their updates, 0, sum |s|) for its numerator_weighted d rule (DSumRule::adan_ip);
 // its step is dadapt_adan_step's.
 void dadapt_adan_ip_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId diff, ValueId v, ValueId s,
-                          ValueId pre, ValueId hyper, ValueId lead, ValueId dstate, ValueId acc, int slot, float beta3,
-                          ValueId gstat = kNoValue);
+                          ValueId pre, ValueId hyper, ValueId lead, ValueId dstate, ValueId acc, int slot, double beta1,
+                          double beta2, double beta3, ValueId gstat = kNoValue);
 // Sums acc over every slot in slot order and applies `rule`'s d update (dadapt_sum_update_d).
 void dadapt_sum_d(Graph& g, ValueId dstate, ValueId acc, ValueId lead, DSumRule rule, float growth_rate,
-                  float beta3 = 0.0f, ValueId gstat = kNoValue);
+                  double beta3 = 0.0, ValueId gstat = kNoValue);
+
+// The doubles these ops carry in Params i[3..5] (their bit patterns): dadapt_sum_d's beta3, the
+// accum ops' betas.
+inline int64_t ds_double_bits(double x) {
+    int64_t b;
+    __builtin_memcpy(&b, &x, sizeof b);
+    return b;
+}
+inline double ds_bits_double(int64_t b) {
+    double x;
+    __builtin_memcpy(&x, &b, sizeof x);
+    return x;
+}
 
 }  // namespace gl

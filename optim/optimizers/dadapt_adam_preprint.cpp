@@ -17,6 +17,7 @@ namespace {
 void append(UpdateBuilder& b) {
     const gl::ValueId lead = b.groups[dadapt_lead_group(b, b.cfg.name())].hyper;
     const bool decouple = b.cfg.flag("decouple");
+    const auto [beta1, beta2] = b.cfg.pair("betas");  // the doubles dadaptation computes 1 - beta from
     const gl::ValueId dstate = dadapt_sum_state(b, b.cfg.number("d0"));
     const gl::ValueId acc = dadapt_sum_acc(b);
     std::vector<gl::ValueId> m(b.params.size()), v(b.params.size());
@@ -26,11 +27,11 @@ void append(UpdateBuilder& b) {
         m[i] = b.state(p, "exp_avg", gl::DType::f32, sh);
         v[i] = b.state(p, "exp_avg_sq", gl::DType::f32, sh);
         const gl::ValueId s = b.state(p, "s", gl::DType::f32, sh);
-        gl::dadapt_adam_preprint_accum(b.g, p.param, p.grad, m[i], v[i], s, p.hyper, lead, dstate, acc, int(i),
-                                       decouple, b.gstat);
+        gl::dadapt_adam_preprint_accum(b.g, p.param, p.grad, m[i], v[i], s, p.hyper, lead, dstate, acc, int(i), beta1,
+                                       beta2, decouple, b.gstat);
     }
-    gl::dadapt_sum_d(b.g, dstate, acc, lead, gl::DSumRule::adam_preprint, float(b.cfg.number("growth_rate")),
-                     b.cfg.beta2, b.gstat);
+    gl::dadapt_sum_d(b.g, dstate, acc, lead, gl::DSumRule::adam_preprint, float(b.cfg.number("growth_rate")), beta2,
+                     b.gstat);
     for (size_t i = 0; i < b.params.size(); i++) {
         const UpdateParam& p = b.params[i];
         gl::dadapt_adam_preprint_step(b.g, p.param, m[i], v[i], p.hyper, dstate, decouple, b.gstat);
