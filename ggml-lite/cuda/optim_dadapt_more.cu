@@ -22,7 +22,7 @@ struct DsAccumArgs {
     const float* gstat;
     int64_t n, slot, flags;
     float beta3;
-    double beta[3];  // the preprint / AdanIP accum's betas as doubles (Params i[3..5])
+    double beta[3];  // the Adan / AdanIP / preprint accum's betas as doubles (Params i[3..5])
     int parts;
     double* ws;  // [3 * parts]
 };
@@ -94,10 +94,10 @@ struct AdanRule {
         b2 = a.lead[kBeta2];
         b3 = a.beta3;
         const double dlr = ds_get(a.ds, kDsD) * double(a.lead[kLr]);
-        c1 = float(dlr * (1.0 - double(b1)));
-        c2 = float(dlr * (1.0 - double(b2)));
-        c3 = float(1.0 - double(b3));
-        cs = float(dlr * (1.0 - double(b3)));
+        c1 = float(dlr * (1.0 - a.beta[0]));
+        c2 = float(dlr * (1.0 - a.beta[1]));
+        c3 = float(1.0 - a.beta[2]);
+        cs = float(dlr * (1.0 - a.beta[2]));
         first = a.ds[kDsSteps] == 0.0f;
     }
     __device__ void at(const DsAccumArgs& a, int64_t i, float mul, double* sum) const {

@@ -16,7 +16,7 @@ namespace {
 
 // Params: i[0] the rule, i[1] the slot (accum) or flags (adan step: 1 = no_prox; preprint step: 1 =
 // decouple), i[2] flags of an accum (preprint: 1 = decouple), i[3..5] doubles as bits (dadapt_sum_d:
-// beta3; the preprint / AdanIP accum: beta1, beta2, beta3); f[0] growth_rate, f[1] beta3 (f32).
+// beta3; the Adan, AdanIP and preprint accum: beta1, beta2, beta3); f[0] growth_rate, f[1] beta3 (f32).
 Params dsum_params(DSumRule rule, int slot, float growth = INFINITY, float beta3 = 0.0f, int64_t flags = 0) {
     Params p;
     p.i[0] = int64_t(rule);
@@ -249,9 +249,10 @@ static void adan_accum_cpu(CpuCtx& c) {
     const float* ds = c.in_f32(9);
     const float gs = h[kGradScale], eps = h[kEps];
     const float b1 = lead[kBeta1], b2 = lead[kBeta2], b3 = c.p().f[1];
+    const double b1d = ds_bits_double(c.p().i[3]), b2d = ds_bits_double(c.p().i[4]), b3d = ds_bits_double(c.p().i[5]);
     const double dlr = ds_get(ds, kDsD) * double(lead[kLr]);
-    const float c1 = float(dlr * (1.0 - double(b1))), c2 = float(dlr * (1.0 - double(b2)));
-    const float c3 = float(1.0 - double(b3)), cs = float(dlr * (1.0 - double(b3)));
+    const float c1 = float(dlr * (1.0 - b1d)), c2 = float(dlr * (1.0 - b2d));
+    const float c3 = float(1.0 - b3d), cs = float(dlr * (1.0 - b3d));
     const bool first = ds[kDsSteps] == 0.0f;
     double gsq = 0.0, ssq = 0.0, l1 = 0.0;
     for (int64_t i = 0, n = c.in[0].numel(); i < n; i++) {
@@ -272,10 +273,13 @@ static void adan_accum_cpu(CpuCtx& c) {
 }
 
 void dadapt_adan_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId diff, ValueId v, ValueId s,
-                       ValueId pre, ValueId hyper, ValueId lead, ValueId dstate, ValueId acc, int slot, float beta3,
-                       ValueId gstat) {
-    g.apply(Op::dadapt_adan_accum, present({param, grad, m, diff, v, s, pre, hyper, lead, dstate, acc, gstat}),
-            dsum_params(DSumRule::adan, slot, INFINITY, beta3));
+                       ValueId pre, ValueId hyper, ValueId lead, ValueId dstate, ValueId acc, int slot, double beta1,
+                       double beta2, double beta3, ValueId gstat) {
+    Params p = dsum_params(DSumRule::adan, slot, INFINITY, float(beta3));
+    p.i[3] = ds_double_bits(beta1);
+    p.i[4] = ds_double_bits(beta2);
+    p.i[5] = ds_double_bits(beta3);
+    g.apply(Op::dadapt_adan_accum, present({param, grad, m, diff, v, s, pre, hyper, lead, dstate, acc, gstat}), p);
 }
 
 // ------- dadapt_adan_step(param, grad, m, diff, v, pre, hyper, lead, dstate[, gstat]) -------

@@ -130,9 +130,10 @@ void dadapt_adagrad_step(Graph& g, ValueId param, ValueId alpha, ValueId sk, Val
 // step; m, diff, v, s their EMAs; acc = (sum g^2 / denom, sum s^2 / denom, sum |s|). step: p -= (m +
 // beta2 diff) / (sqrt v + eps) with decay by dlr (no_prox: p *= 1 - dlr decay first; else p /= 1 +
 // dlr decay after), pre = g.
+// beta1..3: as dadapt_adam_preprint_accum's below (doubles for the 1 - beta the EMAs add by).
 void dadapt_adan_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId diff, ValueId v, ValueId s,
-                       ValueId pre, ValueId hyper, ValueId lead, ValueId dstate, ValueId acc, int slot, float beta3,
-                       ValueId gstat = kNoValue);
+                       ValueId pre, ValueId hyper, ValueId lead, ValueId dstate, ValueId acc, int slot, double beta1,
+                       double beta2, double beta3, ValueId gstat = kNoValue);
 void dadapt_adan_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId diff, ValueId v, ValueId pre,
                       ValueId hyper, ValueId lead, ValueId dstate, bool no_prox, ValueId gstat = kNoValue);
 // DAdaptAdamPreprint (dadaptation.experimental; kohya's "DAdaptation"; betas: lead's; lead the group
