@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "sdtrain_fixtures.h"
+#include "train/metrics.h"
 #include "train/tensorboard.h"
 
 using namespace sdtrain_test;
@@ -128,5 +129,10 @@ TEST_CASE("sdtrain binary: D-Adaptation and Prodigy runs log kohya's lr/d*lr sca
             last_d = d;
         }
         CHECK(by_tag["lr/d*lr/unet"][3].second == 0.0f);
+        // metrics.jsonl holds d itself: the same as lr/d*lr / lr.
+        const train::MetricsHistory h = train::read_metrics(out / "metrics.jsonl");
+        REQUIRE(h.steps.size() == 4);
+        CHECK(h.steps[0].d == doctest::Approx(by_tag["lr/d*lr/unet"][0].second / by_tag["lr/unet"][0].second));
+        CHECK(h.steps[3].d >= h.steps[0].d);
     }
 }
