@@ -100,6 +100,15 @@ struct EvalPair {
     float weight;
 };
 
+// Where an optimizer that estimates a step size d (Prodigy, the D-Adaptation family) keeps it: one
+// float of a shared state tensor, or a pair hi + lo (the D-Adaptation sum rules' running doubles).
+// kohya logs d * lr per group (lr/d*lr/<group>): Optimizer::d_estimate reads it.
+struct DEstimate {
+    gl::ValueId state = gl::kNoValue;
+    int at = 0;
+    bool pair = false;
+};
+
 struct UpdateGroup {
     std::string name;
     double lr;
@@ -128,6 +137,8 @@ public:
     const gl::ValueId gstat;  // every update op's trailing input (grad_stats)
     const std::vector<UpdateGroup> groups;
     const std::vector<UpdateParam> params;
+    // Set by an optimizer with a d estimate (every group shares it, as in dadaptation and prodigyopt).
+    DEstimate d_estimate;
 
     // The params of group `group`, in order (the tensors a multi-tensor step takes at once).
     std::vector<UpdateParam> of_group(size_t group) const {

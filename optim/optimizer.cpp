@@ -106,6 +106,7 @@ void Optimizer::finish(gl::Graph& g, ValueId loss_scale, float max_grad_norm) {
     }
     UpdateBuilder b(g, cfg_, gstat_, std::move(groups), std::move(params), slots_, eval_pairs_);
     cfg_.def->append(b);
+    d_estimate_ = b.d_estimate;
     finished_ = true;
 }
 
@@ -143,6 +144,14 @@ void Optimizer::set_step(gl::Runtime& rt, int64_t step, double lr_multiplier) {
 void Optimizer::set_steps_applied(int64_t n) {
     GL_CHECK(n >= 0, "Optimizer::set_steps_applied: negative count ", n);
     steps_applied_ = n;
+}
+
+std::optional<double> Optimizer::d_estimate(const gl::Runtime& rt) const {
+    if (d_estimate_.state == gl::kNoValue) return std::nullopt;
+    const std::vector<float> s = rt.read_f32(d_estimate_.state);
+    GL_CHECK(size_t(d_estimate_.at + (d_estimate_.pair ? 1 : 0)) < s.size(), "optimizer: d estimate outside its state");
+    const double hi = s[size_t(d_estimate_.at)];
+    return d_estimate_.pair ? hi + double(s[size_t(d_estimate_.at + 1)]) : hi;
 }
 
 StepResult Optimizer::after_step(gl::Runtime& rt) {

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <exception>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,10 @@ public:
     void to_train(gl::Runtime& rt);
     bool in_eval() const { return !train_weights_.empty(); }
 
+    // Prodigy's and the D-Adaptation optimizers' step-size estimate d (shared by every group) as the
+    // last step left it; nullopt for the others. kohya logs d * lr of each group (lr/d*lr/...).
+    std::optional<double> d_estimate(const gl::Runtime& rt) const;
+
     const OptimizerConfig& config() const { return cfg_; }
     gl::ValueId gstat() const { return gstat_; }
     // The state leaves that save_state writes (scratch excluded).
@@ -121,6 +126,7 @@ private:
     std::vector<Group> groups_;
     std::vector<StateSlot> slots_;  // what the descriptor's append created, in creation order
     std::vector<EvalPair> eval_pairs_;
+    DEstimate d_estimate_;
     std::vector<std::vector<float>> train_weights_;  // y of every eval pair while in eval mode
     gl::ValueId gstat_ = gl::kNoValue;
     bool finished_ = false;

@@ -27,29 +27,8 @@ const std::vector<const OptimizerDef*>& optimizer_defs() {
     return defs;
 }
 
-namespace {
-// kohya's optimizer types that are not here, and why.
-struct Refused {
-    const char* name;
-    const char* why;
-};
-constexpr const char* kNotYet = "not implemented here yet";
-constexpr Refused kRefused[] = {
-    {"SGDNesterov8bit", "bitsandbytes' 8-bit momentum kernel (SGD8bit) has no counterpart here; SGDNesterov "
-                        "runs the same step with 32-bit state"},
-    {"DAdaptation", "kohya runs dadaptation.experimental.DAdaptAdamPreprint for it, which is not implemented here "
-                    "yet (DAdaptAdam is)"},
-    {"DAdaptAdamPreprint", "not implemented here yet (DAdaptAdam is)"},
-    {"DAdaptAdanIP", kNotYet},
-    {"AdEMAMix8bit", kNotYet},
-    {"PagedAdEMAMix8bit", kNotYet},
-};
-}  // namespace
-
 const OptimizerDef& find_optimizer(const std::string& type) {
     const std::string t = lower(trim(type));
-    for (const Refused& r : kRefused)
-        if (lower(r.name) == t) gl::fail("optimizer_type '", type, "' is not supported: ", r.why);
     std::string supported;
     for (const OptimizerDef* d : optimizer_defs()) {
         if (lower(d->name) == t) return *d;

@@ -219,7 +219,7 @@ void build_ds(CaseBuilder& b, const DsCase& k) {
             dadapt_adagrad_accum(b.g, q.p, q.g, q.st[0], q.st[1], hi, h, ds, acc, int(i), gs);
         else
             dadapt_adan_accum(b.g, q.p, q.g, q.st[0], q.st[1], q.st[2], q.st[3], q.st[4], hi, h, ds, acc, int(i),
-                              k.beta3, gs);
+                              0.98f, 0.92f, k.beta3, gs);
     }
     dadapt_sum_d(b.g, ds, acc, h, k.rule, k.growth, k.rule == DSumRule::adan ? k.beta3 : 0.0f, gs);
     for (size_t i = 0; i < 2; i++) {
@@ -289,7 +289,7 @@ Register r({
             [](Graph& g) {  // beta3 outside [0, 1)
                 dadapt_adan_accum(g, g.param("p", DType::f32, {8}), hy(g, "g"), st(g, "m"), st(g, "d"), st(g, "v"),
                                   st(g, "s"), st(g, "pre"), hy(g, "h"), hy(g, "l"), st(g, "ds", kDsSize),
-                                  st(g, "acc", kDsAccWidth), 0, 1.0f);
+                                  st(g, "acc", kDsAccWidth), 0, 0.98, 0.92, 1.0);
             }),
     ds_case("dadapt_adan_step", "DAdaptAdan, whole step, mid-run, no_prox",
             with(make(DSumRule::adan), [](DsCase& k) { k.no_prox = true; }),

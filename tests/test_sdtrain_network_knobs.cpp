@@ -332,6 +332,7 @@ TEST_CASE(
     m.keys_scaled = 7;
     m.average_key_norm = 0.25;
     m.max_key_norm = 0.5;
+    m.d = 0.125;  // Prodigy / D-Adaptation's estimate
     const train::MetricsHistory h = train::parse_metrics(train::metrics_json(m) + "\n");
     REQUIRE(h.steps.size() == 1);
     const train::StepMetrics& r = h.steps[0];
@@ -341,6 +342,8 @@ TEST_CASE(
     CHECK(r.keys_scaled == 7);
     CHECK(r.average_key_norm == 0.25);
     CHECK(r.max_key_norm == 0.5);
+    CHECK(r.d == 0.125);
+    CHECK(train::metrics_json(train::StepMetrics{}).find("\"d\"") == std::string::npos);  // only with a d estimate
     train::StepMetrics none;
     none.step = 1;
     const std::string j = train::metrics_json(none);

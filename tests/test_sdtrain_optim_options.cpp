@@ -38,12 +38,23 @@ TEST_CASE("sdtrain optimizers: SGDNesterov, DAdaptAdam and the paged forms, ss_o
         CHECK(train::kohya_optimizer_text(c) == std::string("bitsandbytes.optim.adamw.") + type);
     }
 
-    // kohya's optimizer types not here are refused with the reason.
-    CHECK(usage_error({"--optimizer_type", "SGDNesterov8bit"}).find("SGD8bit") != std::string::npos);
-    CHECK(usage_error({"--optimizer_type", "DAdaptAdanIP"}).find("not implemented here yet") != std::string::npos);
+    // kohya's other 8-bit and experimental optimizer types.
+    // SGDNesterov8bit is bitsandbytes' SGD8bit with kohya's momentum=0.9, shown as kohya prints it.
+    CHECK(train::kohya_optimizer_text(parse({"--optimizer_type", "SGDNesterov8bit"})) ==
+          "bitsandbytes.optim.sgd.SGD8bit(momentum=0.9)");
+    CHECK(has_note(parse({"--optimizer_type", "sgdnesterov8bit"}), "ignores nesterov=True"));
+    CHECK(train::kohya_optimizer_text(parse({"--optimizer_type", "bitsandbytes.optim.AdEMAMix8bit", "--optimizer_args",
+                                             "t_alpha=1000"})) == "bitsandbytes.optim.ademamix.AdEMAMix8bit(t_alpha=1000)");
+    CHECK(has_note(parse({"--optimizer_type", "PagedAdEMAMix8bit"}), "runs as AdEMAMix8bit"));
     CHECK(train::kohya_optimizer_text(parse({"--optimizer_type", "DAdaptSGD", "--learning_rate", "1"})) ==
           "dadaptation.dadapt_sgd.DAdaptSGD");
-    CHECK(usage_error({"--optimizer_type", "DAdaptation"}).find("DAdaptAdamPreprint") != std::string::npos);
+    // kohya's DAdaptation is dadaptation's experimental DAdaptAdamPreprint, in ss_optimizer too.
+    const train::RunConfig dadaptation = parse({"--optimizer_type", "DAdaptation", "--learning_rate", "1"});
+    CHECK(has_note(dadaptation, "runs dadaptation.experimental.DAdaptAdamPreprint"));
+    CHECK(train::kohya_optimizer_text(dadaptation) == "dadaptation.experimental.dadapt_adam_preprint.DAdaptAdamPreprint");
+    CHECK(train::kohya_optimizer_text(parse({"--optimizer_type", "DAdaptAdanIP", "--learning_rate", "1",
+                                             "--optimizer_args", "no_prox=True"})) ==
+          "dadaptation.experimental.dadapt_adan_ip.DAdaptAdanIP(no_prox=True)");
 }
 
 TEST_CASE("sdtrain optimizers: the schedule-free ones, DAdaptLion, Lion8bit and PagedLion8bit, ss_optimizer as kohya writes it") {

@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "sdtrain_fixtures.h"
+#include "train/metrics.h"
 #include "train/tensorboard.h"
 
 using namespace sdtrain_test;
@@ -88,4 +89,50 @@ TEST_CASE("sdtrain binary: --logging_dir writes kohya's TensorBoard scalars into
     const auto [s4, t4] = run(common + " --log_with all --logging_dir " + logs.string() + " --dry_run");
     CHECK(s4 == 0);
     CHECK(t4.find("--log_with all: TensorBoard only") != std::string::npos);
+}
+
+// kohya's generate_step_logs adds lr/d*lr/<group> = param_groups[i]["d"] * param_groups[i]["lr"] for
+// the DAdapt* optimizers and Prodigy, after the step.
+TEST_CASE("sdtrain binary: D-Adaptation and Prodigy runs log kohya's lr/d*lr scalars") {
+    Scratch s("tb_dlr");
+    const fs::path model = make_tiny_model(s.root), data = make_dataset(s.root);
+    for (const char* type : {"DAdaptAdam", "DAdaptation", "Prodigy"}) {
+        CAPTURE(type);
+        const fs::path logs = s.root / (std::string("logs_") + type), out = s.root / (std::string("out_") + type);
+        const auto [status, text] = run(
+            "--pretrained_model_name_or_path " + model.string() + " --train_data_dir " + data.string() +
+            " --resolution 48 --enable_bucket --bucket_no_upscale --bucket_reso_steps 8 --min_bucket_reso 16 "
+            "--caption_extension .txt --cache_latents --train_batch_size 2 --network_module networks.lora "
+            "--network_dim 4 --seed 5 --backend cpu --max_train_steps 4 --learning_rate 1 --lr_scheduler linear "
+            "--optimizer_type " + std::string(type) + " --output_dir " + out.string() + " --logging_dir " +
+            logs.string());
+        CAPTURE(text);
+        REQUIRE(status == 0);
+        std::vector<fs::path> files;
+        for (const auto& r : fs::directory_iterator(logs))
+            for (const auto& e : fs::directory_iterator(r.path() / "network_train")) files.push_back(e.path());
+        REQUIRE(files.size() == 1);
+        std::map<std::string, std::vector<std::pair<int64_t, float>>> by_tag;
+        for (const train::TbEvent& e : train::read_tensorboard_events(files[0]).events)
+            if (e.value) by_tag[e.tag].push_back({e.step, *e.value});
+        for (const char* t : {"lr/d*lr/textencoder", "lr/d*lr/unet"}) REQUIRE_MESSAGE(by_tag.count(t) == 1, t);
+        REQUIRE(by_tag["lr/d*lr/unet"].size() == 4);
+        double last_d = 0;
+        for (size_t k = 0; k + 1 < 4; k++) {  // the last step's next rate is 0
+            const auto [step, dlr] = by_tag["lr/d*lr/unet"][k];
+            CHECK(step == int64_t(k + 1));
+            const double lr = by_tag["lr/unet"][k].second, d = dlr / lr;
+            CHECK(lr == doctest::Approx(double(3 - k) / 4.0));
+            CHECK(by_tag["lr/d*lr/textencoder"][k].second == doctest::Approx(dlr));  // one d for every group
+            CHECK(d >= 1e-6 * (1 - 1e-6));  // d0, and d never decreases
+            CHECK(d >= last_d * (1 - 1e-6));
+            last_d = d;
+        }
+        CHECK(by_tag["lr/d*lr/unet"][3].second == 0.0f);
+        // metrics.jsonl holds d itself: the same as lr/d*lr / lr.
+        const train::MetricsHistory h = train::read_metrics(out / "metrics.jsonl");
+        REQUIRE(h.steps.size() == 4);
+        CHECK(h.steps[0].d == doctest::Approx(by_tag["lr/d*lr/unet"][0].second / by_tag["lr/unet"][0].second));
+        CHECK(h.steps[3].d >= h.steps[0].d);
+    }
 }

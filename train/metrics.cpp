@@ -115,6 +115,7 @@ std::string metrics_json(const StepMetrics& m) {
         for (const LrValue& v : m.group_lr) groups[v.group] = num(v.lr);
         j["group_lr"] = std::move(groups);
     }
+    if (std::isfinite(m.d)) j["d"] = m.d;
     if (m.keys_scaled >= 0) {
         j["keys_scaled"] = m.keys_scaled;
         j["average_key_norm"] = num(m.average_key_norm);
@@ -254,6 +255,7 @@ StepMetrics step_of(const ojson& j) {
             (key == std::string("lr") ? m.lr : m.group_lr).push_back({group, v.is_null() ? kUnknown : v.get<double>()});
         }
     }
+    m.d = get_num(j, "d");
     if (j.contains("keys_scaled")) {
         m.keys_scaled = get_int(j, "keys_scaled");
         m.average_key_norm = get_num(j, "average_key_norm");

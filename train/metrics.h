@@ -42,6 +42,9 @@ struct StepMetrics {
     // Every parameter group's under kohya's names, when there are more than one per part (block
     // lr weights, LoRA+: "unet_block3", "unet plus", ...); else empty.
     std::vector<LrValue> group_lr;
+    // Prodigy and the D-Adaptation optimizers: the step-size estimate d after this step (kohya's
+    // TensorBoard lr/d*lr is d times each rate); kUnknown for the others (not written).
+    double d = kUnknown;
     // --scale_weight_norms (kohya's max-norm figures): modules scaled at this step (-1: not used),
     // the mean and the largest norm after scaling.
     int64_t keys_scaled = -1;

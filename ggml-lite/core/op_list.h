@@ -71,6 +71,9 @@
     X(prodigy_step, optim_prodigy)      \
     X(adamw8bit_step, adam8bit)         \
     X(lion8bit_step, adam8bit)          \
+    X(sgd8bit_step, adam8bit)           \
+    X(ademamix_step, optim_ademamix)    \
+    X(ademamix8bit_step, optim_ademamix) \
     X(sgd_step, optim_sgd)              \
     X(dadapt_adam_accum, optim_dadapt)  \
     X(dadapt_adam_d, optim_dadapt)      \
@@ -83,6 +86,9 @@
     X(dadapt_adan_accum, optim_dadapt_more) \
     X(dadapt_adan_step, optim_dadapt_more) \
     X(dadapt_sum_d, optim_dadapt_more) \
+    X(dadapt_adam_preprint_accum, optim_dadapt_more) \
+    X(dadapt_adam_preprint_step, optim_dadapt_more) \
+    X(dadapt_adan_ip_accum, optim_dadapt_more) \
     X(schedulefree_step, optim_schedulefree) \
     X(schedulefree_advance, optim_schedulefree) \
     /* data parallelism */              \

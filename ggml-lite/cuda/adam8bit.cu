@@ -1,5 +1,6 @@
-// Block-wise 8-bit AdamW and Lion, in place (CPU reference: ops/adam8bit.cpp); Lion8bit below AdamW8bit
-// reuses its maps, tables, loads and layout. AdamW8bit: every tensor of a parameter
+// Block-wise 8-bit AdamW, Lion, SGD and AdEMAMix, in place (CPU reference: ops/adam8bit.cpp,
+// ops/optim_ademamix.cpp); Lion8bit, SGD8bit and AdEMAMix8bit below AdamW8bit reuse its maps, tables,
+// loads and layout. AdamW8bit: every tensor of a parameter
 // group in one launch (cuda/multi_tensor.cuh): one warp per quantisation block of 256 elements of
 // one tensor, 8 per lane; shared-memory copies of both dynamic maps and of the O(1)
 // code-search tables (ops/adam8bit_codes.h); the block max is a warp max; one reciprocal of it
@@ -20,6 +21,7 @@
 #include "ggml-lite/cuda/multi_tensor.cuh"
 #include "ggml-lite/cuda/optim_common.cuh"
 #include "ggml-lite/ops/adam8bit_codes.h"
+#include "ggml-lite/ops/optim_ademamix.h"
 
 namespace gl {
 
@@ -292,5 +294,159 @@ static void lion8bit_run(CudaCtx& c) {
     });
 }
 const CudaKernel cuda_lion8bit_step{lion8bit_run};
+
+// SGD8bit (bitsandbytes' MOMENTUM): Lion8bit's layout, buf = g at step 1, else momentum buf + g.
+__global__ void __launch_bounds__(256, 4) sgd8bit_kernel(const __grid_constant__ Lion8bitTable tt, const float* h,
+                                                         const float* gstat, float mom) {
+    const Gate gate = load_gate(gstat);
+    if (gate.skip) return;
+    __shared__ Tables8bit t;
+    t.fill();
+    const float lr = h[kLr], wd = h[kWeightDecay], gs = h[kGradScale];
+    const bool first = h[kStep] == 1.0f;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t all = tt.tiles();
+    for (int64_t q = int64_t(blockIdx.x) * kWarps8bit + warp; q < all; q += int64_t(gridDim.x) * kWarps8bit) {
+        const int k = tt.find(q);
+        const int64_t b = q - tt.first_tile[k], n = tt.n[k];
+        float* p = tt.at<float>(0, k);
+        const float* g = tt.at<float>(1, k);
+        uint8_t* cm = tt.at<uint8_t>(2, k);
+        float* am = tt.at<float>(3, k);
+        const int64_t base = b * 256 + lane * 8;
+        float gv[8], pv[8], m[8];
+        uint8_t codes[8];
+        load8(gv, g, base, n);
+        load8(codes, cm, base, n, 127);
+        load8(pv, p, base, n);
+        const float am_old = am[b];
+        float mmax = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float gi = __fmul_rn(__fmul_rn(gv[j], gs), gate.mul);
+            if (wd > 0.0f) gi = __fadd_rn(gi, __fmul_rn(pv[j], wd));
+            m[j] = first ? gi : __fadd_rn(__fmul_rn(__fmul_rn(t.qs[codes[j]], am_old), mom), gi);
+            pv[j] = __fsub_rn(pv[j], __fmul_rn(lr, m[j]));
+            if (base + j < n) mmax = fmaxf(mmax, fabsf(m[j]));
+        }
+        mmax = warp_max(mmax);
+        const float inv = adam8bit_inverse(mmax);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int code = adam8bit_code<true>(t.ts(), adam8bit_normalize(m[j], mmax, inv));
+            if (signbit(t.qs[code]) != signbit(m[j])) code += m[j] > 0.0f ? 1 : -1;
+            codes[j] = uint8_t(code);
+        }
+        store8(p, cm, base, n, pv, codes);
+        __syncwarp();  // every lane has read the old absmax before lane 0 replaces it
+        if (lane == 0) am[b] = mmax;
+    }
+}
+
+static void sgd8bit_run(CudaCtx& c) {
+    upload_tables();
+    const int n = int(c.p().i[1]);
+    const float *hyper = c.in_ptr<float>(4 * n), *gstat = gstat_ptr(c, 4 * n + 1);
+    const float mom = c.p().f[0];
+    for_each_input_table<4>(c, n, 256, [&](const Lion8bitTable& t) {
+        const unsigned grid = unsigned(std::min<int64_t>(ceil_div(t.tiles(), kWarps8bit), sm_count() * 16));
+        sgd8bit_kernel<<<grid, 256, 0, c.stream>>>(t, hyper, gstat, mom);
+        GL_CUDA_LAUNCHED();
+    });
+}
+const CudaKernel cuda_sgd8bit_step{sgd8bit_run};
+
+}  // namespace gl
+
+namespace gl {
+
+// AdEMAMix8bit: the same warp per quantisation block, three moments (m1, m2 signed, nu unsigned).
+using Ademamix8bitTable = TensorTable<8, table_capacity<8>()>;  // param, grad, m1, m2, nu codes, their absmax
+
+__global__ void __launch_bounds__(256, 4) ademamix8bit_kernel(const __grid_constant__ Ademamix8bitTable tt,
+                                                              const float* h, const float* gstat, AdemamixOptions o) {
+    const Gate gate = load_gate(gstat);
+    if (gate.skip) return;
+    __shared__ Tables8bit t;
+    t.fill();
+    const float f[4] = {o.alpha, o.beta3, o.t_alpha, o.t_beta3};
+    const AdemamixConsts k = ademamix_consts(h, f);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t all = tt.tiles();
+    for (int64_t q = int64_t(blockIdx.x) * kWarps8bit + warp; q < all; q += int64_t(gridDim.x) * kWarps8bit) {
+        const int e = tt.find(q);
+        const int64_t b = q - tt.first_tile[e], n = tt.n[e];
+        float* p = tt.at<float>(0, e);
+        const float* g = tt.at<float>(1, e);
+        uint8_t *cm1 = tt.at<uint8_t>(2, e), *cm2 = tt.at<uint8_t>(3, e), *cnu = tt.at<uint8_t>(4, e);
+        float *am1 = tt.at<float>(5, e), *am2 = tt.at<float>(6, e), *anu = tt.at<float>(7, e);
+        const int64_t base = b * 256 + lane * 8;
+        float gv[8], pv[8], s1[8], s2[8], s3[8];
+        uint8_t c1[8], c2[8], c3[8];
+        load8(gv, g, base, n);
+        load8(pv, p, base, n);
+        load8(c1, cm1, base, n, 127);
+        load8(c3, cm2, base, n, 127);
+        load8(c2, cnu, base, n, 0);
+        const float a1 = am1[b], a3 = am2[b], a2 = anu[b];
+        float x1 = 0.0f, x2 = 0.0f, x3 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float gi = __fmul_rn(__fmul_rn(gv[j], k.gs), gate.mul);
+            if (isfinite(gi)) {
+                s1[j] = __fmul_rn(t.qs[c1[j]], a1);
+                s2[j] = __fmul_rn(t.qu[c2[j]], a2);
+                s3[j] = __fmul_rn(t.qs[c3[j]], a3);
+                ademamix_moments(k, gi, s1[j], s3[j], s2[j]);
+                pv[j] = ademamix_param(k, pv[j], s1[j], s3[j], s2[j]);
+            } else {
+                s1[j] = s2[j] = s3[j] = 0.0f;
+            }
+            if (base + j < n) {
+                x1 = fmaxf(x1, fabsf(s1[j]));
+                x2 = fmaxf(x2, fabsf(s2[j]));
+                x3 = fmaxf(x3, fabsf(s3[j]));
+            }
+        }
+        x1 = warp_max(x1);
+        x2 = warp_max(x2);
+        x3 = warp_max(x3);
+        const float i1 = adam8bit_inverse(x1), i2 = adam8bit_inverse(x2), i3 = adam8bit_inverse(x3);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int code = adam8bit_code<true>(t.ts(), adam8bit_normalize(s1[j], x1, i1));
+            if (signbit(t.qs[code]) != signbit(s1[j])) code += s1[j] > 0.0f ? 1 : -1;
+            c1[j] = uint8_t(code);
+            code = adam8bit_code<true>(t.ts(), adam8bit_normalize(s3[j], x3, i3));
+            if (signbit(t.qs[code]) != signbit(s3[j])) code += s3[j] > 0.0f ? 1 : -1;
+            c3[j] = uint8_t(code);
+            c2[j] = uint8_t(adam8bit_code<false>(t.tu(), adam8bit_normalize(s2[j], x2, i2)));
+        }
+        store8(p, cm1, base, n, pv, c1);
+        if (base + 8 <= n) {
+            *reinterpret_cast<uint2*>(cm2 + base) = *reinterpret_cast<const uint2*>(c3);
+            *reinterpret_cast<uint2*>(cnu + base) = *reinterpret_cast<const uint2*>(c2);
+        } else {
+            for (int j = 0; j < 8; j++)
+                if (base + j < n) cm2[base + j] = c3[j], cnu[base + j] = c2[j];
+        }
+        __syncwarp();  // every lane has read the old absmax before lane 0 replaces it
+        if (lane == 0) am1[b] = x1, am2[b] = x3, anu[b] = x2;
+    }
+}
+
+static void ademamix8bit_run(CudaCtx& c) {
+    upload_tables();
+    const int n = int(c.p().i[1]);
+    const float *hyper = c.in_ptr<float>(8 * n), *gstat = gstat_ptr(c, 8 * n + 1);
+    const Params& p = c.p();
+    const AdemamixOptions o{p.f[0], p.f[1], p.f[2], p.f[3]};
+    for_each_input_table<8>(c, n, 256, [&](const Ademamix8bitTable& t) {
+        const unsigned grid = unsigned(std::min<int64_t>(ceil_div(t.tiles(), kWarps8bit), sm_count() * 16));
+        ademamix8bit_kernel<<<grid, 256, 0, c.stream>>>(t, hyper, gstat, o);
+        GL_CUDA_LAUNCHED();
+    });
+}
+const CudaKernel cuda_ademamix8bit_step{ademamix8bit_run};
 
 }  // namespace gl

@@ -1,4 +1,4 @@
-// D-Adaptation SGD, AdaGrad and Adan, in place (CPU reference: ops/optim_dadapt_more.cpp), f32 state.
+// D-Adaptation SGD, AdaGrad, Adan, AdamPreprint and AdanIP, in place (CPU reference: ops/optim_dadapt_more.cpp), f32 state.
 //   <rule>_accum   parts blocks (grid-stride): the per-element state update and three double sums;
 //                  per-block partials -> workspace; one thread adds them in a fixed order into acc
 //   dadapt_sum_d   one block: slot sums in a fixed order, then the shared d rule (optim_dadapt_more.h)
@@ -20,8 +20,9 @@ struct DsAccumArgs {
     const float* ds;
     float* acc;
     const float* gstat;
-    int64_t n, slot;
+    int64_t n, slot, flags;
     float beta3;
+    double beta[3];  // the Adan / AdanIP / preprint accum's betas as doubles (Params i[3..5])
     int parts;
     double* ws;  // [3 * parts]
 };
@@ -93,10 +94,10 @@ struct AdanRule {
         b2 = a.lead[kBeta2];
         b3 = a.beta3;
         const double dlr = ds_get(a.ds, kDsD) * double(a.lead[kLr]);
-        c1 = float(dlr * (1.0 - double(b1)));
-        c2 = float(dlr * (1.0 - double(b2)));
-        c3 = float(1.0 - double(b3));
-        cs = float(dlr * (1.0 - double(b3)));
+        c1 = float(dlr * (1.0 - a.beta[0]));
+        c2 = float(dlr * (1.0 - a.beta[1]));
+        c3 = float(1.0 - a.beta[2]);
+        cs = float(dlr * (1.0 - a.beta[2]));
         first = a.ds[kDsSteps] == 0.0f;
     }
     __device__ void at(const DsAccumArgs& a, int64_t i, float mul, double* sum) const {
@@ -115,6 +116,76 @@ struct AdanRule {
         s[i] = sn;
         sum[0] += double(__fdiv_rn(__fmul_rn(gi, gi), den));
         sum[1] += double(__fdiv_rn(__fmul_rn(sn, sn), den));
+        sum[2] += double(fabsf(sn));
+    }
+};
+
+// DAdaptAdamPreprint: state m, v, s; flags & 1 = decouple.
+struct PreprintRule {
+    float wd, gs, eps, b1, b2, c1, c2, cs;
+    bool on, coupled;
+    __device__ PreprintRule(const DsAccumArgs& a, float) {
+        wd = a.h[kWeightDecay];
+        gs = a.h[kGradScale];
+        eps = a.h[kEps];
+        on = a.h[kLr] > 0.0f;
+        coupled = !(a.flags & 1);
+        b1 = a.lead[kBeta1];
+        b2 = a.lead[kBeta2];
+        const double dlr = ds_get(a.ds, kDsD) * double(a.lead[kLr]);
+        c1 = float(dlr * (1.0 - a.beta[0]));
+        c2 = float(1.0 - a.beta[1]);
+        cs = float(dlr * (1.0 - a.beta[1]));
+    }
+    __device__ void at(const DsAccumArgs& a, int64_t i, float mul, double* sum) const {
+        if (!on) return;
+        float *m = a.st[0], *v = a.st[1], *s = a.st[2];
+        float gi = __fmul_rn(__fmul_rn(a.g[i], gs), mul);
+        if (coupled && wd != 0.0f) gi = __fadd_rn(gi, __fmul_rn(wd, a.p[i]));
+        const float gg = __fmul_rn(gi, gi);
+        m[i] = __fadd_rn(__fmul_rn(m[i], b1), __fmul_rn(c1, gi));
+        const float vn = __fadd_rn(__fmul_rn(v[i], b2), __fmul_rn(c2, gg));
+        v[i] = vn;
+        const float den = __fadd_rn(__fsqrt_rn(vn), eps);
+        const float sn = __fadd_rn(__fmul_rn(s[i], b2), __fmul_rn(cs, gi));
+        s[i] = sn;
+        sum[0] += double(__fdiv_rn(gg, den));
+        sum[1] += double(__fdiv_rn(__fmul_rn(sn, sn), den));
+        sum[2] += double(fabsf(sn));
+    }
+};
+
+// DAdaptAdanIP: Adan's state; the dot of g with s / denom before their updates.
+struct AdanIpRule {
+    float gs, eps, b1, b2, b3, c1, c2, c3, cs;
+    bool first;
+    __device__ AdanIpRule(const DsAccumArgs& a, float) {
+        gs = a.h[kGradScale];
+        eps = a.h[kEps];
+        b1 = a.lead[kBeta1];
+        b2 = a.lead[kBeta2];
+        b3 = a.beta3;
+        const double dlr = ds_get(a.ds, kDsD) * double(a.lead[kLr]);
+        c1 = float(dlr * (1.0 - a.beta[0]));
+        c2 = float(dlr * (1.0 - a.beta[1]));
+        c3 = float(1.0 - a.beta[2]);
+        cs = float(dlr * (1.0 - a.beta[2]));
+        first = a.ds[kDsSteps] == 0.0f;
+    }
+    __device__ void at(const DsAccumArgs& a, int64_t i, float mul, double* sum) const {
+        float *m = a.st[0], *diff = a.st[1], *v = a.st[2], *s = a.st[3], *pre = a.st[4];
+        const float gi = __fmul_rn(__fmul_rn(a.g[i], gs), mul);
+        const float pr = first ? gi : pre[i];
+        if (first) pre[i] = gi;
+        const float gd = __fsub_rn(gi, pr);
+        const float up = __fadd_rn(gi, __fmul_rn(b2, gd));
+        const float si = s[i];
+        sum[0] += double(gi) * double(__fdiv_rn(si, __fadd_rn(__fsqrt_rn(v[i]), eps)));
+        m[i] = __fadd_rn(__fmul_rn(m[i], b1), __fmul_rn(c1, gi));
+        diff[i] = __fadd_rn(__fmul_rn(diff[i], b2), __fmul_rn(c2, gd));
+        v[i] = __fadd_rn(__fmul_rn(v[i], b3), __fmul_rn(c3, __fmul_rn(up, up)));
+        const float sn = __fadd_rn(__fmul_rn(si, b3), __fmul_rn(cs, gi));
+        s[i] = sn;
         sum[2] += double(fabsf(sn));
     }
 };
@@ -168,7 +239,9 @@ void ds_accum_run(CudaCtx& c, int n_state, bool sgd) {
     a.gstat = gstat_ptr(c, at + 4);
     a.n = c.in[0].numel();
     a.slot = c.p().i[1];
+    a.flags = c.p().i[2];
     a.beta3 = c.p().f[1];
+    for (int k = 0; k < 3; k++) a.beta[k] = ds_bits_double(c.p().i[3 + k]);
     a.parts = reduction_parts(a.n);
     a.ws = reinterpret_cast<double*>(c.workspace);
     ds_accum_parts_kernel<Rule><<<a.parts, 256, 0, c.stream>>>(a);
@@ -220,8 +293,21 @@ __global__ void ds_adan_step_kernel(float* p, const float* g, const float* m, co
     }
 }
 
+// p -= dlr decay p (decouple, group lr > 0), then p -= m / (sqrt v + eps).
+__global__ void ds_preprint_step_kernel(float* p, const float* m, const float* v, const float* h, const float* ds,
+                                        const float* gstat, int64_t n, bool decouple) {
+    if (load_gate(gstat).skip || ds[kDsApplied] == 0.0f) return;
+    const float eps = h[kEps];
+    const bool decay = decouple && h[kWeightDecay] != 0.0f && h[kLr] > 0.0f;
+    const float by = float(-double(h[kWeightDecay]) * ds_get(ds, kDsDlr));
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const float pi = decay ? __fadd_rn(p[i], __fmul_rn(by, p[i])) : p[i];
+        p[i] = __fsub_rn(pi, __fdiv_rn(m[i], __fadd_rn(__fsqrt_rn(v[i]), eps)));
+    }
+}
+
 __global__ void __launch_bounds__(256) ds_d_kernel(float* ds, const float* acc, int64_t slots, const float* lead,
-                                                   const float* gstat, int rule, float growth, float beta3) {
+                                                   const float* gstat, int rule, float growth, double beta3) {
     __shared__ double sh[32];
     if (load_gate(gstat).skip) return;
     double sum[3] = {0.0, 0.0, 0.0};
@@ -236,6 +322,18 @@ unsigned step_grid(int64_t n) { return grid_for(n, 256, sm_count() * 16); }
 void sgd_accum_run(CudaCtx& c) { ds_accum_run<SgdRule>(c, 1, true); }
 void adagrad_accum_run(CudaCtx& c) { ds_accum_run<AdagradRule>(c, 2, false); }
 void adan_accum_run(CudaCtx& c) { ds_accum_run<AdanRule>(c, 5, false); }
+void preprint_accum_run(CudaCtx& c) { ds_accum_run<PreprintRule>(c, 3, false); }
+void adan_ip_accum_run(CudaCtx& c) { ds_accum_run<AdanIpRule>(c, 5, false); }
+
+void preprint_step_run(CudaCtx& c) {
+    const int64_t n = c.in[0].numel();
+    if (n == 0) return;
+    ds_preprint_step_kernel<<<step_grid(n), 256, 0, c.stream>>>(mut_ptr<float>(c, 0), c.in_ptr<float>(1),
+                                                                c.in_ptr<float>(2), c.in_ptr<float>(3),
+                                                                c.in_ptr<float>(4), gstat_ptr(c, 5), n,
+                                                                (c.p().i[1] & 1) != 0);
+    GL_CUDA_LAUNCHED();
+}
 
 void sgd_step_run(CudaCtx& c) {
     const int64_t n = c.in[0].numel();
@@ -269,7 +367,8 @@ void adan_step_run(CudaCtx& c) {
 void sum_d_run(CudaCtx& c) {
     const Params& p = c.p();
     ds_d_kernel<<<1, 256, 0, c.stream>>>(mut_ptr<float>(c, 0), c.in_ptr<float>(1), c.in[1].numel() / kDsAccWidth,
-                                         c.in_ptr<float>(2), gstat_ptr(c, 3), int(p.i[0]), p.f[0], p.f[1]);
+                                         c.in_ptr<float>(2), gstat_ptr(c, 3), int(p.i[0]), p.f[0],
+                                         ds_bits_double(p.i[3]));
     GL_CUDA_LAUNCHED();
 }
 
@@ -282,5 +381,8 @@ const CudaKernel cuda_dadapt_adagrad_step{adagrad_step_run};
 const CudaKernel cuda_dadapt_adan_accum{adan_accum_run, ds_accum_workspace};
 const CudaKernel cuda_dadapt_adan_step{adan_step_run};
 const CudaKernel cuda_dadapt_sum_d{sum_d_run};
+const CudaKernel cuda_dadapt_adam_preprint_accum{preprint_accum_run, ds_accum_workspace};
+const CudaKernel cuda_dadapt_adam_preprint_step{preprint_step_run};
+const CudaKernel cuda_dadapt_adan_ip_accum{adan_ip_accum_run, ds_accum_workspace};
 
 }  // namespace gl

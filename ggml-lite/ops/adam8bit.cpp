@@ -1,4 +1,4 @@
-// Block-wise 8-bit AdamW and Lion (Dettmers et al. 2021, as bitsandbytes) as in-place ops: the two
+// Block-wise 8-bit AdamW, Lion and SGD with momentum (Dettmers et al. 2021, as bitsandbytes) as in-place ops: the two
 // dynamic quantisation maps, the nearest-code search and the CPU reference steps.
 #include <algorithm>
 #include <bit>
@@ -287,6 +287,64 @@ void lion8bit_step(Graph& g, const std::vector<ValueId>& params, const std::vect
     p.i[1] = int64_t(params.size());
     g.apply(Op::lion8bit_step, multi_inputs({&params, &grads, &m, &absmax_m}, {hyper, gstat}), p);
 }
+
+// ------ sgd8bit_step(params..., grads..., buf u8..., absmax..., hyper[, gstat]); p.i[1] = N ------
+// bitsandbytes' 1-state block-wise kernel for MOMENTUM (SGD8bit): g += wd p (wd > 0); buf = g at
+// step 1, else momentum buf + g (no dampening, no Nesterov: bitsandbytes takes both arguments and
+// uses neither); p -= lr buf; the buffer requantised as Lion8bit's moment (sign kept).
+// Params: f[0] momentum. hyper: lr, weight_decay, step, grad_scale.
+
+static std::vector<OutSpec> sgd8bit_infer(const OpCall& c) {
+    c.check(c.p.f[0] > 0.0f && c.p.f[0] <= 1.0f, "momentum must lie in (0, 1]");
+    return lion8bit_infer(c);
+}
+
+static void sgd8bit_cpu(CpuCtx& c) {
+    const int N = int(c.p().i[1]);
+    const GradGate gate = grad_gate(c, 4 * N + 1);
+    if (gate.skip) return;
+    const float* h = c.in_f32(4 * N);
+    const float* qs = adam8bit_qmap(true);
+    const float lr = h[kLr], wd = h[kWeightDecay], gs = h[kGradScale], mom = c.p().f[0];
+    const bool first = h[kStep] == 1.0f;
+    for (int tensor = 0; tensor < N; tensor++) {
+        float* p = mut_f32(c, tensor);
+        const float* g = c.in_f32(N + tensor);
+        uint8_t* cm = static_cast<uint8_t*>(c.in[size_t(2 * N + tensor)].data) + c.in[size_t(2 * N + tensor)].layout.offset;
+        float* am = mut_f32(c, 3 * N + tensor);
+        const int64_t n = c.in[size_t(tensor)].numel(), blocks = (n + kAdam8bitBlock - 1) / kAdam8bitBlock;
+        parallel_for(blocks, 16, [&](int64_t lo, int64_t hi) {
+            float m[kAdam8bitBlock];
+            for (int64_t b = lo; b < hi; b++) {
+                const int64_t base = b * kAdam8bitBlock, len = std::min<int64_t>(kAdam8bitBlock, n - base);
+                float new_am = 0.0f;
+                for (int64_t k = 0; k < len; k++) {
+                    const int64_t i = base + k;
+                    float gi = (g[i] * gs) * gate.mul;
+                    if (wd > 0.0f) gi = gi + p[i] * wd;
+                    m[k] = first ? gi : (qs[cm[i]] * am[b]) * mom + gi;
+                    p[i] = p[i] - lr * m[k];
+                    new_am = std::max(new_am, std::fabs(m[k]));
+                }
+                const float inv = adam8bit_inverse(new_am);
+                for (int64_t k = 0; k < len; k++) cm[base + k] = uint8_t(lion8bit_code(qs, m[k], new_am, inv));
+                am[b] = new_am;
+            }
+        });
+    }
+}
+
+void sgd8bit_step(Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
+                  const std::vector<ValueId>& buf, const std::vector<ValueId>& absmax, ValueId hyper, float momentum,
+                  ValueId gstat) {
+    Params p;
+    p.i[1] = int64_t(params.size());
+    p.f[0] = momentum;
+    g.apply(Op::sgd8bit_step, multi_inputs({&params, &grads, &buf, &absmax}, {hyper, gstat}), p);
+}
+
+const OpDef def_sgd8bit_step{"sgd8bit_step", "adam8bit", sgd8bit_infer, multi_step_cost, nullptr, sgd8bit_cpu,
+                             kOpNoGrad | kOpMutates};
 
 const OpDef def_lion8bit_step{"lion8bit_step", "adam8bit", lion8bit_infer, multi_step_cost, nullptr, lion8bit_cpu,
                               kOpNoGrad | kOpMutates};

@@ -223,6 +223,12 @@ void adamw8bit_step(Graph& g, const std::vector<ValueId>& params, const std::vec
 void lion8bit_step(Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
                    const std::vector<ValueId>& m, const std::vector<ValueId>& absmax_m, ValueId hyper,
                    ValueId gstat = kNoValue);
+// (ops/adam8bit.cpp) Block-wise 8-bit SGD with momentum (bitsandbytes' SGD8bit, kohya's SGDNesterov8bit):
+// g += wd p (wd > 0); buf = g at step 1, else momentum buf + g (no dampening, no Nesterov, as
+// bitsandbytes); p -= lr buf; buf held as Lion8bit's m. hyper: lr, weight_decay, step, grad_scale.
+void sgd8bit_step(Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
+                  const std::vector<ValueId>& buf, const std::vector<ValueId>& absmax, ValueId hyper, float momentum,
+                  ValueId gstat = kNoValue);
 // The 8-bit maps (adam8bit_qmap, adam8bit_quantize): ops/optim_types.h.
 
 // (ops/optim_sgd.cpp) SGD with momentum as torch.optim.SGD: g += wd * p; buf = g at step 1, else

@@ -1,5 +1,5 @@
 // D-Adaptation SGD, AdaGrad and Adan (Defazio & Mishchenko 2023) as dadaptation 3.2's DAdaptSGD,
-// DAdaptAdaGrad and DAdaptAdan step(), split into in-place ops so a step stays one capturable graph
+// DAdaptAdaGrad and DAdaptAdan step(), and its experimental DAdaptAdamPreprint and DAdaptAdanIP, split into in-place ops so a step stays one capturable graph
 // (the layout of DAdaptAdam's, ops/optim_dadapt.cpp; the state and d rules: ops/optim_dadapt_more.h):
 //   <rule>_accum  (per param, dadaptation's first loop)  the state EMAs / sums and three sums -> acc
 //   dadapt_sum_d  (once)                                 sums acc in slot order, updates d in dstate
@@ -14,12 +14,14 @@ namespace gl {
 
 namespace {
 
-// Params: i[0] the rule, i[1] the slot (accum) or flags (adan step: 1 = no_prox); f[0] growth_rate,
-// f[1] beta3.
-Params dsum_params(DSumRule rule, int slot, float growth = INFINITY, float beta3 = 0.0f) {
+// Params: i[0] the rule, i[1] the slot (accum) or flags (adan step: 1 = no_prox; preprint step: 1 =
+// decouple), i[2] flags of an accum (preprint: 1 = decouple), i[3..5] doubles as bits (dadapt_sum_d:
+// beta3; the Adan, AdanIP and preprint accum: beta1, beta2, beta3); f[0] growth_rate, f[1] beta3 (f32).
+Params dsum_params(DSumRule rule, int slot, float growth = INFINITY, float beta3 = 0.0f, int64_t flags = 0) {
     Params p;
     p.i[0] = int64_t(rule);
     p.i[1] = slot;
+    p.i[2] = flags;
     p.f[0] = growth;
     p.f[1] = beta3;
     return p;
@@ -247,9 +249,10 @@ static void adan_accum_cpu(CpuCtx& c) {
     const float* ds = c.in_f32(9);
     const float gs = h[kGradScale], eps = h[kEps];
     const float b1 = lead[kBeta1], b2 = lead[kBeta2], b3 = c.p().f[1];
+    const double b1d = ds_bits_double(c.p().i[3]), b2d = ds_bits_double(c.p().i[4]), b3d = ds_bits_double(c.p().i[5]);
     const double dlr = ds_get(ds, kDsD) * double(lead[kLr]);
-    const float c1 = float(dlr * (1.0 - double(b1))), c2 = float(dlr * (1.0 - double(b2)));
-    const float c3 = float(1.0 - double(b3)), cs = float(dlr * (1.0 - double(b3)));
+    const float c1 = float(dlr * (1.0 - b1d)), c2 = float(dlr * (1.0 - b2d));
+    const float c3 = float(1.0 - b3d), cs = float(dlr * (1.0 - b3d));
     const bool first = ds[kDsSteps] == 0.0f;
     double gsq = 0.0, ssq = 0.0, l1 = 0.0;
     for (int64_t i = 0, n = c.in[0].numel(); i < n; i++) {
@@ -270,10 +273,13 @@ static void adan_accum_cpu(CpuCtx& c) {
 }
 
 void dadapt_adan_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId diff, ValueId v, ValueId s,
-                       ValueId pre, ValueId hyper, ValueId lead, ValueId dstate, ValueId acc, int slot, float beta3,
-                       ValueId gstat) {
-    g.apply(Op::dadapt_adan_accum, present({param, grad, m, diff, v, s, pre, hyper, lead, dstate, acc, gstat}),
-            dsum_params(DSumRule::adan, slot, INFINITY, beta3));
+                       ValueId pre, ValueId hyper, ValueId lead, ValueId dstate, ValueId acc, int slot, double beta1,
+                       double beta2, double beta3, ValueId gstat) {
+    Params p = dsum_params(DSumRule::adan, slot, INFINITY, float(beta3));
+    p.i[3] = ds_double_bits(beta1);
+    p.i[4] = ds_double_bits(beta2);
+    p.i[5] = ds_double_bits(beta3);
+    g.apply(Op::dadapt_adan_accum, present({param, grad, m, diff, v, s, pre, hyper, lead, dstate, acc, gstat}), p);
 }
 
 // ------- dadapt_adan_step(param, grad, m, diff, v, pre, hyper, lead, dstate[, gstat]) -------
@@ -317,6 +323,145 @@ void dadapt_adan_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId 
             dsum_params(DSumRule::adan, no_prox ? 1 : 0));
 }
 
+// ------- dadapt_adam_preprint_accum(param, grad, m, v, s, hyper, lead, dstate, acc[, gstat]) -------
+
+static std::vector<OutSpec> preprint_accum_infer(const OpCall& c) {
+    check_gstat_input(c, 9);
+    check_elems(c, {"param", "grad", "m", "v", "s"});
+    check_hyper_input(c, 5);
+    check_hyper_input(c, 6);
+    check_dsum_state(c, 7);
+    check_acc(c, 8);
+    return {};
+}
+
+static void preprint_accum_cpu(CpuCtx& c) {
+    const GradGate gate = grad_gate(c, 9);
+    if (gate.skip) return;
+    const float* h = c.in_f32(5);
+    if (!(h[kLr] > 0.0f)) {  // dadaptation leaves a group at lr 0 out of the sums and its state alone
+        put_acc(mut_f32(c, 8), c.p().i[1], 0.0, 0.0, 0.0);
+        return;
+    }
+    const float* p = c.in_f32(0);
+    const float* g = c.in_f32(1);
+    float* m = mut_f32(c, 2);
+    float* v = mut_f32(c, 3);
+    float* s = mut_f32(c, 4);
+    const float* lead = c.in_f32(6);
+    const float* ds = c.in_f32(7);
+    const bool coupled = !(c.p().i[2] & 1);
+    const float wd = h[kWeightDecay], gs = h[kGradScale], eps = h[kEps];
+    const float b1 = lead[kBeta1], b2 = lead[kBeta2];
+    const double b1d = ds_bits_double(c.p().i[3]), b2d = ds_bits_double(c.p().i[4]);
+    const double dlr = ds_get(ds, kDsD) * double(lead[kLr]);
+    const float c1 = float(dlr * (1.0 - b1d)), c2 = float(1.0 - b2d), cs = float(dlr * (1.0 - b2d));
+    double gsq = 0.0, ssq = 0.0, l1 = 0.0;
+    for (int64_t i = 0, n = c.in[0].numel(); i < n; i++) {
+        float gi = (g[i] * gs) * gate.mul;
+        if (coupled && wd != 0.0f) gi = gi + wd * p[i];
+        const float gg = gi * gi;
+        m[i] = m[i] * b1 + c1 * gi;
+        v[i] = v[i] * b2 + c2 * gg;
+        const float den = std::sqrt(v[i]) + eps;
+        gsq += double(gg / den);
+        s[i] = s[i] * b2 + cs * gi;
+        ssq += double((s[i] * s[i]) / den);
+        l1 += double(std::fabs(s[i]));
+    }
+    put_acc(mut_f32(c, 8), c.p().i[1], gsq, ssq, l1);
+}
+
+void dadapt_adam_preprint_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId s, ValueId hyper,
+                                ValueId lead, ValueId dstate, ValueId acc, int slot, double beta1, double beta2,
+                                bool decouple, ValueId gstat) {
+    Params p = dsum_params(DSumRule::adam_preprint, slot, INFINITY, 0.0f, decouple ? 1 : 0);
+    p.i[3] = ds_double_bits(beta1);
+    p.i[4] = ds_double_bits(beta2);
+    g.apply(Op::dadapt_adam_preprint_accum, present({param, grad, m, v, s, hyper, lead, dstate, acc, gstat}), p);
+}
+
+// ------- dadapt_adam_preprint_step(param, m, v, hyper, dstate[, gstat]) -------
+
+static std::vector<OutSpec> preprint_step_infer(const OpCall& c) {
+    check_gstat_input(c, 5);
+    check_elems(c, {"param", "m", "v"});
+    check_hyper_input(c, 3);
+    check_dsum_state(c, 4);
+    return {};
+}
+
+static void preprint_step_cpu(CpuCtx& c) {
+    const float* ds = c.in_f32(4);
+    if (grad_gate(c, 5).skip || ds[kDsApplied] == 0.0f) return;
+    float* p = mut_f32(c, 0);
+    const float* m = c.in_f32(1);
+    const float* v = c.in_f32(2);
+    const float* h = c.in_f32(3);
+    const float eps = h[kEps];
+    const bool decay = (c.p().i[1] & 1) && h[kWeightDecay] != 0.0f && h[kLr] > 0.0f;
+    const float by = float(-double(h[kWeightDecay]) * ds_get(ds, kDsDlr));
+    parallel_for(c.in[0].numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; i++) {
+            const float pi = decay ? p[i] + by * p[i] : p[i];
+            p[i] = pi - m[i] / (std::sqrt(v[i]) + eps);
+        }
+    });
+}
+
+void dadapt_adam_preprint_step(Graph& g, ValueId param, ValueId m, ValueId v, ValueId hyper, ValueId dstate,
+                               bool decouple, ValueId gstat) {
+    g.apply(Op::dadapt_adam_preprint_step, present({param, m, v, hyper, dstate, gstat}),
+            dsum_params(DSumRule::adam_preprint, decouple ? 1 : 0));
+}
+
+// ------- dadapt_adan_ip_accum(param, grad, m, diff, v, s, pre, hyper, lead, dstate, acc[, gstat]) -------
+
+static void adan_ip_accum_cpu(CpuCtx& c) {
+    const GradGate gate = grad_gate(c, 11);
+    if (gate.skip) return;
+    const float* g = c.in_f32(1);
+    float* m = mut_f32(c, 2);
+    float* diff = mut_f32(c, 3);
+    float* v = mut_f32(c, 4);
+    float* s = mut_f32(c, 5);
+    float* pre = mut_f32(c, 6);
+    const float* h = c.in_f32(7);
+    const float* lead = c.in_f32(8);
+    const float* ds = c.in_f32(9);
+    const float gs = h[kGradScale], eps = h[kEps];
+    const float b1 = lead[kBeta1], b2 = lead[kBeta2], b3 = c.p().f[1];
+    const double b1d = ds_bits_double(c.p().i[3]), b2d = ds_bits_double(c.p().i[4]), b3d = ds_bits_double(c.p().i[5]);
+    const double dlr = ds_get(ds, kDsD) * double(lead[kLr]);
+    const float c1 = float(dlr * (1.0 - b1d)), c2 = float(dlr * (1.0 - b2d));
+    const float c3 = float(1.0 - b3d), cs = float(dlr * (1.0 - b3d));
+    const bool first = ds[kDsSteps] == 0.0f;
+    double dot = 0.0, l1 = 0.0;
+    for (int64_t i = 0, n = c.in[0].numel(); i < n; i++) {
+        const float gi = (g[i] * gs) * gate.mul;
+        if (first) pre[i] = gi;
+        const float gd = gi - pre[i];
+        const float up = gi + b2 * gd;
+        dot += double(gi) * double(s[i] / (std::sqrt(v[i]) + eps));
+        m[i] = m[i] * b1 + c1 * gi;
+        diff[i] = diff[i] * b2 + c2 * gd;
+        v[i] = v[i] * b3 + c3 * (up * up);
+        s[i] = s[i] * b3 + cs * gi;
+        l1 += double(std::fabs(s[i]));
+    }
+    put_acc(mut_f32(c, 10), c.p().i[1], dot, 0.0, l1);
+}
+
+void dadapt_adan_ip_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId diff, ValueId v, ValueId s,
+                          ValueId pre, ValueId hyper, ValueId lead, ValueId dstate, ValueId acc, int slot, double beta1,
+                          double beta2, double beta3, ValueId gstat) {
+    Params p = dsum_params(DSumRule::adan_ip, slot, INFINITY, float(beta3));
+    p.i[3] = ds_double_bits(beta1);
+    p.i[4] = ds_double_bits(beta2);
+    p.i[5] = ds_double_bits(beta3);
+    g.apply(Op::dadapt_adan_ip_accum, present({param, grad, m, diff, v, s, pre, hyper, lead, dstate, acc, gstat}), p);
+}
+
 // ------- dadapt_sum_d(dstate, acc, lead[, gstat]) -------
 
 static std::vector<OutSpec> sum_d_infer(const OpCall& c) {
@@ -326,7 +471,7 @@ static std::vector<OutSpec> sum_d_infer(const OpCall& c) {
     c.check(c.shape(1).numel() % kDsAccWidth == 0 && c.shape(1).numel() > 0, "acc must hold ", int(kDsAccWidth),
             " floats per parameter slot");
     check_hyper_input(c, 2);
-    c.check(c.p.i[0] >= 0 && c.p.i[0] <= 2, "unknown D-Adaptation rule ", c.p.i[0]);
+    c.check(c.p.i[0] >= 0 && c.p.i[0] < kDsRuleCount, "unknown D-Adaptation rule ", c.p.i[0]);
     c.check(c.p.f[0] >= 1.0f, "growth_rate must be >= 1 (inf: unbounded)");
     c.check(c.p.f[1] >= 0.0f && c.p.f[1] < 1.0f, "beta3 must lie in [0, 1)");
     return {};
@@ -338,14 +483,17 @@ static void sum_d_cpu(CpuCtx& c) {
     double sum[3] = {0.0, 0.0, 0.0};
     for (int64_t k = 0, n = c.in[1].numel() / kDsAccWidth; k < n; k++)
         for (int j = 0; j < 3; j++) sum[j] += ds_get(acc, int(kDsAccWidth * k + 2 * j));
-    dadapt_sum_update_d(mut_f32(c, 0), DSumRule(c.p().i[0]), sum, c.in_f32(2)[kLr], c.p().f[0], c.p().f[1]);
+    dadapt_sum_update_d(mut_f32(c, 0), DSumRule(c.p().i[0]), sum, c.in_f32(2)[kLr], c.p().f[0],
+                        ds_bits_double(c.p().i[3]));
 }
 
 static Cost sum_d_cost(const OpCall& c) { return {2.0 * double(c.shape(1).numel()), 4.0 * double(c.shape(1).numel())}; }
 
-void dadapt_sum_d(Graph& g, ValueId dstate, ValueId acc, ValueId lead, DSumRule rule, float growth_rate, float beta3,
+void dadapt_sum_d(Graph& g, ValueId dstate, ValueId acc, ValueId lead, DSumRule rule, float growth_rate, double beta3,
                   ValueId gstat) {
-    g.apply(Op::dadapt_sum_d, present({dstate, acc, lead, gstat}), dsum_params(rule, 0, growth_rate, beta3));
+    Params p = dsum_params(rule, 0, growth_rate, float(beta3));
+    p.i[3] = ds_double_bits(beta3);
+    g.apply(Op::dadapt_sum_d, present({dstate, acc, lead, gstat}), p);
 }
 
 constexpr uint32_t kStepFlags = kOpNoGrad | kOpMutates;
@@ -361,6 +509,12 @@ const OpDef def_dadapt_adan_accum{"dadapt_adan_accum", "optim_dadapt_more", adan
                                   adan_accum_cpu, kStepFlags};
 const OpDef def_dadapt_adan_step{"dadapt_adan_step", "optim_dadapt_more", adan_step_infer, step_cost, nullptr,
                                  adan_step_cpu, kStepFlags};
+const OpDef def_dadapt_adam_preprint_accum{"dadapt_adam_preprint_accum", "optim_dadapt_more", preprint_accum_infer,
+                                           step_cost, nullptr, preprint_accum_cpu, kStepFlags};
+const OpDef def_dadapt_adam_preprint_step{"dadapt_adam_preprint_step", "optim_dadapt_more", preprint_step_infer,
+                                          step_cost, nullptr, preprint_step_cpu, kStepFlags};
+const OpDef def_dadapt_adan_ip_accum{"dadapt_adan_ip_accum", "optim_dadapt_more", adan_accum_infer, step_cost, nullptr,
+                                     adan_ip_accum_cpu, kStepFlags};
 const OpDef def_dadapt_sum_d{"dadapt_sum_d", "optim_dadapt_more", sum_d_infer, sum_d_cost, nullptr, sum_d_cpu,
                              kStepFlags};
 

@@ -1,5 +1,6 @@
-// D-Adaptation SGD, AdaGrad and Adan (dadaptation 3.2's DAdaptSGD, DAdaptAdaGrad, DAdaptAdan) as
-// in-place ops (ops/optim_dadapt_more.cpp, cuda/optim_dadapt_more.cu), and what they share with the
+// D-Adaptation SGD, AdaGrad and Adan (dadaptation 3.2's DAdaptSGD, DAdaptAdaGrad, DAdaptAdan) and the
+// experimental module's DAdaptAdamPreprint and DAdaptAdanIP as in-place ops (ops/optim_dadapt_more.cpp,
+// cuda/optim_dadapt_more.cu), and what they share with the
 // code that builds them: the shared state, the d rules (computed in double by both backends from the
 // same device tensors), and the builder calls.
 //
@@ -18,8 +19,8 @@
 namespace gl {
 
 // Pairs (hi at the index, lo at index + 1): d, the step's dlr, SGD's g0_norm, and the rule's running
-// sums A, B, C (SGD: A numerator_weighted; AdaGrad: A gsq_weighted, B sksq_weighted, C skl1; Adan: A
-// gsq_weighted). Singles: d_hat, applied (0 when the step returned before its update, as dadaptation
+// sums A, B, C (SGD: A numerator_weighted; AdaGrad: A gsq_weighted, B sksq_weighted, C skl1; Adan and
+// AdamPreprint: A gsq_weighted; AdanIP: A numerator_weighted). Singles: d_hat, applied (0 when the step returned before its update, as dadaptation
 // does when no progress is possible), steps (the updates applied: dadaptation's k), first (SGD: 1
 // when this step was its first, whose s the step op scales by dlr).
 enum DSumSlot {
@@ -28,7 +29,9 @@ enum DSumSlot {
 };
 constexpr int kDsAccWidth = 6;  // three pairs per param slot
 
-enum class DSumRule : int64_t { sgd = 0, adagrad = 1, adan = 2 };
+// adam_preprint's d rule is Adan's with beta3 = beta2 (its gsq_weighted is an EMA by beta2).
+enum class DSumRule : int64_t { sgd = 0, adagrad = 1, adan = 2, adam_preprint = 3, adan_ip = 4 };
+constexpr int64_t kDsRuleCount = 5;
 
 GL_HD double ds_get(const float* ds, int at) { return double(ds[at]) + double(ds[at + 1]); }
 GL_HD void ds_put(float* ds, int at, double x) {
@@ -38,9 +41,10 @@ GL_HD void ds_put(float* ds, int at, double x) {
 }
 
 // The d update of dadapt_sum_d: sum[3] the acc sums over every slot (in slot order), lr the lead
-// group's lr, beta3 Adan's third beta. Writes dstate as dadaptation writes its group scalars.
+// group's lr, beta3 Adan's third beta (AdamPreprint's beta2) as the double dadaptation computes with:
+// its d_hat divides by 1 - beta3, so a beta rounded to f32 (0.999 by 1.3e-8) would move d by 1e-5. Writes dstate as dadaptation writes its group scalars.
 GL_HD void dadapt_sum_update_d(float* ds, DSumRule rule, const double* sum, float lr, float growth_rate,
-                                      float beta3) {
+                                      double beta3) {
     double d = ds_get(ds, kDsD);
     const double steps = ds[kDsSteps];
     const double lrd = lr;
@@ -76,7 +80,17 @@ GL_HD void dadapt_sum_update_d(float* ds, DSumRule rule, const double* sum, floa
         ds_put(ds, kDsA, gsq);
         ds_put(ds, kDsB, sksq);
         ds_put(ds, kDsC, skl1);
-    } else {
+    } else if (rule == DSumRule::adan_ip) {
+        const double b3 = beta3;
+        const double num = b3 * ds_get(ds, kDsA) + (1.0 - b3) * (dlr * sum[0]);
+        if (sum[2] == 0.0) return;
+        if (lr > 0.0f) {
+            d_hat = 2.0 * (b3 / (1.0 - b3)) * num / sum[2];
+            const double grown = d * double(growth_rate), capped = d_hat < grown ? d_hat : grown;
+            d = d > capped ? d : capped;
+        }
+        ds_put(ds, kDsA, num);
+    } else {  // adan, adam_preprint
         const double b3 = beta3;
         const double gsq = b3 * ds_get(ds, kDsA) + sum[0] * (dlr * dlr) * (1.0 - b3);
         if (sum[2] == 0.0) return;
@@ -116,13 +130,45 @@ void dadapt_adagrad_step(Graph& g, ValueId param, ValueId alpha, ValueId sk, Val
 // step; m, diff, v, s their EMAs; acc = (sum g^2 / denom, sum s^2 / denom, sum |s|). step: p -= (m +
 // beta2 diff) / (sqrt v + eps) with decay by dlr (no_prox: p *= 1 - dlr decay first; else p /= 1 +
 // dlr decay after), pre = g.
+// beta1..3: as dadapt_adam_preprint_accum's below (doubles for the 1 - beta the EMAs add by).
 void dadapt_adan_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId diff, ValueId v, ValueId s,
-                       ValueId pre, ValueId hyper, ValueId lead, ValueId dstate, ValueId acc, int slot, float beta3,
-                       ValueId gstat = kNoValue);
+                       ValueId pre, ValueId hyper, ValueId lead, ValueId dstate, ValueId acc, int slot, double beta1,
+                       double beta2, double beta3, ValueId gstat = kNoValue);
 void dadapt_adan_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId diff, ValueId v, ValueId pre,
                       ValueId hyper, ValueId lead, ValueId dstate, bool no_prox, ValueId gstat = kNoValue);
+// DAdaptAdamPreprint (dadaptation.experimental; kohya's "DAdaptation"; betas: lead's; lead the group
+// with the largest lr): g += decay p unless decouple; for a group at lr > 0: m = b1 m + dlr (1 - b1) g,
+// v = b2 v + (1 - b2) g^2, s = b2 s + dlr (1 - b2) g, acc = (sum g^2 / denom, sum s^2 / denom, sum |s|).
+// step: p -= dlr decay p first (decouple, group lr > 0), then p -= m / (sqrt v + eps). Its d rule:
+// dadapt_sum_d with DSumRule::adam_preprint and beta3 = beta2.
+// beta1, beta2 (and AdanIP's beta3): the betas as doubles (the config's), whose 1 - beta the EMAs
+// add by, as torch computes alpha = dlr * (1 - beta) in double; the multipliers are lead's f32 betas.
+void dadapt_adam_preprint_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v, ValueId s, ValueId hyper,
+                                ValueId lead, ValueId dstate, ValueId acc, int slot, double beta1, double beta2,
+                                bool decouple, ValueId gstat = kNoValue);
+void dadapt_adam_preprint_step(Graph& g, ValueId param, ValueId m, ValueId v, ValueId hyper, ValueId dstate,
+                               bool decouple, ValueId gstat = kNoValue);
+// DAdaptAdanIP (dadaptation.experimental): dadapt_adan_accum's EMAs, but acc = (dot(g, s / denom) with
+// s and denom before their updates, 0, sum |s|) for its numerator_weighted d rule (DSumRule::adan_ip);
+// its step is dadapt_adan_step's.
+void dadapt_adan_ip_accum(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId diff, ValueId v, ValueId s,
+                          ValueId pre, ValueId hyper, ValueId lead, ValueId dstate, ValueId acc, int slot, double beta1,
+                          double beta2, double beta3, ValueId gstat = kNoValue);
 // Sums acc over every slot in slot order and applies `rule`'s d update (dadapt_sum_update_d).
 void dadapt_sum_d(Graph& g, ValueId dstate, ValueId acc, ValueId lead, DSumRule rule, float growth_rate,
-                  float beta3 = 0.0f, ValueId gstat = kNoValue);
+                  double beta3 = 0.0, ValueId gstat = kNoValue);
+
+// The doubles these ops carry in Params i[3..5] (their bit patterns): dadapt_sum_d's beta3, the
+// accum ops' betas.
+inline int64_t ds_double_bits(double x) {
+    int64_t b;
+    __builtin_memcpy(&b, &x, sizeof b);
+    return b;
+}
+inline double ds_bits_double(int64_t b) {
+    double x;
+    __builtin_memcpy(&x, &b, sizeof x);
+    return x;
+}
 
 }  // namespace gl

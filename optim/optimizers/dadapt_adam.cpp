@@ -24,7 +24,10 @@ size_t dadapt_lead_group(const UpdateBuilder& b, const char* optimizer) {
 gl::ValueId dadapt_state(UpdateBuilder& b, double d0) {
     std::vector<float> start(gl::kDAdaptStateSize, 0.0f);
     start[gl::kDaD] = float(d0);
-    return b.shared_state("dadapt.state", gl::DType::f32, gl::Shape{gl::kDAdaptStateSize}, StateInit::exactly(start));
+    const gl::ValueId st =
+        b.shared_state("dadapt.state", gl::DType::f32, gl::Shape{gl::kDAdaptStateSize}, StateInit::exactly(start));
+    b.d_estimate = {st, gl::kDaD, /*pair*/ false};
+    return st;
 }
 
 gl::ValueId dadapt_acc(UpdateBuilder& b) {

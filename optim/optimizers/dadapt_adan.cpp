@@ -14,7 +14,8 @@ namespace {
 
 void append(UpdateBuilder& b) {
     const gl::ValueId lead = b.groups[0].hyper;
-    const float beta3 = float(b.cfg.triple("betas", 2));
+    // the doubles dadaptation computes 1 - beta from
+    const double beta1 = b.cfg.triple("betas", 0), beta2 = b.cfg.triple("betas", 1), beta3 = b.cfg.triple("betas", 2);
     const bool no_prox = b.cfg.flag("no_prox");
     const gl::ValueId dstate = dadapt_sum_state(b, b.cfg.number("d0"));
     const gl::ValueId acc = dadapt_sum_acc(b);
@@ -31,7 +32,7 @@ void append(UpdateBuilder& b) {
         const gl::ValueId s = b.state(p, "s", gl::DType::f32, sh);
         st[i].pre = b.state(p, "pre_grad", gl::DType::f32, sh);
         gl::dadapt_adan_accum(b.g, p.param, p.grad, st[i].m, st[i].diff, st[i].v, s, st[i].pre, p.hyper, lead, dstate,
-                              acc, int(i), beta3, b.gstat);
+                              acc, int(i), beta1, beta2, beta3, b.gstat);
     }
     gl::dadapt_sum_d(b.g, dstate, acc, lead, gl::DSumRule::adan, float(b.cfg.number("growth_rate")), beta3, b.gstat);
     for (size_t i = 0; i < b.params.size(); i++) {

@@ -14,7 +14,9 @@ namespace optim {
 gl::ValueId dadapt_sum_state(UpdateBuilder& b, double d0) {
     std::vector<float> start(gl::kDsSize, 0.0f);
     gl::ds_put(start.data(), gl::kDsD, d0);
-    return b.shared_state("dadapt.state", gl::DType::f32, gl::Shape{gl::kDsSize}, StateInit::exactly(start));
+    const gl::ValueId st = b.shared_state("dadapt.state", gl::DType::f32, gl::Shape{gl::kDsSize}, StateInit::exactly(start));
+    b.d_estimate = {st, gl::kDsD, /*pair*/ true};
+    return st;
 }
 
 gl::ValueId dadapt_sum_acc(UpdateBuilder& b) {

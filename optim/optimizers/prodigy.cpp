@@ -36,6 +36,7 @@ void append(UpdateBuilder& b) {
     start[gl::kPdD] = start[gl::kPdDMax] = o.d0;
     const gl::ValueId pstate =
         b.shared_state("prodigy.state", gl::DType::f32, gl::Shape{gl::kProdigyStateSize}, StateInit::exactly(start));
+    b.d_estimate = {pstate, gl::kPdD, /*pair*/ false};
     const gl::ValueId acc = b.scratch("prodigy.acc", gl::DType::f32, gl::Shape{2 * int64_t(b.params.size())});
     std::vector<gl::ValueId> m(b.params.size()), v(b.params.size());
     for (size_t i = 0; i < b.params.size(); i++) {

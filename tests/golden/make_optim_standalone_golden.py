@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Golden trajectories for tests/test_optim.cpp of dadaptation's DAdaptSGD, DAdaptAdaGrad and DAdaptAdan
-and schedulefree's RAdamScheduleFree, on make_optim_golden.py's problem (read from tests/golden/data/optim/problem.safetensors, not rewritten):
+"""Golden trajectories for tests/test_optim.cpp of dadaptation's DAdaptSGD, DAdaptAdaGrad and DAdaptAdan,
+its experimental DAdaptAdamPreprint (kohya's "DAdaptation") and DAdaptAdanIP, schedulefree's
+RAdamScheduleFree, and kohya's SGDNesterov8bit as bitsandbytes runs it on tensors this small (below), on make_optim_golden.py's problem (read from tests/golden/data/optim/problem.safetensors, not rewritten):
 two groups "unet" = {w, conv} and "te" = {b}, the gradient at step k g = (p - target) * 0.5 + noise[k] in
 f32, clipping by clip_grad_norm_ over every param before the step, 60 steps.
 
@@ -13,15 +14,17 @@ weights optimizer.eval() would set after each step (lerp(y, z, 1 - 1/beta1), out
 make_optim_schedulefree_golden.py writes them.
 
 Needs only torch, dadaptation and schedulefree (no numpy or safetensors: files are read and written here):
-  <golden python> tests/golden/make_optim_standalone_golden.py
+  <golden python> tests/golden/make_optim_standalone_golden.py [case ...]   (no case: every case)
 Deterministic (CPU).
 """
 import json
 import pathlib
 import struct
+import sys
 
 import torch
 from dadaptation import DAdaptAdaGrad, DAdaptAdan, DAdaptSGD
+from dadaptation.experimental import DAdaptAdamPreprint, DAdaptAdanIP
 from schedulefree import RAdamScheduleFree
 
 OUT = pathlib.Path(__file__).resolve().parent / "data" / "optim"
@@ -75,6 +78,7 @@ def run(prob, factory, lr_unet, lr_te, scheduler, warmup, max_norm):
     else:
         assert scheduler == "constant" and warmup == 0
     schedule_free = isinstance(opt, RAdamScheduleFree)
+    has_d = "d" in opt.param_groups[0]
     if schedule_free:
         opt.train()
     traj, ds, ev = {n: [] for n in NAMES}, [], {n: [] for n in NAMES}
@@ -90,12 +94,12 @@ def run(prob, factory, lr_unet, lr_te, scheduler, warmup, max_norm):
             traj[n].append(p.detach().clone())
             if schedule_free:
                 ev[n].append(torch.lerp(p.detach(), opt.state[p]["z"], 1 - 1 / opt.param_groups[0]["betas"][0]))
-        if not schedule_free:
+        if has_d:
             ds.append(float(opt.param_groups[0]["d"]))
     out = {"traj." + n: torch.stack(v) for n, v in traj.items()}
     if schedule_free:
         out.update({"eval." + n: torch.stack(v) for n, v in ev.items()})
-    else:
+    elif has_d:
         out["d"] = torch.tensor(ds, dtype=torch.float32)
     return out
 
@@ -115,6 +119,25 @@ CASES = [
      lambda gr: DAdaptAdan(gr, betas=(0.9, 0.9, 0.95), weight_decay=0.05, no_prox=True, growth_rate=1.1, eps=1e-6,
                            d0=1e-4),
      1.0, 1.0, "linear", 0, 1.0),
+    ("dadapt_adam_preprint", "DAdaptation", [], lambda gr: DAdaptAdamPreprint(gr), 1.0, 1.0, "constant", 0, 1.0),
+    ("dadapt_adam_preprint_options", "DAdaptAdamPreprint",
+     ["betas=(0.9, 0.99)", "weight_decay=0.01", "decouple=True", "growth_rate=1.05", "eps=1e-6", "d0=1e-4"],
+     lambda gr: DAdaptAdamPreprint(gr, betas=(0.9, 0.99), weight_decay=0.01, decouple=True, growth_rate=1.05,
+                                   eps=1e-6, d0=1e-4), 1.0, 1.0, "linear", 0, 1.0),
+    ("dadapt_adam_preprint_coupled", "DAdaptAdamPreprint", ["weight_decay=0.05"],
+     lambda gr: DAdaptAdamPreprint(gr, weight_decay=0.05), 0.5, 0.5, "constant", 0, 0.0),
+    ("dadapt_adan_ip", "DAdaptAdanIP", [], lambda gr: DAdaptAdanIP(gr), 1.0, 1.0, "constant", 0, 1.0),
+    ("dadapt_adan_ip_options", "DAdaptAdanIP",
+     ["betas=0.9,0.9,0.95", "weight_decay=0.05", "no_prox=True", "growth_rate=1.1", "eps=1e-6", "d0=1e-4"],
+     lambda gr: DAdaptAdanIP(gr, betas=(0.9, 0.9, 0.95), weight_decay=0.05, no_prox=True, growth_rate=1.1, eps=1e-6,
+                             d0=1e-4), 1.0, 1.0, "linear", 0, 1.0),
+    # bitsandbytes' SGD8bit (kohya's SGDNesterov8bit) keeps tensors under 4096 elements, as all of this
+    # problem's are, in 32-bit state, whose MOMENTUM kernel is torch's heavy-ball SGD: nesterov and
+    # dampening are taken and never used (bitsandbytes needs a GPU, so its class cannot run here).
+    ("sgd_nesterov8bit", "SGDNesterov8bit", ["weight_decay=0.01"],
+     lambda gr: torch.optim.SGD(gr, lr=1.0, momentum=0.9, weight_decay=0.01), 1e-2, 5e-3, "constant", 0, 1.0),
+    ("sgd_nesterov8bit_momentum", "SGDNesterov8bit", ["momentum=0.5", "dampening=0.3"],
+     lambda gr: torch.optim.SGD(gr, lr=1.0, momentum=0.5), 2e-2, 1e-2, "linear", 5, 0.0),
     ("radam_schedulefree", "RAdamScheduleFree", ["weight_decay=0.01"],
      lambda gr: RAdamScheduleFree(gr, weight_decay=0.01), 1e-2, 5e-3, "constant", 0, 1.0),
     ("radam_schedulefree_options", "RAdamScheduleFree",
@@ -126,7 +149,13 @@ CASES = [
 
 def main():
     prob = load(OUT / "problem.safetensors")
+    only = set(sys.argv[1:])
+    unknown = only - {c[0] for c in CASES}
+    if unknown:
+        sys.exit("unknown case(s): " + ", ".join(sorted(unknown)))
     for name, otype, args, factory, lr_unet, lr_te, scheduler, warmup, max_norm in CASES:
+        if only and name not in only:
+            continue
         tensors = run(prob, factory, lr_unet, lr_te, scheduler, warmup, max_norm)
         meta = {"optimizer_type": otype, "optimizer_args": ";".join(args), "lr_unet": repr(lr_unet),
                 "lr_te": repr(lr_te), "lr_scheduler": scheduler, "warmup": str(warmup), "max_grad_norm": repr(max_norm)}

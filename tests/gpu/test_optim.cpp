@@ -78,7 +78,8 @@ struct Problem {
 
 TEST_CASE("optimizers on CUDA follow the CPU over 30 steps (groups, clipping, loss scale, a skipped overflow)") {
     for (const char* kind : {"AdamW", "AdamW8bit", "Lion", "Adafactor", "Prodigy", "DAdaptSGD", "DAdaptAdaGrad",
-                             "DAdaptAdan", "RAdamScheduleFree"}) {
+                             "DAdaptAdan", "RAdamScheduleFree", "DAdaptation", "DAdaptAdanIP",
+                             "SGDNesterov8bit", "AdEMAMix8bit"}) {
         CAPTURE(kind);
         Problem cpu(kind, false), gpu(kind, true);
         optim::LossScaler sc({256.0, 2.0, 0.5, 8}), sg({256.0, 2.0, 0.5, 8});

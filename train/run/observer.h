@@ -47,6 +47,9 @@ struct StepEvent {
     // this step and after the scheduler's step, under kohya's lr_descriptions ("textencoder",
     // "textencoder plus", "unet", "unet plus", "unet_block3", "unet_block3 plus"); else empty.
     std::vector<std::pair<std::string, double>> group_lrs, next_group_lrs;
+    // Prodigy and the D-Adaptation optimizers: the step-size estimate d after this update (every
+    // group's, as they share it); kohya logs d times each next rate as lr/d*lr/<group>.
+    std::optional<double> d_estimate;
     // --scale_weight_norms: kohya's max-norm figures after this update (modules scaled, the mean and
     // the largest norm after scaling).
     std::optional<int> keys_scaled;

@@ -62,6 +62,7 @@ StepMetrics step_metrics(const StepEvent& e) {
     if (e.lr_unet) m.lr.push_back({"unet", *e.lr_unet});
     if (e.lr_text_encoder) m.lr.push_back({"text_encoder", *e.lr_text_encoder});
     for (const auto& [group, lr] : e.group_lrs) m.group_lr.push_back({group, lr});
+    if (e.d_estimate) m.d = *e.d_estimate;
     if (e.keys_scaled) {
         m.keys_scaled = *e.keys_scaled;
         m.average_key_norm = e.average_key_norm.value_or(kUnknown);

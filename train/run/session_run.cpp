@@ -112,6 +112,7 @@ void Runner::flush() {
         e.group_lrs.emplace_back(groups[i], lr * factor);
         e.next_group_lrs.emplace_back(groups[i], lr * next);
     }
+    e.d_estimate = s0.update->optimizer().d_estimate(*step_rt_[0]);
     if (max_norm) {
         e.keys_scaled = max_norm->keys_scaled;
         e.average_key_norm = max_norm->average_key_norm;

@@ -38,10 +38,15 @@ void TensorBoardLog::step(const StepEvent& e) {
         scalar("max_norm/max_key_norm", e.max_key_norm.value_or(0), e.step);
         scalar("norm/avg_key_norm", e.average_key_norm.value_or(0), e.step);
     }
-    // kohya's lr_descriptions order: the text encoder's group first.
-    if (e.next_lr_text_encoder && e.next_group_lrs.empty()) scalar("lr/textencoder", *e.next_lr_text_encoder, e.step);
-    if (e.next_lr_unet && e.next_group_lrs.empty()) scalar("lr/unet", *e.next_lr_unet, e.step);
-    for (const auto& [group, lr] : e.next_group_lrs) scalar("lr/" + group, lr, e.step);
+    // kohya's lr_descriptions order: the text encoder's group first; with a d estimate (Prodigy,
+    // DAdapt*) each rate's lr/d*lr/<group> right after it, as generate_step_logs adds them.
+    const auto lr = [&](const std::string& group, double v) {
+        scalar("lr/" + group, v, e.step);
+        if (e.d_estimate) scalar("lr/d*lr/" + group, *e.d_estimate * v, e.step);
+    };
+    if (e.next_lr_text_encoder && e.next_group_lrs.empty()) lr("textencoder", *e.next_lr_text_encoder);
+    if (e.next_lr_unet && e.next_group_lrs.empty()) lr("unet", *e.next_lr_unet);
+    for (const auto& [group, v] : e.next_group_lrs) lr(group, v);
 }
 
 void TensorBoardLog::validation(const ValidationEvent& e) {

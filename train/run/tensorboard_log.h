@@ -5,9 +5,10 @@
 //            events.out.tfevents.<seconds>.<host>.<pid>.<n> in it, made with the first record;
 //   per update, at the optimizer step (1-based): loss/current, loss/average (the running mean),
 //            lr/textencoder and lr/unet (the rates after the scheduler's step, as kohya reads
-//            get_last_lr() then), and for Prodigy lr/d*lr/textencoder, lr/d*lr/unet; with more
-//            groups (block lr weights, LoRA+) lr/<group> for each under kohya's names
-//            (lr/unet_block3, lr/unet plus, ...); with --scale_weight_norms max_norm/keys_scaled,
+//            get_last_lr() then), and for Prodigy and the DAdapt* optimizers lr/d*lr/textencoder,
+//            lr/d*lr/unet (d after the step times that rate, as kohya reads param_groups[i]["d"] *
+//            ["lr"] then); with more groups (block lr weights, LoRA+) lr/<group> (and lr/d*lr/<group>)
+//            for each under kohya's names (lr/unet_block3, lr/unet plus, ...); with --scale_weight_norms max_norm/keys_scaled,
 //            max_norm/max_key_norm and norm/avg_key_norm;
 //   a validation every N steps: loss/validation/step_average, loss/validation/step_divergence at
 //            the step; the epoch's: loss/validation/epoch_average, loss/validation/epoch_divergence

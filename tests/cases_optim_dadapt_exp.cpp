@@ -1,0 +1,251 @@
+// DAdaptAdamPreprint / DAdaptAdanIP op cases (dadaptation's experimental module). Each case runs a
+// whole step over two params (5000 and 37 elements) from mid-training state or from the first step:
+// accum, accum, dadapt_sum_d, step, step; the reference is the experimental step() written out in
+// double here.
+#include <algorithm>
+#include <cmath>
+
+#include "ggml-lite/ops/optim_dadapt_more.h"
+#include "op_cases.h"
+
+namespace gltest {
+namespace {
+
+using namespace gl;
+
+struct ExpCase {
+    bool ip = false;  // DAdaptAdanIP, else DAdaptAdamPreprint
+    bool first = false, gstat = false, zero_lr_second = false, decouple = false, no_prox = false;
+    float skip = 0.0f, growth = INFINITY, beta3 = 0.99f;
+};
+
+constexpr int64_t kN[2] = {5000, 37};
+constexpr float kB1 = 0.9f, kB2 = 0.95f;
+
+int n_state(const ExpCase& k) { return k.ip ? 5 : 3; }
+
+// Leaf order: hyper, hyper2, dstate, acc, [gstat], then per param p, g and its state (preprint: m, v,
+// s; AdanIP: m, diff, v, s, pre).
+std::vector<std::vector<float>> exp_reference(const ExpCase& k, const std::vector<std::vector<float>>& in) {
+    const auto& h = in[0];
+    const auto& h2 = in[1];
+    std::vector<float> ds = in[2], acc = in[3];
+    size_t at = k.gstat ? 5 : 4;
+    struct P {
+        std::vector<float> p, g;
+        std::vector<std::vector<float>> st;
+    };
+    std::vector<P> qs(2);
+    for (auto& q : qs) {
+        q.p = in[at++];
+        q.g = in[at++];
+        for (int j = 0; j < n_state(k); j++) q.st.push_back(in[at++]);
+    }
+    auto outputs = [&] {
+        std::vector<std::vector<float>> r = {ds, acc};
+        for (auto& q : qs) {
+            r.push_back(q.p);
+            for (auto& s : q.st) r.push_back(s);
+        }
+        return r;
+    };
+    if (k.gstat && in[4][1] != 0.0f) return outputs();
+    const double mul = k.gstat ? in[4][0] : 1.0;
+    const double lr = h[kLr], b1 = h[kBeta1], b2 = h[kBeta2], b3 = k.ip ? double(k.beta3) : b2;
+    double d = ds_get(ds.data(), kDsD);
+    const double dlr = d * lr;
+    double sum[3] = {0, 0, 0};
+    for (size_t j = 0; j < 2; j++) {
+        auto& q = qs[j];
+        const auto& hj = j == 0 ? h : h2;
+        const double wd = hj[kWeightDecay], gs = hj[kGradScale] * mul, eps = hj[kEps];
+        double a = 0, b = 0, c = 0;
+        for (size_t i = 0; i < q.p.size(); i++) {
+            double gi = q.g[i] * gs;
+            if (!k.ip) {
+                if (hj[kLr] <= 0) break;
+                if (!k.decouple) gi += wd * q.p[i];
+                auto &m = q.st[0], &v = q.st[1], &s = q.st[2];
+                m[i] = float(m[i] * b1 + dlr * (1 - b1) * gi);
+                v[i] = float(v[i] * b2 + (1 - b2) * gi * gi);
+                const double den = std::sqrt(double(v[i])) + eps;
+                a += gi * gi / den;
+                s[i] = float(s[i] * b2 + dlr * (1 - b2) * gi);
+                b += double(s[i]) * s[i] / den;
+                c += std::fabs(s[i]);
+            } else {
+                auto &m = q.st[0], &df = q.st[1], &v = q.st[2], &s = q.st[3], &pre = q.st[4];
+                if (k.first) pre[i] = float(gi);
+                const double gd = gi - pre[i], up = gi + b2 * gd;
+                a += gi * (s[i] / (std::sqrt(double(v[i])) + eps));
+                m[i] = float(m[i] * b1 + dlr * (1 - b1) * gi);
+                df[i] = float(df[i] * b2 + dlr * (1 - b2) * gd);
+                v[i] = float(v[i] * b3 + (1 - b3) * up * up);
+                s[i] = float(s[i] * b3 + dlr * (1 - b3) * gi);
+                c += std::fabs(s[i]);
+            }
+        }
+        ds_put(acc.data(), int(kDsAccWidth * j), a);
+        ds_put(acc.data(), int(kDsAccWidth * j + 2), b);
+        ds_put(acc.data(), int(kDsAccWidth * j + 4), c);
+        sum[0] += a, sum[1] += b, sum[2] += c;
+    }
+    double d_hat;
+    if (!k.ip) {
+        const double gsq = b3 * ds_get(ds.data(), kDsA) + sum[0] * dlr * dlr * (1 - b3);
+        d_hat = (sum[1] / (1 - b3) - gsq) / sum[2];
+        ds_put(ds.data(), kDsA, gsq);
+    } else {
+        const double num = b3 * ds_get(ds.data(), kDsA) + (1 - b3) * dlr * sum[0];
+        d_hat = 2 * (b3 / (1 - b3)) * num / sum[2];
+        ds_put(ds.data(), kDsA, num);
+    }
+    d = std::max(d, std::min(d_hat, d * double(k.growth)));
+    ds_put(ds.data(), kDsD, d);
+    ds_put(ds.data(), kDsDlr, dlr);
+    ds[kDsDHat] = float(d_hat);
+    ds[kDsApplied] = 1.0f;
+    ds[kDsSteps] = ds[kDsSteps] + 1.0f;
+    ds[kDsFirst] = 0.0f;
+    for (size_t j = 0; j < 2; j++) {
+        auto& q = qs[j];
+        const auto& hj = j == 0 ? h : h2;
+        const double eps = hj[kEps], wd = hj[kWeightDecay];
+        for (size_t i = 0; i < q.p.size(); i++) {
+            if (!k.ip) {
+                double p = q.p[i];
+                if (k.decouple && hj[kLr] > 0) p -= wd * dlr * p;
+                q.p[i] = float(p - q.st[0][i] / (std::sqrt(double(q.st[1][i])) + eps));
+            } else {
+                const double up = (q.st[0][i] + b2 * q.st[1][i]) / (std::sqrt(double(q.st[2][i])) + eps);
+                q.p[i] = float(k.no_prox ? q.p[i] * (1 - dlr * wd) - up : (q.p[i] - up) / (1 + dlr * wd));
+                q.st[4][i] = float(q.g[i] * hj[kGradScale] * mul);
+            }
+        }
+    }
+    return outputs();
+}
+
+void build_exp(CaseBuilder& b, const ExpCase& k) {
+    ValueId h = b.c("hyper", {kHyperSize});
+    b.set(h, {1.0f, kB1, kB2, 1e-6f, 0.05f, 4.0f, 0.5f, 0.0f});
+    ValueId h2 = b.c("hyper2", {kHyperSize});
+    b.set(h2, {k.zero_lr_second ? 0.0f : 1.0f, kB1, kB2, 1e-5f, 0.02f, 4.0f, 0.5f, 0.0f});
+    ValueId ds = b.c("dstate", {kDsSize});
+    std::vector<float> d0(kDsSize, 0.0f);
+    ds_put(d0.data(), kDsD, 0.05);
+    if (!k.first) {
+        ds_put(d0.data(), kDsA, k.ip ? 2e-3 : 1e-4);
+        d0[kDsSteps] = 3.0f;
+    }
+    b.set(ds, d0);
+    ValueId acc = b.c("acc", {2 * kDsAccWidth});
+    ValueId gs = kNoValue;
+    if (k.gstat) {
+        gs = b.c("gstat", {kGstatSize});
+        b.set(gs, {0.5f, k.skip, 1.0f, 1.0f});
+    }
+    struct Q {
+        ValueId p, g;
+        std::vector<ValueId> st;
+    };
+    std::vector<Q> qs;
+    for (int64_t n : kN) {
+        Q q;
+        q.p = b.c("p", {n}, -0.2f, 0.2f);
+        q.g = b.c("g", {n}, -0.02f, 0.02f);
+        q.st.push_back(b.c("m", {n}, -1e-3f, 1e-3f));
+        if (k.ip) q.st.push_back(b.c("diff", {n}, -1e-3f, 1e-3f));
+        q.st.push_back(b.c("v", {n}, 1e-6f, 1e-4f));
+        q.st.push_back(b.c("s", {n}, -1e-3f, 1e-3f));
+        if (k.ip) q.st.push_back(b.c("pre", {n}, -0.02f, 0.02f));
+        qs.push_back(q);
+    }
+    for (size_t i = 0; i < 2; i++) {
+        const Q& q = qs[i];
+        const ValueId hi = i == 0 ? h : h2;
+        if (k.ip)
+            dadapt_adan_ip_accum(b.g, q.p, q.g, q.st[0], q.st[1], q.st[2], q.st[3], q.st[4], hi, h, ds, acc, int(i), kB1,
+                                 kB2, k.beta3, gs);
+        else
+            dadapt_adam_preprint_accum(b.g, q.p, q.g, q.st[0], q.st[1], q.st[2], hi, h, ds, acc, int(i), kB1, kB2,
+                                       k.decouple, gs);
+    }
+    dadapt_sum_d(b.g, ds, acc, h, k.ip ? DSumRule::adan_ip : DSumRule::adam_preprint, k.growth, k.ip ? k.beta3 : kB2,
+                 gs);
+    for (size_t i = 0; i < 2; i++) {
+        const Q& q = qs[i];
+        const ValueId hi = i == 0 ? h : h2;
+        if (k.ip)
+            dadapt_adan_step(b.g, q.p, q.g, q.st[0], q.st[1], q.st[2], q.st[4], hi, h, ds, k.no_prox, gs);
+        else
+            dadapt_adam_preprint_step(b.g, q.p, q.st[0], q.st[1], hi, ds, k.decouple, gs);
+    }
+    b.out(ds);
+    b.out(acc);
+    for (auto& q : qs) {
+        b.out(q.p);
+        for (ValueId x : q.st) b.out(x);
+    }
+}
+
+OpCase exp_case(const char* op, const std::string& label, ExpCase k, std::function<void(Graph&)> bad,
+                double tol = 1e-5) {
+    return {op, label, [k](CaseBuilder& b) { build_exp(b, k); }, std::move(bad),
+            [k](const std::vector<std::vector<float>>& in) { return exp_reference(k, in); }, tol};
+}
+
+ExpCase with(ExpCase k, void (*f)(ExpCase&)) {
+    f(k);
+    return k;
+}
+
+ValueId st(Graph& g, const char* n, int64_t e = 8) { return g.state(n, DType::f32, {e}); }
+ValueId hy(Graph& g, const char* n, int64_t e = 8) { return g.input(n, DType::f32, {e}); }
+
+Register r({
+    exp_case("dadapt_adam_preprint_accum", "DAdaptAdamPreprint, whole step, mid-run, coupled decay, gstat multiplier",
+             with({}, [](ExpCase& k) { k.gstat = true; }),
+             [](Graph& g) {  // s of another size
+                 dadapt_adam_preprint_accum(g, g.param("p", DType::f32, {8}), hy(g, "g"), st(g, "m"), st(g, "v"),
+                                            st(g, "s", 9), hy(g, "h"), hy(g, "l"), st(g, "ds", kDsSize),
+                                            st(g, "acc", kDsAccWidth), 0, 0.9, 0.99, false);
+             }),
+    exp_case("dadapt_adam_preprint_accum", "DAdaptAdamPreprint, whole first step, a second group at lr 0, growth 1.02",
+             with({}, [](ExpCase& k) { k.first = true, k.zero_lr_second = true, k.growth = 1.02f; }),
+             [](Graph& g) {  // acc too small for the slot
+                 dadapt_adam_preprint_accum(g, g.param("p", DType::f32, {8}), hy(g, "g"), st(g, "m"), st(g, "v"),
+                                            st(g, "s"), hy(g, "h"), hy(g, "l"), st(g, "ds", kDsSize),
+                                            st(g, "acc", kDsAccWidth), 1, 0.9, 0.99, false);
+             }),
+    exp_case("dadapt_adam_preprint_step", "DAdaptAdamPreprint, whole step, mid-run, decoupled decay",
+             with({}, [](ExpCase& k) { k.decouple = true; }),
+             [](Graph& g) {  // dstate of DAdaptAdam's size
+                 dadapt_adam_preprint_step(g, g.param("p", DType::f32, {8}), st(g, "m"), st(g, "v"), hy(g, "h"),
+                                           st(g, "ds", 8), false);
+             }),
+    exp_case("dadapt_adan_ip_accum", "DAdaptAdanIP, whole first step (pre = g), proximal decay",
+             with({}, [](ExpCase& k) { k.ip = true, k.first = true; }),
+             [](Graph& g) {  // beta3 outside [0, 1)
+                 dadapt_adan_ip_accum(g, g.param("p", DType::f32, {8}), hy(g, "g"), st(g, "m"), st(g, "d"), st(g, "v"),
+                                      st(g, "s"), st(g, "pre"), hy(g, "h"), hy(g, "l"), st(g, "ds", kDsSize),
+                                      st(g, "acc", kDsAccWidth), 0, 0.98, 0.92, 1.0);
+             }),
+    exp_case("dadapt_adan_ip_accum", "DAdaptAdanIP, whole step, mid-run, no_prox, growth 1.05, gstat multiplier",
+             with({}, [](ExpCase& k) { k.ip = true, k.no_prox = true, k.growth = 1.05f, k.gstat = true; }),
+             [](Graph& g) {  // hyper of the wrong size
+                 dadapt_adan_ip_accum(g, g.param("p", DType::f32, {8}), hy(g, "g"), st(g, "m"), st(g, "d"), st(g, "v"),
+                                      st(g, "s"), st(g, "pre"), hy(g, "h", 4), hy(g, "l"), st(g, "ds", kDsSize),
+                                      st(g, "acc", kDsAccWidth), 0, 0.98, 0.92, 0.9);
+             }),
+    exp_case("dadapt_adam_preprint_step", "DAdaptAdamPreprint, gstat non-finite flag: nothing changes",
+             with({}, [](ExpCase& k) { k.gstat = true, k.skip = 1.0f; }),
+             [](Graph& g) {  // param not f32
+                 dadapt_adam_preprint_step(g, g.param("p", DType::bf16, {8}), st(g, "m"), st(g, "v"), hy(g, "h"),
+                                           st(g, "ds", kDsSize), true);
+             },
+             0.0),
+});
+
+}  // namespace
+}  // namespace gltest
