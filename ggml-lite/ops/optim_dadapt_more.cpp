@@ -235,39 +235,69 @@ static std::vector<OutSpec> adan_accum_infer(const OpCall& c) {
     return {};
 }
 
-static void adan_accum_cpu(CpuCtx& c) {
-    const GradGate gate = grad_gate(c, 11);
-    if (gate.skip) return;
-    const float* g = c.in_f32(1);
-    float* m = mut_f32(c, 2);
-    float* diff = mut_f32(c, 3);
-    float* v = mut_f32(c, 4);
-    float* s = mut_f32(c, 5);
-    float* pre = mut_f32(c, 6);
-    const float* h = c.in_f32(7);
-    const float* lead = c.in_f32(8);
-    const float* ds = c.in_f32(9);
-    const float gs = h[kGradScale], eps = h[kEps];
-    const float b1 = lead[kBeta1], b2 = lead[kBeta2], b3 = c.p().f[1];
-    const double b1d = ds_bits_double(c.p().i[3]), b2d = ds_bits_double(c.p().i[4]), b3d = ds_bits_double(c.p().i[5]);
-    const double dlr = ds_get(ds, kDsD) * double(lead[kLr]);
-    const float c1 = float(dlr * (1.0 - b1d)), c2 = float(dlr * (1.0 - b2d));
-    const float c3 = float(1.0 - b3d), cs = float(dlr * (1.0 - b3d));
-    const bool first = ds[kDsSteps] == 0.0f;
-    double gsq = 0.0, ssq = 0.0, l1 = 0.0;
-    for (int64_t i = 0, n = c.in[0].numel(); i < n; i++) {
-        const float gi = (g[i] * gs) * gate.mul;
+// What dadapt_adan_accum and dadapt_adan_ip_accum share: their inputs, the step's coefficients and
+// the per-element Adan EMAs (m, diff, v: pre on the first step, the gradient's difference and the
+// Nesterov update); the two differ only in their sums and where the d estimate reads s and v.
+namespace {
+
+struct AdanAccum {
+    GradGate gate;
+    const float* g;
+    float *m, *diff, *v, *s, *pre;
+    float gs, eps, b1, b2, b3, c1, c2, c3, cs;
+    bool first;
+
+    explicit AdanAccum(CpuCtx& c) : gate(grad_gate(c, 11)) {
+        if (gate.skip) return;
+        g = c.in_f32(1);
+        m = mut_f32(c, 2);
+        diff = mut_f32(c, 3);
+        v = mut_f32(c, 4);
+        s = mut_f32(c, 5);
+        pre = mut_f32(c, 6);
+        const float* h = c.in_f32(7);
+        const float* lead = c.in_f32(8);
+        const float* ds = c.in_f32(9);
+        gs = h[kGradScale];
+        eps = h[kEps];
+        b1 = lead[kBeta1];
+        b2 = lead[kBeta2];
+        b3 = c.p().f[1];
+        const double b1d = ds_bits_double(c.p().i[3]), b2d = ds_bits_double(c.p().i[4]);
+        const double b3d = ds_bits_double(c.p().i[5]);
+        const double dlr = ds_get(ds, kDsD) * double(lead[kLr]);
+        c1 = float(dlr * (1.0 - b1d));
+        c2 = float(dlr * (1.0 - b2d));
+        c3 = float(1.0 - b3d);
+        cs = float(dlr * (1.0 - b3d));
+        first = ds[kDsSteps] == 0.0f;
+    }
+    float grad(int64_t i) const { return (g[i] * gs) * gate.mul; }
+    // m, diff and v of element i from its scaled gradient gi (s is left to the caller).
+    void emas(int64_t i, float gi) const {
         if (first) pre[i] = gi;
         const float gd = gi - pre[i];
         const float up = gi + b2 * gd;
         m[i] = m[i] * b1 + c1 * gi;
         diff[i] = diff[i] * b2 + c2 * gd;
         v[i] = v[i] * b3 + c3 * (up * up);
-        const float den = std::sqrt(v[i]) + eps;
+    }
+};
+
+}  // namespace
+
+static void adan_accum_cpu(CpuCtx& c) {
+    const AdanAccum a(c);
+    if (a.gate.skip) return;
+    double gsq = 0.0, ssq = 0.0, l1 = 0.0;
+    for (int64_t i = 0, n = c.in[0].numel(); i < n; i++) {
+        const float gi = a.grad(i);
+        a.emas(i, gi);
+        const float den = std::sqrt(a.v[i]) + a.eps;
         gsq += double((gi * gi) / den);
-        s[i] = s[i] * b3 + cs * gi;
-        ssq += double((s[i] * s[i]) / den);
-        l1 += double(std::fabs(s[i]));
+        a.s[i] = a.s[i] * a.b3 + a.cs * gi;
+        ssq += double((a.s[i] * a.s[i]) / den);
+        l1 += double(std::fabs(a.s[i]));
     }
     put_acc(mut_f32(c, 10), c.p().i[1], gsq, ssq, l1);
 }
@@ -418,36 +448,15 @@ void dadapt_adam_preprint_step(Graph& g, ValueId param, ValueId m, ValueId v, Va
 // ------- dadapt_adan_ip_accum(param, grad, m, diff, v, s, pre, hyper, lead, dstate, acc[, gstat]) -------
 
 static void adan_ip_accum_cpu(CpuCtx& c) {
-    const GradGate gate = grad_gate(c, 11);
-    if (gate.skip) return;
-    const float* g = c.in_f32(1);
-    float* m = mut_f32(c, 2);
-    float* diff = mut_f32(c, 3);
-    float* v = mut_f32(c, 4);
-    float* s = mut_f32(c, 5);
-    float* pre = mut_f32(c, 6);
-    const float* h = c.in_f32(7);
-    const float* lead = c.in_f32(8);
-    const float* ds = c.in_f32(9);
-    const float gs = h[kGradScale], eps = h[kEps];
-    const float b1 = lead[kBeta1], b2 = lead[kBeta2], b3 = c.p().f[1];
-    const double b1d = ds_bits_double(c.p().i[3]), b2d = ds_bits_double(c.p().i[4]), b3d = ds_bits_double(c.p().i[5]);
-    const double dlr = ds_get(ds, kDsD) * double(lead[kLr]);
-    const float c1 = float(dlr * (1.0 - b1d)), c2 = float(dlr * (1.0 - b2d));
-    const float c3 = float(1.0 - b3d), cs = float(dlr * (1.0 - b3d));
-    const bool first = ds[kDsSteps] == 0.0f;
+    const AdanAccum a(c);
+    if (a.gate.skip) return;
     double dot = 0.0, l1 = 0.0;
     for (int64_t i = 0, n = c.in[0].numel(); i < n; i++) {
-        const float gi = (g[i] * gs) * gate.mul;
-        if (first) pre[i] = gi;
-        const float gd = gi - pre[i];
-        const float up = gi + b2 * gd;
-        dot += double(gi) * double(s[i] / (std::sqrt(v[i]) + eps));
-        m[i] = m[i] * b1 + c1 * gi;
-        diff[i] = diff[i] * b2 + c2 * gd;
-        v[i] = v[i] * b3 + c3 * (up * up);
-        s[i] = s[i] * b3 + cs * gi;
-        l1 += double(std::fabs(s[i]));
+        const float gi = a.grad(i);
+        dot += double(gi) * double(a.s[i] / (std::sqrt(a.v[i]) + a.eps));  // s and v before the update
+        a.emas(i, gi);
+        a.s[i] = a.s[i] * a.b3 + a.cs * gi;
+        l1 += double(std::fabs(a.s[i]));
     }
     put_acc(mut_f32(c, 10), c.p().i[1], dot, 0.0, l1);
 }
