@@ -34,6 +34,15 @@ gl::ValueId dadapt_acc(UpdateBuilder& b) {
     return b.scratch("dadapt.acc", gl::DType::f32, gl::Shape{2 * int64_t(b.params.size())});
 }
 
+DAdaptAdamState dadapt_adam_state(UpdateBuilder& b, const UpdateParam& p) {
+    const gl::Shape sh = b.g.shape(p.param);
+    DAdaptAdamState st;
+    st.m = b.state(p, "exp_avg", gl::DType::f32, sh);
+    st.v = b.state(p, "exp_avg_sq", gl::DType::f32, sh);
+    st.s = b.state(p, "s", gl::DType::f32, sh);
+    return st;
+}
+
 namespace {
 
 void append(UpdateBuilder& b) {
@@ -44,19 +53,17 @@ void append(UpdateBuilder& b) {
     o.use_bias_correction = b.cfg.flag("use_bias_correction");
     const gl::ValueId dstate = dadapt_state(b, b.cfg.number("d0"));
     const gl::ValueId acc = dadapt_acc(b);
-    std::vector<gl::ValueId> m(b.params.size()), v(b.params.size());
+    std::vector<DAdaptAdamState> st(b.params.size());
     for (size_t i = 0; i < b.params.size(); i++) {
         const UpdateParam& p = b.params[i];
-        const gl::Shape s = b.g.shape(p.param);
-        m[i] = b.state(p, "exp_avg", gl::DType::f32, s);
-        v[i] = b.state(p, "exp_avg_sq", gl::DType::f32, s);
-        const gl::ValueId sv = b.state(p, "s", gl::DType::f32, s);
-        gl::dadapt_adam_accum(b.g, p.param, p.grad, m[i], v[i], sv, p.hyper, dstate, acc, int(i), o, b.gstat);
+        st[i] = dadapt_adam_state(b, p);
+        gl::dadapt_adam_accum(b.g, p.param, p.grad, st[i].m, st[i].v, st[i].s, p.hyper, dstate, acc, int(i), o,
+                              b.gstat);
     }
     gl::dadapt_adam_d(b.g, dstate, acc, b.groups[lead].hyper, o, b.gstat);
     for (size_t i = 0; i < b.params.size(); i++) {
         const UpdateParam& p = b.params[i];
-        gl::dadapt_adam_step(b.g, p.param, m[i], v[i], p.hyper, dstate, o, b.gstat);
+        gl::dadapt_adam_step(b.g, p.param, st[i].m, st[i].v, p.hyper, dstate, o, b.gstat);
     }
 }
 
@@ -74,8 +81,8 @@ const OptimizerDef& optimizer_dadapt_adam() {
             weight_decay_arg("0"),
             {"decouple", ArgType::flag, "False"},
             {"use_bias_correction", ArgType::flag, "False"},
-            {"d0", ArgType::number, "1e-6", check_positive},
-            {"growth_rate", ArgType::number, "float('inf')", check_growth_rate},
+            dadapt_d0_arg(),
+            dadapt_growth_rate_arg(),
             dadapt_log_every_arg(),
             dadapt_fsdp_arg(),
         },

@@ -20,21 +20,18 @@ void append(UpdateBuilder& b) {
     const auto [beta1, beta2] = b.cfg.pair("betas");  // the doubles dadaptation computes 1 - beta from
     const gl::ValueId dstate = dadapt_sum_state(b, b.cfg.number("d0"));
     const gl::ValueId acc = dadapt_sum_acc(b);
-    std::vector<gl::ValueId> m(b.params.size()), v(b.params.size());
+    std::vector<DAdaptAdamState> st(b.params.size());
     for (size_t i = 0; i < b.params.size(); i++) {
         const UpdateParam& p = b.params[i];
-        const gl::Shape sh = b.g.shape(p.param);
-        m[i] = b.state(p, "exp_avg", gl::DType::f32, sh);
-        v[i] = b.state(p, "exp_avg_sq", gl::DType::f32, sh);
-        const gl::ValueId s = b.state(p, "s", gl::DType::f32, sh);
-        gl::dadapt_adam_preprint_accum(b.g, p.param, p.grad, m[i], v[i], s, p.hyper, lead, dstate, acc, int(i), beta1,
-                                       beta2, decouple, b.gstat);
+        st[i] = dadapt_adam_state(b, p);
+        gl::dadapt_adam_preprint_accum(b.g, p.param, p.grad, st[i].m, st[i].v, st[i].s, p.hyper, lead, dstate, acc,
+                                       int(i), beta1, beta2, decouple, b.gstat);
     }
     gl::dadapt_sum_d(b.g, dstate, acc, lead, gl::DSumRule::adam_preprint, float(b.cfg.number("growth_rate")), beta2,
                      b.gstat);
     for (size_t i = 0; i < b.params.size(); i++) {
         const UpdateParam& p = b.params[i];
-        gl::dadapt_adam_preprint_step(b.g, p.param, m[i], v[i], p.hyper, dstate, decouple, b.gstat);
+        gl::dadapt_adam_preprint_step(b.g, p.param, st[i].m, st[i].v, p.hyper, dstate, decouple, b.gstat);
     }
 }
 
@@ -51,8 +48,8 @@ const OptimizerDef& optimizer_dadapt_adam_preprint() {
             weight_decay_arg("0"),
             dadapt_log_every_arg(),
             {"decouple", ArgType::flag, "False"},
-            {"d0", ArgType::number, "1e-6", check_positive},
-            {"growth_rate", ArgType::number, "float('inf')", check_growth_rate},
+            dadapt_d0_arg(),
+            dadapt_growth_rate_arg(),
             dadapt_fsdp_arg(),
         },
         nullptr,

@@ -34,7 +34,7 @@ const OptimizerDef& optimizer_dadapt_lion() {
             betas_arg("(0.9, 0.99)"),
             weight_decay_arg("0.0"),
             dadapt_log_every_arg(),
-            {"d0", ArgType::number, "1e-6", check_positive},
+            dadapt_d0_arg(),
             dadapt_fsdp_arg(),
         },
         nullptr,
