@@ -121,27 +121,31 @@ const uint32_t* adam8bit_code_table(bool is_signed) {
     return is_signed ? signed_table.data() : unsigned_table.data();
 }
 
+void check_blockwise_8bit(const OpCall& c, int n, int n_codes, const char* codes) {
+    for (int k = 0; k < n; k++) {
+        check_state_f32(c, k, "param");
+        check_state_f32(c, n + k, "grad");
+        const int64_t e = c.shape(k).numel(), blocks = (e + kAdam8bitBlock - 1) / kAdam8bitBlock;
+        c.check(c.shape(n + k).numel() == e, "grad must have the parameter's element count");
+        for (int i = 2; i < 2 + n_codes; i++) {
+            c.check(c.dtype(i * n + k) == DType::u8, codes, " must be u8 codes");
+            c.check(c.shape(i * n + k).numel() == e, codes, " must have the parameter's element count");
+        }
+        for (int i = 2 + n_codes; i < 2 + 2 * n_codes; i++) {
+            check_state_f32(c, i * n + k, "absmax");
+            c.check(c.shape(i * n + k).numel() == blocks, "absmax must hold one float per block of ", kAdam8bitBlock,
+                    " (", blocks, ")");
+        }
+    }
+}
+
 // ------ adamw8bit_step(params..., grads..., m u8..., v u8..., absmax_m..., absmax_v..., hyper[, gstat]);
 // p.i[1] = N: the N tensors of one parameter group in one node, each with its own 256-blocks ------
 
 static std::vector<OutSpec> adamw8bit_infer(const OpCall& c) {
     const int n = multi_count(c, 6);
     check_gstat_input(c, 6 * n + 1);
-    for (int k = 0; k < n; k++) {
-        check_state_f32(c, k, "param");
-        check_state_f32(c, n + k, "grad");
-        const int64_t e = c.shape(k).numel(), blocks = (e + kAdam8bitBlock - 1) / kAdam8bitBlock;
-        c.check(c.shape(n + k).numel() == e, "grad must have the parameter's element count");
-        for (int i = 2; i < 4; i++) {
-            c.check(c.dtype(i * n + k) == DType::u8, "m and v must be u8 codes");
-            c.check(c.shape(i * n + k).numel() == e, "m and v must have the parameter's element count");
-        }
-        for (int i = 4; i < 6; i++) {
-            check_state_f32(c, i * n + k, "absmax");
-            c.check(c.shape(i * n + k).numel() == blocks, "absmax must hold one float per block of ", kAdam8bitBlock,
-                    " (", blocks, ")");
-        }
-    }
+    check_blockwise_8bit(c, n, 2, "m and v");
     check_hyper_input(c, 6 * n);
     return {};
 }
@@ -160,12 +164,12 @@ static void adamw8bit_cpu(CpuCtx& c) {
     const float decay = 1.0f - lr * wd;
     for (int tensor = 0; tensor < N; tensor++) {
         const auto at = [&](int kind) { return kind * N + tensor; };
-        float* p = static_cast<float*>(c.in[size_t(at(0))].data) + c.in[size_t(at(0))].layout.offset;
+        float* p = mut_f32(c, at(0));
         const float* g = c.in_f32(at(1));
-        uint8_t* cm = static_cast<uint8_t*>(c.in[size_t(at(2))].data) + c.in[size_t(at(2))].layout.offset;
-        uint8_t* cv = static_cast<uint8_t*>(c.in[size_t(at(3))].data) + c.in[size_t(at(3))].layout.offset;
-        float* am = static_cast<float*>(c.in[size_t(at(4))].data) + c.in[size_t(at(4))].layout.offset;
-        float* av = static_cast<float*>(c.in[size_t(at(5))].data) + c.in[size_t(at(5))].layout.offset;
+        uint8_t* cm = mut_u8(c, at(2));
+        uint8_t* cv = mut_u8(c, at(3));
+        float* am = mut_f32(c, at(4));
+        float* av = mut_f32(c, at(5));
         const int64_t n = c.in[size_t(at(0))].numel(), blocks = (n + kAdam8bitBlock - 1) / kAdam8bitBlock;
         parallel_for(blocks, 16, [&](int64_t lo, int64_t hi) {
             float m[kAdam8bitBlock], v[kAdam8bitBlock];
@@ -224,17 +228,7 @@ void adamw8bit_step(Graph& g, ValueId param, ValueId grad, ValueId m, ValueId v,
 static std::vector<OutSpec> lion8bit_infer(const OpCall& c) {
     const int n = multi_count(c, 4);
     check_gstat_input(c, 4 * n + 1);
-    for (int k = 0; k < n; k++) {
-        check_state_f32(c, k, "param");
-        check_state_f32(c, n + k, "grad");
-        const int64_t e = c.shape(k).numel(), blocks = (e + kAdam8bitBlock - 1) / kAdam8bitBlock;
-        c.check(c.shape(n + k).numel() == e, "grad must have the parameter's element count");
-        c.check(c.dtype(2 * n + k) == DType::u8, "m must be u8 codes");
-        c.check(c.shape(2 * n + k).numel() == e, "m must have the parameter's element count");
-        check_state_f32(c, 3 * n + k, "absmax");
-        c.check(c.shape(3 * n + k).numel() == blocks, "absmax must hold one float per block of ", kAdam8bitBlock, " (",
-                blocks, ")");
-    }
+    check_blockwise_8bit(c, n, 1, "m");
     check_hyper_input(c, 4 * n);
     return {};
 }
@@ -245,18 +239,16 @@ int lion8bit_code(const float* qs, float m, float absmax, float inverse) {
     return code;
 }
 
-static void lion8bit_cpu(CpuCtx& c) {
-    const int N = int(c.p().i[1]);
-    const GradGate gate = grad_gate(c, 4 * N + 1);
-    if (gate.skip) return;
-    const float* h = c.in_f32(4 * N);
-    const float* qs = adam8bit_qmap(true);
-    const float lr = h[kLr], b1 = h[kBeta1], b2 = h[kBeta2], gs = h[kGradScale];
-    const float decay = 1.0f - lr * h[kWeightDecay];
+// The loop of the 1-state block-wise steps (Lion8bit, SGD8bit) over inputs params..., grads...,
+// codes..., absmax... (N each): per 256-block, elem(p, g, i, mi) updates p[i] from the element's
+// dequantised state mi and returns its new state; the block's new absmax and the requantised codes
+// (sign kept, lion8bit_code) follow.
+template <class Elem>
+void one_state_8bit(CpuCtx& c, int N, const float* qs, const Elem& elem) {
     for (int tensor = 0; tensor < N; tensor++) {
         float* p = mut_f32(c, tensor);
         const float* g = c.in_f32(N + tensor);
-        uint8_t* cm = static_cast<uint8_t*>(c.in[size_t(2 * N + tensor)].data) + c.in[size_t(2 * N + tensor)].layout.offset;
+        uint8_t* cm = mut_u8(c, 2 * N + tensor);
         float* am = mut_f32(c, 3 * N + tensor);
         const int64_t n = c.in[size_t(tensor)].numel(), blocks = (n + kAdam8bitBlock - 1) / kAdam8bitBlock;
         parallel_for(blocks, 16, [&](int64_t lo, int64_t hi) {
@@ -266,11 +258,7 @@ static void lion8bit_cpu(CpuCtx& c) {
                 float new_am = 0.0f;
                 for (int64_t k = 0; k < len; k++) {
                     const int64_t i = base + k;
-                    const float gi = (g[i] * gs) * gate.mul, mi = qs[cm[i]] * am[b];
-                    const float ci = mi * b1 + (1.0f - b1) * gi;
-                    const float u = ci > 0.0f ? 1.0f : (ci < 0.0f ? -1.0f : 0.0f);
-                    p[i] = p[i] * decay - lr * u;
-                    m[k] = mi * b2 + (1.0f - b2) * gi;
+                    m[k] = elem(p, g, i, qs[cm[i]] * am[b]);
                     new_am = std::max(new_am, std::fabs(m[k]));
                 }
                 const float inv = adam8bit_inverse(new_am);
@@ -279,6 +267,22 @@ static void lion8bit_cpu(CpuCtx& c) {
             }
         });
     }
+}
+
+static void lion8bit_cpu(CpuCtx& c) {
+    const int N = int(c.p().i[1]);
+    const GradGate gate = grad_gate(c, 4 * N + 1);
+    if (gate.skip) return;
+    const float* h = c.in_f32(4 * N);
+    const float lr = h[kLr], b1 = h[kBeta1], b2 = h[kBeta2], gs = h[kGradScale];
+    const float decay = 1.0f - lr * h[kWeightDecay];
+    one_state_8bit(c, N, adam8bit_qmap(true), [&](float* p, const float* g, int64_t i, float mi) {
+        const float gi = (g[i] * gs) * gate.mul;
+        const float ci = mi * b1 + (1.0f - b1) * gi;
+        const float u = ci > 0.0f ? 1.0f : (ci < 0.0f ? -1.0f : 0.0f);
+        p[i] = p[i] * decay - lr * u;
+        return mi * b2 + (1.0f - b2) * gi;
+    });
 }
 
 void lion8bit_step(Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,
@@ -304,34 +308,15 @@ static void sgd8bit_cpu(CpuCtx& c) {
     const GradGate gate = grad_gate(c, 4 * N + 1);
     if (gate.skip) return;
     const float* h = c.in_f32(4 * N);
-    const float* qs = adam8bit_qmap(true);
     const float lr = h[kLr], wd = h[kWeightDecay], gs = h[kGradScale], mom = c.p().f[0];
     const bool first = h[kStep] == 1.0f;
-    for (int tensor = 0; tensor < N; tensor++) {
-        float* p = mut_f32(c, tensor);
-        const float* g = c.in_f32(N + tensor);
-        uint8_t* cm = static_cast<uint8_t*>(c.in[size_t(2 * N + tensor)].data) + c.in[size_t(2 * N + tensor)].layout.offset;
-        float* am = mut_f32(c, 3 * N + tensor);
-        const int64_t n = c.in[size_t(tensor)].numel(), blocks = (n + kAdam8bitBlock - 1) / kAdam8bitBlock;
-        parallel_for(blocks, 16, [&](int64_t lo, int64_t hi) {
-            float m[kAdam8bitBlock];
-            for (int64_t b = lo; b < hi; b++) {
-                const int64_t base = b * kAdam8bitBlock, len = std::min<int64_t>(kAdam8bitBlock, n - base);
-                float new_am = 0.0f;
-                for (int64_t k = 0; k < len; k++) {
-                    const int64_t i = base + k;
-                    float gi = (g[i] * gs) * gate.mul;
-                    if (wd > 0.0f) gi = gi + p[i] * wd;
-                    m[k] = first ? gi : (qs[cm[i]] * am[b]) * mom + gi;
-                    p[i] = p[i] - lr * m[k];
-                    new_am = std::max(new_am, std::fabs(m[k]));
-                }
-                const float inv = adam8bit_inverse(new_am);
-                for (int64_t k = 0; k < len; k++) cm[base + k] = uint8_t(lion8bit_code(qs, m[k], new_am, inv));
-                am[b] = new_am;
-            }
-        });
-    }
+    one_state_8bit(c, N, adam8bit_qmap(true), [&](float* p, const float* g, int64_t i, float mi) {
+        float gi = (g[i] * gs) * gate.mul;
+        if (wd > 0.0f) gi = gi + p[i] * wd;
+        const float m = first ? gi : mi * mom + gi;
+        p[i] = p[i] - lr * m;
+        return m;
+    });
 }
 
 void sgd8bit_step(Graph& g, const std::vector<ValueId>& params, const std::vector<ValueId>& grads,

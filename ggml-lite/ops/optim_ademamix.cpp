@@ -71,21 +71,7 @@ void ademamix_step(Graph& g, ValueId param, ValueId grad, ValueId m1, ValueId m2
 static std::vector<OutSpec> ademamix8bit_infer(const OpCall& c) {
     const int n = multi_count(c, 8);
     check_gstat_input(c, 8 * n + 1);
-    for (int k = 0; k < n; k++) {
-        check_state_f32(c, k, "param");
-        check_state_f32(c, n + k, "grad");
-        const int64_t e = c.shape(k).numel(), blocks = (e + kAdam8bitBlock - 1) / kAdam8bitBlock;
-        c.check(c.shape(n + k).numel() == e, "grad must have the parameter's element count");
-        for (int j = 2; j < 5; j++) {
-            c.check(c.dtype(j * n + k) == DType::u8, "m1, m2 and nu must be u8 codes");
-            c.check(c.shape(j * n + k).numel() == e, "m1, m2 and nu must have the parameter's element count");
-        }
-        for (int j = 5; j < 8; j++) {
-            check_state_f32(c, j * n + k, "absmax");
-            c.check(c.shape(j * n + k).numel() == blocks, "absmax must hold one float per block of ", kAdam8bitBlock,
-                    " (", blocks, ")");
-        }
-    }
+    check_blockwise_8bit(c, n, 3, "m1, m2 and nu");
     check_hyper_input(c, 8 * n);
     check_options(c);
     return {};
@@ -99,13 +85,9 @@ static void ademamix8bit_cpu(CpuCtx& c) {
     const float* qs = adam8bit_qmap(true);
     const float* qu = adam8bit_qmap(false);
     for (int tensor = 0; tensor < N; tensor++) {
-        const auto codes = [&](int kind) {
-            const TensorRef& r = c.in[size_t(kind * N + tensor)];
-            return static_cast<uint8_t*>(r.data) + r.layout.offset;
-        };
         float* p = mut_f32(c, tensor);
         const float* g = c.in_f32(N + tensor);
-        uint8_t *c1 = codes(2), *c3 = codes(3), *c2 = codes(4);
+        uint8_t *c1 = mut_u8(c, 2 * N + tensor), *c3 = mut_u8(c, 3 * N + tensor), *c2 = mut_u8(c, 4 * N + tensor);
         float *a1 = mut_f32(c, 5 * N + tensor), *a3 = mut_f32(c, 6 * N + tensor), *a2 = mut_f32(c, 7 * N + tensor);
         const int64_t n = c.in[size_t(tensor)].numel(), blocks = (n + kAdam8bitBlock - 1) / kAdam8bitBlock;
         parallel_for(blocks, 16, [&](int64_t lo, int64_t hi) {

@@ -64,6 +64,13 @@ inline Cost multi_step_cost(const OpCall& c) {
 
 // Mutable dense f32 view of input i (the ops update leaves in place).
 inline float* mut_f32(CpuCtx& c, int i) { return static_cast<float*>(c.in[size_t(i)].data) + c.in[size_t(i)].layout.offset; }
+// The same for u8 codes (the 8-bit steps' states).
+inline uint8_t* mut_u8(CpuCtx& c, int i) { return static_cast<uint8_t*>(c.in[size_t(i)].data) + c.in[size_t(i)].layout.offset; }
+
+// The inputs of a block-wise 8-bit step over n tensors (ops/adam8bit.cpp, ops/optim_ademamix.cpp):
+// params... and grads... (f32), then n_codes runs of u8 codes of the parameter's element count
+// (`codes` names them in messages: "m and v"), then as many runs of f32 absmax, one per block.
+void check_blockwise_8bit(const OpCall& c, int n, int n_codes, const char* codes);
 
 // What gstat (input `at`, when present) asks of a step: the gradient factor and whether to skip.
 struct GradGate {
