@@ -5,8 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ggml-lite/ops/optim_dadapt_more.h"
-#include "op_cases.h"
+#include "dadapt_sum_fixtures.h"
 
 namespace gltest {
 namespace {
@@ -19,7 +18,8 @@ struct ExpCase {
     float skip = 0.0f, growth = INFINITY, beta3 = 0.99f;
 };
 
-constexpr int64_t kN[2] = {5000, 37};
+using dsum::hy;
+using dsum::st;
 constexpr float kB1 = 0.9f, kB2 = 0.95f;
 
 int n_state(const ExpCase& k) { return k.ip ? 5 : 3; }
@@ -27,30 +27,14 @@ int n_state(const ExpCase& k) { return k.ip ? 5 : 3; }
 // Leaf order: hyper, hyper2, dstate, acc, [gstat], then per param p, g and its state (preprint: m, v,
 // s; AdanIP: m, diff, v, s, pre).
 std::vector<std::vector<float>> exp_reference(const ExpCase& k, const std::vector<std::vector<float>>& in) {
-    const auto& h = in[0];
-    const auto& h2 = in[1];
-    std::vector<float> ds = in[2], acc = in[3];
-    size_t at = k.gstat ? 5 : 4;
-    struct P {
-        std::vector<float> p, g;
-        std::vector<std::vector<float>> st;
-    };
-    std::vector<P> qs(2);
-    for (auto& q : qs) {
-        q.p = in[at++];
-        q.g = in[at++];
-        for (int j = 0; j < n_state(k); j++) q.st.push_back(in[at++]);
-    }
-    auto outputs = [&] {
-        std::vector<std::vector<float>> r = {ds, acc};
-        for (auto& q : qs) {
-            r.push_back(q.p);
-            for (auto& s : q.st) r.push_back(s);
-        }
-        return r;
-    };
-    if (k.gstat && in[4][1] != 0.0f) return outputs();
-    const double mul = k.gstat ? in[4][0] : 1.0;
+    dsum::Leaves l = dsum::unpack(in, k.gstat, n_state(k));
+    if (l.skipped) return l.outputs();
+    const auto& h = l.h;
+    const auto& h2 = l.h2;
+    auto& ds = l.ds;
+    auto& acc = l.acc;
+    auto& qs = l.qs;
+    const double mul = l.mul;
     const double lr = h[kLr], b1 = h[kBeta1], b2 = h[kBeta2], b3 = k.ip ? double(k.beta3) : b2;
     double d = ds_get(ds.data(), kDsD);
     const double dlr = d * lr;
@@ -123,47 +107,33 @@ std::vector<std::vector<float>> exp_reference(const ExpCase& k, const std::vecto
             }
         }
     }
-    return outputs();
+    return l.outputs();
 }
 
 void build_exp(CaseBuilder& b, const ExpCase& k) {
-    ValueId h = b.c("hyper", {kHyperSize});
-    b.set(h, {1.0f, kB1, kB2, 1e-6f, 0.05f, 4.0f, 0.5f, 0.0f});
-    ValueId h2 = b.c("hyper2", {kHyperSize});
-    b.set(h2, {k.zero_lr_second ? 0.0f : 1.0f, kB1, kB2, 1e-5f, 0.02f, 4.0f, 0.5f, 0.0f});
-    ValueId ds = b.c("dstate", {kDsSize});
     std::vector<float> d0(kDsSize, 0.0f);
     ds_put(d0.data(), kDsD, 0.05);
     if (!k.first) {
         ds_put(d0.data(), kDsA, k.ip ? 2e-3 : 1e-4);
         d0[kDsSteps] = 3.0f;
     }
-    b.set(ds, d0);
-    ValueId acc = b.c("acc", {2 * kDsAccWidth});
-    ValueId gs = kNoValue;
-    if (k.gstat) {
-        gs = b.c("gstat", {kGstatSize});
-        b.set(gs, {0.5f, k.skip, 1.0f, 1.0f});
-    }
-    struct Q {
-        ValueId p, g;
-        std::vector<ValueId> st;
-    };
-    std::vector<Q> qs;
-    for (int64_t n : kN) {
-        Q q;
-        q.p = b.c("p", {n}, -0.2f, 0.2f);
-        q.g = b.c("g", {n}, -0.02f, 0.02f);
+    dsum::Built x = dsum::fixed_leaves(b, {1.0f, kB1, kB2, 1e-6f, 0.05f, 4.0f, 0.5f, 0.0f},
+                                       {k.zero_lr_second ? 0.0f : 1.0f, kB1, kB2, 1e-5f, 0.02f, 4.0f, 0.5f, 0.0f}, d0,
+                                       k.gstat, k.skip);
+    for (int64_t n : dsum::kN) {
+        dsum::Built::Param q = dsum::param_leaves(b, n);
         q.st.push_back(b.c("m", {n}, -1e-3f, 1e-3f));
         if (k.ip) q.st.push_back(b.c("diff", {n}, -1e-3f, 1e-3f));
         q.st.push_back(b.c("v", {n}, 1e-6f, 1e-4f));
         q.st.push_back(b.c("s", {n}, -1e-3f, 1e-3f));
         if (k.ip) q.st.push_back(b.c("pre", {n}, -0.02f, 0.02f));
-        qs.push_back(q);
+        x.qs.push_back(q);
     }
+    const ValueId h = x.h, ds = x.ds, acc = x.acc, gs = x.gs;
+    const auto& qs = x.qs;
     for (size_t i = 0; i < 2; i++) {
-        const Q& q = qs[i];
-        const ValueId hi = i == 0 ? h : h2;
+        const auto& q = qs[i];
+        const ValueId hi = i == 0 ? h : x.h2;
         if (k.ip)
             dadapt_adan_ip_accum(b.g, q.p, q.g, q.st[0], q.st[1], q.st[2], q.st[3], q.st[4], hi, h, ds, acc, int(i), kB1,
                                  kB2, k.beta3, gs);
@@ -174,34 +144,21 @@ void build_exp(CaseBuilder& b, const ExpCase& k) {
     dadapt_sum_d(b.g, ds, acc, h, k.ip ? DSumRule::adan_ip : DSumRule::adam_preprint, k.growth, k.ip ? k.beta3 : kB2,
                  gs);
     for (size_t i = 0; i < 2; i++) {
-        const Q& q = qs[i];
-        const ValueId hi = i == 0 ? h : h2;
+        const auto& q = qs[i];
+        const ValueId hi = i == 0 ? h : x.h2;
         if (k.ip)
             dadapt_adan_step(b.g, q.p, q.g, q.st[0], q.st[1], q.st[2], q.st[4], hi, h, ds, k.no_prox, gs);
         else
             dadapt_adam_preprint_step(b.g, q.p, q.st[0], q.st[1], hi, ds, k.decouple, gs);
     }
-    b.out(ds);
-    b.out(acc);
-    for (auto& q : qs) {
-        b.out(q.p);
-        for (ValueId x : q.st) b.out(x);
-    }
+    dsum::add_outputs(b, x);
 }
 
 OpCase exp_case(const char* op, const std::string& label, ExpCase k, std::function<void(Graph&)> bad,
                 double tol = 1e-5) {
-    return {op, label, [k](CaseBuilder& b) { build_exp(b, k); }, std::move(bad),
-            [k](const std::vector<std::vector<float>>& in) { return exp_reference(k, in); }, tol};
+    return dsum::make_case(op, label, k, build_exp, exp_reference, std::move(bad), tol);
 }
-
-ExpCase with(ExpCase k, void (*f)(ExpCase&)) {
-    f(k);
-    return k;
-}
-
-ValueId st(Graph& g, const char* n, int64_t e = 8) { return g.state(n, DType::f32, {e}); }
-ValueId hy(Graph& g, const char* n, int64_t e = 8) { return g.input(n, DType::f32, {e}); }
+constexpr auto with = dsum::with<ExpCase>;
 
 Register r({
     exp_case("dadapt_adam_preprint_accum", "DAdaptAdamPreprint, whole step, mid-run, coupled decay, gstat multiplier",

@@ -4,8 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ggml-lite/ops/optim_dadapt_more.h"
-#include "op_cases.h"
+#include "dadapt_sum_fixtures.h"
 
 namespace gltest {
 namespace {
@@ -18,38 +17,22 @@ struct DsCase {
     float skip = 0.0f, momentum = 0.0f, growth = INFINITY, beta3 = 0.99f;
 };
 
-constexpr int64_t kN[2] = {5000, 37};
+using dsum::hy;
+using dsum::st;
 
 int n_state(DSumRule r) { return r == DSumRule::sgd ? 2 : (r == DSumRule::adagrad ? 3 : 5); }
 
 // Leaf order: hyper, hyper2, dstate, acc, [gstat], then per param p, g and its state (SGD: s, x0;
 // AdaGrad: alpha, sk, x0; Adan: m, diff, v, s, pre).
 std::vector<std::vector<float>> ds_reference(const DsCase& k, const std::vector<std::vector<float>>& in) {
-    const auto& h = in[0];
-    const auto& h2 = in[1];
-    std::vector<float> ds = in[2], acc = in[3];
-    size_t at = k.gstat ? 5 : 4;
-    const int ns = n_state(k.rule);
-    struct P {
-        std::vector<float> p, g;
-        std::vector<std::vector<float>> st;
-    };
-    std::vector<P> qs(2);
-    for (auto& q : qs) {
-        q.p = in[at++];
-        q.g = in[at++];
-        for (int j = 0; j < ns; j++) q.st.push_back(in[at++]);
-    }
-    auto outputs = [&] {
-        std::vector<std::vector<float>> r = {ds, acc};
-        for (auto& q : qs) {
-            r.push_back(q.p);
-            for (auto& s : q.st) r.push_back(s);
-        }
-        return r;
-    };
-    if (k.gstat && in[4][1] != 0.0f) return outputs();
-    const double mul = k.gstat ? in[4][0] : 1.0;
+    dsum::Leaves l = dsum::unpack(in, k.gstat, n_state(k.rule));
+    if (l.skipped) return l.outputs();
+    const auto& h = l.h;
+    const auto& h2 = l.h2;
+    auto& ds = l.ds;
+    auto& acc = l.acc;
+    auto& qs = l.qs;
+    const double mul = l.mul;
     const double lr = h[kLr], d0 = ds_get(ds.data(), kDsD), steps = ds[kDsSteps];
     double d = d0, sum[3] = {0, 0, 0}, dlr = d * lr;
     const double g0_old = ds_get(ds.data(), kDsG0);
@@ -160,16 +143,10 @@ std::vector<std::vector<float>> ds_reference(const DsCase& k, const std::vector<
             }
         }
     }
-    return outputs();
+    return l.outputs();
 }
 
 void build_ds(CaseBuilder& b, const DsCase& k) {
-    ValueId h = b.c("hyper", {kHyperSize});
-    b.set(h, {1.0f, k.rule == DSumRule::adan ? 0.98f : k.momentum, 0.92f, 1e-6f, 0.05f, 4.0f, 0.5f, 0.0f});
-    ValueId h2 = b.c("hyper2", {kHyperSize});
-    b.set(h2, {k.zero_lr_second ? 0.0f : 1.0f, k.rule == DSumRule::adan ? 0.98f : k.momentum, 0.92f, 1e-6f, 0.02f,
-               4.0f, 0.5f, 0.0f});
-    ValueId ds = b.c("dstate", {kDsSize});
     std::vector<float> d0(kDsSize, 0.0f);
     ds_put(d0.data(), kDsD, 0.05);
     if (!k.first) {
@@ -179,22 +156,12 @@ void build_ds(CaseBuilder& b, const DsCase& k) {
         ds_put(d0.data(), kDsC, 0.5);
         d0[kDsSteps] = 3.0f;
     }
-    b.set(ds, d0);
-    ValueId acc = b.c("acc", {2 * kDsAccWidth});
-    ValueId gs = kNoValue;
-    if (k.gstat) {
-        gs = b.c("gstat", {kGstatSize});
-        b.set(gs, {0.5f, k.skip, 1.0f, 1.0f});
-    }
-    struct Q {
-        ValueId p, g;
-        std::vector<ValueId> st;
-    };
-    std::vector<Q> qs;
-    for (int64_t n : kN) {
-        Q q;
-        q.p = b.c("p", {n}, -0.2f, 0.2f);
-        q.g = b.c("g", {n}, -0.02f, 0.02f);
+    const float b1 = k.rule == DSumRule::adan ? 0.98f : k.momentum;
+    dsum::Built x = dsum::fixed_leaves(b, {1.0f, b1, 0.92f, 1e-6f, 0.05f, 4.0f, 0.5f, 0.0f},
+                                       {k.zero_lr_second ? 0.0f : 1.0f, b1, 0.92f, 1e-6f, 0.02f, 4.0f, 0.5f, 0.0f}, d0,
+                                       k.gstat, k.skip);
+    for (int64_t n : dsum::kN) {
+        dsum::Built::Param q = dsum::param_leaves(b, n);
         if (k.rule == DSumRule::sgd) {
             q.st.push_back(b.c("s", {n}, -1e-3f, 1e-3f));
             q.st.push_back(b.c("x0", {n}, -0.2f, 0.2f));
@@ -208,11 +175,13 @@ void build_ds(CaseBuilder& b, const DsCase& k) {
             q.st.push_back(b.c("s", {n}, -1e-3f, 1e-3f));
             q.st.push_back(b.c("pre", {n}, -0.02f, 0.02f));
         }
-        qs.push_back(q);
+        x.qs.push_back(q);
     }
+    const ValueId h = x.h, ds = x.ds, acc = x.acc, gs = x.gs;
+    const auto& qs = x.qs;
     for (size_t i = 0; i < 2; i++) {
-        const Q& q = qs[i];
-        const ValueId hi = i == 0 ? h : h2;
+        const auto& q = qs[i];
+        const ValueId hi = i == 0 ? h : x.h2;
         if (k.rule == DSumRule::sgd)
             dadapt_sgd_accum(b.g, q.p, q.g, q.st[0], hi, h, ds, acc, int(i), gs);
         else if (k.rule == DSumRule::adagrad)
@@ -223,8 +192,8 @@ void build_ds(CaseBuilder& b, const DsCase& k) {
     }
     dadapt_sum_d(b.g, ds, acc, h, k.rule, k.growth, k.rule == DSumRule::adan ? k.beta3 : 0.0f, gs);
     for (size_t i = 0; i < 2; i++) {
-        const Q& q = qs[i];
-        const ValueId hi = i == 0 ? h : h2;
+        const auto& q = qs[i];
+        const ValueId hi = i == 0 ? h : x.h2;
         if (k.rule == DSumRule::sgd)
             dadapt_sgd_step(b.g, q.p, q.st[0], q.st[1], hi, ds, gs);
         else if (k.rule == DSumRule::adagrad)
@@ -232,19 +201,14 @@ void build_ds(CaseBuilder& b, const DsCase& k) {
         else
             dadapt_adan_step(b.g, q.p, q.g, q.st[0], q.st[1], q.st[2], q.st[4], hi, h, ds, k.no_prox, gs);
     }
-    b.out(ds);
-    b.out(acc);
-    for (auto& q : qs) {
-        b.out(q.p);
-        for (ValueId x : q.st) b.out(x);
-    }
+    dsum::add_outputs(b, x);
 }
 
 OpCase ds_case(const char* op, const std::string& label, DsCase k, std::function<void(Graph&)> bad,
                double tol = 1e-5) {
-    return {op, label, [k](CaseBuilder& b) { build_ds(b, k); }, std::move(bad),
-            [k](const std::vector<std::vector<float>>& in) { return ds_reference(k, in); }, tol};
+    return dsum::make_case(op, label, k, build_ds, ds_reference, std::move(bad), tol);
 }
+constexpr auto with = dsum::with<DsCase>;
 
 DsCase make(DSumRule r, bool first = false) {
     DsCase k;
@@ -252,13 +216,6 @@ DsCase make(DSumRule r, bool first = false) {
     k.first = first;
     return k;
 }
-DsCase with(DsCase k, void (*f)(DsCase&)) {
-    f(k);
-    return k;
-}
-
-ValueId st(Graph& g, const char* n, int64_t e = 8) { return g.state(n, DType::f32, {e}); }
-ValueId hy(Graph& g, const char* n, int64_t e = 8) { return g.input(n, DType::f32, {e}); }
 
 Register r({
     ds_case("dadapt_sgd_accum", "DAdaptSGD, whole step, mid-run, a second group at lr 0",
