@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "op_cases.h"
+#include "q8_fixtures.h"
 
 namespace gltest {
 namespace {
@@ -90,11 +90,7 @@ void build_adamw8bit(CaseBuilder& b, int64_t n, bool with_nan, int gate = 0) {
         gd[300] = INFINITY;
         b.set(g, gd);
     }
-    ValueId gs = kNoValue;
-    if (gate > 0) {
-        gs = b.c("gstat", {kGstatSize});
-        b.set(gs, {0.25f, gate == 2 ? 1.0f : 0.0f, 3.0f, 4.0f});
-    }
+    ValueId gs = q8::gate_leaf(b, gate);
     adamw8bit_step(b.g, p, g, m, v, am, av, h, gs);
     for (ValueId x : {p, m, v, am, av}) b.out(x);
 }

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "ggml-lite/ops/optim_ademamix.h"
-#include "op_cases.h"
+#include "q8_fixtures.h"
 
 namespace gltest {
 namespace {
@@ -60,11 +60,7 @@ void build_fp32(CaseBuilder& b, const AdemamixOptions& o, float step, float wd, 
     ValueId m1 = b.c("m1", {n}, -0.02f, 0.02f), m2 = b.c("m2", {n}, -0.02f, 0.02f), nu = b.c("nu", {n}, 0.0f, 1e-3f);
     ValueId h = b.c("hyper", {kHyperSize});
     b.set(h, hyper(step, wd));
-    ValueId gs = kNoValue;
-    if (gate > 0) {
-        gs = b.c("gstat", {kGstatSize});
-        b.set(gs, {0.25f, gate == 2 ? 1.0f : 0.0f, 3.0f, 4.0f});
-    }
+    ValueId gs = q8::gate_leaf(b, gate);
     ademamix_step(b.g, p, g, m1, m2, nu, h, o, gs);
     for (ValueId x : {p, m1, m2, nu}) b.out(x);
 }
@@ -151,11 +147,7 @@ void build_q8(CaseBuilder& b, const AdemamixOptions& o, int64_t n, float step, i
     ValueId an = b.c("absmax_nu", {blocks}, 1e-5f, 1e-4f);
     ValueId h = b.c("hyper", {kHyperSize});
     b.set(h, hyper(step, 0.01f));
-    ValueId gs = kNoValue;
-    if (gate > 0) {
-        gs = b.c("gstat", {kGstatSize});
-        b.set(gs, {0.25f, gate == 2 ? 1.0f : 0.0f, 3.0f, 4.0f});
-    }
+    ValueId gs = q8::gate_leaf(b, gate);
     ademamix8bit_step(b.g, {p}, {g}, {codes[0]}, {codes[1]}, {codes[2]}, {a1}, {a2}, {an}, h, o, gs);
     for (ValueId x : {p, codes[0], codes[1], codes[2], a1, a2, an}) b.out(x);
 }
