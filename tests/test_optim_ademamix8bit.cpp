@@ -8,53 +8,19 @@
 
 #include <cmath>
 
-#include "ggml-lite/core/planner.h"
 #include "ggml-lite/ops/optim_ademamix.h"
-#include "optim/optimizer.h"
-#include "test_util.h"
+#include "optim8bit_fixtures.h"
 
 using namespace gl;
 
 namespace {
 
-constexpr int64_t kBig = 5000, kSmall = 300;
+constexpr int64_t kBig = gltest::TwoParamNet::kBig, kSmall = gltest::TwoParamNet::kSmall;
 constexpr double kLr = 2e-3;
 const std::vector<std::string> kArgs = {"t_alpha=20", "t_beta3=30", "weight_decay=0.01"};
 
-struct Net {
-    Graph g;
-    ValueId big, small, gbig, gsmall;
-    std::unique_ptr<Runtime> rt;
-    std::unique_ptr<optim::Optimizer> opt;
-
-    explicit Net(const std::string& kind) {
-        big = g.param("big", DType::f32, Shape{kBig});
-        small = g.param("small", DType::f32, Shape{kSmall});
-        gbig = g.input("grad.big", DType::f32, Shape{kBig});
-        gsmall = g.input("grad.small", DType::f32, Shape{kSmall});
-        opt = std::make_unique<optim::Optimizer>(optim::parse_optimizer(kind, kArgs));
-        opt->add_group(g, "unet", {big, small}, {gbig, gsmall}, kLr);
-        opt->finish(g);
-        rt = make_cpu_runtime(make_plan(g));
-        for (auto [p, n] : {std::pair{big, kBig}, {small, kSmall}}) rt->write_f32(p, start(n));
-        opt->init_state(*rt);
-    }
-    static std::vector<float> start(int64_t n) {
-        std::vector<float> x(static_cast<size_t>(n));
-        for (size_t i = 0; i < x.size(); i++) x[i] = 0.3f * std::sin(0.11f * float(i));
-        return x;
-    }
-    static std::vector<float> grad(const std::vector<float>& p, int k) {
-        std::vector<float> x = p;
-        for (size_t i = 0; i < x.size(); i++) x[i] = x[i] * 0.5f + 0.05f * std::sin(0.37f * float(i) + float(k));
-        return x;
-    }
-    void step(int k) {
-        for (auto [p, gr] : {std::pair{big, gbig}, {small, gsmall}}) rt->write_f32(gr, grad(rt->read_f32(p), k));
-        opt->set_step(*rt, opt->next_step());
-        rt->run();
-        REQUIRE_FALSE(opt->after_step(*rt).skipped);
-    }
+struct Net : gltest::TwoParamNet {
+    explicit Net(const std::string& kind) : TwoParamNet(kind, kArgs, kLr) {}
 };
 
 // The fp32 step of ops/optim_ademamix.h on the host.

@@ -9,51 +9,16 @@
 
 #include <cmath>
 
-#include "ggml-lite/core/planner.h"
 #include "ggml-lite/ops/adam8bit_codes.h"
 #include "ggml-lite/ops/optim_types.h"
-#include "optim/optimizer.h"
-#include "test_util.h"
+#include "optim8bit_fixtures.h"
 
 using namespace gl;
 
 namespace {
 
-constexpr int64_t kBig = 5000, kSmall = 300;
-
-struct LionNet {
-    Graph g;
-    ValueId big, small, gbig, gsmall;
-    std::unique_ptr<Runtime> rt;
-    std::unique_ptr<optim::Optimizer> opt;
-
-    explicit LionNet(const std::string& kind) {
-        big = g.param("big", DType::f32, Shape{kBig});
-        small = g.param("small", DType::f32, Shape{kSmall});
-        gbig = g.input("grad.big", DType::f32, Shape{kBig});
-        gsmall = g.input("grad.small", DType::f32, Shape{kSmall});
-        opt = std::make_unique<optim::Optimizer>(optim::parse_optimizer(kind, {"weight_decay=0.1"}));
-        opt->add_group(g, "unet", {big, small}, {gbig, gsmall}, 1e-3);
-        opt->finish(g);
-        rt = make_cpu_runtime(make_plan(g));
-        for (auto [p, n] : {std::pair{big, kBig}, {small, kSmall}}) {
-            std::vector<float> x(static_cast<size_t>(n));
-            for (size_t i = 0; i < x.size(); i++) x[i] = 0.3f * std::sin(0.11f * float(i));
-            rt->write_f32(p, x);
-        }
-        opt->init_state(*rt);
-    }
-    // A gradient pulling every weight to 0 plus a per-step wobble, from the current weights.
-    void step(int k) {
-        for (auto [p, gr] : {std::pair{big, gbig}, {small, gsmall}}) {
-            std::vector<float> x = rt->read_f32(p);
-            for (size_t i = 0; i < x.size(); i++) x[i] = x[i] * 0.5f + 0.05f * std::sin(0.37f * float(i) + float(k));
-            rt->write_f32(gr, x);
-        }
-        opt->set_step(*rt, opt->next_step());
-        rt->run();
-        REQUIRE_FALSE(opt->after_step(*rt).skipped);
-    }
+struct LionNet : gltest::TwoParamNet {
+    explicit LionNet(const std::string& kind) : TwoParamNet(kind, {"weight_decay=0.1"}, 1e-3) {}
 };
 
 }  // namespace

@@ -10,51 +10,18 @@
 
 #include <cmath>
 
-#include "ggml-lite/core/planner.h"
-#include "optim/optimizer.h"
+#include "optim8bit_fixtures.h"
 #include "test_util.h"
 
 using namespace gl;
 
 namespace {
 
-constexpr int64_t kBig = 5000, kSmall = 300;
+constexpr int64_t kBig = gltest::TwoParamNet::kBig, kSmall = gltest::TwoParamNet::kSmall;
 constexpr float kLr = 1e-2f, kMomentum = 0.9f, kDecay = 0.01f;
 
-struct SgdNet {
-    Graph g;
-    ValueId big, small, gbig, gsmall;
-    std::unique_ptr<Runtime> rt;
-    std::unique_ptr<optim::Optimizer> opt;
-
-    SgdNet() {
-        big = g.param("big", DType::f32, Shape{kBig});
-        small = g.param("small", DType::f32, Shape{kSmall});
-        gbig = g.input("grad.big", DType::f32, Shape{kBig});
-        gsmall = g.input("grad.small", DType::f32, Shape{kSmall});
-        opt = std::make_unique<optim::Optimizer>(optim::parse_optimizer("SGDNesterov8bit", {"weight_decay=0.01"}));
-        opt->add_group(g, "unet", {big, small}, {gbig, gsmall}, kLr);
-        opt->finish(g);
-        rt = make_cpu_runtime(make_plan(g));
-        for (auto [p, n] : {std::pair{big, kBig}, {small, kSmall}}) rt->write_f32(p, start(n));
-        opt->init_state(*rt);
-    }
-    static std::vector<float> start(int64_t n) {
-        std::vector<float> x(static_cast<size_t>(n));
-        for (size_t i = 0; i < x.size(); i++) x[i] = 0.3f * std::sin(0.11f * float(i));
-        return x;
-    }
-    static std::vector<float> grad(const std::vector<float>& p, int k) {
-        std::vector<float> x = p;
-        for (size_t i = 0; i < x.size(); i++) x[i] = x[i] * 0.5f + 0.05f * std::sin(0.37f * float(i) + float(k));
-        return x;
-    }
-    void step(int k) {
-        for (auto [p, gr] : {std::pair{big, gbig}, {small, gsmall}}) rt->write_f32(gr, grad(rt->read_f32(p), k));
-        opt->set_step(*rt, opt->next_step());
-        rt->run();
-        REQUIRE_FALSE(opt->after_step(*rt).skipped);
-    }
+struct SgdNet : gltest::TwoParamNet {
+    SgdNet() : TwoParamNet("SGDNesterov8bit", {"weight_decay=0.01"}, kLr) {}
 };
 
 // bitsandbytes' MOMENTUM step in fp32 (its 32-bit kernel): g += wd p; buf = g, then momentum buf + g.
