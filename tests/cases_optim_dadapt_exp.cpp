@@ -69,9 +69,7 @@ std::vector<std::vector<float>> exp_reference(const ExpCase& k, const std::vecto
                 c += std::fabs(s[i]);
             }
         }
-        ds_put(acc.data(), int(kDsAccWidth * j), a);
-        ds_put(acc.data(), int(kDsAccWidth * j + 2), b);
-        ds_put(acc.data(), int(kDsAccWidth * j + 4), c);
+        dsum::put_sums(acc, j, a, b, c);
         sum[0] += a, sum[1] += b, sum[2] += c;
     }
     double d_hat;
@@ -85,12 +83,7 @@ std::vector<std::vector<float>> exp_reference(const ExpCase& k, const std::vecto
         ds_put(ds.data(), kDsA, num);
     }
     d = std::max(d, std::min(d_hat, d * double(k.growth)));
-    ds_put(ds.data(), kDsD, d);
-    ds_put(ds.data(), kDsDlr, dlr);
-    ds[kDsDHat] = float(d_hat);
-    ds[kDsApplied] = 1.0f;
-    ds[kDsSteps] = ds[kDsSteps] + 1.0f;
-    ds[kDsFirst] = 0.0f;
+    dsum::record_d(ds, d, dlr, d_hat, false);
     for (size_t j = 0; j < 2; j++) {
         auto& q = qs[j];
         const auto& hj = j == 0 ? h : h2;
@@ -101,9 +94,7 @@ std::vector<std::vector<float>> exp_reference(const ExpCase& k, const std::vecto
                 if (k.decouple && hj[kLr] > 0) p -= wd * dlr * p;
                 q.p[i] = float(p - q.st[0][i] / (std::sqrt(double(q.st[1][i])) + eps));
             } else {
-                const double up = (q.st[0][i] + b2 * q.st[1][i]) / (std::sqrt(double(q.st[2][i])) + eps);
-                q.p[i] = float(k.no_prox ? q.p[i] * (1 - dlr * wd) - up : (q.p[i] - up) / (1 + dlr * wd));
-                q.st[4][i] = float(q.g[i] * hj[kGradScale] * mul);
+                dsum::adan_step(q, i, hj, b2, dlr, k.no_prox, mul);
             }
         }
     }

@@ -33,7 +33,7 @@ std::vector<std::vector<float>> ds_reference(const DsCase& k, const std::vector<
     auto& acc = l.acc;
     auto& qs = l.qs;
     const double mul = l.mul;
-    const double lr = h[kLr], d0 = ds_get(ds.data(), kDsD), steps = ds[kDsSteps];
+    const double lr = h[kLr], d0 = ds_get(ds.data(), kDsD);
     double d = d0, sum[3] = {0, 0, 0}, dlr = d * lr;
     const double g0_old = ds_get(ds.data(), kDsG0);
     // first loop
@@ -83,9 +83,7 @@ std::vector<std::vector<float>> ds_reference(const DsCase& k, const std::vector<
                 c += std::fabs(s[i]);
             }
         }
-        ds_put(acc.data(), int(kDsAccWidth * j), a);
-        ds_put(acc.data(), int(kDsAccWidth * j + 2), b);
-        ds_put(acc.data(), int(kDsAccWidth * j + 4), c);
+        dsum::put_sums(acc, j, a, b, c);
         sum[0] += a, sum[1] += b, sum[2] += c;
     }
     // the d rule
@@ -116,17 +114,12 @@ std::vector<std::vector<float>> ds_reference(const DsCase& k, const std::vector<
         grow(d_hat);
         ds_put(ds.data(), kDsA, gsq);
     }
-    ds_put(ds.data(), kDsD, d);
-    ds_put(ds.data(), kDsDlr, dlr);
-    ds[kDsDHat] = float(d_hat);
-    ds[kDsApplied] = 1.0f;
-    ds[kDsSteps] = float(steps + 1);
-    ds[kDsFirst] = first_sgd ? 1.0f : 0.0f;
+    dsum::record_d(ds, d, dlr, d_hat, first_sgd);
     // second loop
     for (size_t j = 0; j < 2; j++) {
         auto& q = qs[j];
         const auto& hj = j == 0 ? h : h2;
-        const double eps = hj[kEps], ck = 1.0 - double(hj[kBeta1]), wd = hj[kWeightDecay];
+        const double eps = hj[kEps], ck = 1.0 - double(hj[kBeta1]);
         for (size_t i = 0; i < q.p.size(); i++) {
             if (k.rule == DSumRule::sgd) {
                 auto& s = q.st[0];
@@ -137,9 +130,7 @@ std::vector<std::vector<float>> ds_reference(const DsCase& k, const std::vector<
                 const double z = q.st[2][i] - q.st[1][i] / (std::sqrt(double(q.st[0][i])) + eps);
                 q.p[i] = float(q.p[i] * (1 - ck) + ck * z);
             } else {
-                const double up = (q.st[0][i] + double(h[kBeta2]) * q.st[1][i]) / (std::sqrt(double(q.st[2][i])) + eps);
-                q.p[i] = float(k.no_prox ? q.p[i] * (1 - dlr * wd) - up : (q.p[i] - up) / (1 + dlr * wd));
-                q.st[4][i] = float(q.g[i] * hj[kGradScale] * mul);
+                dsum::adan_step(q, i, hj, h[kBeta2], dlr, k.no_prox, mul);
             }
         }
     }

@@ -4,6 +4,7 @@
 // dstate, acc, [gstat], then per param p, g and its state; the outputs are dstate, acc, then per
 // param p and its state, checked against a reference written out in double in each file.
 #pragma once
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -52,6 +53,35 @@ inline Leaves unpack(const std::vector<std::vector<float>>& in, bool gstat, int 
     l.skipped = gstat && in[4][1] != 0.0f;
     l.mul = gstat ? in[4][0] : 1.0;
     return l;
+}
+
+// The reference's first-loop sums a, b, c of param j into acc (kDsAccWidth floats a slot).
+inline void put_sums(std::vector<float>& acc, size_t j, double a, double b, double c) {
+    gl::ds_put(acc.data(), int(gl::kDsAccWidth * j), a);
+    gl::ds_put(acc.data(), int(gl::kDsAccWidth * j + 2), b);
+    gl::ds_put(acc.data(), int(gl::kDsAccWidth * j + 4), c);
+}
+
+// dstate after the d rule: d, the step's dlr and d_hat, applied, one step more, and the first-step
+// flag (set only by SGD's first step).
+inline void record_d(std::vector<float>& ds, double d, double dlr, double d_hat, bool first) {
+    gl::ds_put(ds.data(), gl::kDsD, d);
+    gl::ds_put(ds.data(), gl::kDsDlr, dlr);
+    ds[gl::kDsDHat] = float(d_hat);
+    ds[gl::kDsApplied] = 1.0f;
+    ds[gl::kDsSteps] = ds[gl::kDsSteps] + 1.0f;
+    ds[gl::kDsFirst] = first ? 1.0f : 0.0f;
+}
+
+// DAdaptAdan's step of element i (also DAdaptAdanIP's), state m, diff, v, s, pre: the update, the
+// proximal decay (or with no_prox the plain one) by dlr times hj's weight decay, then pre = the
+// scaled gradient (gstat multiplier mul).
+inline void adan_step(Leaves::Param& q, size_t i, const std::vector<float>& hj, double b2, double dlr, bool no_prox,
+                      double mul) {
+    const double eps = hj[gl::kEps], wd = hj[gl::kWeightDecay];
+    const double up = (q.st[0][i] + b2 * q.st[1][i]) / (std::sqrt(double(q.st[2][i])) + eps);
+    q.p[i] = float(no_prox ? q.p[i] * (1 - dlr * wd) - up : (q.p[i] - up) / (1 + dlr * wd));
+    q.st[4][i] = float(q.g[i] * hj[gl::kGradScale] * mul);
 }
 
 // The case graph's leaves.
