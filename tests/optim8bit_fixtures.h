@@ -1,10 +1,12 @@
 // The two-param net of the 8-bit optimizer tests (test_optim_lion8bit.cpp, test_optim_sgd8bit.cpp,
 // test_optim_ademamix8bit.cpp): "big" (kBig elements: 8-bit state) and "small" (kSmall, under
 // kAdam8bitMinElements: the fp32 step) in one group "unet", on the CPU runtime. The weights start at
-// start(n); step k's gradient, grad(p, k), pulls every weight to 0 plus a per-step wobble.
+// start(n); step k's gradient, grad(p, k), pulls every weight to 0 plus a per-step wobble. Parting
+// measures how far an 8-bit trajectory parts from an fp32 one.
 #pragma once
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -50,6 +52,18 @@ struct TwoParamNet {
         opt->set_step(*rt, opt->next_step());
         rt->run();
         REQUIRE_FALSE(opt->after_step(*rt).skipped);
+    }
+};
+
+// How far an 8-bit trajectory parts from its fp32 reference: worst, the largest |got - ref| over the
+// steps added; moved, the largest distance |ref - start| the reference travelled.
+struct Parting {
+    double worst = 0, moved = 0;
+    void add(const std::vector<float>& got, const std::vector<float>& ref, const std::vector<float>& start) {
+        for (size_t i = 0; i < got.size(); i++) {
+            worst = std::max(worst, std::fabs(double(got[i]) - ref[i]));
+            moved = std::max(moved, std::fabs(double(ref[i]) - start[i]));
+        }
     }
 };
 
