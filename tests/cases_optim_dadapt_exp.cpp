@@ -28,13 +28,8 @@ int n_state(const ExpCase& k) { return k.ip ? 5 : 3; }
 // s; AdanIP: m, diff, v, s, pre).
 std::vector<std::vector<float>> exp_reference(const ExpCase& k, const std::vector<std::vector<float>>& in) {
     dsum::Leaves l = dsum::unpack(in, k.gstat, n_state(k));
-    if (l.skipped) return l.outputs();
-    const auto& h = l.h;
-    const auto& h2 = l.h2;
-    auto& ds = l.ds;
-    auto& acc = l.acc;
-    auto& qs = l.qs;
-    const double mul = l.mul;
+    auto& [h, h2, ds, acc, qs, skipped, mul] = l;
+    if (skipped) return l.outputs();
     const double lr = h[kLr], b1 = h[kBeta1], b2 = h[kBeta2], b3 = k.ip ? double(k.beta3) : b2;
     double d = ds_get(ds.data(), kDsD);
     const double dlr = d * lr;

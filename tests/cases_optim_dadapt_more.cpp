@@ -26,13 +26,8 @@ int n_state(DSumRule r) { return r == DSumRule::sgd ? 2 : (r == DSumRule::adagra
 // AdaGrad: alpha, sk, x0; Adan: m, diff, v, s, pre).
 std::vector<std::vector<float>> ds_reference(const DsCase& k, const std::vector<std::vector<float>>& in) {
     dsum::Leaves l = dsum::unpack(in, k.gstat, n_state(k.rule));
-    if (l.skipped) return l.outputs();
-    const auto& h = l.h;
-    const auto& h2 = l.h2;
-    auto& ds = l.ds;
-    auto& acc = l.acc;
-    auto& qs = l.qs;
-    const double mul = l.mul;
+    auto& [h, h2, ds, acc, qs, skipped, mul] = l;
+    if (skipped) return l.outputs();
     const double lr = h[kLr], d0 = ds_get(ds.data(), kDsD);
     double d = d0, sum[3] = {0, 0, 0}, dlr = d * lr;
     const double g0_old = ds_get(ds.data(), kDsG0);

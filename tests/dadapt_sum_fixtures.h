@@ -16,7 +16,8 @@ namespace gltest::dsum {
 
 constexpr int64_t kN[2] = {5000, 37};
 
-// The reference's copy of the leaves, updated in place into the expected outputs.
+// The reference's copy of the leaves, updated in place into the expected outputs (the cases bind the
+// members in this order: auto& [h, h2, ds, acc, qs, skipped, mul]).
 struct Leaves {
     struct Param {
         std::vector<float> p, g;
