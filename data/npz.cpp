@@ -253,6 +253,9 @@ NpzFile::NpzFile(const std::filesystem::path& path, uint64_t max_bytes) : path_(
         GL_CHECK(m.method == 0 || m.method == 8, path_, ": ", name, " uses zip method ", m.method,
                  " (stored or deflated expected)");
         GL_CHECK(m.method != 0 || m.compressed == m.size, path_, ": stored member ", name, " has two sizes");
+        // Deflate packs at most 1032 bytes into one: a larger claim is not allocated.
+        GL_CHECK(m.method != 8 || m.size / 1032 <= m.compressed + 1, path_, ": deflated member ", name,
+                 " claims an impossible size (", m.size, " bytes from ", m.compressed, ")");
         GL_CHECK(name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0, path_, ": member '", name,
                  "' is not a .npy array");
         name.resize(name.size() - 4);
