@@ -240,6 +240,7 @@ Checked check(const uint8_t* b, size_t n, const std::string& name, const DecodeO
     }
     if (h.format != ImageFormat::png)  // PNG: also palette transparency, set above
         c.has_alpha = h.format != ImageFormat::jpeg && (h.channels == 2 || h.channels == 4);  // JPEG 4: CMYK
+    h.has_alpha = c.has_alpha;
     if (h.width <= 0 || h.height <= 0) throw ImageError(name, gl::cat("bad size ", h.width, "x", h.height));
     if (int64_t(h.width) * h.height > opt.max_pixels)
         throw ImageError(name, gl::cat("too large: ", h.width, "x", h.height, " is more than ", opt.max_pixels,

@@ -71,6 +71,7 @@ struct ImageHeader {
     int height = 0;
     int channels = 0;    // as stored: 1 grey, 2 grey + alpha, 3 RGB, 4 RGBA / CMYK
     int orientation = 1;  // EXIF orientation 1..8 (JPEG only; 1 elsewhere)
+    bool has_alpha = false;  // an alpha channel or PNG palette / colour-key transparency
 };
 
 // `name` is used in errors. All three throw ImageError.

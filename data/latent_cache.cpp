@@ -190,6 +190,13 @@ void LatentCache::put(const std::string& key, Latent l) {
     ram_[key] = std::move(l);
 }
 
+void LatentCache::put_ram(const std::string& key, Latent l) {
+    GL_CHECK(l.data.size() == size_t(l.height) * l.width * l.channels, "latent cache: bad entry ", l.height, "x",
+             l.width, "x", l.channels);
+    std::lock_guard<std::mutex> lock(mu_);
+    ram_[key] = std::move(l);
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -202,7 +209,46 @@ struct Scan {
     std::array<std::string, 2> keys;
     std::array<bool, 2> hit{};
     std::optional<SkippedImage> skipped;
+    size_t kohya_reused = 0;
+    std::string kohya_ignored;  // "<npz>: <why>"
 };
+
+// The entries of `s` not cached yet, from kohya's npz beside the image when there is one and it
+// matches (read_kohya_npz), or why it was not used. Images whose pixels kohya reads otherwise
+// than we do are not reused: an EXIF orientation (kohya ignores it) or alpha (kohya drops it, we
+// composite over white).
+void reuse_kohya_npz(const std::vector<uint8_t>& bytes, const ImageEntry& e, const SubsetConfig& subset,
+                     const BucketChoice& ch, const LatentSpec& spec, LatentCache& cache, Scan& s) {
+    ImageHeader h;
+    try {
+        h = read_image_header(bytes.data(), bytes.size(), e.path.string());
+    } catch (const ImageError&) {
+        return;  // the decode reports the image
+    }
+    const bool turned = h.orientation >= 5;
+    const fs::path npz = kohya_npz_path(e.path, turned ? h.height : h.width, turned ? h.width : h.height);
+    std::error_code ec;
+    if (!fs::exists(npz, ec)) return;
+    std::string why;
+    std::optional<KohyaLatents> k;
+    if (h.orientation != 1) why = gl::cat("the image has EXIF orientation ", h.orientation, ", which kohya ignores");
+    else if (h.has_alpha) why = "the image has alpha, which kohya drops where we composite it over white";
+    else k = read_kohya_npz(npz, {ch.bucket, h.width, h.height, subset.flip_aug, subset.alpha_mask}, spec, &why);
+    if (!k) {
+        const std::string prefix = npz.string() + ": ";
+        if (why.rfind(prefix, 0) == 0) why.erase(0, prefix.size());
+        s.kohya_ignored = prefix + why;
+        return;
+    }
+    for (size_t f = 0; f < 2; f++) {
+        if (s.keys[f].empty() || s.hit[f]) continue;
+        cache.put_ram(s.keys[f], f == 0 ? std::move(k->latents) : std::move(*k->flipped));
+        s.hit[f] = true;
+        s.kohya_reused++;
+    }
+}
+
+using Clock = std::chrono::steady_clock;
 
 // One (image, flip) entry to encode, and its place: batch and position in it.
 struct Item {
@@ -383,6 +429,9 @@ CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCa
                 s.keys[size_t(f)] = latent_key(s.sha, ch, centre_crop(ch), f == 1, identity, e.resize);
                 s.hit[size_t(f)] = cache.get(s.keys[size_t(f)]).has_value();
             }
+            const bool missing = (!s.keys[0].empty() && !s.hit[0]) || (!s.keys[1].empty() && !s.hit[1]);
+            if (opt.kohya_npz && spec.downscale == 8 && missing)
+                reuse_kohya_npz(bytes, e, ds.config.subsets[size_t(e.subset)], ch, spec, cache, s);
             return s;
         });
         for (size_t k = 0; k < order.size(); k++) {
@@ -396,6 +445,8 @@ CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCa
                 rep.skipped.push_back(std::move(*s.skipped));
                 continue;
             }
+            rep.kohya_reused += s.kohya_reused;
+            if (!s.kohya_ignored.empty()) rep.kohya_ignored.push_back(std::move(s.kohya_ignored));
             Job job{i, items.size(), 0, s.sha};
             for (size_t f = 0; f < 2; f++) {
                 if (s.keys[f].empty()) continue;

@@ -8,6 +8,9 @@
 // bytes, bucket, resized size, crop, flip and the encoder's identity. A later run reuses them; a
 // changed image gets a new key and is re-encoded. Files are written to a temporary name and
 // renamed, so an interrupted run leaves complete entries only and resumes without redoing them.
+// With CacheOptions::kohya_npz, an entry missing from the cache is read from kohya's own latent
+// file beside the image (`*_sd.npz`, see kohya_npz_path) when that file matches by kohya's rule
+// and by our checks (read_kohya_npz); such a file is only read, never written.
 #pragma once
 #include <array>
 #include <atomic>
@@ -101,6 +104,8 @@ public:
     std::optional<Latent> get(const std::string& key);
     // Kept in RAM and, with a directory, written atomically (gl::io::write_file_atomic).
     void put(const std::string& key, Latent latent);
+    // Kept in RAM only (entries read from kohya's npz files, which stay the copy on disk).
+    void put_ram(const std::string& key, Latent latent);
     std::optional<std::filesystem::path> file_of(const std::string& key) const;
     size_t ram_entries() const;
     // The stale temporary files the constructor removed.
@@ -113,6 +118,33 @@ private:
     std::map<std::string, Latent> ram_;
 };
 
+// kohya's latent cache file of an image (sd-scripts' SdSdxlLatentsCachingStrategy for SD1 / SD2):
+// "<stem>.npz" when that exists (its older name), else "<stem>_<WWWW>x<HHHH>_sd.npz" with the
+// image's stored width and height (before EXIF orientation: kohya reads sizes from the header).
+std::filesystem::path kohya_npz_path(const std::filesystem::path& image, int stored_width, int stored_height);
+
+// What an entry needs from a kohya npz: its bucket (latents of bucket / 8, kohya's stride), the
+// image's size (kohya's original_size), and which arrays kohya requires.
+struct KohyaNpzExpect {
+    Reso bucket;
+    int image_width = 0, image_height = 0;
+    bool flip = false;        // "latents_flipped" needed (the subset has flip_aug)
+    bool alpha_mask = false;  // "alpha_mask" needed (the subset has alpha_mask)
+};
+struct KohyaLatents {
+    Latent latents;
+    std::optional<Latent> flipped;  // when expect.flip
+};
+// The latents of a kohya npz: kohya's is_disk_cached_latents_expected (the arrays "latents",
+// "latents_flipped" when flipping, "alpha_mask" when masking) and what its loader reads
+// ("original_size", "crop_ltrb"), then our checks: the zip and .npy headers (npz.h), float
+// latents [C, bucket.h / 8, bucket.w / 8] with C = spec.channels, finite, original_size equal to
+// the image's size, an alpha mask [bucket.h, bucket.w]. kohya keeps the VAE's raw sample z: the
+// entries are (z - spec.shift) * spec.scale in our [h][w][c] order, as the encoder would give
+// them. nullopt with the reason in *why when the file does not match or cannot be read.
+std::optional<KohyaLatents> read_kohya_npz(const std::filesystem::path& npz, const KohyaNpzExpect& expect,
+                                           const LatentSpec& spec, std::string* why);
+
 struct CacheOptions {
     int vae_batch_size = 4;
     uint64_t seed = 0;  // the sampling noise of each entry derives from (seed, key)
@@ -122,6 +154,10 @@ struct CacheOptions {
     // Threads reading, hashing, decoding and resizing images and writing entries (0: one per
     // hardware thread). The entries are the same for any count.
     int threads = 0;
+    // Entries not in the cache are read from kohya's `*_sd.npz` beside each image when it matches
+    // (read_kohya_npz; an encoder whose latents are not at 1/8 of the image never looks): what
+    // --cache_latents_to_disk does, as kohya reuses them. Kept in RAM only; the npz is not written.
+    bool kohya_npz = false;
 };
 
 // Where the wall time of a cache_latents call went, in seconds.
@@ -137,6 +173,8 @@ struct CacheTimes {
 
 struct CacheReport {
     size_t total = 0, hits = 0, encoded = 0, vae_calls = 0;
+    size_t kohya_reused = 0;                 // of the hits: entries read from kohya's npz files
+    std::vector<std::string> kohya_ignored;  // "<npz>: <why>" for each npz found but not used
     bool interrupted = false;
     std::vector<SkippedImage> skipped;  // images that failed to read or decode now
     std::vector<std::string> keys;      // per (image, flip) item: image * 2 + flip

@@ -58,6 +58,7 @@ bool Runner::cache() {
         o.vae_batch_size = c_.vae_batch_size;
         o.seed = m_.seed;
         o.stop = stop_;
+        o.kohya_npz = c_.cache_latents_to_disk;  // kohya's *_sd.npz beside the images, as kohya reuses them
         const auto progress = [this](const std::string& what) {  // a line every 2 s, and the last
             auto last = std::chrono::steady_clock::now() - std::chrono::hours(1);
             return [this, what, last](size_t done, size_t total, double rate) mutable {
@@ -73,6 +74,15 @@ bool Runner::cache() {
             val_->latent_keys = data::cache_latents(vd->dataset, vd->buckets, *latent_cache_, enc, o);
         }
         enc.release();
+        if (o.kohya_npz)
+            for (const data::CacheReport* r : {&latent_keys_, vd ? &val_->latent_keys : nullptr}) {
+                if (!r) continue;
+                for (const std::string& w : r->kohya_ignored) m_.message("warning: kohya latent file not used: " + w);
+                if (r->kohya_reused || !r->kohya_ignored.empty())
+                    m_.message(gl::cat("latents", r == &latent_keys_ ? "" : " (validation set)", ": ", r->kohya_reused,
+                                       " of ", r->total, " entries reused from kohya's *_sd.npz files, ",
+                                       r->kohya_ignored.size(), " such files ignored, ", r->encoded, " encoded"));
+            }
         timings_.emplace_back("caching latents", seconds_since(t));
         if (latent_keys_.interrupted || (vd && val_->latent_keys.interrupted)) return false;
         data::add_skipped(sum_.skipped_images, latent_keys_.skipped);
