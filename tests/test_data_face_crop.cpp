@@ -149,8 +149,7 @@ TEST_CASE("data face crop: the face box of a name as kohya's load_image_with_fac
           std::string::npos);
 }
 
-TEST_CASE("data face crop: the loader's draws stay in kohya's bounds; images too small are refused") {
-    std::vector<std::pair<int64_t, int64_t>> asked;
+TEST_CASE("data face crop: the draws stay in their bounds and the crop inside the image, an image too small is refused") {
     struct Bounds final : data::FaceCropDraws {
         data::Rng rng{3};
         data::RngFaceDraws own{rng};
