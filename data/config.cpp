@@ -1,6 +1,7 @@
 #include "data/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <utility>
 
@@ -14,7 +15,7 @@ namespace data {
 namespace fs = std::filesystem;
 namespace {
 
-enum class Kind { boolean, integer, number, string, reso };
+enum class Kind { boolean, integer, number, string, reso, pair };
 enum class Scope {
     subset_only,  // only in [[datasets.subsets]]
     subset_or_command_line,  // in [[datasets.subsets]], or on the command line for all (kohya's argparse fallback)
@@ -49,6 +50,7 @@ constexpr Key kKeys[] = {
     {"flip_aug", Kind::boolean, Scope::subset},
     {"random_crop", Kind::boolean, Scope::subset},
     {"color_aug", Kind::boolean, Scope::subset},
+    {"face_crop_aug_range", Kind::pair, Scope::subset},
     {"resize_interpolation", Kind::string, Scope::subset},  // and the dataset's own (kohya's two ascendable keys)
     {"enable_wildcard", Kind::boolean, Scope::subset},
     {"token_warmup_min", Kind::integer, Scope::subset},
@@ -67,7 +69,6 @@ constexpr Key kKeys[] = {
 };
 // kohya keys sdtrain does not implement: refused rather than silently ignored, with the reason.
 constexpr std::pair<const char*, const char*> kUnsupported[] = {
-    {"face_crop_aug_range", "kohya's crop around the face box of the file name is not implemented"},
     {"custom_attributes", "only other families' trainers read it (Lumina's); kohya's SD1.x training ignores it"},
     {"metadata_file", "fine-tuning metadata (kohya's FineTuningDataset) is not implemented"},
     {"network_multiplier", "a dataset's own network multiplier is not implemented"}};
@@ -85,6 +86,7 @@ const char* kind_name(Kind k) {
         case Kind::number: return "a number";
         case Kind::string: return "a string";
         case Kind::reso: return "an integer or [width, height]";
+        case Kind::pair: return "[low, high] (two numbers)";
     }
     return "?";
 }
@@ -94,6 +96,7 @@ const char* value_name(const ConfigValue& v) {
     if (std::holds_alternative<int64_t>(v)) return "an integer";
     if (std::holds_alternative<double>(v)) return "a number";
     if (std::holds_alternative<std::string>(v)) return "a string";
+    if (std::holds_alternative<std::array<double, 2>>(v)) return "an array of 2 numbers";
     return "an array of 2 integers";
 }
 
@@ -105,6 +108,8 @@ bool fits(const ConfigValue& v, Kind k) {
         case Kind::string: return std::holds_alternative<std::string>(v);
         case Kind::reso:
             return std::holds_alternative<int64_t>(v) || std::holds_alternative<std::array<int64_t, 2>>(v);
+        case Kind::pair:
+            return std::holds_alternative<std::array<int64_t, 2>>(v) || std::holds_alternative<std::array<double, 2>>(v);
     }
     return false;
 }
@@ -220,6 +225,15 @@ SubsetConfig make_subset(const Levels& l) {
     s.flip_aug = l.get("flip_aug", false);
     s.random_crop = l.get("random_crop", false);
     s.color_aug = l.get("color_aug", false);
+    if (const ConfigValue* v = l.find("face_crop_aug_range", &where)) {
+        std::array<double, 2> r;
+        if (const auto* i = std::get_if<std::array<int64_t, 2>>(v)) r = {double((*i)[0]), double((*i)[1])};
+        else r = std::get<std::array<double, 2>>(*v);
+        GL_CHECK(std::isfinite(r[0]) && std::isfinite(r[1]) && r[0] > 0 && r[0] <= r[1], where,
+                 ": 'face_crop_aug_range' must be [low, high] with 0 < low <= high (kohya's assertion: low <= high; "
+                 "it divides by both), got [", r[0], ", ", r[1], "]");
+        s.face_crop_aug_range = r;
+    }
     s.resize_interpolation = interpolation_of(l);
     return s;
 }
@@ -273,6 +287,8 @@ ConfigLevel level_of(const toml::table& t, const std::string& where, bool is_sub
         else if (auto s = node.value_exact<std::string>()) out[key] = *s;
         else if (const toml::array* a = node.as_array(); a && a->size() == 2 && a->is_homogeneous<int64_t>())
             out[key] = std::array<int64_t, 2>{*a->get(0)->value<int64_t>(), *a->get(1)->value<int64_t>()};
+        else if (a && a->size() == 2 && a->get(0)->is_number() && a->get(1)->is_number())
+            out[key] = std::array<double, 2>{*a->get(0)->value<double>(), *a->get(1)->value<double>()};
         else refuse_value(key, node, where);
     }
     validate_level(out, where, is_subset);

@@ -19,7 +19,7 @@
 namespace data {
 
 // One level of settings: key -> value (the command line's level is filled by the trainer).
-using ConfigValue = std::variant<bool, int64_t, double, std::string, std::array<int64_t, 2>>;
+using ConfigValue = std::variant<bool, int64_t, double, std::string, std::array<int64_t, 2>, std::array<double, 2>>;
 using ConfigLevel = std::map<std::string, ConfigValue>;
 
 struct SubsetConfig {
@@ -31,6 +31,9 @@ struct SubsetConfig {
     bool flip_aug = false;
     bool random_crop = false;
     bool color_aug = false;
+    // kohya's face_crop_aug_range (low, high; data/face_crop.h): without bucketing, images whose
+    // names carry a face box are cut around the face at a random scale.
+    std::optional<std::array<double, 2>> face_crop_aug_range;
     // kohya's resize_interpolation (data/resize.h): the filter of every resize of its images.
     Interpolation resize_interpolation = Interpolation::automatic;
     bool alpha_mask = false;  // keep alpha as a loss mask instead of compositing over white

@@ -4,7 +4,9 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <utility>
 
+#include "data/face_crop.h"
 #include "data/workers.h"
 #include "ggml-lite/core/error.h"
 
@@ -135,6 +137,43 @@ std::vector<std::string> failed_format_lines(const std::map<ImageFormat, FormatT
     return out;
 }
 
+// kohya's crop_target asserts that the scaled image covers the resolution; it never enlarges, so an
+// image with a face box smaller than the resolution on a side stops its run at that image. Here
+// the run is refused before it starts, naming the file.
+void check_face_crop(const ImageEntry& e, const DatasetConfig& c) {
+    if (c.enable_bucket || !e.face || e.face->cx <= 0) return;
+    GL_CHECK(e.width >= c.width && e.height >= c.height, e.path.string(), ": ", e.width, "x", e.height,
+             " is smaller than the resolution ", c.width, "x", c.height,
+             " on a side, and face_crop_aug_range only shrinks around the face box of the name (kohya's "
+             "assertion: internal error, small scale); use a larger image, or bucketing (which ignores the face box)");
+}
+
+// What face_crop_aug_range leaves undone, said once per subset (kohya says nothing): with bucketing
+// the face boxes are ignored; images without a box take the plain resize and crop.
+void face_crop_warnings(Dataset& ds, const std::vector<ImageEntry>& reg) {
+    for (size_t si = 0; si < ds.config.subsets.size(); si++) {
+        const SubsetConfig& s = ds.config.subsets[si];
+        if (!s.face_crop_aug_range) continue;
+        if (ds.config.enable_bucket) {
+            ds.warnings.push_back(gl::cat("subset ", s.image_dir.string(), ": face_crop_aug_range is ignored with "
+                                          "enable_bucket (kohya crops around the face only without bucketing)"));
+            continue;
+        }
+        int64_t images = 0, faces = 0;
+        for (const std::vector<ImageEntry>* list : {&std::as_const(ds.images), &reg})
+            for (const ImageEntry& e : *list)
+                if (e.subset == int(si)) {
+                    images++;
+                    faces += e.face && e.face->cx > 0;
+                }
+        if (faces < images)
+            ds.warnings.push_back(gl::cat("subset ", s.image_dir.string(), ": face_crop_aug_range: ", images - faces,
+                                          " of its ", images, " images have no face box in their name "
+                                          "(<name>_<cx>_<cy>_<w>_<h>, cx > 0); they are resized and cropped as "
+                                          "without it"));
+    }
+}
+
 }  // namespace
 
 Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const DatasetSplit& split) {
@@ -215,6 +254,10 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const 
         e.resize = s.resize_interpolation;
         e.width = v.header.width;
         e.height = v.header.height;
+        if (s.face_crop_aug_range) {
+            e.face = face_box_of_name(l.path);
+            check_face_crop(e, config);
+        }
         if (std::optional<std::string> c = read_caption_file(l.path, s.caption.caption_extension, s.caption.enable_wildcard)) {
             e.caption = *c;
         } else {
@@ -238,6 +281,7 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const 
         if (missing_captions.size() > 5) w += gl::cat("\n  ... and ", missing_captions.size() - 5, " more");
         ds.warnings.push_back(w);
     }
+    face_crop_warnings(ds, reg);
     if (ds.num_reg_images > 0 && ds.num_train_images < ds.num_reg_images)
         ds.warnings.push_back("more regularisation images than training images: some are not used");
     // kohya's balancing: reg images are added in order (first with their own repeats, then one

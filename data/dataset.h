@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,12 @@ namespace data {
 
 enum class BadImagePolicy : uint8_t { skip, fail };
 
+// A face box from the file name (data/face_crop.h): centre and size in the image's pixels.
+struct FaceBox {
+    int cx = 0, cy = 0, w = 0, h = 0;
+    bool operator==(const FaceBox&) const = default;
+};
+
 struct ImageEntry {
     std::filesystem::path path;
     int subset = 0;  // index into DatasetConfig::subsets
@@ -27,6 +34,8 @@ struct ImageEntry {
     bool is_reg = false;
     Interpolation resize = Interpolation::automatic;  // its subset's resize_interpolation
     std::filesystem::path mask;  // its mask image (the subset's conditioning_data_dir), else empty
+    // The face box of its name, read when its subset has face_crop_aug_range and the name has one.
+    std::optional<FaceBox> face;
 };
 
 struct SkippedImage {

@@ -4,6 +4,7 @@
 
 #include "data/caption.h"
 #include "data/color_aug.h"
+#include "data/face_crop.h"
 #include "data/resize.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/dist/shard.h"
@@ -74,13 +75,27 @@ Batch Loader::make(size_t step) const {
             // whatever random_crop says; the image's own crop keeps the pair aligned).
             std::optional<std::array<int, 2>> crop;
             const BucketChoice& ch = a_.choice[size_t(i)];
-            if (s.random_crop && !opt_.latents)
+            // kohya's face crop (data/face_crop.h): without bucketing, for an image whose name has a
+            // face box, drawn here in kohya's order (after the flip). Cached latents are encoded
+            // without it, as kohya's cache does.
+            std::optional<FaceCrop> face;
+            if (s.face_crop_aug_range && !ds_.config.enable_bucket && e.face && e.face->cx > 0 && !opt_.latents) {
+                RngFaceDraws draws(rng);
+                face = plan_face_crop(e.width, e.height, ch.bucket.w, ch.bucket.h, *e.face, *s.face_crop_aug_range,
+                                      s.random_crop, draws, e.path.string());
+            }
+            if (s.random_crop && !opt_.latents && !face)
                 crop = std::array<int, 2>{int(rng.below(uint64_t(ch.resized.w - ch.bucket.w) + 1)),
                                           int(rng.below(uint64_t(ch.resized.h - ch.bucket.h) + 1))};
+            // Face crop or not, the image's prepare, done to the mask too.
+            const auto prepare = [&](const ImageEntry& x, bool flip, bool keep_alpha) {
+                return face ? prepare_face_crop(x, *face, ch.bucket.w, ch.bucket.h, flip, keep_alpha)
+                            : prepare_image(x, ch, flip, keep_alpha, crop);
+            };
             if (!e.mask.empty()) {
                 ImageEntry m = e;
                 m.path = e.mask;
-                const PreparedImage mask = prepare_image(m, ch, smp.flipped, true, crop);
+                const PreparedImage mask = prepare(m, smp.flipped, true);
                 for (size_t p = 0; p < mask.rgb.size(); p += 3) smp.mask.push_back(float(mask.rgb[p]) / 255.f);
             }
             if (opt_.latents) {
@@ -91,7 +106,7 @@ Batch Loader::make(size_t step) const {
             } else {
                 // kohya's color_aug comes after the crop and before the flip (OpenCV's rounding
                 // depends on where a pixel lies in its row).
-                PreparedImage img = prepare_image(e, ch, smp.flipped && !s.color_aug, s.alpha_mask, crop);
+                PreparedImage img = prepare(e, smp.flipped && !s.color_aug, s.alpha_mask);
                 if (s.color_aug) {
                     color_aug(img.rgb, img.width, rng);
                     if (smp.flipped) {

@@ -382,4 +382,11 @@ TEST_CASE("option sweep: kohya's dataset options with typical values are impleme
     CHECK(train::find_option("weighted_captions")->group.rfind("Data", 0) == 0);
     CHECK(has(usage_error({"--token_warmup_step", "-1"}), "--token_warmup_step"));
     CHECK(has(usage_error({"--token_warmup_min", "-1"}), "--token_warmup_min"));
+    // kohya's face crop: two floats, low <= high, through the dataset level to every subset.
+    const train::RunConfig f = sdtrain::parse_command_line(with_required({"--face_crop_aug_range", "2.0,4.0"})).config;
+    CHECK(f.face_crop_aug_range == std::array<double, 2>{2.0, 4.0});
+    CHECK((std::get<std::array<double, 2>>(train::dataset_command_line(f).at("face_crop_aug_range")) ==
+           std::array<double, 2>{2.0, 4.0}));
+    CHECK(train::find_option("face_crop_aug_range")->group.rfind("Data", 0) == 0);  // in --help, not refused
+    CHECK(has(usage_error({"--face_crop_aug_range", "4,2"}), "--face_crop_aug_range wants 'low,high' with low <= high"));
 }

@@ -33,6 +33,8 @@ struct WarmupSteps {
 
 // kohya's --resolution: width, height ("512" or "512,768").
 using Resolution = std::optional<std::array<int, 2>>;
+// --face_crop_aug_range's two numbers (low, high).
+using FaceCropRange = std::optional<std::array<double, 2>>;
 
 struct RunConfig {
     // Every option of train/run/options.def, under kohya's name with kohya's default.

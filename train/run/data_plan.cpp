@@ -34,6 +34,11 @@ void load_dataset(const RunConfig& c, const data::DatasetConfig& dc, uint64_t se
         GL_CHECK(!s.conditioning_data_dir || c.masked_loss, "subset ", s.image_dir.string(),
                  ": conditioning_data_dir (mask images) needs --masked_loss (kohya's dataset schema takes the key only "
                  "with it)");
+        if (s.face_crop_aug_range && c.cache_latents && !dc.enable_bucket)
+            d.warnings.push_back(gl::cat(tag, "subset ", s.image_dir.string(), ": face_crop_aug_range with "
+                                         "--cache_latents: the latents are cached without the face crop (as kohya's "
+                                         "cache: the plain resize and centre crop); train without --cache_latents "
+                                         "for the crop around the face"));
     }
     const bool split = dc.validation_split > 0.0;
     data::BucketedDataset part;

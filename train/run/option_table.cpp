@@ -151,6 +151,25 @@ std::array<int, 2> read_resolution(const std::string& where, const std::string& 
     return {a, b};
 }
 
+// kohya's tuple(float(r) for r in s.split(",")) with its assertion: two numbers, the first not above
+// the second (blanks around each, as Python's float() takes them). Both must be above 0 here (kohya
+// divides by them).
+std::array<double, 2> read_pair(const std::string& where, const std::string& s) {
+    const size_t comma = s.find(',');
+    GL_CHECK(comma != std::string::npos && s.find(',', comma + 1) == std::string::npos, where,
+             " wants two numbers 'low,high' (kohya's face_crop_aug_range must be two floats), got '", s, "'");
+    auto number = [&](std::string part) {
+        const char* blanks = " \t\n\r\f\v";
+        const size_t a = part.find_first_not_of(blanks), b = part.find_last_not_of(blanks);
+        part = a == std::string::npos ? "" : part.substr(a, b - a + 1);
+        return gl::parse_real<double>(where, part, std::numeric_limits<double>::denorm_min(),
+                                      std::numeric_limits<double>::max());
+    };
+    const std::array<double, 2> v{number(s.substr(0, comma)), number(s.substr(comma + 1))};
+    GL_CHECK(v[0] <= v[1], where, " wants 'low,high' with low <= high (kohya's assertion), got '", s, "'");
+    return v;
+}
+
 WarmupSteps read_warmup(const std::string& where, const std::string& s) {
     WarmupSteps ws;
     if (!s.empty() && s.back() == '%') {
@@ -188,6 +207,8 @@ T read(const std::string& where, const std::string& s, const std::string& label,
         return s;
     } else if constexpr (std::is_same_v<T, std::array<int, 2>>) {
         return read_resolution(where, s);
+    } else if constexpr (std::is_same_v<T, std::array<double, 2>>) {
+        return read_pair(where, s);
     } else if constexpr (std::is_same_v<T, WarmupSteps>) {
         return read_warmup(where, s);
     } else if constexpr (std::is_same_v<T, gl::Backend>) {
@@ -223,6 +244,8 @@ std::string show(const T& v) {
         return s.empty() ? "None" : s;
     } else if constexpr (std::is_same_v<T, std::array<int, 2>>) {
         return gl::cat(v[0], ",", v[1]);
+    } else if constexpr (std::is_same_v<T, std::array<double, 2>>) {
+        return py_float(v[0]) + "," + py_float(v[1]);
     } else if constexpr (std::is_same_v<T, WarmupSteps>) {
         return v.ratio ? py_float(v.value) : std::to_string(int64_t(v.value));
     } else if constexpr (std::is_same_v<T, gl::Backend>) {
@@ -237,6 +260,7 @@ template <class T>
 std::string python(const T& v) {
     if constexpr (Optional<T>::value) return v ? python(*v) : "None";
     else if constexpr (std::is_same_v<T, bool>) return v ? "True" : "False";
+    else if constexpr (std::is_same_v<T, std::array<double, 2>>) return "(" + py_float(v[0]) + ", " + py_float(v[1]) + ")";
     else return show(v);
 }
 
@@ -253,6 +277,8 @@ std::optional<data::ConfigValue> dataset_value(const T& v) {
         return data::ConfigValue(double(v));
     } else if constexpr (std::is_same_v<T, std::array<int, 2>>) {
         return data::ConfigValue(std::array<int64_t, 2>{v[0], v[1]});
+    } else if constexpr (std::is_same_v<T, std::array<double, 2>>) {
+        return data::ConfigValue(v);
     } else {
         return std::nullopt;
     }
