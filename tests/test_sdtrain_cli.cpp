@@ -224,6 +224,7 @@ TEST_CASE("sdtrain console: plan and messages as lines, the progress line redraw
 }
 
 #ifdef GL_SDTRAIN_BIN
+#include "sdtrain_child.h"
 TEST_CASE("sdtrain binary: trains the tiny model from a kohya config file") {
     Scratch s("bin");
     const fs::path model = make_tiny_model(s.root), data = make_dataset(s.root), out = s.root / "out";
@@ -253,44 +254,7 @@ TEST_CASE("sdtrain binary: trains the tiny model from a kohya config file") {
 
 namespace {
 
-// The binary training the tiny model in the background, its output in a log file.
-struct Child {
-    pid_t pid = -1;
-    fs::path log;
-
-    Child(const std::vector<std::string>& args, const fs::path& log_file) : log(log_file) {
-        std::vector<std::string> all{GL_SDTRAIN_BIN};
-        all.insert(all.end(), args.begin(), args.end());
-        std::vector<char*> argv;
-        for (std::string& a : all) argv.push_back(a.data());
-        argv.push_back(nullptr);
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        posix_spawn_file_actions_adddup2(&fa, 1, 2);
-        REQUIRE(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) == 0);
-        posix_spawn_file_actions_destroy(&fa);
-    }
-    ~Child() {
-        if (pid > 0) {  // a test that failed midway: leave no process behind
-            ::kill(pid, SIGKILL);
-            ::waitpid(pid, nullptr, 0);
-        }
-    }
-    // The wait status, or nullopt after `seconds` (the child is then killed).
-    std::optional<int> wait(double seconds) {
-        const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-        int status = 0;
-        while (std::chrono::steady_clock::now() < end) {
-            if (::waitpid(pid, &status, WNOHANG) == pid) {
-                pid = -1;
-                return status;
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        return std::nullopt;
-    }
-};
+using Child = gltest::SdtrainChild;  // tests/sdtrain_child.h
 
 // Step records in a metrics file (0 while it does not exist).
 int64_t steps_recorded(const fs::path& metrics) {

@@ -225,44 +225,10 @@ TEST_CASE("loader: 3 ranks x batch 2 take disjoint slices of 1 process x batch 6
 }
 
 #ifdef GL_SDTRAIN_BIN
+#include "sdtrain_child.h"
 namespace {
 
-struct Run {
-    pid_t pid = -1;
-    fs::path log;
-    Run(const std::vector<std::string>& args, const fs::path& log_file) : log(log_file) {
-        std::vector<std::string> all{GL_SDTRAIN_BIN};
-        all.insert(all.end(), args.begin(), args.end());
-        std::vector<char*> argv;
-        for (std::string& a : all) argv.push_back(a.data());
-        argv.push_back(nullptr);
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        posix_spawn_file_actions_adddup2(&fa, 1, 2);
-        REQUIRE(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) == 0);
-        posix_spawn_file_actions_destroy(&fa);
-    }
-    ~Run() {
-        if (pid > 0) {  // a failed test: leave no process behind (the ranks end with their supervisor)
-            ::kill(pid, SIGKILL);
-            ::waitpid(pid, nullptr, 0);
-        }
-    }
-    std::optional<int> wait(double seconds) {
-        const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-        int status = 0;
-        while (std::chrono::steady_clock::now() < end) {
-            if (::waitpid(pid, &status, WNOHANG) == pid) {
-                pid = -1;
-                return status;
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        return std::nullopt;
-    }
-    std::string text() const { return gltest::slurp(log); }
-};
+using Run = gltest::SdtrainChild;  // tests/sdtrain_child.h
 
 std::vector<std::string> tiny_args(const fs::path& model, const fs::path& data, const fs::path& out, int batch,
                                    int steps) {
