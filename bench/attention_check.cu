@@ -1,7 +1,7 @@
 // Standalone correctness + speed check of the CUDA attention kernels (ggml-lite/cuda/attention_*.cuh)
 // against a naive fp64 reference kernel (one thread per row, two-pass softmax).
 // Build (device machine):
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I. bench/attention_check.cu -o attention_check
+//   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I. bench/attention_check.cu -o attention_check
 // Prints one line per correctness case (normalised max error of o, lse, dq, dk, dv; bitwise determinism
 // of the backward) and one line per timed SD1.5 shape (TFLOP/s counted as 4*B*H*L*S*d forward,
 // 2.5x that backward, 3.5x fwd+bwd, the TARGETS.md convention), then a sweep of tile variants.

@@ -346,6 +346,58 @@ static void perf(bool sweep) {
     }
 }
 
+
+// The second pair (GemmArgs::A2, B2, K2) through the TMA kernels: C = A B + A2 B2 (+bias +residual)
+// against cuBLAS's two products (the second taking the first as its residual: rounded twice, within
+// the bf16 tolerance), and its speed against our two launches (base, then up with the base as residual).
+static void pair_check(bool perf) {
+    if (!tma_usable()) return;
+    std::printf("== second operand pair (LoRA up joined to its base) ==\n");
+    struct Shape { int64_t M, N, K, K2; bool tb, bias, res; const char* what; };
+    const Shape shapes[] = {
+        {1003, 328, 136, 16, true, true, true, "ragged, K-major B"},
+        {1003, 320, 136, 8, false, false, true, "ragged, N-major B"},
+        {517, 2560, 320, 32, true, true, false, "ragged GEGLU-like"},
+        {32768, 320, 320, 16, true, true, true, "LoRA fwd 320->320 +bias +res"},
+        {32768, 2560, 320, 16, true, true, false, "LoRA fwd 320->2560 +bias"},
+        {32768, 320, 320, 16, false, false, true, "LoRA dX 320->320 +res"},
+        {8192, 640, 640, 16, true, true, true, "LoRA fwd 640->640 +bias +res"},
+        {2048, 1280, 1280, 16, false, false, true, "LoRA dX 1280->1280 +res"},
+    };
+    for (const Shape& s : shapes) {
+        Problem p(DType::bf16, s.M, s.N, s.K, false, s.tb, 1, false, s.bias, s.res);
+        const int64_t n2a = s.M * s.K2, n2b = s.N * s.K2;
+        Buf A2(size_t(n2a) * 2), B2(size_t(n2b) * 2), R1(p.C->bytes);
+        fill(A2.p, DType::bf16, n2a, 11);
+        fill(B2.p, DType::bf16, n2b, 12);
+        // reference: R1 = A B (+bias +res) by cuBLAS, then R = A2 B2 + R1
+        GemmArgs r1 = p.a;
+        r1.C = R1.p;
+        launch_cublas(r1, 0);
+        GemmArgs r2{};
+        r2.dtype = DType::bf16, r2.M = s.M, r2.N = s.N, r2.K = s.K2, r2.batch = 1, r2.ta = false, r2.tb = s.tb;
+        r2.A = A2.p, r2.lda = s.K2, r2.B = B2.p, r2.ldb = s.tb ? s.K2 : s.N, r2.C = p.R->p, r2.ldc = s.N;
+        r2.epi.residual = R1.p, r2.epi.ldr = s.N;
+        launch_cublas(r2, 0);
+        GemmArgs a = p.a;
+        a.A2 = A2.p, a.lda2 = s.K2, a.B2 = B2.p, a.ldb2 = s.tb ? s.K2 : s.N, a.K2 = s.K2;
+        for (const CfgEntry& c : all_cfgs(true)) {
+            if (std::strncmp(c.name, "tma", 3) != 0 || (c.k_major_b_only && !s.tb)) continue;
+            p.poison();
+            c.run(a);
+            p.check((std::string("pair ") + c.name + " " + s.what).c_str());
+            if (!perf || s.M < 2048) continue;
+            // ours as two launches: base into R1 (its bias / residual), then the up product with R1 as residual
+            GemmArgs up = r2;
+            up.C = p.C->p;
+            const double t1 = time_ms([&] { c.run(a); });
+            const double t2 = time_ms([&] { c.run(r1); c.run(up); });
+            std::printf("PAIR %-30s %-6s %5lldx%-5lldx%lld+%lld one kernel %.1f us, two launches %.1f us (%.2fx)\n", s.what, c.name,
+                        (long long)s.M, (long long)s.N, (long long)s.K, (long long)s.K2, t1 * 1e3, t2 * 1e3, t2 / t1);
+        }
+    }
+}
+
 int main(int argc, char** argv) {
     bool do_perf = true, sweep = true;
     for (int i = 1; i < argc; i++) {
@@ -359,6 +411,7 @@ int main(int argc, char** argv) {
         std::printf("device: %s, %d SMs, cc %d.%d, wgmma path %s\n", prop.name, prop.multiProcessorCount, prop.major,
                     prop.minor, wgmma_usable() ? "usable" : "NOT usable");
         correctness();
+        pair_check(do_perf);
         if (do_perf) perf(sweep);
     } catch (const std::exception& e) {
         std::printf("ERROR: %s\n", e.what());

@@ -37,6 +37,13 @@ struct GemmArgs {
     void* C = nullptr;
     int64_t ldc = 0, sC = 0;
     Epilogue epi;
+    // A second pair (K2 > 0): C = A B + A2 B2 (+ epilogue), A2 / B2 laid out as A / B (ta, tb) with
+    // K2 for K.
+    const void* A2 = nullptr;
+    int64_t lda2 = 0, sA2 = 0;
+    const void* B2 = nullptr;
+    int64_t ldb2 = 0, sB2 = 0;
+    int64_t K2 = 0;
 };
 
 }  // namespace gl::gemm

@@ -15,6 +15,8 @@
 //   once; without a residual store_staged), so a tile's epilogue overlaps the next tile's loads.
 //   Tried and withdrawn: ping-pong consumers (a 64-row tile each, a ring per consumer), slower
 //   on every SD shape (bench/RESULTS.md).
+//   A second pair of operands (GemmArgs::A2, B2, K2: out = A B + A2 B2, one rounding) is read as
+//   more k-tiles through maps of its own: LoRA's up projection joined to its base product.
 // Needs the 16-byte path's alignment (vec_ok), K > 0 and no split-K; the M, N and K edges are the
 // TMA's zero fill. The body exists only in sm_90a code (wgmma_usable() decides), and the maps need
 // the driver's cuTensorMapEncodeTiled (tma_usable()).
@@ -42,7 +44,9 @@ struct TmaCfg {
 struct TmaParams {
     MmaParams p;  // shapes, C and the epilogue (A and B come through the tensor maps)
     int tiles_m, tiles_n, tiles;
-    int a_batched, b_batched;  // whether A / B have a batch coordinate (a stride of 0 shares one)
+    int a_batched, b_batched;    // whether A / B have a batch coordinate (a stride of 0 shares one)
+    int ktiles2;                 // k-tiles of the second pair (A2, B2: GemmArgs::K2), 0 without one
+    int a2_batched, b2_batched;
 };
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -120,7 +124,7 @@ __device__ __forceinline__ void store_rows64(const float* stage, int lds, int gm
 template <class T, int BN, int STAGES, bool A_MN, bool B_MN>
 __global__ void __launch_bounds__(384, 1)
     tma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                    TmaParams tp) {
+                    const __grid_constant__ CUtensorMap map_a2, const __grid_constant__ CUtensorMap map_b2, TmaParams tp) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Cfg = TmaCfg<BN, STAGES>;
     constexpr int BM = Cfg::BM, BK = Cfg::BK, ATOM = BK * 128;  // bytes of one 64-wide MN atom (64 k rows of 128 B)
@@ -131,7 +135,7 @@ __global__ void __launch_bounds__(384, 1)
     const uint32_t full0 = sbase + Cfg::RING + 2 * Cfg::EPI_BYTES, empty0 = full0 + STAGES * 8;
     const MmaParams& p = tp.p;
     const int tid = threadIdx.x, wg = tid >> 7;
-    const int ktiles = (p.K + BK - 1) / BK;
+    const int ktiles1 = (p.K + BK - 1) / BK, ktiles = ktiles1 + tp.ktiles2;  // the pairs' k-tiles, one run
     const int per_batch = tp.tiles_m * tp.tiles_n;
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) {
@@ -149,23 +153,27 @@ __global__ void __launch_bounds__(384, 1)
         for (int tile = blockIdx.x; tile < tp.tiles; tile += gridDim.x) {
             const int bz = tile / per_batch, rem = tile % per_batch;
             const int m0 = (rem / tp.tiles_n) * BM, n0 = (rem % tp.tiles_n) * BN;
-            const int za = tp.a_batched ? bz : 0, zb = tp.b_batched ? bz : 0;
             for (int kt = 0; kt < ktiles; kt++) {
                 mbar_wait(empty0 + 8 * slot, phase ^ 1);
                 const uint32_t full = full0 + 8 * slot, sa = sbase + slot * Cfg::STAGE_BYTES, sb = sa + Cfg::A_BYTES;
-                mbar_expect_tx(full, Cfg::STAGE_BYTES);
-                const int k0 = kt * BK;
+                mbar_expect_tx(full, Cfg::STAGE_BYTES);  // a box past its matrix still delivers all its bytes (zeros)
+                const bool second = kt >= ktiles1;
+                const CUtensorMap* ma = second ? &map_a2 : &map_a;
+                const CUtensorMap* mb = second ? &map_b2 : &map_b;
+                const int za = (second ? tp.a2_batched : tp.a_batched) ? bz : 0;
+                const int zb = (second ? tp.b2_batched : tp.b_batched) ? bz : 0;
+                const int k0 = (second ? kt - ktiles1 : kt) * BK;
                 if constexpr (!A_MN) {
-                    tma_load_3d(sa, &map_a, full, k0, m0, za);
+                    tma_load_3d(sa, ma, full, k0, m0, za);
                 } else {
 #pragma unroll
-                    for (int j = 0; j < BM / 64; j++) tma_load_3d(sa + j * ATOM, &map_a, full, m0 + 64 * j, k0, za);
+                    for (int j = 0; j < BM / 64; j++) tma_load_3d(sa + j * ATOM, ma, full, m0 + 64 * j, k0, za);
                 }
                 if constexpr (!B_MN) {
-                    tma_load_3d(sb, &map_b, full, k0, n0, zb);
+                    tma_load_3d(sb, mb, full, k0, n0, zb);
                 } else {
 #pragma unroll
-                    for (int j = 0; j < BN / 64; j++) tma_load_3d(sb + j * ATOM, &map_b, full, n0 + 64 * j, k0, zb);
+                    for (int j = 0; j < BN / 64; j++) tma_load_3d(sb + j * ATOM, mb, full, n0 + 64 * j, k0, zb);
                 }
                 if (++slot == STAGES) slot = 0, phase ^= 1;
             }
@@ -290,8 +298,19 @@ void launch_tma(const GemmArgs& a, cudaStream_t s) {
                                                   Cfg::BM);
     const CUtensorMap mb = B_MN ? make_tensor_map(a.B, a.dtype, a.N, a.K, a.ldb, a.batch, tp.b_batched ? a.sB : 0, 64, 64)
                                 : make_tensor_map(a.B, a.dtype, a.K, a.N, a.ldb, a.batch, tp.b_batched ? a.sB : 0, 64, BN);
+    // The second pair (A2 B2 over K2, same layouts), read after the first pair's k-tiles.
+    CUtensorMap ma2 = ma, mb2 = mb;
+    if (a.K2 > 0) {
+        tp.ktiles2 = int(ceil_div(a.K2, int64_t(Cfg::BK)));
+        tp.a2_batched = a.sA2 != 0 && a.batch > 1;
+        tp.b2_batched = a.sB2 != 0 && a.batch > 1;
+        ma2 = A_MN ? make_tensor_map(a.A2, a.dtype, a.M, a.K2, a.lda2, a.batch, tp.a2_batched ? a.sA2 : 0, 64, 64)
+                   : make_tensor_map(a.A2, a.dtype, a.K2, a.M, a.lda2, a.batch, tp.a2_batched ? a.sA2 : 0, 64, Cfg::BM);
+        mb2 = B_MN ? make_tensor_map(a.B2, a.dtype, a.N, a.K2, a.ldb2, a.batch, tp.b2_batched ? a.sB2 : 0, 64, 64)
+                   : make_tensor_map(a.B2, a.dtype, a.K2, a.N, a.ldb2, a.batch, tp.b2_batched ? a.sB2 : 0, 64, BN);
+    }
     const int grid = int(std::min<int64_t>(tiles, device_info().sms));
-    kern<<<grid, Cfg::kThreads, Cfg::smem_bytes, s>>>(ma, mb, tp);
+    kern<<<grid, Cfg::kThreads, Cfg::smem_bytes, s>>>(ma, mb, ma2, mb2, tp);
     GL_CUDA_LAUNCHED();
 }
 
