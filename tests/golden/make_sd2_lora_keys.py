@@ -6,7 +6,8 @@ UNet2DConditionModel with SD2's settings (attention_head_dim [5, 10, 20, 20], co
 projections, as train_util builds it from a diffusers SD2 folder) and transformers' CLIPTextModel
 as model_util's v2 converter configures it (width 1024, 16 heads, 23 layers, gelu).
 
-Run with the golden venv, an sd-scripts checkout and a LyCORIS checkout:
+Run with the golden venv (kohya's original_unet needs einops), an sd-scripts checkout and a LyCORIS
+checkout (made with sd-scripts 48d368f and LyCORIS 3.2.0.post2, the checkouts of lycoris_kohya_files.py):
   ~/venv-golden/bin/python tests/golden/make_sd2_lora_keys.py --sd-scripts /work/ref/sd-scripts \
       --lycoris /work/ref/LyCORIS
 Writes tests/golden/data/sd2/lora_keys.json:
@@ -74,6 +75,15 @@ def build(module, te, unet, dim, alpha, args, train_te):
     return net, shapes
 
 
+def lycoris_version(root):
+    """setup.py's version string (the checkout's own record)."""
+    with open(os.path.join(root, "setup.py")) as f:
+        for line in f:
+            if line.strip().startswith("version="):
+                return line.split("=", 1)[1].strip().strip(",").strip('"')
+    return "unknown"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sd-scripts", default="/work/ref/sd-scripts")
@@ -114,7 +124,7 @@ def main():
            "note": "modules: [lora name, base weight shape]; configs list indices into it; by_weight_shape "
                    "is keyed by the base weight shape as JSON and maps each key suffix to its shape",
            "sd_scripts": os.path.abspath(args.sd_scripts), "lycoris": os.path.abspath(args.lycoris),
-           "torch": torch.__version__}
+           "lycoris_version": lycoris_version(args.lycoris), "torch": torch.__version__}
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w") as f:
         json.dump(out, f, indent=None, separators=(",", ":"), sort_keys=True)
