@@ -578,7 +578,7 @@ TEST_CASE("sd2 loaders: ComfyUI takes every tensor of an SD2.x file and patches 
     }
 }
 
-TEST_CASE("sd2 loaders: stable-diffusion.cpp applies kohya's UNet tensors; its SD2.x single file leaves the text encoder's q/k/v") {
+TEST_CASE("sd2 loaders: stable-diffusion.cpp applies kohya's UNet tensors, its SD2.x single file leaves the text encoder's q/k/v") {
     gltest::TempDir tmp;
     for (const Case& c : kCases) {
         CAPTURE(c.name);
