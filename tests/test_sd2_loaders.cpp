@@ -22,6 +22,9 @@
 //   tensor's name (".weight.lora_up", ".weight.hada_w1_a", ...) never has, so the modules LyCORIS's
 //   full preset puts there are unused. kohya's own files have the same keys (the golden), so
 //   these are the loader's, not ours.
+// The SD2.x model the loaders patch is ours (LDM names from sd::unet_key_original, checked against
+// diffusers' converter in test_sd2.cpp); on the golden tiny SD2.x checkpoint (diffusers' LDM file,
+// OpenCLIP's tower) the same loaders land on the checkpoint's own tensor names and sizes.
 #include <optional>
 #include <set>
 
