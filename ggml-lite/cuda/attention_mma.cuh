@@ -14,6 +14,11 @@
 //   dq_kernel:   one CTA per query block, loops over key blocks: dQ += dS K in registers.
 // dQ is a second pass rather than fp32 atomics: every output element is summed by one thread in a
 // fixed order, so results are bitwise deterministic (cost: S and dP are computed twice in backward).
+// Tried and withdrawn (bench/RESULTS.md, session 13): a single pass whose key-block CTAs also make
+// dS K, staged through smem and joined into f32 dQ sums in a counter-ordered rotation (TMA bulk
+// reduce-add, release one step later). Correct and deterministic, but at 245 registers and one CTA
+// per SM it took 3.50 ms at d=40 L=4096 B8 H8 against the two passes' 2.71, and 2.94 ms even with
+// the ordering switched off: the extra MMA, staging and barriers cost more than the dQ pass.
 // Query splits of dkdv (used when there are too few key blocks to fill the GPU, e.g. cross-attention
 // to 77 keys) write fp32 partials that a separate pass sums in split order.
 #pragma once
