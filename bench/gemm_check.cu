@@ -180,6 +180,7 @@ static const char* kname(GemmKernel k) {
         case GemmKernel::tma128: return "tma128";
         case GemmKernel::tma160: return "tma160";
         case GemmKernel::tma64: return "tma64";
+        case GemmKernel::skinny: return "skinny";
         case GemmKernel::ffma_f32: return "ffma";
         default: return "cublas";
     }
@@ -267,6 +268,15 @@ static void correctness() {
         run_auto(q, "split-K (LoRA grad shape) +bias");
         Problem r(DType::f16, 77, 320, 4096, false, true, 2, false, true, true);
         run_auto(r, "split-K batched +bias +res");
+        // the tall-skinny kernel: dA / dB shapes, ragged K, a narrow side of 8, residual, f16
+        Problem s1(DType::bf16, 16, 320, 32768, true, false, 1, false, false, true);
+        run_auto(s1, "skinny dA 16x320 +residual");
+        Problem s2(DType::bf16, 320, 16, 32768, true, false, 1, false, true, true);
+        run_auto(s2, "skinny dB 320x16 +bias +residual");
+        Problem s3(DType::bf16, 1280, 8, 5000, true, false);
+        run_auto(s3, "skinny 1280x8, ragged K");
+        Problem s4(DType::f16, 16, 2568, 4100, true, false);
+        run_auto(s4, "skinny f16 16x2568, ragged K and W");
         Problem z(DType::bf16, 64, 72, 0, true, false, 1, false, true);
         run_auto(z, "K = 0 (bias only)");
         Problem y(DType::bf16, 616, 320, 768, false, true, 1, false, true);
@@ -317,6 +327,8 @@ static void perf(bool sweep) {
         {32768, 320, 320, false, false, "dX of 320->320 +residual", true},
         {16, 320, 32768, true, false, "LoRA dA = dh^T x"},
         {320, 16, 32768, true, false, "LoRA dB = du^T h"},
+        {16, 640, 8192, true, false, "LoRA dA 640-wide over 8192 rows"},
+        {1280, 16, 2048, true, false, "LoRA dB 1280-wide over 2048 rows"},
     };
     Buf ws(size_t(256) << 20);
     for (const Shape& s : shapes) {

@@ -18,7 +18,8 @@
 //   registers on their way to smem, or the FFMA kernel for f32; never wgmma nor cuBLAS. B's 8-byte
 //   chunks need K (tb) or N (else) and ldb to be multiples of 8 and an 8-byte aligned B.
 // Few output tiles and a long K: split-K with fp32 partials in the caller's workspace, summed in
-//   a fixed order (deterministic: no atomics anywhere).
+//   a fixed order (deterministic: no atomics anywhere). A^T B with a side of at most 16 and a long K
+//   (LoRA's weight gradients): the tall-skinny kernel (gemm_skinny.cuh), partials in the workspace too.
 // GL_GEMM=cublas routes everything to cuBLAS (comparison; f32 uses CUBLAS_COMPUTE_32F).
 #pragma once
 #include <cublas_v2.h>
@@ -37,6 +38,7 @@
 #include "ggml-lite/cuda/gemm_args.cuh"
 #include "ggml-lite/cuda/gemm_kernels.cuh"
 #include "ggml-lite/cuda/gemm_sm90.cuh"
+#include "ggml-lite/cuda/gemm_skinny.cuh"
 #include "ggml-lite/cuda/gemm_tma.cuh"
 
 namespace gl::gemm {
@@ -55,7 +57,7 @@ constexpr int kWg64Stages = 4, kWg128Stages = 3, kWg160Stages = 3;
 // The TMA kernel's rings (one block per SM; each fills most of the 227 KB with its epilogue rows).
 constexpr int kTma64Stages = 6, kTma128Stages = 4, kTma160Stages = 3;
 
-enum class GemmKernel { mma_wide, mma_k64, mma_w4, mma_small, wg128, wg160, wg64, tma128, tma160, tma64, ffma_f32, cublas };
+enum class GemmKernel { mma_wide, mma_k64, mma_w4, mma_small, wg128, wg160, wg64, tma128, tma160, tma64, skinny, ffma_f32, cublas };
 
 inline bool is_tma(GemmKernel k) { return k == GemmKernel::tma128 || k == GemmKernel::tma160 || k == GemmKernel::tma64; }
 
@@ -87,12 +89,15 @@ inline double predict(int64_t M, int64_t N, int64_t batch, int sms, int bm, int 
 template <class Cfg>
 constexpr int mma_smem(bool ta, bool tb) { return Cfg::smem_bytes(ta, tb); }
 
-inline GemmPlan plan_gemm(const GemmArgs& a, bool vec) {
+// skinny: whether the tall-skinny weight-gradient kernel may be taken (gemm() asks again without
+// it when the workspace cannot hold its partials).
+inline GemmPlan plan_gemm(const GemmArgs& a, bool vec, bool skinny = true) {
     const bool quant = a.b_quant;
     if (use_cublas() && !quant) return {GemmKernel::cublas, 1};
     if (a.dtype == DType::f32) return {GemmKernel::ffma_f32, 1};
     const int64_t M = a.M, N = a.N, K = a.K, batch = a.batch;
     const DeviceInfo dev = device_info();
+    if (const int sp = skinny ? skinny_splits(a, vec, dev.sms) : 0; sp > 0) return {GemmKernel::skinny, sp};
     struct Cand {
         GemmKernel k;
         int bm, bn, per_sm;
@@ -205,6 +210,7 @@ void launch_tc(GemmKernel k, bool vec, const GemmArgs& a, int splits, float* par
         case GemmKernel::tma128: return launch_tma_layout<T, 128, kTma128Stages>(a, s);
         case GemmKernel::tma160: return launch_tma_layout<T, 160, kTma160Stages>(a, s);
         case GemmKernel::tma64: return launch_tma_layout<T, 64, kTma64Stages>(a, s);
+        case GemmKernel::skinny: return launch_skinny<T>(a, splits, partial, s);
         case GemmKernel::mma_wide: return launch_mma_layout<T, CfgWide, true>(a, splits, partial, s);
         case GemmKernel::mma_k64: return launch_mma_layout<T, CfgK64, true>(a, splits, partial, s);
         case GemmKernel::mma_w4: return launch_mma_layout<T, CfgW4, true>(a, splits, partial, s);
@@ -272,6 +278,8 @@ inline void gemm(const GemmArgs& a, void* ws, size_t ws_bytes, cudaStream_t s) {
     GemmPlan pl = plan_gemm(a, vec);
     if (pl.kernel == GemmKernel::cublas) return launch_cublas(a, s);
     if (pl.kernel == GemmKernel::ffma_f32) return launch_ffma(a, s);
+    const size_t part_bytes = size_t(pl.splits) * size_t(a.batch * a.M * a.N) * sizeof(float);
+    if (pl.kernel == GemmKernel::skinny && (!ws || ws_bytes < part_bytes)) pl = plan_gemm(a, vec, false);
     if (pl.splits > 1 && (!ws || ws_bytes < size_t(pl.splits) * size_t(a.batch * a.M * a.N) * sizeof(float)))
         pl.splits = 1;
     float* part = static_cast<float*>(ws);
