@@ -6,13 +6,16 @@
 #  2. the GPU suite, then gemm_check's correctness and speed table (no per-tile sweep);
 #  3. bench_step's table (batch 1 / 8, recompute none / blocks) and a batch-8 per-node profile;
 #  4. the one-GPU data-parallel check: sdtrain on the demo assets, 2 ranks x batch 4 over the tcp
-#     communicator (both ranks on GPU 0) against 1 process x batch 8, the two LoRAs compared.
+#     communicator (both ranks on GPU 0) against 1 process x batch 8, the two LoRAs compared;
+#  5. with TXT2IMG=1, bench_txt2img's 512² figure on the full-size random-weight model.
 # Logs go to $OUT; the summary lines to stdout.
 set -uo pipefail
 source bench/round_common.sh >/dev/null 2>&1 || { echo "round_common.sh failed"; exit 1; }
 export LD_LIBRARY_PATH="/usr/local/cuda/lib:/usr/local/cuda/lib64:$LD_LIBRARY_PATH"
 configure_gpu_build >"$OUT/cfg.log" 2>&1 || { tail -20 "$OUT/cfg.log"; exit 1; }
-(ninja -C build-gpu -j14 gl-gpu-tests bench_step gl-sdtrain gl-make-demo >"$OUT/build.log" 2>&1
+extra_targets=""
+[ "${TXT2IMG:-0}" = 1 ] && extra_targets="bench_txt2img"
+(ninja -C build-gpu -j14 gl-gpu-tests bench_step gl-sdtrain gl-make-demo $extra_targets >"$OUT/build.log" 2>&1
  echo "ninja rc=$?" >>"$OUT/build.log") &
 nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I. bench/gemm_check.cu -lcublas -o /tmp/gemm_check \
   >"$OUT/gc_build.log" 2>&1 || tail -20 "$OUT/gc_build.log"
@@ -58,4 +61,14 @@ worst = max((float((a[k].double() - b[k].double()).abs().max() / (b[k].double().
             for k in b if k in a and b[k].is_floating_point())
 print(f"dp compare: {len(b)} tensors, same keys {set(a) == set(b)}, worst max|diff|/max|w| {worst[0]:.3e} ({worst[1]})")
 EOF
+stamp "dp checked"
+
+# 5. (TXT2IMG=1) txt2img speed, ours only: the full-size random-weight SD1.5 made by
+#    tests/golden/make_fullsize.py, 512², 20 Euler steps, CFG 7.5, VAE decode included.
+if [ "${TXT2IMG:-0}" = 1 ]; then
+  python3 tests/golden/make_fullsize.py --out "$MODEL_DIR" >"$OUT/make_fullsize.log" 2>&1 || tail -5 "$OUT/make_fullsize.log"
+  timeout 150 ./build-gpu/bench_txt2img "$MODEL_DIR/diffusers" --size 512 --steps 20 --cfg 7.5 --sampler euler --batch 1 \
+    --runs 5 >"$OUT/txt2img.jsonl" 2>"$OUT/txt2img.log"
+  echo "txt2img rc=$?"; cat "$OUT/txt2img.jsonl"; tail -3 "$OUT/txt2img.log"
+fi
 stamp done
