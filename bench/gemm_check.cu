@@ -375,7 +375,9 @@ static void pair_check(bool perf) {
         {32768, 320, 320, 16, false, false, true, "LoRA dX 320->320 +res"},
         {8192, 640, 640, 16, true, true, true, "LoRA fwd 640->640 +bias +res"},
         {2048, 1280, 1280, 16, false, false, true, "LoRA dX 1280->1280 +res"},
+        {1003, 328, 136, 4, true, true, true, "K2 = 4 (two products)"},
     };
+    Buf ws(size_t(64) << 20);
     for (const Shape& s : shapes) {
         Problem p(DType::bf16, s.M, s.N, s.K, false, s.tb, 1, false, s.bias, s.res);
         const int64_t n2a = s.M * s.K2, n2b = s.N * s.K2;
@@ -393,6 +395,10 @@ static void pair_check(bool perf) {
         launch_cublas(r2, 0);
         GemmArgs a = p.a;
         a.A2 = A2.p, a.lda2 = s.K2, a.B2 = B2.p, a.ldb2 = s.tb ? s.K2 : s.N, a.K2 = s.K2;
+        p.poison();
+        gl::gemm::gemm(a, ws.p, ws.bytes, 0);
+        p.check((std::string("pair auto (") + (pair_in_one(a) ? "one kernel) " : "two products) ") + s.what).c_str());
+        if (!vec_ok(a)) continue;
         for (const CfgEntry& c : all_cfgs(true)) {
             if (std::strncmp(c.name, "tma", 3) != 0 || (c.k_major_b_only && !s.tb)) continue;
             p.poison();

@@ -123,14 +123,15 @@ inline GemmPlan plan_gemm(const GemmArgs& a, bool vec, bool skinny = true) {
         {GemmKernel::mma_small, 64, 64, 4, 0.60, !wg},
     };
     // Too few tiles for one per SM and a long K: split K (which the TMA kernel does not).
-    auto splits_k = [&](const Cand& c) { return tiles_of(M, N, batch, c.bm, c.bn) < dev.sms && K >= 1024; };
+    auto splits_k = [&](const Cand& c) { return tiles_of(M, N, batch, c.bm, c.bn) < dev.sms && K + a.K2 >= 1024; };
     const Cand* best = nullptr;
     double best_t = 0;
     for (const Cand& c : cands) {
-        if (!c.ok || (is_tma(c.k) && splits_k(c))) continue;
+        if (!c.ok || (is_tma(c.k) && splits_k(c)) || (a.K2 > 0 && !is_tma(c.k))) continue;
         const double t = predict(M, N, batch, dev.sms, c.bm, c.bn, c.per_sm, c.eff);
         if (!best || t < best_t) best = &c, best_t = t;
     }
+    if (!best) return {GemmKernel::mma_small, 1};  // a pair the TMA kernel cannot take: gemm() runs two products
     GemmPlan pl{best->k, 1};
     // The split: the blocks fill about one full wave, each split keeping >= 512 of K.
     const int64_t tiles = tiles_of(M, N, batch, best->bm, best->bn), slots = int64_t(dev.sms) * best->per_sm;
@@ -153,13 +154,45 @@ inline bool vec_ok(const GemmArgs& a) {
     ok = ok && aligned16(a.A) && aligned16(a.C);
     ok = ok && (a.b_quant ? (reinterpret_cast<uintptr_t>(a.B) & 7) == 0 : aligned16(a.B));  // codes: 8-byte chunks
     if (a.epi.residual) ok = ok && aligned16(a.epi.residual) && a.epi.ldr % 8 == 0 && a.epi.sr % 8 == 0;
+    if (a.K2 > 0) {  // the second pair, laid out as the first
+        const int64_t lead_a2 = a.ta ? a.M : a.K2, lead_b2 = a.tb ? a.K2 : a.N;
+        ok = ok && lead_a2 % 8 == 0 && lead_b2 % 8 == 0 && a.lda2 % 8 == 0 && a.ldb2 % 8 == 0 && a.sA2 % 8 == 0 &&
+             a.sB2 % 8 == 0 && aligned16(a.A2) && aligned16(a.B2);
+    }
     return ok;
+}
+
+// A second pair (K2 > 0) that the TMA kernel does not take runs as two products: C = alpha A B
+// (+ bias + residual), then C = alpha A2 B2 + C.
+inline GemmArgs first_of_pair(const GemmArgs& a) {
+    GemmArgs f = a;
+    f.A2 = f.B2 = nullptr;
+    f.K2 = f.lda2 = f.ldb2 = f.sA2 = f.sB2 = 0;
+    return f;
+}
+inline GemmArgs second_of_pair(const GemmArgs& a) {
+    GemmArgs t = first_of_pair(a);
+    t.A = a.A2, t.lda = a.lda2, t.sA = a.sA2;
+    t.B = a.B2, t.ldb = a.ldb2, t.sB = a.sB2;
+    t.K = a.K2;
+    t.epi.bias = nullptr;
+    t.epi.residual = a.C, t.epi.ldr = a.ldc, t.epi.sr = a.sC;
+    return t;
+}
+// Whether the TMA kernel takes the pair in one launch (the same answer for the workspace and gemm()).
+inline bool pair_in_one(const GemmArgs& a) {
+    return a.K2 > 0 && a.dtype != DType::f32 && vec_ok(a) && is_tma(plan_gemm(a, true).kernel);
 }
 
 // Workspace (bytes) gemm() may use for this problem (split-K partials). Pointers may be unset:
 // a runtime sizes its workspace before any exist.
 inline size_t gemm_workspace_bytes(const GemmArgs& a) {
     if (a.M == 0 || a.N == 0 || a.batch == 0) return 0;
+    if (a.K2 > 0) {
+        if (pair_in_one(a)) return 0;
+        const size_t w1 = gemm_workspace_bytes(first_of_pair(a)), w2 = gemm_workspace_bytes(second_of_pair(a));
+        return w1 > w2 ? w1 : w2;
+    }
     GemmPlan pl = plan_gemm(a, a.dtype != DType::f32 && vec_ok(a));
     return pl.splits > 1 ? size_t(pl.splits) * size_t(a.batch * a.M * a.N) * sizeof(float) : 0;
 }
@@ -274,6 +307,11 @@ inline void gemm(const GemmArgs& a, void* ws, size_t ws_bytes, cudaStream_t s) {
              "gemm: a quantized B needs its scales, i8 or f8e4m3 codes, a row-major A and one B for every batch");
     GL_CHECK(a.b_quant || !a.b_scale, "gemm: row scales for a B that is not quantized");
     if (a.M == 0 || a.N == 0 || a.batch == 0) return;
+    if (a.K2 > 0 && !pair_in_one(a)) {
+        gemm(first_of_pair(a), ws, ws_bytes, s);
+        gemm(second_of_pair(a), ws, ws_bytes, s);
+        return;
+    }
     const bool vec = a.dtype != DType::f32 && vec_ok(a);
     GemmPlan pl = plan_gemm(a, vec);
     if (pl.kernel == GemmKernel::cublas) return launch_cublas(a, s);
