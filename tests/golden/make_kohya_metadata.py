@@ -15,7 +15,11 @@ Run with the golden venv and an sd-scripts checkout:
    from `metadata = {` to `metadata = {k: str(v) ...}` taken from train_network.py's source and run
    with the values train() would have at that point; then save_model's three per-save keys and
    get_sai_model_spec's modelspec.* keys. Run-specific values (session id, times, the two commit
-   keys) are written as kohya makes them and excluded by name in the test. The folder cases have one
+   keys) are written as kohya makes them and excluded by name in the test. The finetune_* cases
+   are kohya's fine-tuning metadata (--in_json, metadata_file): config_util builds its
+   FineTuningDataset (with the SD latent caching strategy train() sets first), and the case also
+   keeps each fine-tuning image as kohya lists it (key, path, caption, repeats, bucket) for
+   tests/test_data_fine_tuning.cpp. The folder cases have one
    training folder each: kohya orders folders as the file system lists them (Path.iterdir), so
    several subsets are given through a dataset config, which orders them.
 2. py_float.txt: Python's repr() of about 3000 doubles (str() of a float is its repr: what kohya's
