@@ -182,7 +182,7 @@ TEST_CASE("fine-tuning metadata: caption and tags joined as kohya's, with and wi
     CHECK(m["c.png"].tags == "");
 }
 
-TEST_CASE("fine-tuning metadata: JSON and JSONL as kohya reads them; a key twice keeps its place and its last value") {
+TEST_CASE("fine-tuning metadata: JSON and JSONL as kohya reads them, a key twice keeps its place and its last value") {
     gltest::TempDir dir;
     png(dir.path / "a.png", 8, 8);
     png(dir.path / "bb.png", 8, 8);
