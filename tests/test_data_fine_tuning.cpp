@@ -309,6 +309,12 @@ TEST_CASE("fine-tuning metadata: --in_json and --dataset_repeats on the command 
               "--dataset_config and --in_json"));
     CHECK(has(error_of([&] { config({"--in_json", "m.json", "--train_data_dir", "t", "--reg_data_dir", "r"}).validate(); }),
               "--reg_data_dir with --in_json"));
+    // kohya's FineTuningDataset does not split: a validation split is refused, not ignored.
+    CHECK(has(error_of([&] {
+                  data::metadata_dataset_config("m.json", std::nullopt,
+                                                train::dataset_command_line(config({"--in_json", "m.json", "--validation_split", "0.1"})));
+              }),
+              "--validation_split 0.1 with --in_json"));
     const data::DatasetConfig d = data::metadata_dataset_config("meta.json", fs::path("imgs"), train::dataset_command_line(c));
     REQUIRE(d.subsets.size() == 1);
     CHECK(d.subsets[0].metadata_file == fs::path("meta.json"));
