@@ -11,7 +11,7 @@
 # aside.
 option(GL_SANITIZE "Build everything with -fsanitize=address,undefined (CPU only) and the gl-san-tests target" OFF)
 set(GL_SANITIZE_TESTS
-    "test_safetensors.cpp;test_torch_ckpt.cpp;test_files.cpp;test_sizes.cpp;test_merge_safety.cpp;test_kohya_metadata.cpp;test_data_fuzz.cpp;test_data_image.cpp;test_data_dataset.cpp;test_cli.cpp;test_cli_*.cpp;test_sdtrain_options.cpp;test_sdtrain_state.cpp;test_data_npz.cpp;test_weighted_captions.cpp;test_data_face_crop.cpp"
+    "test_safetensors.cpp;test_torch_ckpt.cpp;test_files.cpp;test_sizes.cpp;test_merge_safety.cpp;test_kohya_metadata.cpp;test_data_fuzz.cpp;test_data_image.cpp;test_data_dataset.cpp;test_cli.cpp;test_cli_*.cpp;test_sdtrain_options.cpp;test_sdtrain_state.cpp;test_data_npz.cpp;test_weighted_captions.cpp;test_data_face_crop.cpp;test_data_fine_tuning.cpp"
     CACHE STRING "tests/ files (globs) the sanitizer pass builds and runs")
 set(GL_SANITIZE_FILTER "*" CACHE STRING "doctest -tc filter for the sanitizer pass")
 

@@ -132,9 +132,10 @@ gl_cli_test("sdtrain refused kohya option" 2 "--deepspeed: kohya's option is not
 gl_cli_test("sdtrain missing model file" 1 "sdtrain: error: .*no-such-model" gl-sdtrain
             --pretrained_model_name_or_path no-such-model --train_data_dir d --resolution 512
             --output_dir ${PROJECT_BINARY_DIR}/sdtrain-cli-out --network_module networks.lora)
-gl_cli_test("sdtrain --in_json" 2
-            "--in_json: kohya's option is not supported by sdtrain \\(not implemented: kohya's fine-tuning metadata"
-            gl-sdtrain --in_json meta.json)
+gl_cli_test("sdtrain --in_json with --reg_data_dir" 2
+            "--reg_data_dir with --in_json: kohya's fine-tuning dataset has no regularisation images" gl-sdtrain
+            --pretrained_model_name_or_path m --in_json meta.json --reg_data_dir r --resolution 512 --output_dir o
+            --network_module networks.lora)
 gl_cli_test("sdtrain --color_aug with --cache_latents" 2 "--cache_latents cannot be used with --color_aug" gl-sdtrain
             --pretrained_model_name_or_path m --train_data_dir d --resolution 512 --output_dir o
             --network_module networks.lora --color_aug --cache_latents)

@@ -30,6 +30,7 @@ struct Key {
 
 constexpr Key kKeys[] = {
     {"image_dir", Kind::string, Scope::subset_only},
+    {"metadata_file", Kind::string, Scope::subset_only},  // a fine-tuning subset (kohya's FineTuningSubset)
     {"is_reg", Kind::boolean, Scope::subset_only},
     {"conditioning_data_dir", Kind::string, Scope::subset_only},
     {"alpha_mask", Kind::boolean, Scope::subset_or_command_line},
@@ -70,7 +71,6 @@ constexpr Key kKeys[] = {
 // kohya keys sdtrain does not implement: refused rather than silently ignored, with the reason.
 constexpr std::pair<const char*, const char*> kUnsupported[] = {
     {"custom_attributes", "only other families' trainers read it (Lumina's); kohya's SD1.x training ignores it"},
-    {"metadata_file", "fine-tuning metadata (kohya's FineTuningDataset) is not implemented"},
     {"network_multiplier", "a dataset's own network multiplier is not implemented"}};
 
 const Key* find_key(const std::string& name) {
@@ -184,14 +184,31 @@ Interpolation interpolation_of(const Levels& l) {
     return v ? parse_interpolation(std::get<std::string>(*v), where) : Interpolation::automatic;
 }
 
-SubsetConfig make_subset(const Levels& l) {
+// kohya's DreamBooth-only keys: its fine-tuning schema refuses them in a subset or dataset table
+// ([general] and the command line may hold them for other datasets; a fine-tuning subset ignores them).
+constexpr const char* kDreamBoothOnly[] = {"is_reg", "class_tokens", "caption_extension", "cache_info",
+                                           "conditioning_data_dir"};
+
+void check_fine_tuning_level(const ConfigLevel& level, const std::string& where) {
+    for (const char* key : kDreamBoothOnly)
+        GL_CHECK(!level.count(key), where, ": '", key, "' is not a key of a fine-tuning dataset (its subsets have "
+                 "metadata_file; kohya's fine-tuning schema refuses it: captions come from the metadata)");
+}
+
+SubsetConfig make_subset(const Levels& l, bool fine_tuning) {
     SubsetConfig s;
     std::string where;
     const ConfigValue* dir = l.find("image_dir", &where);
-    GL_CHECK(dir, l.names.front(), ": 'image_dir' is required");
-    s.image_dir = fs::path(std::get<std::string>(*dir));
+    if (fine_tuning) {  // kohya: image_dir is optional, needed only for relative keys
+        s.metadata_file = fs::path(std::get<std::string>(*l.find("metadata_file")));
+        GL_CHECK(!s.metadata_file->empty(), l.names.front(), ": 'metadata_file' is empty");
+        if (dir) s.image_dir = fs::path(std::get<std::string>(*dir));
+    } else {
+        GL_CHECK(dir, l.names.front(), ": 'image_dir' is required");
+        s.image_dir = fs::path(std::get<std::string>(*dir));
+    }
     s.num_repeats = l.integer("num_repeats", 1);
-    s.is_reg = l.get("is_reg", false);
+    if (!fine_tuning) s.is_reg = l.get("is_reg", false);
     s.alpha_mask = l.get("alpha_mask", false);
     if (const ConfigValue* m = l.find("conditioning_data_dir")) {
         s.conditioning_data_dir = fs::path(std::get<std::string>(*m));
@@ -201,9 +218,9 @@ SubsetConfig make_subset(const Levels& l) {
         GL_CHECK(!s.alpha_mask, l.names.front(), ": conditioning_data_dir and alpha_mask: a subset takes its mask "
                                                  "from one of them");
     }
-    if (const ConfigValue* ct = l.find("class_tokens")) s.class_tokens = std::get<std::string>(*ct);
+    if (const ConfigValue* ct = l.find("class_tokens"); ct && !fine_tuning) s.class_tokens = std::get<std::string>(*ct);
     CaptionOptions& c = s.caption;
-    c.caption_extension = l.get("caption_extension", c.caption_extension);
+    if (!fine_tuning) c.caption_extension = l.get("caption_extension", c.caption_extension);
     c.caption_prefix = l.get("caption_prefix", std::string());
     c.caption_suffix = l.get("caption_suffix", std::string());
     c.shuffle_caption = l.get("shuffle_caption", false);
@@ -330,13 +347,35 @@ std::vector<DatasetConfig> parse_dataset_config(const std::string& text, const s
         DatasetConfig d = make_dataset(dlev);
         const toml::array* subsets = (*dt)["subsets"].as_array();
         GL_CHECK(subsets && !subsets->empty(), dname, ": no [[datasets.subsets]]");
+        std::vector<ConfigLevel> levels;
         for (size_t j = 0; j < subsets->size(); j++) {
             const std::string sname = gl::cat(dname, " subset #", j + 1);
             const toml::table* st = subsets->get(j)->as_table();
             GL_CHECK(st, sname, ": must be a table");
-            const ConfigLevel sl = level_of(*st, sname, true);
-            d.subsets.push_back(make_subset(
-                Levels{{&sl, &dl, &general, &command_line}, {sname, dname, name + " [general]", "command line"}}));
+            levels.push_back(level_of(*st, sname, true));
+        }
+        // kohya's dataset kinds: fine-tuning when every subset has metadata_file, DreamBooth (or
+        // masks) when none has; a mix is refused with kohya's reason.
+        const auto with_metadata = std::count_if(levels.begin(), levels.end(),
+                                                 [](const ConfigLevel& sl) { return sl.count("metadata_file") > 0; });
+        GL_CHECK(with_metadata == 0 || size_t(with_metadata) == levels.size(), dname, ": metadata_file is set in ",
+                 with_metadata, " of its ", levels.size(), " subsets; kohya cannot mix DreamBooth subsets and "
+                 "fine-tuning subsets in one dataset: split them into separate [[datasets]]");
+        const bool fine_tuning = with_metadata > 0;
+        if (fine_tuning) {
+            check_fine_tuning_level(dl, dname);
+            for (size_t j = 0; j < levels.size(); j++) check_fine_tuning_level(levels[j], gl::cat(dname, " subset #", j + 1));
+            // kohya hands validation_split to FineTuningDataset, which does not split: its validation
+            // set would be its whole training set.
+            GL_CHECK(d.validation_split == 0.0, dname, ": validation_split ", d.validation_split,
+                     " with fine-tuning subsets (metadata_file): kohya's FineTuningDataset does not split its images "
+                     "(its validation set would be the training set itself); sdtrain refuses it");
+        }
+        for (size_t j = 0; j < levels.size(); j++) {
+            const std::string sname = gl::cat(dname, " subset #", j + 1);
+            d.subsets.push_back(make_subset(Levels{{&levels[j], &dl, &general, &command_line},
+                                                   {sname, dname, name + " [general]", "command line"}},
+                                            fine_tuning));
         }
         // kohya reads a dataset as one of masks (its ControlNet dataset) only when every subset names
         // its mask folder; otherwise the key is one its DreamBooth schema refuses.
@@ -389,11 +428,25 @@ DatasetConfig folder_dataset_config(const fs::path& train_dir, const std::option
                                {"class_tokens", folder.find('_') == std::string::npos
                                                     ? std::string()
                                                     : folder.substr(folder.find('_') + 1)}};
-            d.subsets.push_back(make_subset(Levels{{&sub, &command_line}, {dir.string(), "command line"}}));
+            d.subsets.push_back(make_subset(Levels{{&sub, &command_line}, {dir.string(), "command line"}}, false));
         }
     };
     scan(train_dir, false);
     if (reg_dir) scan(*reg_dir, true);
+    return d;
+}
+
+DatasetConfig metadata_dataset_config(const fs::path& in_json, const std::optional<fs::path>& train_data_dir,
+                                      const ConfigLevel& command_line) {
+    validate_level(command_line, "command line", false, true);
+    Levels dlev{{&command_line}, {"command line"}};
+    DatasetConfig d = make_dataset(dlev);
+    GL_CHECK(d.validation_split == 0.0, "--validation_split ", d.validation_split,
+             " with --in_json: kohya's FineTuningDataset does not split its images (its validation set would be the "
+             "training set itself); sdtrain refuses it");
+    ConfigLevel sub = {{"metadata_file", in_json.string()}};
+    if (train_data_dir) sub["image_dir"] = train_data_dir->string();
+    d.subsets.push_back(make_subset(Levels{{&sub, &command_line}, {"--in_json " + in_json.string(), "command line"}}, true));
     return d;
 }
 

@@ -2,8 +2,10 @@
 // --dataset_config TOML file ([general], [[datasets]], [[datasets.subsets]]) or the folder layout
 // train_data_dir/<repeats>_<class tokens>/ with an optional reg_data_dir in the same layout.
 // A value is looked up subset -> dataset -> [general] -> command line -> kohya's default, the first
-// that sets it winning. Keys kohya accepts but sdtrain does not implement (fine-tuning metadata, ...) are errors naming the key, as are unknown keys and values of the wrong type
-// (named by what was given: "got a table").
+// that sets it winning. Keys kohya accepts but sdtrain does not implement are errors naming the key,
+// as are unknown keys and values of the wrong type (named by what was given: "got a table").
+// A subset with `metadata_file` is one of kohya's fine-tuning subsets (FineTuningSubset: images and
+// captions from a JSON / JSONL file, data/fine_tuning.h); a dataset's subsets are all of one kind.
 #pragma once
 #include <array>
 #include <filesystem>
@@ -23,7 +25,10 @@ using ConfigValue = std::variant<bool, int64_t, double, std::string, std::array<
 using ConfigLevel = std::map<std::string, ConfigValue>;
 
 struct SubsetConfig {
-    std::filesystem::path image_dir;
+    std::filesystem::path image_dir;  // empty only in a fine-tuning subset without one
+    // kohya's fine-tuning metadata (FineTuningSubset's metadata_file, --in_json): the subset's images
+    // are the file's keys (data/fine_tuning.h), not the folder's listing.
+    std::optional<std::filesystem::path> metadata_file;
     int num_repeats = 1;
     bool is_reg = false;
     std::optional<std::string> class_tokens;  // the caption of images without a caption file
@@ -40,6 +45,9 @@ struct SubsetConfig {
     // kohya's masked loss from mask images: for each image the file of the same name (any image
     // extension) in this folder, its red channel the loss weight (255: trained, 0: not).
     std::optional<std::filesystem::path> conditioning_data_dir;
+
+    // How messages name the subset: its metadata file when it has one, else its folder.
+    std::string label() const { return metadata_file ? metadata_file->string() : image_dir.string(); }
 };
 
 struct DatasetConfig {
@@ -74,5 +82,12 @@ std::vector<DatasetConfig> parse_dataset_config(const std::string& toml_text, co
 DatasetConfig folder_dataset_config(const std::filesystem::path& train_data_dir,
                                     const std::optional<std::filesystem::path>& reg_data_dir,
                                     const ConfigLevel& command_line, std::vector<std::string>& warnings);
+
+// kohya's --in_json (train_network.py's "Training with captions"): one dataset of one fine-tuning
+// subset, metadata_file = in_json and image_dir = train_data_dir (optional: needed only when a key
+// is a relative path). Other settings come from command_line (--dataset_repeats is num_repeats).
+DatasetConfig metadata_dataset_config(const std::filesystem::path& in_json,
+                                      const std::optional<std::filesystem::path>& train_data_dir,
+                                      const ConfigLevel& command_line);
 
 }  // namespace data

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "data/face_crop.h"
+#include "data/fine_tuning.h"
 #include "data/workers.h"
 #include "ggml-lite/core/error.h"
 
@@ -109,6 +110,7 @@ void pair_masks(std::vector<ImageEntry>& images, const DatasetConfig& config,
 struct Listed {
     fs::path path;
     size_t subset = 0;
+    size_t index = 0;  // its place in its subset's listing
 };
 
 struct Verdict {
@@ -155,7 +157,7 @@ void face_crop_warnings(Dataset& ds, const std::vector<ImageEntry>& reg) {
         const SubsetConfig& s = ds.config.subsets[si];
         if (!s.face_crop_aug_range) continue;
         if (ds.config.enable_bucket) {
-            ds.warnings.push_back(gl::cat("subset ", s.image_dir.string(), ": face_crop_aug_range is ignored with "
+            ds.warnings.push_back(gl::cat("subset ", s.label(), ": face_crop_aug_range is ignored with "
                                           "enable_bucket (kohya crops around the face only without bucketing)"));
             continue;
         }
@@ -167,7 +169,7 @@ void face_crop_warnings(Dataset& ds, const std::vector<ImageEntry>& reg) {
                     faces += e.face && e.face->cx > 0;
                 }
         if (faces < images)
-            ds.warnings.push_back(gl::cat("subset ", s.image_dir.string(), ": face_crop_aug_range: ", images - faces,
+            ds.warnings.push_back(gl::cat("subset ", s.label(), ": face_crop_aug_range: ", images - faces,
                                           " of its ", images, " images have no face box in their name "
                                           "(<name>_<cx>_<cy>_<w>_<h>, cx > 0); they are resized and cropped as "
                                           "without it"));
@@ -184,11 +186,24 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const 
     if (validation)
         for (SubsetConfig& s : ds.config.subsets) s.num_repeats = 1;
     std::vector<std::vector<fs::path>> listings(config.subsets.size());
+    std::vector<std::vector<MetadataImage>> metadata(config.subsets.size());
+    std::set<std::string> metadata_files;
     for (size_t si = 0; si < config.subsets.size(); si++) {
         const SubsetConfig& s = config.subsets[si];
-        const std::string dir = s.image_dir.string();
+        const std::string dir = s.label();
         if (s.num_repeats < 1 && !validation) {
             ds.warnings.push_back(gl::cat("ignoring subset ", dir, ": num_repeats is less than 1"));
+            continue;
+        }
+        if (s.metadata_file) {  // kohya's FineTuningDataset
+            if (!metadata_files.insert(s.metadata_file->string()).second) {
+                ds.warnings.push_back(gl::cat("ignoring subset ", dir, ": an earlier subset of this dataset has the "
+                                              "same metadata_file (kohya uses the first one)"));
+                continue;
+            }
+            metadata[si] = read_fine_tuning_metadata(s);
+            for (const MetadataImage& m : metadata[si]) listings[si].push_back(m.path);
+            if (listings[si].empty()) ds.warnings.push_back(gl::cat("ignoring subset ", dir, ": no image entries found"));
             continue;
         }
         std::error_code ec;
@@ -206,8 +221,12 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const 
         for (const fs::path& f : listings[si]) listed_stems[si].insert(stem_of(f));
     listings = split_listings(std::move(listings), config, split);
     std::vector<Listed> listed;
-    for (size_t si = 0; si < listings.size(); si++)
-        for (const fs::path& f : listings[si]) listed.push_back({f, si});
+    for (size_t si = 0; si < listings.size(); si++) {
+        // config.cpp refuses a split of fine-tuning subsets: their listings are kept whole.
+        GL_CHECK(metadata[si].empty() || listings[si].empty() || listings[si].size() == metadata[si].size(),
+                 "build_dataset: a fine-tuning subset's listing was split");
+        for (size_t i = 0; i < listings[si].size(); i++) listed.push_back({listings[si][i], si, i});
+    }
     if (validation && listed.empty()) return ds;
     GL_CHECK(!listed.empty() || files == 0, "validation_split ", config.validation_split,
              " leaves no training image (kohya's rule: each subset trains on its first ceil(n * (1 - split)) "
@@ -227,7 +246,7 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const 
     });
 
     std::vector<ImageEntry> reg;
-    std::vector<std::string> missing_captions;
+    std::vector<std::string> missing_captions, size_mismatch;
     std::vector<int64_t> files_in(config.subsets.size(), 0), read_in(config.subsets.size(), 0);
     std::vector<std::optional<SkippedImage>> first_bad(config.subsets.size());
     std::map<ImageFormat, FormatTally> tally;
@@ -258,7 +277,14 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const 
             e.face = face_box_of_name(l.path);
             check_face_crop(e, config);
         }
-        if (std::optional<std::string> c = read_caption_file(l.path, s.caption.caption_extension, s.caption.enable_wildcard)) {
+        if (s.metadata_file) {
+            const MetadataImage& m = metadata[l.subset][l.index];
+            e.caption = m.caption;
+            e.tags = m.tags;
+            if (m.image_size && ((*m.image_size)[0] != e.width || (*m.image_size)[1] != e.height))
+                size_mismatch.push_back(gl::cat(l.path.string(), ": ", e.width, "x", e.height, ", the metadata says ",
+                                                (*m.image_size)[0], "x", (*m.image_size)[1]));
+        } else if (std::optional<std::string> c = read_caption_file(l.path, s.caption.caption_extension, s.caption.enable_wildcard)) {
             e.caption = *c;
         } else {
             e.caption = s.class_tokens.value_or("");
@@ -279,6 +305,14 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const 
                                 " images (their folder's class tokens or an empty caption are used):");
         for (size_t i = 0; i < missing_captions.size() && i < 5; i++) w += "\n  " + missing_captions[i];
         if (missing_captions.size() > 5) w += gl::cat("\n  ... and ", missing_captions.size() - 5, " more");
+        ds.warnings.push_back(w);
+    }
+    if (!size_mismatch.empty()) {
+        std::string w = gl::cat(size_mismatch.size(), size_mismatch.size() == 1 ? " image is" : " images are",
+                                " not of the image_size their metadata gives (the file's size is used; kohya "
+                                "buckets by the metadata's):");
+        for (size_t i = 0; i < size_mismatch.size() && i < 5; i++) w += "\n  " + size_mismatch[i];
+        if (size_mismatch.size() > 5) w += gl::cat("\n  ... and ", size_mismatch.size() - 5, " more");
         ds.warnings.push_back(w);
     }
     face_crop_warnings(ds, reg);
@@ -309,7 +343,7 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const 
         std::string msg = "the dataset has no usable images";
         if (!ds.skipped.empty()) msg += gl::cat(" (", ds.skipped.size(), " unreadable, first: ", ds.skipped[0].path,
                                                 ": ", ds.skipped[0].reason, ")");
-        for (const SubsetConfig& s : config.subsets) msg += "\n  " + s.image_dir.string();
+        for (const SubsetConfig& s : config.subsets) msg += "\n  " + s.label();
         throw gl::Error(msg);
     }
     return ds;

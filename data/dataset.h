@@ -36,6 +36,9 @@ struct ImageEntry {
     std::filesystem::path mask;  // its mask image (the subset's conditioning_data_dir), else empty
     // The face box of its name, read when its subset has face_crop_aug_range and the name has one.
     std::optional<FaceBox> face;
+    // A fine-tuning subset's image: the metadata's tags that kohya counts in ss_tag_frequency
+    // (data/fine_tuning.h; none: not counted). Its caption is the metadata's.
+    std::optional<std::string> tags;
 };
 
 struct SkippedImage {
@@ -69,6 +72,10 @@ struct Dataset {
 // first by kohya's extension order when several); as kohya, an image without a mask, or a mask
 // without an image, is an error naming them, and so (where kohya's would fail at the batch) is a
 // mask whose size is not its image's or that cannot be read.
+// A fine-tuning subset (metadata_file) takes its images, in kohya's order, and their captions from
+// its metadata (data/fine_tuning.h); a second subset of the same metadata file is ignored with a
+// warning, as kohya does, and so is an empty one. An image_size in the metadata that is not the
+// file's is warned about (the file's size is used).
 // split: the whole dataset, or kohya's training or validation part of it (data/validation_split.h);
 // a validation part without images is an empty Dataset, not an error.
 Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy = BadImagePolicy::skip,

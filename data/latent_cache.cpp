@@ -371,7 +371,7 @@ private:
 CacheReport cache_latents(const Dataset& ds, const BucketAssignment& a, LatentCache& cache, ImageEncoder& enc,
                           const CacheOptions& opt) {
     for (const SubsetConfig& s : ds.config.subsets)
-        GL_CHECK(!s.random_crop && !s.color_aug, "latents cannot be cached for ", s.image_dir.string(),
+        GL_CHECK(!s.random_crop && !s.color_aug, "latents cannot be cached for ", s.label(),
                  ": random_crop / color_aug change the image every step");
     GL_CHECK(opt.vae_batch_size >= 1, "vae_batch_size must be >= 1");
     GL_CHECK(opt.threads >= 0, "latent caching threads must be >= 0 (0: one per hardware thread)");

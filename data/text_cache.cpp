@@ -14,7 +14,7 @@ namespace data {
 TextCacheReport cache_text_outputs(const Dataset& ds, LatentCache& cache, TextEncoder& enc, int batch_size) {
     GL_CHECK(batch_size >= 1, "text encoder batch size must be >= 1");
     for (const SubsetConfig& s : ds.config.subsets)
-        GL_CHECK(!s.caption.varies(), "text-encoder outputs cannot be cached for ", s.image_dir.string(),
+        GL_CHECK(!s.caption.varies(), "text-encoder outputs cannot be cached for ", s.label(),
                  ": its captions change from step to step (shuffled, dropped, wildcards or token warm-up)");
     TextCacheReport rep;
     rep.keys.resize(ds.images.size());

@@ -15,7 +15,11 @@ Run with the golden venv and an sd-scripts checkout:
    from `metadata = {` to `metadata = {k: str(v) ...}` taken from train_network.py's source and run
    with the values train() would have at that point; then save_model's three per-save keys and
    get_sai_model_spec's modelspec.* keys. Run-specific values (session id, times, the two commit
-   keys) are written as kohya makes them and excluded by name in the test. The folder cases have one
+   keys) are written as kohya makes them and excluded by name in the test. The finetune_* cases
+   are kohya's fine-tuning metadata (--in_json, metadata_file): config_util builds its
+   FineTuningDataset (with the SD latent caching strategy train() sets first), and the case also
+   keeps each fine-tuning image as kohya lists it (key, path, caption, repeats, bucket) for
+   tests/test_data_fine_tuning.cpp. The folder cases have one
    training folder each: kohya orders folders as the file system lists them (Path.iterdir), so
    several subsets are given through a dataset config, which orders them.
 2. py_float.txt: Python's repr() of about 3000 doubles (str() of a float is its repr: what kohya's
@@ -139,11 +143,25 @@ def kohya_run(tn, case, root):
     blueprint_generator = BlueprintGenerator(ConfigSanitizer(True, True, args.masked_loss, True))
     if use_user_config:
         user_config = config_util.load_user_config(args.dataset_config)
-    else:
+    elif use_dreambooth_method:
         user_config = {"datasets": [{"subsets": config_util.generate_dreambooth_subsets_config_by_subdirs(
             args.train_data_dir, args.reg_data_dir)}]}
-    blueprint = blueprint_generator.generate(user_config, args)
-    train_dataset_group, val_dataset_group = config_util.generate_dataset_group_by_blueprint(blueprint.dataset_group)
+    else:  # "Training with captions": --in_json
+        user_config = {"datasets": [{"subsets": [{"image_dir": args.train_data_dir, "metadata_file": args.in_json}]}]}
+    # train() sets the latent caching strategy before the dataset (FineTuningDataset reads its suffix).
+    from library import strategy_base, strategy_sd
+    strategy_base.LatentsCachingStrategy._strategy = strategy_sd.SdSdxlLatentsCachingStrategy(
+        True, args.cache_latents_to_disk, args.vae_batch_size, False)
+    try:
+        blueprint = blueprint_generator.generate(user_config, args)
+        train_dataset_group, val_dataset_group = config_util.generate_dataset_group_by_blueprint(
+            blueprint.dataset_group)
+    finally:
+        strategy_base.LatentsCachingStrategy._strategy = None
+    # The fine-tuning datasets' images as kohya lists them: key, path, caption, repeats, bucket.
+    ft_images = [[[info.image_key, info.absolute_path, info.caption, info.num_repeats, list(info.bucket_reso)]
+                  for info in dataset.image_data.values()]
+                 for dataset in train_dataset_group.datasets if isinstance(dataset, train_util.FineTuningDataset)]
 
     # train(): the network arguments, the optimizer, the text encoder lr, steps and epochs.
     net_kwargs = {}
@@ -191,7 +209,10 @@ def kohya_run(tn, case, root):
         saved.update(tn.NetworkTrainer().get_sai_model_spec(args))
     finally:
         time.time = clock
-    return {"steps": args.max_train_steps, "epoch": num_train_epochs, "metadata": dict(sorted(saved.items()))}
+    out = {"steps": args.max_train_steps, "epoch": num_train_epochs, "metadata": dict(sorted(saved.items()))}
+    if ft_images:
+        out["fine_tuning_images"] = ft_images
+    return out
 
 
 COMMON = ["--pretrained_model_name_or_path", "{root}/model.safetensors", "--output_dir", "{root}/out",
@@ -360,6 +381,67 @@ CASES = [
         ],
         "files": {"images": images("train/3_thing", SIZES[16:22], first=2)},
     },
+    {
+        # kohya's fine-tuning metadata through --in_json ("Training with captions"): relative keys
+        # under --train_data_dir (one in a sub-folder), an absolute key, captions and tags in every
+        # combination (null, empty, absent), a key given twice (its first place, its last value),
+        # image_size and train_resolution (not read), --dataset_repeats as the subset's repeats.
+        "name": "finetune_in_json",
+        "argv": COMMON + [
+            "--in_json", "{root}/meta_cap_dd.json", "--train_data_dir", "{root}/imgs", "--dataset_repeats", "3",
+            "--resolution", "256", "--enable_bucket", "--min_bucket_reso", "64", "--max_bucket_reso", "512",
+            "--max_train_steps", "20", "--seed", "5", "--shuffle_caption", "--keep_tokens", "1",
+            "--network_dim", "4", "--network_alpha", "2", "--output_name", "meta_ft",
+        ],
+        "files": {
+            "images": [["imgs/a.png", 300, 200, None], ["imgs/bb.png", 200, 300, None],
+                       ["imgs/sub/ccc.png", 640, 480, None], ["other/x.png", 256, 256, None],
+                       ["imgs/dd.png", 480, 640, None], ["imgs/eeee.png", 1000, 250, None],
+                       ["imgs/Ff.png", 333, 222, "a caption file fine-tuning does not read"]],
+            "texts": {"meta_cap_dd.json": (
+                '{"a.png": {"caption": "a cat", "tags": "Tag1, tag2"},\n'
+                ' "bb.png": {"caption": "photo of dog"},\n'
+                ' "sub/ccc.png": {"tags": "Solo, Outdoors, solo"},\n'
+                ' "{root}/other/x.png": {"caption": null, "tags": ""},\n'
+                ' "dd.png": {"caption": "", "tags": "red, Blue", "train_resolution": [256, 320]},\n'
+                ' "eeee.png": {"caption": "long, caption", "image_size": [1000, 250]},\n'
+                ' "Ff.png": {"caption": "caf\u00e9 \u00c9cole", "tags": "\u00c9COLE, x"},\n'
+                ' "a.png": {"caption": "a cat again", "tags": "tag1, TAG3"}}\n')},
+        },
+    },
+    {
+        # Fine-tuning subsets in a dataset config: a JSONL file with wildcards and its own separator
+        # (multi-line captions and tags), a JSON file of absolute keys without image_dir whose repeats
+        # come from --dataset_repeats, DreamBooth keys in [general] (allowed there, unused), and a
+        # DreamBooth dataset beside them.
+        "name": "finetune_dataset_config",
+        "argv": COMMON + [
+            "--dataset_config", "{root}/dataset.toml", "--dataset_repeats", "4", "--max_train_steps", "30",
+            "--seed", "9", "--network_dim", "4", "--network_alpha", "4", "--output_name", "meta_ftc",
+        ],
+        "files": {
+            "images": [["pics/p1.png", 300, 200, None], ["pics/p22.png", 200, 300, None],
+                       ["pics/p333.png", 256, 256, None], ["abs/q.png", 640, 480, None],
+                       ["abs/qq.png", 480, 640, None]] + images("db/pics", SIZES[:3]),
+            "texts": {
+                "m1.jsonl": (
+                    '{"image_path": "p1.png", "caption": "line one\\n\\n  \\nline {two|2}", "tags": "x; y\\nz"}\n'
+                    '{"image_path": "p22.png", "caption": "only caption", "image_size": [200, 300]}\n'
+                    '{"image_path": "p333.png", "tags": "t"}\n'),
+                "m2.json": (
+                    '{"{root}/abs/q.png": {"caption": "abs caption", "tags": "Q, q"},'
+                    ' "{root}/abs/qq.png": {"caption": "two\\nlines", "tags": null}}'),
+                "dataset.toml": (
+                    "[general]\ncaption_extension = \".txt\"\nclass_tokens = \"unused\"\n\n"
+                    "[[datasets]]\nresolution = 256\nbatch_size = 2\nenable_bucket = true\n"
+                    "min_bucket_reso = 64\nmax_bucket_reso = 512\n\n"
+                    "  [[datasets.subsets]]\n  metadata_file = \"{root}/m1.jsonl\"\n  image_dir = \"{root}/pics\"\n"
+                    "  num_repeats = 2\n  enable_wildcard = true\n  caption_separator = \";\"\n\n"
+                    "  [[datasets.subsets]]\n  metadata_file = \"{root}/m2.json\"\n  flip_aug = true\n\n"
+                    "[[datasets]]\nresolution = 256\n\n"
+                    "  [[datasets.subsets]]\n  image_dir = \"{root}/db/pics\"\n  num_repeats = 1\n")},
+        },
+    },
 ]
 
 
@@ -429,6 +511,9 @@ def main():
             write_files(root, {"images": case["files"]["images"], "texts": texts})
             run = kohya_run(tn, case, root)
         md = {k: v.replace(root, "{root}") for k, v in run.pop("metadata").items()}
+        if "fine_tuning_images" in run:
+            run["fine_tuning_images"] = [[[e[0].replace(root, "{root}"), e[1].replace(root, "{root}")] + e[2:]
+                                          for e in ds] for ds in run["fine_tuning_images"]]
         cases.append({"name": case["name"], "argv": case["argv"], "files": case["files"],
                       "model_bytes": MODEL_BYTES, **run, "metadata": md})
         print(f"{case['name']}: {len(md)} keys, {run['steps']} steps, {run['epoch']} epochs")

@@ -131,9 +131,16 @@ void RunConfig::validate() {
     GL_CHECK(!(dataset_config && (train_data_dir || reg_data_dir)),
              "--dataset_config and --train_data_dir / --reg_data_dir were both given: the dataset config names the "
              "image folders (kohya ignores the folder options then; sdtrain refuses the contradiction)");
-    GL_CHECK(dataset_config || train_data_dir, "no dataset: give --train_data_dir or --dataset_config");
-    GL_CHECK(dataset_config || resolution, "--resolution is required with --train_data_dir (kohya: 'resolution is "
-                                           "required')");
+    GL_CHECK(!(dataset_config && in_json),
+             "--dataset_config and --in_json were both given: a dataset config names its metadata files with "
+             "metadata_file (kohya ignores --in_json then; sdtrain refuses the contradiction)");
+    GL_CHECK(!(in_json && reg_data_dir),
+             "--reg_data_dir with --in_json: kohya's fine-tuning dataset has no regularisation images (it ignores the "
+             "folder); sdtrain refuses it");
+    GL_CHECK(dataset_config || train_data_dir || in_json,
+             "no dataset: give --train_data_dir, --in_json or --dataset_config");
+    GL_CHECK(dataset_config || resolution, "--resolution is required with --train_data_dir or --in_json (kohya: "
+                                           "'resolution is required')");
     GL_CHECK(!resolution || ((*resolution)[0] >= 1 && (*resolution)[1] >= 1), "--resolution must be positive");
     GL_CHECK(train_batch_size >= 1, "--train_batch_size must be >= 1");
     GL_CHECK(min_bucket_reso >= 1 && max_bucket_reso >= min_bucket_reso && bucket_reso_steps >= 1,

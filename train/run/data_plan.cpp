@@ -28,14 +28,14 @@ namespace {
 void load_dataset(const RunConfig& c, const data::DatasetConfig& dc, uint64_t seed, RunData& d,
                   std::vector<data::BucketedDataset>& validation, const std::string& tag) {
     for (const data::SubsetConfig& s : dc.subsets) {
-        GL_CHECK(!s.alpha_mask || !c.cache_latents, "subset ", s.image_dir.string(),
+        GL_CHECK(!s.alpha_mask || !c.cache_latents, "subset ", s.label(),
                  ": alpha_mask with --cache_latents: the latent cache does not keep the masks; train without "
                  "--cache_latents (the masks are made with each batch)");
-        GL_CHECK(!s.conditioning_data_dir || c.masked_loss, "subset ", s.image_dir.string(),
+        GL_CHECK(!s.conditioning_data_dir || c.masked_loss, "subset ", s.label(),
                  ": conditioning_data_dir (mask images) needs --masked_loss (kohya's dataset schema takes the key only "
                  "with it)");
         if (s.face_crop_aug_range && c.cache_latents && !dc.enable_bucket)
-            d.warnings.push_back(gl::cat(tag, "subset ", s.image_dir.string(), ": face_crop_aug_range with "
+            d.warnings.push_back(gl::cat(tag, "subset ", s.label(), ": face_crop_aug_range with "
                                          "--cache_latents: the latents are cached without the face crop (as kohya's "
                                          "cache: the plain resize and centre crop); train without --cache_latents "
                                          "for the crop around the face"));
@@ -97,6 +97,10 @@ RunData load_run_data(const RunConfig& c, uint64_t seed) {
             gl::fail("--dataset_config: ", e.what());
         }
         d.from_dataset_config = true;
+    } else if (c.in_json) {
+        std::optional<fs::path> dir;
+        if (c.train_data_dir) dir = fs::path(*c.train_data_dir);
+        all.push_back(data::metadata_dataset_config(*c.in_json, dir, dataset_command_line(c)));
     } else {
         std::optional<fs::path> reg;
         if (c.reg_data_dir) reg = fs::path(*c.reg_data_dir);
@@ -148,7 +152,9 @@ std::string subset_lines(const data::Dataset& ds, const std::string& indent) {
     std::string s;
     for (const auto& [i, n] : per_subset) {
         const data::SubsetConfig& sc = ds.config.subsets[size_t(i)];
-        s += gl::cat(indent, sc.is_reg ? "reg   " : "train ", sc.image_dir.filename().string(), ": ", n, " images x ",
+        const std::string name = sc.metadata_file ? sc.metadata_file->filename().string() + " (metadata)"
+                                                  : sc.image_dir.filename().string();
+        s += gl::cat(indent, sc.is_reg ? "reg   " : "train ", name, ": ", n, " images x ",
                      sc.num_repeats, " repeats = ", n * sc.num_repeats, "\n");
     }
     return s;
@@ -162,7 +168,9 @@ std::string dataset_summary(const RunData& d) {
     int64_t reg_per_epoch = 0;
     for (const data::ImageEntry& e : ds.images)
         if (e.is_reg) reg_per_epoch += e.num_repeats;
-    std::string s = gl::cat("dataset (", d.from_dataset_config ? "dataset config" : "folders", "):\n");
+    const bool metadata = !ds.config.subsets.empty() && ds.config.subsets.front().metadata_file.has_value();
+    std::string s = gl::cat("dataset (", d.from_dataset_config ? "dataset config" : metadata ? "--in_json" : "folders",
+                            "):\n");
     if (d.parts.size() > 1) {
         for (size_t i = 0; i < d.parts.size(); i++) {
             const data::DatasetConfig& dc = d.parts[i].dataset.config;

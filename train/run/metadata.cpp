@@ -248,7 +248,10 @@ std::vector<SubsetImages> kept_subsets(const data::Dataset& ds) {
     return out;
 }
 
-std::string dir_name(const data::SubsetConfig& s) { return s.image_dir.filename().string(); }
+// The subset's name in kohya's metadata: its folder's, or a fine-tuning subset's metadata file's.
+std::string dir_name(const data::SubsetConfig& s) {
+    return s.metadata_file ? s.metadata_file->filename().string() : s.image_dir.filename().string();
+}
 
 // A json.dumps object built in insertion order; a key set again keeps its place (a dict's rule).
 struct PyDict {
@@ -326,9 +329,12 @@ std::string tag_frequency(const std::vector<SubsetImages>& subsets) {
         auto it = std::find_if(dirs.begin(), dirs.end(), [&](const auto& x) { return x.first == dir; });
         if (it == dirs.end()) it = dirs.insert(dirs.end(), {dir, {}});
         for (const data::ImageEntry* e : s.images) {
+            // A fine-tuning subset counts its metadata's tags only (kohya's tags_list).
+            if (s.config->metadata_file && !e->tags) continue;
+            const std::string& text = s.config->metadata_file ? *e->tags : e->caption;
             for (size_t a = 0;;) {
-                const size_t b = e->caption.find(',', a);
-                const std::string tag = py_lower(py_strip(e->caption.substr(a, b == std::string::npos ? b : b - a)));
+                const size_t b = text.find(',', a);
+                const std::string tag = py_lower(py_strip(text.substr(a, b == std::string::npos ? b : b - a)));
                 if (!tag.empty()) {
                     auto& tags = it->second;
                     auto jt = std::find_if(tags.begin(), tags.end(), [&](const auto& x) { return x.first == tag; });
@@ -392,11 +398,15 @@ std::string dataset_json(const data::BucketedDataset& d) {
                         ", \"enable_wildcard\": ", json_bool(co.enable_wildcard), ", \"caption_prefix\": ", json_opt_string(co.caption_prefix),
                         ", \"caption_suffix\": ", json_opt_string(co.caption_suffix),
                         ", \"resize_interpolation\": ", json_opt_string(data::interpolation_name(s.resize_interpolation)),
-                        ", \"image_dir\": ", py_json_string(dir_name(s)),
-                        ", \"class_tokens\": ", s.class_tokens ? py_json_string(*s.class_tokens) : "null",
-                        ", \"is_reg\": ", json_bool(s.is_reg), "}");
+                        s.image_dir.empty() ? std::string() : ", \"image_dir\": " + py_json_string(s.image_dir.filename().string()),
+                        s.metadata_file ? ", \"metadata_file\": " + py_json_string(dir_name(s))
+                                        : gl::cat(", \"class_tokens\": ", s.class_tokens ? py_json_string(*s.class_tokens) : "null",
+                                                  ", \"is_reg\": ", json_bool(s.is_reg)),
+                        "}");
     }
-    return gl::cat("{\"is_dreambooth\": true, \"batch_size_per_device\": ", dc.batch_size,
+    // kohya's is_dreambooth: false for a FineTuningDataset (its subsets have metadata_file).
+    const bool dreambooth = dc.subsets.empty() || !dc.subsets.front().metadata_file;
+    return gl::cat("{\"is_dreambooth\": ", json_bool(dreambooth), ", \"batch_size_per_device\": ", dc.batch_size,
                    ", \"num_train_images\": ", d.dataset.num_train_images, ", \"num_reg_images\": ",
                    d.dataset.num_reg_images, ", \"resolution\": [", dc.width, ", ", dc.height,
                    "], \"enable_bucket\": ", json_bool(dc.enable_bucket), ", \"min_bucket_reso\": ",

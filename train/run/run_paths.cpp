@@ -68,12 +68,17 @@ std::vector<RunInput> run_inputs(const RunConfig& c, const sd::Sd15Files* model,
     for (const auto& [what, path] : {std::pair{"--train_data_dir", &c.train_data_dir},
                                      {"--reg_data_dir", &c.reg_data_dir},
                                      {"--dataset_config", &c.dataset_config},
+                                     {"--in_json", &c.in_json},
                                      {"--sample_prompts", &c.sample_prompts},
                                      {"--vae", &c.vae}})
         if (*path) in.push_back({what, **path, false});
     if (dataset)
-        for (const data::SubsetConfig& s : dataset->subsets)
-            in.push_back({s.is_reg ? "the regularisation subset folder" : "the subset folder", s.image_dir.string(), false});
+        for (const data::SubsetConfig& s : dataset->subsets) {
+            if (!s.image_dir.empty())
+                in.push_back({s.is_reg ? "the regularisation subset folder" : "the subset folder", s.image_dir.string(),
+                              false});
+            if (s.metadata_file) in.push_back({"the subset's metadata file", s.metadata_file->string(), false});
+        }
     if (c.network_weights) in.push_back({"--network_weights", *c.network_weights, true});
     for (const std::string& b : c.base_weights) in.push_back({"--base_weights", b, true});  // read before any save
     if (c.resume) in.push_back({"--resume", *c.resume, true});
@@ -118,7 +123,7 @@ void check_run_paths(const RunConfig& c, const std::vector<RunInput>& inputs, co
     if (!dataset) return;
     for (const data::SubsetConfig& r : dataset->subsets)
         for (const data::SubsetConfig& t : dataset->subsets) {
-            if (!r.is_reg || t.is_reg) continue;
+            if (!r.is_reg || t.is_reg || t.image_dir.empty()) continue;
             const std::optional<std::string> rel = gl::io::path_below(r.image_dir.string(), t.image_dir.string());
             GL_CHECK(!rel || !rel->empty(), "the regularisation subset ", r.image_dir.string(), " is the training subset ",
                      t.image_dir.string(), ": the same images would be trained on and regularised against");

@@ -72,7 +72,9 @@ std::string run_identity(const RunData& d, uint64_t seed, int64_t micro_batch, i
         const fs::path& folder = d.dataset.config.subsets[size_t(e.subset)].image_dir;
         struct stat st {};
         const bool known = ::stat(e.path.c_str(), &st) == 0;
-        update(h, gl::cat(e.subset, "|", e.path.lexically_relative(folder).generic_string(), "|",
+        // (A fine-tuning subset without a folder: its keys' absolute paths.)
+        const std::string name = folder.empty() ? e.path.generic_string() : e.path.lexically_relative(folder).generic_string();
+        update(h, gl::cat(e.subset, "|", name, "|",
                           known ? int64_t(st.st_size) : -1, "|", known ? int64_t(st.st_mtime) : 0, "|", e.num_repeats,
                           "|", e.is_reg, "|"));
     }
