@@ -7,9 +7,10 @@
 // conversion and lora.hpp at 97d2990) applies each tensor to its module's layer but for the ones
 // it leaves, named: dora_scale and lokr_t2 (never read), every tensor of a module on conv_in,
 // conv_out or time_embedding.linear_1/2 (its whole-name table never converts a LoRA tensor's
-// name there, so LyCORIS's full preset puts modules there that sd.cpp never finds), and a Tucker
-// LoKr conv, whose factors make its graph assert (read, not run). kohya's networks.lora files
-// (LoRA, LoCon) apply whole.
+// name there, so LyCORIS's presets put modules there that sd.cpp never finds), and a Tucker LoKr
+// conv, whose factors make its apply graph assert (ggml_mul_mat; NOTES.md section 8 says how that
+// and the names were run on sd.cpp's own code). kohya's networks.lora files (LoRA, LoCon) apply
+// whole.
 #include <optional>
 #include <set>
 
@@ -396,6 +397,20 @@ TEST_CASE("lycoris files: every tensor maps in ComfyUI's loader; stable-diffusio
         REQUIRE(file.size() == c.at("keys").get<size_t>());
         check(name, file, sd15, layer_of);
     }
+    // Each preset (LoCon, LyCORIS's default algo): the modules it puts on those four layers.
+    std::map<std::string, size_t> unconverted_modules;
+    for (const auto& [preset, p] : j.at("presets").items()) {
+        Sd15 s(lycoris_config(8, 4.0, {{"preset", preset}}));
+        sdcpp::Shapes file;
+        for (const lora::Module& m : s.net.modules()) {
+            for (const auto& [suffix, shape] : file_tensors(m)) file[m.key() + "." + suffix] = shape;
+            unconverted_modules[preset] += sdcpp_unconverted(m.key() + ".");
+        }
+        check("preset " + preset, file, sd15, layer_of);
+    }
+    CHECK(unconverted_modules == std::map<std::string, size_t>{{"attn-mlp", 0}, {"attn-only", 0}, {"full", 4},
+                                                               {"full-lin", 2}, {"unet-convblock-only", 2},
+                                                               {"unet-only", 4}, {"unet-transformer-only", 0}});
     // kohya's own networks.lora (LoRA; LoCon with conv_dim) targets Transformer2DModel (and
     // ResnetBlock2D, Downsample2D, Upsample2D), never conv_in / conv_out / time_embedding: all applies.
     for (const auto& [name, args] : std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>{
@@ -422,4 +437,64 @@ TEST_CASE("lycoris files: every tensor maps in ComfyUI's loader; stable-diffusio
         for (const gl::io::TensorInfo& t : f.list()) file[t.name] = t.shape;
         check(gl::cat("LyCORIS's kohya_tiny_", name), file, tiny, tiny_layer_of);
     }
+}
+
+TEST_CASE("lycoris files: tests/sdcpp_names.h gives stable-diffusion.cpp's own names and update shapes") {
+    // sdcpp.json: stable-diffusion.cpp's name_conversion.cpp and ggml_extend.hpp's merge functions
+    // on ggml, run by tests/golden/make_sdcpp_names.py (every module name of the SD1.5 / tiny / SD2.x
+    // files, every suffix on a few, every module tensor group of the SD1.5 configs and tiny files).
+    const nlohmann::json j = read_json("sdcpp.json");
+    CHECK(j.at("names_sd2_differ").empty());  // VERSION_SD2 converts these keys as VERSION_SD1 does
+    size_t bad = 0;
+    for (const auto& [key, name] : j.at("names").items())
+        if (sdcpp::lora_name(key) != name.get<std::string>() && bad++ < 5)
+            FAIL_CHECK(key, ": sd.cpp ", name.get<std::string>(), ", modelled ", sdcpp::lora_name(key));
+    CHECK(bad == 0);
+    size_t aborts = 0, groups = 0;
+    for (const nlohmann::json& e : j.at("shapes")) {
+        const std::string line = e.at(0), want = e.at(1);
+        CAPTURE(line);
+        std::istringstream is(line);
+        std::string algo, kv;
+        is >> algo;
+        std::map<std::string, sdcpp::Ne> t;
+        while (is >> kv) {
+            std::vector<int64_t> s;
+            std::stringstream ss(kv.substr(kv.find('=') + 1));
+            for (std::string x; std::getline(ss, x, ',');) s.push_back(std::stoll(x));
+            t[kv.substr(0, kv.find('='))] = sdcpp::ne_of(s);
+        }
+        auto has = [&](const char* n) { return t.count(n) != 0; };
+        // The modelled update (sdcpp::apply's combinations), as its ne or "ABORT".
+        std::string got;
+        try {
+            sdcpp::Ne d;
+            if (algo == "lora") {
+                d = sdcpp::merge_lora(t.at("lora_down"), t.at("lora_up"), has("lora_mid") ? &t.at("lora_mid") : nullptr);
+            } else if (algo == "loha") {
+                const bool t1 = has("hada_t1"), t2 = has("hada_t2");
+                d = sdcpp::merge_lora(t.at("hada_w1_b"), t1 ? sdcpp::transpose(t.at("hada_w1_a")) : t.at("hada_w1_a"),
+                                      t1 ? &t.at("hada_t1") : nullptr);
+                const sdcpp::Ne d2 = sdcpp::merge_lora(t.at("hada_w2_b"),
+                                                       t2 ? sdcpp::transpose(t.at("hada_w2_a")) : t.at("hada_w2_a"),
+                                                       t2 ? &t.at("hada_t2") : nullptr);
+                CHECK(d2 == d);
+            } else {
+                REQUIRE(algo == "lokr");
+                const sdcpp::Ne w1 = has("lokr_w1") ? t.at("lokr_w1") : sdcpp::merge_lora(t.at("lokr_w1_b"), t.at("lokr_w1_a"));
+                const sdcpp::Ne w2 = has("lokr_w2") ? t.at("lokr_w2") : sdcpp::merge_lora(t.at("lokr_w2_b"), t.at("lokr_w2_a"));
+                d = sdcpp::kronecker(w1, w2);
+            }
+            got = gl::cat(d.ne[0], ",", d.ne[1], ",", d.ne[2], ",", d.ne[3]);
+        } catch (const sdcpp::Abort&) {
+            got = "ABORT";
+        }
+        CHECK(got == want);
+        aborts += want == "ABORT";
+        groups++;
+    }
+    CHECK(aborts == 13);  // the Tucker LoKr convs' shapes
+    MESSAGE(j.at("names").size(), " names and ", groups, " update shapes (", aborts,
+            " asserting) as stable-diffusion.cpp ", j.at("stable_diffusion_cpp").get<std::string>(), " on ggml ",
+            j.at("ggml").get<std::string>(), " gives them");
 }
