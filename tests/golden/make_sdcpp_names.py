@@ -12,7 +12,10 @@ ggml (the commit its submodule pins):
 Inputs: every module name of kohya_sd15.json, the tiny LyCORIS files and sd2/lora_keys.json (key
 "<module>.lora_up.weight"), every suffix on a few modules, and every distinct module tensor group
 (shapes) of kohya_sd15.json's configs and the tiny files.
-Output: tests/golden/data/lycoris/sdcpp.json.
+And (values): the update of each single-layer case of loha / lokr / dora.safetensors without DoRA,
+computed as lora.hpp computes it (scale included) on ggml's CPU backend, against LyCORIS's
+forward's merged - base: its relative error, or ABORT.
+Output: tests/golden/data/lycoris/sdcpp.json. Needs g++, numpy and safetensors (the golden venv).
 
 Usage: python make_sdcpp_names.py SDCPP_SRC_DIR GGML_DIR GGML_BUILD_DIR [SDCPP_COMMIT GGML_COMMIT]
 (SDCPP_SRC_DIR holds src/ and include/; GGML_DIR include/; GGML_BUILD_DIR src/libggml*.so.)
@@ -179,6 +182,122 @@ int main() {
 }
 """
 
+VALUES_CPP = r"""
+// sd.cpp's immediate-mode update (lora.hpp's get_*_weight_diff with ggml_extend.hpp's
+// merges) computed on ggml's CPU backend, written out in the model tensor's memory order.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+#include "ggml.h"
+#include "ggml-cpu.h"
+#define __STATIC_INLINE__ static inline
+#include "ext_funcs.inc"
+int main(int argc, char** argv) {
+    // argv: dir (part.bin files), algo, alpha or "none", the model tensor's PyTorch shape, part=shape...
+    std::string dir = argv[1], algo = argv[2], alpha_s = argv[3];
+    ggml_init_params p = {512 * 1024 * 1024, nullptr, false};
+    ggml_context* ctx = ggml_init(p);
+    auto parse = [](const std::string& s) { std::vector<int64_t> v; std::stringstream ss(s); std::string x; while (std::getline(ss, x, ',')) v.push_back(std::stoll(x)); return v; };
+    auto mk = [&](const std::vector<int64_t>& torch) {
+        int64_t ne[4] = {1, 1, 1, 1};
+        for (size_t i = 0; i < torch.size(); i++) ne[i] = torch[torch.size() - 1 - i];
+        return ggml_new_tensor(ctx, GGML_TYPE_F32, (int)torch.size(), ne);
+    };
+    ggml_tensor* model = mk(parse(argv[4]));
+    std::map<std::string, ggml_tensor*> t;
+    for (int i = 5; i < argc; i++) {
+        std::string kv = argv[i];
+        size_t eq = kv.find('=');
+        std::string n = kv.substr(0, eq);
+        ggml_tensor* x = mk(parse(kv.substr(eq + 1)));
+        std::ifstream f(dir + "/" + n + ".bin", std::ios::binary);
+        f.read((char*)x->data, ggml_nbytes(x));
+        t[n] = x;
+    }
+    auto g = [&](const char* n) -> ggml_tensor* { return t.count(n) ? t[n] : nullptr; };
+    bool has_alpha = alpha_s != "none";
+    float alpha = has_alpha ? std::stof(alpha_s) : 0;
+    ggml_tensor* d = nullptr;
+    float scale = 1.0f;
+    if (algo == "lora") {
+        d = ggml_ext_merge_lora(ctx, g("lora_down"), g("lora_up"), g("lora_mid"));
+        int64_t rank = g("lora_down")->ne[ggml_n_dims(g("lora_down")) - 1];
+        if (has_alpha) scale = alpha / rank;
+    } else if (algo == "loha") {
+        ggml_tensor *a1 = g("hada_w1_a"), *a2 = g("hada_w2_a"), *t1 = g("hada_t1"), *t2 = g("hada_t2");
+        if (t1) a1 = ggml_cont(ctx, ggml_transpose(ctx, a1));
+        if (t2) a2 = ggml_cont(ctx, ggml_transpose(ctx, a2));
+        int64_t rank = g("hada_w1_b")->ne[ggml_n_dims(g("hada_w1_b")) - 1];
+        if (has_alpha) scale = alpha / rank;
+        d = ggml_mul_inplace(ctx, ggml_ext_merge_lora(ctx, g("hada_w1_b"), a1, t1), ggml_ext_merge_lora(ctx, g("hada_w2_b"), a2, t2));
+    } else {
+        int64_t rank = 1;
+        ggml_tensor* w1 = g("lokr_w1");
+        if (!w1) { rank = g("lokr_w1_b")->ne[ggml_n_dims(g("lokr_w1_b")) - 1]; w1 = ggml_ext_merge_lora(ctx, g("lokr_w1_b"), g("lokr_w1_a")); }
+        ggml_tensor* w2 = g("lokr_w2");
+        if (!w2) { rank = g("lokr_w2_b")->ne[ggml_n_dims(g("lokr_w2_b")) - 1]; w2 = ggml_ext_merge_lora(ctx, g("lokr_w2_b"), g("lokr_w2_a")); }
+        if (has_alpha) scale = alpha / rank;
+        if (rank == 1) scale = 1.0f;
+        d = ggml_ext_kronecker(ctx, w1, w2);
+    }
+    if (!ggml_is_contiguous(d)) d = ggml_cont(ctx, d);
+    d = ggml_scale_inplace(ctx, d, scale);
+    if (ggml_nelements(d) != ggml_nelements(model)) { printf("NUMEL %lld %lld\n", (long long)ggml_nelements(d), (long long)ggml_nelements(model)); return 0; }
+    d = ggml_reshape(ctx, d, model);
+    ggml_cgraph* gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, d);
+    ggml_graph_compute_with_ctx(ctx, gf, 1);
+    std::ofstream o(dir + "/out.bin", std::ios::binary);
+    o.write((const char*)d->data, ggml_nbytes(d));
+    printf("OK\n");
+}
+"""
+
+
+def values(tmp, inc, lib):
+    """Each single-layer case of loha / lokr / dora.safetensors without DoRA (sd.cpp reads no
+    dora_scale): sd.cpp's update computed on ggml's CPU backend against LyCORIS's (merged - base)."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    src = os.path.join(tmp, "values.cpp")
+    open(src, "w").write(VALUES_CPP)
+    exe = os.path.join(tmp, "values")
+    subprocess.check_call(["g++", "-std=c++17", "-O1", "-I" + tmp, *inc, src, *lib, "-lggml-cpu", "-o", exe])
+    out = {}
+    for fn in ["loha", "lokr", "dora"]:
+        t = load_file(os.path.join(LYCO, fn + ".safetensors"))
+        for case in sorted({k.split(".")[0] for k in t}):
+            ps = {k[len(case) + 7 :]: t[k] for k in t if k.startswith(case + ".param.")}
+            if "dora_scale" in ps or "dora" in case:
+                continue
+            algo = "lora" if any(k.startswith("lora_up") for k in ps) else "loha" if "hada_w1_a" in ps else "lokr"
+            d = os.path.join(tmp, case)
+            os.makedirs(d)
+            args = []
+            for k, v in sorted(ps.items()):
+                n = k.replace(".weight", "")
+                if n in ("alpha", "lokr_t2"):
+                    continue
+                v.astype(np.float32).tofile(os.path.join(d, n + ".bin"))
+                args.append("%s=%s" % (n, ",".join(map(str, v.shape))))
+            alpha = str(float(ps["alpha"])) if "alpha" in ps else "none"
+            base = t[case + ".base.weight"]
+            want = t[case + ".merged"].astype(np.float64) - base
+            r = subprocess.run([exe, d, algo, alpha, ",".join(map(str, base.shape))] + args, capture_output=True,
+                               text=True)
+            if r.stdout.strip() == "OK":
+                got = np.fromfile(os.path.join(d, "out.bin"), dtype=np.float32).reshape(base.shape)
+                out[case] = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+            else:
+                assert r.returncode != 0 and "ggml_mul_mat" in r.stdout + r.stderr, (case, r.stdout, r.stderr)
+                out[case] = "ABORT"
+    return out
+
 
 def main():
     sdcpp, ggml_dir, ggml_build = sys.argv[1:4]
@@ -241,6 +360,7 @@ def main():
         sd1_names = run([names_bin, "sd1"], keys)
         sd2_names = run([names_bin, "sd2"], keys)
         shapes = run([shapes_bin], groups)
+        vals = values(tmp, inc, lib)
     assert all(s == "ABORT" or re.fullmatch(r"\d+,\d+,\d+,\d+", s) for s in shapes), shapes
     out = {
         "note": "stable-diffusion.cpp's convert_tensor_name(\"lora.\" + key, VERSION_SD1 / VERSION_SD2) and the "
@@ -251,6 +371,7 @@ def main():
         "names": dict(zip(keys, sd1_names)),  # VERSION_SD1
         "names_sd2_differ": {k: b for k, a, b in zip(keys, sd1_names, sd2_names) if a != b},  # VERSION_SD2
         "shapes": [[g, s] for g, s in zip(groups, shapes)],
+        "values": vals,
     }
     path = os.path.join(LYCO, "sdcpp.json")
     with open(path + ".tmp", "w") as f:
