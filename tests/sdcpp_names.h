@@ -7,7 +7,9 @@
 // (ggml_mul_mat asserts a->ne[0] == b->ne[0]; an assert aborts the process).
 // Shared by test_sd2_loaders.cpp and test_lycoris_files.cpp. It models names and shapes (which
 // tensors apply to which model tensor, with what element count), not values; the immediate
-// apply mode (merge into the weights), not the at-runtime one (get_out_diff).
+// apply mode (merge into the weights), not the at-runtime one (get_out_diff). The names and update
+// shapes are checked against sd.cpp's own code's (tests/golden/make_sdcpp_names.py ->
+// tests/golden/data/lycoris/sdcpp.json, in test_lycoris_files.cpp).
 #pragma once
 #include <array>
 #include <cstdint>

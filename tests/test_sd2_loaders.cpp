@@ -9,8 +9,8 @@
 //   clip_h text model of 23 layers, supported_models.py / sd2_clip_config.json) takes every
 //   tensor, and each patch lands on the model weight of the layer the module was trained on,
 //   with the update's element count;
-// - stable-diffusion.cpp (leejet/stable-diffusion.cpp at 97d2990: src/name_conversion.cpp
-//   convert_tensor_name, convert_sep_to_dot, convert_diffusers_unet_to_original_sd1,
+// - stable-diffusion.cpp (tests/sdcpp_names.h; leejet/stable-diffusion.cpp at 97d2990:
+//   src/name_conversion.cpp convert_tensor_name, convert_sep_to_dot, convert_diffusers_unet_to_original_sd1,
 //   convert_open_clip_to_hf_clip_name; src/model/adapter/lora.hpp get_*_weight_diff,
 //   preprocess_lora_tensors; src/model/te/clip.hpp, src/conditioning/conditioner.hpp) applies
 //   every UNet tensor of kohya's networks.lora, and what it leaves is named: for an SD2.x single
