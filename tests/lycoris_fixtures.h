@@ -181,6 +181,14 @@ struct Sd15 {
     }
 };
 
+// A weight's PyTorch shape from ours (a conv's [O, kh, kw, I] is PyTorch's [O, I, kh, kw]).
+inline std::vector<int64_t> torch_shape(const gl::Shape& s) {
+    std::vector<int64_t> t;
+    for (int i = 0; i < s.nd; i++) t.push_back(s[i]);
+    if (t.size() == 4) t = {t[0], t[3], t[1], t[2]};
+    return t;
+}
+
 // "[320, 320, 1, 1]", as kohya_sd15.json keys its tables.
 inline std::string shape_key(const std::vector<int64_t>& s) {
     std::string r = "[";

@@ -2,14 +2,21 @@
 // builds and writes (tests/golden/data/lycoris/kohya_sd15.json, kohya_tiny*): SD1.5's modules, keys
 // and shapes for each config and preset, the saved file's dtype, metadata and LyCORIS's
 // sshs_model_hash; the files LyCORIS wrote load into our network and give its forward's weights;
-// and every tensor of a file maps in ComfyUI's loader and in stable-diffusion.cpp's, modelled here
-// on their sources (ComfyUI comfy/lora.py load_lora and model_lora_keys_unet / _clip;
-// stable-diffusion.cpp src/model/adapter/lora.hpp).
+// every tensor of a file maps in ComfyUI's loader (modelled on comfy/lora.py load_lora and
+// model_lora_keys_unet / _clip); and stable-diffusion.cpp's loader (tests/sdcpp_names.h: its name
+// conversion and lora.hpp at 97d2990) applies each tensor to its module's layer but for the ones
+// it leaves, named: dora_scale and lokr_t2 (never read), every tensor of a module on conv_in,
+// conv_out or time_embedding.linear_1/2 (its whole-name table never converts a LoRA tensor's
+// name there, so LyCORIS's presets put modules there that sd.cpp never finds), and a Tucker LoKr
+// conv, whose factors make its apply graph assert (ggml_mul_mat; NOTES.md section 8 says how that
+// and the names were run on sd.cpp's own code). kohya's networks.lora files (LoRA, LoCon) apply
+// whole.
 #include <optional>
 #include <set>
 
 #include "ggml-lite/io/sha256.h"
 #include "lycoris_fixtures.h"
+#include "sdcpp_names.h"
 
 using namespace lyco_test;
 using gltest::read_f32;
@@ -94,18 +101,29 @@ std::set<std::string> comfy_loaded(const std::set<std::string>& file, const std:
     return used;
 }
 
-// stable-diffusion.cpp's: the suffixes its name conversion turns into lora tensors it applies.
-std::set<std::string> sdcpp_loaded(const std::set<std::string>& file, const std::set<std::string>& names) {
-    std::set<std::string> used;
-    for (const std::string& k : file) {
-        const size_t dot = k.find('.');
-        const std::string x = k.substr(0, dot), s = k.substr(dot + 1);
-        const bool known = s == "alpha" || s == "lora_up.weight" || s == "lora_down.weight" || s == "lora_mid.weight" ||
-                           s.rfind("hada_", 0) == 0 ||
-                           (s.rfind("lokr_w", 0) == 0);  // lokr_w1, lokr_w1_a/b, lokr_w2, lokr_w2_a/b; not lokr_t2
-        if (names.count(x) && known) used.insert(k);
-    }
-    return used;
+// stable-diffusion.cpp's SD1.5 model (tests/sdcpp_names.h applies a file to it): the UNet's
+// weights under LDM names (sd::unet_key_original, checked against diffusers' converter in
+// test_sd15_*), the text encoder as a single file holds it (transformers' CLIPTextModel names under
+// cond_stage_model.transformer., q/k/v split: clip.hpp fuses them only for a file with in_proj).
+sdcpp::Shapes sdcpp_sd15(const Sd15& s) {
+    sdcpp::Shapes m;
+    for (const nn::WeightEntry& e : s.wu.entries())
+        m[sd::unet_key_original(sd::UnetConfig::sd15(), e.name)] = torch_shape(s.g.shape(e.id));
+    for (const nn::WeightEntry& e : s.wt.entries()) m["cond_stage_model.transformer." + e.name] = torch_shape(s.g.shape(e.id));
+    return m;
+}
+// The model tensor a module's layer has in it.
+std::string sdcpp_tensor_of(bool te, const std::string& path) {
+    return te ? "cond_stage_model.transformer." + path + ".weight"
+              : sd::unet_key_original(sd::UnetConfig::sd15(), path + ".weight");
+}
+// The modules whose names stable-diffusion.cpp never converts (convert_diffusers_unet_to_original_sd1
+// maps these four layers by whole-name equality only).
+bool sdcpp_unconverted(const std::string& key) {
+    for (const char* m : {"lora_unet_conv_in.", "lora_unet_conv_out.", "lora_unet_time_embedding_linear_1.",
+                          "lora_unet_time_embedding_linear_2."})
+        if (key.rfind(m, 0) == 0) return true;
+    return false;
 }
 
 const std::vector<std::string> kTinyPaths = {
@@ -300,35 +318,214 @@ TEST_CASE("lycoris files: the tiny files LyCORIS wrote load whole and give the w
     }
 }
 
-TEST_CASE("lycoris files: every tensor maps in ComfyUI's loader, and in stable-diffusion.cpp's but dora_scale / lokr_t2") {
+TEST_CASE("lycoris files: every tensor maps in ComfyUI's loader, stable-diffusion.cpp leaves dora_scale, lokr_t2 and the conv_in / conv_out / time_embedding modules") {
     const nlohmann::json j = read_json("kohya_sd15.json");
     Sd15 names_of(lycoris_config(4, 1.0, {}));
     const std::set<std::string> names = comfy_lora_names(names_of.wu);
-    auto check = [&](const std::string& what, const std::set<std::string>& file) {
+    const sdcpp::Shapes sd15 = sdcpp_sd15(names_of);
+    // file: key -> shape; model: sd.cpp's tensors; layer_of: module key -> its layer's model tensor.
+    auto check = [&](const std::string& what, const sdcpp::Shapes& file, const sdcpp::Shapes& model,
+                     const std::map<std::string, std::string>& layer_of) {
         CAPTURE(what);
-        const std::set<std::string> comfy = comfy_loaded(file, names), sdcpp = sdcpp_loaded(file, names);
-        std::set<std::string> not_comfy, not_sdcpp, expected_not_sdcpp;
-        for (const std::string& k : file) {
-            if (!comfy.count(k)) not_comfy.insert(k);
-            if (!sdcpp.count(k)) not_sdcpp.insert(k);
-            const std::string s = k.substr(k.find('.') + 1);
-            if (s == "dora_scale" || s == "lokr_t2") expected_not_sdcpp.insert(k);
+        std::set<std::string> keys;
+        for (const auto& [k, shape] : file) keys.insert(k);
+        const std::set<std::string> comfy = comfy_loaded(keys, names);
+        size_t not_comfy = 0;
+        for (const std::string& k : keys) not_comfy += !comfy.count(k);
+        CHECK(not_comfy == 0);
+
+        const sdcpp::Result r = sdcpp::apply(file, model);
+        CHECK(r.skipped.empty());
+        // What sd.cpp leaves: dora_scale and lokr_t2 (no such suffix in lora_suffix_map, and
+        // lora.hpp reads neither), every tensor of a module on conv_in, conv_out or
+        // time_embedding.linear_1/2 (named "...conv_in.weight.<part>", "...time_embedding.linear.1
+        // .weight.<part>": no model tensor), and a Tucker LoKr conv's whole module: its
+        // lokr_w2_a (R, out_k) goes to ggml_mul_mat as an up factor (out_k, R), so the graph
+        // asserts (out_k != R) and the process aborts.
+        std::set<std::string> expected, aborting;
+        size_t n_dora = 0, n_t2 = 0, n_unconverted = 0, n_tucker = 0;
+        for (const auto& [k, shape] : file) {
+            const std::string module = k.substr(0, k.find('.')), part = k.substr(k.find('.') + 1);
+            const bool tucker_lokr = !sdcpp_unconverted(k) && file.count(module + ".lokr_t2") &&
+                                     file.count(module + ".lokr_w2_a") &&
+                                     file.at(module + ".lokr_w2_a").at(1) != file.at(module + ".lokr_w2_a").at(0);
+            if (sdcpp_unconverted(k)) {
+                n_unconverted++;
+            } else if (part == "dora_scale") {
+                n_dora++;
+            } else if (part == "lokr_t2") {
+                n_t2++;
+            } else if (tucker_lokr) {
+                n_tucker++;
+            } else {
+                continue;
+            }
+            expected.insert(k);
+            if (tucker_lokr) aborting.insert(layer_of.at(module));
         }
-        CHECK(not_comfy.empty());
-        CHECK(not_sdcpp == expected_not_sdcpp);
-        MESSAGE(what, ": ", file.size(), " tensors, ComfyUI loads all, stable-diffusion.cpp ignores ",
-                not_sdcpp.size(), " (dora_scale, lokr_t2)");
+        std::set<std::string> aborts;
+        for (const auto& [tensor, why] : r.aborts) aborts.insert(tensor);
+        const std::set<std::string> unused = r.unused(file);
+        CHECK(unused == expected);
+        if (unused != expected)
+            for (const std::string& k : unused)
+                if (!expected.count(k)) {
+                    FAIL_CHECK("unexpectedly unused: ", k, " as ", sdcpp::lora_name(k));
+                    break;
+                }
+        CHECK(aborts == aborting);
+        // Each applied tensor patches its own module's layer.
+        size_t wrong = 0;
+        for (const auto& [k, tensor] : r.applied)
+            if (tensor != layer_of.at(k.substr(0, k.find('.'))) && wrong++ < 3)
+                FAIL_CHECK(k, " -> ", tensor, ", want ", layer_of.at(k.substr(0, k.find('.'))));
+        CHECK(wrong == 0);
+        MESSAGE(what, ": ", file.size(), " tensors, ComfyUI loads all; stable-diffusion.cpp applies ", r.applied.size(),
+                ", leaves ", unused.size(), " (", n_dora, " dora_scale, ", n_t2, " lokr_t2, ", n_unconverted,
+                " of conv_in / conv_out / time_embedding modules, ", n_tucker, " of Tucker LoKr convs)",
+                aborts.empty() ? std::string() : gl::cat("; its graph asserts on ", aborts.size(), " model tensors, first ",
+                                                         *aborts.begin()));
     };
-    for (const std::string name : {"loha_conv4_tucker", "lokr_f4_decompose_both_tucker", "lokr_dora", "locon_dora",
-                             "lora_dora_in_attn_mlp_bf16", "lokr_f8_dim100000"}) {
-        Sd15 s(config_of(j.at("configs").at(name)));
-        const std::vector<std::string> k = file_keys(s.net);
-        check(name, std::set<std::string>(k.begin(), k.end()));
+    std::map<std::string, std::string> layer_of;  // SD1.5's modules (preset full holds them all)
+    for (const lora::Module& m : names_of.net.modules())
+        layer_of[m.key()] = sdcpp_tensor_of(m.layer().part == lora::Part::text_encoder, m.layer().path);
+    for (const auto& [name, c] : j.at("configs").items()) {
+        Sd15 s(config_of(c));
+        sdcpp::Shapes file;
+        for (const lora::Module& m : s.net.modules())
+            for (const auto& [suffix, shape] : file_tensors(m)) file[m.key() + "." + suffix] = shape;
+        REQUIRE(file.size() == c.at("keys").get<size_t>());
+        check(name, file, sd15, layer_of);
+    }
+    // Each preset (LoCon, LyCORIS's default algo): the modules it puts on those four layers.
+    std::map<std::string, size_t> unconverted_modules;
+    for (const auto& [preset, p] : j.at("presets").items()) {
+        Sd15 s(lycoris_config(8, 4.0, {{"preset", preset}}));
+        sdcpp::Shapes file;
+        for (const lora::Module& m : s.net.modules()) {
+            for (const auto& [suffix, shape] : file_tensors(m)) file[m.key() + "." + suffix] = shape;
+            unconverted_modules[preset] += sdcpp_unconverted(m.key() + ".");
+        }
+        check("preset " + preset, file, sd15, layer_of);
+    }
+    CHECK(unconverted_modules == std::map<std::string, size_t>{{"attn-mlp", 0}, {"attn-only", 0}, {"full", 4},
+                                                               {"full-lin", 2}, {"unet-convblock-only", 2},
+                                                               {"unet-only", 4}, {"unet-transformer-only", 0}});
+    // kohya's own networks.lora (LoRA; LoCon with conv_dim) targets Transformer2DModel (and
+    // ResnetBlock2D, Downsample2D, Upsample2D), never conv_in / conv_out / time_embedding: all applies.
+    for (const auto& [name, args] : std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>{
+             {"networks.lora", {}}, {"networks.lora conv_dim=4", {{"conv_dim", "4"}, {"conv_alpha", "1"}}}}) {
+        Sd15 s(lora::network_config({"networks.lora", 4, 1.0, std::nullopt, args}));
+        sdcpp::Shapes file;
+        for (const lora::Module& m : s.net.modules())
+            for (const auto& [suffix, shape] : file_tensors(m)) file[m.key() + "." + suffix] = shape;
+        CHECK(sdcpp::apply(file, sd15).unused(file).empty());
+        check(name, file, sd15, layer_of);
+    }
+    const gl::io::SafetensorsFile expected(lyco("kohya_tiny_expected.safetensors"));
+    sdcpp::Shapes tiny;  // the tiny tree as sd.cpp would hold it
+    std::map<std::string, std::string> tiny_layer_of;
+    for (const std::string& path : kTinyPaths) {
+        const bool te = path.rfind("text_model.", 0) == 0;
+        const std::string key = lora::kohya_key(models::sd15_family(), te ? lora::Part::text_encoder : lora::Part::unet, path);
+        tiny_layer_of[key] = sdcpp_tensor_of(te, path);
+        tiny[tiny_layer_of[key]] = expected.info("base." + key).shape;
     }
     for (const std::string name : {"loha", "lokr", "dora"}) {  // LyCORIS's own files
         const gl::io::SafetensorsFile f(lyco("kohya_tiny_" + name + ".safetensors"));
-        std::set<std::string> k;
-        for (const gl::io::TensorInfo& t : f.list()) k.insert(t.name);
-        check(gl::cat("LyCORIS's kohya_tiny_", name), k);
+        sdcpp::Shapes file;
+        for (const gl::io::TensorInfo& t : f.list()) file[t.name] = t.shape;
+        check(gl::cat("LyCORIS's kohya_tiny_", name), file, tiny, tiny_layer_of);
     }
+}
+
+TEST_CASE("lycoris files: tests/sdcpp_names.h gives stable-diffusion.cpp's own names and update shapes") {
+    // sdcpp.json: stable-diffusion.cpp's name_conversion.cpp and ggml_extend.hpp's merge functions
+    // on ggml, run by tests/golden/make_sdcpp_names.py (every module name of the SD1.5 / tiny / SD2.x
+    // files, every suffix on a few, every module tensor group of the SD1.5 configs and tiny files).
+    const nlohmann::json j = read_json("sdcpp.json");
+    CHECK(j.at("names_sd2_differ").empty());  // VERSION_SD2 converts these keys as VERSION_SD1 does
+    size_t bad = 0;
+    for (const auto& [key, name] : j.at("names").items())
+        if (sdcpp::lora_name(key) != name.get<std::string>() && bad++ < 5)
+            FAIL_CHECK(key, ": sd.cpp ", name.get<std::string>(), ", modelled ", sdcpp::lora_name(key));
+    CHECK(bad == 0);
+    // The modelled update of a module's tensors (sdcpp::apply's combinations): its ne or "ABORT".
+    auto modelled = [](const std::string& algo, const std::map<std::string, sdcpp::Ne>& t) -> std::string {
+        auto has = [&](const char* n) { return t.count(n) != 0; };
+        try {
+            sdcpp::Ne d;
+            if (algo == "lora") {
+                d = sdcpp::merge_lora(t.at("lora_down"), t.at("lora_up"), has("lora_mid") ? &t.at("lora_mid") : nullptr);
+            } else if (algo == "loha") {
+                const bool t1 = has("hada_t1"), t2 = has("hada_t2");
+                d = sdcpp::merge_lora(t.at("hada_w1_b"), t1 ? sdcpp::transpose(t.at("hada_w1_a")) : t.at("hada_w1_a"),
+                                      t1 ? &t.at("hada_t1") : nullptr);
+                const sdcpp::Ne d2 = sdcpp::merge_lora(t.at("hada_w2_b"),
+                                                       t2 ? sdcpp::transpose(t.at("hada_w2_a")) : t.at("hada_w2_a"),
+                                                       t2 ? &t.at("hada_t2") : nullptr);
+                if (!(d2 == d)) return "LoHa halves differ";
+            } else {
+                if (algo != "lokr") return "algo " + algo;
+                const sdcpp::Ne w1 = has("lokr_w1") ? t.at("lokr_w1") : sdcpp::merge_lora(t.at("lokr_w1_b"), t.at("lokr_w1_a"));
+                const sdcpp::Ne w2 = has("lokr_w2") ? t.at("lokr_w2") : sdcpp::merge_lora(t.at("lokr_w2_b"), t.at("lokr_w2_a"));
+                d = sdcpp::kronecker(w1, w2);
+            }
+            return gl::cat(d.ne[0], ",", d.ne[1], ",", d.ne[2], ",", d.ne[3]);
+        } catch (const sdcpp::Abort&) {
+            return "ABORT";
+        }
+    };
+    size_t aborts = 0, groups = 0;
+    for (const nlohmann::json& e : j.at("shapes")) {
+        const std::string line = e.at(0), want = e.at(1);
+        CAPTURE(line);
+        std::istringstream is(line);
+        std::string algo, kv;
+        is >> algo;
+        std::map<std::string, sdcpp::Ne> t;
+        while (is >> kv) {
+            std::vector<int64_t> s;
+            std::stringstream ss(kv.substr(kv.find('=') + 1));
+            for (std::string x; std::getline(ss, x, ',');) s.push_back(std::stoll(x));
+            t[kv.substr(0, kv.find('='))] = sdcpp::ne_of(s);
+        }
+        CHECK(modelled(algo, t) == want);
+        aborts += want == "ABORT";
+        groups++;
+    }
+    CHECK(aborts == 13);  // the Tucker LoKr convs' shapes
+    // The values (not modelled here, pinned): sd.cpp's update of each single-layer case without
+    // DoRA on ggml's CPU backend against LyCORIS's forward. Right but for the Tucker LoHa conv
+    // (the core's R axes swapped and out / in transposed: ~1.28) and the LoKr conv whose lokr_w2 is
+    // a full 4-D factor (ggml_ext_kronecker's axis pairing: ~1.36); the Tucker LoKr aborts, as the
+    // shape model says.
+    const nlohmann::json cases = read_json("cases.json").at("cases");
+    size_t right = 0;
+    for (const auto& [name, v] : j.at("values").items()) {
+        CAPTURE(name);
+        std::map<std::string, sdcpp::Ne> t;
+        std::string algo = "lokr";
+        for (const auto& [k, shape] : cases.at(name).at("tensors").items()) {
+            if (k.rfind("param.", 0) != 0 || k == "param.alpha" || k == "param.lokr_t2") continue;
+            std::string part = k.substr(6);
+            if (part.size() > 7 && part.compare(part.size() - 7, 7, ".weight") == 0) part.resize(part.size() - 7);
+            if (part == "lora_up") algo = "lora";
+            if (part == "hada_w1_a") algo = "loha";
+            t[part] = sdcpp::ne_of(shape.get<std::vector<int64_t>>());
+        }
+        CHECK((modelled(algo, t) == "ABORT") == v.is_string());
+        if (v.is_string()) {
+            CHECK(name == "lokr_conv3x3_f2_dim2_tucker");
+        } else if (name == "loha_conv3x3_tucker" || name == "lokr_conv3x3_f2_dim4_full") {
+            CHECK(v.get<double>() > 1.0);
+        } else {
+            CHECK(v.get<double>() < 1e-6);
+            right++;
+        }
+    }
+    CHECK(right == 11);
+    MESSAGE(j.at("names").size(), " names and ", groups, " update shapes (", aborts,
+            " asserting) as stable-diffusion.cpp ", j.at("stable_diffusion_cpp").get<std::string>(), " on ggml ",
+            j.at("ggml").get<std::string>(), " gives them");
 }

@@ -9,8 +9,8 @@
 //   clip_h text model of 23 layers, supported_models.py / sd2_clip_config.json) takes every
 //   tensor, and each patch lands on the model weight of the layer the module was trained on,
 //   with the update's element count;
-// - stable-diffusion.cpp (leejet/stable-diffusion.cpp at 97d2990: src/name_conversion.cpp
-//   convert_tensor_name, convert_sep_to_dot, convert_diffusers_unet_to_original_sd1,
+// - stable-diffusion.cpp (tests/sdcpp_names.h; leejet/stable-diffusion.cpp at 97d2990:
+//   src/name_conversion.cpp convert_tensor_name, convert_sep_to_dot, convert_diffusers_unet_to_original_sd1,
 //   convert_open_clip_to_hf_clip_name; src/model/adapter/lora.hpp get_*_weight_diff,
 //   preprocess_lora_tensors; src/model/te/clip.hpp, src/conditioning/conditioner.hpp) applies
 //   every UNet tensor of kohya's networks.lora, and what it leaves is named: for an SD2.x single
@@ -30,6 +30,7 @@
 
 #include "lycoris_fixtures.h"
 #include "models/family.h"
+#include "sdcpp_names.h"
 
 using namespace lyco_test;
 
@@ -309,196 +310,36 @@ ComfyLoad comfy_load(const Comfy& c, const Shapes& file) {
 
 // ---------------------------------------------------------------- stable-diffusion.cpp
 
-// convert_sep_to_dot: "_" -> "." except inside the protected tokens.
-std::string sdcpp_sep_to_dot(std::string name) {
-    static const std::vector<std::string> kProtected = {
-        "self_attn",     "out_proj",        "q_proj",        "k_proj",        "v_proj",
-        "to_k",          "to_q",            "to_v",          "to_out",        "text_model",
-        "down_blocks",   "mid_block",       "up_block",      "proj_in",       "proj_out",
-        "transformer_blocks", "single_transformer_blocks", "single_blocks", "diffusion_model",
-        "cond_stage_model", "first_stage_model", "conv_in", "conv_out",      "lora_down",
-        "lora_mid",      "lora_up",         "diff_b",        "hada_w1_a",     "hada_w1_b",
-        "hada_w2_a",     "hada_w2_b",       "hada_t1",       "hada_t2",       ".lokr_w1",
-        ".lokr_w1_a",    ".lokr_w1_b",      ".lokr_w2",      ".lokr_w2_a",    ".lokr_w2_b",
-        "time_emb_proj", "conv_shortcut",   "time_embedding", "conv_norm_out", "double_blocks",
-        "txt_attn",      "img_attn",        "input_blocks",  "output_blocks", "middle_block",
-        "skip_connection", "emb_layers",    "in_layers",     "out_layers",    "add_q_proj",
-        "add_k_proj",    "add_v_proj",      "add_out_proj",  "ff_context",    "norm_added_q",
-        "norm_added_v",  "to_add_out",      "txt_mod",       "img_mod",       "txt_mlp",
-        "img_mlp",       "proj_mlp",        "wi_0",          "wi_1",          "norm1_context",
-        "x_embedder",    "cross_attn",      "output_proj",   "token_refiner"};
-    std::set<size_t> keep;
-    for (const std::string& t : kProtected)
-        for (size_t at = name.find(t); at != std::string::npos; at = name.find(t, at + t.size()))
-            for (size_t u = t.find('_'); u != std::string::npos; u = t.find('_', u + 1)) keep.insert(at + u);
-    for (size_t i = 0; i < name.size(); i++)
-        if (name[i] == '_' && !keep.count(i)) name[i] = '.';
-    return name;
-}
-
-// convert_diffusers_unet_to_original_sd1 (SD1.x and SD2.x).
-std::string sdcpp_unet_to_original(std::string name) {
-    static const std::vector<std::pair<std::string, std::string>> kWhole = {
-        {"time_embed.0.weight", "time_embedding.linear_1.weight"}, {"time_embed.0.bias", "time_embedding.linear_1.bias"},
-        {"time_embed.2.weight", "time_embedding.linear_2.weight"}, {"time_embed.2.bias", "time_embedding.linear_2.bias"},
-        {"input_blocks.0.0.weight", "conv_in.weight"},             {"input_blocks.0.0.bias", "conv_in.bias"},
-        {"out.0.weight", "conv_norm_out.weight"},                  {"out.0.bias", "conv_norm_out.bias"},
-        {"out.2.weight", "conv_out.weight"},                       {"out.2.bias", "conv_out.bias"}};
-    static const std::vector<std::pair<std::string, std::string>> kResnet = {
-        {"in_layers.0", "norm1"}, {"in_layers.2", "conv1"},        {"out_layers.0", "norm2"},
-        {"out_layers.3", "conv2"}, {"emb_layers.1", "time_emb_proj"}, {"skip_connection", "conv_shortcut"}};
-    static const std::vector<std::pair<std::string, std::string>> kLayer = [] {
-        std::vector<std::pair<std::string, std::string>> v;  // (original, diffusers), in sd.cpp's order
-        for (int i = 0; i < 4; i++) {
-            for (int j = 0; j < 2; j++) {
-                v.emplace_back(gl::cat("input_blocks.", 3 * i + j + 1, ".0."), gl::cat("down_blocks.", i, ".resnets.", j, "."));
-                if (i < 3)
-                    v.emplace_back(gl::cat("input_blocks.", 3 * i + j + 1, ".1."), gl::cat("down_blocks.", i, ".attentions.", j, "."));
-            }
-            for (int j = 0; j < 3; j++) {
-                v.emplace_back(gl::cat("output_blocks.", 3 * i + j, ".0."), gl::cat("up_blocks.", i, ".resnets.", j, "."));
-                v.emplace_back(gl::cat("output_blocks.", 3 * i + j, ".1."), gl::cat("up_blocks.", i, ".attentions.", j, "."));
-            }
-            if (i < 3) {
-                v.emplace_back(gl::cat("input_blocks.", 3 * (i + 1), ".0.op."), gl::cat("down_blocks.", i, ".downsamplers.0.conv."));
-                v.emplace_back(gl::cat("output_blocks.", 3 * i + 2, ".", i == 0 ? 1 : 2, "."), gl::cat("up_blocks.", i, ".upsamplers.0."));
-            }
-        }
-        v.emplace_back("middle_block.1.", "mid_block.attentions.0.");
-        for (int j = 0; j < 2; j++) v.emplace_back(gl::cat("middle_block.", 2 * j, "."), gl::cat("mid_block.resnets.", j, "."));
-        return v;
-    }();
-    for (const auto& [sd, hf] : kWhole)
-        if (name == hf) return sd;
-    auto replace_first = [&](const std::string& from, const std::string& to) {
-        const size_t at = name.find(from);
-        if (at != std::string::npos) name.replace(at, from.size(), to);
-    };
-    if (name.find("resnets") != std::string::npos)
-        for (const auto& [sd, hf] : kResnet) replace_first(hf, sd);
-    for (const auto& [sd, hf] : kLayer) replace_first(hf, sd);
-    replace_first("to_out.weight", "to_out.0.weight");
-    replace_first("to_out.bias", "to_out.0.bias");
-    return name;
-}
-
-// convert_open_clip_to_hf_clip_name for a text resblock's tensors (the ones SD2.x's tower has).
-std::string sdcpp_open_clip_name(const std::string& name) {
-    static const std::map<std::string, std::string> kResblock = {
-        {"attn.in_proj_bias", "self_attn.in_proj.bias"}, {"attn.in_proj_weight", "self_attn.in_proj.weight"},
-        {"attn.out_proj.bias", "self_attn.out_proj.bias"}, {"attn.out_proj.weight", "self_attn.out_proj.weight"},
-        {"ln_1.bias", "layer_norm1.bias"},               {"ln_1.weight", "layer_norm1.weight"},
-        {"ln_2.bias", "layer_norm2.bias"},               {"ln_2.weight", "layer_norm2.weight"},
-        {"mlp.c_fc.bias", "mlp.fc1.bias"},               {"mlp.c_fc.weight", "mlp.fc1.weight"},
-        {"mlp.c_proj.bias", "mlp.fc2.bias"},             {"mlp.c_proj.weight", "mlp.fc2.weight"}};
-    const std::string p = "model.transformer.resblocks.";
-    if (!starts_with(name, p)) return name;
-    const std::string rest = name.substr(p.size()), idx = rest.substr(0, rest.find('.'));
-    auto it = kResblock.find(rest.substr(idx.size() + 1));
-    return it == kResblock.end() ? name : "transformer.text_model.encoder.layers." + idx + "." + it->second;
-}
-
-// convert_tensor_name for a LoRA file's tensor (the loader prefixes "lora." to each name), SD2.x.
-std::string sdcpp_lora_name(const std::string& key) {
-    std::string name = "lora." + key;
-    for (const char* p : {"lora.lora.", "lora.lora_", "lora.lycoris_", "lora.lycoris.", "lora."})
-        if (starts_with(name, p)) {
-            name = name.substr(std::string(p).size());
-            break;
-        }
-    // lora_suffix_map, a std::map: the first suffix in key order that ends the name.
-    static const std::map<std::string, std::string> kSuffix = {
-        {".lora_down.weight", ".weight.lora_down"}, {".lora_mid.weight", ".weight.lora_mid"},
-        {".lora_up.weight", ".weight.lora_up"},     {".lora.down.weight", ".weight.lora_down"},
-        {".lora.mid.weight", ".weight.lora_mid"},   {".lora.up.weight", ".weight.lora_up"},
-        {"_lora.down.weight", ".weight.lora_down"}, {"_lora.mid.weight", ".weight.lora_mid"},
-        {"_lora.up.weight", ".weight.lora_up"},     {".lora_A.weight", ".weight.lora_down"},
-        {".lora_B.weight", ".weight.lora_up"},      {".lora_A.default.weight", ".weight.lora_down"},
-        {".lora_B.default.weight", ".weight.lora_up"}, {".lora_A", ".weight.lora_down"},
-        {".lora_B", ".weight.lora_up"},             {".lora_linear", ".weight.alpha"},
-        {".alpha", ".weight.alpha"},                {".scale", ".weight.scale"},
-        {".diff", ".weight.diff"},                  {".diff_b", ".bias.diff"},
-        {".hada_w1_a", ".weight.hada_w1_a"},        {".hada_w1_b", ".weight.hada_w1_b"},
-        {".hada_w2_a", ".weight.hada_w2_a"},        {".hada_w2_b", ".weight.hada_w2_b"},
-        {".hada_t1", ".weight.hada_t1"},            {".hada_t2", ".weight.hada_t2"},
-        {".lokr_w1", ".weight.lokr_w1"},            {".lokr_w1_a", ".weight.lokr_w1_a"},
-        {".lokr_w1_b", ".weight.lokr_w1_b"},        {".lokr_w2", ".weight.lokr_w2"},
-        {".lokr_w2_a", ".weight.lokr_w2_a"},        {".lokr_w2_b", ".weight.lokr_w2_b"}};
-    for (const auto& [from, to] : kSuffix)
-        if (ends_with(name, from)) {
-            name.replace(name.size() - from.size(), from.size(), to);
-            break;
-        }
-    name = sdcpp_sep_to_dot(name);  // SD2.x is a UNet version
-    // prefix_map (the entries a kohya SD name can start with).
-    for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
-             {"unet.", "model.diffusion_model."}, {"te.", "cond_stage_model.transformer."}})
-        if (starts_with(name, from)) {
-            name = to + name.substr(from.size());
-            break;
-        }
-    const std::string unet = "model.diffusion_model.";
-    if (starts_with(name, unet)) name = unet + sdcpp_unet_to_original(name.substr(unet.size()));
-    const std::string te = "cond_stage_model.";
-    if (starts_with(name, te)) name = te + sdcpp_open_clip_name(name.substr(te.size()));
-    return "lora." + name;
-}
-
-// The model's tensors: name -> element count. SD2.x's UNet under LDM names; the text encoder as a
+// The model's tensors: name -> PyTorch shape. SD2.x's UNet under LDM names; the text encoder as a
 // single file holds it (OpenCLIP's 24 resblocks, converted: fused in_proj) or a diffusers folder
 // (text_encoder/ under te.: transformers' names, q/k/v split).
-std::map<std::string, int64_t> sdcpp_model(const Sd2& s, bool single_file) {
-    std::map<std::string, int64_t> m;
-    for (const nn::WeightEntry& e : s.wu.entries()) m[sd::unet_key_original(s.ucfg, e.name)] = s.g.shape(e.id).numel();
+sdcpp::Shapes sdcpp_model(const Sd2& s, bool single_file) {
+    sdcpp::Shapes m;
+    for (const nn::WeightEntry& e : s.wu.entries()) m[sd::unet_key_original(s.ucfg, e.name)] = torch_shape(s.g.shape(e.id));
     const int64_t w = 1024, ff = 4096;
     if (single_file) {
         for (int i = 0; i < 24; i++)
-            for (const auto& [suffix, n] : std::vector<std::pair<std::string, int64_t>>{
-                     {"attn.in_proj_weight", 3 * w * w}, {"attn.out_proj.weight", w * w},
-                     {"mlp.c_fc.weight", ff * w}, {"mlp.c_proj.weight", w * ff}})
-                m["cond_stage_model." + sdcpp_open_clip_name(gl::cat("model.transformer.resblocks.", i, ".", suffix))] = n;
+            for (const auto& [suffix, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+                     {"attn.in_proj_weight", {3 * w, w}}, {"attn.out_proj.weight", {w, w}},
+                     {"mlp.c_fc.weight", {ff, w}}, {"mlp.c_proj.weight", {w, ff}}})
+                m["cond_stage_model." + sdcpp::open_clip_name(gl::cat("model.transformer.resblocks.", i, ".", suffix))] = shape;
     } else {
-        for (const nn::WeightEntry& e : s.wt.entries()) m["cond_stage_model.transformer." + e.name] = s.g.shape(e.id).numel();
+        for (const nn::WeightEntry& e : s.wt.entries()) m["cond_stage_model.transformer." + e.name] = torch_shape(s.g.shape(e.id));
     }
     return m;
 }
 
-// What lora.hpp applies: a tensor "lora.<model tensor>.<suffix>" of a complete LoRA (lora_up and
-// lora_down) or LoHa (hada_w1_a/b, hada_w2_a/b) group whose update has the model tensor's element
-// count, with its alpha. (preprocess_lora_tensors renames q/k/v onto a fused in_proj only when the
-// model has cond_stage_model.1.transformer.text_model.encoder.layers.0.self_attn.in_proj.weight:
-// SDXL's second encoder, never SD2.x.) Returns the file keys applied.
-std::set<std::string> sdcpp_applied(const Shapes& file, const std::map<std::string, int64_t>& model) {
+// What lora.hpp applies (tests/sdcpp_names.h): the file keys. (preprocess_lora_tensors renames
+// q/k/v onto a fused in_proj only when the model has
+// cond_stage_model.1.transformer.text_model.encoder.layers.0.self_attn.in_proj.weight: SDXL's second
+// encoder, never SD2.x.) No update here has another size than its model tensor, none asserts.
+std::set<std::string> sdcpp_applied(const Shapes& file, const sdcpp::Shapes& model) {
     REQUIRE(!model.count("cond_stage_model.1.transformer.text_model.encoder.layers.0.self_attn.in_proj.weight"));
-    std::map<std::string, std::map<std::string, std::string>> groups;  // model tensor -> suffix -> file key
-    for (const auto& [k, shape] : file) {
-        const std::string n = sdcpp_lora_name(k);
-        const size_t at = n.rfind(".weight.");
-        if (at == std::string::npos) continue;
-        groups[n.substr(5, at + 7 - 5)][n.substr(at + 8)] = k;
-    }
+    const sdcpp::Result r = sdcpp::apply(file, model);
+    CHECK(r.skipped.empty());
+    CHECK(r.aborts.empty());
     std::set<std::string> applied;
-    for (const auto& [tensor, g] : groups) {
-        auto it = model.find(tensor);
-        if (it == model.end()) continue;
-        auto has = [&](std::initializer_list<const char*> s) {
-            for (const char* x : s)
-                if (!g.count(x)) return false;
-            return true;
-        };
-        std::vector<std::string> used;
-        int64_t n = 0;
-        if (has({"lora_up", "lora_down"})) {
-            used = {"lora_up", "lora_down"};
-            n = update_numel(file, g.at("lora_up"), g.at("lora_down"));
-        } else if (has({"hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b"})) {
-            used = {"hada_w1_a", "hada_w1_b", "hada_w2_a", "hada_w2_b"};
-            n = update_numel(file, g.at("hada_w1_a"), g.at("hada_w1_b"));
-        }
-        if (used.empty() || n != it->second) continue;
-        if (g.count("alpha")) used.push_back("alpha");
-        for (const std::string& s : used) applied.insert(g.at(s));
-    }
+    for (const auto& [k, tensor] : r.applied) applied.insert(k);
     return applied;
 }
 
@@ -599,7 +440,7 @@ TEST_CASE("sd2 loaders: stable-diffusion.cpp applies kohya's UNet tensors, its S
             if (unused != expected)
                 for (const std::string& k : unused)
                     if (!expected.count(k)) {
-                        FAIL_CHECK("unexpectedly unused: ", k, " as ", sdcpp_lora_name(k));
+                        FAIL_CHECK("unexpectedly unused: ", k, " as ", sdcpp::lora_name(k));
                         break;
                     }
             size_t te = 0, lyco = 0;
@@ -615,25 +456,25 @@ TEST_CASE("sd2 loaders: stable-diffusion.cpp applies kohya's UNet tensors, its S
 
 TEST_CASE("sd2 loaders: the modelled stable-diffusion.cpp names of kohya's keys") {
     // Spot checks of the conversion against names worked by hand from name_conversion.cpp.
-    CHECK(sdcpp_lora_name("lora_unet_down_blocks_1_attentions_0_proj_in.lora_up.weight") ==
+    CHECK(sdcpp::lora_name("lora_unet_down_blocks_1_attentions_0_proj_in.lora_up.weight") ==
           "lora.model.diffusion_model.input_blocks.4.1.proj_in.weight.lora_up");
-    CHECK(sdcpp_lora_name("lora_unet_up_blocks_3_attentions_2_transformer_blocks_0_attn1_to_out_0.alpha") ==
+    CHECK(sdcpp::lora_name("lora_unet_up_blocks_3_attentions_2_transformer_blocks_0_attn1_to_out_0.alpha") ==
           "lora.model.diffusion_model.output_blocks.11.1.transformer_blocks.0.attn1.to_out.0.weight.alpha");
-    CHECK(sdcpp_lora_name("lora_unet_mid_block_resnets_1_time_emb_proj.lora_down.weight") ==
+    CHECK(sdcpp::lora_name("lora_unet_mid_block_resnets_1_time_emb_proj.lora_down.weight") ==
           "lora.model.diffusion_model.middle_block.2.emb_layers.1.weight.lora_down");
-    CHECK(sdcpp_lora_name("lora_unet_up_blocks_1_upsamplers_0_conv.hada_w1_a") ==
+    CHECK(sdcpp::lora_name("lora_unet_up_blocks_1_upsamplers_0_conv.hada_w1_a") ==
           "lora.model.diffusion_model.output_blocks.5.2.conv.weight.hada_w1_a");
-    CHECK(sdcpp_lora_name("lora_unet_down_blocks_2_downsamplers_0_conv.lora_up.weight") ==
+    CHECK(sdcpp::lora_name("lora_unet_down_blocks_2_downsamplers_0_conv.lora_up.weight") ==
           "lora.model.diffusion_model.input_blocks.9.0.op.weight.lora_up");
-    CHECK(sdcpp_lora_name("lora_te_text_model_encoder_layers_22_mlp_fc1.lora_up.weight") ==
+    CHECK(sdcpp::lora_name("lora_te_text_model_encoder_layers_22_mlp_fc1.lora_up.weight") ==
           "lora.cond_stage_model.transformer.text_model.encoder.layers.22.mlp.fc1.weight.lora_up");
-    CHECK(sdcpp_lora_name("lora_te_text_model_encoder_layers_3_self_attn_q_proj.lora_up.weight") ==
+    CHECK(sdcpp::lora_name("lora_te_text_model_encoder_layers_3_self_attn_q_proj.lora_up.weight") ==
           "lora.cond_stage_model.transformer.text_model.encoder.layers.3.self_attn.q_proj.weight.lora_up");
     // The whole-name table misses a suffixed name: conv_in stays diffusers-named.
-    CHECK(sdcpp_lora_name("lora_unet_conv_in.hada_w1_a") == "lora.model.diffusion_model.conv_in.weight.hada_w1_a");
-    CHECK(sdcpp_lora_name("lora_unet_time_embedding_linear_1.alpha") ==
+    CHECK(sdcpp::lora_name("lora_unet_conv_in.hada_w1_a") == "lora.model.diffusion_model.conv_in.weight.hada_w1_a");
+    CHECK(sdcpp::lora_name("lora_unet_time_embedding_linear_1.alpha") ==
           "lora.model.diffusion_model.time_embedding.linear.1.weight.alpha");
-    CHECK(sdcpp_open_clip_name("model.transformer.resblocks.7.attn.in_proj_weight") ==
+    CHECK(sdcpp::open_clip_name("model.transformer.resblocks.7.attn.in_proj_weight") ==
           "transformer.text_model.encoder.layers.7.self_attn.in_proj.weight");
     // ComfyUI's detection of SD2.x's UNet (model_detection.py): SD20's unet_to_diffusers inputs.
     Sd2 s(sd2_config("networks.lora", 4, 1.0, {}), false);
@@ -691,10 +532,10 @@ TEST_CASE("sd2 loaders: on the golden tiny SD2.x checkpoint ComfyUI's UNet patch
         CHECK(r.patches.size() == modules);
         // stable-diffusion.cpp: the tower's tensors under its converted names (fused in_proj); its
         // UNet conversion is SD1.x / SD2.x's fixed 4-level layout, which the tiny UNet is not.
-        std::map<std::string, int64_t> model;
+        sdcpp::Shapes model;
         for (const gl::io::TensorInfo& t : clip.list())
             if (starts_with(t.name, "cond_stage_model."))
-                model["cond_stage_model." + sdcpp_open_clip_name(t.name.substr(17))] = t.numel();
+                model["cond_stage_model." + sdcpp::open_clip_name(t.name.substr(17))] = t.shape;
         REQUIRE(model.count("cond_stage_model.transformer.text_model.encoder.layers.0.self_attn.in_proj.weight"));
         Shapes te_part;
         for (const auto& [k, shape] : file)
