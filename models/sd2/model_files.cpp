@@ -69,6 +69,14 @@ public:
         std::memcpy(dst, all.data() + size_t(e.third) * part, part);
     }
 
+    bool stored(const std::string& name, std::string* key, int* third) const {
+        const auto it = map_.find(name);
+        if (it == map_.end()) return false;
+        *key = it->second.key;
+        *third = it->second.third;
+        return true;
+    }
+
 private:
     struct Entry {
         std::string key;
@@ -104,6 +112,11 @@ void expect_shape(const gl::io::TensorSource& src, const std::string& key, const
 std::shared_ptr<const gl::io::TensorSource> openclip_text_view(std::shared_ptr<const gl::io::TensorSource> src,
                                                                int64_t layers, const std::string& prefix) {
     return std::make_shared<OpenClipTextView>(std::move(src), layers, prefix);
+}
+
+bool openclip_stored(const gl::io::TensorSource& src, const std::string& name, std::string* key, int* third) {
+    const auto* v = dynamic_cast<const OpenClipTextView*>(&src);
+    return v != nullptr && v->stored(name, key, third);
 }
 
 Sd15Files open_sd2_single_file(const std::string& file, const UnetConfig& unet_cfg, const ClipConfig& clip_cfg,
