@@ -101,7 +101,7 @@ models::ModelFiles plan_only_model() {
     models::ModelFiles f;
     f.family = &models::sd15_family();
     f.config = f.family->config();
-    f.vae_cfg = sd::VaeConfig::sd15();
+    f.vae_cfg = std::make_shared<const sd::VaeConfig>(sd::VaeConfig::sd15());
     f.tokenizer = std::shared_ptr<const sd::ClipTokenizer>(&sd::ClipTokenizer::builtin(), [](const sd::ClipTokenizer*) {});
     return f;
 }

@@ -16,4 +16,9 @@ const ModelConfig& ModelFiles::cfg() const {
     return *config;
 }
 
+const sd::VaeConfig& ModelFiles::vae_config() const {
+    GL_CHECK(vae_cfg != nullptr, "model ", vae_path, ": no VAE configuration");
+    return *vae_cfg;
+}
+
 }  // namespace models

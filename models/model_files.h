@@ -9,8 +9,13 @@
 
 #include "ggml-lite/io/tensor_source.h"
 #include "models/family.h"
-#include "models/sd15/tokenizer.h"
-#include "models/sd15/vae.h"
+
+// SD's VAE and tokenizer (models/sd15/vae.h, tokenizer.h), held by pointer: the one AutoencoderKL
+// and CLIP vocabulary of every family so far.
+namespace sd {
+struct VaeConfig;
+class ClipTokenizer;
+}  // namespace sd
 
 namespace models {
 
@@ -28,15 +33,16 @@ struct ModelFiles {
     std::shared_ptr<const gl::io::TensorSource> unet, text_encoder, vae;
     // The denoiser's and text encoders' configuration, as the family defines it.
     std::shared_ptr<const ModelConfig> config;
-    // The VAE: the one AutoencoderKL of every family so far (models/sd15/vae.h).
-    sd::VaeConfig vae_cfg;
+    // The VAE's configuration (models/sd15/vae.h).
+    std::shared_ptr<const sd::VaeConfig> vae_cfg;
     // The folder's tokenizer/, or the family's built-in CLIP vocabulary.
     std::shared_ptr<const sd::ClipTokenizer> tokenizer;
     // The files actually opened (which variant was chosen), for logs.
     std::string unet_path, text_encoder_path, vae_path, tokenizer_path;  // tokenizer_path "" = built in
 
-    const Family& fam() const;        // family, checked to be set
-    const ModelConfig& cfg() const;   // config, checked to be set
+    const Family& fam() const;         // family, checked to be set
+    const ModelConfig& cfg() const;    // config, checked to be set
+    const sd::VaeConfig& vae_config() const;  // vae_cfg, checked to be set
 };
 
 }  // namespace models

@@ -178,7 +178,7 @@ Pipeline::Impl::Instance& Pipeline::Impl::runtime(const std::string& key) {
 void Pipeline::Impl::load(const models::ModelFiles& f, const PipelineOptions& o, Pipeline::LoadParts parts) {
     if (parts.text_encoder) f.fam().load(lora::Part::text_encoder, *text.weights, f, *runtime(text.key).rt);
     if (parts.unet) f.fam().load(lora::Part::unet, *unet.weights, f, *runtime(unet.key).rt);
-    if (parts.vae) load_vae(*vae.weights, f.vae_cfg, *f.vae, *runtime(vae.key).rt);
+    if (parts.vae) load_vae(*vae.weights, f.vae_config(), *f.vae, *runtime(vae.key).rt);
     // Every module zero-initialised first (init writes up = 0: modules a file lacks add nothing),
     // then the file; merged ones then fold into the weights.
     for (PipelineHolder* m : {&text, &unet}) {
@@ -220,8 +220,8 @@ GraphBuilder Pipeline::Impl::unet_builder(const models::ModelFiles& f, int batch
 
 GraphBuilder Pipeline::Impl::vae_builder(const models::ModelFiles& f, int batch, int h, int w) const {
     return [&f, batch, h, w](nn::Weights& wt, gl::Graph& g) {
-        const ValueId z = g.input("z", DType::f32, {batch, h, w, f.vae_cfg.latent_channels});
-        return BuiltGraph{{z}, vae_decode(wt, f.vae_cfg, z)};
+        const ValueId z = g.input("z", DType::f32, {batch, h, w, f.vae_config().latent_channels});
+        return BuiltGraph{{z}, vae_decode(wt, f.vae_config(), z)};
     };
 }
 
@@ -233,8 +233,8 @@ Pipeline::Pipeline(models::ModelFiles model, PipelineOptions opt)
              opt_.clip_skip, " must be in [1, ", model_.cfg().text_layers(), "]");
     GL_CHECK(opt_.max_chunks >= 1 && opt_.max_chunks <= 8, "pipeline: max_chunks ", opt_.max_chunks, " must be in [1, 8]");
     GL_CHECK(opt_.vae_tile >= 4, "pipeline: vae_tile ", opt_.vae_tile, " must be >= 4 latents");
-    GL_CHECK(model_.cfg().latent_channels() == model_.vae_cfg.latent_channels, "pipeline: the UNet takes ",
-             model_.cfg().latent_channels(), " input channels and the VAE makes ", model_.vae_cfg.latent_channels,
+    GL_CHECK(model_.cfg().latent_channels() == model_.vae_config().latent_channels, "pipeline: the UNet takes ",
+             model_.cfg().latent_channels(), " input channels and the VAE makes ", model_.vae_config().latent_channels,
              " latent channels: text-to-image needs a plain (not inpainting) SD1.5 UNet");
     Impl& m = *impl_;
     m.backend = gl::backend_name(gl::resolve_backend(opt_.backend));  // throws when CUDA is asked and absent
@@ -297,7 +297,7 @@ Pipeline::~Pipeline() = default;
 // ---- requests ----
 
 void Pipeline::validate(const GenerationParams& p) const {
-    const int px = int(model_.vae_cfg.downscale());
+    const int px = int(model_.vae_config().downscale());
     const diffusion::SampleBounds& b = diffusion::kSampleBounds;
     for (const auto& [name, v] : {std::pair{"width", p.width}, std::pair{"height", p.height}})
         GL_CHECK(v >= px && v <= b.side_max && v % px == 0, name, " ", v, " must be a multiple of ", px, " in [", px,
@@ -312,8 +312,8 @@ void Pipeline::validate(const GenerationParams& p) const {
 }
 
 std::vector<float> Pipeline::seed_noise(const GenerationParams& p) const {
-    const auto ds = size_t(model_.vae_cfg.downscale());
-    const size_t per = size_t(p.height) / ds * (size_t(p.width) / ds) * size_t(model_.vae_cfg.latent_channels);
+    const auto ds = size_t(model_.vae_config().downscale());
+    const size_t per = size_t(p.height) / ds * (size_t(p.width) / ds) * size_t(model_.vae_config().latent_channels);
     std::vector<float> x(per * size_t(p.batch));
     for (int b = 0; b < p.batch; b++) {
         diffusion::NoiseRng rng{p.seed + uint64_t(b), 0};
@@ -335,7 +335,7 @@ std::vector<std::string> Pipeline::graphs_for(const GenerationParams& p) {
     const bool cfg = p.cfg_scale > 1.0;
     const int n = cfg ? 2 : 1, chunks = chunks_for(cfg ? std::vector<std::string>{p.negative, p.prompt}
                                                         : std::vector<std::string>{p.prompt});
-    const int64_t ds = model_.vae_cfg.downscale();
+    const int64_t ds = model_.vae_config().downscale();
     const int h = int(p.height / ds), w = int(p.width / ds), L = chunks * int(model_.fam().tokens().sequence);
     const int N = cfg ? 2 * p.batch : p.batch;
     std::vector<std::string> keys = {Impl::text_key(n, chunks), Impl::unet_key(N, h, w, L)};
@@ -401,7 +401,7 @@ std::vector<float> Pipeline::denoise(const GenerationParams& p, std::vector<floa
     validate(p);
     const bool cfg = p.cfg_scale > 1.0;
     const int B = p.batch, N = cfg ? 2 * B : B;
-    const int64_t ds = model_.vae_cfg.downscale();
+    const int64_t ds = model_.vae_config().downscale();
     const int h = int(p.height / ds), w = int(p.width / ds), C = int(model_.cfg().latent_channels());
     const size_t per = size_t(h) * size_t(w) * size_t(C);
     GL_CHECK(x.size() == per * size_t(B), "denoise: ", x.size(), " latent values for a batch of ", B, " ", w, "x", h,
@@ -469,7 +469,7 @@ std::vector<float> Pipeline::generate_pixels(const GenerationParams& p, const st
     std::vector<float> x = initial_noise ? *initial_noise : seed_noise(p);
     const std::vector<float> latents = denoise(p, std::move(x), context, L, on_step);
     if (latents_out) *latents_out = latents;
-    const int64_t ds = model_.vae_cfg.downscale();
+    const int64_t ds = model_.vae_config().downscale();
     return decode(latents, p.batch, int(p.height / ds), int(p.width / ds));
 }
 
@@ -479,7 +479,7 @@ std::string Pipeline::plan_report(const GenerationParams& p) {
     const bool cfg = p.cfg_scale > 1.0;
     auto bytes = [&](const std::string& key, gl::Category c) { return m.plans.at(key).plan.arena_bytes[size_t(c)]; };
     auto act = [&](const std::string& key) { return mib(bytes(key, gl::Category::activations)); };
-    const int64_t ds = model_.vae_cfg.downscale();
+    const int64_t ds = model_.vae_config().downscale();
     const VaeDecodePlan vp = plan_decode(p.batch, int(p.height / ds), int(p.width / ds));
     std::string s = gl::cat("memory plan (", gl::dtype_name(opt_.dtype), ", ", m.backend, "): ", p.width, "x",
                             p.height, ", batch ", p.batch, cfg ? " with CFG" : " without CFG", "\n");

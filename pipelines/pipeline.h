@@ -50,6 +50,8 @@
 #include "lora/lora.h"
 #include "models/diffusion/sampler.h"
 #include "models/model_files.h"
+#include "models/sd15/tokenizer.h"
+#include "models/sd15/vae.h"
 
 namespace sd {
 

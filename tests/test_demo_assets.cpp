@@ -180,7 +180,7 @@ TEST_CASE("demo assets: the shapes dataset in kohya's layout caches and trains a
 
     const models::ModelFiles m = models::sd15_family().open((dir.path / "model").string());
     data::LatentCache cache;
-    sd::VaeGraphEncoder vae(m.vae_cfg, *m.vae, "demo-vae");
+    sd::VaeGraphEncoder vae(m.vae_config(), *m.vae, "demo-vae");
     const data::CacheReport lat = data::cache_latents(ds, a, cache, vae);
     CHECK(lat.encoded == 12);
     sd::TextGraphEncoder clip(m, "demo-clip");

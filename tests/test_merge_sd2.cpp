@@ -5,10 +5,16 @@
 // text_projection, logit_scale); the rows match W0 + alpha / rank * up @ down computed here from
 // the LoRA file, the unmerged text tensors diffusers' convert_open_clip_checkpoint (golden,
 // make_sd2_clip_golden.py), and the merged file reopens as SD2.x with the outputs of the LoRA run
-// as branches on the base. The same for a tiny SD2.x diffusers folder (Linear proj_in / proj_out).
+// as branches on the base. The same for a tiny SD2.x diffusers folder (Linear proj_in / proj_out),
+// and gl-merge itself: --v2 merges the folder, without it the SD1.x family refuses it naming --v2.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <random>
+#include <sstream>
+
+#include <sys/wait.h>
 
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/core/runtime.h"
@@ -255,3 +261,38 @@ TEST_CASE("merge sd2: a LoRA merged into an SD2.x diffusers folder (Linear proj_
     MESSAGE("sd2 folder merge vs runtime branches: eps ", e_eps, ", text ", e_hidden);
     CHECK_THROWS_WITH_AS(models::sd15_family().open(out.string()), doctest::Contains("--v2"), gl::Error);
 }
+
+#ifdef GL_TXT2IMG_BIN
+TEST_CASE("merge sd2: gl-merge --v2 merges into an SD2.x folder, without --v2 it is refused naming the option") {
+    // gl-merge is built beside gl-txt2img.
+    const fs::path bin = fs::path(GL_TXT2IMG_BIN).parent_path() / "gl-merge";
+    REQUIRE(fs::exists(bin));
+    sdtrain_test::Scratch s("merge_sd2_cli");
+    const fs::path model = sdtrain_test::make_tiny_sd2_model(s.root), lora_path = s.root / "lora.safetensors";
+    const models::ModelFiles base = models::sd2_family().open(model.string());
+    const lora::LoraConfig cfg = sd2_lora();
+    const Outputs branches = run_model(base, &cfg, &lora_path);
+    const auto merge = [&](const fs::path& out, const std::string& flags) {
+        const fs::path log = s.root / "log.txt";
+        const std::string cmd = "'" + bin.string() + "' '" + model.string() + "' '" + lora_path.string() + "' '" +
+                                out.string() + "' " + flags + " > '" + log.string() + "' 2>&1";
+        const int rc = std::system(cmd.c_str());
+        std::ifstream in(log);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        return std::pair{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, ss.str()};
+    };
+    const auto [refused, why] = merge(s.root / "sd1", "");
+    CHECK(refused == 1);
+    CHECK(why.find("an SD2.x model") != std::string::npos);
+    CHECK(why.find("--v2") != std::string::npos);
+    CHECK_FALSE(fs::exists(s.root / "sd1"));
+    const auto [rc, log] = merge(s.root / "merged", "--v2");
+    CAPTURE(log);
+    REQUIRE(rc == 0);
+    CHECK(log.find("Stable Diffusion 2.x, diffusers") != std::string::npos);
+    const Outputs m = run_model(models::sd2_family().open((s.root / "merged").string()));
+    CHECK(rel_error(m.eps, branches.eps) <= 2e-3);  // the folder's UNet is f16
+    CHECK(rel_error(m.hidden, branches.hidden) <= 1e-5);
+}
+#endif

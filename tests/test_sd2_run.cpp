@@ -9,6 +9,7 @@
 
 #include "ggml-lite/io/safetensors.h"
 #include "models/sd15/sd_config.h"
+#include "models/sd15/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "sdtrain_fixtures.h"
 #include "train/run/metadata.h"

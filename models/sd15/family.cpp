@@ -166,7 +166,7 @@ public:
         sd::Sd15Files m = sd::open_sd15(path, prefer_fp16);
         // A diffusers folder opens whatever its configs say; SD2.x's is refused here, by name.
         const std::string sd2 = sd::sd2_traits(m);
-        GL_CHECK(sd2.empty(), path, ": an SD2.x model (", sd2, "), not SD1.x (sdtrain: --v2)");
+        GL_CHECK(sd2.empty(), path, ": an SD2.x model (", sd2, "), not SD1.x (sdtrain, gl-txt2img, gl-merge: --v2)");
         return sd::model_files(std::move(m), *this);
     }
     std::shared_ptr<const ModelConfig> config() const override {

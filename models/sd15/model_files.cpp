@@ -422,7 +422,7 @@ Sd15Files open_sd15_single_file(const std::string& file, const UnetConfig& unet_
         if (t.name.starts_with("conditioner."))
             gl::fail(file, ": an SDXL checkpoint (", t.name, "); only SD1.x is supported");
         if (t.name.starts_with("cond_stage_model.model."))
-            gl::fail(file, ": an SD2.x checkpoint (OpenCLIP text encoder, ", t.name, "), not SD1.x (sdtrain: --v2)");
+            gl::fail(file, ": an SD2.x checkpoint (OpenCLIP text encoder, ", t.name, "), not SD1.x (sdtrain, gl-txt2img, gl-merge: --v2)");
     }
     auto detect = [&](auto fn, const char* what) {
         try {
@@ -481,7 +481,7 @@ models::ModelFiles model_files(Sd15Files m, const models::Family& f) {
     out.text_encoder = std::move(m.text_encoder);
     out.vae = std::move(m.vae);
     out.config = sd_config(std::move(m.unet_cfg), std::move(m.clip_cfg));
-    out.vae_cfg = std::move(m.vae_cfg);
+    out.vae_cfg = std::make_shared<const VaeConfig>(std::move(m.vae_cfg));
     out.tokenizer = std::move(m.tokenizer);
     out.unet_path = std::move(m.unet_path);
     out.text_encoder_path = std::move(m.text_encoder_path);

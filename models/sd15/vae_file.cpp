@@ -104,7 +104,7 @@ VaeFile open_vae_file(const std::string& path, const VaeConfig& model) {
 }
 
 void replace_vae(models::ModelFiles& m, const std::string& path) {
-    VaeFile v = open_vae_file(path, m.vae_cfg);
+    VaeFile v = open_vae_file(path, m.vae_config());
     m.vae = std::move(v.weights);
     m.vae_path = std::move(v.weights_path);
 }

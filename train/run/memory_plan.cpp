@@ -76,7 +76,7 @@ struct RunFitter {
     }
 
     gl::FitBuild build(const FitConfig& fc, const StepOptions& user) {
-        const int64_t f = model.vae_cfg.downscale();
+        const int64_t f = model.vae_config().downscale();
         auto cand = std::make_shared<RunCandidate>();
         cand->step = fc.step(user);
         cand->cache_text = !fc.train_te && fc.cache_te;
@@ -143,7 +143,7 @@ void Session::Impl::plan_memory() {
     mp.free_bytes = dev.free_bytes;
     mp.total_bytes = dev.total_bytes;
     mp.context_bytes = dev.context_bytes;
-    const int64_t f = model.vae_cfg.downscale();
+    const int64_t f = model.vae_config().downscale();
     const int mult = step.config->size_multiple();
 
     // A size given: the context is part of it. The free memory (or --vram_limit auto): measured
@@ -159,7 +159,7 @@ void Session::Impl::plan_memory() {
                                   " the CUDA context alone holds; nothing was loaded"));
 
     GraphSetOptions go;
-    go.vae = model.vae_cfg;
+    go.vae = model.vae_config();
     go.vae_dtype = c.no_half_vae ? gl::DType::f32 : activation_dtype(step.precision);
     go.vae_on_device = !c.cache_latents;
     go.rules = dev.rules;
@@ -248,7 +248,7 @@ void Session::Impl::plan_memory() {
 std::string Session::Impl::advice(const GraphSetOptions& base, size_t extra) {
     const RunConfig& c = cfg;
     const size_t limit = plan.memory.limit;
-    const int64_t f = model.vae_cfg.downscale();
+    const int64_t f = model.vae_config().downscale();
     const int mult = step.config->size_multiple();
     std::string s;
     RunFitter fitter{c, data, model, seed, base, extra, world(), {}};

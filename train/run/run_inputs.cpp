@@ -52,7 +52,7 @@ bool Runner::cache() {
         if (dir) fs::create_directories(*dir);
         latent_cache_ = std::make_unique<data::LatentCache>(dir);
         const auto t = std::chrono::steady_clock::now();
-        sd::VaeGraphEncoder enc(m_.model.vae_cfg, *m_.model.vae, "vae|" + identity,
+        sd::VaeGraphEncoder enc(m_.model.vae_config(), *m_.model.vae, "vae|" + identity,
                                   c_.no_half_vae ? gl::DType::f32 : activation_dtype(m_.step.precision), m_.backend);
         data::CacheOptions o;
         o.vae_batch_size = c_.vae_batch_size;
@@ -143,7 +143,7 @@ void Runner::allocate() {
     if (s0.text_weights) family.load(models::Part::text_encoder, *s0.text_weights, m_.model, *step_rt_[0]);
     else if (!gs.text().empty())
         family.load(models::Part::text_encoder, *gs.text()[0].graph->weights, m_.model, *text_rt_[0]);
-    if (!gs.vae().empty()) sd::load_vae(*gs.vae()[0].graph->weights, m_.model.vae_cfg, *m_.model.vae, *vae_rt_[0]);
+    if (!gs.vae().empty()) sd::load_vae(*gs.vae()[0].graph->weights, m_.model.vae_config(), *m_.model.vae, *vae_rt_[0]);
     if (m_.sampler) m_.sampler->use_memory(mem_, s0.text_weights || !gs.text().empty());
     // Nothing reads the mapped files again: unmapping them gives their pages back.
     m_.model.unet.reset();
@@ -190,7 +190,7 @@ void Runner::init_network() {
 
 Micro Runner::stand_in(const data::Batch& b) {
     const GraphSet& gs = *m_.graphs;
-    const int64_t f = m_.model.vae_cfg.downscale();
+    const int64_t f = m_.model.vae_config().downscale();
     std::optional<size_t> pick;
     for (size_t i = 0; i < gs.steps().size(); i++) {
         const GraphShape& sh = gs.steps()[i].shape;
@@ -214,7 +214,7 @@ Micro Runner::stand_in(const data::Batch& b) {
 Micro Runner::prepare(const data::Batch& b, bool validation) {
     const data::Dataset& ds = validation ? m_.data.validation->dataset : m_.data.dataset;
     GraphSet& gs = *m_.graphs;
-    const int64_t f = m_.model.vae_cfg.downscale(), n = int64_t(b.samples.size());
+    const int64_t f = m_.model.vae_config().downscale(), n = int64_t(b.samples.size());
     if (n == 0) return stand_in(b);  // several ranks: none of this global batch's images is here
     const GraphShape shape{b.bucket.h / f, b.bucket.w / f, n};
     Micro mi;
@@ -247,7 +247,7 @@ Micro Runner::prepare(const data::Batch& b, bool validation) {
         const uint64_t skip = 2 * uint64_t(b.first) * uint64_t(noise.size() / size_t(n));
         diffusion::NoiseRng rng{stream, uint64_t(b.step) * 0x100000000ull + skip};
         diffusion::fill_normal(noise, rng);
-        mi.latents = sd::vae_sample_latent(m_.model.vae_cfg, moments, noise);
+        mi.latents = sd::vae_sample_latent(m_.model.vae_config(), moments, noise);
     }
     if (m_.step.sample_weights)
         for (const data::Sample& s : b.samples) mi.sample_weights.push_back(s.loss_weight);

@@ -111,7 +111,7 @@ void Session::set_communicator(gl::dist::Communicator* comm) {
 RunShape Session::Impl::resume_shape() const {
     RunShape r;
     r.counts = plan.counts;
-    const int64_t f = model.vae_cfg.downscale(), ch = step.config->latent_channels();
+    const int64_t f = model.vae_config().downscale(), ch = step.config->latent_channels();
     int64_t smallest = INT64_MAX, largest = 0;  // latent values of one image
     for (const BucketShare& b : bucket_shares(data, f)) {
         smallest = std::min(smallest, b.latent_h * b.latent_w * ch);
