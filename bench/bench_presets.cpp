@@ -30,6 +30,7 @@
 #include "ggml-lite/io/atomic_file.h"
 #include "optim/optimizer_config.h"
 #include "tools/common/cli.h"
+#include "models/sd15/sd_config.h"
 #include "train/autofit.h"
 #include "train/trainer.h"
 #if GL_HAVE_CUDA
@@ -208,7 +209,7 @@ Device find_device(const Options& o) {
 
 train::StepOptions step_options(const Options& o, int64_t size) {
     train::StepOptions so;
-    so.unet = o.tiny ? sd::UnetConfig::tiny() : sd::UnetConfig::sd15();
+    so.config = sd::sd_config(o.tiny ? sd::UnetConfig::tiny() : sd::UnetConfig::sd15());
     so.latent_h = so.latent_w = size / 8;
     so.context_tokens = o.tiny ? 8 : 77;
     so.precision = o.precision;

@@ -19,7 +19,8 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
 #include "models/diffusion/noise.h"
-#include "models/sd15/model_files.h"
+#include "models/model_files.h"
+#include "models/sd15/sd_config.h"
 #include "tools/common/cli.h"
 #include "train/step.h"
 
@@ -29,6 +30,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Options {
     std::string model;  // "" with --random / --tiny
+    bool v2 = false;    // an SD2.x model (the family opens it)
     bool random = false, tiny = false;
     gl::Backend backend = gl::Backend::automatic;
     train::Precision precision = train::Precision::bf16;
@@ -44,6 +46,7 @@ Options parse(int argc, char** argv) {
                                      "frozen weights' memory and the forward time.");
     p.app().add_option("MODEL", o.model, "an SD1.5 checkpoint: single file or diffusers folder");
     p.add_flag("--random", o.random, "random UNet weights instead of a checkpoint (no text encoder)");
+    p.add_flag("--v2", o.v2, "an SD2.x model (sdtrain's --v2)");
     p.add_flag("--tiny", o.tiny, "the golden tests' tiny UNet on random weights (runs on the CPU)");
     p.add_backend(o.backend, "where the models run");
     p.add_parsed("--precision", o.precision, &train::parse_precision, "bf16|fp16|fp32", "compute dtype of the models",
@@ -150,9 +153,11 @@ int run(const Options& o) {
     const gl::Backend backend = gl::resolve_backend(o.backend, &why);
     std::printf("bench_quant: backend %s%s, precision %s\n", gl::backend_name(backend),
                 why.empty() ? "" : (" (" + why + ")").c_str(), train::precision_name(o.precision));
-    std::unique_ptr<sd::Sd15Files> files;
-    if (!o.model.empty()) files = std::make_unique<sd::Sd15Files>(sd::open_sd15(o.model));
-    const sd::UnetConfig ucfg = o.tiny ? sd::UnetConfig::tiny() : files ? files->unet_cfg : sd::UnetConfig::sd15();
+    std::unique_ptr<models::ModelFiles> files;
+    if (!o.model.empty())
+        files = std::make_unique<models::ModelFiles>((o.v2 ? models::sd2_family() : models::sd15_family()).open(o.model));
+    // The benchmark times SD's UNet and CLIP builders themselves, on the opened model's configs.
+    const sd::UnetConfig ucfg = o.tiny ? sd::UnetConfig::tiny() : files ? sd::sd_config(files->cfg()).unet : sd::UnetConfig::sd15();
     const int64_t side = o.size / 8, tokens = 77;
     const std::vector<float> x = bench::randn(size_t(o.batch * side * side * ucfg.in_channels), 1);
     const std::vector<float> ctx = bench::randn(size_t(o.batch * tokens * ucfg.cross_attention_dim), 2);
@@ -177,7 +182,7 @@ int run(const Options& o) {
         });
     if (!files) return 0;
     // CLIP on fixed ids: BOS, 40 random tokens, EOS, padding with EOS (as the tokenizer pads).
-    const sd::ClipConfig ccfg = files->clip_cfg;
+    const sd::ClipConfig ccfg = sd::sd_config(files->cfg()).clip;
     std::vector<float> ids(77, float(ccfg.vocab - 1));
     ids[0] = float(ccfg.vocab - 2);
     const std::vector<float> r = bench::randn(40, 3);

@@ -21,6 +21,7 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/plan_svg.h"
 #include "ggml-lite/core/planner.h"
+#include "models/sd15/sd_config.h"
 #include "ggml-lite/io/atomic_file.h"
 #include "bench/step_fixtures.h"
 #include "tools/common/cli.h"
@@ -121,7 +122,7 @@ std::string torch_figures(int64_t batch, gl::Recompute rc) {
 
 train::StepOptions step_options(const Options& o, int64_t batch) {
     train::StepOptions so;
-    so.unet = o.tiny ? sd::UnetConfig::tiny() : sd::UnetConfig::sd15();
+    so.config = sd::sd_config(o.tiny ? sd::UnetConfig::tiny() : sd::UnetConfig::sd15());
     so.batch = batch;
     so.latent_h = so.latent_w = o.size / 8;
     so.context_tokens = o.tiny ? 8 : 77;

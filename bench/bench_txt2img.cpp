@@ -23,7 +23,7 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/io/safetensors.h"
-#include "models/sd15/model_files.h"
+#include "models/model_files.h"
 #include "pipelines/pipeline.h"
 #include "tools/common/cli.h"
 #include "tools/common/request_json.h"
@@ -35,6 +35,7 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 
 struct Options {
     std::string model, check;
+    bool v2 = false;  // an SD2.x model (the family opens it)
     std::vector<int> sizes = {512}, batches = {1};
     int steps = 20, runs = 5;
     double cfg = 7.5, vae_budget_mib = 2048;
@@ -60,6 +61,7 @@ Options parse(int argc, char** argv) {
     p.add_choice("--dtype", o.dtype, {"bf16", "f16", "f32"}, "weights and activations");
     app.add_option("--lora", o.loras, "LoRA file FILE[:MULT] (repeatable)");
     p.add_flag("--merge-lora", o.merge, "merge the LoRAs into the weights");
+    p.add_flag("--v2", o.v2, "an SD2.x model (sdtrain's --v2)");
     p.add_path("--check", o.check, "reference from txt2img_torch.py reference: compare instead of timing");
     p.add_real("--vae-budget", o.vae_budget_mib, 1.0, 1e7, "MiB of activations one VAE decode pass may plan");
     p.add_flag("--plan-only", o.plan_only, "print SD1.5's memory plans (no weights, no GPU) and exit");
@@ -90,12 +92,16 @@ sd::GenerationParams request(const Options& o, int size, int batch) {
     return p;
 }
 
+models::ModelFiles open_model(const Options& o) {
+    return (o.v2 ? models::sd2_family() : models::sd15_family()).open(o.model);
+}
+
 // SD1.5's configs with no weights behind them: enough to plan.
-sd::Sd15Files plan_only_model() {
-    sd::Sd15Files f;
-    f.unet_cfg = sd::UnetConfig::sd15();
-    f.clip_cfg = sd::ClipConfig::vit_l14();
-    f.vae_cfg = sd::VaeConfig::sd15();
+models::ModelFiles plan_only_model() {
+    models::ModelFiles f;
+    f.family = &models::sd15_family();
+    f.config = f.family->config();
+    f.vae_cfg = std::make_shared<const sd::VaeConfig>(sd::VaeConfig::sd15());
     f.tokenizer = std::shared_ptr<const sd::ClipTokenizer>(&sd::ClipTokenizer::builtin(), [](const sd::ClipTokenizer*) {});
     return f;
 }
@@ -126,7 +132,7 @@ int check(const Options& o) {
     sd::PipelineOptions po;
     po.backend = o.backend;
     po.dtype = dtype_of(o.dtype);
-    sd::Pipeline pipe(sd::open_sd15(o.model), po);
+    sd::Pipeline pipe(open_model(o), po);
     const std::vector<float> noise = read("noise"), want = read("image_fp32"), theirs = read("image_bf16");
     const auto t0 = Clock::now();
     const std::vector<float> got = pipe.generate_pixels(p, &noise);
@@ -157,7 +163,7 @@ int bench(const Options& o) {
     }
     po.merge_loras = o.merge;
     auto t0 = Clock::now();
-    sd::Pipeline pipe(sd::open_sd15(o.model), po);
+    sd::Pipeline pipe(open_model(o), po);
     std::vector<sd::GenerationParams> all;
     for (int size : o.sizes)
         for (int batch : o.batches) all.push_back(request(o, size, batch));

@@ -12,13 +12,17 @@
 //               1x1 convs, and the order PyTorch defines the modules in (LyCORIS saves in it)
 //   blocks      kohya networks.lora's list of the UNet's blocks (block_dims, down/mid/up_lr_weight)
 //   metadata    the base-model strings kohya and modelspec write
-//   model       opening the model files as distributed and building the denoiser and text encoder
-//               graphs from what was opened (the trainer, the session and the pipelines ask it)
+//   model       opening the model files as distributed (models::ModelFiles, its configuration a
+//               ModelConfig the family defines), building the denoiser and text encoder graphs,
+//               loading their weights and saying where the files keep them (the trainer, the
+//               session, the caches, the pipelines and gl-merge ask it)
 // SD1.5 is the first family (models/sd15/family.cpp), SD2.x the second (models/sd2/family.cpp). A
 // family is a folder under models/ holding its model code and one family file defining its Family
 // and registering it in models/family.cpp.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,18 +30,16 @@
 
 #include "ggml-lite/core/graph.h"
 
+namespace gl {
+class Runtime;
+}
 namespace nn {
 class Weights;
 }
-// The Stable Diffusion architecture's descriptions (models/sd15/): SD1.x and SD2.x share one
-// implementation of every layer, parametrised by these configs.
-namespace sd {
-struct Sd15Files;
-struct UnetConfig;
-struct ClipConfig;
-}  // namespace sd
 
 namespace models {
+
+struct ModelFiles;  // models/model_files.h: the model as opened
 
 // The parts a family's adapters attach to. SD1.x / SD2.x: the UNet and one text encoder.
 enum class Part : uint8_t { unet, text_encoder };
@@ -105,6 +107,28 @@ struct BaseModelStrings {
     int resolution = 512;                // modelspec.resolution's side without --resolution (SD2 768-v: 768)
 };
 
+// The configuration of a model's denoiser and text encoders as its family defines it (SD1.x /
+// SD2.x: sd::SdConfig, models/sd15/sd_config.h). Above models/ it is carried whole (the opened
+// model's, the step's) and handed back to the family's builders; what the layers above need of it
+// is asked here.
+class ModelConfig {
+public:
+    virtual ~ModelConfig() = default;
+    virtual int64_t latent_channels() const = 0;  // the denoiser's input channels (SD inpainting: 9)
+    virtual int64_t context_width() const = 0;    // the width of the text context the denoiser takes
+    virtual int size_multiple() const = 0;        // the latent sides the denoiser takes are its multiples
+    virtual int64_t text_width() const = 0;       // the width of the text encoders' context
+    virtual int text_layers() const = 0;          // the hidden states clip_skip can count back (1..)
+    virtual void validate() const = 0;            // throws gl::Error naming the field
+};
+
+// Where a model file stores a weight: rows [slice, slice + 1) of `slices` equal row blocks of the
+// tensor `key` (SD2.x's single file: q, k and v joined in one in_proj_weight), or all of it.
+struct StoredWeight {
+    std::string key;  // "" when the file holds no such weight
+    int slice = 0, slices = 1;
+};
+
 class Family {
 public:
     virtual ~Family() = default;
@@ -139,15 +163,33 @@ public:
     // The model as distributed (a diffusers folder or one single file; prefer_fp16 picks a
     // folder's .fp16. weights), checked to be this family's: a relative's files are refused with
     // an error naming the file and the option that opens them. Throws gl::Error.
-    virtual sd::Sd15Files open(const std::string& path, bool prefer_fp16 = false) const = 0;
+    virtual ModelFiles open(const std::string& path, bool prefer_fp16 = false) const = 0;
+    // The configuration of the model as distributed (SD1.5: the UNet's and CLIP ViT-L/14's).
+    virtual std::shared_ptr<const ModelConfig> config() const = 0;
     // The denoiser's forward pass (eps or v [B, h, w, C]) from latents x [B, h, w, C], timesteps t
     // [B] and the text context [B, T, width], its weight leaves created in w.
-    virtual gl::ValueId denoiser(nn::Weights& w, const sd::UnetConfig& c, gl::ValueId x, gl::ValueId t,
+    virtual gl::ValueId denoiser(nn::Weights& w, const ModelConfig& c, gl::ValueId x, gl::ValueId t,
                                  gl::ValueId context) const = 0;
     // The text encoders' context [B, TokenLayout::context_rows(chunks), width] from ids
     // [B * chunks, sequence], the hidden state the family takes (clip_skip counting on from it).
-    virtual gl::ValueId text_context(nn::Weights& w, gl::Graph& g, gl::ValueId ids, int chunks,
-                                     const sd::ClipConfig& c, int clip_skip) const = 0;
+    virtual gl::ValueId text_context(nn::Weights& w, gl::Graph& g, gl::ValueId ids, int chunks, const ModelConfig& c,
+                                     int clip_skip) const = 0;
+    // The same hidden state of each sequence apart, [N, sequence, width] from ids [N, sequence]
+    // (the sampler pipeline joins a prompt's sequences itself, as A1111 does).
+    virtual gl::ValueId text_states(nn::Weights& w, gl::Graph& g, gl::ValueId ids, const ModelConfig& c,
+                                    int clip_skip) const = 0;
+    // Reads a part's weights from the opened model into the leaves its builder created in w.
+    virtual void load(Part part, nn::Weights& w, const ModelFiles& m, gl::Runtime& rt) const = 0;
+    // The single-file (LDM) key of a denoiser module path, as LoRA files name them by it
+    // (lora::LdmNames); "" when none.
+    virtual std::function<std::string(const std::string&)> ldm_names(const ModelConfig& c) const = 0;
+    // The key the opened part's weights (ModelFiles::unet, ::text_encoder) hold the weight `name`
+    // of a part's builder under ("" when none), and where the model's own file stores it (a
+    // single file's part may be a view of the file under other keys: SD2.x's text encoder).
+    virtual std::string weight_key(const ModelFiles& m, Part part, const std::string& name) const = 0;
+    virtual StoredWeight stored_weight(const ModelFiles& m, Part part, const std::string& name) const {
+        return {weight_key(m, part, name)};
+    }
 };
 
 const Family& sd15_family();

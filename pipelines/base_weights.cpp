@@ -99,12 +99,12 @@ private:
 };
 
 // Reads one file into the plan: its network on the model's layers, its tensors, the weights it changes.
-void add_file(MergePlan& plan, const sd::Sd15Files& model, const BaseWeightsFile& file,
+void add_file(MergePlan& plan, const models::ModelFiles& model, const BaseWeightsFile& file,
               std::vector<std::string>* messages) {
     GL_CHECK(std::isfinite(file.multiplier), "--base_weights_multiplier ", file.multiplier, " for ", file.path,
              " is not a finite number");
     std::shared_ptr<const gl::io::TensorSource> src = gl::io::open_checkpoint(file.path);
-    const auto modules = std::make_shared<FileModules>(src, sd::unet_ldm_names(model.unet_cfg));
+    const auto modules = std::make_shared<FileModules>(src, model.fam().ldm_names(model.cfg()));
     modules->check_holds_modules();
     FileMerge& f = plan.files.emplace_back();
     f.path = file.path;
@@ -118,7 +118,7 @@ void add_file(MergePlan& plan, const sd::Sd15Files& model, const BaseWeightsFile
     }
     const LoadReport r = load_lora(
         *src, *f.fn->net, [&f](gl::ValueId v, const std::vector<float>& x) { f.params[v] = x; },
-        sd::unet_ldm_names(model.unet_cfg));
+        model.fam().ldm_names(model.cfg()));
     if (!r.unexpected.empty()) {
         std::string list;
         for (size_t i = 0; i < r.unexpected.size() && i < 10; i++) list += "\n  " + r.unexpected[i];
@@ -161,7 +161,7 @@ std::string base_weights_identity(const std::vector<BaseWeightsFile>& files) {
     return s;
 }
 
-sd::Sd15Files with_base_weights(const sd::Sd15Files& model, const std::vector<BaseWeightsFile>& files,
+models::ModelFiles with_base_weights(const models::ModelFiles& model, const std::vector<BaseWeightsFile>& files,
                                 std::vector<std::string>* messages) {
     if (files.empty()) return model;
     auto plan = std::make_shared<MergePlan>();
@@ -175,7 +175,7 @@ sd::Sd15Files with_base_weights(const sd::Sd15Files& model, const std::vector<Ba
             gl::fail("--base_weights ", file.path, ": ", what);
         }
     }
-    sd::Sd15Files out = model;
+    models::ModelFiles out = model;
     if (model.unet == model.text_encoder) {  // one single file holds both
         out.unet = out.text_encoder = std::make_shared<MergedSource>(model.unet, plan, std::vector<int>{0, 1});
     } else {

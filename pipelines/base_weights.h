@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "models/sd15/model_files.h"
+#include "models/model_files.h"
 
 namespace lora {
 
@@ -32,7 +32,7 @@ std::string base_weights_identity(const std::vector<BaseWeightsFile>& files);
 // file: one that holds no module of a known type, tensors no module of this model uses (merging
 // would drop them), shapes that do not fit; and, when a weight is read, a merged weight that is
 // not finite. messages: one line per file (its types and modules merged).
-sd::Sd15Files with_base_weights(const sd::Sd15Files& model, const std::vector<BaseWeightsFile>& files,
+models::ModelFiles with_base_weights(const models::ModelFiles& model, const std::vector<BaseWeightsFile>& files,
                                 std::vector<std::string>* messages = nullptr);
 
 }  // namespace lora

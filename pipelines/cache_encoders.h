@@ -1,5 +1,5 @@
-// The SD1.5 encoders the caches use (data/latent_cache.h's ImageEncoder, data/text_cache.h's
-// TextEncoder): the VAE encoder and the CLIP text encoder as ggml-lite graphs.
+// The encoders the caches use (data/latent_cache.h's ImageEncoder, data/text_cache.h's
+// TextEncoder): the VAE encoder and the model family's text encoders as ggml-lite graphs.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -14,7 +14,7 @@
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/core/shared_memory.h"
 #include "ggml-lite/io/tensor_source.h"
-#include "models/sd15/clip.h"
+#include "models/model_files.h"
 #include "models/sd15/prompt_weights.h"
 #include "models/sd15/tokenizer.h"
 #include "models/sd15/vae.h"
@@ -79,32 +79,30 @@ private:
     Times times_;
 };
 
-// The CLIP text encoder graph (build_clip_chunked) on a ggml-lite backend, one graph per
-// batch size. `tokenize` gives the ids of one caption, n_chunks rows of ClipTokenizer::kContext
-// (the builtin CLIP tokenizer's encode_chunks by default).
-class ClipGraphEncoder : public data::TextEncoder {
+// The opened model's text encoders (its family's text_context: the context rows its token layout
+// joins a caption's sequences into) on a ggml-lite backend, one graph per batch size. `tokenize`
+// gives the ids of one caption, n_chunks sequences of the family's length (the model's tokenizer's
+// encode_chunks by default, the built-in CLIP vocabulary's when it has none).
+class TextGraphEncoder : public data::TextEncoder {
 public:
     using Tokenize = std::function<std::vector<int32_t>(const std::string&)>;
-    ClipGraphEncoder(ClipConfig config, const gl::io::TensorSource& weights, std::string identity,
-                     int clip_skip = 1, int n_chunks = 1, gl::DType dtype = gl::DType::f32,
-                     gl::Backend backend = gl::Backend::cpu, Tokenize tokenize = nullptr);
-    ~ClipGraphEncoder() override;
+    TextGraphEncoder(const models::ModelFiles& model, std::string identity, int clip_skip = 1, int n_chunks = 1,
+                     gl::DType dtype = gl::DType::f32, gl::Backend backend = gl::Backend::cpu,
+                     Tokenize tokenize = nullptr);
+    ~TextGraphEncoder() override;
     // kohya's weighted captions: `tokenize` gives the ids and the output rows' weights of one
     // caption, which multiply the outputs (models/sd15/prompt_weights.h); the identity says so.
     using WeightedTokenize = std::function<WeightedIds(const std::string&)>;
     void set_weighted(WeightedTokenize tokenize);
     std::string identity() const override;
     std::vector<float> encode(const std::vector<std::string>& captions) override;
-    int tokens() const override {
-        return n_chunks_ * ClipTokenizer::kChunk + (ClipTokenizer::kContext - ClipTokenizer::kChunk);
-    }
-    int width() const override { return int(config_.width); }
+    int tokens() const override { return int(model_.fam().tokens().context_rows(n_chunks_)); }
+    int width() const override { return int(model_.cfg().text_width()); }
     void release() override;
 
 private:
     struct Shape;
-    ClipConfig config_;
-    const gl::io::TensorSource& weights_;
+    models::ModelFiles model_;  // the family, its config and the text encoder's weights
     std::string identity_;
     int clip_skip_, n_chunks_;
     gl::DType dtype_;

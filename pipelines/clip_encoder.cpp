@@ -1,4 +1,4 @@
-// ClipGraphEncoder: the CLIP text encoder's graph, one per batch size.
+// TextGraphEncoder: the model family's text encoder graph, one per batch size.
 #include "pipelines/cache_encoders.h"
 
 #include "ggml-lite/core/error.h"
@@ -7,7 +7,7 @@
 
 namespace sd {
 
-struct ClipGraphEncoder::Shape {
+struct TextGraphEncoder::Shape {
     int batch;
     gl::Graph g;
     std::unique_ptr<nn::Weights> w;
@@ -15,32 +15,35 @@ struct ClipGraphEncoder::Shape {
     std::unique_ptr<gl::Runtime> rt;
 };
 
-ClipGraphEncoder::ClipGraphEncoder(ClipConfig config, const gl::io::TensorSource& weights, std::string identity,
-                                   int clip_skip, int n_chunks, gl::DType dtype,
-                                   gl::Backend backend, Tokenize tokenize)
-    : config_(config), weights_(weights), identity_(std::move(identity)), clip_skip_(clip_skip),
-      n_chunks_(n_chunks), dtype_(dtype), backend_(backend), tokenize_(std::move(tokenize)) {
-    GL_CHECK(n_chunks >= 1 && n_chunks <= 3, "text encoder: 1 to 3 chunks of ", ClipTokenizer::kChunk,
-             " tokens, got ", n_chunks);
-    GL_CHECK(clip_skip >= 1 && clip_skip <= config.layers, "text encoder: clip_skip ", clip_skip, " out of range");
+TextGraphEncoder::TextGraphEncoder(const models::ModelFiles& model, std::string identity, int clip_skip, int n_chunks,
+                                   gl::DType dtype, gl::Backend backend, Tokenize tokenize)
+    : model_(model), identity_(std::move(identity)), clip_skip_(clip_skip), n_chunks_(n_chunks), dtype_(dtype),
+      backend_(backend), tokenize_(std::move(tokenize)) {
+    const models::TokenLayout& tl = model_.fam().tokens();
+    GL_CHECK(model_.text_encoder != nullptr, "text encoder: the model has no text encoder weights");
+    GL_CHECK(n_chunks >= 1 && n_chunks <= tl.max_sequences, "text encoder: 1 to ", tl.max_sequences, " chunks of ",
+             tl.content, " tokens, got ", n_chunks);
+    GL_CHECK(clip_skip >= 1 && clip_skip <= model_.cfg().text_layers(), "text encoder: clip_skip ", clip_skip,
+             " out of range");
     if (!tokenize_) {
-        const int max_tokens = ClipTokenizer::kChunk * n_chunks;
-        tokenize_ = [max_tokens](const std::string& s) {
-            return ClipTokenizer::builtin().encode_chunks(s, max_tokens);
+        const int max_tokens = tl.content * n_chunks;
+        std::shared_ptr<const ClipTokenizer> tok = model_.tokenizer;
+        tokenize_ = [max_tokens, tok](const std::string& s) {
+            return (tok ? *tok : ClipTokenizer::builtin()).encode_chunks(s, max_tokens);
         };
     }
 }
-ClipGraphEncoder::~ClipGraphEncoder() = default;
+TextGraphEncoder::~TextGraphEncoder() = default;
 
-void ClipGraphEncoder::set_weighted(WeightedTokenize tokenize) { weighted_ = std::move(tokenize); }
+void TextGraphEncoder::set_weighted(WeightedTokenize tokenize) { weighted_ = std::move(tokenize); }
 
-std::string ClipGraphEncoder::identity() const {
+std::string TextGraphEncoder::identity() const {
     return gl::cat(identity_, "|clip_skip ", clip_skip_, "|chunks ", n_chunks_, weighted_ ? "|weighted" : "");
 }
 
-void ClipGraphEncoder::release() { current_.reset(); }
+void TextGraphEncoder::release() { current_.reset(); }
 
-std::vector<float> ClipGraphEncoder::encode(const std::vector<std::string>& captions) {
+std::vector<float> TextGraphEncoder::encode(const std::vector<std::string>& captions) {
     const int b = int(captions.size());
     GL_CHECK(b >= 1, "text encoder: no captions");
     if (!current_ || current_->batch != b) {
@@ -48,11 +51,12 @@ std::vector<float> ClipGraphEncoder::encode(const std::vector<std::string>& capt
         auto s = std::make_unique<Shape>();
         s->batch = b;
         s->w = std::make_unique<nn::Weights>(s->g, dtype_);
-        s->ids = s->g.input("ids", gl::DType::i32, {int64_t(b) * n_chunks_, ClipTokenizer::kContext});
-        s->hidden = build_clip_chunked(*s->w, s->g, s->ids, n_chunks_, config_, clip_skip_);
+        const models::Family& f = model_.fam();
+        s->ids = s->g.input("ids", gl::DType::i32, {int64_t(b) * n_chunks_, f.tokens().sequence});
+        s->hidden = f.text_context(*s->w, s->g, s->ids, n_chunks_, model_.cfg(), clip_skip_);
         s->g.mark_output(s->hidden);
         s->rt = gl::make_runtime(gl::make_plan(s->g), backend_);
-        load_clip(*s->w, weights_, *s->rt);
+        f.load(models::Part::text_encoder, *s->w, model_, *s->rt);
         current_ = std::move(s);
     }
     std::vector<int32_t> ids;
@@ -68,7 +72,7 @@ std::vector<float> ClipGraphEncoder::encode(const std::vector<std::string>& capt
         } else {
             one = tokenize_(c);
         }
-        const size_t want = size_t(ClipTokenizer::kContext) * size_t(n_chunks_);
+        const size_t want = size_t(model_.fam().tokens().ids(n_chunks_));
         GL_CHECK(one.size() == want, "text encoder: the tokenizer gave ", one.size(), " ids, not ", want);
         ids.insert(ids.end(), one.begin(), one.end());
     }

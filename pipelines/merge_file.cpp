@@ -20,9 +20,6 @@
 #include "lora/file_modules.h"
 #include "lora/lora.h"
 #include "lora/merge_output.h"
-#include "models/sd15/clip.h"
-#include "models/sd15/tokenizer.h"
-#include "models/sd15/unet.h"
 
 namespace lora {
 
@@ -62,11 +59,14 @@ void check_finite(const gl::io::TensorSource& src, const gl::io::TensorInfo& t, 
                       : gl::cat("multiplier ", multiplier, " x the LoRA's delta overflows; nothing was written"));
 }
 
-// A merged weight: its leaf and how the checkpoint stores it.
-struct Merged {
+// A merged weight: its leaf, its layout in the graph, and which of the stored tensor's equal row
+// blocks it is (slice of slices; 0 of 1: the whole tensor). A tensor may take several (q, k, v).
+struct Piece {
     gl::ValueId id;
     nn::WeightLayout layout;
+    int slice = 0, slices = 1;
 };
+using Merged = std::vector<Piece>;
 
 // Writes every tensor of src to path: merged ones from rt (back to PyTorch's layout and the
 // stored dtype), the others copied.
@@ -86,15 +86,26 @@ size_t write_source(const gl::io::TensorSource& src, const std::map<std::string,
                      " bytes of host memory, more than can be allocated");
         }
         auto it = merged.find(t.name);
+        bool whole = false;
+        if (it != merged.end())
+            for (const Piece& p : it->second) whole = whole || p.slices == 1;
+        // The stored values first where pieces replace only some of the tensor's rows.
+        if (!whole) src.read(t.name, data.back().data(), t.dtype);
         if (it == merged.end()) {
-            src.read(t.name, data.back().data(), t.dtype);
-        } else {
-            std::vector<float> w = rt.read_f32(it->second.id);
-            GL_CHECK(w.size() == n, "lora merge: ", src.origin(), ": ", t.name, " holds ", n, " values, the model ",
-                     w.size());
+            out.push_back({t.name, t.dtype, t.shape, data.back().data()});
+            continue;
+        }
+        for (const Piece& piece : it->second) {
+            std::vector<float> w = rt.read_f32(piece.id);
+            const size_t part = piece.slices >= 1 ? n / size_t(piece.slices) : 0;
+            GL_CHECK(piece.slices >= 1 && piece.slice >= 0 && piece.slice < piece.slices && !t.shape.empty() &&
+                         t.shape[0] % piece.slices == 0 && w.size() == part,
+                     "lora merge: ", src.origin(), ": ", t.name, " ", shape_str(t.shape), " holds ", n,
+                     " values; the model's ", piece.slices == 1 ? "weight" : gl::cat("part ", piece.slice, " of ", piece.slices),
+                     " for it ", w.size());
 
-            if (it->second.layout == nn::WeightLayout::conv_ohwi) {  // [O][kh][kw][I] -> [O][I][kh][kw]
-                const gl::Shape s = g.shape(it->second.id);
+            if (piece.layout == nn::WeightLayout::conv_ohwi) {  // [O][kh][kw][I] -> [O][I][kh][kw]
+                const gl::Shape s = g.shape(piece.id);
                 const int64_t O = s[0], kh = s[1], kw = s[2], I = s[3];
                 std::vector<float> oihw(w.size());
                 for (int64_t o = 0; o < O; o++)
@@ -104,9 +115,10 @@ size_t write_source(const gl::io::TensorSource& src, const std::map<std::string,
                                 oihw[size_t(((o * I + i) * kh + y) * kw + x)] = w[size_t(((o * kh + y) * kw + x) * I + i)];
                 w.swap(oihw);
             }
-            for (size_t i = 0; i < n; i++) gl::store_from_f32(data.back().data(), t.dtype, int64_t(i), w[i]);
-            check_finite(src, t, data.back().data(), multiplier);
+            const size_t at = size_t(piece.slice) * part;
+            for (size_t i = 0; i < part; i++) gl::store_from_f32(data.back().data(), t.dtype, int64_t(at + i), w[i]);
         }
+        check_finite(src, t, data.back().data(), multiplier);
         out.push_back({t.name, t.dtype, t.shape, data.back().data()});
     }
     if (const auto* st = dynamic_cast<const gl::io::SafetensorsFile*>(&src))
@@ -139,36 +151,36 @@ std::string parent_dir(const std::string& path) {
 
 }  // namespace
 
-std::unique_ptr<FileNetwork> file_network(const sd::Sd15Files& base, std::shared_ptr<const FileModules> modules,
+std::unique_ptr<FileNetwork> file_network(const models::ModelFiles& base, std::shared_ptr<const FileModules> modules,
                                           float multiplier) {
     auto fn = std::make_unique<FileNetwork>();
     gl::Graph& g = fn->g;
     fn->unet = std::make_unique<nn::Weights>(g, DType::f32);
     fn->text_encoder = std::make_unique<nn::Weights>(g, DType::f32);
+    const models::Family& family = base.fam();
+    const models::ModelConfig& mc = base.cfg();
     LoraConfig cfg;
+    cfg.family = &family;
     cfg.from_file = std::move(modules);
     cfg.multiplier = multiplier;
     fn->net = std::make_unique<LoraNetwork>(cfg);
     fn->net->attach_unet(*fn->unet);
     fn->net->attach_text_encoder(*fn->text_encoder);
-    const sd::UnetConfig& uc = base.unet_cfg;
-    const int64_t side = int64_t(1) << (uc.block_out.size() - 1);
-    gl::ValueId x = g.input("x", DType::f32, {1, side, side, uc.in_channels});
+    const int64_t side = mc.size_multiple(), seq = family.tokens().sequence;
+    gl::ValueId x = g.input("x", DType::f32, {1, side, side, mc.latent_channels()});
     gl::ValueId t = g.input("t", DType::f32, {1});
-    gl::ValueId ctx = g.input("context", DType::f32, {1, sd::ClipTokenizer::kContext, uc.cross_attention_dim});
-    g.mark_output(sd::unet_forward(*fn->unet, uc, x, t, ctx));
-    gl::ValueId ids = g.input("ids", DType::i32, {1, base.clip_cfg.max_pos});
-    g.mark_output(sd::build_clip(*fn->text_encoder, g, ids, base.clip_cfg));
+    gl::ValueId ctx = g.input("context", DType::f32, {1, seq, mc.context_width()});
+    g.mark_output(family.denoiser(*fn->unet, mc, x, t, ctx));
+    gl::ValueId ids = g.input("ids", DType::i32, {1, seq});
+    g.mark_output(family.text_states(*fn->text_encoder, g, ids, mc, 1));
     return fn;
 }
 
-std::string checkpoint_key(const sd::Sd15Files& base, Part part, const std::string& name) {
-    if (part == Part::text_encoder) return sd::clip_key(sd::detect_clip_layout(*base.text_encoder), name);
-    return sd::detect_unet_layout(*base.unet) == sd::UnetLayout::diffusers ? sd::unet_key_diffusers(name)
-                                                                          : sd::unet_key_original(base.unet_cfg, name);
+std::string checkpoint_key(const models::ModelFiles& base, Part part, const std::string& name) {
+    return base.fam().weight_key(base, part, name);
 }
 
-MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::string& base_path,
+MergeReport merge_lora_into_checkpoint(const models::ModelFiles& base, const std::string& base_path,
                                        const gl::io::TensorSource& lora_file, const std::string& out_arg,
                                        const MergeOptions& opt) {
     MergeReport rep;
@@ -177,9 +189,9 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
     GL_CHECK(std::isfinite(opt.multiplier), "lora merge: the multiplier ", opt.multiplier, " is not a finite number");
     // The file's modules as it holds them (not shared: lora_file outlives the merge).
     const auto modules = std::make_shared<FileModules>(
-        std::shared_ptr<const gl::io::TensorSource>(&lora_file, [](const gl::io::TensorSource*) {}), sd::unet_ldm_names(base.unet_cfg));
+        std::shared_ptr<const gl::io::TensorSource>(&lora_file, [](const gl::io::TensorSource*) {}), base.fam().ldm_names(base.cfg()));
     modules->check_holds_modules();
-    const bool folder = base.layout == sd::Sd15Layout::diffusers;
+    const bool folder = base.layout == models::Layout::diffusers;
     std::string unet_rel, te_rel;
     FolderCopy plan;
     if (folder) {
@@ -206,7 +218,6 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
     gl::Graph& g = fn->g;
     nn::Weights &wu = *fn->unet, &wc = *fn->text_encoder;
     LoraNetwork& net = *fn->net;
-    const sd::UnetConfig& uc = base.unet_cfg;
     // The network holds every module at the file's ranks: a huge rank is refused before anything
     // is allocated, naming the tensor it was read from.
     int64_t lora_bytes = 0;
@@ -235,23 +246,23 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
                  " of memory");
     }
     auto rt = gl::make_cpu_runtime(gl::make_plan(g));
-    sd::load_unet(wu, uc, *base.unet, *rt);
-    sd::load_clip(wc, *base.text_encoder, *rt);
+    base.fam().load(Part::unet, wu, base, *rt);
+    base.fam().load(Part::text_encoder, wc, base, *rt);
 
-    const LoadReport lr = load_lora(lora_file, net, *rt, sd::unet_ldm_names(uc));
+    const LoadReport lr = load_lora(lora_file, net, *rt, base.fam().ldm_names(base.cfg()));
     rep.format = lr.format;
     if (!lr.unexpected.empty()) {
         std::string list;
         for (size_t i = 0; i < lr.unexpected.size() && i < 10; i++) list += "\n  " + lr.unexpected[i];
         gl::fail("lora merge: ", lora_file.origin(), " holds ", lr.unexpected.size(),
-                 " tensors this SD1.5 network does not use; merging would drop them:", list);
+                 " tensors this ", base.fam().description(), " network does not use; merging would drop them:", list);
     }
     size_t missing_unet = 0, missing_te = 0;
     for (const std::string& k : lr.missing) (k.rfind("lora_unet_", 0) == 0 ? missing_unet : missing_te)++;
     merge_into(net, *rt, Part::unet, wu, *rt);
     merge_into(net, *rt, Part::text_encoder, wc, *rt);
 
-    // Checkpoint key of every weight a module changed.
+    // Where the base's files store every weight a module changed.
     std::map<std::string, Merged> unet_keys, te_keys;
     size_t n_unet = 0, n_te = 0;
     for (const Module& m : net.modules()) {
@@ -260,9 +271,9 @@ MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::str
         const std::string name = m.layer().path + ".weight";
         for (const nn::WeightEntry& e : (unet ? wu : wc).entries()) {
             if (e.name != name) continue;
-            const std::string key = checkpoint_key(base, m.layer().part, name);
-            GL_CHECK(!key.empty(), "lora merge: no checkpoint key for ", name);
-            (unet ? unet_keys : te_keys)[key] = Merged{e.id, e.layout};
+            const models::StoredWeight at = base.fam().stored_weight(base, m.layer().part, name);
+            GL_CHECK(!at.key.empty(), "lora merge: no checkpoint key for ", name);
+            (unet ? unet_keys : te_keys)[at.key].push_back(Piece{e.id, e.layout, at.slice, at.slices});
         }
     }
     rep.unet_modules = n_unet - missing_unet;

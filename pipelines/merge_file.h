@@ -1,13 +1,16 @@
-// Merging a LoRA file into an SD1.5 checkpoint and writing the merged checkpoint (gl-merge).
+// Merging a LoRA file into a checkpoint of a model family (SD1.x, SD2.x) and writing the merged
+// checkpoint (gl-merge).
 //
-// The base is opened with sd::open_sd15* (an original single file, .safetensors or .ckpt, or a
-// diffusers folder); the LoRA file in any format load_lora reads (kohya, LDM-named kohya,
+// The base is opened by its family (models::Family::open: an original single file, .safetensors
+// or .ckpt, or a diffusers folder); the LoRA file in any format load_lora reads (kohya, LDM-named kohya,
 // diffusers, PEFT; LoCon's 3x3 convs, LyCORIS's LoHa, LoKr and DoRA too). The network is rebuilt
 // on the base's UNet / text encoder with the modules the file holds (lora/file_modules.h), the file
 // is loaded into it, and each module's update is applied in f32 to its weight (lora::merge_into:
 // W += multiplier * dW, or DoRA's decomposition) — the weight LyCORIS's forward applies, not its
 // own merge (which scales LoHa's and LoKr's update twice). The output keeps the base's layout, key
-// names and each tensor's dtype; tensors the LoRA does not touch are copied unchanged.
+// names and each tensor's dtype; tensors the LoRA does not touch are copied unchanged. A weight the
+// file stores as a part of a tensor (SD2.x's single file: the text encoder's q, k and v joined in
+// OpenCLIP's in_proj_weight) is written back into its rows of that tensor, the rest kept.
 // - single file -> `out` is one .safetensors file (a .ckpt base is converted on the way);
 // - diffusers folder -> `out` is a new folder: a copy of the base folder whose UNet and text encoder
 //   weight files hold the merged weights (their safetensors files are required).
@@ -27,7 +30,7 @@
 #include "lora/file_modules.h"
 #include "lora/kohya.h"
 #include "lora/lora.h"
-#include "models/sd15/model_files.h"
+#include "models/model_files.h"
 
 namespace lora {
 
@@ -53,16 +56,17 @@ struct FileNetwork {
     std::unique_ptr<nn::Weights> unet, text_encoder;
     std::unique_ptr<LoraNetwork> net;
 };
-std::unique_ptr<FileNetwork> file_network(const sd::Sd15Files& base, std::shared_ptr<const FileModules> modules,
+std::unique_ptr<FileNetwork> file_network(const models::ModelFiles& base, std::shared_ptr<const FileModules> modules,
                                           float multiplier);
 
-// The key the base's checkpoint holds an internal weight name of a part under ("" when none).
-std::string checkpoint_key(const sd::Sd15Files& base, Part part, const std::string& name);
+// The key the base's part weights (ModelFiles::unet, ::text_encoder) hold an internal weight name
+// of a part under ("" when none): the family's weight_key.
+std::string checkpoint_key(const models::ModelFiles& base, Part part, const std::string& name);
 
 // Throws gl::Error naming the file and what is wrong: a LoRA file whose tensors the network does
 // not use (merging would drop them silently), ranks out of range, non-finite weights, an output
 // path the rules refuse, too little free space, or a base whose format cannot be written back.
-MergeReport merge_lora_into_checkpoint(const sd::Sd15Files& base, const std::string& base_path,
+MergeReport merge_lora_into_checkpoint(const models::ModelFiles& base, const std::string& base_path,
                                        const gl::io::TensorSource& lora_file, const std::string& out,
                                        const MergeOptions& opt = {});
 

@@ -47,14 +47,15 @@ void chain_attach(nn::Weights& w, lora::LoraNetwork& net, lora::Part part) {
     }
 }
 
-LoraSource open_lora(const LoraFile& f, const UnetConfig& ucfg) {
+LoraSource open_lora(const LoraFile& f, const models::ModelFiles& model) {
     GL_CHECK(std::isfinite(f.multiplier), "LoRA ", f.path, ": multiplier ", f.multiplier, " is not finite");
     LoraSource s;
     s.file = gl::io::open_checkpoint(f.path);
     // The file's modules as it holds them (types, ranks; alpha = rank for LoRA: load_lora folds
     // each module's file alpha into up).
-    s.cfg.from_file = std::make_shared<lora::FileModules>(s.file, unet_ldm_names(ucfg));
+    s.cfg.from_file = std::make_shared<lora::FileModules>(s.file, model.fam().ldm_names(model.cfg()));
     s.cfg.from_file->check_holds_modules();
+    s.cfg.family = &model.fam();
     s.cfg.multiplier = f.multiplier;
     for (const gl::io::TensorInfo& t : s.file->list()) {
         s.unet = s.unet || starts_with(t.name, "lora_unet_") || starts_with(t.name, "unet.");
@@ -131,7 +132,7 @@ Pipeline::Impl::Planned Pipeline::Impl::plan_graph(const PipelineHolder& m, cons
     return Planned{gl::make_plan(g), io};
 }
 
-void Pipeline::Impl::ensure(const Sd15Files& f, const PipelineOptions& o, const std::vector<std::string>& keys) {
+void Pipeline::Impl::ensure(const models::ModelFiles& f, const PipelineOptions& o, const std::vector<std::string>& keys) {
     bool fits = mem != nullptr;
     for (size_t i = 0; fits && i < keys.size(); i++) {
         const gl::Plan& p = plans.at(keys[i]).plan;
@@ -174,10 +175,10 @@ Pipeline::Impl::Instance& Pipeline::Impl::runtime(const std::string& key) {
     return runtimes.emplace(key, std::move(inst)).first->second;
 }
 
-void Pipeline::Impl::load(const Sd15Files& f, const PipelineOptions& o, Pipeline::LoadParts parts) {
-    if (parts.text_encoder) load_clip(*text.weights, *f.text_encoder, *runtime(text.key).rt);
-    if (parts.unet) load_unet(*unet.weights, f.unet_cfg, *f.unet, *runtime(unet.key).rt);
-    if (parts.vae) load_vae(*vae.weights, f.vae_cfg, *f.vae, *runtime(vae.key).rt);
+void Pipeline::Impl::load(const models::ModelFiles& f, const PipelineOptions& o, Pipeline::LoadParts parts) {
+    if (parts.text_encoder) f.fam().load(lora::Part::text_encoder, *text.weights, f, *runtime(text.key).rt);
+    if (parts.unet) f.fam().load(lora::Part::unet, *unet.weights, f, *runtime(unet.key).rt);
+    if (parts.vae) load_vae(*vae.weights, f.vae_config(), *f.vae, *runtime(vae.key).rt);
     // Every module zero-initialised first (init writes up = 0: modules a file lacks add nothing),
     // then the file; merged ones then fold into the weights.
     for (PipelineHolder* m : {&text, &unet}) {
@@ -187,7 +188,7 @@ void Pipeline::Impl::load(const Sd15Files& f, const PipelineOptions& o, Pipeline
             lora::LoraNetwork& net = *m->nets[k];
             if (net.modules().empty()) continue;
             net.init(rt, 0);
-            lora::load_lora(*loras[m->net_file[k]].file, net, rt, unet_ldm_names(f.unet_cfg));
+            lora::load_lora(*loras[m->net_file[k]].file, net, rt, f.fam().ldm_names(f.cfg()));
             if (o.merge_loras) lora::merge_into(net, rt, m->part, *m->weights, rt);
         }
     }
@@ -197,48 +198,48 @@ std::string Pipeline::Impl::text_key(int n, int chunks) { return gl::cat("text n
 std::string Pipeline::Impl::unet_key(int batch, int h, int w, int l) { return gl::cat("unet b", batch, " ", w, "x", h, " l", l); }
 std::string Pipeline::Impl::vae_key(int batch, int h, int w) { return gl::cat("vae b", batch, " ", w, "x", h); }
 
-GraphBuilder Pipeline::Impl::text_builder(const Sd15Files& f, int n, int chunks, int clip_skip) const {
+GraphBuilder Pipeline::Impl::text_builder(const models::ModelFiles& f, int n, int chunks, int clip_skip) const {
     return [&f, n, chunks, clip_skip](nn::Weights& w, gl::Graph& g) {
-        const int64_t L = f.clip_cfg.max_pos;
+        const int64_t L = f.fam().tokens().sequence;
         const ValueId ids = g.input("ids", DType::i32, {int64_t(n) * chunks, L});
-        const ValueId h = build_clip(w, g, ids, f.clip_cfg, clip_skip);
+        const ValueId h = f.fam().text_states(w, g, ids, f.cfg(), clip_skip);
         // Each prompt's chunks are consecutive rows: joining them is a reshape.
-        return BuiltGraph{{ids}, gl::reshape(g, h, {n, chunks * L, f.clip_cfg.width})};
+        return BuiltGraph{{ids}, gl::reshape(g, h, {n, chunks * L, f.cfg().text_width()})};
     };
 }
 
-GraphBuilder Pipeline::Impl::unet_builder(const Sd15Files& f, int batch, int h, int w, int context_len) const {
+GraphBuilder Pipeline::Impl::unet_builder(const models::ModelFiles& f, int batch, int h, int w, int context_len) const {
     return [&f, batch, h, w, context_len](nn::Weights& wt, gl::Graph& g) {
-        const UnetConfig& c = f.unet_cfg;
-        const ValueId x = g.input("x", DType::f32, {batch, h, w, c.in_channels});
+        const models::ModelConfig& c = f.cfg();
+        const ValueId x = g.input("x", DType::f32, {batch, h, w, c.latent_channels()});
         const ValueId t = g.input("t", DType::f32, {batch});
-        const ValueId ctx = g.input("context", DType::f32, {batch, context_len, c.cross_attention_dim});
-        return BuiltGraph{{x, t, ctx}, f.family->denoiser(wt, c, x, t, ctx)};
+        const ValueId ctx = g.input("context", DType::f32, {batch, context_len, c.context_width()});
+        return BuiltGraph{{x, t, ctx}, f.fam().denoiser(wt, c, x, t, ctx)};
     };
 }
 
-GraphBuilder Pipeline::Impl::vae_builder(const Sd15Files& f, int batch, int h, int w) const {
+GraphBuilder Pipeline::Impl::vae_builder(const models::ModelFiles& f, int batch, int h, int w) const {
     return [&f, batch, h, w](nn::Weights& wt, gl::Graph& g) {
-        const ValueId z = g.input("z", DType::f32, {batch, h, w, f.vae_cfg.latent_channels});
-        return BuiltGraph{{z}, vae_decode(wt, f.vae_cfg, z)};
+        const ValueId z = g.input("z", DType::f32, {batch, h, w, f.vae_config().latent_channels});
+        return BuiltGraph{{z}, vae_decode(wt, f.vae_config(), z)};
     };
 }
 
 // ---- construction: the holders and the LoRA files ----
 
-Pipeline::Pipeline(Sd15Files model, PipelineOptions opt)
+Pipeline::Pipeline(models::ModelFiles model, PipelineOptions opt)
     : model_(std::move(model)), opt_(std::move(opt)), impl_(std::make_unique<Impl>()) {
-    GL_CHECK(opt_.clip_skip >= 1 && opt_.clip_skip <= model_.clip_cfg.layers, "pipeline: clip_skip ", opt_.clip_skip,
-             " must be in [1, ", model_.clip_cfg.layers, "]");
+    GL_CHECK(opt_.clip_skip >= 1 && opt_.clip_skip <= model_.cfg().text_layers(), "pipeline: clip_skip ",
+             opt_.clip_skip, " must be in [1, ", model_.cfg().text_layers(), "]");
     GL_CHECK(opt_.max_chunks >= 1 && opt_.max_chunks <= 8, "pipeline: max_chunks ", opt_.max_chunks, " must be in [1, 8]");
     GL_CHECK(opt_.vae_tile >= 4, "pipeline: vae_tile ", opt_.vae_tile, " must be >= 4 latents");
-    GL_CHECK(model_.unet_cfg.in_channels == model_.vae_cfg.latent_channels, "pipeline: the UNet takes ",
-             model_.unet_cfg.in_channels, " input channels and the VAE makes ", model_.vae_cfg.latent_channels,
+    GL_CHECK(model_.cfg().latent_channels() == model_.vae_config().latent_channels, "pipeline: the UNet takes ",
+             model_.cfg().latent_channels(), " input channels and the VAE makes ", model_.vae_config().latent_channels,
              " latent channels: text-to-image needs a plain (not inpainting) SD1.5 UNet");
     Impl& m = *impl_;
     m.backend = gl::backend_name(gl::resolve_backend(opt_.backend));  // throws when CUDA is asked and absent
     m.dtype = opt_.dtype;
-    for (const LoraFile& f : opt_.loras) m.loras.push_back(open_lora(f, model_.unet_cfg));
+    for (const LoraFile& f : opt_.loras) m.loras.push_back(open_lora(f, model_));
     m.runtime_lora = !m.loras.empty() && !opt_.merge_loras;
     if (opt_.trained_lora) {
         GL_CHECK(m.loras.empty() && !opt_.merge_loras, "pipeline: a trained LoRA runs alone, as runtime branches");
@@ -259,9 +260,9 @@ Pipeline::Pipeline(Sd15Files model, PipelineOptions opt)
     m.unet.part = lora::Part::unet;
     m.unet.takes_lora = true;
     m.unet.format = opt_.unet_format;
-    const int s = model_.unet_cfg.size_multiple();
+    const int s = model_.cfg().size_multiple();
     m.build_holder(m.text, "text holder", m.text_builder(model_, 1, 1, opt_.clip_skip));
-    m.build_holder(m.unet, "unet holder", m.unet_builder(model_, 1, s, s, int(model_.clip_cfg.max_pos)));
+    m.build_holder(m.unet, "unet holder", m.unet_builder(model_, 1, s, s, int(model_.fam().tokens().sequence)));
     m.build_holder(m.vae, "vae holder", m.vae_builder(model_, 1, 1, 1));
 
     // Each file read once now (shapes, ranks, formats checked; nothing allocated): a tensor no
@@ -277,7 +278,7 @@ Pipeline::Pipeline(Sd15Files model, PipelineOptions opt)
                     for (const gl::io::TensorInfo& t : m.loras[i].file->list()) r.unexpected.push_back(t.name);
                 else
                     r = lora::load_lora(*m.loras[i].file, *h->nets[k], [](ValueId, const std::vector<float>&) {},
-                                        unet_ldm_names(model_.unet_cfg));
+                                        model_.fam().ldm_names(model_.cfg()));
                 std::vector<std::string> both;
                 std::set_intersection(unused.begin(), unused.end(), r.unexpected.begin(), r.unexpected.end(),
                                       std::back_inserter(both));
@@ -296,7 +297,7 @@ Pipeline::~Pipeline() = default;
 // ---- requests ----
 
 void Pipeline::validate(const GenerationParams& p) const {
-    const int px = int(model_.vae_cfg.downscale());
+    const int px = int(model_.vae_config().downscale());
     const diffusion::SampleBounds& b = diffusion::kSampleBounds;
     for (const auto& [name, v] : {std::pair{"width", p.width}, std::pair{"height", p.height}})
         GL_CHECK(v >= px && v <= b.side_max && v % px == 0, name, " ", v, " must be a multiple of ", px, " in [", px,
@@ -311,8 +312,8 @@ void Pipeline::validate(const GenerationParams& p) const {
 }
 
 std::vector<float> Pipeline::seed_noise(const GenerationParams& p) const {
-    const auto ds = size_t(model_.vae_cfg.downscale());
-    const size_t per = size_t(p.height) / ds * (size_t(p.width) / ds) * size_t(model_.vae_cfg.latent_channels);
+    const auto ds = size_t(model_.vae_config().downscale());
+    const size_t per = size_t(p.height) / ds * (size_t(p.width) / ds) * size_t(model_.vae_config().latent_channels);
     std::vector<float> x(per * size_t(p.batch));
     for (int b = 0; b < p.batch; b++) {
         diffusion::NoiseRng rng{p.seed + uint64_t(b), 0};
@@ -334,8 +335,8 @@ std::vector<std::string> Pipeline::graphs_for(const GenerationParams& p) {
     const bool cfg = p.cfg_scale > 1.0;
     const int n = cfg ? 2 : 1, chunks = chunks_for(cfg ? std::vector<std::string>{p.negative, p.prompt}
                                                         : std::vector<std::string>{p.prompt});
-    const int64_t ds = model_.vae_cfg.downscale();
-    const int h = int(p.height / ds), w = int(p.width / ds), L = chunks * int(model_.clip_cfg.max_pos);
+    const int64_t ds = model_.vae_config().downscale();
+    const int h = int(p.height / ds), w = int(p.width / ds), L = chunks * int(model_.fam().tokens().sequence);
     const int N = cfg ? 2 * p.batch : p.batch;
     std::vector<std::string> keys = {Impl::text_key(n, chunks), Impl::unet_key(N, h, w, L)};
     m.plan(m.text, keys[0], m.text_builder(model_, n, chunks, opt_.clip_skip));
@@ -400,14 +401,14 @@ std::vector<float> Pipeline::denoise(const GenerationParams& p, std::vector<floa
     validate(p);
     const bool cfg = p.cfg_scale > 1.0;
     const int B = p.batch, N = cfg ? 2 * B : B;
-    const int64_t ds = model_.vae_cfg.downscale();
-    const int h = int(p.height / ds), w = int(p.width / ds), C = model_.unet_cfg.in_channels;
+    const int64_t ds = model_.vae_config().downscale();
+    const int h = int(p.height / ds), w = int(p.width / ds), C = int(model_.cfg().latent_channels());
     const size_t per = size_t(h) * size_t(w) * size_t(C);
     GL_CHECK(x.size() == per * size_t(B), "denoise: ", x.size(), " latent values for a batch of ", B, " ", w, "x", h,
              "x", C, " latents");
-    GL_CHECK(context.size() == size_t(N) * size_t(context_len) * size_t(model_.unet_cfg.cross_attention_dim),
+    GL_CHECK(context.size() == size_t(N) * size_t(context_len) * size_t(model_.cfg().context_width()),
              "denoise: the context holds ", context.size(), " values, expected ", N, " x ", context_len, " x ",
-             model_.unet_cfg.cross_attention_dim);
+             model_.cfg().context_width());
     Impl& m = *impl_;
     const std::string key = Impl::unet_key(N, h, w, context_len);
     m.plan(m.unet, key, m.unet_builder(model_, N, h, w, context_len));
@@ -456,8 +457,8 @@ std::vector<float> Pipeline::generate_pixels(const GenerationParams& p, const st
     const bool cfg = p.cfg_scale > 1.0;
     int chunks = 1;
     const std::vector<float> text = cfg ? encode_text({p.negative, p.prompt}, &chunks) : encode_text({p.prompt}, &chunks);
-    const int L = chunks * int(model_.clip_cfg.max_pos);
-    const size_t row = size_t(L) * size_t(model_.clip_cfg.width);
+    const int L = chunks * int(model_.fam().tokens().sequence);
+    const size_t row = size_t(L) * size_t(model_.cfg().text_width());
     // [uncond x B, cond x B] (or cond x B).
     std::vector<float> context;
     for (int part = cfg ? 0 : 1; part < 2; part++)
@@ -468,7 +469,7 @@ std::vector<float> Pipeline::generate_pixels(const GenerationParams& p, const st
     std::vector<float> x = initial_noise ? *initial_noise : seed_noise(p);
     const std::vector<float> latents = denoise(p, std::move(x), context, L, on_step);
     if (latents_out) *latents_out = latents;
-    const int64_t ds = model_.vae_cfg.downscale();
+    const int64_t ds = model_.vae_config().downscale();
     return decode(latents, p.batch, int(p.height / ds), int(p.width / ds));
 }
 
@@ -478,7 +479,7 @@ std::string Pipeline::plan_report(const GenerationParams& p) {
     const bool cfg = p.cfg_scale > 1.0;
     auto bytes = [&](const std::string& key, gl::Category c) { return m.plans.at(key).plan.arena_bytes[size_t(c)]; };
     auto act = [&](const std::string& key) { return mib(bytes(key, gl::Category::activations)); };
-    const int64_t ds = model_.vae_cfg.downscale();
+    const int64_t ds = model_.vae_config().downscale();
     const VaeDecodePlan vp = plan_decode(p.batch, int(p.height / ds), int(p.width / ds));
     std::string s = gl::cat("memory plan (", gl::dtype_name(opt_.dtype), ", ", m.backend, "): ", p.width, "x",
                             p.height, ", batch ", p.batch, cfg ? " with CFG" : " without CFG", "\n");

@@ -49,7 +49,9 @@
 #include "ggml-lite/core/shared_memory.h"
 #include "lora/lora.h"
 #include "models/diffusion/sampler.h"
-#include "models/sd15/model_files.h"
+#include "models/model_files.h"
+#include "models/sd15/tokenizer.h"
+#include "models/sd15/vae.h"
 
 namespace sd {
 
@@ -106,13 +108,13 @@ public:
     // `model` comes from its family's open (models::Family::open). Plans the models and reads the LoRA files (formats, ranks and
     // shapes checked; nothing is allocated until the first request). Throws gl::Error naming the
     // file for a bad LoRA file, or the option that is out of range.
-    Pipeline(Sd15Files model, PipelineOptions opt);
+    Pipeline(models::ModelFiles model, PipelineOptions opt);
     ~Pipeline();
     Pipeline(const Pipeline&) = delete;
     Pipeline& operator=(const Pipeline&) = delete;
 
     const PipelineOptions& options() const { return opt_; }
-    const Sd15Files& model() const { return model_; }
+    const models::ModelFiles& model() const { return model_; }
 
     // Throws gl::Error naming the culprit for a size the models cannot take, bad steps, CFG scale
     // or batch, or sampler options diffusers would refuse.
@@ -191,7 +193,7 @@ private:
     // Plans the requests' graphs and lays out the memory for them (ensure), refusing a layout over
     // the budget with the sizes that fit (the plans it made for them are forgotten then).
     void ensure_requests(const std::vector<GenerationParams>& requests);
-    Sd15Files model_;
+    models::ModelFiles model_;
     PipelineOptions opt_;
     std::unique_ptr<Impl> impl_;
 };

@@ -92,19 +92,19 @@ struct Pipeline::Impl {
     // Makes sure the memory holds every plan of `keys` (planned before): allocates it (from all
     // plans so far) when there is none or one does not fit, then loads the weights and LoRA files.
     // Throws OverBudget, before allocating, when that layout is over memory_budget_of(o).
-    void ensure(const Sd15Files& f, const PipelineOptions& o, const std::vector<std::string>& keys);
+    void ensure(const models::ModelFiles& f, const PipelineOptions& o, const std::vector<std::string>& keys);
     // The runtime of a planned key on the memory (ensure() first).
     Instance& runtime(const std::string& key);
 
-    GraphBuilder text_builder(const Sd15Files& f, int n, int chunks, int clip_skip) const;
-    GraphBuilder unet_builder(const Sd15Files& f, int batch, int h, int w, int context_len) const;
-    GraphBuilder vae_builder(const Sd15Files& f, int batch, int h, int w) const;
+    GraphBuilder text_builder(const models::ModelFiles& f, int n, int chunks, int clip_skip) const;
+    GraphBuilder unet_builder(const models::ModelFiles& f, int batch, int h, int w, int context_len) const;
+    GraphBuilder vae_builder(const models::ModelFiles& f, int batch, int h, int w) const;
     static std::string text_key(int n, int chunks);
     static std::string unet_key(int batch, int h, int w, int context_len);
     static std::string vae_key(int batch, int h, int w);
 
     // Loads the weights of the parts named (every part when the pipeline owns its memory).
-    void load(const Sd15Files& f, const PipelineOptions& o, Pipeline::LoadParts parts = {});
+    void load(const models::ModelFiles& f, const PipelineOptions& o, Pipeline::LoadParts parts = {});
 };
 
 }  // namespace sd

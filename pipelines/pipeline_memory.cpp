@@ -92,7 +92,7 @@ Pipeline::Fits Pipeline::largest_fitting(const GenerationParams& p, size_t budge
     Fits f;
     // Sizes: the longer side in steps that suit both the prompt bounds and the VAE, the shorter
     // one scaled with it to the nearest step.
-    const int step = std::lcm(diffusion::kSampleBounds.side_step, int(model_.vae_cfg.downscale()));
+    const int step = std::lcm(diffusion::kSampleBounds.side_step, int(model_.vae_config().downscale()));
     const bool wide = p.width >= p.height;
     const int longer = std::max(p.width, p.height), shorter = std::min(p.width, p.height);
     auto sized = [&](int n) {

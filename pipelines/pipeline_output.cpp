@@ -107,7 +107,7 @@ std::vector<std::tuple<int, int, int>> decode_shapes(const VaeDecodePlan& vp, in
 
 std::vector<float> Pipeline::decode(const std::vector<float>& latents, int batch, int latent_h, int latent_w) {
     Impl& m = *impl_;
-    const int C = model_.vae_cfg.latent_channels, ds = int(model_.vae_cfg.downscale());
+    const int C = model_.vae_config().latent_channels, ds = int(model_.vae_config().downscale());
     const size_t per_latent = size_t(latent_h) * size_t(latent_w) * size_t(C);
     GL_CHECK(batch >= 1 && latent_h >= 1 && latent_w >= 1 && latents.size() == per_latent * size_t(batch),
              "VAE decode: ", latents.size(), " latent values for a batch of ", batch, " ", latent_w, "x", latent_h, "x",

@@ -1,6 +1,6 @@
 // Shared fixtures of the gl-merge tests (test_merge_file.cpp: results; test_merge_safety.cpp: the
 // base stays untouched, output rules, temporaries, non-finite values): the tiny golden UNet and
-// text encoder, a LoRA on them, and Sd15Files assembled by hand (the tiny models are no SD1.5
+// text encoder, a LoRA on them, and opened models assembled by hand (the tiny models are no SD1.5
 // pipeline, so open_sd15 would refuse them).
 #pragma once
 #include <doctest/doctest.h>
@@ -11,6 +11,7 @@
 #include <random>
 
 #include "ggml-lite/core/error.h"
+#include "models/sd15/model_files.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/io/safetensors.h"
@@ -48,7 +49,7 @@ inline void concat_files(const std::vector<fs::path>& in, const fs::path& out) {
     io::write_safetensors(out.string(), all);
 }
 
-inline sd::Sd15Files tiny_files(std::shared_ptr<const io::TensorSource> unet, std::shared_ptr<const io::TensorSource> te,
+inline models::ModelFiles tiny_files(std::shared_ptr<const io::TensorSource> unet, std::shared_ptr<const io::TensorSource> te,
                          const std::string& unet_path, const std::string& te_path, sd::Sd15Layout layout) {
     sd::Sd15Files f;
     f.unet = std::move(unet);
@@ -60,7 +61,7 @@ inline sd::Sd15Files tiny_files(std::shared_ptr<const io::TensorSource> unet, st
     f.layout = layout;
     f.unet_path = unet_path;
     f.text_encoder_path = te_path;
-    return f;
+    return sd::model_files(std::move(f), models::sd15_family());
 }
 
 // The tiny UNet and text encoder, optionally with a LoRA, outputs on fixed inputs.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ggml-lite/io/safetensors.h"
+#include "models/sd15/model_files.h"
 #include "pipelines/pipeline.h"
 #include "test_util.h"
 
@@ -19,7 +20,7 @@ inline std::string golden(const std::string& rel) {
     return f.substr(0, f.find_last_of('/')) + "/golden/data/" + rel;
 }
 
-inline sd::Sd15Files tiny_model() {
+inline models::ModelFiles tiny_model() {
     sd::Sd15Files f;
     f.unet = std::make_shared<gl::io::SafetensorsFile>(golden("unet/unet_diffusers.safetensors"));
     f.text_encoder = std::make_shared<gl::io::SafetensorsFile>(golden("sampler/text_encoder.safetensors"));
@@ -28,7 +29,7 @@ inline sd::Sd15Files tiny_model() {
     f.clip_cfg = sd::ClipConfig{3514, 16, 2, 2, 32, 77, gl::Act::quick_gelu, 1e-5f};
     f.vae_cfg = sd::VaeConfig::tiny();
     f.tokenizer = std::make_shared<sd::ClipTokenizer>(sd::ClipTokenizer::from_folder(golden("tokenizer/tiny")));
-    return f;
+    return sd::model_files(std::move(f), models::sd15_family());
 }
 
 inline sd::PipelineOptions options(const char* backend, gl::DType dtype) {

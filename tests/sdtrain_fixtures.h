@@ -17,6 +17,7 @@
 #include "ggml-lite/io/safetensors.h"
 #include "models/diffusion/noise.h"
 #include "models/sd15/clip.h"
+#include "nlohmann/json.hpp"
 #include "test_util.h"
 #include "train/run/config.h"
 
@@ -100,6 +101,34 @@ inline fs::path make_tiny_model(const fs::path& root) {
 }
 
 // A 24-bit BMP of w x h: smooth colours that depend on the seed.
+// The tiny SD2.x folder under root/model_sd2 (sd::UnetConfig::tiny_sd2, cross-attention 24; a gelu
+// text encoder 24 wide, the tiny tokenizer padding with "!").
+inline fs::path make_tiny_sd2_model(const fs::path& root) {
+    const fs::path m = root / "model_sd2";
+    const std::string tok = gltest::golden_dir("tokenizer") + "tiny/";
+    nlohmann::json u = nlohmann::json::parse(kUnetConfig);
+    u["attention_head_dim"] = {2, 4};
+    u["use_linear_projection"] = true;
+    u["upcast_attention"] = true;
+    u["cross_attention_dim"] = 24;
+    nlohmann::json c = nlohmann::json::parse(kClipConfig);
+    c["hidden_size"] = 24;
+    c["projection_dim"] = 24;
+    c["hidden_act"] = "gelu";
+    write_text(m / "model_index.json", R"({"_class_name": "StableDiffusionPipeline"})");
+    write_text(m / "unet" / "config.json", u.dump());
+    write_text(m / "text_encoder" / "config.json", c.dump());
+    write_text(m / "vae" / "config.json", kVaeConfig);
+    fs::copy_file(gltest::golden_dir("sd2") + "unet_diffusers.safetensors", m / "unet" / "diffusion_pytorch_model.safetensors");
+    fs::copy_file(gltest::golden_dir("vae") + "weights_diffusers.safetensors", m / "vae" / "diffusion_pytorch_model.safetensors");
+    write_random_clip(m / "text_encoder" / "model.safetensors", sd::ClipConfig{3514, 24, 2, 2, 32, 77, gl::Act::gelu_erf, 1e-5f});
+    fs::create_directories(m / "tokenizer");
+    fs::copy_file(tok + "vocab.json", m / "tokenizer" / "vocab.json");
+    fs::copy_file(tok + "merges.txt", m / "tokenizer" / "merges.txt");
+    write_text(m / "tokenizer" / "special_tokens_map.json", R"({"pad_token": {"content": "!", "lstrip": false}})");
+    return m;
+}
+
 inline void write_bmp(const fs::path& p, int w, int h, int seed) {
     const int row = (w * 3 + 3) & ~3;
     const uint32_t size = uint32_t(54 + row * h);

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "models/sd15/sd_config.h"
 #include "ggml-lite/core/autodiff.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/runtime.h"
@@ -228,8 +229,8 @@ inline void unet_buckets_share(const std::string& backend, int steps) {
     lora::LoraNetwork net(oa.lora);
     net.attach_unet(ws);
     ValueId xs = gs.input("latents", DType::f32, {1, kSide, kSide, 4}), ts = gs.input("timesteps", DType::f32, {1});
-    ValueId cs = gs.input("context", DType::f32, {1, kTokens, oa.unet.cross_attention_dim});
-    ValueId pred = sd::unet_forward(ws, oa.unet, xs, ts, cs);
+    ValueId cs = gs.input("context", DType::f32, {1, kTokens, sd::sd_config(*oa.config).unet.cross_attention_dim});
+    ValueId pred = sd::unet_forward(ws, sd::sd_config(*oa.config).unet, xs, ts, cs);
     gs.mark_output(pred);
 
     Plan pa = make_plan(sa->g), pb = make_plan(sb->g, {Recompute::blocks}), ps = make_plan(gs);
@@ -243,13 +244,13 @@ inline void unet_buckets_share(const std::string& backend, int steps) {
     auto ra = runtime_on(backend, pa, mem), rb = runtime_on(backend, pb, mem), rs = runtime_on(backend, ps, mem);
     ra->poison(0xff);
     io::SafetensorsFile f(kTinyUnet);
-    sd::load_unet(*sa->unet_weights, oa.unet, f, *ra);  // once, for all three
+    sd::load_unet(*sa->unet_weights, sd::sd_config(*oa.config).unet, f, *ra);  // once, for all three
     auto va = train::build_step(oa), vb = train::build_step(ob);
     auto ua = runtime_on(backend, make_plan(va->g)), ub = runtime_on(backend, make_plan(vb->g, {Recompute::blocks}));
     auto us = runtime_on(backend, ps);
-    sd::load_unet(*va->unet_weights, oa.unet, f, *ua);
-    sd::load_unet(*vb->unet_weights, ob.unet, f, *ub);
-    sd::load_unet(ws, oa.unet, f, *us);
+    sd::load_unet(*va->unet_weights, sd::sd_config(*oa.config).unet, f, *ua);
+    sd::load_unet(*vb->unet_weights, sd::sd_config(*ob.config).unet, f, *ub);
+    sd::load_unet(ws, sd::sd_config(*oa.config).unet, f, *us);
 
     train::TrainerOptions to;
     to.seed = 3;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "ggml-lite/core/autofit.h"
+#include "models/sd15/sd_config.h"
 #include "ggml-lite/core/cost_model.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/recompute_budget.h"
@@ -393,7 +394,7 @@ TEST_CASE("cost model: a synthetic profile with known per-op scales, fitted and 
 
 TEST_CASE("auto-fit: the largest batch without accumulation, within a slowdown and with any recompute (tiny UNet)") {
     train::AutoFitRequest r;
-    r.step.unet = sd::UnetConfig::tiny();
+    r.step.config = sd::sd_config(sd::UnetConfig::tiny());
     r.step.context_tokens = 8;
     r.step.latent_h = r.step.latent_w = 8;
     r.step.lora = lora::LoraConfig{4, 4.0f, 1.0f};
@@ -461,7 +462,7 @@ TEST_CASE("auto-fit: the largest batch without accumulation, within a slowdown a
 
 TEST_CASE("auto-fit: the largest batch over a sweep of budgets is monotone and its plan within the budget (tiny UNet)") {
     train::AutoFitRequest r;
-    r.step.unet = sd::UnetConfig::tiny();
+    r.step.config = sd::sd_config(sd::UnetConfig::tiny());
     r.step.context_tokens = 8;
     r.step.latent_h = r.step.latent_w = 8;
     r.step.lora = lora::LoraConfig{4, 4.0f, 1.0f};

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "data/bucket.h"
+#include "models/sd15/sd_config.h"
 #include "data/config.h"
 #include "data/dataset.h"
 #include "data/latent_cache.h"
@@ -177,12 +178,12 @@ TEST_CASE("demo assets: the shapes dataset in kohya's layout caches and trains a
     CHECK(a.buckets[2].reso == data::Reso{160, 96});
     for (const data::Bucket& b : a.buckets) CHECK(b.distinct == 4);
 
-    const sd::Sd15Files m = sd::open_sd15((dir.path / "model").string());
+    const models::ModelFiles m = models::sd15_family().open((dir.path / "model").string());
     data::LatentCache cache;
-    sd::VaeGraphEncoder vae(m.vae_cfg, *m.vae, "demo-vae");
+    sd::VaeGraphEncoder vae(m.vae_config(), *m.vae, "demo-vae");
     const data::CacheReport lat = data::cache_latents(ds, a, cache, vae);
     CHECK(lat.encoded == 12);
-    sd::ClipGraphEncoder clip(m.clip_cfg, *m.text_encoder, "demo-clip");
+    sd::TextGraphEncoder clip(m, "demo-clip");
     const data::TextCacheReport txt = data::cache_text_outputs(ds, cache, clip);
     CHECK(txt.encoded == 12);
 
@@ -216,7 +217,7 @@ TEST_CASE("demo assets: the shapes dataset in kohya's layout caches and trains a
     }
 
     train::StepOptions o;
-    o.unet = m.unet_cfg;
+    o.config = m.config;
     o.batch = 2;
     o.latent_h = o.latent_w = 16;
     o.precision = train::Precision::fp32;
@@ -225,7 +226,7 @@ TEST_CASE("demo assets: the shapes dataset in kohya's layout caches and trains a
     o.unet_lr = 1e-3f;
     auto s = train::build_step(o);
     auto rt = gl::make_cpu_runtime(gl::make_plan(s->g));
-    const nn::LoadReport r = sd::load_unet(*s->unet_weights, o.unet, *m.unet, *rt);
+    const nn::LoadReport r = sd::load_unet(*s->unet_weights, sd::sd_config(*o.config).unet, *m.unet, *rt);
     CHECK(r.missing.empty());
     train::Trainer tr(*s, *rt, {});
     tr.init(1);

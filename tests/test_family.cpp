@@ -8,6 +8,7 @@
 #include "lora_fixtures.h"
 #include "ggml-lite/core/error.h"
 #include "models/family.h"
+#include "models/model_files.h"
 #include "models/sd15/model_files.h"
 
 namespace {
@@ -39,12 +40,28 @@ public:
     std::vector<std::string> io_modules(bool linear) const override {
         return linear ? std::vector<std::string>{} : std::vector<std::string>{"conv_in"};
     }
-    sd::Sd15Files open(const std::string& path, bool) const override { gl::fail(path, ": the stand-in opens no files"); }
-    gl::ValueId denoiser(nn::Weights&, const sd::UnetConfig&, gl::ValueId x, gl::ValueId, gl::ValueId) const override {
+    models::ModelFiles open(const std::string& path, bool) const override {
+        gl::fail(path, ": the stand-in opens no files");
+    }
+    std::shared_ptr<const models::ModelConfig> config() const override { return nullptr; }
+    gl::ValueId denoiser(nn::Weights&, const models::ModelConfig&, gl::ValueId x, gl::ValueId, gl::ValueId) const override {
         return x;
     }
-    gl::ValueId text_context(nn::Weights&, gl::Graph&, gl::ValueId ids, int, const sd::ClipConfig&, int) const override {
+    gl::ValueId text_context(nn::Weights&, gl::Graph&, gl::ValueId ids, int, const models::ModelConfig&,
+                             int) const override {
         return ids;
+    }
+    gl::ValueId text_states(nn::Weights&, gl::Graph&, gl::ValueId ids, const models::ModelConfig&, int) const override {
+        return ids;
+    }
+    void load(models::Part, nn::Weights&, const models::ModelFiles&, gl::Runtime&) const override {
+        gl::fail("the stand-in loads no weights");
+    }
+    std::function<std::string(const std::string&)> ldm_names(const models::ModelConfig&) const override {
+        return [](const std::string&) { return std::string(); };
+    }
+    std::string weight_key(const models::ModelFiles&, models::Part, const std::string& name) const override {
+        return name;
     }
 
 private:

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "models/sd15/sd_config.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/fusion.h"
 #include "ggml-lite/core/recompute_budget.h"
@@ -339,7 +340,7 @@ TEST_CASE("fusion: the tiny UNet's training step, fused, trains as unfused, and 
         auto rt = make_cpu_runtime(std::move(p));
         rt->poison(0xff);
         io::SafetensorsFile file(kTinyUnet);
-        sd::load_unet(*s->unet_weights, o.unet, file, *rt);
+        sd::load_unet(*s->unet_weights, sd::sd_config(*o.config).unet, file, *rt);
         train::Trainer tr(*s, *rt, train::TrainerOptions{});
         tr.init(3);
         std::vector<float> lat(size_t(s->latent_numel())), ctx(size_t(s->context_numel()));

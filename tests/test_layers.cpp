@@ -50,18 +50,19 @@ const std::vector<Layer> kLayers = {
     {"ggml-lite/io", {"ggml-lite/core"}},
     {"optim", {"ggml-lite/ops", "ggml-lite/io"}},
     // models/ (gl-models): the layer set, what every diffusion family shares, the family
-    // interface, then each family's folder.
+    // interface and the model a family opens (models::ModelFiles), then each family's folder.
     {"models/nn", kRuntime},
     {"models/diffusion", {"models/nn"}},
     {"models/family", {"models/diffusion"}, true},
-    {"models/sd15", {"models/family"}},
+    {"models/model_files", {"models/family"}, true},
+    {"models/sd15", {"models/model_files"}},
     {"models/sd2", {"models/sd15"}},  // SD2.x runs SD1.x's layers with its configs
     {"lora", {"models/family"}},  // adapters ask the family (models/family.h), never a family's model
     {"data", kRuntime},  // through an encoder interface: no model
-    {"pipelines", {"lora", "data", "models/sd15"}},  // SD's pipeline, encoders and checkpoint merge
-    // the step, host loop and trainer: no dataset, no pipeline; the step still takes SD's UNet and
-    // CLIP configs (the next family's work: README "Model families")
-    {"train", {"lora", "models/sd15"}},
+    {"pipelines", {"lora", "data", "models/sd15"}},  // through the family; SD's VAE, tokenizer, prompt weights
+    // the step, host loop and trainer: no dataset, no pipeline, no family's model: the step builds
+    // the denoiser and text encoder through the family, their config opaque (models::ModelConfig)
+    {"train", {"lora"}},
     {"train/run", {"pipelines", "train"}},
     {"tools/common", {"train/run"}},
     {"tools/sdtrain", {"tools/common"}},

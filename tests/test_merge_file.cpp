@@ -16,7 +16,7 @@ TEST_CASE("merge: a LoRA merged into a single file gives the runtime LoRA's outp
     size_t modules = 0;
     const auto with_lora = make_lora(*base_file, *base_file, lora_path, &modules);
 
-    const sd::Sd15Files base = tiny_files(base_file, base_file, base_path.string(), base_path.string(), sd::Sd15Layout::single_file);
+    const models::ModelFiles base = tiny_files(base_file, base_file, base_path.string(), base_path.string(), sd::Sd15Layout::single_file);
     io::SafetensorsFile lora_file(lora_path.string());
     const lora::MergeReport r = lora::merge_lora_into_checkpoint(base, base_path.string(), lora_file, out_path.string(), {});
     CHECK(r.rank == 4);
@@ -90,7 +90,7 @@ TEST_CASE("merge: a diffusers folder comes out as a new folder with merged UNet 
     auto te = std::make_shared<io::SafetensorsFile>(te_file);
     size_t modules = 0;
     const auto with_lora = make_lora(*unet, *te, lora_path, &modules);
-    const sd::Sd15Files files = tiny_files(unet, te, unet_file, te_file, sd::Sd15Layout::diffusers);
+    const models::ModelFiles files = tiny_files(unet, te, unet_file, te_file, sd::Sd15Layout::diffusers);
     io::SafetensorsFile lora_file(lora_path.string());
     const lora::MergeReport r = lora::merge_lora_into_checkpoint(files, base.string(), lora_file, out.string(), {});
     CHECK(r.unet_modules + r.text_encoder_modules == modules);

@@ -67,7 +67,7 @@ void tiny_folder(const fs::path& root, const std::function<void(const std::strin
 struct SingleFileBase {
     fs::path base_path;
     std::shared_ptr<io::SafetensorsFile> base_file;
-    sd::Sd15Files base;
+    models::ModelFiles base;
     io::SafetensorsFile lora_file;
 
     explicit SingleFileBase(const fs::path& dir)
@@ -92,7 +92,7 @@ private:
 struct FolderBase {
     fs::path dir;
     std::shared_ptr<io::SafetensorsFile> unet, te;
-    sd::Sd15Files files;
+    models::ModelFiles files;
     explicit FolderBase(const fs::path& d) : dir(d) {
         const std::string u = (d / "unet" / "diffusion_pytorch_model.safetensors").string(),
                           t = (d / "text_encoder" / "model.safetensors").string();
@@ -182,7 +182,7 @@ TEST_CASE("merge safety: the output is never the base, and an existing output is
     TempDir tmp;
     const SingleFileBase single(tmp.path);
     const fs::path& base_path = single.base_path;
-    const sd::Sd15Files& base = single.base;
+    const models::ModelFiles& base = single.base;
     const io::SafetensorsFile& lora_file = single.lora_file;
     const auto before = checksums(base_path);
     lora::MergeOptions keep, overwrite;
@@ -248,7 +248,7 @@ TEST_CASE("merge safety: temporaries of a killed merge to the same output are fo
     TempDir tmp;
     const SingleFileBase single(tmp.path);
     const fs::path& base_path = single.base_path;
-    const sd::Sd15Files& base = single.base;
+    const models::ModelFiles& base = single.base;
     const io::SafetensorsFile& lora_file = single.lora_file;
     const fs::path out = tmp.path / "merged.safetensors";
     std::string pattern = io::temp_file_pattern(out.string(), dead_pid());
@@ -268,10 +268,10 @@ TEST_CASE("merge safety: non-finite LoRA weights, multipliers and merged values 
     const SingleFileBase single(tmp.path);
     const fs::path& base_path = single.base_path;
     const auto& base_file = single.base_file;
-    const sd::Sd15Files& base = single.base;
+    const models::ModelFiles& base = single.base;
     const io::SafetensorsFile& lora_file = single.lora_file;
     const fs::path out = tmp.path / "merged.safetensors";
-    auto merge = [&](const sd::Sd15Files& b, const io::TensorSource& l, float multiplier) {
+    auto merge = [&](const models::ModelFiles& b, const io::TensorSource& l, float multiplier) {
         lora::MergeOptions o;
         o.multiplier = multiplier;
         return error_of([&] { lora::merge_lora_into_checkpoint(b, b.unet_path, l, out.string(), o); });

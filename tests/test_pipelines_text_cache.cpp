@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "data/text_cache.h"
+#include "model_fixtures.h"
 #include "ggml-lite/io/safetensors.h"
 #include "models/sd15/tokenizer.h"
 #include "pipelines/cache_encoders.h"
@@ -47,8 +48,8 @@ data::Dataset dataset_with(const std::vector<std::string>& captions, const std::
 TEST_CASE("pipelines text cache: each distinct caption encoded once, batched, reused from disk") {
     const fs::path dir = fs::temp_directory_path() / ("gl_textcache_" + std::to_string(getpid()));
     gl::io::SafetensorsFile weights(golden("clip/clip_tiny.safetensors"));
-    sd::ClipGraphEncoder enc(sd::ClipConfig::tiny(), weights, "tiny-clip", 1, 1, gl::DType::f32,
-                             gl::Backend::cpu, tiny_ids);
+    sd::TextGraphEncoder enc(gltest::text_encoder_model(sd::ClipConfig::tiny(), weights), "tiny-clip", 1, 1,
+                             gl::DType::f32, gl::Backend::cpu, tiny_ids);
     const data::Dataset ds = dataset_with({"a dog", "a cat", "a dog", "sky", "a cat"}, "photo,");
     {
         data::LatentCache cache(dir);

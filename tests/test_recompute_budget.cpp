@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "models/sd15/sd_config.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/recompute_budget.h"
 #include "ggml-lite/ops/builder.h"
@@ -201,7 +202,7 @@ TEST_CASE("recompute budget: the tiny LoRA training step trains bitwise identica
         auto rt = make_cpu_runtime(std::move(p));
         rt->poison(0xff);
         io::SafetensorsFile f(kTinyUnet);
-        sd::load_unet(*s->unet_weights, o.unet, f, *rt);
+        sd::load_unet(*s->unet_weights, sd::sd_config(*o.config).unet, f, *rt);
         train::Trainer tr(*s, *rt, train::TrainerOptions{});
         tr.init(3);
         std::vector<float> lat(size_t(s->latent_numel())), ctx(size_t(s->context_numel()));

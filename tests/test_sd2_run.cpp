@@ -8,6 +8,8 @@
 #include <cmath>
 
 #include "ggml-lite/io/safetensors.h"
+#include "models/sd15/sd_config.h"
+#include "models/sd15/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "sdtrain_fixtures.h"
 #include "train/run/metadata.h"
@@ -22,33 +24,6 @@ struct Losses : train::RunObserver {
     std::vector<double> loss;
     void on_step(const train::StepEvent& e) override { loss.push_back(e.loss); }
 };
-
-// The tiny SD2.x folder under root/model_sd2 (sd::UnetConfig::tiny_sd2, cross-attention 24).
-fs::path make_tiny_sd2_model(const fs::path& root) {
-    const fs::path m = root / "model_sd2";
-    const std::string tok = gltest::golden_dir("tokenizer") + "tiny/";
-    nlohmann::json u = nlohmann::json::parse(kUnetConfig);
-    u["attention_head_dim"] = {2, 4};
-    u["use_linear_projection"] = true;
-    u["upcast_attention"] = true;
-    u["cross_attention_dim"] = 24;
-    nlohmann::json c = nlohmann::json::parse(kClipConfig);
-    c["hidden_size"] = 24;
-    c["projection_dim"] = 24;
-    c["hidden_act"] = "gelu";
-    write_text(m / "model_index.json", R"({"_class_name": "StableDiffusionPipeline"})");
-    write_text(m / "unet" / "config.json", u.dump());
-    write_text(m / "text_encoder" / "config.json", c.dump());
-    write_text(m / "vae" / "config.json", kVaeConfig);
-    fs::copy_file(gltest::golden_dir("sd2") + "unet_diffusers.safetensors", m / "unet" / "diffusion_pytorch_model.safetensors");
-    fs::copy_file(gltest::golden_dir("vae") + "weights_diffusers.safetensors", m / "vae" / "diffusion_pytorch_model.safetensors");
-    write_random_clip(m / "text_encoder" / "model.safetensors", sd::ClipConfig{3514, 24, 2, 2, 32, 77, gl::Act::gelu_erf, 1e-5f});
-    fs::create_directories(m / "tokenizer");
-    fs::copy_file(tok + "vocab.json", m / "tokenizer" / "vocab.json");
-    fs::copy_file(tok + "merges.txt", m / "tokenizer" / "merges.txt");
-    write_text(m / "tokenizer" / "special_tokens_map.json", R"({"pad_token": {"content": "!", "lstrip": false}})");
-    return m;
-}
 
 }  // namespace
 
@@ -108,12 +83,12 @@ TEST_CASE("sdtrain sd2: the SD2.x demo model opens as SD2.x (built-in tokenizer 
     Scratch s("sd2demo");
     const demo::ModelConfig mc = demo::model_config_sd2();
     demo::write_model(s.root / "demo", mc, 3);
-    const sd::Sd15Files m = models::sd2_family().open((s.root / "demo").string());
+    const models::ModelFiles m = models::sd2_family().open((s.root / "demo").string());
     CHECK(m.family == &models::sd2_family());
     CHECK(m.tokenizer->pad() == 0);
-    CHECK(m.unet_cfg.level_heads == mc.unet.level_heads);
-    CHECK(m.unet_cfg.linear_projection);
-    CHECK(m.clip_cfg.act == gl::Act::gelu_erf);
+    CHECK(sd::sd_config(m.cfg()).unet.level_heads == mc.unet.level_heads);
+    CHECK(sd::sd_config(m.cfg()).unet.linear_projection);
+    CHECK(sd::sd_config(m.cfg()).clip.act == gl::Act::gelu_erf);
     CHECK_THROWS_WITH_AS(models::sd15_family().open((s.root / "demo").string()),
                          doctest::Contains("an SD2.x model (the UNet's linear projections, the UNet's per-level attention "
                                            "heads, the text encoder's gelu), not SD1.x"),

@@ -190,14 +190,14 @@ TEST_CASE("sdtrain lycoris: gl-txt2img applies a LoHa / LoKr / DoRA file as bran
             o.dtype = gl::DType::f32;
             o.loras = std::move(loras);
             o.merge_loras = merged;
-            sd::Pipeline pipe(sd::open_sd15(base_model.string()), o);
+            sd::Pipeline pipe(models::sd15_family().open(base_model.string()), o);
             return pipe.generate_pixels(p);
         };
         const std::vector<float> base = image(model, {}, false), branches = image(model, {{file, 1.0f}}, false),
                                  merged = image(model, {{file, 1.0f}}, true);
         // gl-merge: a new model folder with the weights the branches apply.
         const fs::path out = s.root / (k.name + "-merged");
-        const lora::MergeReport r = lora::merge_lora_into_checkpoint(sd::open_sd15(model.string()), model.string(),
+        const lora::MergeReport r = lora::merge_lora_into_checkpoint(models::sd15_family().open(model.string()), model.string(),
                                                                      gl::io::SafetensorsFile(file), out.string(), {});
         CHECK(r.types == k.title);
         const std::vector<float> folder = image(out, {}, false);

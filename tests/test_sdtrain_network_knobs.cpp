@@ -221,9 +221,9 @@ TEST_CASE("sdtrain network knobs: --base_weights trains as the model gl-merge ma
 
     // The model gl-merge makes: the LoCon at 0.7, then the LoHa at -0.5.
     const fs::path m1 = s.root / "merged1", m2 = s.root / "merged2";
-    lora::merge_lora_into_checkpoint(sd::open_sd15(model.string()), model.string(),
+    lora::merge_lora_into_checkpoint(models::sd15_family().open(model.string()), model.string(),
                                      gl::io::SafetensorsFile(locon.string()), m1.string(), {0.7f, false});
-    lora::merge_lora_into_checkpoint(sd::open_sd15(m1.string()), m1.string(), gl::io::SafetensorsFile(loha.string()),
+    lora::merge_lora_into_checkpoint(models::sd15_family().open(m1.string()), m1.string(), gl::io::SafetensorsFile(loha.string()),
                                      m2.string(), {-0.5f, false});
 
     for (bool int8 : {false, true}) {

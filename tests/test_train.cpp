@@ -7,6 +7,7 @@
 #include <random>
 
 #include "ggml-lite/core/error.h"
+#include "models/sd15/sd_config.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/safetensors.h"
 #include "op_harness.h"
@@ -38,7 +39,7 @@ struct Tiny {
         rt = make_cpu_runtime(make_plan(s->g, po));
         rt->poison(0xff);
         io::SafetensorsFile f(kTinyUnet);
-        sd::load_unet(*s->unet_weights, o.unet, f, *rt);
+        sd::load_unet(*s->unet_weights, sd::sd_config(*o.config).unet, f, *rt);
     }
     std::vector<float> params() const {
         std::vector<float> all;
@@ -134,11 +135,11 @@ TEST_CASE("train step: noising, epsilon and v targets and the weighted loss matc
             net.attach_unet(w);
             ValueId xi = g.input("x", DType::f32, {2, kSide, kSide, 4}), ti = g.input("t", DType::f32, {2});
             ValueId ci = g.input("c", DType::f32, {2, kTokens, 16});
-            ValueId eps = sd::unet_forward(w, o.unet, xi, ti, ci);
+            ValueId eps = sd::unet_forward(w, sd::sd_config(*o.config).unet, xi, ti, ci);
             g.mark_output(eps);
             auto rt2 = make_cpu_runtime(make_plan(g));
             io::SafetensorsFile f(kTinyUnet);
-            sd::load_unet(w, o.unet, f, *rt2);
+            sd::load_unet(w, sd::sd_config(*o.config).unet, f, *rt2);
             for (size_t k = 0; k < net.parameters().size(); k++)
                 rt2->write_f32(net.parameters()[k], t.rt->read_f32(t.s->net->parameters()[k]));
             std::vector<float> noisy(x0.size()), target(x0.size());
@@ -182,7 +183,7 @@ TEST_CASE("train step: the graph draws the noise, offset noise and per-sample va
     auto rt = make_cpu_runtime(make_plan(s->g));
     rt->poison(0xff);
     io::SafetensorsFile f(kTinyUnet);
-    sd::load_unet(*s->unet_weights, o.unet, f, *rt);
+    sd::load_unet(*s->unet_weights, sd::sd_config(*o.config).unet, f, *rt);
     train::TrainerOptions to;
     to.seed = 31;
     to.objective.prediction = o.prediction;
@@ -322,7 +323,7 @@ TEST_CASE("train step: the full-size SD1.5 LoRA step (512x512, kohya targets, ra
 TEST_CASE("train step: a trained text encoder is in the graph and its LoRA learns at its own lr, network dropout") {
     train::StepOptions o = tiny_options(Precision::fp32);
     o.train_text_encoder = true;
-    o.clip = sd::ClipConfig{1000, 16, 2, 2, 32, 77, Act::quick_gelu, 1e-5f};  // width = the UNet's cross-attention
+    o.config = sd::sd_config(sd::sd_config(*o.config).unet, sd::ClipConfig{1000, 16, 2, 2, 32, 77, Act::quick_gelu, 1e-5f});  // width = the UNet's cross-attention
     o.text_encoder_lr = 5e-4f;
     o.lora.dropout = 0.1f;  // kohya's network_dropout, on both models' LoRAs
     auto s = train::build_step(o);
@@ -337,7 +338,7 @@ TEST_CASE("train step: a trained text encoder is in the graph and its LoRA learn
     CHECK(s->update->groups()[1].lr == 5e-4f);
     auto rt = make_cpu_runtime(make_plan(s->g));
     io::SafetensorsFile f(kTinyUnet);
-    sd::load_unet(*s->unet_weights, o.unet, f, *rt);
+    sd::load_unet(*s->unet_weights, sd::sd_config(*o.config).unet, f, *rt);
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> u(-0.2f, 0.2f);
     for (const nn::WeightEntry& e : s->text_weights->entries()) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 
+#include "models/sd15/sd_config.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/safetensors.h"
@@ -28,7 +29,7 @@ struct Tiny {
         rt = make_cpu_runtime(make_plan(s->g));
         rt->poison(0xff);
         io::SafetensorsFile f(kTinyUnet);
-        sd::load_unet(*s->unet_weights, s->opt.unet, f, *rt);
+        sd::load_unet(*s->unet_weights, sd::sd_config(*s->opt.config).unet, f, *rt);
     }
     std::vector<float> read_all(const std::vector<ValueId>& vs) const {
         std::vector<float> all;

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "models/sd15/sd_config.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/safetensors.h"
 #include "lora/network_args.h"
@@ -31,7 +32,7 @@ struct Tiny {
         rt = make_cpu_runtime(make_plan(s->g, po));
         rt->poison(0xff);
         io::SafetensorsFile f(kTinyUnet);
-        sd::load_unet(*s->unet_weights, o.unet, f, *rt);
+        sd::load_unet(*s->unet_weights, sd::sd_config(*o.config).unet, f, *rt);
     }
 };
 

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "ggml-lite/core/planner.h"
+#include "models/sd15/sd_config.h"
 #include "ggml-lite/io/safetensors.h"
 #include "tools/sdtrain/options.h"
 #include "train/trainer.h"
@@ -35,7 +36,7 @@ Curve train_tiny(Precision prec, WeightFormat f) {
     auto rt = make_cpu_runtime(make_plan(s->g, {Recompute::blocks}));
     rt->poison(0xff);
     io::SafetensorsFile file(train_test::kTinyUnet);
-    sd::load_unet(*s->unet_weights, o.unet, file, *rt);
+    sd::load_unet(*s->unet_weights, sd::sd_config(*o.config).unet, file, *rt);
     train::TrainerOptions to;
     to.seed = 5;
     train::Trainer tr(*s, *rt, to);
@@ -132,7 +133,7 @@ TEST_CASE("train quant: the SD1.5 step on an 8-bit base plans under 1.1 GiB at b
 TEST_CASE("train quant: a trained text encoder on an fp8 base: codes for its matrices, gradients for its LoRA only") {
     train::StepOptions o = train_test::tiny_options(Precision::bf16, 2, 1, 1e-3f);
     o.train_text_encoder = true;
-    o.clip = sd::ClipConfig{1000, 16, 2, 2, 32, 77, Act::quick_gelu, 1e-5f};  // width = the UNet's cross-attention
+    o.config = sd::sd_config(sd::sd_config(*o.config).unet, sd::ClipConfig{1000, 16, 2, 2, 32, 77, Act::quick_gelu, 1e-5f});  // width = the UNet's cross-attention
     o.base_format = WeightFormat::int8;
     o.text_encoder_format = WeightFormat::fp8;
     auto s = train::build_step(o);

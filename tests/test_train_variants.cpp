@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "models/sd15/sd_config.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/safetensors.h"
@@ -31,7 +32,7 @@ struct Graph1 {
         s->g.mark_output(s->pred);
         rt = make_cpu_runtime(make_plan(s->g));
         io::SafetensorsFile f(kTinyUnet);
-        sd::load_unet(*s->unet_weights, o.unet, f, *rt);
+        sd::load_unet(*s->unet_weights, sd::sd_config(*o.config).unet, f, *rt);
         s->net->init(*rt, 3);
         s->update->init_state(*rt);
         train::write_objective_tables(*s, *rt, obj, diffusion::DdpmSchedule::sd15());

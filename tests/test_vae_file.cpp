@@ -83,7 +83,7 @@ TEST_CASE("--vae: single files with and without first_stage_model., diffusers fo
           (model / "vae" / "diffusion_pytorch_model.safetensors").string());
 
     // replace_vae swaps the weights and the path the cache keys and metadata name.
-    sd::Sd15Files m = sd::open_sd15(model.string());
+    models::ModelFiles m = models::sd15_family().open(model.string());
     sd::replace_vae(m, standalone.string());
     CHECK(m.vae_path == standalone.string());
     CHECK(m.vae->has("decoder.mid.block_1.conv1.weight"));

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "models/sd15/sd_config.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/safetensors.h"
 #include "optim/optimizer_config.h"
@@ -39,7 +40,7 @@ struct TinyTrainer {
         rt = gl::make_cpu_runtime(gl::make_plan(s->g));
         rt->poison(0xff);
         gl::io::SafetensorsFile f(kTinyUnet);
-        sd::load_unet(*s->unet_weights, o.unet, f, *rt);
+        sd::load_unet(*s->unet_weights, sd::sd_config(*o.config).unet, f, *rt);
         bt = std::make_unique<train::BucketTrainer>(std::vector<train::BucketTrainer::Member>{{s.get(), rt.get()}}, to);
         bt->init(3);
     }

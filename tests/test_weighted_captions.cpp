@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "ggml-lite/core/planner.h"
+#include "model_fixtures.h"
+#include "models/sd15/sd_config.h"
 #include "ggml-lite/io/safetensors.h"
 #include "models/sd15/prompt_weights.h"
 #include "pipelines/cache_encoders.h"
@@ -97,7 +99,7 @@ TEST_CASE("weighted captions: a tiny text encoder's weighted output matches kohy
         for (int skip : {1, 2}) {
             CAPTURE(mtl);
             CAPTURE(skip);
-            sd::ClipGraphEncoder enc(cfg, weights, "tiny", skip, mtl / 75);
+            sd::TextGraphEncoder enc(gltest::text_encoder_model(cfg, weights), "tiny", skip, mtl / 75);
             const std::string plain = enc.identity();
             enc.set_weighted([&tok, mtl](const std::string& s) { return sd::encode_weighted(tok, s, mtl); });
             CHECK(enc.identity() == plain + "|weighted");  // weighted outputs never share a cache entry
@@ -115,7 +117,7 @@ TEST_CASE("weighted captions: a tiny text encoder's weighted output matches kohy
 TEST_CASE("weighted captions: a trained text encoder's token weights give the loss of the host-weighted context") {
     using namespace train_test;
     train::StepOptions o = tiny_options(train::Precision::fp32, 2, 1, 1e-3f);
-    o.clip = sd::ClipConfig{1000, 16, 2, 2, 32, 77, Act::quick_gelu, 1e-5f};
+    o.config = sd::sd_config(sd::sd_config(*o.config).unet, sd::ClipConfig{1000, 16, 2, 2, 32, 77, Act::quick_gelu, 1e-5f});
     o.context_tokens = 77;
     train::StepOptions trained = o;
     trained.train_text_encoder = true;
@@ -123,12 +125,12 @@ TEST_CASE("weighted captions: a trained text encoder's token weights give the lo
     auto a = train::build_step(trained), b = train::build_step(o);
     REQUIRE(a->token_weights != kNoValue);
     CHECK(a->g.shape(a->token_weights) == Shape{2, 77, 1});
-    auto te = train::build_text_encoder(o.clip, o.precision, 2);
+    auto te = train::build_text_encoder(*o.config, o.precision, 2);
     auto rta = make_cpu_runtime(make_plan(a->g)), rtb = make_cpu_runtime(make_plan(b->g)),
          rtt = make_cpu_runtime(make_plan(te->g));
     const io::SafetensorsFile unet(kTinyUnet);
-    sd::load_unet(*a->unet_weights, o.unet, unet, *rta);
-    sd::load_unet(*b->unet_weights, o.unet, unet, *rtb);
+    sd::load_unet(*a->unet_weights, sd::sd_config(*o.config).unet, unet, *rta);
+    sd::load_unet(*b->unet_weights, sd::sd_config(*o.config).unet, unet, *rtb);
     // The same text encoder weights in both graphs, drawn by name.
     const auto write_text = [](nn::Weights& w, const Graph& g, Runtime& rt) {
         for (const nn::WeightEntry& e : w.entries()) {

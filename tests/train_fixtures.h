@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "train/step.h"
+#include "models/sd15/sd_config.h"
 
 namespace train_test {
 
@@ -17,7 +18,7 @@ constexpr int64_t kSide = 8, kTokens = 8;
 
 inline train::StepOptions tiny_options(train::Precision p, int64_t batch, int accum, float lr) {
     train::StepOptions o;
-    o.unet = sd::UnetConfig::tiny();
+    o.config = sd::sd_config(sd::UnetConfig::tiny());
     o.batch = batch;
     o.latent_h = o.latent_w = kSide;
     o.context_tokens = kTokens;

@@ -24,7 +24,7 @@
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/runtime.h"
 #include "models/diffusion/sampler_prompts.h"
-#include "models/sd15/model_files.h"
+#include "models/model_files.h"
 #include "pipelines/a1111.h"
 #include "pipelines/pipeline.h"
 #include "pipelines/sample_prompt_files.h"
@@ -182,8 +182,8 @@ int run(const Args& a) {
     using Clock = std::chrono::steady_clock;
     auto t0 = Clock::now();
     const models::Family& family = a.v2 ? models::sd2_family() : models::sd15_family();
-    sd::Sd15Files files = family.open(a.model, a.prefer_fp16);
-    std::printf("model %s (%s)\n", a.model.c_str(), sd::sd15_layout_name(files.layout));
+    models::ModelFiles files = family.open(a.model, a.prefer_fp16);
+    std::printf("model %s (%s)\n", a.model.c_str(), models::layout_name(files.layout));
     for (const sd::LoraFile& l : po.loras)
         std::printf("LoRA %s at %g (%s)\n", l.path.c_str(), double(l.multiplier), a.merge_loras ? "merged" : "runtime");
     sd::Pipeline pipe(std::move(files), po);

@@ -131,7 +131,7 @@ AutoFitChoice fit_step(const AutoFitRequest& r) {
                                     gl::cat("step ", buckets[k].latent_w * 8, "x", buckets[k].latent_h * 8, " batch ", so.batch),
                                     true, so.grad_accum * buckets[k].images / images, -1});
             if (!c.train_te && !c.cache_te) {  // the frozen text encoder runs beside the step
-                owned->text = build_text_encoder(r.step.clip, r.step.precision, c.micro, r.step.clip_chunks,
+                owned->text = build_text_encoder(*r.step.config, r.step.precision, c.micro, r.step.clip_chunks,
                                                  r.step.clip_skip, r.step.text_encoder_format);
                 b.graphs.push_back({&owned->text->g, "text encoder", false, double(so.grad_accum), -1});
             }

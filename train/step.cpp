@@ -23,7 +23,8 @@ void StepOptions::validate() const {
     GL_CHECK(family != nullptr, "step: no model family");
     GL_CHECK(lora.family == family, "step: the LoRA's model family ", lora.family->name(), " is not the step's ",
              family->name());
-    unet.validate();
+    GL_CHECK(config != nullptr, "step: no model configuration");
+    config->validate();
     // Ranges far beyond any SD1.x training run, small enough that every size derived from them
     // (batch x tokens x width, the activations of a step) stays far from overflowing.
     const auto in_range = [](const char* field, int64_t v, int64_t hi) {
@@ -35,20 +36,20 @@ void StepOptions::validate() const {
     if (!train_text_encoder) in_range("context_tokens", context_tokens, int64_t(1) << 16);
     in_range("clip_chunks", clip_chunks, 64);
     in_range("grad_accum", grad_accum, int64_t(1) << 20);
-    const int m = unet.size_multiple();
+    const int m = config->size_multiple();
     GL_CHECK(latent_h % m == 0 && latent_w % m == 0, "step: latent size ", latent_h, "x", latent_w,
              " must be a multiple of ", m, " (", 8 * m, " pixels)");
     GL_CHECK(clip_skip >= 1, "step: clip_skip must be >= 1");
     GL_CHECK(train_unet || train_text_encoder, "step: neither the UNet nor the text encoder is trained");
     GL_CHECK(!token_weights || train_text_encoder,
              "step: token weights are an input of a trained text encoder only (a frozen one's context comes weighted)");
-    GL_CHECK(!train_text_encoder || clip.width == unet.cross_attention_dim, "step: the text encoder's width ",
-             clip.width, " is not the UNet's cross-attention width ", unet.cross_attention_dim);
+    GL_CHECK(!train_text_encoder || config->text_width() == config->context_width(), "step: the text encoder's width ",
+             config->text_width(), " is not the UNet's cross-attention width ", config->context_width());
     GL_CHECK(unet_lr >= 0 && text_encoder_lr >= 0, "step: learning rates must be >= 0");
     GL_CHECK(std::isfinite(max_grad_norm), "step: max_grad_norm must be finite (<= 0: no clipping)");
 }
 
-int64_t StepGraph::context_numel() const { return opt.batch * opt.context_tokens * opt.unet.cross_attention_dim; }
+int64_t StepGraph::context_numel() const { return opt.batch * opt.context_tokens * opt.config->context_width(); }
 int64_t StepGraph::ids_numel() const { return opt.batch * opt.family->tokens().ids(opt.clip_chunks); }
 int64_t StepGraph::context_rows() const {
     return opt.train_text_encoder ? opt.family->tokens().context_rows(opt.clip_chunks) : opt.context_tokens;
@@ -60,7 +61,7 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
     s->opt = opt;
     gl::Graph& g = s->g;
     const DType act = activation_dtype(opt.precision);
-    const int64_t B = opt.batch, C = opt.unet.in_channels;
+    const int64_t B = opt.batch, C = opt.config->latent_channels();
     const Shape lat{B, opt.latent_h, opt.latent_w, C}, per{B}, col{B, 1, 1, 1};
 
     s->unet_weights = std::make_unique<nn::Weights>(g, act, opt.base_format);
@@ -94,19 +95,19 @@ std::unique_ptr<StepGraph> build_step(const StepOptions& opt) {
         s->text_weights = std::make_unique<nn::Weights>(g, act, opt.text_encoder_format);
         s->net->attach_text_encoder(*s->text_weights);
         s->ids = g.input("ids", DType::i32, {B * opt.clip_chunks, opt.family->tokens().sequence});
-        s->context = opt.family->text_context(*s->text_weights, g, s->ids, opt.clip_chunks, opt.clip, opt.clip_skip);
+        s->context = opt.family->text_context(*s->text_weights, g, s->ids, opt.clip_chunks, *opt.config, opt.clip_skip);
         if (opt.token_weights) {
             s->token_weights = g.input("token_weights", DType::f32, {B, s->context_rows(), 1});
             s->context = gl::cast(g, gl::mul(g, gl::cast(g, s->context, DType::f32), s->token_weights), act);
         }
     } else {
-        s->context = g.input("context", act, {B, opt.context_tokens, opt.unet.cross_attention_dim});
+        s->context = g.input("context", act, {B, opt.context_tokens, opt.config->context_width()});
     }
 
     ValueId a = gl::reshape(g, s->sqrt_ac, col), b = gl::reshape(g, s->sqrt_1m_ac, col);
     const ValueId noise_in = opt.input_perturbation ? gl::add(g, s->noise, s->ip_noise) : s->noise;
     ValueId noisy = gl::add(g, gl::mul(g, s->latents, a), gl::mul(g, noise_in, b));
-    s->pred = opt.family->denoiser(*s->unet_weights, opt.unet, noisy, s->timesteps, s->context);
+    s->pred = opt.family->denoiser(*s->unet_weights, *opt.config, noisy, s->timesteps, s->context);
     s->target = opt.prediction == diffusion::Prediction::epsilon
                     ? s->noise
                     : gl::sub(g, gl::mul(g, s->noise, a), gl::mul(g, s->latents, b));
@@ -219,7 +220,7 @@ void write_draw(const StepGraph& s, gl::Runtime& rt, const StepDraw& d) {
     if (s.opt.input_perturbation) rt.write_f32(s.ip_noise, d.ip_noise);
 }
 
-std::unique_ptr<TextEncoderGraph> build_text_encoder(const sd::ClipConfig& c, Precision p, int64_t batch, int chunks,
+std::unique_ptr<TextEncoderGraph> build_text_encoder(const models::ModelConfig& c, Precision p, int64_t batch, int chunks,
                                                      int clip_skip, gl::WeightFormat format,
                                                      const models::Family& family) {
     GL_CHECK(batch >= 1 && chunks >= 1, "text encoder: batch and chunks must be >= 1");

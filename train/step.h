@@ -34,18 +34,17 @@
 #include "ggml-lite/core/autodiff.h"
 #include "lora/lora.h"
 #include "models/family.h"
-#include "models/sd15/clip.h"
-#include "models/sd15/unet.h"
 #include "train/objective.h"
 #include "train/update.h"
 
 namespace train {
 
 struct StepOptions {
-    // The model family (models/family.h): its token layout and latent space; the UNet and text
-    // encoder configs below are of its denoiser and text encoder.
+    // The model family (models/family.h): its token layout and latent space, and the builders of
+    // its denoiser and text encoder, which take `config` (the opened model's, ModelFiles::config;
+    // the family's model as distributed by default).
     const models::Family* family = &models::sd15_family();
-    sd::UnetConfig unet = sd::UnetConfig::sd15();
+    std::shared_ptr<const models::ModelConfig> config = models::sd15_family().config();
     int64_t batch = 1, latent_h = 64, latent_w = 64;  // per micro-batch; latent sides (pixels / 8)
     Precision precision = Precision::bf16;
     // How the frozen UNet's and text encoder's matrices (linear and conv weights) are stored
@@ -62,7 +61,6 @@ struct StepOptions {
     // false: no UNet LoRA (kohya's --network_train_text_encoder_only; the text encoder is trained).
     bool train_unet = true;
     int64_t context_tokens = 77;
-    sd::ClipConfig clip = sd::ClipConfig::vit_l14();
     int clip_chunks = 1, clip_skip = 1;
     // kohya's --weighted_captions with a trained text encoder: the context (in f32, as kohya's
     // autocast leaves it) times a token_weights input before the UNet (models/sd15/prompt_weights.h).
@@ -90,7 +88,7 @@ struct StepGraph {
     StepOptions opt;
     gl::Graph g;
     // Frozen weights (leaves named by diffusers / transformers keys); load them into the runtime
-    // with sd::load_unet / sd::load_clip, or write random ones for benchmarks.
+    // with the family's load (models::Family::load), or write random ones for benchmarks.
     std::unique_ptr<nn::Weights> unet_weights, text_weights;  // text_weights: trained TE only
     std::unique_ptr<lora::LoraNetwork> net;
     gl::ValueId latents = gl::kNoValue, draw = gl::kNoValue, loss_scale = gl::kNoValue;
@@ -108,7 +106,7 @@ struct StepGraph {
     gl::Gradients grads;
     std::unique_ptr<Update> update;
 
-    int64_t latent_channels() const { return opt.unet.in_channels; }
+    int64_t latent_channels() const { return opt.config->latent_channels(); }
     int64_t latent_numel() const { return opt.batch * opt.latent_h * opt.latent_w * latent_channels(); }
     int64_t context_numel() const;  // of one micro-batch (frozen text encoder)
     int64_t ids_numel() const;      // of one micro-batch (trained text encoder)
@@ -139,7 +137,7 @@ struct TextEncoderGraph {
     std::unique_ptr<nn::Weights> weights;
     gl::ValueId ids = gl::kNoValue, context = gl::kNoValue;
 };
-std::unique_ptr<TextEncoderGraph> build_text_encoder(const sd::ClipConfig& c, Precision p, int64_t batch,
+std::unique_ptr<TextEncoderGraph> build_text_encoder(const models::ModelConfig& c, Precision p, int64_t batch,
                                                      int chunks = 1, int clip_skip = 1,
                                                      gl::WeightFormat format = gl::WeightFormat::dense,
                                                      const models::Family& family = models::sd15_family());

@@ -8,6 +8,7 @@
 #include "ggml-lite/core/error.h"
 #include "models/sd15/clip.h"
 #include "models/sd15/model_files.h"
+#include "models/sd15/sd_config.h"
 #include "models/sd15/sd_family.h"
 #include "models/sd15/unet.h"
 
@@ -110,14 +111,40 @@ int SdFamily::lora_block(const std::string& path) const {
     return int(p[0] == "down_blocks" ? 1 + idx : 13 + idx);
 }
 
-gl::ValueId SdFamily::denoiser(nn::Weights& w, const sd::UnetConfig& c, gl::ValueId x, gl::ValueId t,
+gl::ValueId SdFamily::denoiser(nn::Weights& w, const ModelConfig& c, gl::ValueId x, gl::ValueId t,
                                gl::ValueId context) const {
-    return sd::unet_forward(w, c, x, t, context);
+    return sd::unet_forward(w, sd::sd_config(c).unet, x, t, context);
 }
 
-gl::ValueId SdFamily::text_context(nn::Weights& w, gl::Graph& g, gl::ValueId ids, int chunks, const sd::ClipConfig& c,
+gl::ValueId SdFamily::text_context(nn::Weights& w, gl::Graph& g, gl::ValueId ids, int chunks, const ModelConfig& c,
                                    int clip_skip) const {
-    return sd::build_clip_chunked(w, g, ids, chunks, c, clip_skip);
+    return sd::build_clip_chunked(w, g, ids, chunks, sd::sd_config(c).clip, clip_skip);
+}
+
+gl::ValueId SdFamily::text_states(nn::Weights& w, gl::Graph& g, gl::ValueId ids, const ModelConfig& c,
+                                  int clip_skip) const {
+    return sd::build_clip(w, g, ids, sd::sd_config(c).clip, clip_skip);
+}
+
+void SdFamily::load(Part part, nn::Weights& w, const ModelFiles& m, gl::Runtime& rt) const {
+    if (part == Part::unet) {
+        GL_CHECK(m.unet != nullptr, "model: no UNet weights to load (", m.unet_path, ")");
+        sd::load_unet(w, sd::sd_config(m.cfg()).unet, *m.unet, rt);
+    } else {
+        GL_CHECK(m.text_encoder != nullptr, "model: no text encoder weights to load (", m.text_encoder_path, ")");
+        sd::load_clip(w, *m.text_encoder, rt);
+    }
+}
+
+std::function<std::string(const std::string&)> SdFamily::ldm_names(const ModelConfig& c) const {
+    return sd::unet_ldm_names(sd::sd_config(c).unet);
+}
+
+std::string SdFamily::weight_key(const ModelFiles& m, Part part, const std::string& name) const {
+    if (part == Part::text_encoder) return sd::clip_key(sd::detect_clip_layout(*m.text_encoder), name);
+    return sd::detect_unet_layout(*m.unet) == sd::UnetLayout::diffusers
+               ? sd::unet_key_diffusers(name)
+               : sd::unet_key_original(sd::sd_config(m.cfg()).unet, name);
 }
 
 namespace {
@@ -135,12 +162,16 @@ public:
     ModuleKind unet_linear_kind(const std::string& path) const override {
         return ends_with(path, ".proj_in") || ends_with(path, ".proj_out") ? ModuleKind::conv1x1 : ModuleKind::linear;
     }
-    sd::Sd15Files open(const std::string& path, bool prefer_fp16) const override {
+    ModelFiles open(const std::string& path, bool prefer_fp16) const override {
         sd::Sd15Files m = sd::open_sd15(path, prefer_fp16);
         // A diffusers folder opens whatever its configs say; SD2.x's is refused here, by name.
         const std::string sd2 = sd::sd2_traits(m);
-        GL_CHECK(sd2.empty(), path, ": an SD2.x model (", sd2, "), not SD1.x (sdtrain: --v2)");
-        return m;
+        GL_CHECK(sd2.empty(), path, ": an SD2.x model (", sd2, "), not SD1.x (sdtrain, gl-txt2img, gl-merge: --v2)");
+        return sd::model_files(std::move(m), *this);
+    }
+    std::shared_ptr<const ModelConfig> config() const override {
+        static const std::shared_ptr<const ModelConfig> c = sd::sd_config(sd::UnetConfig::sd15(), sd::ClipConfig::vit_l14());
+        return c;
     }
 };
 

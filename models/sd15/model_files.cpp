@@ -3,6 +3,7 @@
 // a default, and fields that change the architecture in ways the graphs do not implement are
 // refused by name, so an SD2 / SDXL model is reported as such rather than as a shape mismatch.
 #include "models/sd15/model_files.h"
+#include "models/sd15/sd_config.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -421,7 +422,7 @@ Sd15Files open_sd15_single_file(const std::string& file, const UnetConfig& unet_
         if (t.name.starts_with("conditioner."))
             gl::fail(file, ": an SDXL checkpoint (", t.name, "); only SD1.x is supported");
         if (t.name.starts_with("cond_stage_model.model."))
-            gl::fail(file, ": an SD2.x checkpoint (OpenCLIP text encoder, ", t.name, "), not SD1.x (sdtrain: --v2)");
+            gl::fail(file, ": an SD2.x checkpoint (OpenCLIP text encoder, ", t.name, "), not SD1.x (sdtrain, gl-txt2img, gl-merge: --v2)");
     }
     auto detect = [&](auto fn, const char* what) {
         try {
@@ -472,7 +473,34 @@ Sd15Files open_sd15_single_file(const std::string& file, const UnetConfig& unet_
     return out;
 }
 
-const char* sd15_layout_name(Sd15Layout l) { return l == Sd15Layout::diffusers ? "diffusers" : "single-file"; }
+models::ModelFiles model_files(Sd15Files m, const models::Family& f) {
+    models::ModelFiles out;
+    out.family = &f;
+    out.layout = m.layout;
+    out.unet = std::move(m.unet);
+    out.text_encoder = std::move(m.text_encoder);
+    out.vae = std::move(m.vae);
+    out.config = sd_config(std::move(m.unet_cfg), std::move(m.clip_cfg));
+    out.vae_cfg = std::make_shared<const VaeConfig>(std::move(m.vae_cfg));
+    out.tokenizer = std::move(m.tokenizer);
+    out.unet_path = std::move(m.unet_path);
+    out.text_encoder_path = std::move(m.text_encoder_path);
+    out.vae_path = std::move(m.vae_path);
+    out.tokenizer_path = std::move(m.tokenizer_path);
+    return out;
+}
+
+std::shared_ptr<const SdConfig> sd_config(UnetConfig unet, ClipConfig clip) {
+    return std::make_shared<const SdConfig>(std::move(unet), std::move(clip));
+}
+
+const SdConfig& sd_config(const models::ModelConfig& c) {
+    const auto* s = dynamic_cast<const SdConfig*>(&c);
+    GL_CHECK(s != nullptr, "the model's configuration is not a Stable Diffusion UNet and CLIP's");
+    return *s;
+}
+
+void SdConfig::validate() const { unet.validate(); }
 
 Sd15Files open_sd15(const std::string& path, bool prefer_fp16) {
     GL_CHECK(!path.empty(), "an empty path was given where a model belongs");

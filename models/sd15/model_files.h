@@ -1,4 +1,5 @@
-// Opening an SD1.5 model as it is distributed: either an original single file (.safetensors or
+// Opening an SD1.5 model as it is distributed (SD's side of models::Family::open; nothing above
+// models/ names Sd15Files: the families hand out models::ModelFiles, sd::model_files): either an original single file (.safetensors or
 // .ckpt holding model.diffusion_model.*, cond_stage_model.*, first_stage_model.*) or a diffusers
 // folder (unet/, text_encoder/, vae/, tokenizer/, each with its config.json). The result is the
 // three weight sources, the three configs and the tokenizer; load_unet / load_clip / load_vae take
@@ -15,6 +16,7 @@
 
 #include "ggml-lite/io/tensor_source.h"
 #include "models/family.h"
+#include "models/model_files.h"
 #include "models/sd15/clip.h"
 #include "models/sd15/tokenizer.h"
 #include "models/sd15/unet.h"
@@ -24,8 +26,8 @@ namespace sd {
 
 // How a model is distributed: a diffusers folder (unet/, text_encoder/, vae/, ...) or one original
 // single file (.safetensors / .ckpt).
-enum class Sd15Layout : uint8_t { diffusers, single_file };
-const char* sd15_layout_name(Sd15Layout l);  // "diffusers" | "single-file"
+using Sd15Layout = models::Layout;
+inline const char* sd15_layout_name(Sd15Layout l) { return models::layout_name(l); }
 
 struct Sd15Files {
     // The weights of each model. For a single file all three are the same open file.
@@ -36,11 +38,12 @@ struct Sd15Files {
     // The folder's tokenizer/, or the built-in CLIP vocabulary (single files, folders without one).
     std::shared_ptr<const ClipTokenizer> tokenizer;
     Sd15Layout layout = Sd15Layout::diffusers;
-    // The family that opened it (models::Family::open), whose graphs the pipelines build.
-    const models::Family* family = &models::sd15_family();
     // The files actually opened (which variant was chosen), for logs.
     std::string unet_path, text_encoder_path, vae_path, tokenizer_path;  // tokenizer_path "" = built in
 };
+
+// m as the family f hands it out: its UNet and CLIP configs as an sd::SdConfig.
+models::ModelFiles model_files(Sd15Files m, const models::Family& f);
 
 // path: a single checkpoint file or a diffusers folder. prefer_fp16 picks the `.fp16.` weight
 // files of a folder when both variants are there (the other one is used when only it exists;

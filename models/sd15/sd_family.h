@@ -2,7 +2,8 @@
 // its module names), one CLIP text encoder slot ("lora_te"), the 4-channel latent at 1/8 scale,
 // 77-id sequences, kohya's 25-block list, and the graphs built by the one implementation of each
 // layer (models/sd15/unet.h, clip.h). Each family file derives from it and says what differs:
-// its name, metadata strings, how the UNet's proj_in / proj_out run, and which files it opens.
+// its name, metadata strings, how the UNet's proj_in / proj_out run, the configuration of the model
+// as distributed, which files it opens and where they store the text encoder.
 #pragma once
 #include "models/family.h"
 
@@ -19,10 +20,17 @@ public:
     std::vector<std::string> io_modules(bool linear) const override;
     LoraBlocks lora_blocks() const override { return {12, 1}; }
     int lora_block(const std::string& path) const override;
-    gl::ValueId denoiser(nn::Weights& w, const sd::UnetConfig& c, gl::ValueId x, gl::ValueId t,
+    gl::ValueId denoiser(nn::Weights& w, const ModelConfig& c, gl::ValueId x, gl::ValueId t,
                          gl::ValueId context) const override;
-    gl::ValueId text_context(nn::Weights& w, gl::Graph& g, gl::ValueId ids, int chunks, const sd::ClipConfig& c,
+    gl::ValueId text_context(nn::Weights& w, gl::Graph& g, gl::ValueId ids, int chunks, const ModelConfig& c,
                              int clip_skip) const override;
+    gl::ValueId text_states(nn::Weights& w, gl::Graph& g, gl::ValueId ids, const ModelConfig& c,
+                            int clip_skip) const override;
+    void load(Part part, nn::Weights& w, const ModelFiles& m, gl::Runtime& rt) const override;
+    std::function<std::string(const std::string&)> ldm_names(const ModelConfig& c) const override;
+    // The UNet's keys in the layout its weights hold (diffusers' or the single file's), the text
+    // encoder's in its (transformers', or the single file's cond_stage_model.transformer.*).
+    std::string weight_key(const ModelFiles& m, Part part, const std::string& name) const override;
 
 private:
     TokenLayout tokens_{};

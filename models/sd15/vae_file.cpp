@@ -1,6 +1,8 @@
 // --vae: a VAE file or folder checked against the model's VAE config (see vae_file.h).
 #include "models/sd15/vae_file.h"
 
+#include "models/sd15/model_files.h"
+
 #include <filesystem>
 
 #include "ggml-lite/core/error.h"
@@ -101,8 +103,8 @@ VaeFile open_vae_file(const std::string& path, const VaeConfig& model) {
     }
 }
 
-void replace_vae(Sd15Files& m, const std::string& path) {
-    VaeFile v = open_vae_file(path, m.vae_cfg);
+void replace_vae(models::ModelFiles& m, const std::string& path) {
+    VaeFile v = open_vae_file(path, m.vae_config());
     m.vae = std::move(v.weights);
     m.vae_path = std::move(v.weights_path);
 }

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "ggml-lite/io/tensor_source.h"
-#include "models/sd15/model_files.h"
+#include "models/model_files.h"
 #include "models/sd15/vae.h"
 
 namespace sd {
@@ -27,6 +27,6 @@ struct VaeFile {
 VaeFile open_vae_file(const std::string& path, const VaeConfig& model);
 
 // m with its VAE replaced by the one at path (open_vae_file with m's VAE config).
-void replace_vae(Sd15Files& m, const std::string& path);
+void replace_vae(models::ModelFiles& m, const std::string& path);
 
 }  // namespace sd

@@ -1,7 +1,11 @@
 // The SD2.x family: SD1.x's UNet layout with SD2's configuration (per-level heads, Linear
 // proj_in / proj_out, 1024-wide context), OpenCLIP ViT-H/14's text tower held as transformers'
 // CLIPTextModel (23 layers: the penultimate hidden state), SD2's tokenizer padding with "!",
-// kohya's "sd_v2" metadata and sai_model_spec's stable-diffusion-v2 architectures.
+// kohya's "sd_v2" metadata and sai_model_spec's stable-diffusion-v2 architectures; a single
+// file's text encoder stored as OpenCLIP's tower (gl-merge writes merged weights back into it).
+#include <algorithm>
+
+#include "models/sd15/sd_config.h"
 #include "models/sd15/sd_family.h"
 #include "models/sd2/model_files.h"
 
@@ -23,10 +27,25 @@ public:
     // Every Linear and 1x1 module of SD2's UNet that adapters see is an nn.Linear (proj_in /
     // proj_out included); conv_shortcut stays a 1x1 conv, as in SD1.x, outside this question.
     ModuleKind unet_linear_kind(const std::string&) const override { return ModuleKind::linear; }
-    sd::Sd15Files open(const std::string& path, bool prefer_fp16) const override {
-        sd::Sd15Files m = sd::open_sd2(path, prefer_fp16);
-        m.family = this;
-        return m;
+    ModelFiles open(const std::string& path, bool prefer_fp16) const override {
+        return sd::model_files(sd::open_sd2(path, prefer_fp16), *this);
+    }
+    std::shared_ptr<const ModelConfig> config() const override {
+        static const std::shared_ptr<const ModelConfig> c = sd::sd_config(sd::UnetConfig::sd2(), sd::ClipConfig::vit_h14());
+        return c;
+    }
+    // A single file's text encoder is a view of its OpenCLIP tower (sd::openclip_text_view): its
+    // q, k and v are thirds of one in_proj_weight there.
+    StoredWeight stored_weight(const ModelFiles& m, Part part, const std::string& name) const override {
+        const std::string key = weight_key(m, part, name);
+        if (part != Part::text_encoder || key.empty()) return {key};
+        StoredWeight s;
+        if (sd::openclip_stored(*m.text_encoder, key, &s.key, &s.slice)) {
+            s.slices = s.slice >= 0 ? 3 : 1;
+            s.slice = std::max(s.slice, 0);
+            return s;
+        }
+        return {key};
     }
 };
 

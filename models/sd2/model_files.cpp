@@ -69,6 +69,14 @@ public:
         std::memcpy(dst, all.data() + size_t(e.third) * part, part);
     }
 
+    bool stored(const std::string& name, std::string* key, int* third) const {
+        const auto it = map_.find(name);
+        if (it == map_.end()) return false;
+        *key = it->second.key;
+        *third = it->second.third;
+        return true;
+    }
+
 private:
     struct Entry {
         std::string key;
@@ -106,6 +114,11 @@ std::shared_ptr<const gl::io::TensorSource> openclip_text_view(std::shared_ptr<c
     return std::make_shared<OpenClipTextView>(std::move(src), layers, prefix);
 }
 
+bool openclip_stored(const gl::io::TensorSource& src, const std::string& name, std::string* key, int* third) {
+    const auto* v = dynamic_cast<const OpenClipTextView*>(&src);
+    return v != nullptr && v->stored(name, key, third);
+}
+
 Sd15Files open_sd2_single_file(const std::string& file, const UnetConfig& unet_cfg, const ClipConfig& clip_cfg,
                                const VaeConfig& vae_cfg, std::shared_ptr<const ClipTokenizer> tokenizer) {
     std::shared_ptr<const gl::io::TensorSource> src = gl::io::open_checkpoint(file);
@@ -115,7 +128,7 @@ Sd15Files open_sd2_single_file(const std::string& file, const UnetConfig& unet_c
         if (t.name.starts_with("conditioner."))
             gl::fail(file, ": an SDXL checkpoint (", t.name, "), not SD2.x");
         if (t.name.starts_with("cond_stage_model.transformer."))
-            gl::fail(file, ": an SD1.x checkpoint (CLIP text encoder, ", t.name, "), not SD2.x (sdtrain: without --v2)");
+            gl::fail(file, ": an SD1.x checkpoint (CLIP text encoder, ", t.name, "), not SD2.x (sdtrain, gl-txt2img, gl-merge: without --v2)");
         openclip = openclip || t.name.starts_with(prefix);
     }
     GL_CHECK(openclip, file, ": not an SD2.x single-file checkpoint (no OpenCLIP text encoder under ", prefix, "*)");
@@ -168,7 +181,7 @@ Sd15Files open_sd2(const std::string& path, bool prefer_fp16) {
         m.tokenizer = std::shared_ptr<const ClipTokenizer>(std::shared_ptr<void>(), &ClipTokenizer::builtin_sd2());
     check_sd15_pipeline(m);
     GL_CHECK(m.unet_cfg.linear_projection, path, ": an SD1.x model (its UNet's proj_in / proj_out are 1x1 convs, ",
-             m.unet_path, "), not SD2.x (sdtrain: without --v2)");
+             m.unet_path, "), not SD2.x (sdtrain, gl-txt2img, gl-merge: without --v2)");
     return m;
 }
 

@@ -19,6 +19,11 @@ std::shared_ptr<const gl::io::TensorSource> openclip_text_view(std::shared_ptr<c
                                                                int64_t layers,
                                                                const std::string& prefix = "cond_stage_model.model.");
 
+// Where an OpenCLIP view (openclip_text_view) reads the tensor `name` from: its key in the
+// file and which third of it (q, k, v: 0, 1, 2; -1 the whole tensor). false when src is no such
+// view or has no such name.
+bool openclip_stored(const gl::io::TensorSource& src, const std::string& name, std::string* key, int* third);
+
 // An SD2.x single file checked against the given configs (SD2's by default; tests pass tiny
 // ones). An SD1.x file is refused by name (it is opened without --v2).
 Sd15Files open_sd2_single_file(const std::string& file, const UnetConfig& unet_cfg = UnetConfig::sd2(),

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 
+#include "models/sd15/sd_config.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/core/runtime.h"
 #include "ggml-lite/io/safetensors.h"
@@ -274,7 +275,7 @@ TEST_CASE("CUDA training step: the graph's draws are the host's, and eager steps
         r.rt = make_cuda_runtime(make_plan(r.s->g, {Recompute::blocks}));
         r.rt->poison(0xff);
         io::SafetensorsFile f(train_test::kTinyUnet);
-        sd::load_unet(*r.s->unet_weights, o.unet, f, *r.rt);
+        sd::load_unet(*r.s->unet_weights, sd::sd_config(*o.config).unet, f, *r.rt);
         r.tr = std::make_unique<train::Trainer>(*r.s, *r.rt, to);
         r.tr->init(4);
         r.rt->set_profiling(profiled);

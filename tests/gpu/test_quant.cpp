@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 
+#include "models/sd15/sd_config.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/core/quant.h"
 #include "ggml-lite/io/safetensors.h"
@@ -164,7 +165,7 @@ std::vector<double> tiny_curve(bool cuda, train::Precision prec, WeightFormat f)
                    : make_cpu_runtime(make_plan(s->g, {Recompute::blocks}));
     rt->poison(0xff);
     io::SafetensorsFile file(train_test::kTinyUnet);
-    sd::load_unet(*s->unet_weights, o.unet, file, *rt);
+    sd::load_unet(*s->unet_weights, sd::sd_config(*o.config).unet, file, *rt);
     train::TrainerOptions to;
     to.seed = 17;
     train::Trainer tr(*s, *rt, to);

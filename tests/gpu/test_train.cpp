@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 
+#include "models/sd15/sd_config.h"
 #include "ggml-lite/core/error.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/safetensors.h"
@@ -37,7 +38,7 @@ Curve train_on(bool cuda, Precision p, int accum, int steps) {
     auto rt = cuda ? make_cuda_runtime(std::move(plan)) : make_cpu_runtime(std::move(plan));
     rt->poison(0xff);
     io::SafetensorsFile f(kTinyUnet);
-    sd::load_unet(*s->unet_weights, s->opt.unet, f, *rt);
+    sd::load_unet(*s->unet_weights, sd::sd_config(*s->opt.config).unet, f, *rt);
     train::TrainerOptions to;
     to.seed = 17;
     train::Trainer tr(*s, *rt, to);
@@ -96,7 +97,7 @@ TEST_CASE("train on CUDA: a NaN loss stops with the step named and leaves the Lo
     auto rt = make_cuda_runtime(make_plan(s->g));
     rt->poison(0xff);
     io::SafetensorsFile f(kTinyUnet);
-    sd::load_unet(*s->unet_weights, s->opt.unet, f, *rt);
+    sd::load_unet(*s->unet_weights, sd::sd_config(*s->opt.config).unet, f, *rt);
     train::Trainer tr(*s, *rt, {});
     tr.init(2);
     const std::vector<float> x0 = normal(size_t(s->latent_numel()), 3), ctx = normal(size_t(s->context_numel()), 4);

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "models/sd15/sd_config.h"
 #include "ggml-lite/core/planner.h"
 #include "ggml-lite/io/safetensors.h"
 #include "lora/network_args.h"
@@ -32,7 +33,7 @@ Curve train_on(bool cuda, Precision p, const std::vector<std::pair<std::string, 
     auto rt = cuda ? make_cuda_runtime(std::move(plan)) : make_cpu_runtime(std::move(plan));
     rt->poison(0xff);
     io::SafetensorsFile f(train_test::kTinyUnet);
-    sd::load_unet(*s->unet_weights, s->opt.unet, f, *rt);
+    sd::load_unet(*s->unet_weights, sd::sd_config(*s->opt.config).unet, f, *rt);
     train::TrainerOptions to;
     to.seed = 17;
     train::Trainer tr(*s, *rt, to);

@@ -64,7 +64,7 @@ GraphSet::GraphSet(GraphSetOptions o, const std::vector<GraphShape>& shapes, con
                 steps_[k].graph = build_step(so);
             } else if (k < ns + nt) {
                 const StepOptions& so = o_.step;
-                text_[k - ns].graph = build_text_encoder(so.clip, so.precision, text_[k - ns].batch, so.clip_chunks,
+                text_[k - ns].graph = build_text_encoder(*so.config, so.precision, text_[k - ns].batch, so.clip_chunks,
                                                          so.clip_skip, so.text_encoder_format);
             } else {
                 Vae& v = vae_[k - ns - nt];
@@ -168,7 +168,7 @@ size_t GraphSet::text_index(int64_t batch) {
     Text t;
     t.batch = batch;
     t.graph =
-        build_text_encoder(so.clip, so.precision, batch, so.clip_chunks, so.clip_skip, so.text_encoder_format);
+        build_text_encoder(*so.config, so.precision, batch, so.clip_chunks, so.clip_skip, so.text_encoder_format);
     gl::PlanOptions po;
     po.cost = o_.plan_options(GraphShape{so.latent_h, so.latent_w, batch}).cost;
     t.plan = gl::make_plan(t.graph->g, po);

@@ -56,7 +56,7 @@ std::map<GraphShape, int64_t> shape_runs(const RunData& d, int64_t micro, int64_
 struct RunFitter {
     const RunConfig& c;
     const RunData& data;
-    const sd::Sd15Files& model;
+    const models::ModelFiles& model;
     uint64_t seed;
     GraphSetOptions base;  // vae, rules; step and the text encoder per candidate
     size_t extra = 0;      // held outside the layout (the CUDA context, when a size is given)
@@ -76,7 +76,7 @@ struct RunFitter {
     }
 
     gl::FitBuild build(const FitConfig& fc, const StepOptions& user) {
-        const int64_t f = model.vae_cfg.downscale();
+        const int64_t f = model.vae_config().downscale();
         auto cand = std::make_shared<RunCandidate>();
         cand->step = fc.step(user);
         cand->cache_text = !fc.train_te && fc.cache_te;
@@ -92,7 +92,7 @@ struct RunFitter {
         g.text_encoder_on_device = !fc.train_te && !fc.cache_te;
         g.plan_options = [](const GraphShape&) { return gl::PlanOptions{}; };
         cand->graphs = GraphSet::unplanned(
-            g, graph_shapes(data, cand->step.batch, f, cand->step.unet.size_multiple(), world), others);
+            g, graph_shapes(data, cand->step.batch, f, cand->step.config->size_multiple(), world), others);
         const StepCounts k = count_steps(c, data, cand->step.batch, cand->step.grad_accum, world);
         gl::FitBuild b = cand->graphs->fit_build(cand, shape_runs(data, cand->step.batch, f, world),
                                                  double(std::max<int64_t>(1, k.updates_per_epoch)));
@@ -143,8 +143,8 @@ void Session::Impl::plan_memory() {
     mp.free_bytes = dev.free_bytes;
     mp.total_bytes = dev.total_bytes;
     mp.context_bytes = dev.context_bytes;
-    const int64_t f = model.vae_cfg.downscale();
-    const int mult = step.unet.size_multiple();
+    const int64_t f = model.vae_config().downscale();
+    const int mult = step.config->size_multiple();
 
     // A size given: the context is part of it. The free memory (or --vram_limit auto): measured
     // after the context exists, so it is spent already.
@@ -159,7 +159,7 @@ void Session::Impl::plan_memory() {
                                   " the CUDA context alone holds; nothing was loaded"));
 
     GraphSetOptions go;
-    go.vae = model.vae_cfg;
+    go.vae = model.vae_config();
     go.vae_dtype = c.no_half_vae ? gl::DType::f32 : activation_dtype(step.precision);
     go.vae_on_device = !c.cache_latents;
     go.rules = dev.rules;
@@ -248,8 +248,8 @@ void Session::Impl::plan_memory() {
 std::string Session::Impl::advice(const GraphSetOptions& base, size_t extra) {
     const RunConfig& c = cfg;
     const size_t limit = plan.memory.limit;
-    const int64_t f = model.vae_cfg.downscale();
-    const int mult = step.unet.size_multiple();
+    const int64_t f = model.vae_config().downscale();
+    const int mult = step.config->size_multiple();
     std::string s;
     RunFitter fitter{c, data, model, seed, base, extra, world(), {}};
     std::vector<gl::FitOption> options = fitter.options(fit_configs(fit_request(c, step, true)), step);

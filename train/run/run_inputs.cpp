@@ -22,7 +22,7 @@ constexpr uint64_t kVaeNoiseStream = 0x7661652d6e6f6973ull;
 constexpr uint64_t kValidationVaeNoiseStream = 0x76616c2d7661652dull;
 
 // What identifies the model's weights in cache keys: its files, sizes and times.
-std::string model_identity(const sd::Sd15Files& m) {
+std::string model_identity(const models::ModelFiles& m) {
     std::string s;
     for (const std::string& p : {m.unet_path, m.text_encoder_path, m.vae_path}) {
         std::error_code ec;
@@ -52,7 +52,7 @@ bool Runner::cache() {
         if (dir) fs::create_directories(*dir);
         latent_cache_ = std::make_unique<data::LatentCache>(dir);
         const auto t = std::chrono::steady_clock::now();
-        sd::VaeGraphEncoder enc(m_.model.vae_cfg, *m_.model.vae, "vae|" + identity,
+        sd::VaeGraphEncoder enc(m_.model.vae_config(), *m_.model.vae, "vae|" + identity,
                                   c_.no_half_vae ? gl::DType::f32 : activation_dtype(m_.step.precision), m_.backend);
         data::CacheOptions o;
         o.vae_batch_size = c_.vae_batch_size;
@@ -101,7 +101,7 @@ bool Runner::cache() {
         const int chunks = m_.step.clip_chunks, content = m_.step.family->tokens().content;
         auto tok = m_.model.tokenizer;
         const std::string key = "clip|" + identity + lora::base_weights_identity(c_.base_weight_files());
-        sd::ClipGraphEncoder enc(m_.model.clip_cfg, *m_.model.text_encoder, key, m_.step.clip_skip,
+        sd::TextGraphEncoder enc(m_.model, key, m_.step.clip_skip,
                                    chunks, activation_dtype(m_.step.precision), m_.backend,
                                    [tok, chunks, content](const std::string& s) { return tok->encode_chunks(s, content * chunks); });
         if (c_.weighted_captions)
@@ -138,10 +138,12 @@ void Runner::allocate() {
     // Weights are read from the mapped files tensor by tensor, converted on the way in.
     m_.message("loading the weights");
     StepGraph& s0 = *gs.steps()[0].graph;
-    sd::load_unet(*s0.unet_weights, m_.model.unet_cfg, *m_.model.unet, *step_rt_[0]);
-    if (s0.text_weights) sd::load_clip(*s0.text_weights, *m_.model.text_encoder, *step_rt_[0]);
-    else if (!gs.text().empty()) sd::load_clip(*gs.text()[0].graph->weights, *m_.model.text_encoder, *text_rt_[0]);
-    if (!gs.vae().empty()) sd::load_vae(*gs.vae()[0].graph->weights, m_.model.vae_cfg, *m_.model.vae, *vae_rt_[0]);
+    const models::Family& family = m_.model.fam();
+    family.load(models::Part::unet, *s0.unet_weights, m_.model, *step_rt_[0]);
+    if (s0.text_weights) family.load(models::Part::text_encoder, *s0.text_weights, m_.model, *step_rt_[0]);
+    else if (!gs.text().empty())
+        family.load(models::Part::text_encoder, *gs.text()[0].graph->weights, m_.model, *text_rt_[0]);
+    if (!gs.vae().empty()) sd::load_vae(*gs.vae()[0].graph->weights, m_.model.vae_config(), *m_.model.vae, *vae_rt_[0]);
     if (m_.sampler) m_.sampler->use_memory(mem_, s0.text_weights || !gs.text().empty());
     // Nothing reads the mapped files again: unmapping them gives their pages back.
     m_.model.unet.reset();
@@ -177,7 +179,7 @@ void Runner::init_network() {
     if (c_.network_weights) {
         const gl::io::SafetensorsFile f(*c_.network_weights);
         const StepGraph& s0 = *m_.graphs->steps()[0].graph;
-        const lora::LoadReport r = lora::load_lora(f, *s0.net, *step_rt_[0], sd::unet_ldm_names(m_.model.unet_cfg));
+        const lora::LoadReport r = lora::load_lora(f, *s0.net, *step_rt_[0], m_.model.fam().ldm_names(m_.model.cfg()));
         m_.message(gl::cat("--network_weights ", *c_.network_weights, ": ", r.modules, " modules loaded (",
                            lora::lora_format_name(r.format), ")",
                            r.missing.empty() ? "" : gl::cat(", ", r.missing.size(), " not in the file keep their init"),
@@ -188,7 +190,7 @@ void Runner::init_network() {
 
 Micro Runner::stand_in(const data::Batch& b) {
     const GraphSet& gs = *m_.graphs;
-    const int64_t f = m_.model.vae_cfg.downscale();
+    const int64_t f = m_.model.vae_config().downscale();
     std::optional<size_t> pick;
     for (size_t i = 0; i < gs.steps().size(); i++) {
         const GraphShape& sh = gs.steps()[i].shape;
@@ -212,7 +214,7 @@ Micro Runner::stand_in(const data::Batch& b) {
 Micro Runner::prepare(const data::Batch& b, bool validation) {
     const data::Dataset& ds = validation ? m_.data.validation->dataset : m_.data.dataset;
     GraphSet& gs = *m_.graphs;
-    const int64_t f = m_.model.vae_cfg.downscale(), n = int64_t(b.samples.size());
+    const int64_t f = m_.model.vae_config().downscale(), n = int64_t(b.samples.size());
     if (n == 0) return stand_in(b);  // several ranks: none of this global batch's images is here
     const GraphShape shape{b.bucket.h / f, b.bucket.w / f, n};
     Micro mi;
@@ -245,7 +247,7 @@ Micro Runner::prepare(const data::Batch& b, bool validation) {
         const uint64_t skip = 2 * uint64_t(b.first) * uint64_t(noise.size() / size_t(n));
         diffusion::NoiseRng rng{stream, uint64_t(b.step) * 0x100000000ull + skip};
         diffusion::fill_normal(noise, rng);
-        mi.latents = sd::vae_sample_latent(m_.model.vae_cfg, moments, noise);
+        mi.latents = sd::vae_sample_latent(m_.model.vae_config(), moments, noise);
     }
     if (m_.step.sample_weights)
         for (const data::Sample& s : b.samples) mi.sample_weights.push_back(s.loss_weight);
@@ -289,7 +291,7 @@ Micro Runner::prepare(const data::Batch& b, bool validation) {
         mi.context = rt.read_f32(gs.text()[ti].graph->context);
         if (c_.weighted_captions) {
             const int64_t rows = m_.step.family->tokens().context_rows(chunks);
-            sd::apply_token_weights(mi.context, token_weights, n, rows, m_.model.clip_cfg.width);
+            sd::apply_token_weights(mi.context, token_weights, n, rows, m_.model.cfg().text_width());
         }
     }
     return mi;

@@ -39,7 +39,7 @@ bool written_by_run(const RunConfig& c, const std::string& name) {
 }
 
 // own_vae: the VAE is --vae's (an input of its own), not a file of the model's folder.
-void add_model_files(std::vector<RunInput>& in, const std::string& given, const sd::Sd15Files& m, bool own_vae) {
+void add_model_files(std::vector<RunInput>& in, const std::string& given, const models::ModelFiles& m, bool own_vae) {
     const bool folder = fs::is_directory(given);
     const std::pair<const char*, const std::string*> files[] = {{"UNet", &m.unet_path},
                                                                  {"text encoder", &m.text_encoder_path},
@@ -61,7 +61,7 @@ void add_model_files(std::vector<RunInput>& in, const std::string& given, const 
 
 }  // namespace
 
-std::vector<RunInput> run_inputs(const RunConfig& c, const sd::Sd15Files* model, const data::DatasetConfig* dataset) {
+std::vector<RunInput> run_inputs(const RunConfig& c, const models::ModelFiles* model, const data::DatasetConfig* dataset) {
     std::vector<RunInput> in;
     in.push_back({"--pretrained_model_name_or_path", c.pretrained_model_name_or_path, false});
     if (model) add_model_files(in, c.pretrained_model_name_or_path, *model, c.vae.has_value());

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "data/config.h"
-#include "models/sd15/model_files.h"
+#include "models/model_files.h"
 #include "train/run/config.h"
 
 namespace train {
@@ -33,7 +33,7 @@ struct RunInput {
 
 // Every file and folder the run reads, for the checks below: those the options name, and with the
 // opened model and the dataset's subsets (nullptr: not known yet) the files and folders they lead to.
-std::vector<RunInput> run_inputs(const RunConfig& c, const sd::Sd15Files* model, const data::DatasetConfig* dataset);
+std::vector<RunInput> run_inputs(const RunConfig& c, const models::ModelFiles* model, const data::DatasetConfig* dataset);
 
 // Refuses (gl::Error naming both paths and the option) by the rules above; nothing is created.
 // dataset: for its subsets' kinds (nullptr: not known yet).

@@ -55,7 +55,7 @@ std::vector<diffusion::SamplePrompt> read_sample_prompts(const RunConfig& c) {
     return prompts;
 }
 
-RunSampler::RunSampler(const RunConfig& c, const sd::Sd15Files& model, const StepOptions& step, uint64_t seed)
+RunSampler::RunSampler(const RunConfig& c, const models::ModelFiles& model, const StepOptions& step, uint64_t seed)
     : c_(c), prompts_(read_sample_prompts(c)), clip_skip_(step.clip_skip) {
     for (size_t i = 0; i < prompts_.size(); i++) {
         const diffusion::SamplePrompt& p = prompts_[i];

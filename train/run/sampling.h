@@ -33,7 +33,7 @@ class RunSampler {
 public:
     // Reads the prompt file and plans every request (gl::Error naming the file and line, or the
     // sampler that is not available).
-    RunSampler(const RunConfig& c, const sd::Sd15Files& model, const StepOptions& step, uint64_t seed);
+    RunSampler(const RunConfig& c, const models::ModelFiles& model, const StepOptions& step, uint64_t seed);
     ~RunSampler();
 
     // The pipeline's plans, for the run's layout.

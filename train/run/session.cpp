@@ -113,7 +113,7 @@ void Session::set_communicator(gl::dist::Communicator* comm) {
 RunShape Session::Impl::resume_shape() const {
     RunShape r;
     r.counts = plan.counts;
-    const int64_t f = model.vae_cfg.downscale(), ch = step.unet.in_channels;
+    const int64_t f = model.vae_config().downscale(), ch = step.config->latent_channels();
     int64_t smallest = INT64_MAX, largest = 0;  // latent values of one image
     for (const BucketShare& b : bucket_shares(data, f)) {
         smallest = std::min(smallest, b.latent_h * b.latent_w * ch);
@@ -130,8 +130,7 @@ RunShape Session::Impl::resume_shape() const {
 StepOptions Session::Impl::base_step() const {
     StepOptions so;
     so.family = &cfg.family();
-    so.unet = model.unet_cfg;
-    so.clip = model.clip_cfg;
+    so.config = model.config;
     so.precision = cfg.precision();
     so.base_format = cfg.unet_base_format();
     so.text_encoder_format = cfg.text_encoder_base_format();
@@ -146,7 +145,7 @@ StepOptions Session::Impl::base_step() const {
     if (cfg.dim_from_weights && so.lora.lycoris()) {
         // LyCORIS's create_network_from_weights: the modules exactly as the file holds them.
         so.lora.from_file = std::make_shared<lora::FileModules>(
-            std::make_shared<gl::io::SafetensorsFile>(*cfg.network_weights), sd::unet_ldm_names(model.unet_cfg));
+            std::make_shared<gl::io::SafetensorsFile>(*cfg.network_weights), model.fam().ldm_names(model.cfg()));
         so.lora.from_file->check_holds_modules();
     }
     so.prediction = cfg.objective().prediction;
@@ -166,8 +165,8 @@ StepOptions Session::Impl::base_step() const {
     so.text_encoder_lr = float(cfg.text_encoder_learning_rate());
     so.optimizer = cfg.optimizer();
     so.max_grad_norm = float(cfg.max_grad_norm);
-    GL_CHECK(so.clip_skip <= so.clip.layers, "--clip_skip ", so.clip_skip, ": the text encoder has ", so.clip.layers,
-             " layers");
+    GL_CHECK(so.clip_skip <= so.config->text_layers(), "--clip_skip ", so.clip_skip, ": the text encoder has ",
+             so.config->text_layers(), " layers");
     return so;
 }
 

@@ -9,7 +9,7 @@
 #include "data/latent_cache.h"
 #include "data/text_cache.h"
 #include "ggml-lite/dist/communicator.h"
-#include "models/sd15/model_files.h"
+#include "models/model_files.h"
 #include "pipelines/cache_encoders.h"
 #include "train/autofit.h"
 #include "train/run/graphs.h"
@@ -29,7 +29,7 @@ struct Session::Impl {
     bool prepared = false;
     RunPlan plan;
     std::optional<RunPosition> resume;  // --resume's train_state.json
-    sd::Sd15Files model;
+    models::ModelFiles model;
     RunData data;
     gl::Backend backend = gl::Backend::cpu;
     StepOptions step;            // the configuration the graphs are built with
