@@ -7,7 +7,8 @@
 // CUDA graph replay + the loss / statistics reads) and of a bare graph replay, over >= 20 steps
 // after warm-up. --tiny runs the golden tests' tiny UNet instead (on the CPU too). --base-format
 // int8,fp8 adds configurations with the UNet's matrices stored in 8 bits (core/quant.h). The node
-// count is the planned graph's, after the fusion pass (core/fusion.h); --no-fusion plans without it.
+// count is the planned graph's, after the fusion pass (core/fusion.h); --no-fusion plans without it,
+// --no-pairs without its joined products (ops/pair.h) alone.
 // A plain program (no Google Benchmark); built by `ninja bench_step`, not by `make bench`.
 #include <algorithm>
 #include <chrono>
@@ -47,6 +48,7 @@ struct Options {
     int profile = 0;  // > 0: after timing, that many more steps with per-node timing, then the report
     bool plan_only = false;  // build and plan each config, print the memory plan, run nothing (no GPU needed)
     bool fusion = true;      // PlanOptions::fusion: adds folded into GEMM / conv epilogues
+    bool pairs = true;       // PlanOptions::pairs: products joined to the product their residual is
     std::vector<size_t> budgets;  // more configs: recompute budget with these plan totals
     std::string timeline;         // write each config's memory timeline (SVG) here
     std::string frontier;         // per batch: the recompute frontier table, its plot (SVG) here
@@ -67,6 +69,8 @@ Options parse(int argc, char** argv) {
     p.add_flag("--plan-only", o.plan_only, "the memory plan of each configuration, nothing run (no GPU needed)");
     bool no_fusion = false;
     p.add_flag("--no-fusion", no_fusion, "plan without the fusion pass (adds stay nodes of their own), to compare");
+    bool no_pairs = false;
+    p.add_flag("--no-pairs", no_pairs, "fuse adds but join no products into pairs (ops/pair.h), to compare");
     p.add_backend(o.backend, "where the steps run");
     p.add_int_list("--batch", o.batches, int64_t(1), int64_t(4096), "batch sizes (default 1,8; 1,2 with --tiny)");
     p.add_parsed_list("--recompute", o.recompute, &gl::parse_recompute, "none|blocks|cheap,...", "recompute policies",
@@ -90,6 +94,7 @@ Options parse(int argc, char** argv) {
     p.add_path("--frontier", o.frontier, "per batch: planned total against predicted time over budgets (SVG)");
     p.parse(argc, argv);
     o.fusion = !no_fusion;
+    o.pairs = !no_pairs;
     if (o.batches.empty()) o.batches = o.tiny ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1, 8};
     if (o.tiny && o.size == 512) o.size = 64;
     return o;
@@ -153,6 +158,7 @@ void frontier(const Options& o, int64_t batch) {
     const train::StepGraph& s = *step;
     gl::PlanOptions search_po;
     search_po.fusion = o.fusion;
+    search_po.pairs = o.pairs;
     gl::RecomputeSearch search(s.g, search_po);
     const auto t0 = Clock::now();
     const size_t least = search.min_bytes(), none = search.frontier()[0].total_bytes;
@@ -176,6 +182,7 @@ void frontier(const Options& o, int64_t batch) {
         gl::PlanOptions po;
         po.recompute = rc;
         po.fusion = o.fusion;
+        po.pairs = o.pairs;
         const gl::Plan p = gl::make_plan(s.g, po);
         std::printf("%14s %14.1f %14.2f %10.3f %14.2f %8d\n", gl::recompute_name(rc), mib(double(p.total_bytes())),
                     p.predicted_seconds * 1e3, p.predicted_seconds / base, p.recompute_seconds * 1e3, p.recompute_nodes);
@@ -195,13 +202,14 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc, size_
     po.recompute = rc;
     po.budget = budget;
     po.fusion = o.fusion;
+    po.pairs = o.pairs;
     gl::Plan plan = gl::make_plan(s->g, po);
     const double plan_s = std::chrono::duration<double>(Clock::now() - t0).count();
     std::printf("\n== %s, batch %lld, %dx%d, recompute %s, %s, base %s, LoRA rank %d on %zu modules, %s (%zu nodes "
-                "planned, %zu built, %d adds fused; planned in %.1f s)\n",
+                "planned, %zu built, %d adds fused, %d products joined; planned in %.1f s)\n",
                 o.tiny ? "tiny UNet" : "SD1.5 UNet", (long long)batch, o.size, o.size, gl::recompute_name(rc),
                 train::precision_name(o.precision), gl::weight_format_name(o.format), o.rank, s->net->modules().size(),
-                o.optimizer.name(), plan.graph.nodes.size(), s->g.nodes.size(), plan.fused_adds, plan_s);
+                o.optimizer.name(), plan.graph.nodes.size(), s->g.nodes.size(), plan.fused_adds, plan.joined_pairs, plan_s);
     std::printf("planned total %.1f MiB\n%s", mib(double(plan.total_bytes())), plan.report(o.plan_only ? 24 : 6).c_str());
     if (!o.timeline.empty()) {
         const bool several = o.batches.size() * (o.recompute.size() + o.budgets.size()) > 1;
@@ -210,6 +218,7 @@ void run_one(const Options& o, bool cuda, int64_t batch, gl::Recompute rc, size_
         const std::string path = svg_path(o.timeline, tag, several || o.formats.size() > 1);
         gl::PlanOptions none_po;
         none_po.fusion = o.fusion;
+        none_po.pairs = o.pairs;
         const gl::Plan none = rc == gl::Recompute::none ? gl::Plan{} : gl::make_plan(s->g, none_po);
         gl::io::write_file_atomic(path, gl::timeline_svg(plan, rc == gl::Recompute::none ? nullptr : &none,
                                                    gl::cat("SD1.5 LoRA step, batch ", batch, ", ", o.size, "x", o.size,

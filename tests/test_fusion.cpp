@@ -30,6 +30,12 @@ PlanOptions unfused() {
     return o;
 }
 
+PlanOptions adds_only() {
+    PlanOptions o;
+    o.pairs = false;
+    return o;
+}
+
 int count_op(const Graph& g, Op op) {
     int n = 0;
     for (const Node& x : g.nodes) n += x.op == op;
@@ -68,15 +74,16 @@ Net joins_net(bool bf16) {
 TEST_CASE("fusion: the fused graph computes the unfused one, f32 bit for bit") {
     Net n = joins_net(false);
     FusionStats st;
-    const Graph f = fuse_epilogues(n.g, &st);
+    const Graph f = fuse_epilogues(n.g, &st, false);  // adds only: joined pairs reassociate
     // The three joins and the two gradient sums (of x and of x4), none reassociated.
     CHECK(st.adds == 5);
     CHECK(st.chained == 0);
     CHECK(count_op(n.g, Op::add) - count_op(f, Op::add) == 5);
     CHECK(int(n.g.nodes.size()) - int(f.nodes.size()) == st.nodes_removed);
     CHECK(check_topology(f) == "");
-    const Plan fused = make_plan(n.g), plain = make_plan(n.g, unfused());
+    const Plan fused = make_plan(n.g, adds_only()), plain = make_plan(n.g, unfused());
     CHECK(fused.fused_adds == 5);
+    CHECK(fused.joined_pairs == 0);
     CHECK(check_overlaps(fused) == "");
     const auto a = run_net(n, fused), b = run_net(n, plain);
     REQUIRE(a.size() == b.size());
@@ -254,7 +261,7 @@ TEST_CASE("fusion: a sum onto a fused product is taken by its residual's maker")
         if (base_read_twice) terms.push_back(gelu(g, base));
         n.differentiate(terms);
         FusionStats st;
-        const Graph f = fuse_epilogues(n.g, &st);
+        const Graph f = fuse_epilogues(n.g, &st, false);  // the adds' structure (pairs: their own tests)
         CHECK(check_topology(f) == "");
         const Node& wrote_y = f.nodes[size_t(f.v(y).producer)];
         if (!base_read_twice) {
@@ -281,7 +288,7 @@ TEST_CASE("fusion: the planner reports it, can plan without it, and a product ma
     const ValueId y = add(g, r, linear(g, x, w));
     g.mark_output(y);
     const Plan p = make_plan(g);
-    CHECK(p.report().find("fused: 1 adds into epilogues") != std::string::npos);
+    CHECK(p.report().find("fused: 1 adds into epilogues, 0 products joined") != std::string::npos);
     CHECK(p.graph.nodes.size() == g.nodes.size() - 1);
     CHECK(p.inplace_of[size_t(y)] == r);  // the residual dies at the product: its bytes become the output's
     CHECK(check_overlaps(p) == "");

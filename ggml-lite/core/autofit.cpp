@@ -111,7 +111,7 @@ Planned plan_none(const FitBuild& b, const FitSettings& st) {
 
 // A graph's predicted time without recompute as its plan predicts it: fused when the plans fuse.
 double seconds_as_planned(const Graph& g, const PlanOptions& o) {
-    return o.cost.graph_seconds(o.fusion ? fuse_epilogues(g) : g);
+    return o.cost.graph_seconds(o.fusion ? fuse_epilogues(g, nullptr, o.pairs) : g);
 }
 
 // Everything but the activation arena: what no recompute can lower (graph executables grow with it).
@@ -144,12 +144,13 @@ bool plan_recompute(const FitBuild& b, const FitSettings& st, Planned& p, size_t
         if (like >= 0 && !sets[size_t(like)].empty()) {
             try {  // the set of the same nodes at a larger batch (sets index the fused graphs)
                 FusionStats fused;
-                const Graph f = st.plan.fusion ? fuse_epilogues(g, &fused) : g;
+                const Graph f = st.plan.fusion ? fuse_epilogues(g, &fused, st.plan.pairs) : g;
                 GL_CHECK(sets[size_t(like)].size() == f.nodes.size(), "auto-fit: graph ", i, " has other nodes than graph ", like);
                 int added = 0;
                 Graph r = rewrite_recompute_set(f, sets[size_t(like)], &added);
                 Plan q = plan_rewritten(std::move(r), st.plan, added);
                 q.fused_adds = fused.adds;
+                q.joined_pairs = fused.pairs;
                 if (q.total_bytes() <= want) {
                     q.options.recompute = Recompute::budget;
                     q.options.budget = want;

@@ -141,14 +141,104 @@ private:
     std::vector<std::vector<ValueId>> views_;  // per storage owner: the values viewing it
 };
 
+// Products joined into pairs (the header): P(a2, b2, residual R) with R the only output of Q.
+class PairJoin {
+public:
+    explicit PairJoin(Graph& g) : g_(g), removed_(g.nodes.size(), false) {
+        const size_t V = size_t(g.value_count());
+        reads_.assign(V, 0);
+        any_output_.assign(V, false);
+        viewed_.assign(V, false);
+        for (const Node& n : g.nodes) {
+            if (op_def(n.op).flags & kOpView) continue;
+            for (ValueId x : n.in) reads_[size_t(g.v(x).base)]++;
+        }
+        for (ValueId v = 0; v < ValueId(V); v++) {
+            const ValueId b = g.v(v).base;
+            if (g.v(v).output) any_output_[size_t(b)] = true;
+            if (b != v) viewed_[size_t(b)] = true;
+        }
+    }
+
+    void run(FusionStats& st) {
+        int removed = 0;
+        for (size_t j = 0; j < g_.nodes.size(); j++) {
+            if (removed_[j]) continue;
+            const Node& p = g_.nodes[j];
+            const OpDef& def = op_def(p.op);
+            if (!def.join_pair || !def.residual_input || p.out.size() != 1) continue;
+            const int ri = def.residual_input(p);
+            if (ri < 0) continue;
+            const ValueId r = p.in[size_t(ri)];
+            const int qi = g_.v(r).producer;
+            if (qi < 0 || qi >= int(j) || removed_[size_t(qi)]) continue;
+            const Node& q = g_.nodes[size_t(qi)];
+            const Value& rv = g_.v(r);
+            // R: Q's one output, owning its bytes (no view of it), in the activation arena,
+            // computed, no graph output, read by P alone (once: its residual); one pass and segment.
+            if (q.op != p.op || q.out.size() != 1 || q.out[0] != r || rv.base != r || viewed_[size_t(r)] ||
+                rv.category != Category::activations || rv.role != Role::computed || any_output_[size_t(r)] ||
+                reads_[size_t(r)] != 1 || q.backward != p.backward || q.segment != p.segment)
+                continue;
+            Node joined = q;
+            if (!def.join_pair(joined, p)) continue;
+            const ValueId y = p.out[0];
+            joined.out[0] = y;
+            const std::vector<OutSpec> spec = def.infer(OpCall{joined.op, g_, joined.in, joined.p});
+            GL_CHECK(spec.size() == 1 && spec[0].dtype == g_.dtype(y) && spec[0].layout.shape == g_.shape(y),
+                     "fusion: internal error, the joined ", op_name(p.op), " makes ",
+                     spec.empty() ? std::string("nothing") : spec[0].layout.shape.str(), ", not ", g_.describe(y));
+            // The joined node runs where Q ran when P's own operands are made by then (inputs
+            // live no longer than before), else where P ran (Q's inputs were ready there).
+            int ready = -1;
+            for (size_t k = 0; k < p.in.size(); k++) {
+                if (int(k) == ri) continue;
+                const ValueId x = p.in[k];
+                ready = std::max({ready, g_.v(x).producer, g_.v(g_.v(x).base).producer});
+            }
+            const size_t at = ready < qi ? size_t(qi) : j;
+            g_.nodes[size_t(at)] = std::move(joined);
+            removed_[at == j ? size_t(qi) : j] = true;
+            removed++;
+            g_.v(y).producer = int(at);
+            // Q's former output: a view of y that no node makes or reads (as a folded add's product).
+            Value& x = g_.v(r);
+            x.producer = -1;
+            x.base = y;
+            x.category = g_.v(y).category;
+            st.pairs++;
+        }
+        st.nodes_removed += removed;
+        std::vector<int> index(g_.nodes.size(), -1);
+        std::vector<Node> kept;
+        kept.reserve(g_.nodes.size() - size_t(removed));
+        for (size_t i = 0; i < g_.nodes.size(); i++) {
+            if (removed_[i]) continue;
+            index[i] = int(kept.size());
+            kept.push_back(std::move(g_.nodes[i]));
+        }
+        g_.nodes = std::move(kept);
+        for (Value& v : g_.values)
+            if (v.producer >= 0) v.producer = index[size_t(v.producer)];
+    }
+
+private:
+    Graph& g_;
+    std::vector<bool> removed_;     // per node
+    std::vector<int> reads_;        // per storage owner: input slots of non-view nodes reading it
+    std::vector<bool> any_output_;  // per storage owner: it or a view of it is a graph output
+    std::vector<bool> viewed_;      // per storage owner: some value views it
+};
+
 }  // namespace
 
-Graph fuse_epilogues(const Graph& in, FusionStats* stats) {
+Graph fuse_epilogues(const Graph& in, FusionStats* stats, bool join_pairs) {
     for (const Node& n : in.nodes)
         GL_CHECK(n.recompute_of < 0, "fusion: graph already holds recompute clones (fuse the input graph)");
     Graph g = in;
     FusionStats st;
     EpilogueFusion(g).run(st);
+    if (join_pairs) PairJoin(g).run(st);
     if (stats) *stats = st;
     return g;
 }

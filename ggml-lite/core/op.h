@@ -96,6 +96,10 @@ struct OpDef {
     // Both nullptr for every other op.
     int (*residual_input)(const Node& n) = nullptr;
     bool (*take_residual)(Node& n, int32_t r) = nullptr;
+    // linear and matmul (ops/pair.h): q takes product p as its second pair (out = q's product +
+    // p's product, summed in f32, rounded once) when the two can be one node; false (q unchanged)
+    // otherwise. The fusion pass checks the graph side (core/fusion.h). nullptr for other ops.
+    bool (*join_pair)(Node& q, const Node& p) = nullptr;
 };
 
 const OpDef& op_def(Op op);

@@ -107,11 +107,12 @@ int inplace_source(const OpDef& def, const Node& n) {
 Plan make_plan(const Graph& input, const PlanOptions& opt) {
     if (opt.recompute == Recompute::budget) return plan_within_budget(input, opt);
     FusionStats fused;
-    Graph g = opt.fusion ? fuse_epilogues(input, &fused) : input;
+    Graph g = opt.fusion ? fuse_epilogues(input, &fused, opt.pairs) : input;
     int added = 0;
     if (opt.recompute != Recompute::none) g = rewrite_for_recompute(g, opt.recompute, &added);
     Plan P = plan_rewritten(std::move(g), opt, added);
     P.fused_adds = fused.adds;
+    P.joined_pairs = fused.pairs;
     return P;
 }
 
@@ -254,7 +255,9 @@ std::string Plan::report(int top) const {
         std::snprintf(budget, sizeof budget, " <= %.1f MiB", double(options.budget) / (1024.0 * 1024.0));
     std::string s = cat("memory plan (recompute ", recompute_name(options.recompute), budget, ", ", graph.nodes.size(),
                         " nodes, ", recompute_nodes, " recomputed)\n");
-    s += options.fusion ? cat("  fused: ", fused_adds, " adds into epilogues\n") : std::string("  fusion off\n");
+    s += options.fusion ? cat("  fused: ", fused_adds, " adds into epilogues, ", joined_pairs, " products joined",
+                              options.pairs ? "" : " (pairs off)", "\n")
+                        : std::string("  fusion off\n");
     for (int c = 0; c < kCategoryCount; c++) {
         char line[128];
         std::snprintf(line, sizeof line, "  %-20s %s\n", category_name(Category(c)), fmt_mib(arena_bytes[size_t(c)]).c_str());

@@ -28,6 +28,7 @@ struct PlanOptions {
     size_t budget = 0;       // Recompute::budget: the most bytes the whole plan (every arena) may take
     CostModel cost;          // predicts node times: Plan::predicted_seconds and the budget's choices
     bool fusion = true;      // fold adds into the epilogues of the products before them first (core/fusion.h)
+    bool pairs = true;       // with fusion: join a product to the product its residual is (ops/pair.h)
 };
 
 struct Plan {
@@ -53,6 +54,7 @@ struct Plan {
     std::vector<ValueId> live_at_peak;  // activation values alive there, largest first
     int recompute_nodes = 0;      // nodes added by the recompute rewrite
     int fused_adds = 0;           // adds the fusion pass folded into epilogues
+    int joined_pairs = 0;         // products it joined to the product their residual is
     double recompute_flops = 0;   // their cost
     double predicted_seconds = 0;  // one run of the graph under options.cost
     double recompute_seconds = 0;  // the recompute nodes' share of it

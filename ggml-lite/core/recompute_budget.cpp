@@ -135,8 +135,9 @@ RecomputeSearch::RecomputeSearch(const Graph& input, const PlanOptions& opt) : o
     for (const Node& n : input.nodes)
         GL_CHECK(n.recompute_of < 0, "recompute budget: graph already holds recompute clones (plan the input graph)");
     FusionStats fused;
-    g_ = opt.fusion ? fuse_epilogues(input, &fused) : input;
+    g_ = opt.fusion ? fuse_epilogues(input, &fused, opt.pairs) : input;
     fused_adds_ = fused.adds;
+    joined_pairs_ = fused.pairs;
     const Graph& g = g_;
     opt_.recompute = Recompute::none;
     opt_.budget = 0;
@@ -173,6 +174,7 @@ Plan RecomputeSearch::plan_set(const std::vector<bool>& set) const {
     Graph r = rewrite_recompute_set(g_, set, &added);
     Plan p = plan_rewritten(std::move(r), opt_, added);
     p.fused_adds = fused_adds_;
+    p.joined_pairs = joined_pairs_;
     return p;
 }
 

@@ -74,7 +74,7 @@ private:
     Plan plan_set(const std::vector<bool>& set) const;
 
     Graph g_;  // the caller's graph, fused
-    int fused_adds_ = 0;
+    int fused_adds_ = 0, joined_pairs_ = 0;
     PlanOptions opt_;
     std::vector<bool> eligible_;             // per node: may join a recompute set
     std::vector<double> seconds_;            // per node: predicted time
