@@ -9,6 +9,21 @@ namespace gl {
 
 namespace {
 
+// Drops the nodes marked removed (n of them), keeping the others' order and their values' producers.
+void drop_removed(Graph& g, const std::vector<bool>& removed, size_t n) {
+    std::vector<int> index(g.nodes.size(), -1);
+    std::vector<Node> kept;
+    kept.reserve(g.nodes.size() - n);
+    for (size_t i = 0; i < g.nodes.size(); i++) {
+        if (removed[i]) continue;
+        index[i] = int(kept.size());
+        kept.push_back(std::move(g.nodes[i]));
+    }
+    g.nodes = std::move(kept);
+    for (Value& v : g.values)
+        if (v.producer >= 0) v.producer = index[size_t(v.producer)];
+}
+
 class EpilogueFusion {
 public:
     explicit EpilogueFusion(Graph& g) : g_(g), removed_(g.nodes.size(), false) {
@@ -40,17 +55,7 @@ public:
             const int side = t0.product > t1.product ? 0 : 1;  // the later product takes the other input
             fuse(j, side, side == 0 ? t0 : t1, st);
         }
-        std::vector<int> index(g_.nodes.size(), -1);
-        std::vector<Node> kept;
-        kept.reserve(g_.nodes.size() - size_t(st.nodes_removed));
-        for (size_t i = 0; i < g_.nodes.size(); i++) {
-            if (removed_[i]) continue;
-            index[i] = int(kept.size());
-            kept.push_back(std::move(g_.nodes[i]));
-        }
-        g_.nodes = std::move(kept);
-        for (Value& v : g_.values)
-            if (v.producer >= 0) v.producer = index[size_t(v.producer)];
+        drop_removed(g_, removed_, size_t(st.nodes_removed));
     }
 
 private:
@@ -209,17 +214,7 @@ public:
             st.pairs++;
         }
         st.nodes_removed += removed;
-        std::vector<int> index(g_.nodes.size(), -1);
-        std::vector<Node> kept;
-        kept.reserve(g_.nodes.size() - size_t(removed));
-        for (size_t i = 0; i < g_.nodes.size(); i++) {
-            if (removed_[i]) continue;
-            index[i] = int(kept.size());
-            kept.push_back(std::move(g_.nodes[i]));
-        }
-        g_.nodes = std::move(kept);
-        for (Value& v : g_.values)
-            if (v.producer >= 0) v.producer = index[size_t(v.producer)];
+        drop_removed(g_, removed_, size_t(removed));
     }
 
 private:
