@@ -15,6 +15,7 @@
 #include "ggml-lite/ops/param_casts.h"
 #include "planner_nets.h"
 #include "train/trainer.h"
+#include "plan_train.h"
 #include "train_fixtures.h"
 
 using namespace gl;
@@ -229,22 +230,7 @@ TEST_CASE("fusion pairs: the tiny UNet's training step joins its LoRA products, 
             joined.peak_live_bytes, " vs ", plain.peak_live_bytes);
     CHECK(joined.total_bytes() <= plain.total_bytes());
     CHECK(joined.peak_live_bytes <= plain.peak_live_bytes);
-    auto train = [&](Plan p) {
-        auto rt = make_cpu_runtime(std::move(p));
-        rt->poison(0xff);
-        io::SafetensorsFile file(kTinyUnet);
-        sd::load_unet(*s->unet_weights, sd::sd_config(*o.config).unet, file, *rt);
-        train::Trainer tr(*s, *rt, train::TrainerOptions{});
-        tr.init(3);
-        std::vector<float> lat(size_t(s->latent_numel())), ctx(size_t(s->context_numel()));
-        for (size_t i = 0; i < lat.size(); i++) lat[i] = float(int(i % 13) - 6) * 0.15f;
-        for (size_t i = 0; i < ctx.size(); i++) ctx[i] = float(int(i % 7) - 3) * 0.3f;
-        std::vector<float> out;
-        for (int k = 0; k < 2; k++) out.push_back(float(tr.step(lat, ctx).loss));
-        for (ValueId v : s->net->parameters())
-            for (float e : rt->read_f32(v)) out.push_back(e);
-        return out;
-    };
+    auto train = [&](Plan p) { return train_two_steps(*s, o, std::move(p)); };
     const std::vector<float> a = train(joined), b = train(plain);
     REQUIRE(a.size() == b.size());
     CHECK(worst_rel(a, b) <= 1e-5);  // the joined sums round differently in f32

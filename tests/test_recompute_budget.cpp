@@ -15,6 +15,7 @@
 #include "planner_nets.h"
 #include "ggml-lite/io/safetensors.h"
 #include "train/trainer.h"
+#include "plan_train.h"
 #include "train_fixtures.h"
 
 using namespace gl;
@@ -198,22 +199,7 @@ TEST_CASE("recompute budget: the tiny LoRA training step trains bitwise identica
     REQUIRE(least < none);
     Plan half = search.plan((none + least) / 2);
     CHECK(half.recompute_nodes > 0);
-    auto train = [&](Plan p) {
-        auto rt = make_cpu_runtime(std::move(p));
-        rt->poison(0xff);
-        io::SafetensorsFile f(kTinyUnet);
-        sd::load_unet(*s->unet_weights, sd::sd_config(*o.config).unet, f, *rt);
-        train::Trainer tr(*s, *rt, train::TrainerOptions{});
-        tr.init(3);
-        std::vector<float> lat(size_t(s->latent_numel())), ctx(size_t(s->context_numel()));
-        for (size_t i = 0; i < lat.size(); i++) lat[i] = float(int(i % 13) - 6) * 0.15f;
-        for (size_t i = 0; i < ctx.size(); i++) ctx[i] = float(int(i % 7) - 3) * 0.3f;
-        std::vector<float> out;
-        for (int k = 0; k < 2; k++) out.push_back(float(tr.step(lat, ctx).loss));
-        for (ValueId p : s->net->parameters())
-            for (float e : rt->read_f32(p)) out.push_back(e);
-        return out;
-    };
+    auto train = [&](Plan p) { return train_two_steps(*s, o, std::move(p)); };
     check_same({train(make_plan(s->g))}, {train(std::move(half))});
 }
 
