@@ -17,7 +17,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "ggml-lite/cuda/attention_mma.cuh"
+#include "ggml-lite/cuda/attention_mma_bwd.cuh"
 #include "ggml-lite/cuda/device.cuh"
 
 namespace gl::attn {
