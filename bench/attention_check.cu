@@ -245,7 +245,7 @@ static bool run_case(const Case& c) {
     Problem shape = p;
     std::printf("%s %-4s B%d H%d L%d S%d d%d dv%d%s%s path=%s split=%d | o %.2e lse %.2e dq %.2e dk %.2e dv %.2e det %d\n",
                 ok ? "PASS" : "FAIL", name(c.t), c.B, c.H, c.L, c.S, c.d, c.dv, c.causal ? " causal" : "",
-                c.go_t != c.t ? " go:f32" : "", mma_ok(shape, true) ? "mma" : "exact", bwd_layout(p).nsplit, eo, el, eq, ek, ev, det);
+                c.go_t != c.t ? " go:f32" : "", mma_ok(shape, true) ? (sm90::covers(mma_args(shape)) ? "wgmma" : "mma") : "exact", bwd_layout(p).nsplit, eo, el, eq, ek, ev, det);
     return ok;
 }
 
@@ -325,6 +325,22 @@ struct Bench {
                     tf(3.5, tfw + tb), target, target / 2);
         (void)a;
     }
+    // The wgmma kernels (attention_sm90.cuh) pass by pass, against the default path's outputs.
+    template <int DN> void sm90_passes() {
+        const MmaArgs a = args(), aq = dq_args();
+        if (!sm90::covers(a)) return;
+        const float tf_ = time_ms([&] { CK(sm90::launch_fwd<__nv_bfloat16, DN>(a, 0)); }, 10);
+        const float tk = time_ms([&] { CK(sm90::launch_dkdv<__nv_bfloat16, DN>(a, 0)); }, 10);
+        const float tq = time_ms([&] { CK(sm90::launch_dq<__nv_bfloat16, DN>(aq, 0)); }, 10);
+        CK(cudaDeviceSynchronize());
+        const float tq2 = time_ms([&] { CK(sm90::launch_dq<__nv_bfloat16, DN, true>(aq, 0)); }, 10);
+        std::printf("   wgmma d%d: dq with register A %.3f ms (err %.1e)\n", DN, tq2, nerr(download(dq, DType::bf16, nq), q0));
+        CK(sm90::launch_dq<__nv_bfloat16, DN>(aq, 0));
+        CK(cudaDeviceSynchronize());
+        std::printf("   wgmma d%d: fwd %.3f ms %.0f TF/s | dkdv %.3f ms | dq %.3f ms | bwd passes %.0f TF/s (err o %.1e dq %.1e dk %.1e dv %.1e)\n",
+                    DN, tf_, tf(1, tf_), tk, tq, tf(2.5, tk + tq), nerr(download(o, DType::bf16, nq), o0),
+                    nerr(download(dq, DType::bf16, nq), q0), nerr(download(dk, DType::bf16, nk), k0), nerr(download(dv, DType::bf16, nk), v0));
+    }
     template <class C> void fwd_variant() {
         const MmaArgs a = args();
         float t = time_ms([&] { CK(launch_fwd<__nv_bfloat16, C>(a, 0)); }, 10);
@@ -402,7 +418,8 @@ int main(int argc, char** argv) {
             {h, 1, 2, 500, 500, 40, 40, 1, 0.f, h},    {b, 1, 2, 100, 100, 64, 64, 0, 0.f, f},
             {f, 2, 2, 100, 120, 40, 40, 0, 0.f, f},    {f, 1, 2, 50, 50, 24, 40, 1, 0.f, f},
             {f, 1, 2, 300, 77, 160, 160, 0, 0.f, f},   {b, 1, 2, 60, 70, 36, 36, 0, 0.f, b},
-            {b, 1, 2, 100, 100, 64, 64, 0, -0.2f, b},
+            {b, 1, 2, 100, 100, 64, 64, 0, -0.2f, b},  {h, 2, 2, 333, 200, 40, 40, 0, 0.f, h},
+            {b, 3, 1, 64, 700, 80, 80, 0, 0.f, b},
         };
         for (const Case& c : cases) fails += !run_case(c);
         std::printf("correctness: %d failure(s)\n", fails);
@@ -411,11 +428,13 @@ int main(int argc, char** argv) {
     {
         Bench b(8, 8, 4096, 4096, 40, false);
         b.run_default(300);
+        b.sm90_passes<40>();
         if (sweep) sweep48(b);
     }
     {
         Bench b(8, 8, 1024, 1024, 80, false);
         b.run_default(200);
+        b.sm90_passes<80>();
         if (sweep) sweep80(b);
     }
     {
@@ -426,6 +445,7 @@ int main(int argc, char** argv) {
     {
         Bench b(8, 8, 4096, 77, 40, false);
         b.run_default(30);
+        b.sm90_passes<40>();
         if (sweep) sweep48(b);
     }
     {

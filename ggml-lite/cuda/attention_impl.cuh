@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "ggml-lite/cuda/attention_mma_bwd.cuh"
+#include "ggml-lite/cuda/attention_sm90.cuh"
 #include "ggml-lite/cuda/device.cuh"
 
 namespace gl::attn {
@@ -288,8 +289,10 @@ inline cudaError_t forward(const Problem& p, cudaStream_t s) {
         a.o = p.o, a.lse_out = p.lse;
         visit_float(p.t, [&](auto t) {
             using T = decltype(t);
-            if constexpr (!std::is_same_v<T, float>)
-                with_head_dim(p.d, [&](auto D) { e = mma_forward<T, decltype(D)::value>(a, s); });
+            if constexpr (!std::is_same_v<T, float>) {
+                if (sm90::covers(a)) sm90::with_dn(p.d, [&](auto D) { e = sm90::launch_fwd<T, decltype(D)::value>(a, s); });
+                else with_head_dim(p.d, [&](auto D) { e = mma_forward<T, decltype(D)::value>(a, s); });
+            }
         });
         return e;
     }
@@ -299,6 +302,23 @@ inline cudaError_t forward(const Problem& p, cudaStream_t s) {
         using T = decltype(t);
         simple_fwd<T><<<grid_for(int64_t(p.B) * p.L * p.H, kSimpleWarps), 32 * kSimpleWarps, smem, s>>>(SimpleArgs{p, nullptr, nullptr});
         e = cudaGetLastError();
+    });
+    return e;
+}
+
+// The dK/dV pass then the dQ pass on tensor cores: wgmma (attention_sm90.cuh) where it covers the
+// shape (its dK/dV pass only without query splits), else mma.sync.
+template <class T>
+cudaError_t backward_passes(const MmaArgs& a, cudaStream_t s) {
+    cudaError_t e = cudaSuccess;
+    if (!sm90::covers(a)) {
+        with_head_dim(a.d, [&](auto D) { e = mma_backward<T, decltype(D)::value>(a, s); });
+        return e;
+    }
+    sm90::with_dn(a.d, [&](auto D) {
+        constexpr int DN = decltype(D)::value;
+        e = a.nsplit == 1 ? sm90::launch_dkdv<T, DN>(a, s) : launch_dkdv<T, typename Tiles<sm90::Dim<DN>::D>::Dkdv>(a, s);
+        if (e == cudaSuccess) e = sm90::launch_dq<T, DN>(a, s);
     });
     return e;
 }
@@ -341,7 +361,7 @@ inline cudaError_t backward(const Problem& p, void* ws, size_t ws_bytes, cudaStr
         visit_float(p.t, [&](auto t) {
             using T = decltype(t);
             if constexpr (!std::is_same_v<T, float>) {
-                with_head_dim(p.d, [&](auto D) { e = mma_backward<T, decltype(D)::value>(a, s); });
+                e = backward_passes<T>(a, s);
                 if (e == cudaSuccess && a.nsplit > 1) {
                     const int64_t n = int64_t(p.B) * p.S * p.H * p.d;
                     reduce_parts<T><<<grid_for(n, 256), 256, 0, s>>>(a.part, a.nsplit, n, static_cast<T*>(p.grad_k), static_cast<T*>(p.grad_v));

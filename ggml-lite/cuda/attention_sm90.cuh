@@ -1,0 +1,496 @@
+// sm_90a flash attention on wgmma: the forward and the backward's two passes (dK/dV, dQ) for head
+// dims 40, 64 and 80 without a causal mask (SD's self- and cross-attention). attention_impl.cuh
+// takes them in place of the mma.sync kernels (attention_mma*.cuh) when the binary carries their
+// sm_90a bodies (usable()); the backward's dK/dV pass only when it needs no query split.
+//
+// Every smem tile is R rows x D columns (D = the head dim padded to 16) stored as 8-column planes:
+// element (r, c) at byte (c / 8) * R * 16 + r * 16 + (c % 8) * 2. Each 8 x 8 block is one 128-byte
+// core matrix, so one tile serves, without a swizzle or a transpose, as the K-major operand of a
+// product over the head dim (S = Q K^T: lbo = the plane stride, sbo = 128) and as the N-major
+// operand of a product over its rows (dV += P^T dO: lbo = 128, sbo = the plane stride). The planes
+// past the head dim are zeroed once; rows past the sequence are zero-filled by the loads, which
+// makes their products vanish (a zero query row gives dV, dK contributions of 0 dO and 0 Q; a zero
+// key row gives 0 in dQ = dS K), so only the forward masks keys.
+//
+// Warpgroup w of a 256-thread CTA owns 64 rows (keys in dK/dV, queries in dQ and the forward). The
+// scores are m64n64k16 products from smem (SS); the outputs are m64nDNk16 products whose A operand is
+// the just-computed P or dS in registers (an m64n64 accumulator's n8 blocks 2kk, 2kk+1 are k-step
+// kk's A fragment). fp32 accumulators; the forward's tiles double-buffered with cp.async, the
+// backward's in three stages, so that a block's output products (dV, dK or dQ) stay in flight
+// while the next block's score products are issued (they are waited for with those). The dK/dV kernel runs
+// one CTA per SM (151 registers at DN = 40; two CTAs spill), the others two up to DN = 64.
+//   dkdv_kernel: 128 keys per CTA, loops over 64-query blocks: S^T = K Q^T, dP^T = V dO^T,
+//                P^T = exp(S^T scale - lse), dS^T = P^T (dP^T - delta), dV += P^T dO, dK += dS^T Q.
+//   dq_kernel:   128 queries per CTA, loops over 64-key blocks: S = Q K^T, dP = dO V^T, dQ += dS K.
+//   fwd_kernel:  128 queries per CTA, loops over 64-key blocks: online softmax (exp2, log2e folded
+//                into the scale), O += P V; lse = max * scale + log(sum).
+// Deterministic: every output element is summed by one thread in a fixed order.
+#pragma once
+#include <cstdlib>
+
+#include "ggml-lite/cuda/attention_mma.cuh"
+#include "ggml-lite/cuda/wgmma_rs.cuh"
+
+namespace gl::attn::sm90 {
+
+constexpr int kThreads = 256;  // two warpgroups
+
+template <int DN> struct Dim {
+    static_assert(DN % 8 == 0 && DN <= 80, "head dims up to 80");
+    static constexpr int D = (DN + 15) / 16 * 16;  // K of the score products
+    static constexpr int P = D / 8, LP = DN / 8;    // planes, planes loaded
+};
+
+// Rows [r0, r0 + R) of one head's [n, 8 * LP] matrix (rows ld elements apart) into the plane tile at
+// `tile` (rows >= n zero-filled). Consecutive threads take consecutive rows of one plane.
+template <class T, int R, int LP>
+__device__ __forceinline__ void load_planes(uint32_t tile, const T* g, int r0, int n, int ld, int tid) {
+#pragma unroll
+    for (int it = 0; it < ceil_div(R * LP, kThreads); ++it) {
+        const int idx = it * kThreads + tid;
+        if ((R * LP) % kThreads != 0 && idx >= R * LP) break;
+        const int r = idx % R, c = idx / R;
+        const bool ok = r0 + r < n;
+        cp_async<16>(tile + uint32_t(c * R * 16 + r * 16), ok ? g + int64_t(r0 + r) * ld + c * 8 : g, ok ? 16 : 0);
+    }
+}
+// Zeroes planes [LP, P) of an R-row tile (plain stores: a fence.proxy.async must follow before wgmma).
+template <int R, int LP, int P>
+__device__ __forceinline__ void zero_pad(unsigned char* tile, int tid) {
+    for (int i = tid; i < (P - LP) * R; i += kThreads) *reinterpret_cast<uint4*>(tile + LP * R * 16 + i * 16) = make_uint4(0, 0, 0, 0);
+}
+// K-major over the head dim: k-step ks covers planes 2ks, 2ks + 1; rows from row0.
+template <int R>
+__device__ __forceinline__ uint64_t kdesc(uint32_t tile, int row0, int ks) {
+    return gemm::interleave_desc(tile + uint32_t(ks * 2 * R * 16 + row0 * 16), R * 16, 128);
+}
+// N-major over the head dim, K = the tile's rows: k-step kk covers rows 16kk .. 16kk + 15.
+template <int R>
+__device__ __forceinline__ uint64_t ndesc(uint32_t tile, int kk) {
+    return gemm::interleave_desc(tile + uint32_t(kk * 256), 128, R * 16);
+}
+// A fragments of rows row0 .. row0 + 15 (this warp's 16 of a warpgroup's 64) over the head dim of an
+// R-row plane tile: ldmatrix x4, lanes 0-15 rows of plane 2ks, lanes 16-31 of plane 2ks + 1.
+template <int R, int NK>
+__device__ __forceinline__ void load_afrags(uint32_t (&f)[NK][4], uint32_t tile, int row0, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < NK; ++ks) ldsm_x4(f[ks], tile + uint32_t((2 * ks + (lane >> 4)) * R * 16 + (row0 + (lane & 15)) * 16));
+}
+// S (m64n64) = A B over the head dim: A from registers (RS) or from the plane tile (SS).
+template <class T, bool RS, int RA, int RB, int NK>
+__device__ __forceinline__ void scores(float (&acc)[32], const uint32_t (&af)[RS ? NK : 1][4], uint32_t ta, int arow, uint32_t tb) {
+#pragma unroll
+    for (int ks = 0; ks < NK; ++ks) {
+        if constexpr (RS) gemm::WgmmaRS<64, T, 0>::run(acc, af[ks], kdesc<RB>(tb, 0, ks), ks > 0);
+        else gemm::Wgmma<64, T, 0, 0>::run(acc, kdesc<RA>(ta, arow, ks), kdesc<RB>(tb, 0, ks), ks > 0);
+    }
+}
+// k-step kk's A fragment from an m64nN accumulator (n8 blocks 2kk, 2kk + 1), rounded to T.
+template <class T, int N>
+__device__ __forceinline__ void frag(uint32_t (&a)[4], const float (&c)[N], int kk) {
+#pragma unroll
+    for (int x = 0; x < 4; ++x) a[x] = pack2<T>(c[8 * kk + 2 * x], c[8 * kk + 2 * x + 1]);
+}
+template <int N>
+__device__ __forceinline__ void pin_all(float (&c)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) gemm::pin(c[i]);
+}
+template <int N>
+__device__ __forceinline__ void zero_all(float (&c)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) c[i] = 0.f;
+}
+// acc (m64nDN) * mul -> rows row0 (+8) of a [n, DN] global matrix (rows ld apart); rows >= n skipped.
+template <class T, int DN>
+__device__ __forceinline__ void store_acc(T* g, const float (&acc)[DN / 2], float mul0, float mul1, int row0, int n, int ld, int t) {
+#pragma unroll
+    for (int j = 0; j < DN / 8; ++j) {
+        const int c = 8 * j + 2 * t;
+        if (row0 < n) *reinterpret_cast<uint32_t*>(g + int64_t(row0) * ld + c) = pack2<T>(acc[4 * j] * mul0, acc[4 * j + 1] * mul0);
+        if (row0 + 8 < n)
+            *reinterpret_cast<uint32_t*>(g + int64_t(row0 + 8) * ld + c) = pack2<T>(acc[4 * j + 2] * mul1, acc[4 * j + 3] * mul1);
+    }
+}
+
+// Shared-memory bytes of the three kernels.
+template <int DN> struct Smem {
+    static constexpr int P = Dim<DN>::P;
+    static constexpr int t64 = 64 * 16 * P, t128 = 128 * 16 * P;
+    static constexpr int dkdv = 2 * t128 + 6 * t64 + 6 * 64 * 4;  // K, V; [3] x (Q, dO); [3] x (lse, delta)
+    static constexpr int dq = 2 * t128 + 6 * t64;                 // Q, dO; [3] x (K, V)
+    static constexpr int fwd = t128 + 4 * t64;                    // Q; [2] x (K, V)
+};
+
+// ---------------- backward: dK, dV ----------------
+
+template <class T, int DN, bool RS = (DN <= 64)>
+__global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(MmaArgs a) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using G = Dim<DN>;
+    using S = Smem<DN>;
+    constexpr int BN = 128, BM = 64, NK = G::D / 16;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t sK = smem_u32(smem), sV = sK + S::t128, sQ0 = sV + S::t128;  // stage s: Q at sQ0 + 2s t64, dO after it
+    float* sL = reinterpret_cast<float*>(smem + 2 * S::t128 + 6 * S::t64);       // [3][BM]
+    float* sDl = sL + 3 * BM;                                                     // [3][BM]
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w4 = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+    const int h = blockIdx.y, b = blockIdx.z, n0 = blockIdx.x * BN, ld = a.H * a.d;
+    const int64_t head = int64_t(b) * a.H + h;
+    const T* q = static_cast<const T*>(a.q) + (int64_t(b) * a.L * a.H + h) * a.d;
+    const T* go = static_cast<const T*>(a.go) + (int64_t(b) * a.L * a.H + h) * a.d;
+    const T* k = static_cast<const T*>(a.k) + (int64_t(b) * a.S * a.H + h) * a.d;
+    const T* v = static_cast<const T*>(a.v) + (int64_t(b) * a.S * a.H + h) * a.d;
+    const float* lse = a.lse + head * a.L;
+    const float* delta = a.delta + head * a.L;
+    if constexpr (G::LP < G::P) {
+        zero_pad<BN, G::LP, G::P>(smem, tid);
+        zero_pad<BN, G::LP, G::P>(smem + S::t128, tid);
+#pragma unroll
+        for (int x = 0; x < 6; ++x) zero_pad<BM, G::LP, G::P>(smem + 2 * S::t128 + x * S::t64, tid);
+    }
+    auto load_stage = [&](int st, int qb) {
+        load_planes<T, BM, G::LP>(sQ0 + 2 * st * S::t64, q, qb * BM, a.L, ld, tid);
+        load_planes<T, BM, G::LP>(sQ0 + (2 * st + 1) * S::t64, go, qb * BM, a.L, ld, tid);
+        load_vec<BM, kThreads>(sL + st * BM, lse, qb * BM, a.L, tid);
+        load_vec<BM, kThreads>(sDl + st * BM, delta, qb * BM, a.L, tid);
+    };
+    load_planes<T, BN, G::LP>(sK, k, n0, a.S, ld, tid);
+    load_planes<T, BN, G::LP>(sV, v, n0, a.S, ld, tid);
+    cp_async_commit();
+    load_stage(0, 0);
+    cp_async_commit();
+    uint32_t kf[RS ? NK : 1][4], vf[RS ? NK : 1][4];  // this warp's K and V rows as A fragments
+    if constexpr (RS) {
+        cp_async_wait<1>();
+        __syncthreads();
+        load_afrags<BN, NK>(kf, sK, wg * 64 + w4 * 16, lane);
+        load_afrags<BN, NK>(vf, sV, wg * 64 + w4 * 16, lane);
+    }
+
+    float dk[DN / 2], dv[DN / 2];  // set by the first block's products (scale-d 0)
+    const float sl2 = a.scale_log2;
+    const int nqb = ceil_div(a.L, BM);
+
+    for (int qb = 0; qb < nqb; ++qb) {
+        const int cur = qb % 3;
+        cp_async_wait<0>();
+        gemm::fence_proxy_async();
+        __syncthreads();  // stage cur is in smem for all; both warpgroups retired the products of block qb - 2
+        if (qb + 1 < nqb) load_stage((qb + 1) % 3, qb + 1);
+        cp_async_commit();
+        const uint32_t cQ = sQ0 + 2 * cur * S::t64, cG = cQ + S::t64;
+        const float* cL = sL + cur * BM;
+        const float* cD = sDl + cur * BM;
+
+        float st[32], dp[32];  // no zeroing: the first k-step overwrites (scale-d 0)
+        gemm::wgmma_fence();
+        scores<T, RS, BN, BM, NK>(st, kf, sK, wg * 64, cQ);
+        gemm::wgmma_commit();
+        scores<T, RS, BN, BM, NK>(dp, vf, sV, wg * 64, cG);
+        gemm::wgmma_commit();
+        gemm::wgmma_wait<1>();  // block qb - 1's dV, dK and these scores
+        pin_all(st);
+        // P^T = exp(S^T scale - lse[query]): accumulator 4j + e is key row g (+8 for e >= 2),
+        // query column 8j + 2t (+1 for odd e).
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const float l0 = cL[8 * j + 2 * t] * kLog2e, l1 = cL[8 * j + 2 * t + 1] * kLog2e;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) st[4 * j + e] = ex2(fmaf(st[4 * j + e], sl2, -((e & 1) ? l1 : l0)));
+        }
+        gemm::wgmma_wait<0>();
+        pin_all(dp);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const float d0 = cD[8 * j + 2 * t], d1 = cD[8 * j + 2 * t + 1];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dp[4 * j + e] = st[4 * j + e] * (dp[4 * j + e] - ((e & 1) ? d1 : d0));
+        }
+        uint32_t pa[4][4], sa[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            frag<T>(pa[kk], st, kk);
+            frag<T>(sa[kk], dp, kk);
+        }
+        gemm::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) gemm::WgmmaRS<DN, T, 1>::run(dv, pa[kk], ndesc<BM>(cG, kk), qb > 0 || kk > 0);
+        gemm::wgmma_commit();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) gemm::WgmmaRS<DN, T, 1>::run(dk, sa[kk], ndesc<BM>(cQ, kk), qb > 0 || kk > 0);
+        gemm::wgmma_commit();
+    }
+    gemm::wgmma_wait<0>();
+    pin_all(dk);
+    pin_all(dv);
+    cp_async_wait<0>();
+    const int row = n0 + wg * 64 + w4 * 16 + g;
+    store_acc<T, DN>(static_cast<T*>(a.dk) + (int64_t(b) * a.S * a.H + h) * a.d, dk, a.scale, a.scale, row, a.S, ld, t);
+    store_acc<T, DN>(static_cast<T*>(a.dv) + (int64_t(b) * a.S * a.H + h) * a.d, dv, 1.f, 1.f, row, a.S, ld, t);
+#else
+    __trap();  // not built for sm_90a; usable() keeps the dispatch away
+#endif
+}
+
+// ---------------- backward: dQ ----------------
+
+template <class T, int DN, bool RS = false>
+__global__ void __launch_bounds__(kThreads, DN <= 48 && !RS ? 2 : 1) dq_kernel(MmaArgs a) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using G = Dim<DN>;
+    using S = Smem<DN>;
+    constexpr int BM = 128, BN = 64, NK = G::D / 16;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t sQ = smem_u32(smem), sG = sQ + S::t128, sK0 = sG + S::t128;  // stage s: K at sK0 + 2s t64, V after it
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w4 = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+    const int m0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, ld = a.H * a.d;
+    const int64_t head = int64_t(b) * a.H + h;
+    const T* q = static_cast<const T*>(a.q) + (int64_t(b) * a.L * a.H + h) * a.d;
+    const T* go = static_cast<const T*>(a.go) + (int64_t(b) * a.L * a.H + h) * a.d;
+    const T* k = static_cast<const T*>(a.k) + (int64_t(b) * a.S * a.H + h) * a.d;
+    const T* v = static_cast<const T*>(a.v) + (int64_t(b) * a.S * a.H + h) * a.d;
+    if constexpr (G::LP < G::P) {
+        zero_pad<BM, G::LP, G::P>(smem, tid);
+        zero_pad<BM, G::LP, G::P>(smem + S::t128, tid);
+#pragma unroll
+        for (int x = 0; x < 6; ++x) zero_pad<BN, G::LP, G::P>(smem + 2 * S::t128 + x * S::t64, tid);
+    }
+    auto load_stage = [&](int st, int kb) {
+        load_planes<T, BN, G::LP>(sK0 + 2 * st * S::t64, k, kb * BN, a.S, ld, tid);
+        load_planes<T, BN, G::LP>(sK0 + (2 * st + 1) * S::t64, v, kb * BN, a.S, ld, tid);
+    };
+    load_planes<T, BM, G::LP>(sQ, q, m0, a.L, ld, tid);
+    load_planes<T, BM, G::LP>(sG, go, m0, a.L, ld, tid);
+    cp_async_commit();
+    load_stage(0, 0);
+    cp_async_commit();
+    uint32_t qf[RS ? NK : 1][4], gf[RS ? NK : 1][4];  // this warp's Q and dO rows as A fragments
+    if constexpr (RS) {
+        cp_async_wait<1>();
+        __syncthreads();
+        load_afrags<BM, NK>(qf, sQ, wg * 64 + w4 * 16, lane);
+        load_afrags<BM, NK>(gf, sG, wg * 64 + w4 * 16, lane);
+    }
+
+    const int row = m0 + wg * 64 + w4 * 16 + g;  // and row + 8
+    float lse2[2], dl[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int i = row + 8 * r;
+        lse2[r] = i < a.L ? a.lse[head * a.L + i] * kLog2e : 0.f;
+        dl[r] = i < a.L ? a.delta[head * a.L + i] : 0.f;
+    }
+    float dq[DN / 2];
+    zero_all(dq);
+    const float sl2 = a.scale_log2;
+    const int nkb = ceil_div(a.S, BN);
+    for (int kb = 0; kb < nkb; ++kb) {
+        const int cur = kb % 3;
+        cp_async_wait<0>();
+        gemm::fence_proxy_async();
+        __syncthreads();  // stage cur is in smem for all; both warpgroups retired the products of block kb - 2
+        if (kb + 1 < nkb) load_stage((kb + 1) % 3, kb + 1);
+        cp_async_commit();
+        const uint32_t cK = sK0 + 2 * cur * S::t64, cV = cK + S::t64;
+
+        float s[32], dp[32];
+        gemm::wgmma_fence();
+        scores<T, RS, BM, BN, NK>(s, qf, sQ, wg * 64, cK);
+        gemm::wgmma_commit();
+        scores<T, RS, BM, BN, NK>(dp, gf, sG, wg * 64, cV);
+        gemm::wgmma_commit();
+        gemm::wgmma_wait<1>();  // block kb - 1's dQ and these scores
+        pin_all(s);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s[i] = ex2(fmaf(s[i], sl2, -lse2[(i >> 1) & 1]));
+        gemm::wgmma_wait<0>();
+        pin_all(dp);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) dp[i] = s[i] * (dp[i] - dl[(i >> 1) & 1]);
+        uint32_t sa[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) frag<T>(sa[kk], dp, kk);
+        gemm::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) gemm::WgmmaRS<DN, T, 1>::run(dq, sa[kk], ndesc<BN>(cK, kk), 1);
+        gemm::wgmma_commit();
+    }
+    gemm::wgmma_wait<0>();
+    pin_all(dq);
+    cp_async_wait<0>();
+    store_acc<T, DN>(static_cast<T*>(a.o) + (int64_t(b) * a.L * a.H + h) * a.d, dq, a.scale, a.scale, row, a.L, ld, t);
+#else
+    __trap();
+#endif
+}
+
+// ---------------- forward ----------------
+
+template <class T, int DN, bool RS = (DN <= 64)>
+__global__ void __launch_bounds__(kThreads, DN <= 64 ? 2 : 1) fwd_kernel(MmaArgs a) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using G = Dim<DN>;
+    using S = Smem<DN>;
+    constexpr int BM = 128, BN = 64, NK = G::D / 16;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t sQ = smem_u32(smem), sK0 = sQ + S::t128;  // stage s: K at sK0 + 2s t64, V after it
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w4 = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+    const int m0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, ld = a.H * a.d;
+    const T* q = static_cast<const T*>(a.q) + (int64_t(b) * a.L * a.H + h) * a.d;
+    const T* k = static_cast<const T*>(a.k) + (int64_t(b) * a.S * a.H + h) * a.d;
+    const T* v = static_cast<const T*>(a.v) + (int64_t(b) * a.S * a.H + h) * a.d;
+    if constexpr (G::LP < G::P) {
+        zero_pad<BM, G::LP, G::P>(smem, tid);
+#pragma unroll
+        for (int x = 0; x < 4; ++x) zero_pad<BN, G::LP, G::P>(smem + S::t128 + x * S::t64, tid);
+    }
+    auto load_stage = [&](int st, int kb) {
+        load_planes<T, BN, G::LP>(sK0 + 2 * st * S::t64, k, kb * BN, a.S, ld, tid);
+        load_planes<T, BN, G::LP>(sK0 + (2 * st + 1) * S::t64, v, kb * BN, a.S, ld, tid);
+    };
+    load_planes<T, BM, G::LP>(sQ, q, m0, a.L, ld, tid);
+    cp_async_commit();
+    load_stage(0, 0);
+    cp_async_commit();
+    uint32_t qf[RS ? NK : 1][4];  // this warp's Q rows as A fragments
+    if constexpr (RS) {
+        cp_async_wait<1>();
+        __syncthreads();
+        load_afrags<BM, NK>(qf, sQ, wg * 64 + w4 * 16, lane);
+    }
+
+    float o[DN / 2], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+    zero_all(o);
+    const float sl2 = a.scale_log2;
+    const int nkb = ceil_div(a.S, BN);
+    for (int kb = 0; kb < nkb; ++kb) {
+        const int cur = kb & 1, n0 = kb * BN;
+        cp_async_wait<0>();
+        gemm::fence_proxy_async();
+        __syncthreads();
+        if (kb + 1 < nkb) load_stage(cur ^ 1, kb + 1);
+        cp_async_commit();
+        const uint32_t cK = sK0 + 2 * cur * S::t64, cV = cK + S::t64;
+
+        float s[32];
+        gemm::wgmma_fence();
+        scores<T, RS, BM, BN, NK>(s, qf, sQ, wg * 64, cK);
+        gemm::wgmma_commit();
+        gemm::wgmma_wait<0>();
+        pin_all(s);
+        if (n0 + BN > a.S) {
+#pragma unroll
+            for (int i = 0; i < 32; ++i)
+                if (n0 + 8 * (i >> 2) + 2 * t + (i & 1) >= a.S) s[i] = -INFINITY;
+        }
+        // Online softmax over the two rows (r = 0: row g, r = 1: row g + 8); l stays a per-thread
+        // partial sum until the epilogue.
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx = mrow[r];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+            mx = quad_max(mx);
+            const float mb = mx == -INFINITY ? 0.f : mx * sl2;
+            const float alpha = ex2(mrow[r] * sl2 - mb);
+            mrow[r] = mx;
+            float rs = 0.f;
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 2 * r; e < 2 * r + 2; ++e) {
+                    const float p = ex2(fmaf(s[4 * j + e], sl2, -mb));
+                    s[4 * j + e] = p;
+                    rs += p;
+                }
+            lrow[r] = lrow[r] * alpha + rs;
+#pragma unroll
+            for (int j = 0; j < DN / 8; ++j) {
+                o[4 * j + 2 * r] *= alpha;
+                o[4 * j + 2 * r + 1] *= alpha;
+            }
+        }
+        uint32_t pa[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) frag<T>(pa[kk], s, kk);
+        gemm::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) gemm::WgmmaRS<DN, T, 1>::run(o, pa[kk], ndesc<BN>(cV, kk), 1);
+        gemm::wgmma_commit();
+        gemm::wgmma_wait<0>();
+        pin_all(o);
+    }
+    cp_async_wait<0>();
+    const int row = m0 + wg * 64 + w4 * 16 + g;
+    float inv[2];
+    float* lse = a.lse_out + (int64_t(b) * a.H + h) * a.L;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float l = quad_sum(lrow[r]);
+        inv[r] = l > 0.f ? 1.f / l : 0.f;
+        if (t == 0 && row + 8 * r < a.L) lse[row + 8 * r] = mrow[r] * a.scale + logf(l);
+    }
+    store_acc<T, DN>(static_cast<T*>(a.o) + (int64_t(b) * a.L * a.H + h) * a.d, o, inv[0], inv[1], row, a.L, ld, t);
+#else
+    __trap();
+#endif
+}
+
+// ---------------- host side ----------------
+
+// Calls f(std::integral_constant<int, DN>) for the head dims these kernels cover; false otherwise.
+template <class F>
+bool with_dn(int d, F&& f) {
+    if (d == 40) f(std::integral_constant<int, 40>{});
+    else if (d == 64) f(std::integral_constant<int, 64>{});
+    else if (d == 80) f(std::integral_constant<int, 80>{});
+    else return false;
+    return true;
+}
+
+// Whether the loaded binary has the sm_90a bodies and the current device runs them. The
+// environment variable GL_ATTENTION_MMA_SYNC=1 turns these kernels off (for comparisons).
+inline bool usable() {
+    static thread_local int cached_dev = -1;
+    static thread_local bool ok = false;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (dev != cached_dev) {
+        int major = 0;
+        cudaFuncAttributes fa{};
+        const char* off = std::getenv("GL_ATTENTION_MMA_SYNC");
+        ok = !(off && off[0] == '1') && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+             major == 9 && cudaFuncGetAttributes(&fa, dkdv_kernel<__nv_bfloat16, 40>) == cudaSuccess && fa.binaryVersion == 90;
+        cudaGetLastError();
+        cached_dev = dev;
+    }
+    return ok;
+}
+// The shapes where they beat the mma.sync kernels on the H200 (bench/attention_check.cu): not for
+// cross-attention's few keys (77: the mma.sync passes are faster there).
+inline bool covers(const MmaArgs& a) { return !a.causal && a.L > 0 && a.S >= 256 && (a.d == 40 || a.d == 64 || a.d == 80) && usable(); }
+
+template <class T, int DN, bool RS = (DN <= 64)>
+cudaError_t launch_fwd(const MmaArgs& a, cudaStream_t s) {
+    static const cudaError_t ready = allow_smem(fwd_kernel<T, DN, RS>, Smem<DN>::fwd);
+    if (ready != cudaSuccess) return ready;
+    fwd_kernel<T, DN, RS><<<dim3(ceil_div(a.L, 128), a.H, a.B), kThreads, Smem<DN>::fwd, s>>>(a);
+    return cudaGetLastError();
+}
+template <class T, int DN, bool RS = (DN <= 64)>
+cudaError_t launch_dkdv(const MmaArgs& a, cudaStream_t s) {
+    static const cudaError_t ready = allow_smem(dkdv_kernel<T, DN, RS>, Smem<DN>::dkdv);
+    if (ready != cudaSuccess) return ready;
+    dkdv_kernel<T, DN, RS><<<dim3(ceil_div(a.S, 128), a.H, a.B), kThreads, Smem<DN>::dkdv, s>>>(a);
+    return cudaGetLastError();
+}
+template <class T, int DN, bool RS = false>
+cudaError_t launch_dq(const MmaArgs& a, cudaStream_t s) {
+    static const cudaError_t ready = allow_smem(dq_kernel<T, DN, RS>, Smem<DN>::dq);
+    if (ready != cudaSuccess) return ready;
+    dq_kernel<T, DN, RS><<<dim3(ceil_div(a.L, 128), a.H, a.B), kThreads, Smem<DN>::dq, s>>>(a);
+    return cudaGetLastError();
+}
+
+}  // namespace gl::attn::sm90
