@@ -333,8 +333,20 @@ struct Bench {
         const float tk = time_ms([&] { CK(sm90::launch_dkdv<__nv_bfloat16, DN>(a, 0)); }, 10);
         const float tq = time_ms([&] { CK(sm90::launch_dq<__nv_bfloat16, DN>(aq, 0)); }, 10);
         CK(cudaDeviceSynchronize());
+        // Variants: register-A scores in dQ, one warpgroup per CTA (more CTAs per SM, not in lockstep).
         const float tq2 = time_ms([&] { CK(sm90::launch_dq<__nv_bfloat16, DN, true>(aq, 0)); }, 10);
         std::printf("   wgmma d%d: dq with register A %.3f ms (err %.1e)\n", DN, tq2, nerr(download(dq, DType::bf16, nq), q0));
+        const float tq3 = time_ms([&] { CK(sm90::launch_dq<__nv_bfloat16, DN, false, 1>(aq, 0)); }, 10);
+        std::printf("   wgmma d%d: dq one warpgroup per CTA %.3f ms (err %.1e)\n", DN, tq3, nerr(download(dq, DType::bf16, nq), q0));
+        const float tq4 = time_ms([&] { CK(sm90::launch_dq<__nv_bfloat16, DN, true, 1>(aq, 0)); }, 10);
+        std::printf("   wgmma d%d: dq one warpgroup, register A %.3f ms (err %.1e)\n", DN, tq4, nerr(download(dq, DType::bf16, nq), q0));
+        const float tk2 = time_ms([&] { CK(sm90::launch_dkdv<__nv_bfloat16, DN, (DN <= 64), 1>(a, 0)); }, 10);
+        std::printf("   wgmma d%d: dkdv one warpgroup per CTA %.3f ms (err dk %.1e dv %.1e)\n", DN, tk2,
+                    nerr(download(dk, DType::bf16, nk), k0), nerr(download(dv, DType::bf16, nk), v0));
+        const float tf2 = time_ms([&] { CK(sm90::launch_fwd<__nv_bfloat16, DN, (DN <= 64), 1>(a, 0)); }, 10);
+        std::printf("   wgmma d%d: fwd one warpgroup per CTA %.3f ms (err %.1e)\n", DN, tf2, nerr(download(o, DType::bf16, nq), o0));
+        CK(sm90::launch_fwd<__nv_bfloat16, DN>(a, 0));
+        CK(sm90::launch_dkdv<__nv_bfloat16, DN>(a, 0));
         CK(sm90::launch_dq<__nv_bfloat16, DN>(aq, 0));
         CK(cudaDeviceSynchronize());
         std::printf("   wgmma d%d: fwd %.3f ms %.0f TF/s | dkdv %.3f ms | dq %.3f ms | bwd passes %.0f TF/s (err o %.1e dq %.1e dk %.1e dv %.1e)\n",

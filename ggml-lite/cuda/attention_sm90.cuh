@@ -33,7 +33,6 @@
 
 namespace gl::attn::sm90 {
 
-constexpr int kThreads = 256;  // two warpgroups
 
 template <int DN> struct Dim {
     static_assert(DN % 8 == 0 && DN <= 80, "head dims up to 80");
@@ -43,21 +42,21 @@ template <int DN> struct Dim {
 
 // Rows [r0, r0 + R) of one head's [n, 8 * LP] matrix (rows ld elements apart) into the plane tile at
 // `tile` (rows >= n zero-filled). Consecutive threads take consecutive rows of one plane.
-template <class T, int R, int LP>
+template <class T, int R, int LP, int NT>
 __device__ __forceinline__ void load_planes(uint32_t tile, const T* g, int r0, int n, int ld, int tid) {
 #pragma unroll
-    for (int it = 0; it < ceil_div(R * LP, kThreads); ++it) {
-        const int idx = it * kThreads + tid;
-        if ((R * LP) % kThreads != 0 && idx >= R * LP) break;
+    for (int it = 0; it < ceil_div(R * LP, NT); ++it) {
+        const int idx = it * NT + tid;
+        if ((R * LP) % NT != 0 && idx >= R * LP) break;
         const int r = idx % R, c = idx / R;
         const bool ok = r0 + r < n;
         cp_async<16>(tile + uint32_t(c * R * 16 + r * 16), ok ? g + int64_t(r0 + r) * ld + c * 8 : g, ok ? 16 : 0);
     }
 }
 // Zeroes planes [LP, P) of an R-row tile (plain stores: a fence.proxy.async must follow before wgmma).
-template <int R, int LP, int P>
+template <int R, int LP, int P, int NT>
 __device__ __forceinline__ void zero_pad(unsigned char* tile, int tid) {
-    for (int i = tid; i < (P - LP) * R; i += kThreads) *reinterpret_cast<uint4*>(tile + LP * R * 16 + i * 16) = make_uint4(0, 0, 0, 0);
+    for (int i = tid; i < (P - LP) * R; i += NT) *reinterpret_cast<uint4*>(tile + LP * R * 16 + i * 16) = make_uint4(0, 0, 0, 0);
 }
 // K-major over the head dim: k-step ks covers planes 2ks, 2ks + 1; rows from row0.
 template <int R>
@@ -113,26 +112,27 @@ __device__ __forceinline__ void store_acc(T* g, const float (&acc)[DN / 2], floa
     }
 }
 
-// Shared-memory bytes of the three kernels.
-template <int DN> struct Smem {
+// Shared-memory bytes of the three kernels for NWG warpgroups per CTA (tw: a tile of the CTA's
+// own 64 * NWG rows, t64: a tile of the 64 rows of one step).
+template <int DN, int NWG> struct Smem {
     static constexpr int P = Dim<DN>::P;
-    static constexpr int t64 = 64 * 16 * P, t128 = 128 * 16 * P;
-    static constexpr int dkdv = 2 * t128 + 6 * t64 + 6 * 64 * 4;  // K, V; [3] x (Q, dO); [3] x (lse, delta)
-    static constexpr int dq = 2 * t128 + 6 * t64;                 // Q, dO; [3] x (K, V)
-    static constexpr int fwd = t128 + 4 * t64;                    // Q; [2] x (K, V)
+    static constexpr int t64 = 64 * 16 * P, tw = NWG * t64;
+    static constexpr int dkdv = 2 * tw + 6 * t64 + 6 * 64 * 4;  // K, V; [3] x (Q, dO); [3] x (lse, delta)
+    static constexpr int dq = 2 * tw + 6 * t64;                 // Q, dO; [3] x (K, V)
+    static constexpr int fwd = tw + 4 * t64;                    // Q; [2] x (K, V)
 };
 
 // ---------------- backward: dK, dV ----------------
 
-template <class T, int DN, bool RS = (DN <= 64)>
-__global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(MmaArgs a) {
+template <class T, int DN, bool RS = (DN <= 64), int NWG = 2>
+__global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 2 : 1) dkdv_kernel(MmaArgs a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using G = Dim<DN>;
-    using S = Smem<DN>;
-    constexpr int BN = 128, BM = 64, NK = G::D / 16;
+    using S = Smem<DN, NWG>;
+    constexpr int NT = 128 * NWG, BN = 64 * NWG, BM = 64, NK = G::D / 16;
     extern __shared__ __align__(128) unsigned char smem[];
-    const uint32_t sK = smem_u32(smem), sV = sK + S::t128, sQ0 = sV + S::t128;  // stage s: Q at sQ0 + 2s t64, dO after it
-    float* sL = reinterpret_cast<float*>(smem + 2 * S::t128 + 6 * S::t64);       // [3][BM]
+    const uint32_t sK = smem_u32(smem), sV = sK + S::tw, sQ0 = sV + S::tw;  // stage s: Q at sQ0 + 2s t64, dO after it
+    float* sL = reinterpret_cast<float*>(smem + 2 * S::tw + 6 * S::t64);       // [3][BM]
     float* sDl = sL + 3 * BM;                                                     // [3][BM]
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w4 = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
     const int h = blockIdx.y, b = blockIdx.z, n0 = blockIdx.x * BN, ld = a.H * a.d;
@@ -144,19 +144,19 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(MmaArgs a) {
     const float* lse = a.lse + head * a.L;
     const float* delta = a.delta + head * a.L;
     if constexpr (G::LP < G::P) {
-        zero_pad<BN, G::LP, G::P>(smem, tid);
-        zero_pad<BN, G::LP, G::P>(smem + S::t128, tid);
+        zero_pad<BN, G::LP, G::P, NT>(smem, tid);
+        zero_pad<BN, G::LP, G::P, NT>(smem + S::tw, tid);
 #pragma unroll
-        for (int x = 0; x < 6; ++x) zero_pad<BM, G::LP, G::P>(smem + 2 * S::t128 + x * S::t64, tid);
+        for (int x = 0; x < 6; ++x) zero_pad<BM, G::LP, G::P, NT>(smem + 2 * S::tw + x * S::t64, tid);
     }
     auto load_stage = [&](int st, int qb) {
-        load_planes<T, BM, G::LP>(sQ0 + 2 * st * S::t64, q, qb * BM, a.L, ld, tid);
-        load_planes<T, BM, G::LP>(sQ0 + (2 * st + 1) * S::t64, go, qb * BM, a.L, ld, tid);
-        load_vec<BM, kThreads>(sL + st * BM, lse, qb * BM, a.L, tid);
-        load_vec<BM, kThreads>(sDl + st * BM, delta, qb * BM, a.L, tid);
+        load_planes<T, BM, G::LP, NT>(sQ0 + 2 * st * S::t64, q, qb * BM, a.L, ld, tid);
+        load_planes<T, BM, G::LP, NT>(sQ0 + (2 * st + 1) * S::t64, go, qb * BM, a.L, ld, tid);
+        load_vec<BM, NT>(sL + st * BM, lse, qb * BM, a.L, tid);
+        load_vec<BM, NT>(sDl + st * BM, delta, qb * BM, a.L, tid);
     };
-    load_planes<T, BN, G::LP>(sK, k, n0, a.S, ld, tid);
-    load_planes<T, BN, G::LP>(sV, v, n0, a.S, ld, tid);
+    load_planes<T, BN, G::LP, NT>(sK, k, n0, a.S, ld, tid);
+    load_planes<T, BN, G::LP, NT>(sV, v, n0, a.S, ld, tid);
     cp_async_commit();
     load_stage(0, 0);
     cp_async_commit();
@@ -235,14 +235,14 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(MmaArgs a) {
 
 // ---------------- backward: dQ ----------------
 
-template <class T, int DN, bool RS = false>
-__global__ void __launch_bounds__(kThreads, DN <= 48 && !RS ? 2 : 1) dq_kernel(MmaArgs a) {
+template <class T, int DN, bool RS = false, int NWG = 2>
+__global__ void __launch_bounds__(128 * NWG, (DN <= 48 && !RS ? 2 : 1) * (NWG == 1 ? 2 : 1)) dq_kernel(MmaArgs a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using G = Dim<DN>;
-    using S = Smem<DN>;
-    constexpr int BM = 128, BN = 64, NK = G::D / 16;
+    using S = Smem<DN, NWG>;
+    constexpr int NT = 128 * NWG, BM = 64 * NWG, BN = 64, NK = G::D / 16;
     extern __shared__ __align__(128) unsigned char smem[];
-    const uint32_t sQ = smem_u32(smem), sG = sQ + S::t128, sK0 = sG + S::t128;  // stage s: K at sK0 + 2s t64, V after it
+    const uint32_t sQ = smem_u32(smem), sG = sQ + S::tw, sK0 = sG + S::tw;  // stage s: K at sK0 + 2s t64, V after it
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w4 = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
     const int m0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, ld = a.H * a.d;
     const int64_t head = int64_t(b) * a.H + h;
@@ -251,17 +251,17 @@ __global__ void __launch_bounds__(kThreads, DN <= 48 && !RS ? 2 : 1) dq_kernel(M
     const T* k = static_cast<const T*>(a.k) + (int64_t(b) * a.S * a.H + h) * a.d;
     const T* v = static_cast<const T*>(a.v) + (int64_t(b) * a.S * a.H + h) * a.d;
     if constexpr (G::LP < G::P) {
-        zero_pad<BM, G::LP, G::P>(smem, tid);
-        zero_pad<BM, G::LP, G::P>(smem + S::t128, tid);
+        zero_pad<BM, G::LP, G::P, NT>(smem, tid);
+        zero_pad<BM, G::LP, G::P, NT>(smem + S::tw, tid);
 #pragma unroll
-        for (int x = 0; x < 6; ++x) zero_pad<BN, G::LP, G::P>(smem + 2 * S::t128 + x * S::t64, tid);
+        for (int x = 0; x < 6; ++x) zero_pad<BN, G::LP, G::P, NT>(smem + 2 * S::tw + x * S::t64, tid);
     }
     auto load_stage = [&](int st, int kb) {
-        load_planes<T, BN, G::LP>(sK0 + 2 * st * S::t64, k, kb * BN, a.S, ld, tid);
-        load_planes<T, BN, G::LP>(sK0 + (2 * st + 1) * S::t64, v, kb * BN, a.S, ld, tid);
+        load_planes<T, BN, G::LP, NT>(sK0 + 2 * st * S::t64, k, kb * BN, a.S, ld, tid);
+        load_planes<T, BN, G::LP, NT>(sK0 + (2 * st + 1) * S::t64, v, kb * BN, a.S, ld, tid);
     };
-    load_planes<T, BM, G::LP>(sQ, q, m0, a.L, ld, tid);
-    load_planes<T, BM, G::LP>(sG, go, m0, a.L, ld, tid);
+    load_planes<T, BM, G::LP, NT>(sQ, q, m0, a.L, ld, tid);
+    load_planes<T, BM, G::LP, NT>(sG, go, m0, a.L, ld, tid);
     cp_async_commit();
     load_stage(0, 0);
     cp_async_commit();
@@ -327,29 +327,29 @@ __global__ void __launch_bounds__(kThreads, DN <= 48 && !RS ? 2 : 1) dq_kernel(M
 
 // ---------------- forward ----------------
 
-template <class T, int DN, bool RS = (DN <= 64)>
-__global__ void __launch_bounds__(kThreads, DN <= 64 ? 2 : 1) fwd_kernel(MmaArgs a) {
+template <class T, int DN, bool RS = (DN <= 64), int NWG = 2>
+__global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 : 1)) fwd_kernel(MmaArgs a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using G = Dim<DN>;
-    using S = Smem<DN>;
-    constexpr int BM = 128, BN = 64, NK = G::D / 16;
+    using S = Smem<DN, NWG>;
+    constexpr int NT = 128 * NWG, BM = 64 * NWG, BN = 64, NK = G::D / 16;
     extern __shared__ __align__(128) unsigned char smem[];
-    const uint32_t sQ = smem_u32(smem), sK0 = sQ + S::t128;  // stage s: K at sK0 + 2s t64, V after it
+    const uint32_t sQ = smem_u32(smem), sK0 = sQ + S::tw;  // stage s: K at sK0 + 2s t64, V after it
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w4 = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
     const int m0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, ld = a.H * a.d;
     const T* q = static_cast<const T*>(a.q) + (int64_t(b) * a.L * a.H + h) * a.d;
     const T* k = static_cast<const T*>(a.k) + (int64_t(b) * a.S * a.H + h) * a.d;
     const T* v = static_cast<const T*>(a.v) + (int64_t(b) * a.S * a.H + h) * a.d;
     if constexpr (G::LP < G::P) {
-        zero_pad<BM, G::LP, G::P>(smem, tid);
+        zero_pad<BM, G::LP, G::P, NT>(smem, tid);
 #pragma unroll
-        for (int x = 0; x < 4; ++x) zero_pad<BN, G::LP, G::P>(smem + S::t128 + x * S::t64, tid);
+        for (int x = 0; x < 4; ++x) zero_pad<BN, G::LP, G::P, NT>(smem + S::tw + x * S::t64, tid);
     }
     auto load_stage = [&](int st, int kb) {
-        load_planes<T, BN, G::LP>(sK0 + 2 * st * S::t64, k, kb * BN, a.S, ld, tid);
-        load_planes<T, BN, G::LP>(sK0 + (2 * st + 1) * S::t64, v, kb * BN, a.S, ld, tid);
+        load_planes<T, BN, G::LP, NT>(sK0 + 2 * st * S::t64, k, kb * BN, a.S, ld, tid);
+        load_planes<T, BN, G::LP, NT>(sK0 + (2 * st + 1) * S::t64, v, kb * BN, a.S, ld, tid);
     };
-    load_planes<T, BM, G::LP>(sQ, q, m0, a.L, ld, tid);
+    load_planes<T, BM, G::LP, NT>(sQ, q, m0, a.L, ld, tid);
     cp_async_commit();
     load_stage(0, 0);
     cp_async_commit();
@@ -471,25 +471,25 @@ inline bool usable() {
 // cross-attention's few keys (77: the mma.sync passes are faster there).
 inline bool covers(const MmaArgs& a) { return !a.causal && a.L > 0 && a.S >= 256 && (a.d == 40 || a.d == 64 || a.d == 80) && usable(); }
 
-template <class T, int DN, bool RS = (DN <= 64)>
+template <class T, int DN, bool RS = (DN <= 64), int NWG = 2>
 cudaError_t launch_fwd(const MmaArgs& a, cudaStream_t s) {
-    static const cudaError_t ready = allow_smem(fwd_kernel<T, DN, RS>, Smem<DN>::fwd);
+    static const cudaError_t ready = allow_smem(fwd_kernel<T, DN, RS, NWG>, Smem<DN, NWG>::fwd);
     if (ready != cudaSuccess) return ready;
-    fwd_kernel<T, DN, RS><<<dim3(ceil_div(a.L, 128), a.H, a.B), kThreads, Smem<DN>::fwd, s>>>(a);
+    fwd_kernel<T, DN, RS, NWG><<<dim3(ceil_div(a.L, 64 * NWG), a.H, a.B), 128 * NWG, Smem<DN, NWG>::fwd, s>>>(a);
     return cudaGetLastError();
 }
-template <class T, int DN, bool RS = (DN <= 64)>
+template <class T, int DN, bool RS = (DN <= 64), int NWG = 2>
 cudaError_t launch_dkdv(const MmaArgs& a, cudaStream_t s) {
-    static const cudaError_t ready = allow_smem(dkdv_kernel<T, DN, RS>, Smem<DN>::dkdv);
+    static const cudaError_t ready = allow_smem(dkdv_kernel<T, DN, RS, NWG>, Smem<DN, NWG>::dkdv);
     if (ready != cudaSuccess) return ready;
-    dkdv_kernel<T, DN, RS><<<dim3(ceil_div(a.S, 128), a.H, a.B), kThreads, Smem<DN>::dkdv, s>>>(a);
+    dkdv_kernel<T, DN, RS, NWG><<<dim3(ceil_div(a.S, 64 * NWG), a.H, a.B), 128 * NWG, Smem<DN, NWG>::dkdv, s>>>(a);
     return cudaGetLastError();
 }
-template <class T, int DN, bool RS = false>
+template <class T, int DN, bool RS = false, int NWG = 2>
 cudaError_t launch_dq(const MmaArgs& a, cudaStream_t s) {
-    static const cudaError_t ready = allow_smem(dq_kernel<T, DN, RS>, Smem<DN>::dq);
+    static const cudaError_t ready = allow_smem(dq_kernel<T, DN, RS, NWG>, Smem<DN, NWG>::dq);
     if (ready != cudaSuccess) return ready;
-    dq_kernel<T, DN, RS><<<dim3(ceil_div(a.L, 128), a.H, a.B), kThreads, Smem<DN>::dq, s>>>(a);
+    dq_kernel<T, DN, RS, NWG><<<dim3(ceil_div(a.L, 64 * NWG), a.H, a.B), 128 * NWG, Smem<DN, NWG>::dq, s>>>(a);
     return cudaGetLastError();
 }
 
