@@ -345,6 +345,13 @@ struct Bench {
                     nerr(download(dk, DType::bf16, nk), k0), nerr(download(dv, DType::bf16, nk), v0));
         const float tf2 = time_ms([&] { CK(sm90::launch_fwd<__nv_bfloat16, DN, (DN <= 64), 1>(a, 0)); }, 10);
         std::printf("   wgmma d%d: fwd one warpgroup per CTA %.3f ms (err %.1e)\n", DN, tf2, nerr(download(o, DType::bf16, nq), o0));
+        const float tf3 = time_ms([&] { CK(sm90::launch_fwd<__nv_bfloat16, DN, (DN <= 64), 2, true>(a, 0)); }, 10);
+        std::printf("   wgmma d%d: fwd f16x2 exp2 %.3f ms (err %.1e)\n", DN, tf3, nerr(download(o, DType::bf16, nq), o0));
+        const float tk3 = time_ms([&] { CK(sm90::launch_dkdv<__nv_bfloat16, DN, (DN <= 64), 2, true>(a, 0)); }, 10);
+        std::printf("   wgmma d%d: dkdv f16x2 exp2 %.3f ms (err dk %.1e dv %.1e)\n", DN, tk3,
+                    nerr(download(dk, DType::bf16, nk), k0), nerr(download(dv, DType::bf16, nk), v0));
+        const float tq5 = time_ms([&] { CK(sm90::launch_dq<__nv_bfloat16, DN, false, 2, true>(aq, 0)); }, 10);
+        std::printf("   wgmma d%d: dq f16x2 exp2 %.3f ms (err %.1e)\n", DN, tq5, nerr(download(dq, DType::bf16, nq), q0));
         CK(sm90::launch_fwd<__nv_bfloat16, DN>(a, 0));
         CK(sm90::launch_dkdv<__nv_bfloat16, DN>(a, 0));
         CK(sm90::launch_dq<__nv_bfloat16, DN>(aq, 0));

@@ -54,6 +54,14 @@ Register r(tight({
     {"attention", "causal across tiles: L=S=40 H=2 d=8 dv=4, scale 0.5",
      [](CaseBuilder& b) { b.out(attn(b, {1, 40, 40, 2, 8, 4}, 0.5f, true)); },
      [](Graph& g) { attn_bad(g, {1, 3, 1, 8}, {1, 3, 1, 8}, {1, 3, 1, 8}, false, DType::bf16); }},  // dtypes differ
+    // Long enough for sm_90a's wgmma kernels (cuda/attention_sm90.cuh: S >= 256, d 40 / 80), ragged
+    // in queries and keys against their 64- and 128-row tiles.
+    {"attention", "head dim 40, L=130 S=260 H=2 (the wgmma kernels on sm_90a)",
+     [](CaseBuilder& b) { b.out(attn(b, {1, 130, 260, 2, 40, 40}, 0.0f, false, 0.6f)); },
+     [](Graph& g) { attn_bad(g, {1, 3, 1, 40}, {1, 5, 1, 40}, {1, 5, 2, 40}); }},  // k / v head counts differ
+    {"attention", "head dim 80, L=70 S=300, scale 0.2 (the wgmma kernels on sm_90a)",
+     [](CaseBuilder& b) { b.out(attn(b, {1, 70, 300, 1, 80, 80}, 0.2f, false, 0.6f)); },
+     [](Graph& g) { attn_bad(g, {1, 6, 1, 80}, {1, 4, 1, 80}, {1, 4, 1, 80}, true); }},  // causal with L != S
     {"attention", "strided q from [B,H,L,d], k and v sliced from a fused kv projection",
      [](CaseBuilder& b) {
          ValueId q = b.x("q", {2, 2, 5, 8}, -1.5f, 1.5f);

@@ -90,6 +90,21 @@ __device__ __forceinline__ void frag(uint32_t (&a)[4], const float (&c)[N], int 
 #pragma unroll
     for (int x = 0; x < 4; ++x) a[x] = pack2<T>(c[8 * kk + 2 * x], c[8 * kk + 2 * x + 1]);
 }
+// x0, x1 <- 2^x0, 2^x1. H2: one packed f16 MUFU op (ex2.approx.f16x2) for both, half the MUFU
+// issue of two fp32 ex2 (the arguments rounded to f16: a relative error of ~0.3 % for x >= -8,
+// the size of P's own rounding to bf16 before its product); else two ex2.approx.f32.
+template <bool H2>
+__device__ __forceinline__ void exp2_pair(float& x0, float& x1) {
+    if constexpr (H2) {
+        uint32_t in, out;
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(in) : "f"(x1), "f"(x0));
+        asm("ex2.approx.f16x2 %0, %1;\n" : "=r"(out) : "r"(in));
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&out));
+        x0 = f.x, x1 = f.y;
+    } else {
+        x0 = ex2(x0), x1 = ex2(x1);
+    }
+}
 template <int N>
 __device__ __forceinline__ void pin_all(float (&c)[N]) {
 #pragma unroll
@@ -124,7 +139,7 @@ template <int DN, int NWG> struct Smem {
 
 // ---------------- backward: dK, dV ----------------
 
-template <class T, int DN, bool RS = (DN <= 64), int NWG = 2>
+template <class T, int DN, bool RS = (DN <= 64), int NWG = 2, bool H2 = false>
 __global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 2 : 1) dkdv_kernel(MmaArgs a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using G = Dim<DN>;
@@ -197,7 +212,11 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 2 : 1) dkdv_kernel(MmaAr
         for (int j = 0; j < 8; ++j) {
             const float l0 = cL[8 * j + 2 * t] * kLog2e, l1 = cL[8 * j + 2 * t + 1] * kLog2e;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) st[4 * j + e] = ex2(fmaf(st[4 * j + e], sl2, -((e & 1) ? l1 : l0)));
+            for (int e = 0; e < 4; e += 2) {
+                st[4 * j + e] = fmaf(st[4 * j + e], sl2, -l0);
+                st[4 * j + e + 1] = fmaf(st[4 * j + e + 1], sl2, -l1);
+                exp2_pair<H2>(st[4 * j + e], st[4 * j + e + 1]);
+            }
         }
         gemm::wgmma_wait<0>();
         pin_all(dp);
@@ -235,7 +254,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 2 : 1) dkdv_kernel(MmaAr
 
 // ---------------- backward: dQ ----------------
 
-template <class T, int DN, bool RS = false, int NWG = 2>
+template <class T, int DN, bool RS = false, int NWG = 2, bool H2 = false>
 __global__ void __launch_bounds__(128 * NWG, (DN <= 48 && !RS ? 2 : 1) * (NWG == 1 ? 2 : 1)) dq_kernel(MmaArgs a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using G = Dim<DN>;
@@ -303,7 +322,11 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 48 && !RS ? 2 : 1) * (NWG ==
         gemm::wgmma_wait<1>();  // block kb - 1's dQ and these scores
         pin_all(s);
 #pragma unroll
-        for (int i = 0; i < 32; ++i) s[i] = ex2(fmaf(s[i], sl2, -lse2[(i >> 1) & 1]));
+        for (int i = 0; i < 32; i += 2) {
+            s[i] = fmaf(s[i], sl2, -lse2[(i >> 1) & 1]);
+            s[i + 1] = fmaf(s[i + 1], sl2, -lse2[(i >> 1) & 1]);
+            exp2_pair<H2>(s[i], s[i + 1]);
+        }
         gemm::wgmma_wait<0>();
         pin_all(dp);
 #pragma unroll
@@ -327,7 +350,7 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 48 && !RS ? 2 : 1) * (NWG ==
 
 // ---------------- forward ----------------
 
-template <class T, int DN, bool RS = (DN <= 64), int NWG = 2>
+template <class T, int DN, bool RS = (DN <= 64), int NWG = 2, bool H2 = false>
 __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 : 1)) fwd_kernel(MmaArgs a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using G = Dim<DN>;
@@ -397,13 +420,14 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 
             mrow[r] = mx;
             float rs = 0.f;
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int e = 2 * r; e < 2 * r + 2; ++e) {
-                    const float p = ex2(fmaf(s[4 * j + e], sl2, -mb));
-                    s[4 * j + e] = p;
-                    rs += p;
-                }
+            for (int j = 0; j < 8; ++j) {
+                float& p0 = s[4 * j + 2 * r];
+                float& p1 = s[4 * j + 2 * r + 1];
+                p0 = fmaf(p0, sl2, -mb);
+                p1 = fmaf(p1, sl2, -mb);
+                exp2_pair<H2>(p0, p1);
+                rs += p0 + p1;
+            }
             lrow[r] = lrow[r] * alpha + rs;
 #pragma unroll
             for (int j = 0; j < DN / 8; ++j) {
@@ -471,25 +495,25 @@ inline bool usable() {
 // cross-attention's few keys (77: the mma.sync passes are faster there).
 inline bool covers(const MmaArgs& a) { return !a.causal && a.L > 0 && a.S >= 256 && (a.d == 40 || a.d == 64 || a.d == 80) && usable(); }
 
-template <class T, int DN, bool RS = (DN <= 64), int NWG = 2>
+template <class T, int DN, bool RS = (DN <= 64), int NWG = 2, bool H2 = false>
 cudaError_t launch_fwd(const MmaArgs& a, cudaStream_t s) {
-    static const cudaError_t ready = allow_smem(fwd_kernel<T, DN, RS, NWG>, Smem<DN, NWG>::fwd);
+    static const cudaError_t ready = allow_smem(fwd_kernel<T, DN, RS, NWG, H2>, Smem<DN, NWG>::fwd);
     if (ready != cudaSuccess) return ready;
-    fwd_kernel<T, DN, RS, NWG><<<dim3(ceil_div(a.L, 64 * NWG), a.H, a.B), 128 * NWG, Smem<DN, NWG>::fwd, s>>>(a);
+    fwd_kernel<T, DN, RS, NWG, H2><<<dim3(ceil_div(a.L, 64 * NWG), a.H, a.B), 128 * NWG, Smem<DN, NWG>::fwd, s>>>(a);
     return cudaGetLastError();
 }
-template <class T, int DN, bool RS = (DN <= 64), int NWG = 2>
+template <class T, int DN, bool RS = (DN <= 64), int NWG = 2, bool H2 = false>
 cudaError_t launch_dkdv(const MmaArgs& a, cudaStream_t s) {
-    static const cudaError_t ready = allow_smem(dkdv_kernel<T, DN, RS, NWG>, Smem<DN, NWG>::dkdv);
+    static const cudaError_t ready = allow_smem(dkdv_kernel<T, DN, RS, NWG, H2>, Smem<DN, NWG>::dkdv);
     if (ready != cudaSuccess) return ready;
-    dkdv_kernel<T, DN, RS, NWG><<<dim3(ceil_div(a.S, 64 * NWG), a.H, a.B), 128 * NWG, Smem<DN, NWG>::dkdv, s>>>(a);
+    dkdv_kernel<T, DN, RS, NWG, H2><<<dim3(ceil_div(a.S, 64 * NWG), a.H, a.B), 128 * NWG, Smem<DN, NWG>::dkdv, s>>>(a);
     return cudaGetLastError();
 }
-template <class T, int DN, bool RS = false, int NWG = 2>
+template <class T, int DN, bool RS = false, int NWG = 2, bool H2 = false>
 cudaError_t launch_dq(const MmaArgs& a, cudaStream_t s) {
-    static const cudaError_t ready = allow_smem(dq_kernel<T, DN, RS, NWG>, Smem<DN, NWG>::dq);
+    static const cudaError_t ready = allow_smem(dq_kernel<T, DN, RS, NWG, H2>, Smem<DN, NWG>::dq);
     if (ready != cudaSuccess) return ready;
-    dq_kernel<T, DN, RS, NWG><<<dim3(ceil_div(a.L, 64 * NWG), a.H, a.B), 128 * NWG, Smem<DN, NWG>::dq, s>>>(a);
+    dq_kernel<T, DN, RS, NWG, H2><<<dim3(ceil_div(a.L, 64 * NWG), a.H, a.B), 128 * NWG, Smem<DN, NWG>::dq, s>>>(a);
     return cudaGetLastError();
 }
 
