@@ -245,7 +245,7 @@ static bool run_case(const Case& c) {
     Problem shape = p;
     std::printf("%s %-4s B%d H%d L%d S%d d%d dv%d%s%s path=%s split=%d | o %.2e lse %.2e dq %.2e dk %.2e dv %.2e det %d\n",
                 ok ? "PASS" : "FAIL", name(c.t), c.B, c.H, c.L, c.S, c.d, c.dv, c.causal ? " causal" : "",
-                c.go_t != c.t ? " go:f32" : "", mma_ok(shape, true) ? (sm90::covers(mma_args(shape)) ? "wgmma" : "mma") : "exact", bwd_layout(p).nsplit, eo, el, eq, ek, ev, det);
+                c.go_t != c.t ? " go:f32" : "", mma_ok(shape, true) ? (sm90::covers(mma_args(shape)) ? (sm90::covers_fwd(mma_args(shape)) ? "wgmma" : "mma fwd, wgmma bwd") : "mma") : "exact", bwd_layout(p).nsplit, eo, el, eq, ek, ev, det);
     return ok;
 }
 
@@ -438,7 +438,8 @@ int main(int argc, char** argv) {
             {f, 2, 2, 100, 120, 40, 40, 0, 0.f, f},    {f, 1, 2, 50, 50, 24, 40, 1, 0.f, f},
             {f, 1, 2, 300, 77, 160, 160, 0, 0.f, f},   {b, 1, 2, 60, 70, 36, 36, 0, 0.f, b},
             {b, 1, 2, 100, 100, 64, 64, 0, -0.2f, b},  {h, 2, 2, 333, 200, 40, 40, 0, 0.f, h},
-            {b, 3, 1, 64, 700, 80, 80, 0, 0.f, b},
+            {b, 3, 1, 64, 700, 80, 80, 0, 0.f, b},     {h, 2, 2, 300, 280, 40, 40, 0, 0.f, h},
+            {h, 1, 2, 200, 333, 80, 80, 0, 0.f, h},    {b, 2, 2, 200, 333, 64, 64, 0, 0.f, b},
         };
         for (const Case& c : cases) fails += !run_case(c);
         std::printf("correctness: %d failure(s)\n", fails);

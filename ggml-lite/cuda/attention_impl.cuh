@@ -290,7 +290,7 @@ inline cudaError_t forward(const Problem& p, cudaStream_t s) {
         visit_float(p.t, [&](auto t) {
             using T = decltype(t);
             if constexpr (!std::is_same_v<T, float>) {
-                if (sm90::covers(a)) sm90::with_dn(p.d, [&](auto D) { e = sm90::launch_fwd<T, decltype(D)::value>(a, s); });
+                if (sm90::covers_fwd(a)) e = sm90::launch_fwd<T, 40>(a, s);
                 else with_head_dim(p.d, [&](auto D) { e = mma_forward<T, decltype(D)::value>(a, s); });
             }
         });

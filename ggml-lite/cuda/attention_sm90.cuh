@@ -1,7 +1,12 @@
 // sm_90a flash attention on wgmma: the forward and the backward's two passes (dK/dV, dQ) for head
-// dims 40, 64 and 80 without a causal mask (SD's self- and cross-attention). attention_impl.cuh
-// takes them in place of the mma.sync kernels (attention_mma*.cuh) when the binary carries their
-// sm_90a bodies (usable()); the backward's dK/dV pass only when it needs no query split.
+// dims up to 80 without a causal mask (SD's self-attention; dispatched at 40 and 80). attention_impl.cuh takes them in
+// place of the mma.sync kernels (attention_mma*.cuh) where covers() / covers_fwd() say they are
+// faster and the binary carries their sm_90a bodies (usable()); the backward's dK/dV pass only
+// when it needs no query split. Measured variants (bench/attention_check.cu, kept as template
+// parameters): RS (the scores' A operand from registers: faster in dK/dV and the forward, slower
+// in dQ, whose two CTAs per SM it would cost), NWG = 1 (one warpgroup per CTA, more CTAs per SM:
+// slower in all three), H2 (exp2 through one f16x2 MUFU op per two scores: slower in all three,
+// so the passes are not bound by MUFU throughput).
 //
 // Every smem tile is R rows x D columns (D = the head dim padded to 16) stored as 8-column planes:
 // element (r, c) at byte (c / 8) * R * 16 + r * 16 + (c % 8) * 2. Each 8 x 8 block is one 128-byte
@@ -463,11 +468,10 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 
 
 // ---------------- host side ----------------
 
-// Calls f(std::integral_constant<int, DN>) for the head dims these kernels cover; false otherwise.
+// Calls f(std::integral_constant<int, DN>) for the head dims dispatched here (40, 80); false otherwise.
 template <class F>
 bool with_dn(int d, F&& f) {
     if (d == 40) f(std::integral_constant<int, 40>{});
-    else if (d == 64) f(std::integral_constant<int, 64>{});
     else if (d == 80) f(std::integral_constant<int, 80>{});
     else return false;
     return true;
@@ -491,9 +495,13 @@ inline bool usable() {
     }
     return ok;
 }
-// The shapes where they beat the mma.sync kernels on the H200 (bench/attention_check.cu): not for
-// cross-attention's few keys (77: the mma.sync passes are faster there).
-inline bool covers(const MmaArgs& a) { return !a.causal && a.L > 0 && a.S >= 256 && (a.d == 40 || a.d == 64 || a.d == 80) && usable(); }
+// The shapes where they beat the mma.sync kernels on the H200 (bench/attention_check.cu, B8 H8):
+// the backward at d = 40 (L = 4096: 2.64 -> 2.07 ms) and d = 80 (L = 1024: 0.32 -> 0.27 ms), the
+// forward at d = 40 only (0.79 -> 0.72 ms; at d = 80 mma.sync's 0.077 beats 0.085), none with
+// cross-attention's few keys (S = 77: the mma.sync passes are faster). d = 64 is instantiated but
+// not dispatched: its register-A variant failed attention_check's f16 case (see bench/RESULTS.md).
+inline bool covers(const MmaArgs& a) { return !a.causal && a.L > 0 && a.S >= 256 && (a.d == 40 || a.d == 80) && usable(); }
+inline bool covers_fwd(const MmaArgs& a) { return a.d == 40 && covers(a); }
 
 template <class T, int DN, bool RS = (DN <= 64), int NWG = 2, bool H2 = false>
 cudaError_t launch_fwd(const MmaArgs& a, cudaStream_t s) {
