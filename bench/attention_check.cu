@@ -7,15 +7,23 @@
 // 2.5x that backward, 3.5x fwd+bwd, the TARGETS.md convention), then a sweep of tile variants.
 // Arguments: "bench" skips the correctness cases, "nosweep" skips the variant sweep.
 //
-// Measured on one H200 (2 runs, CUDA 13, bf16, B8 H8, non-causal), per pass of the default tiles:
+// Measured on one H200 (CUDA 13, bf16, B8 H8, non-causal), per pass; the mma.sync tiles first
+// (attention_mma*.cuh), then the sm_90a wgmma kernels (attention_sm90.cuh) where they are dispatched:
 //   shape              fwd ms (TF/s)  delta  dK/dV          dQ     fwd+bwd TF/s  (cuDNN / FA2, floor)
 //   L=S=4096 d=40      0.788 (218)    0.014  1.566          1.061  175           (260 / 147, 130)
+//     wgmma            0.723 (238)    0.014  1.291          0.759  215
 //   L=S=1024 d=80      0.077 (279)    0.008  0.174          0.140  188           (173 / 148, 87)
+//     wgmma (bwd)      -              0.009  0.145          0.110  219
 //   L=S=256  d=160     0.018 (149)    0.009  0.063          0.024  82            (20 / 35, 18)
 //   L=4096 S=77 d=40   0.052 (62)     0.014  0.068 (9 splits)  0.052  61        (cuDNN 25.6, 13)
 //   CLIP B8 H12 L=S=77 d=64 causal: ~0.03 ms fwd+bwd (launch bound).
 // fwd+bwd is 3.5 * 4BHLSd over the sum of the passes. The backward does 7 GEMM passes instead of
-// FA2's 5 (separate deterministic dQ pass) and d=40 runs in a D=48 kernel.
+// FA2's 5 (separate deterministic dQ pass) and d=40 runs with the head dim padded to 48 in the
+// score products. An estimate, not a measurement: per 128-key x 64-query block the dK/dV pass
+// issues ~700 tensor-core clocks of products but ~1000 clocks of quarter-rate work (one ex2 and
+// two fp32 -> bf16 packs per two scores, 16 a clock per SM); it measures ~2300, so what is left
+// is the dependency chain inside a warpgroup (products, exponentials, packs, products) with two
+// warpgroups per SM to hide it. Halving the ex2 count (the H2 variant) did not help.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -20,9 +20,9 @@
 // Warpgroup w of a 256-thread CTA owns 64 rows (keys in dK/dV, queries in dQ and the forward). The
 // scores are m64n64k16 products from smem (SS); the outputs are m64nDNk16 products whose A operand is
 // the just-computed P or dS in registers (an m64n64 accumulator's n8 blocks 2kk, 2kk+1 are k-step
-// kk's A fragment). fp32 accumulators; the forward's tiles double-buffered with cp.async, the
-// backward's in three stages, so that a block's output products (dV, dK or dQ) stay in flight
-// while the next block's score products are issued (they are waited for with those). The dK/dV kernel runs
+// kk's A fragment). fp32 accumulators; tiles in three cp.async stages, so that a block's output
+// products (O, dV, dK or dQ) stay in flight while the next block's score products are issued
+// (they are waited for with those). The dK/dV kernel runs
 // one CTA per SM (151 registers at DN = 40; two CTAs spill), the others two up to DN = 64.
 //   dkdv_kernel: 128 keys per CTA, loops over 64-query blocks: S^T = K Q^T, dP^T = V dO^T,
 //                P^T = exp(S^T scale - lse), dS^T = P^T (dP^T - delta), dV += P^T dO, dK += dS^T Q.
@@ -139,7 +139,7 @@ template <int DN, int NWG> struct Smem {
     static constexpr int t64 = 64 * 16 * P, tw = NWG * t64;
     static constexpr int dkdv = 2 * tw + 6 * t64 + 6 * 64 * 4;  // K, V; [3] x (Q, dO); [3] x (lse, delta)
     static constexpr int dq = 2 * tw + 6 * t64;                 // Q, dO; [3] x (K, V)
-    static constexpr int fwd = tw + 4 * t64;                    // Q; [2] x (K, V)
+    static constexpr int fwd = tw + 6 * t64;                    // Q; [3] x (K, V)
 };
 
 // ---------------- backward: dK, dV ----------------
@@ -371,7 +371,7 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 
     if constexpr (G::LP < G::P) {
         zero_pad<BM, G::LP, G::P, NT>(smem, tid);
 #pragma unroll
-        for (int x = 0; x < 4; ++x) zero_pad<BN, G::LP, G::P, NT>(smem + S::tw + x * S::t64, tid);
+        for (int x = 0; x < 6; ++x) zero_pad<BN, G::LP, G::P, NT>(smem + S::tw + x * S::t64, tid);
     }
     auto load_stage = [&](int st, int kb) {
         load_planes<T, BN, G::LP, NT>(sK0 + 2 * st * S::t64, k, kb * BN, a.S, ld, tid);
@@ -393,11 +393,11 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 
     const float sl2 = a.scale_log2;
     const int nkb = ceil_div(a.S, BN);
     for (int kb = 0; kb < nkb; ++kb) {
-        const int cur = kb & 1, n0 = kb * BN;
+        const int cur = kb % 3, n0 = kb * BN;
         cp_async_wait<0>();
         gemm::fence_proxy_async();
         __syncthreads();
-        if (kb + 1 < nkb) load_stage(cur ^ 1, kb + 1);
+        if (kb + 1 < nkb) load_stage((kb + 1) % 3, kb + 1);
         cp_async_commit();
         const uint32_t cK = sK0 + 2 * cur * S::t64, cV = cK + S::t64;
 
@@ -405,8 +405,9 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 
         gemm::wgmma_fence();
         scores<T, RS, BM, BN, NK>(s, qf, sQ, wg * 64, cK);
         gemm::wgmma_commit();
-        gemm::wgmma_wait<0>();
+        gemm::wgmma_wait<0>();  // block kb - 1's O += P V and these scores
         pin_all(s);
+        pin_all(o);
         if (n0 + BN > a.S) {
 #pragma unroll
             for (int i = 0; i < 32; ++i)
@@ -447,9 +448,9 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) gemm::WgmmaRS<DN, T, 1>::run(o, pa[kk], ndesc<BN>(cV, kk), 1);
         gemm::wgmma_commit();
-        gemm::wgmma_wait<0>();
-        pin_all(o);
     }
+    gemm::wgmma_wait<0>();
+    pin_all(o);
     cp_async_wait<0>();
     const int row = m0 + wg * 64 + w4 * 16 + g;
     float inv[2];
