@@ -481,20 +481,11 @@ bool with_dn(int d, F&& f) {
 // Whether the loaded binary has the sm_90a bodies and the current device runs them. The
 // environment variable GL_ATTENTION_MMA_SYNC=1 turns these kernels off (for comparisons).
 inline bool usable() {
-    static thread_local int cached_dev = -1;
-    static thread_local bool ok = false;
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    if (dev != cached_dev) {
-        int major = 0;
-        cudaFuncAttributes fa{};
-        const char* off = std::getenv("GL_ATTENTION_MMA_SYNC");
-        ok = !(off && off[0] == '1') && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-             major == 9 && cudaFuncGetAttributes(&fa, dkdv_kernel<__nv_bfloat16, 40>) == cudaSuccess && fa.binaryVersion == 90;
-        cudaGetLastError();
-        cached_dev = dev;
-    }
-    return ok;
+    static const bool off = [] {
+        const char* e = std::getenv("GL_ATTENTION_MMA_SYNC");
+        return e && e[0] == '1';
+    }();
+    return !off && gemm::sm90a_image(reinterpret_cast<const void*>(dkdv_kernel<__nv_bfloat16, 40>));
 }
 // The shapes where they beat the mma.sync kernels on the H200 (bench/attention_check.cu, B8 H8):
 // the backward at d = 40 (L = 4096: 2.64 -> 2.07 ms) and d = 80 (L = 1024: 0.32 -> 0.27 ms), the

@@ -98,20 +98,7 @@ __global__ void __launch_bounds__(256, Cfg::kMinBlocks) conv_wgmma_kernel(const 
 
 // Whether this binary carries the sm_90a body and the current device can run it.
 inline bool conv_wgmma_usable() {
-    static thread_local int cached_dev = -1;
-    static thread_local bool ok = false;
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    if (dev != cached_dev) {
-        int major = 0;
-        cudaFuncAttributes fa{};
-        ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major == 9 &&
-             cudaFuncGetAttributes(&fa, conv_wgmma_kernel<__nv_bfloat16, kFwd, WgConvCfg<128, 3>>) == cudaSuccess &&
-             fa.binaryVersion == 90;
-        cudaGetLastError();
-        cached_dev = dev;
-    }
-    return ok;
+    return gemm::sm90a_image(reinterpret_cast<const void*>(conv_wgmma_kernel<__nv_bfloat16, kFwd, WgConvCfg<128, 3>>));
 }
 
 }  // namespace gl::convk

@@ -142,21 +142,7 @@ __global__ void __launch_bounds__(256, (WgCfg<BN, STAGES>::smem_bytes * 2 <= 227
 
 // Whether this binary carries the sm_90a body and the current device can run it.
 inline bool wgmma_usable() {
-    static thread_local int cached_dev = -1;
-    static thread_local bool ok = false;
-    int dev = 0;
-    GL_CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev != cached_dev) {
-        int major = 0;
-        GL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        cudaFuncAttributes fa{};
-        ok = major == 9 &&
-             cudaFuncGetAttributes(&fa, wgmma_gemm_kernel<__nv_bfloat16, 128, 3, false, true>) == cudaSuccess &&
-             fa.binaryVersion == 90;
-        cudaGetLastError();
-        cached_dev = dev;
-    }
-    return ok;
+    return sm90a_image(reinterpret_cast<const void*>(wgmma_gemm_kernel<__nv_bfloat16, 128, 3, false, true>));
 }
 
 template <class T, int BN, int STAGES, bool A_MN, bool B_MN>

@@ -117,4 +117,24 @@ __device__ __forceinline__ uint64_t mn_desc(uint32_t addr, uint32_t atom_stride)
     return sw128_desc(addr, atom_stride, 1024);
 }
 
+// Whether the current device runs sm_90a code and `kernel`'s loaded image is that build: the wgmma /
+// TMA bodies exist only there (an sm_80 image of them traps). Every kernel of a binary answers the
+// same, so one answer is cached per thread and device. The GEMM, the convolution and attention's
+// usable() checks call it with one of their own kernels.
+inline bool sm90a_image(const void* kernel) {
+    static thread_local int cached_dev = -1;
+    static thread_local bool ok = false;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (dev != cached_dev) {
+        int major = 0;
+        cudaFuncAttributes fa{};
+        ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major == 9 &&
+             cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.binaryVersion == 90;
+        cudaGetLastError();
+        cached_dev = dev;
+    }
+    return ok;
+}
+
 }  // namespace gl::gemm
