@@ -1,12 +1,12 @@
 // sm_90a flash attention on wgmma: the forward and the backward's two passes (dK/dV, dQ) for head
-// dims up to 80 without a causal mask (SD's self-attention; dispatched at 40 and 80). attention_impl.cuh takes them in
-// place of the mma.sync kernels (attention_mma*.cuh) where covers() / covers_fwd() say they are
-// faster and the binary carries their sm_90a bodies (usable()); the backward's dK/dV pass only
-// when it needs no query split. Measured variants (bench/attention_check.cu, kept as template
-// parameters): RS (the scores' A operand from registers: faster in dK/dV and the forward, slower
-// in dQ, whose two CTAs per SM it would cost), NWG = 1 (one warpgroup per CTA, more CTAs per SM:
-// slower in all three), H2 (exp2 through one f16x2 MUFU op per two scores: slower in all three,
-// so the passes are not bound by MUFU throughput).
+// dims up to 80 without a causal mask (SD's self-attention; dispatched at d = 40 and 80).
+// attention_impl.cuh takes them in place of the mma.sync kernels (attention_mma*.cuh) where
+// covers() / covers_fwd() say they are faster and the binary carries their sm_90a bodies
+// (usable()); the backward's dK/dV pass only when it needs no query split. Measured variants
+// (bench/attention_check.cu, kept as template parameters): RS (the scores' A operand from
+// registers: faster in dK/dV and the forward, slower in dQ, whose two CTAs per SM it would cost),
+// NWG = 1 (one warpgroup per CTA, more CTAs per SM: slower in all three), H2 (exp2 through one
+// f16x2 MUFU op per two scores: slower in all three, so MUFU throughput is not the bound).
 //
 // Every smem tile is R rows x D columns (D = the head dim padded to 16) stored as 8-column planes:
 // element (r, c) at byte (c / 8) * R * 16 + r * 16 + (c % 8) * 2. Each 8 x 8 block is one 128-byte
@@ -22,8 +22,8 @@
 // the just-computed P or dS in registers (an m64n64 accumulator's n8 blocks 2kk, 2kk+1 are k-step
 // kk's A fragment). fp32 accumulators; tiles in three cp.async stages, so that a block's output
 // products (O, dV, dK or dQ) stay in flight while the next block's score products are issued
-// (they are waited for with those). The dK/dV kernel runs
-// one CTA per SM (151 registers at DN = 40; two CTAs spill), the others two up to DN = 64.
+// (they are waited for with those). The dK/dV kernel runs one CTA per SM (~190 registers at
+// DN = 40; two CTAs spill), dQ two up to DN = 48 and the forward two up to DN = 64.
 //   dkdv_kernel: 128 keys per CTA, loops over 64-query blocks: S^T = K Q^T, dP^T = V dO^T,
 //                P^T = exp(S^T scale - lse), dS^T = P^T (dP^T - delta), dV += P^T dO, dK += dS^T Q.
 //   dq_kernel:   128 queries per CTA, loops over 64-key blocks: S = Q K^T, dP = dO V^T, dQ += dS K.
