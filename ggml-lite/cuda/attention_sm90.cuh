@@ -491,7 +491,8 @@ inline bool usable() {
 // the backward at d = 40 (L = 4096: 2.64 -> 2.07 ms) and d = 80 (L = 1024: 0.32 -> 0.27 ms), the
 // forward at d = 40 only (0.79 -> 0.72 ms; at d = 80 mma.sync's 0.077 beats 0.085), none with
 // cross-attention's few keys (S = 77: the mma.sync passes are faster). d = 64 is instantiated but
-// not dispatched: its register-A variant failed attention_check's f16 case (see bench/RESULTS.md).
+// not dispatched: it fails attention_check's f16 case with register-A scores and three stages
+// (see bench/RESULTS.md).
 inline bool covers(const MmaArgs& a) { return !a.causal && a.L > 0 && a.S >= 256 && (a.d == 40 || a.d == 80) && usable(); }
 inline bool covers_fwd(const MmaArgs& a) { return a.d == 40 && covers(a); }
 
