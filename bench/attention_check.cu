@@ -368,6 +368,20 @@ struct Bench {
                     DN, tf_, tf(1, tf_), tk, tq, tf(2.5, tk + tq), nerr(download(o, DType::bf16, nq), o0),
                     nerr(download(dq, DType::bf16, nq), q0), nerr(download(dk, DType::bf16, nk), k0), nerr(download(dv, DType::bf16, nk), v0));
     }
+    // d = 64 on the wgmma kernels (not dispatched: see attention_sm90.cuh), against the mma.sync path.
+    void d64_variants() {
+        const MmaArgs a = args(), aq = dq_args();
+        auto report = [&](const char* what, float ms) {
+            CK(cudaDeviceSynchronize());
+            std::printf("   wgmma d64 %s: %.3f ms (err o %.1e dq %.1e dk %.1e dv %.1e)\n", what, ms, nerr(download(o, DType::bf16, nq), o0),
+                        nerr(download(dq, DType::bf16, nq), q0), nerr(download(dk, DType::bf16, nk), k0), nerr(download(dv, DType::bf16, nk), v0));
+        };
+        report("fwd register A", time_ms([&] { CK(sm90::launch_fwd<__nv_bfloat16, 64, true>(a, 0)); }, 10));
+        report("fwd smem A", time_ms([&] { CK(sm90::launch_fwd<__nv_bfloat16, 64, false>(a, 0)); }, 10));
+        report("dkdv register A", time_ms([&] { CK(sm90::launch_dkdv<__nv_bfloat16, 64, true>(a, 0)); }, 10));
+        report("dkdv smem A", time_ms([&] { CK(sm90::launch_dkdv<__nv_bfloat16, 64, false>(a, 0)); }, 10));
+        report("dq smem A", time_ms([&] { CK(sm90::launch_dq<__nv_bfloat16, 64, false>(aq, 0)); }, 10));
+    }
     template <class C> void fwd_variant() {
         const MmaArgs a = args();
         float t = time_ms([&] { CK(launch_fwd<__nv_bfloat16, C>(a, 0)); }, 10);
@@ -475,6 +489,11 @@ int main(int argc, char** argv) {
         b.run_default(30);
         b.sm90_passes<40>();
         if (sweep) sweep48(b);
+    }
+    {
+        Bench b(2, 4, 333, 333, 64, false);
+        b.run_default(0);
+        b.d64_variants();
     }
     {
         Bench b(8, 12, 77, 77, 64, true);

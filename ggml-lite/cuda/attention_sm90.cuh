@@ -355,7 +355,7 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 48 && !RS ? 2 : 1) * (NWG ==
 
 // ---------------- forward ----------------
 
-template <class T, int DN, bool RS = (DN <= 64), int NWG = 2, bool H2 = false>
+template <class T, int DN, bool RS = (DN <= 48), int NWG = 2, bool H2 = false>
 __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 : 1)) fwd_kernel(MmaArgs a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using G = Dim<DN>;
@@ -491,12 +491,13 @@ inline bool usable() {
 // the backward at d = 40 (L = 4096: 2.64 -> 2.07 ms) and d = 80 (L = 1024: 0.32 -> 0.27 ms), the
 // forward at d = 40 only (0.79 -> 0.72 ms; at d = 80 mma.sync's 0.077 beats 0.085), none with
 // cross-attention's few keys (S = 77: the mma.sync passes are faster). d = 64 is instantiated but
-// not dispatched: it fails attention_check's f16 case with register-A scores and three stages
-// (see bench/RESULTS.md).
+// not dispatched (not timed at SD2's sizes). Its forward with register-A scores gives wrong
+// results (attention_check, bf16 and f16; the cause is not found), so the forward takes its scores'
+// A operand from registers only up to DN = 48; dK/dV with register A and dQ are right at d = 64.
 inline bool covers(const MmaArgs& a) { return !a.causal && a.L > 0 && a.S >= 256 && (a.d == 40 || a.d == 80) && usable(); }
 inline bool covers_fwd(const MmaArgs& a) { return a.d == 40 && covers(a); }
 
-template <class T, int DN, bool RS = (DN <= 64), int NWG = 2, bool H2 = false>
+template <class T, int DN, bool RS = (DN <= 48), int NWG = 2, bool H2 = false>
 cudaError_t launch_fwd(const MmaArgs& a, cudaStream_t s) {
     static const cudaError_t ready = allow_smem(fwd_kernel<T, DN, RS, NWG, H2>, Smem<DN, NWG>::fwd);
     if (ready != cudaSuccess) return ready;
