@@ -33,6 +33,20 @@ struct MmaArgs {
     float scale, scale_log2;     // scale_log2 = scale * log2(e)
 };
 
+// Head (b, h)'s first row as an element offset into the query-length tensors (q, o, go, dq:
+// [B, L, H, d]) and the key-length ones (k, v, dk, dv: [B, S, H, d]).
+__device__ __forceinline__ int64_t query_off(const MmaArgs& a, int b, int h) { return (int64_t(b) * a.L * a.H + h) * a.d; }
+__device__ __forceinline__ int64_t key_off(const MmaArgs& a, int b, int h) { return (int64_t(b) * a.S * a.H + h) * a.d; }
+template <class T> struct HeadInputs {
+    const T *q, *go, *k, *v;  // go is null when a.go is (the forward)
+};
+template <class T>
+__device__ __forceinline__ HeadInputs<T> head_inputs(const MmaArgs& a, int b, int h) {
+    const int64_t qo = query_off(a, b, h), ko = key_off(a, b, h);
+    return {static_cast<const T*>(a.q) + qo, a.go ? static_cast<const T*>(a.go) + qo : nullptr,
+            static_cast<const T*>(a.k) + ko, static_cast<const T*>(a.v) + ko};
+}
+
 // Tile configurations (types, so benches can try alternatives). Every warp owns 16*MT rows.
 // Padded head-dim columns are computed, not skipped: skipping their MMAs with run-time branches
 // was slower, even when nothing is skipped, as it breaks the unrolled MMA schedule (bench/RESULTS.md).
@@ -75,9 +89,8 @@ __global__ void __launch_bounds__(C::NW * 32) fwd_kernel(MmaArgs a) {
     T* sV = sK + 2 * BN * SD;            // [2][BN][SD]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int m0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, ld = a.H * a.d;
-    const T* q = static_cast<const T*>(a.q) + (int64_t(b) * a.L * a.H + h) * a.d;
-    const T* k = static_cast<const T*>(a.k) + (int64_t(b) * a.S * a.H + h) * a.d;
-    const T* v = static_cast<const T*>(a.v) + (int64_t(b) * a.S * a.H + h) * a.d;
+    const HeadInputs<T> in = head_inputs<T>(a, b, h);
+    const T *q = in.q, *k = in.k, *v = in.v;
     int nkb = ceil_div(a.S, BN);
     if (a.causal) nkb = min(nkb, ceil_div(min(m0 + BM, a.L), BN));
 
@@ -203,7 +216,7 @@ __global__ void __launch_bounds__(C::NW * 32) fwd_kernel(MmaArgs a) {
             if ((lane & 3) == 0 && m0 + row < a.L) lse[m0 + row] = mrow[mt][r] * a.scale + logf(l);
         }
     __syncwarp();
-    T* og = static_cast<T*>(a.o) + (int64_t(b) * a.L * a.H + h) * a.d;
+    T* og = static_cast<T*>(a.o) + query_off(a, b, h);
     store_rows<T, 16 * MT, D, SD>(og, sQ + wrow * SD, m0 + wrow, a.L, ld, 0, a.d, lane);
 }
 

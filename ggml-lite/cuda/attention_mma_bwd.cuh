@@ -40,10 +40,8 @@ __global__ void __launch_bounds__(C::NW * 32) dkdv_kernel(MmaArgs a) {
     const int split = z % a.nsplit, b = z / a.nsplit, h = blockIdx.y;
     const int n0 = blockIdx.x * BN, c0 = cs * DO, ld = a.H * a.d;
     const int64_t head = int64_t(b) * a.H + h;
-    const T* q = static_cast<const T*>(a.q) + (int64_t(b) * a.L * a.H + h) * a.d;
-    const T* go = static_cast<const T*>(a.go) + (int64_t(b) * a.L * a.H + h) * a.d;
-    const T* k = static_cast<const T*>(a.k) + (int64_t(b) * a.S * a.H + h) * a.d;
-    const T* v = static_cast<const T*>(a.v) + (int64_t(b) * a.S * a.H + h) * a.d;
+    const HeadInputs<T> in = head_inputs<T>(a, b, h);
+    const T *q = in.q, *go = in.go, *k = in.k, *v = in.v;
     const float* lse = a.lse + head * a.L;
     const float* delta = a.delta + head * a.L;
 
@@ -186,8 +184,8 @@ __global__ void __launch_bounds__(C::NW * 32) dkdv_kernel(MmaArgs a) {
             *reinterpret_cast<uint32_t*>(wVs + off) = pack2<T>(dv[ct][2 * r], dv[ct][2 * r + 1]);
         }
     __syncwarp();
-    T* dkg = static_cast<T*>(a.dk) + (int64_t(b) * a.S * a.H + h) * a.d;
-    T* dvg = static_cast<T*>(a.dv) + (int64_t(b) * a.S * a.H + h) * a.d;
+    T* dkg = static_cast<T*>(a.dk) + key_off(a, b, h);
+    T* dvg = static_cast<T*>(a.dv) + key_off(a, b, h);
     store_rows<T, 16, DO, SD>(dkg, wKs, jw, a.S, ld, c0, a.d, lane);
     store_rows<T, 16, DO, SD>(dvg, wVs, jw, a.S, ld, c0, a.d, lane);
 }
@@ -207,10 +205,8 @@ __global__ void __launch_bounds__(C::NW * 32) dq_kernel(MmaArgs a) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int m0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, ld = a.H * a.d;
     const int64_t head = int64_t(b) * a.H + h;
-    const T* q = static_cast<const T*>(a.q) + (int64_t(b) * a.L * a.H + h) * a.d;
-    const T* go = static_cast<const T*>(a.go) + (int64_t(b) * a.L * a.H + h) * a.d;
-    const T* k = static_cast<const T*>(a.k) + (int64_t(b) * a.S * a.H + h) * a.d;
-    const T* v = static_cast<const T*>(a.v) + (int64_t(b) * a.S * a.H + h) * a.d;
+    const HeadInputs<T> in = head_inputs<T>(a, b, h);
+    const T *q = in.q, *go = in.go, *k = in.k, *v = in.v;
     int nkb = ceil_div(a.S, BN);
     if (a.causal) nkb = min(nkb, ceil_div(min(m0 + BM, a.L), BN));
 
@@ -340,7 +336,7 @@ __global__ void __launch_bounds__(C::NW * 32) dq_kernel(MmaArgs a) {
                 *reinterpret_cast<uint32_t*>(wQs + (mt * 16 + (lane >> 2) + r * 8) * SD + ct * 8 + (lane & 3) * 2) =
                     pack2<T>(dq[mt][ct][2 * r] * a.scale, dq[mt][ct][2 * r + 1] * a.scale);
     __syncwarp();
-    T* dqg = static_cast<T*>(a.o) + (int64_t(b) * a.L * a.H + h) * a.d;
+    T* dqg = static_cast<T*>(a.o) + query_off(a, b, h);
     store_rows<T, 16 * MT, D, SD>(dqg, wQs, m0 + wrow, a.L, ld, 0, a.d, lane);
 }
 

@@ -157,10 +157,8 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 2 : 1) dkdv_kernel(MmaAr
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w4 = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
     const int h = blockIdx.y, b = blockIdx.z, n0 = blockIdx.x * BN, ld = a.H * a.d;
     const int64_t head = int64_t(b) * a.H + h;
-    const T* q = static_cast<const T*>(a.q) + (int64_t(b) * a.L * a.H + h) * a.d;
-    const T* go = static_cast<const T*>(a.go) + (int64_t(b) * a.L * a.H + h) * a.d;
-    const T* k = static_cast<const T*>(a.k) + (int64_t(b) * a.S * a.H + h) * a.d;
-    const T* v = static_cast<const T*>(a.v) + (int64_t(b) * a.S * a.H + h) * a.d;
+    const HeadInputs<T> in = head_inputs<T>(a, b, h);
+    const T *q = in.q, *go = in.go, *k = in.k, *v = in.v;
     const float* lse = a.lse + head * a.L;
     const float* delta = a.delta + head * a.L;
     if constexpr (G::LP < G::P) {
@@ -250,8 +248,8 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 2 : 1) dkdv_kernel(MmaAr
     pin_all(dv);
     cp_async_wait<0>();
     const int row = n0 + wg * 64 + w4 * 16 + g;
-    store_acc<T, DN>(static_cast<T*>(a.dk) + (int64_t(b) * a.S * a.H + h) * a.d, dk, a.scale, a.scale, row, a.S, ld, t);
-    store_acc<T, DN>(static_cast<T*>(a.dv) + (int64_t(b) * a.S * a.H + h) * a.d, dv, 1.f, 1.f, row, a.S, ld, t);
+    store_acc<T, DN>(static_cast<T*>(a.dk) + key_off(a, b, h), dk, a.scale, a.scale, row, a.S, ld, t);
+    store_acc<T, DN>(static_cast<T*>(a.dv) + key_off(a, b, h), dv, 1.f, 1.f, row, a.S, ld, t);
 #else
     __trap();  // not built for sm_90a; usable() keeps the dispatch away
 #endif
@@ -270,10 +268,8 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 48 && !RS ? 2 : 1) * (NWG ==
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w4 = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
     const int m0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, ld = a.H * a.d;
     const int64_t head = int64_t(b) * a.H + h;
-    const T* q = static_cast<const T*>(a.q) + (int64_t(b) * a.L * a.H + h) * a.d;
-    const T* go = static_cast<const T*>(a.go) + (int64_t(b) * a.L * a.H + h) * a.d;
-    const T* k = static_cast<const T*>(a.k) + (int64_t(b) * a.S * a.H + h) * a.d;
-    const T* v = static_cast<const T*>(a.v) + (int64_t(b) * a.S * a.H + h) * a.d;
+    const HeadInputs<T> in = head_inputs<T>(a, b, h);
+    const T *q = in.q, *go = in.go, *k = in.k, *v = in.v;
     if constexpr (G::LP < G::P) {
         zero_pad<BM, G::LP, G::P, NT>(smem, tid);
         zero_pad<BM, G::LP, G::P, NT>(smem + S::tw, tid);
@@ -347,7 +343,7 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 48 && !RS ? 2 : 1) * (NWG ==
     gemm::wgmma_wait<0>();
     pin_all(dq);
     cp_async_wait<0>();
-    store_acc<T, DN>(static_cast<T*>(a.o) + (int64_t(b) * a.L * a.H + h) * a.d, dq, a.scale, a.scale, row, a.L, ld, t);
+    store_acc<T, DN>(static_cast<T*>(a.o) + query_off(a, b, h), dq, a.scale, a.scale, row, a.L, ld, t);
 #else
     __trap();
 #endif
@@ -365,9 +361,8 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 
     const uint32_t sQ = smem_u32(smem), sK0 = sQ + S::tw;  // stage s: K at sK0 + 2s t64, V after it
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w4 = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
     const int m0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, ld = a.H * a.d;
-    const T* q = static_cast<const T*>(a.q) + (int64_t(b) * a.L * a.H + h) * a.d;
-    const T* k = static_cast<const T*>(a.k) + (int64_t(b) * a.S * a.H + h) * a.d;
-    const T* v = static_cast<const T*>(a.v) + (int64_t(b) * a.S * a.H + h) * a.d;
+    const HeadInputs<T> in = head_inputs<T>(a, b, h);
+    const T *q = in.q, *k = in.k, *v = in.v;
     if constexpr (G::LP < G::P) {
         zero_pad<BM, G::LP, G::P, NT>(smem, tid);
 #pragma unroll
@@ -461,7 +456,7 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 
         inv[r] = l > 0.f ? 1.f / l : 0.f;
         if (t == 0 && row + 8 * r < a.L) lse[row + 8 * r] = mrow[r] * a.scale + logf(l);
     }
-    store_acc<T, DN>(static_cast<T*>(a.o) + (int64_t(b) * a.L * a.H + h) * a.d, o, inv[0], inv[1], row, a.L, ld, t);
+    store_acc<T, DN>(static_cast<T*>(a.o) + query_off(a, b, h), o, inv[0], inv[1], row, a.L, ld, t);
 #else
     __trap();
 #endif
