@@ -339,8 +339,12 @@ TEST_CASE("sdtrain --num_processes 2 --dist_backend tcp: 2 ranks x batch 1 train
             ", max |up| ", moved);
     CHECK(moved > 1e-3);  // training moved the LoRA
     // f32 on the CPU: the two runs differ only in where the batch's gradient sum is rounded
-    // (inside one GEMM over 2 samples, or per rank and then added), a few ulps per step.
-    CHECK(worst < 1e-6);  // measured 6.7e-8 (1 ulp of the largest weight)
+    // (inside one GEMM over 2 samples, or per rank and then added). AdamW divides by the gradient's
+    // own scale, so a rounding difference in a near-zero gradient moves that weight by a part of
+    // the learning rate: the bound is relative to what training moved. Measured over runs (each
+    // makes a new random model): 7e-8 to 1.03e-6, i.e. at most 2.6e-4 of max |up|. Wrong batching
+    // is far above it: 1 process at batch 1 (not 2) ends 7.7e-3 away, 1.9x max |up|.
+    CHECK(worst < 1e-2 * moved);
 
     // Rank 0 alone wrote: one LoRA, one state with the world size, the metrics and the report.
     CHECK(fs::exists(s.root / "two" / "metrics.jsonl"));
