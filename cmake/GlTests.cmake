@@ -37,6 +37,8 @@ add_executable(gl-tests ${GL_TEST_SOURCES} $<TARGET_OBJECTS:gl-test-cases>)
 target_link_libraries(gl-tests PRIVATE gl-test-cases gl-demo-assets sdtrain-options gl-run gl-cli
                                nlohmann_json::nlohmann_json doctest::doctest)
 target_compile_definitions(gl-tests PRIVATE GL_VERSION_FOR_TESTS="${PROJECT_VERSION}")
+# test_cuda_sources.cpp reads the CUDA sources (a rule the GPU-less CI checks).
+target_compile_definitions(gl-tests PRIVATE GL_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 # test_png.cpp reads the written PNGs back with libpng itself.
 target_include_directories(gl-tests PRIVATE ${GL_PNG_INCLUDE_DIR})
 target_link_libraries(gl-tests PRIVATE ${GL_PNG_LIBRARY})

@@ -13,16 +13,19 @@ namespace {
 
 template <class T, Act K>
 __global__ void act_kernel(const T* x, T* y, int64_t n) {
+    kernel_entry();
     GRID_STRIDE(i, n) y[i] = from_f32<T>(act::value<K>(to_f32(x[i])));
 }
 
 template <class T, Act K>
 __global__ void act_grad_kernel(const T* gy, const void* x, DType tx, T* gx, int64_t n) {
+    kernel_entry();
     GRID_STRIDE(i, n) gx[i] = from_f32<T>(to_f32(gy[i]) * act::slope<K>(load_any(x, tx, i)));
 }
 
 template <class T>
 __global__ void geglu_kernel(const T* x, T* y, int64_t F, int64_t n) {
+    kernel_entry();
     GRID_STRIDE(i, n) {
         int64_t r = i / F, j = i - r * F;
         const T* h = x + r * 2 * F;
@@ -33,6 +36,7 @@ __global__ void geglu_kernel(const T* x, T* y, int64_t F, int64_t n) {
 // One thread per pair (j, F + j): both are read before either is written (safe in place).
 template <class T>
 __global__ void geglu_grad_kernel(const T* x, const void* gy, DType tg, T* gx, int64_t F, int64_t n) {
+    kernel_entry();
     GRID_STRIDE(i, n) {
         int64_t r = i / F, j = i - r * F;
         float h = to_f32(x[r * 2 * F + j]), gate = to_f32(x[r * 2 * F + F + j]), g = load_any(gy, tg, i);
@@ -44,6 +48,7 @@ __global__ void geglu_grad_kernel(const T* x, const void* gy, DType tg, T* gx, i
 // The same on 8-element vectors (F % 8 == 0, aligned rows): one index division per 8 outputs.
 template <class T>
 __global__ void geglu_vec_kernel(const T* x, T* y, int64_t F, int64_t nv) {
+    kernel_entry();
     const int64_t Fv = F / 8;
     GRID_STRIDE(i, nv) {
         const int64_t r = i / Fv, q = i - r * Fv;
@@ -58,6 +63,7 @@ __global__ void geglu_vec_kernel(const T* x, T* y, int64_t F, int64_t nv) {
 
 template <class T>
 __global__ void geglu_grad_vec_kernel(const T* x, const T* gy, T* gx, int64_t F, int64_t nv) {
+    kernel_entry();
     const int64_t Fv = F / 8;
     GRID_STRIDE(i, nv) {
         const int64_t r = i / Fv, q = i - r * Fv;

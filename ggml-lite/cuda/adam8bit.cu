@@ -156,6 +156,7 @@ using Adam8bitTable = TensorTable<6, table_capacity<6>()>;  // param, grad, m co
 // of the table (a parameter group) are one grid-stride sequence. 4 CTAs of 8 warps per SM.
 __global__ void __launch_bounds__(256, 4) adamw8bit_kernel(const __grid_constant__ Adam8bitTable tt,
                                                                 const float* hyper, const float* gstat) {
+    kernel_entry();
     const Gate gate = load_gate(gstat);
     if (gate.skip) return;
     __shared__ Tables8bit t;
@@ -236,6 +237,7 @@ __device__ __forceinline__ void store8(float* p, uint8_t* cm, int64_t base, int6
 
 __global__ void __launch_bounds__(256, 4) lion8bit_kernel(const __grid_constant__ Lion8bitTable tt, const float* h,
                                                           const float* gstat) {
+    kernel_entry();
     const Gate gate = load_gate(gstat);
     if (gate.skip) return;
     __shared__ Tables8bit t;
@@ -298,6 +300,7 @@ const CudaKernel cuda_lion8bit_step{lion8bit_run};
 // SGD8bit (bitsandbytes' MOMENTUM): Lion8bit's layout, buf = g at step 1, else momentum buf + g.
 __global__ void __launch_bounds__(256, 4) sgd8bit_kernel(const __grid_constant__ Lion8bitTable tt, const float* h,
                                                          const float* gstat, float mom) {
+    kernel_entry();
     const Gate gate = load_gate(gstat);
     if (gate.skip) return;
     __shared__ Tables8bit t;
@@ -365,6 +368,7 @@ using Ademamix8bitTable = TensorTable<8, table_capacity<8>()>;  // param, grad, 
 
 __global__ void __launch_bounds__(256, 4) ademamix8bit_kernel(const __grid_constant__ Ademamix8bitTable tt,
                                                               const float* h, const float* gstat, AdemamixOptions o) {
+    kernel_entry();
     const Gate gate = load_gate(gstat);
     if (gate.skip) return;
     __shared__ Tables8bit t;

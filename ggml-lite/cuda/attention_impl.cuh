@@ -71,6 +71,7 @@ struct SimpleArgs {
 // Forward: one warp per query row (b, i, h); smem per warp: q (f32) then o accumulator (double).
 template <class T>
 __global__ void simple_fwd(SimpleArgs a) {
+    kernel_entry();
     const Problem& p = a.p;
     extern __shared__ double sm_d[];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -108,6 +109,7 @@ __global__ void simple_fwd(SimpleArgs a) {
 // dQ: one warp per query row; smem per warp: dq accumulator (double), q, go (f32).
 template <class T>
 __global__ void simple_dq(SimpleArgs a) {
+    kernel_entry();
     const Problem& p = a.p;
     extern __shared__ double sm_d[];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -144,6 +146,7 @@ __global__ void simple_dq(SimpleArgs a) {
 // dK, dV: one warp per key row (b, j, h); smem per warp: dk, dv accumulators (double), k, v (f32).
 template <class T>
 __global__ void simple_dkdv(SimpleArgs a) {
+    kernel_entry();
     const Problem& p = a.p;
     extern __shared__ double sm_d[];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -182,6 +185,7 @@ __global__ void simple_dkdv(SimpleArgs a) {
 
 // delta[b, h, i] = sum_c go[b, i, h, c] * o[b, i, h, c]; one warp per row, fixed reduction order.
 static __global__ void delta_kernel(const void* o, DType ot, const void* go, DType gt, float* delta, int B, int L, int H, int dv) {
+    kernel_entry();
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
     if (row >= int64_t(B) * L * H) return;
@@ -196,6 +200,7 @@ static __global__ void delta_kernel(const void* o, DType ot, const void* go, DTy
 // 16-byte loads, fp32 sums (the tensor-core path's tolerance; delta_kernel serves the exact path).
 template <class T>
 __global__ void delta_vec(const T* o, const T* go, float* delta, int B, int L, int H, int dv) {
+    kernel_entry();
     const int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (row >= int64_t(B) * L * H) return;
     const uint4* po = reinterpret_cast<const uint4*>(o + row * dv);
@@ -214,6 +219,7 @@ __global__ void delta_vec(const T* o, const T* go, float* delta, int B, int L, i
 
 template <class T>
 __global__ void cast_kernel(const void* src, DType t, T* dst, int64_t n) {
+    kernel_entry();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         dst[i] = from_f32<T>(load_any(src, t, i));
 }
@@ -221,6 +227,7 @@ __global__ void cast_kernel(const void* src, DType t, T* dst, int64_t n) {
 // dk/dv = sum over splits (in split order) of the fp32 partials [2][nsplit][n].
 template <class T>
 __global__ void reduce_parts(const float* part, int nsplit, int64_t n, T* dk, T* dv) {
+    kernel_entry();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         float sk = 0.f, sv = 0.f;
         for (int z = 0; z < nsplit; ++z) sk += part[z * n + i], sv += part[(nsplit + z) * n + i];

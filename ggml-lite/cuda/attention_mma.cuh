@@ -81,6 +81,7 @@ template <> struct Tiles<256> { using Fwd = FwdCfg<256, 4, 1, 32>; using Dkdv = 
 
 template <class T, class C>
 __global__ void __launch_bounds__(C::NW * 32) fwd_kernel(MmaArgs a) {
+    kernel_entry();
     constexpr int D = C::D, MT = C::MT, BN = C::BN, BM = C::BM, SD = C::SD, NT = C::NW * 32;
     constexpr int NTN = BN / 8, NTD = D / 8;
     extern __shared__ __align__(16) unsigned char smem[];

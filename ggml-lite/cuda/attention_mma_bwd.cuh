@@ -23,6 +23,7 @@ namespace gl::attn {
 
 template <class T, class C>
 __global__ void __launch_bounds__(C::NW * 32) dkdv_kernel(MmaArgs a) {
+    kernel_entry();
     constexpr int D = C::D, BM = C::BM, QC = C::QC, DO = C::DO, NCS = C::NCS, NT = C::NW * 32;
     constexpr int BN = C::BN, SD = C::SD, NQC = QC / 8, NTO = DO / 8;
     constexpr bool KV_REGS = D <= 64;  // keep this warp's K and V rows as A fragments
@@ -194,6 +195,7 @@ __global__ void __launch_bounds__(C::NW * 32) dkdv_kernel(MmaArgs a) {
 
 template <class T, class C>
 __global__ void __launch_bounds__(C::NW * 32) dq_kernel(MmaArgs a) {
+    kernel_entry();
     constexpr int D = C::D, MT = C::MT, BN = C::BN, BM = C::BM, SD = C::SD, NT = C::NW * 32, NTN = BN / 8, NTD = D / 8;
     constexpr bool A_REGS = D * MT <= 96 && D <= 64;  // keep this warp's Q and dO rows as A fragments
     constexpr int NA = A_REGS ? D / 16 : 1;

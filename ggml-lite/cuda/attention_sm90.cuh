@@ -146,6 +146,7 @@ template <int DN, int NWG> struct Smem {
 
 template <class T, int DN, bool RS = (DN <= 64), int NWG = 2, bool H2 = false>
 __global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 2 : 1) dkdv_kernel(MmaArgs a) {
+    kernel_entry();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using G = Dim<DN>;
     using S = Smem<DN, NWG>;
@@ -259,6 +260,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 2 : 1) dkdv_kernel(MmaAr
 
 template <class T, int DN, bool RS = false, int NWG = 2, bool H2 = false>
 __global__ void __launch_bounds__(128 * NWG, (DN <= 48 && !RS ? 2 : 1) * (NWG == 1 ? 2 : 1)) dq_kernel(MmaArgs a) {
+    kernel_entry();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using G = Dim<DN>;
     using S = Smem<DN, NWG>;
@@ -353,6 +355,7 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 48 && !RS ? 2 : 1) * (NWG ==
 
 template <class T, int DN, bool RS = (DN <= 48), int NWG = 2, bool H2 = false>
 __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 : 1)) fwd_kernel(MmaArgs a) {
+    kernel_entry();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using G = Dim<DN>;
     using S = Smem<DN, NWG>;

@@ -380,6 +380,7 @@ struct MmaCfg {
 
 template <class T, int MODE, class Cfg, bool QB = false>
 __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(const Args args) {
+    kernel_entry();
     constexpr int BM = Cfg::kBM, BN = Cfg::kBN, BK = Cfg::kBK, NT = Cfg::kThreads, STAGES = Cfg::kStages;
     constexpr int KS = BK / 16;
     constexpr int WTM = BM / Cfg::kWM, WTN = BN / Cfg::kWN, MT = WTM / 16, NT8 = WTN / 8;

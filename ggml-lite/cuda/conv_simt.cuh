@@ -88,6 +88,7 @@ constexpr int kSimtBM = 64, kSimtBN = 64, kSimtBK = 16;
 // Loads walk the operand's contiguous dimension across neighbouring threads.
 template <class T, int MODE>
 __global__ void __launch_bounds__(256) conv_simt_kernel(const Args args) {
+    kernel_entry();
     constexpr int BM = kSimtBM, BN = kSimtBN, BK = kSimtBK;
     __shared__ float As[BK][BM + 4], Bs[BK][BN + 4];
     const Geom& g = args.g;
@@ -140,6 +141,7 @@ __global__ void __launch_bounds__(256) conv_simt_kernel(const Args args) {
 template <class T>
 __global__ void splitk_reduce_kernel(const float* __restrict__ ws, int splits, int64_t n, T* out,
                                      const T* __restrict__ bias, int Co, const T* residual) {
+    kernel_entry();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         float s = ws[i];
         for (int z = 1; z < splits; z++) s += ws[int64_t(z) * n + i];
@@ -153,6 +155,7 @@ __global__ void splitk_reduce_kernel(const float* __restrict__ ws, int splits, i
 
 template <class Wd>
 __global__ void upsample2x_kernel(const Wd* __restrict__ x, Wd* __restrict__ y, int64_t pixels, int W, int CV) {
+    kernel_entry();
     const int64_t n = pixels * CV;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         int64_t pix = i / CV;
@@ -171,6 +174,7 @@ __global__ void upsample2x_kernel(const Wd* __restrict__ x, Wd* __restrict__ y, 
 // dx[b,h,w,c] = gy(2h,2w) + gy(2h,2w+1) + gy(2h+1,2w) + gy(2h+1,2w+1), fp32, in that order.
 template <class T, int V>
 __global__ void upsample2x_grad_kernel(const T* __restrict__ gy, T* __restrict__ dx, int64_t pixels, int W, int C) {
+    kernel_entry();
     const int CV = C / V;
     const int64_t n = pixels * CV;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {

@@ -25,6 +25,7 @@ struct WgConvCfg {
 
 template <class T, int MODE, class Cfg>
 __global__ void __launch_bounds__(256, Cfg::kMinBlocks) conv_wgmma_kernel(const Args args) {
+    kernel_entry();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BM = Cfg::kBM, BN = Cfg::kBN, BK = Cfg::kBK, STAGES = Cfg::kStages;
     static_assert(MODE == kFwd || MODE == kDgrad, "the weight gradient stays on mma.sync");

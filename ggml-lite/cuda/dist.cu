@@ -22,6 +22,7 @@ constexpr int kReduceTile = 2048;
 using ReduceTable = TensorTable<2, table_capacity<2>()>;  // from, to
 
 __global__ void all_reduce_copy_kernel(const __grid_constant__ ReduceTable t, const float* w) {
+    kernel_entry();
     const ReduceTable::Tile tile = t.tile(blockIdx.x, kReduceTile);
     const float* x = static_cast<const float*>(t.ptr[0][tile.tensor]);
     float* y = static_cast<float*>(t.ptr[1][tile.tensor]);

@@ -34,12 +34,14 @@ __device__ __forceinline__ T bin(T a, T b) {
 
 template <class T, BinOp OP>
 __global__ void binary_same_kernel(const T* __restrict__ a, const T* __restrict__ b, T* y, int64_t n) {
+    kernel_entry();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         y[i] = bin<T, OP>(a[i], b[i]);
 }
 
 template <class T, BinOp OP>
 __global__ void binary_bcast_kernel(const T* __restrict__ a, const T* __restrict__ b, T* y, Bcast d) {
+    kernel_entry();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.n; i += int64_t(gridDim.x) * blockDim.x) {
         int64_t r = i, ia = 0, ib = 0;
         for (int k = 3; k >= 0; k--) {
@@ -80,6 +82,7 @@ const CudaKernel cuda_mul{binary_run<BinOp::mul>};
 
 template <class T>
 __global__ void scale_kernel(const T* x, T* y, int64_t n, float s) {
+    kernel_entry();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         y[i] = from_f32<T>(s * to_f32(x[i]));
 }
@@ -98,6 +101,7 @@ const CudaKernel cuda_scale{scale_run};
 // picks up the value the host wrote for this step.
 template <class T>
 __global__ void dropout_kernel(const T* x, T* y, int64_t n, float p, uint64_t seed, const int32_t* seed_input) {
+    kernel_entry();
     const float keep_scale = 1.0f / (1.0f - p);
     if (seed_input) seed = dropout_step_seed(seed, *seed_input);
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -119,6 +123,7 @@ const CudaKernel cuda_dropout{dropout_run};
 // acc = (ctl[0] != 0 ? 0 : acc) + ctl[1] * x; ctl is read on the device (written per micro-step).
 template <class T>
 __global__ void accumulate_kernel(float* acc, const T* x, const float* ctl, int64_t n) {
+    kernel_entry();
     const bool reset = ctl[0] != 0.0f;
     const float w = ctl[1];
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)

@@ -9,6 +9,7 @@ namespace gl {
 
 template <class T>
 __global__ void embedding_kernel(const T* table, const int32_t* ids, T* y, int64_t V, int64_t D, int64_t n) {
+    kernel_entry();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * D; i += int64_t(gridDim.x) * blockDim.x) {
         int64_t r = i / D, j = i - r * D;
         int32_t id = ids[r];
@@ -30,6 +31,7 @@ const CudaKernel cuda_embedding{embedding_run};
 
 template <class T>
 __global__ void embedding_grad_kernel(const T* gy, const int32_t* ids, float* gt, int64_t V, int64_t D, int64_t n) {
+    kernel_entry();
     int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (j >= D) return;
     for (int64_t i = 0; i < n; i++) {
@@ -53,6 +55,7 @@ const CudaKernel cuda_embedding_grad{embedding_grad_run};
 
 template <class T>
 __global__ void timestep_kernel(const T* t, float* y, int64_t B, int64_t dim, bool flip, float shift, float neg_log_period) {
+    kernel_entry();
     const int64_t half = dim / 2;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < B * dim; i += int64_t(gridDim.x) * blockDim.x) {
         int64_t b = i / dim, j = i - b * dim;

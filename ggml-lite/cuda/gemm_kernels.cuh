@@ -248,6 +248,7 @@ struct CodeTileLoader {
 // QB: B is a quantized weight (MmaParams::b_scale; TA is false then), loaded by CodeTileLoader.
 template <class T, class Cfg, bool TA, bool TB, bool VEC, bool QB>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::MINB) mma_gemm_kernel(MmaParams p) {
+    kernel_entry();
     constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, STAGES = Cfg::STAGES, NTH = Cfg::kThreads;
     constexpr int MT = Cfg::MT, NT = Cfg::NT, PAD = Cfg::kPad;
     constexpr int A_EL = Cfg::a_elems(TA), B_EL = Cfg::b_elems(TB);
@@ -375,6 +376,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::MINB) mma_gemm_kernel(MmaP
 template <class T>
 __global__ void splitk_reduce_kernel(const float* __restrict__ part, T* C, int splits, int batch, int M, int N,
                                      int64_t ldc, int64_t sC, Epilogue epi) {
+    kernel_entry();
     const int64_t per = int64_t(M) * N, total = per * batch;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
         float s = 0.0f;
@@ -390,6 +392,7 @@ __global__ void splitk_reduce_kernel(const float* __restrict__ part, T* C, int s
 // (so neighbouring threads read neighbouring smem words).
 template <bool TA, bool TB>
 __global__ void __launch_bounds__(256) ffma_gemm_kernel(MmaParams p) {
+    kernel_entry();
     __shared__ float As[16][64 + 1], Bs[16][64 + 1];
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int m0 = (blockIdx.x / p.tiles_n) * 64, n0 = (blockIdx.x % p.tiles_n) * 64;
@@ -446,6 +449,7 @@ __global__ void __launch_bounds__(256) ffma_gemm_kernel(MmaParams p) {
 // C += bias after a cuBLAS call, which wrote alpha * A B (+ the residual, as its beta * C).
 template <class T>
 __global__ void cublas_epilogue_kernel(T* C, int batch, int M, int N, int64_t ldc, int64_t sC, Epilogue epi) {
+    kernel_entry();
     epi.alpha = 1.0f;
     const int64_t per = int64_t(M) * N, total = per * batch;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -458,6 +462,7 @@ __global__ void cublas_epilogue_kernel(T* C, int batch, int M, int N, int64_t ld
 // C = residual before a cuBLAS call that adds C (beta = 1): the residual's strides may differ from C's.
 template <class T>
 __global__ void copy_residual_kernel(T* C, int batch, int M, int N, int64_t ldc, int64_t sC, Epilogue epi) {
+    kernel_entry();
     const int64_t per = int64_t(M) * N, total = per * batch;
     const T* r = static_cast<const T*>(epi.residual);
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {

@@ -45,6 +45,7 @@ struct SkinnyParams {
 
 template <class T>
 __global__ void __launch_bounds__(SkinnyCfg::kThreads) skinny_kernel(SkinnyParams p) {
+    kernel_entry();
     using C = SkinnyCfg;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* sm = reinterpret_cast<T*>(smem_raw);
@@ -110,6 +111,7 @@ __global__ void __launch_bounds__(SkinnyCfg::kThreads) skinny_kernel(SkinnyParam
 template <class T>
 __global__ void skinny_reduce(const float* __restrict__ part, int splits, int M, int N, int w, bool s_is_a, T* C,
                               int64_t ldc, Epilogue epi) {
+    kernel_entry();
     const int64_t n = int64_t(M) * N, plane = n;  // s x w == M x N
     for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
         const int i = int(e / N), j = int(e % N);

@@ -27,6 +27,7 @@ struct WgCfg {
 template <class T, int BN, int STAGES, bool A_MN, bool B_MN>
 __global__ void __launch_bounds__(256, (WgCfg<BN, STAGES>::smem_bytes * 2 <= 227 * 1024 ? 2 : 1))
     wgmma_gemm_kernel(MmaParams p) {
+    kernel_entry();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Cfg = WgCfg<BN, STAGES>;
     constexpr int BM = Cfg::BM, BK = Cfg::BK, NTH = Cfg::kThreads;

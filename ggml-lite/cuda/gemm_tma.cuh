@@ -125,6 +125,7 @@ template <class T, int BN, int STAGES, bool A_MN, bool B_MN>
 __global__ void __launch_bounds__(384, 1)
     tma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                     const __grid_constant__ CUtensorMap map_a2, const __grid_constant__ CUtensorMap map_b2, TmaParams tp) {
+    kernel_entry();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Cfg = TmaCfg<BN, STAGES>;
     constexpr int BM = Cfg::BM, BK = Cfg::BK, ATOM = BK * 128;  // bytes of one 64-wide MN atom (64 k rows of 128 B)

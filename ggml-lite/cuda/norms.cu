@@ -44,6 +44,7 @@ Gn gn_of(const Shape& x, const Params& p) {
 // part[((n * chunks + k) * C + c) * 2 + {0, 1}] = sums over the chunk's positions of {x, x^2}.
 template <class T>
 __global__ void gn_stats_partial(const T* x, double* part, Gn d) {
+    kernel_entry();
     int64_t n = blockIdx.y, k = blockIdx.x, p0 = k * d.rows_per_chunk, p1 = min(d.P, p0 + d.rows_per_chunk);
     for (int64_t c = threadIdx.x; c < d.C; c += blockDim.x) {
         double s = 0, ss = 0;
@@ -61,6 +62,7 @@ __global__ void gn_stats_partial(const T* x, double* part, Gn d) {
 // One block per (sample, group): the group's chunk partials, thread t taking items t, t + 256,
 // ... and a fixed tree after (deterministic).
 __global__ void gn_stats_final(const double* part, float* mean, float* rstd, Gn d) {
+    kernel_entry();
     __shared__ double sh[32];
     const int64_t t = blockIdx.x, n = t / d.G, c0 = (t % d.G) * d.Cg, items = d.chunks * d.Cg;
     double s = 0, ss = 0;
@@ -81,6 +83,7 @@ __global__ void gn_stats_final(const double* part, float* mean, float* rstd, Gn 
 template <class T>
 __global__ void gn_apply(const T* x, const void* gm, DType tg, const void* bt, DType tb, const float* mean,
                          const float* rstd, T* y, Gn d) {
+    kernel_entry();
     int64_t total = d.N * d.P * d.C;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
         int64_t c = i % d.C, n = i / (d.P * d.C), s = n * d.G + c / d.Cg;
@@ -108,6 +111,7 @@ __device__ __forceinline__ float gn_gh(const T* gy, const T* x, int64_t i, float
 template <class T>
 __global__ void gn_bwd_partial(const T* gy, const T* x, const void* gm, DType tg, const void* bt, DType tb,
                                const float* mean, const float* rstd, double* part, Gn d) {
+    kernel_entry();
     int64_t n = blockIdx.y, k = blockIdx.x, p0 = k * d.rows_per_chunk, p1 = min(d.P, p0 + d.rows_per_chunk);
     for (int64_t c = threadIdx.x; c < d.C; c += blockDim.x) {
         int64_t s = n * d.G + c / d.Cg;
@@ -128,6 +132,7 @@ __global__ void gn_bwd_partial(const T* gy, const T* x, const void* gm, DType tg
 // coef[(n * G + g) * 2 + {0, 1}] = {sum_c gamma_c B_c / M, sum_c gamma_c A_c / M}: one block per
 // (sample, group), summed as gn_stats_final does.
 __global__ void gn_bwd_coef(const double* part, const void* gm, DType tg, double* coef, Gn d) {
+    kernel_entry();
     __shared__ double sh[32];
     const int64_t t = blockIdx.x, n = t / d.G, c0 = (t % d.G) * d.Cg, items = d.chunks * d.Cg;
     double s1 = 0, s2 = 0;
@@ -151,6 +156,7 @@ __global__ void gn_bwd_coef(const double* part, const void* gm, DType tg, double
 // partials, each row's sums added in row order (deterministic).
 template <class TG>
 __global__ void gn_bwd_channels(const double* part, TG* dgamma, TG* dbeta, Gn d) {
+    kernel_entry();
     __shared__ double sa[8][33], sb[8][33];
     const int64_t c = int64_t(blockIdx.x) * 32 + threadIdx.x;
     double a = 0, b = 0;
@@ -176,6 +182,7 @@ __global__ void gn_bwd_channels(const double* part, TG* dgamma, TG* dbeta, Gn d)
 template <class T>
 __global__ void gn_bwd_apply(const T* gy, const T* x, const void* gm, DType tg, const void* bt, DType tb,
                              const float* mean, const float* rstd, const double* coef, const T* res, T* dx, Gn d) {
+    kernel_entry();
     int64_t total = d.N * d.P * d.C;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
         int64_t c = i % d.C, n = i / (d.P * d.C), s = n * d.G + c / d.Cg;
@@ -234,6 +241,7 @@ __device__ __forceinline__ void gn_partial_store(double* sh, const double (&u)[8
 
 template <class T>
 __global__ void gn_stats_partial_vec(const T* x, double* part, Gn d, GnVec v) {
+    kernel_entry();
     extern __shared__ double sh[];
     const int tc = int(threadIdx.x) % v.cv, tp = int(threadIdx.x) / v.cv;
     const int64_t n = blockIdx.y, p0 = int64_t(blockIdx.x) * d.rows_per_chunk, p1 = min(d.P, p0 + d.rows_per_chunk);
@@ -254,6 +262,7 @@ __global__ void gn_stats_partial_vec(const T* x, double* part, Gn d, GnVec v) {
 template <class T>
 __global__ void gn_bwd_partial_vec(const T* gy, const T* x, const void* gm, DType tg, const void* bt, DType tb,
                                    const float* mean, const float* rstd, double* part, Gn d, GnVec v) {
+    kernel_entry();
     extern __shared__ double sh[];
     const int tc = int(threadIdx.x) % v.cv, tp = int(threadIdx.x) / v.cv;
     const int64_t n = blockIdx.y, p0 = int64_t(blockIdx.x) * d.rows_per_chunk, p1 = min(d.P, p0 + d.rows_per_chunk);
@@ -291,6 +300,7 @@ __global__ void gn_bwd_partial_vec(const T* gy, const T* x, const void* gm, DTyp
 template <class T>
 __global__ void gn_apply_vec(const T* x, const void* gm, DType tg, const void* bt, DType tb, const float* mean,
                              const float* rstd, T* y, Gn d, GnVec v) {
+    kernel_entry();
     const int tc = int(threadIdx.x) % v.cv, tp = int(threadIdx.x) / v.cv, n = int(blockIdx.y);
     if (tp >= v.rows) return;
     float mu[8], rs[8], ga[8], be[8];
@@ -319,6 +329,7 @@ template <class T>
 __global__ void gn_bwd_apply_vec(const T* gy, const T* x, const void* gm, DType tg, const void* bt, DType tb,
                                  const float* mean, const float* rstd, const double* coef, const T* res, T* dx, Gn d,
                                  GnVec v) {
+    kernel_entry();
     const int tc = int(threadIdx.x) % v.cv, tp = int(threadIdx.x) / v.cv, n = int(blockIdx.y);
     if (tp >= v.rows) return;
     float mu[8], rs[8], ga[8], be[8], k0[8], k1[8];  // k: the group's terms, in float (registers)

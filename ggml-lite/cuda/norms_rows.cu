@@ -34,6 +34,7 @@ inline unsigned ln_warp_grid(int64_t rows) { return unsigned(ceil_div(rows, int6
 template <class T, int NV>
 __global__ void ln_forward_warp(const T* x, const void* gm, DType tg, const void* bt, DType tb, T* y, float* mean,
                                 float* rstd, int64_t rows, int D, float eps) {
+    kernel_entry();
     const int lane = threadIdx.x & 31;
     const int64_t r = int64_t(blockIdx.x) * kLnWarpRows + (threadIdx.x >> 5);
     if (r >= rows) return;  // whole warps
@@ -82,6 +83,7 @@ __global__ void ln_forward_warp(const T* x, const void* gm, DType tg, const void
 template <class T, int NV>
 __global__ void ln_backward_dx_warp(const T* gy, const T* x, const void* gm, DType tg, const float* mean,
                                     const float* rstd, const T* res, T* dx, int64_t rows, int D) {
+    kernel_entry();
     const int lane = threadIdx.x & 31;
     const int64_t r = int64_t(blockIdx.x) * kLnWarpRows + (threadIdx.x >> 5);
     if (r >= rows) return;
@@ -155,6 +157,7 @@ struct LnBackwardWarp {
 template <class T>
 __global__ void ln_forward(const T* x, const void* gm, DType tg, const void* bt, DType tb, T* y, float* mean,
                            float* rstd, int64_t D, float eps) {
+    kernel_entry();
     __shared__ double sh[32];
     int64_t r = blockIdx.x;
     const T* xr = x + r * D;
@@ -180,6 +183,7 @@ __global__ void ln_forward(const T* x, const void* gm, DType tg, const void* bt,
 template <class T>
 __global__ void ln_backward_dx(const T* gy, const T* x, const void* gm, DType tg, const float* mean, const float* rstd,
                                const T* res, T* dx, int64_t D) {
+    kernel_entry();
     __shared__ double sh[32];
     int64_t r = blockIdx.x;
     float mu = mean[r], rs = rstd[r];
@@ -203,6 +207,7 @@ __global__ void ln_backward_dx(const T* gy, const T* x, const void* gm, DType tg
 template <class T>
 __global__ void ln_backward_partial(const T* gy, const T* x, const float* mean, const float* rstd, double* part,
                                     int64_t rows, int64_t D, int64_t rows_per_chunk) {
+    kernel_entry();
     int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, ch = blockIdx.y;
     if (k >= D) return;
     int64_t r0 = ch * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
@@ -218,6 +223,7 @@ __global__ void ln_backward_partial(const T* gy, const T* x, const float* mean, 
 
 template <class TG>
 __global__ void ln_backward_final(const double* part, TG* dgamma, TG* dbeta, int64_t D, int64_t chunks) {
+    kernel_entry();
     int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (k >= D) return;
     double sg = 0, sb = 0;
@@ -296,6 +302,7 @@ namespace {
 
 template <class T>
 __global__ void softmax_kernel(const T* x, T* y, int64_t D, float sc) {
+    kernel_entry();
     __shared__ double shd[32];
     __shared__ float shf[32];
     int64_t r = blockIdx.x;
@@ -313,6 +320,7 @@ __global__ void softmax_kernel(const T* x, T* y, int64_t D, float sc) {
 
 template <class T>
 __global__ void softmax_grad_kernel(const T* y, const void* gy, DType tg, T* dx, int64_t D, float sc) {
+    kernel_entry();
     __shared__ double sh[32];
     int64_t r = blockIdx.x;
     double dot = 0;

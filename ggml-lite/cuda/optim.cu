@@ -17,6 +17,7 @@ using AdamTable = TensorTable<4, table_capacity<4>()>;  // param, grad, m, v
 
 __global__ void __launch_bounds__(256) adamw_kernel(const __grid_constant__ AdamTable t, const float* hyper,
                                                     const float* gstat, bool after) {
+    kernel_entry();
     const Gate gate = load_gate(gstat);
     if (gate.skip) return;
     const AdamConsts k = adam_consts(hyper, false);
@@ -58,6 +59,7 @@ using GsTable = TensorTable<1, table_capacity<1>()>;
 // One block per part: part q of a tensor of np parts sums elements q*256 + tid, stepping np*256
 // (parts: this table's share of the workspace, in tensor order).
 __global__ void __launch_bounds__(256) sumsq_parts_kernel(const __grid_constant__ GsTable t, double* parts) {
+    kernel_entry();
     __shared__ double sh[32];
     const int k = t.find(blockIdx.x);
     const int64_t n = t.n[k], q = int64_t(blockIdx.x) - t.first_tile[k];
@@ -74,6 +76,7 @@ __global__ void __launch_bounds__(256) sumsq_parts_kernel(const __grid_constant_
 
 __global__ void __launch_bounds__(256) gstat_finish_kernel(const double* parts, int64_t count, const float* loss_scale,
                                                            float max_norm, float* out) {
+    kernel_entry();
     __shared__ double sh[32];
     double acc = 0.0;
     for (int64_t i = threadIdx.x; i < count; i += blockDim.x) acc += parts[i];

@@ -48,6 +48,7 @@ __device__ __forceinline__ float af_update(const AfArgs& a, int64_t i, float gi)
 }
 
 __global__ void __launch_bounds__(256) af_sumsq_p_kernel(AfArgs a) {
+    kernel_entry();
     __shared__ double sh[32];
     if (load_gate(a.gstat).skip) return;
     double acc = 0.0;
@@ -61,6 +62,7 @@ __global__ void __launch_bounds__(256) af_sumsq_p_kernel(AfArgs a) {
 
 // Unfactored: v = beta2t v + (1 - beta2t)(g^2 + eps1) and the update's partial sums of squares.
 __global__ void __launch_bounds__(256) af_full_kernel(AfArgs a) {
+    kernel_entry();
     __shared__ double sh[32];
     const Gate gate = load_gate(a.gstat);
     if (gate.skip) return;
@@ -79,6 +81,7 @@ __global__ void __launch_bounds__(256) af_full_kernel(AfArgs a) {
 // Factored: one warp per line; ROWS: line (b, r) runs over C, else line (b, c) runs over R.
 template <bool ROWS>
 __global__ void __launch_bounds__(256) af_line_kernel(AfArgs a) {
+    kernel_entry();
     const Gate gate = load_gate(a.gstat);
     if (gate.skip) return;
     const int64_t B = a.O * a.I, len = ROWS ? a.C : a.R, lines = B * (ROWS ? a.R : a.C);
@@ -101,6 +104,7 @@ __global__ void __launch_bounds__(256) af_line_kernel(AfArgs a) {
 }
 
 __global__ void __launch_bounds__(256) af_row_mean_kernel(AfArgs a) {
+    kernel_entry();
     if (load_gate(a.gstat).skip) return;
     const int64_t b = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (b >= a.O * a.I) return;
@@ -112,6 +116,7 @@ __global__ void __launch_bounds__(256) af_row_mean_kernel(AfArgs a) {
 }
 
 __global__ void __launch_bounds__(256) af_sumsq_u_kernel(AfArgs a) {
+    kernel_entry();
     __shared__ double sh[32];
     const Gate gate = load_gate(a.gstat);
     if (gate.skip) return;
@@ -125,6 +130,7 @@ __global__ void __launch_bounds__(256) af_sumsq_u_kernel(AfArgs a) {
 }
 
 __global__ void __launch_bounds__(256) af_apply_kernel(AfArgs a) {
+    kernel_entry();
     const Gate gate = load_gate(a.gstat);
     if (gate.skip) return;
     double pp = 0.0, uu = 0.0;

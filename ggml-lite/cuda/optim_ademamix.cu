@@ -8,6 +8,7 @@ namespace gl {
 
 __global__ void ademamix_kernel(float* p, const float* g, float* m1, float* m2, float* nu, const float* h,
                                 const float* gstat, int64_t n, AdemamixOptions o) {
+    kernel_entry();
     const Gate gate = load_gate(gstat);
     if (gate.skip) return;
     const float f[4] = {o.alpha, o.beta3, o.t_alpha, o.t_beta3};

@@ -27,6 +27,7 @@ struct DaAccumArgs {
 };
 
 __global__ void __launch_bounds__(256) da_accum_parts_kernel(DaAccumArgs a) {
+    kernel_entry();
     __shared__ double sh[32];
     const Gate gate = load_gate(a.gstat);
     if (gate.skip) return;
@@ -61,6 +62,7 @@ __global__ void __launch_bounds__(256) da_accum_parts_kernel(DaAccumArgs a) {
 }
 
 __global__ void da_accum_finish_kernel(DaAccumArgs a) {
+    kernel_entry();
     if (load_gate(a.gstat).skip) return;
     double num = 0.0, sabs = 0.0;
     for (int k = 0; k < a.parts; k++) {
@@ -109,6 +111,7 @@ struct DaLionArgs {
 };
 
 __global__ void __launch_bounds__(256) da_lion_parts_kernel(DaLionArgs a) {
+    kernel_entry();
     __shared__ double sh[32];
     const Gate gate = load_gate(a.gstat);
     if (gate.skip) return;
@@ -135,6 +138,7 @@ __global__ void __launch_bounds__(256) da_lion_parts_kernel(DaLionArgs a) {
 }
 
 __global__ void da_lion_finish_kernel(DaLionArgs a) {
+    kernel_entry();
     if (load_gate(a.gstat).skip) return;
     double num = 0.0, sabs = 0.0;
     for (int k = 0; k < a.parts; k++) {
@@ -168,6 +172,7 @@ const CudaKernel cuda_dadapt_lion_step{da_lion_run, da_accum_workspace};
 
 __global__ void __launch_bounds__(256) da_d_kernel(float* ds, const float* acc, int64_t slots, const float* h,
                                                    const float* gstat, float growth, bool bias_correction) {
+    kernel_entry();
     __shared__ double sh[32];
     if (load_gate(gstat).skip) return;
     double num = 0.0, sabs = 0.0;
@@ -191,6 +196,7 @@ const CudaKernel cuda_dadapt_adam_d{da_d_run};
 
 __global__ void da_step_kernel(float* p, const float* m, const float* v, const float* h, const float* ds,
                                const float* gstat, int64_t n, bool decouple) {
+    kernel_entry();
     const Gate gate = load_gate(gstat);
     if (gate.skip || ds[kDaApplied] == 0.0f) return;
     const float eps = h[kEps], wd = h[kWeightDecay];

@@ -192,6 +192,7 @@ struct AdanIpRule {
 
 template <class Rule>
 __global__ void __launch_bounds__(256) ds_accum_parts_kernel(DsAccumArgs a) {
+    kernel_entry();
     __shared__ double sh[32];
     const Gate gate = load_gate(a.gstat);
     if (gate.skip) return;
@@ -207,6 +208,7 @@ __global__ void __launch_bounds__(256) ds_accum_parts_kernel(DsAccumArgs a) {
 
 // SGD's first-part sum at k > 0 is dlr * dot (the partials hold the dot).
 __global__ void ds_accum_finish_kernel(DsAccumArgs a, double scale0) {
+    kernel_entry();
     if (load_gate(a.gstat).skip) return;
     double sum[3] = {0.0, 0.0, 0.0};
     for (int k = 0; k < a.parts; k++)
@@ -252,6 +254,7 @@ void ds_accum_run(CudaCtx& c, int n_state, bool sgd) {
 // p = p keep + take (x0 - s), s first scaled by dlr at SGD's first step.
 __global__ void ds_sgd_step_kernel(float* p, float* s, const float* x0, const float* h, const float* ds,
                                    const float* gstat, int64_t n) {
+    kernel_entry();
     if (load_gate(gstat).skip || ds[kDsApplied] == 0.0f) return;
     const double ck = 1.0 - double(h[kBeta1]);
     const float keep = float(1.0 - ck), take = float(ck);
@@ -267,6 +270,7 @@ __global__ void ds_sgd_step_kernel(float* p, float* s, const float* x0, const fl
 
 __global__ void ds_adagrad_step_kernel(float* p, const float* alpha, const float* sk, const float* x0, const float* h,
                                        const float* ds, const float* gstat, int64_t n) {
+    kernel_entry();
     if (load_gate(gstat).skip || ds[kDsApplied] == 0.0f) return;
     const float eps = h[kEps];
     const bool momentum = h[kBeta1] != 0.0f;
@@ -281,6 +285,7 @@ __global__ void ds_adagrad_step_kernel(float* p, const float* alpha, const float
 __global__ void ds_adan_step_kernel(float* p, const float* g, const float* m, const float* diff, const float* v,
                                     float* pre, const float* h, const float* lead, const float* ds, const float* gstat,
                                     int64_t n, bool no_prox) {
+    kernel_entry();
     const Gate gate = load_gate(gstat);
     if (gate.skip || ds[kDsApplied] == 0.0f) return;
     const float b2 = lead[kBeta2], eps = h[kEps], gs = h[kGradScale];
@@ -296,6 +301,7 @@ __global__ void ds_adan_step_kernel(float* p, const float* g, const float* m, co
 // p -= dlr decay p (decouple, group lr > 0), then p -= m / (sqrt v + eps).
 __global__ void ds_preprint_step_kernel(float* p, const float* m, const float* v, const float* h, const float* ds,
                                         const float* gstat, int64_t n, bool decouple) {
+    kernel_entry();
     if (load_gate(gstat).skip || ds[kDsApplied] == 0.0f) return;
     const float eps = h[kEps];
     const bool decay = decouple && h[kWeightDecay] != 0.0f && h[kLr] > 0.0f;
@@ -308,6 +314,7 @@ __global__ void ds_preprint_step_kernel(float* p, const float* m, const float* v
 
 __global__ void __launch_bounds__(256) ds_d_kernel(float* ds, const float* acc, int64_t slots, const float* lead,
                                                    const float* gstat, int rule, float growth, double beta3) {
+    kernel_entry();
     __shared__ double sh[32];
     if (load_gate(gstat).skip) return;
     double sum[3] = {0.0, 0.0, 0.0};

@@ -12,6 +12,7 @@ using LionTable = TensorTable<3, table_capacity<3>()>;  // param, grad, m
 
 __global__ void __launch_bounds__(256) lion_kernel(const __grid_constant__ LionTable t, const float* h,
                                                    const float* gstat) {
+    kernel_entry();
     const Gate gate = load_gate(gstat);
     if (gate.skip) return;
     const float lr = h[kLr], b1 = h[kBeta1], b2 = h[kBeta2], gs = h[kGradScale];

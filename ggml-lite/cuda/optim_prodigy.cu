@@ -30,6 +30,7 @@ struct PdAccumArgs {
 };
 
 __global__ void __launch_bounds__(256) pd_accum_parts_kernel(PdAccumArgs a) {
+    kernel_entry();
     __shared__ double sh[32];
     const Gate gate = load_gate(a.gstat);
     if (gate.skip) return;
@@ -61,6 +62,7 @@ __global__ void __launch_bounds__(256) pd_accum_parts_kernel(PdAccumArgs a) {
 }
 
 __global__ void pd_accum_finish_kernel(PdAccumArgs a) {
+    kernel_entry();
     if (load_gate(a.gstat).skip) return;
     double dot = 0.0, sabs = 0.0;
     for (int k = 0; k < a.parts; k++) {
@@ -107,6 +109,7 @@ const CudaKernel cuda_prodigy_accum{pd_accum_run, pd_accum_workspace};
 __global__ void __launch_bounds__(256) pd_d_kernel(float* ps, const float* acc, int64_t slots, const float* h,
                                                    const float* gstat, float beta3, float d0, float d_coef,
                                                    float growth, bool bias_correction) {
+    kernel_entry();
     __shared__ double sh[32];
     if (load_gate(gstat).skip) return;
     double dot = 0.0, sabs = 0.0;
@@ -135,6 +138,7 @@ const CudaKernel cuda_prodigy_d{pd_d_run};
 
 __global__ void pd_step_kernel(float* p, const float* g, const float* m, const float* v, const float* h,
                                const float* ps, const float* gstat, int64_t n, bool decouple) {
+    kernel_entry();
     const Gate gate = load_gate(gstat);
     if (gate.skip || ps[kPdApplied] == 0.0f) return;
     const double d = ps[kPdD], dlr = ps[kPdDlr];

@@ -30,6 +30,7 @@ __device__ __forceinline__ float lerp_rn(float start, float end, float w) {
 }
 
 __global__ void sf_step_kernel(SfStepArgs a) {
+    kernel_entry();
     const Gate gate = load_gate(a.gstat);
     if (gate.skip) return;
     bool adaptive = false;
@@ -77,6 +78,7 @@ const CudaKernel cuda_schedulefree_step{sf_step_run};
 
 __global__ void sf_advance_kernel(float* sf, const float* h, const float* gstat, float r, float wlp, float warmup,
                                   int variant, int silent) {
+    kernel_entry();
     if (load_gate(gstat).skip) return;
     bool adaptive = false;
     const double factor = sf_factor(variant, silent, h, &adaptive);

@@ -6,6 +6,7 @@ namespace gl {
 
 __global__ void sgd_kernel(float* p, const float* g, float* buf, const float* h, const float* gstat, int64_t n,
                            float momentum, float dampening, bool nesterov) {
+    kernel_entry();
     const Gate gate = load_gate(gstat);
     if (gate.skip) return;
     const float lr = h[kLr], wd = h[kWeightDecay], gs = h[kGradScale];

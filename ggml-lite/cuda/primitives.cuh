@@ -9,6 +9,8 @@
 //   8-bit codes    code_to_f32, dequant8: a quantized weight's i8 / f8e4m3 codes (core/quant.h)
 //                  times their row scale, as the GEMM and conv loaders convert them
 //   arithmetic     ceil_div
+//   launch order   kernel_entry: the first statement of every kernel (programmatic dependent
+//                  launch on sm_90: see below and cuda/runtime.cu)
 //   memory         smem_u32, cp.async (cp_async, cp_async_commit, cp_async_wait), copy16, Vec8 (8
 //                  elements moved as one 16- or 32-byte access)
 //   tensor cores   ldmatrix x4 (ldsm_x4, transposed ldsm_x4_t) and mma.sync m16n8k16 with fp32
@@ -79,6 +81,25 @@ __device__ __forceinline__ float ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
+}
+
+// ---------------- launch order ----------------
+
+// The first statement of every kernel in ggml-lite/cuda (tests/test_cuda_sources.cpp checks it).
+// On sm_90 a CUDA graph's edge between two of our kernels may be programmatic (cuda/runtime.cu):
+// the second kernel's blocks are then scheduled onto the SMs the first one frees in its last
+// wave, before it has finished. griddepcontrol.wait holds each block until the kernel before it
+// has completed and its writes are visible; nothing of the kernel runs before it, so reads after
+// writes and writes after reads between the two are ordered as on a plain edge (and, by
+// induction, with every kernel before). launch_dependents then lets the next kernel's blocks be
+// scheduled: once every block of this one has passed its wait (or exited), so at most two
+// kernels share the SMs. Outside such an edge both instructions return at once; below sm_90
+// they are not compiled, and the runtime makes no edge programmatic for a kernel built so.
+__device__ __forceinline__ void kernel_entry() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 }
 
 // ---------------- 8-bit weight codes (core/quant.h) ----------------

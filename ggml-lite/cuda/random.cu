@@ -8,6 +8,7 @@
 namespace gl {
 
 __global__ void normal_noise_kernel(const int32_t* draw, float* y, int64_t n, int64_t batch, int64_t channels) {
+    kernel_entry();
     const uint64_t seed = noise_draw_u64(draw, kNdSeed), counter = noise_draw_u64(draw, kNdCounter);
     const double offset = __longlong_as_double((long long)noise_draw_u64(draw, kNdOffset));
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)

@@ -69,6 +69,7 @@ __device__ __forceinline__ void tree_sum256(double acc, double* sh) {
 // Many outputs: a thread per (output, chunk); neighbouring threads read neighbouring outputs.
 template <class T>
 __global__ void partial_wide(const T* x, double* part, Red r) {
+    kernel_entry();
     int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, c = blockIdx.y;
     if (o >= r.O) return;
     int64_t base = out_base(r, o), lo = c * r.per_chunk, hi = min(r.R, lo + r.per_chunk);
@@ -80,6 +81,7 @@ __global__ void partial_wide(const T* x, double* part, Red r) {
 // Few outputs: a block per (output, chunk), fixed-shape tree reduction in shared memory.
 template <class T>
 __global__ void partial_narrow(const T* x, double* part, Red r) {
+    kernel_entry();
     __shared__ double sh[256];
     int64_t o = blockIdx.y, c = blockIdx.x;
     int64_t base = out_base(r, o), lo = c * r.per_chunk, hi = min(r.R, lo + r.per_chunk);
@@ -91,6 +93,7 @@ __global__ void partial_narrow(const T* x, double* part, Red r) {
 
 template <class T>
 __global__ void finish(const double* part, T* y, Red r) {
+    kernel_entry();
     int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (o >= r.O) return;
     double acc = 0;
@@ -151,6 +154,7 @@ constexpr int kMseChunks = 64;
 
 template <class T>
 __global__ void mse_partial(const T* p, const T* t, double* part, int64_t M) {
+    kernel_entry();
     __shared__ double sh[256];
     int64_t b = blockIdx.y, c = blockIdx.x, per = ceil_div(M, kMseChunks);
     int64_t lo = c * per, hi = min(M, lo + per);
@@ -164,6 +168,7 @@ __global__ void mse_partial(const T* p, const T* t, double* part, int64_t M) {
 }
 
 __global__ void mse_finish(const double* part, const void* w, DType tw, float* y, int64_t B, int64_t M) {
+    kernel_entry();
     double total = 0;
     for (int64_t b = 0; b < B; b++) {
         double se = 0;
@@ -176,6 +181,7 @@ __global__ void mse_finish(const double* part, const void* w, DType tw, float* y
 template <class T>
 __global__ void mse_grad_kernel(const void* gy, DType tg, const T* p, const T* t, const void* w, DType tw, T* gp,
                                 int64_t B, int64_t M) {
+    kernel_entry();
     double g = double(load_any(gy, tg, 0));
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < B * M; i += int64_t(gridDim.x) * blockDim.x) {
         int64_t b = i / M;
@@ -226,6 +232,7 @@ constexpr int kLossChunks = 64;
 template <class T>
 __global__ void wloss_partial(const T* p, const T* t, const void* hc, DType thc, const void* mask, DType tm,
                               LossKind kind, double* part, int64_t M, int64_t C) {
+    kernel_entry();
     __shared__ double sh[256];
     const int64_t b = blockIdx.y, c = blockIdx.x, per = ceil_div(M, kLossChunks);
     const int64_t lo = c * per, hi = min(M, lo + per);
@@ -241,6 +248,7 @@ __global__ void wloss_partial(const T* p, const T* t, const void* hc, DType thc,
 
 __global__ void wloss_finish(const double* part, const void* w, DType tw, float* loss, float* per, int64_t B,
                              int64_t M) {
+    kernel_entry();
     double total = 0;
     for (int64_t b = 0; b < B; b++) {
         double s = 0;
@@ -255,6 +263,7 @@ __global__ void wloss_finish(const double* part, const void* w, DType tw, float*
 template <class T>
 __global__ void wloss_grad_kernel(const void* coef, DType tcoef, const T* p, const T* t, const void* hc, DType thc,
                                   const void* mask, DType tm, LossKind kind, T* gp, int64_t B, int64_t M, int64_t C) {
+    kernel_entry();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < B * M; i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t b = i / M;
         const float k = float(double(load_any(coef, tcoef, b)) / double(M));

@@ -6,7 +6,9 @@
 // staging buffers without waiting (cuda/staging.cuh); other writes wait for their copy.
 #include <cstdlib>
 #include <cstring>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "ggml-lite/core/cuda_devices.h"
 #include "ggml-lite/core/runtime.h"
@@ -33,6 +35,7 @@ struct StridedDesc {
 
 template <class E>
 __global__ void densify_kernel(const E* __restrict__ src, E* __restrict__ dst, StridedDesc d) {
+    kernel_entry();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.n; i += int64_t(gridDim.x) * blockDim.x) {
         int64_t r = i, idx = d.offset;
         for (int k = 3; k >= 0; k--) {
@@ -206,6 +209,83 @@ size_t cuda_runtime_bytes(const Graph& g) {
 
 namespace {
 
+// ---- programmatic edges: a kernel's blocks scheduled during the last wave of the one before ----
+
+// Whether a captured kernel may start before the kernel ahead of it has finished: one of ours
+// (namespace gl: every kernel there begins with kernel_entry, primitives.cuh, which
+// tests/test_cuda_sources.cpp checks) whose loaded image was built for sm_90 or later (below, the
+// wait is not compiled in). Library kernels (cuBLAS under GL_GEMM=cublas, NCCL) never are.
+bool waits_for_prior_kernel(const void* func) {
+    static thread_local std::unordered_map<const void*, bool> known;
+    auto it = known.find(func);
+    if (it != known.end()) return it->second;
+    const char* name = nullptr;
+    cudaFuncAttributes fa{};
+    const bool ok = func && cudaFuncGetName(&name, func) == cudaSuccess && name &&
+                    std::strncmp(name, "_ZN2gl", 6) == 0 && cudaFuncGetAttributes(&fa, func) == cudaSuccess &&
+                    fa.binaryVersion >= 90 && fa.ptxVersion >= 90;
+    cudaGetLastError();  // a failed query leaves an error behind
+    known.emplace(func, ok);
+    return ok;
+}
+
+// Makes programmatic every edge of a captured graph from one of our kernels to another that
+// waits for it (waits_for_prior_kernel) and depends on nothing else: the second kernel is then
+// launched once every block of the first has passed its kernel_entry, and its blocks take the
+// SMs that the first one's tail leaves idle instead of waiting for its completion and the launch
+// after it. Memory order is unchanged: kernel_entry waits for the first kernel's completion
+// before anything else. Returns the edges changed; off on devices before sm_90 and with
+// GL_CUDA_PDL=0 (for comparisons).
+size_t make_edges_programmatic(cudaGraph_t graph) {
+    if (const char* e = std::getenv("GL_CUDA_PDL"); e && std::strcmp(e, "0") == 0) return 0;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9) {
+        cudaGetLastError();
+        return 0;
+    }
+    size_t n = 0;
+    GL_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n));
+    std::vector<cudaGraphNode_t> from(n), to(n);
+    std::vector<cudaGraphEdgeData> data(n);
+    GL_CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &n));
+    std::unordered_map<cudaGraphNode_t, int> incoming;
+    for (size_t i = 0; i < n; i++) incoming[to[i]]++;
+    auto our_kernel = [](cudaGraphNode_t node) {
+        cudaGraphNodeType type{};
+        if (cudaGraphNodeGetType(node, &type) != cudaSuccess || type != cudaGraphNodeTypeKernel) return false;
+        cudaKernelNodeParams kp{};
+        if (cudaGraphKernelNodeGetParams(node, &kp) != cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
+        return waits_for_prior_kernel(kp.func);
+    };
+    std::vector<cudaGraphNode_t> pf, pt;
+    for (size_t i = 0; i < n; i++) {
+        const cudaGraphEdgeData& d = data[i];
+        if (d.type != cudaGraphDependencyTypeDefault || d.from_port != cudaGraphKernelNodePortDefault) continue;
+        if (incoming[to[i]] != 1 || !our_kernel(from[i]) || !our_kernel(to[i])) continue;
+        pf.push_back(from[i]);
+        pt.push_back(to[i]);
+    }
+    if (pf.empty()) return 0;
+    std::vector<cudaGraphEdgeData> plain(pf.size()), programmatic(pf.size());
+    for (cudaGraphEdgeData& d : programmatic) {
+        d.from_port = cudaGraphKernelNodePortProgrammatic;
+        d.type = cudaGraphDependencyTypeProgrammatic;
+    }
+    // Removed and added as a whole: a failure between the two would leave kernels unordered.
+    GL_CUDA_CHECK(cudaGraphRemoveDependencies(graph, pf.data(), pt.data(), plain.data(), pf.size()));
+    const cudaError_t e = cudaGraphAddDependencies(graph, pf.data(), pt.data(), programmatic.data(), pf.size());
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        GL_CUDA_CHECK(cudaGraphAddDependencies(graph, pf.data(), pt.data(), plain.data(), pf.size()));
+        return 0;
+    }
+    return pf.size();
+}
+
 class CudaRuntime final : public Runtime {
 public:
     explicit CudaRuntime(Plan plan) : Runtime(std::move(plan)) {
@@ -304,18 +384,27 @@ public:
         }
         if (use_graph_ && runs_ >= 1) {
             if (!exec_) {
-                cudaGraph_t graph;
-                GL_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+                cudaGraph_t graph = capture();
+                GL_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &graph_nodes_));
+                cudaError_t e = cudaErrorUnknown;
                 try {
-                    launch_all();
+                    programmatic_edges_ = make_edges_programmatic(graph);
+                    e = cudaGraphInstantiate(&exec_, graph, 0);
+                    if (e != cudaSuccess && programmatic_edges_) {  // a driver that refuses them: plain edges
+                        cudaGetLastError();
+                        cudaGraphDestroy(graph);
+                        graph = nullptr;
+                        programmatic_edges_ = 0;
+                        graph = capture();
+                        e = cudaGraphInstantiate(&exec_, graph, 0);
+                    }
                 } catch (...) {
-                    cudaStreamEndCapture(stream_, &graph);
+                    if (graph) cudaGraphDestroy(graph);
                     throw;
                 }
-                GL_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-                GL_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &graph_nodes_));
-                GL_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph, 0));
-                GL_CUDA_CHECK(cudaGraphDestroy(graph));
+                cudaGraphDestroy(graph);
+                if (e != cudaSuccess) exec_ = nullptr;
+                GL_CUDA_CHECK(e);
                 used_after_instantiate_ = device_bytes_in_use();
                 GL_CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
                 GL_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -372,8 +461,9 @@ public:
             s += line;
         }
         if (used_after_graph_) {
-            std::snprintf(line, sizeof line, "  %-20s %10.2f MiB (%zu nodes: %+.2f MiB instantiated, %+.2f MiB launched)\n",
-                          "after the CUDA graph", mib(used_after_graph_), graph_nodes_,
+            std::snprintf(line, sizeof line,
+                          "  %-20s %10.2f MiB (%zu nodes, %zu programmatic edges: %+.2f MiB instantiated, %+.2f MiB launched)\n",
+                          "after the CUDA graph", mib(used_after_graph_), graph_nodes_, programmatic_edges_,
                           mib(used_after_instantiate_) - mib(used_after_first_run_ ? used_after_first_run_ : used_after_),
                           mib(used_after_graph_) - mib(used_after_instantiate_));
             s += line;
@@ -384,6 +474,20 @@ public:
 private:
     void read_graph_env() {
         if (const char* e = std::getenv("GL_CUDA_GRAPH")) use_graph_ = std::strcmp(e, "0") != 0;
+    }
+
+    // The step's launches recorded into a graph (not run).
+    cudaGraph_t capture() {
+        cudaGraph_t graph = nullptr;
+        GL_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        try {
+            launch_all();
+        } catch (...) {
+            if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+            throw;
+        }
+        GL_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+        return graph;
     }
 
     // timed: record an event before and after each node (profiling; never under capture).
@@ -430,6 +534,7 @@ private:
     size_t workspace_bytes_ = 0;
     size_t used_before_ = 0, used_after_ = 0;
     size_t used_after_first_run_ = 0, used_after_instantiate_ = 0, used_after_graph_ = 0, graph_nodes_ = 0;
+    size_t programmatic_edges_ = 0;  // make_edges_programmatic's count
     bool use_graph_ = true;
     int runs_ = 0;
     cudaGraphExec_t exec_ = nullptr;

@@ -35,11 +35,13 @@ const CudaKernel cuda_concat{concat_run};
 
 template <class T>
 __global__ void fill_kernel(T* y, int64_t n, float v) {
+    kernel_entry();
     T tv = from_f32<T>(v);
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) y[i] = tv;
 }
 template <class T>
 __global__ void fill_int_kernel(T* y, int64_t n, T v) {
+    kernel_entry();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) y[i] = v;
 }
 
@@ -87,6 +89,7 @@ __device__ __forceinline__ void store_dt(void* p, DType t, int64_t i, float v) {
 }
 
 __global__ void cast_kernel(const void* x, DType tx, void* y, DType ty, int64_t n) {
+    kernel_entry();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         store_dt(y, ty, i, load_dt(x, tx, i));
 }
@@ -108,6 +111,7 @@ constexpr int kCastTile = 2048;
 using CastTable = TensorTable<2, table_capacity<2>()>;  // x, y
 
 __global__ void cast_multi_kernel(const __grid_constant__ CastTable t, DType tx, DType ty, float s) {
+    kernel_entry();
     const CastTable::Tile tile = t.tile(blockIdx.x, kCastTile);
     const void* x = t.ptr[0][tile.tensor];
     void* y = t.ptr[1][tile.tensor];

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 
 #include "ggml-lite/core/autodiff.h"
 #include "ggml-lite/core/error.h"
@@ -14,6 +15,7 @@
 #include "ggml-lite/ops/builder.h"
 #include "../op_harness.h"
 #include "adam8bit_codes_all.h"
+#include "image_arch.h"
 
 using namespace gl;
 
@@ -84,6 +86,23 @@ std::vector<std::vector<float>> results(Runtime& rt, const Net& n) {
     return r;
 }
 
+// The runtime's count of programmatic edges, from its memory report's graph line.
+size_t programmatic_edges(const Runtime& rt) {
+    const std::string r = rt.memory_report(), key = " programmatic edges";
+    const size_t at = r.find(key);
+    REQUIRE_MESSAGE(at != std::string::npos, r);
+    size_t b = r.rfind(' ', at - 1);
+    return size_t(std::stoull(r.substr(b + 1, at - b - 1)));
+}
+
+// The runtime makes edges programmatic only for kernels loaded as sm_90 code or later.
+bool sm90_device() { return gltest::loaded_image_arch() >= 90; }
+
+bool pdl_off() {
+    const char* e = std::getenv("GL_CUDA_PDL");
+    return e && std::strcmp(e, "0") == 0;
+}
+
 }  // namespace
 
 TEST_CASE("a UNet-like training step runs identically eagerly and from its captured CUDA graph") {
@@ -105,6 +124,11 @@ TEST_CASE("a UNet-like training step runs identically eagerly and from its captu
         CHECK(std::isfinite(eager[0][0]));
         CHECK(eager == captured);
         CHECK(eager == replayed);
+        // With sm_90 code loaded the graph's kernel-to-kernel edges are programmatic
+        // (cuda/runtime.cu): the bitwise equalities above are run with them.
+        const size_t edges = programmatic_edges(*gpu);
+        MESSAGE("programmatic edges in the captured graph: ", edges);
+        if (sm90_device() && !pdl_off()) CHECK(edges > 0);
 
         auto cpu = make_cpu_runtime(plan);
         for (auto& [v, d] : n.leaves) cpu->write_f32(v, d);
