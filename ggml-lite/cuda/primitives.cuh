@@ -87,18 +87,17 @@ __device__ __forceinline__ float ex2(float x) {
 
 // The first statement of every kernel in ggml-lite/cuda (tests/test_cuda_sources.cpp checks it).
 // On sm_90 a CUDA graph's edge between two of our kernels may be programmatic (cuda/runtime.cu):
-// the second kernel's blocks are then scheduled onto the SMs the first one frees in its last
-// wave, before it has finished. griddepcontrol.wait holds each block until the kernel before it
-// has completed and its writes are visible; nothing of the kernel runs before it, so reads after
-// writes and writes after reads between the two are ordered as on a plain edge (and, by
-// induction, with every kernel before). launch_dependents then lets the next kernel's blocks be
-// scheduled: once every block of this one has passed its wait (or exited), so at most two
-// kernels share the SMs. Outside such an edge both instructions return at once; below sm_90
-// they are not compiled, and the runtime makes no edge programmatic for a kernel built so.
+// the second kernel is then launched before the first one has completed (once all its blocks
+// have exited, or begun: the runtime's choice). griddepcontrol.wait holds each block until the
+// kernel before it has completed and its writes are visible; nothing of the kernel runs before
+// it, so reads after writes and writes after reads between the two are ordered as on a plain
+// edge (and, by induction, with every kernel before). No kernel triggers its dependents early
+// (griddepcontrol.launch_dependents right after the wait measured slower in the step and in
+// txt2img: bench/RESULTS.md). Outside such an edge the wait returns at once; below sm_90 it is
+// not compiled, and the runtime makes no edge programmatic for a kernel built so.
 __device__ __forceinline__ void kernel_entry() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
 

@@ -229,15 +229,26 @@ bool waits_for_prior_kernel(const void* func) {
     return ok;
 }
 
+// How a programmatic edge releases the next kernel (GL_CUDA_PDL): 0 never (plain edges), `exit`
+// once every block of the first kernel has exited (cudaGraphKernelNodePortProgrammatic: no kernel
+// triggers early), `begin` once every block of it has begun (LaunchCompletion).
+enum class Pdl { off, exit, begin };
+Pdl pdl_mode() {
+    const char* e = std::getenv("GL_CUDA_PDL");
+    if (!e || !*e || std::strcmp(e, "1") == 0 || std::strcmp(e, "exit") == 0) return Pdl::exit;
+    if (std::strcmp(e, "0") == 0) return Pdl::off;
+    if (std::strcmp(e, "begin") == 0) return Pdl::begin;
+    fail("GL_CUDA_PDL=", e, ": expected 0 (plain edges), 1 or exit (the default), or begin");
+}
+
 // Makes programmatic every edge of a captured graph from one of our kernels to another that
 // waits for it (waits_for_prior_kernel) and depends on nothing else: the second kernel is then
-// launched once every block of the first has passed its kernel_entry, and its blocks take the
-// SMs that the first one's tail leaves idle instead of waiting for its completion and the launch
-// after it. Memory order is unchanged: kernel_entry waits for the first kernel's completion
-// before anything else. Returns the edges changed; off on devices before sm_90 and with
-// GL_CUDA_PDL=0 (for comparisons).
+// launched before the first one's completion (pdl_mode), instead of after it. Memory order is
+// unchanged: kernel_entry waits for the first kernel's completion before anything else. Returns
+// the edges changed; off on devices before sm_90.
 size_t make_edges_programmatic(cudaGraph_t graph) {
-    if (const char* e = std::getenv("GL_CUDA_PDL"); e && std::strcmp(e, "0") == 0) return 0;
+    const Pdl mode = pdl_mode();
+    if (mode == Pdl::off) return 0;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9) {
@@ -272,7 +283,7 @@ size_t make_edges_programmatic(cudaGraph_t graph) {
     if (pf.empty()) return 0;
     std::vector<cudaGraphEdgeData> plain(pf.size()), programmatic(pf.size());
     for (cudaGraphEdgeData& d : programmatic) {
-        d.from_port = cudaGraphKernelNodePortProgrammatic;
+        d.from_port = mode == Pdl::begin ? cudaGraphKernelNodePortLaunchCompletion : cudaGraphKernelNodePortProgrammatic;
         d.type = cudaGraphDependencyTypeProgrammatic;
     }
     // Removed and added as a whole: a failure between the two would leave kernels unordered.
