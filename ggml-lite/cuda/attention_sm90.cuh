@@ -379,7 +379,14 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 
     cp_async_commit();
     load_stage(0, 0);
     cp_async_commit();
-    uint32_t qf[RS ? NK : 1][4];  // this warp's Q rows as A fragments
+    // This warp's Q rows as A fragments. Held across the loop at d = 64, ptxas (CUDA 13.0) gave
+    // their registers to the softmax's temporaries and P's fragments inside the loop (the SASS
+    // wrote R88-R103 between two blocks' score HGMMAs, which then took P for Q: attention_check's
+    // d = 64 error of 0.98), although the PTX keeps them live. Above d = 48 they are therefore
+    // loaded again after each block's wait, for the next block (the SASS then keeps them and nothing
+    // serialises); at d <= 48, as in dK/dV and dQ, the SASS keeps the loop-invariant fragments.
+    constexpr bool kReloadQ = RS && DN > 48;
+    uint32_t qf[RS ? NK : 1][4];
     if constexpr (RS) {
         cp_async_wait<1>();
         __syncthreads();
@@ -406,6 +413,7 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 
         gemm::wgmma_wait<0>();  // block kb - 1's O += P V and these scores
         pin_all(s);
         pin_all(o);
+        if constexpr (kReloadQ) load_afrags<BM, NK>(qf, sQ, wg * 64 + w4 * 16, lane);  // for block kb + 1
         if (n0 + BN > a.S) {
 #pragma unroll
             for (int i = 0; i < 32; ++i)
@@ -489,9 +497,11 @@ inline bool usable() {
 // the backward at d = 40 (L = 4096: 2.64 -> 2.07 ms) and d = 80 (L = 1024: 0.32 -> 0.27 ms), the
 // forward at d = 40 only (0.79 -> 0.72 ms; at d = 80 mma.sync's 0.077 beats 0.085), none with
 // cross-attention's few keys (S = 77: the mma.sync passes are faster). d = 64 is instantiated but
-// not dispatched (not timed at SD2's sizes). Its forward with register-A scores gives wrong
-// results (attention_check, bf16 and f16; the cause is not found), so the forward takes its scores'
-// A operand from registers only up to DN = 48; dK/dV with register A and dQ are right at d = 64.
+// not dispatched (not timed at SD2's sizes). Its forward with register-A scores gave wrong
+// results (attention_check, bf16 and f16): ptxas reused the loop-invariant Q fragments' registers
+// (see fwd_kernel; bench/wgmma_regs_check.py finds such reuse in the SASS). The fix, reloading them
+// per block above DN = 48, is clean in the SASS but not yet run on a GPU, so the forward's default
+// still takes register-A scores only up to DN = 48; dK/dV with register A and dQ are right at d = 64.
 inline bool covers(const MmaArgs& a) { return !a.causal && a.L > 0 && a.S >= 256 && (a.d == 40 || a.d == 80) && usable(); }
 inline bool covers_fwd(const MmaArgs& a) { return a.d == 40 && covers(a); }
 
