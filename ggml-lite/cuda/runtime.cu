@@ -1,6 +1,7 @@
 // CUDA backend: one device allocation per memory category sized from the plan, one stream,
 // a workspace sized once for the largest node, and the whole step captured into a CUDA
-// graph after its first (eager) run and replayed from then on. On a shared memory the arenas,
+// graph after its first (eager) run and replayed from then on (on sm_90 with programmatic edges
+// between our kernels: make_edges_programmatic). On a shared memory the arenas,
 // the workspace and the stream are the memory's: allocated once for all its runtimes, never
 // moved, so every runtime's captured graph stays valid. Inputs are written through pinned
 // staging buffers without waiting (cuda/staging.cuh); other writes wait for their copy.
@@ -209,7 +210,7 @@ size_t cuda_runtime_bytes(const Graph& g) {
 
 namespace {
 
-// ---- programmatic edges: a kernel's blocks scheduled during the last wave of the one before ----
+// ---- programmatic edges: the next kernel launched before the one ahead of it has completed ----
 
 // Whether a captured kernel may start before the kernel ahead of it has finished: one of ours
 // (namespace gl: every kernel there begins with kernel_entry, primitives.cuh, which
@@ -245,16 +246,10 @@ Pdl pdl_mode() {
 // waits for it (waits_for_prior_kernel) and depends on nothing else: the second kernel is then
 // launched before the first one's completion (pdl_mode), instead of after it. Memory order is
 // unchanged: kernel_entry waits for the first kernel's completion before anything else. Returns
-// the edges changed; off on devices before sm_90.
+// the edges changed (none before sm_90: no kernel image there is built for it).
 size_t make_edges_programmatic(cudaGraph_t graph) {
     const Pdl mode = pdl_mode();
     if (mode == Pdl::off) return 0;
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9) {
-        cudaGetLastError();
-        return 0;
-    }
     size_t n = 0;
     GL_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n));
     std::vector<cudaGraphNode_t> from(n), to(n);
