@@ -187,7 +187,7 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const 
         for (SubsetConfig& s : ds.config.subsets) s.num_repeats = 1;
     std::vector<std::vector<fs::path>> listings(config.subsets.size());
     std::vector<std::vector<MetadataImage>> metadata(config.subsets.size());
-    std::set<std::string> metadata_files;
+    std::set<std::string> metadata_files, image_dirs;
     for (size_t si = 0; si < config.subsets.size(); si++) {
         const SubsetConfig& s = config.subsets[si];
         const std::string dir = s.label();
@@ -206,6 +206,13 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const 
             if (listings[si].empty()) ds.warnings.push_back(gl::cat("ignoring subset ", dir, ": no image entries found"));
             continue;
         }
+        // kohya's DreamBoothDataset: a subset equal to one already registered (the same image_dir
+        // string, is_reg or not) is ignored; a subset registers once it has found images.
+        if (image_dirs.count(s.image_dir.string())) {
+            ds.warnings.push_back(gl::cat("ignoring subset ", dir, ": an earlier subset of this dataset has the "
+                                          "same image_dir (kohya uses the first one)"));
+            continue;
+        }
         std::error_code ec;
         if (!fs::is_directory(s.image_dir, ec)) {
             ds.warnings.push_back(gl::cat("ignoring subset ", dir, ": not a directory"));
@@ -213,6 +220,7 @@ Dataset build_dataset(const DatasetConfig& config, BadImagePolicy policy, const 
         }
         listings[si] = list_images(s.image_dir);
         if (listings[si].empty()) ds.warnings.push_back(gl::cat("ignoring subset ", dir, ": no images found"));
+        else image_dirs.insert(s.image_dir.string());
     }
     size_t files = 0;
     for (const std::vector<fs::path>& l : listings) files += l.size();

@@ -294,3 +294,42 @@ TEST_CASE("data dataset: the skipped list grouped by reason, the largest group f
     data::add_skipped(all, {{"a.png", "later stage"}, {"b.png", "later"}, {"b.png", "again"}});
     CHECK(all == std::vector<data::SkippedImage>{{"a.png", "first stage"}, {"b.png", "later"}});
 }
+
+TEST_CASE("data dataset: a subset with an image_dir an earlier subset registered is ignored, as kohya does") {
+    Scratch s;
+    s.image("a/x.png");
+    s.image("a/y.png");
+    s.image("b/z.png");
+    fs::create_directories(s.root / "empty");
+    const std::string a = (s.root / "a").string(), b = (s.root / "b").string(), e = (s.root / "empty").string();
+    // An empty folder registers nothing: its second listing is not a duplicate but again empty.
+    const std::string toml = "[[datasets]]\n"
+                             "  [[datasets.subsets]]\n  image_dir = '" + e + "'\n"
+                             "  [[datasets.subsets]]\n  image_dir = '" + a + "'\n  num_repeats = 2\n"
+                             "  [[datasets.subsets]]\n  image_dir = '" + b + "'\n"
+                             "  [[datasets.subsets]]\n  image_dir = '" + a + "'\n  num_repeats = 7\n"
+                             "  [[datasets.subsets]]\n  image_dir = '" + a + "'\n  is_reg = true\n"
+                             "  [[datasets.subsets]]\n  image_dir = '" + e + "'\n"
+                             "  [[datasets.subsets]]\n  image_dir = '" + a + "/'\n";  // another string: kept
+    const std::vector<data::DatasetConfig> cfg = data::parse_dataset_config(toml, "d.toml", {});
+    REQUIRE(cfg.size() == 1);
+    REQUIRE(cfg[0].subsets.size() == 7);
+    const data::Dataset ds = data::build_dataset(cfg[0]);
+    int dup = 0, empty = 0;
+    for (const std::string& w : ds.warnings) {
+        dup += w.find("the same image_dir (kohya uses the first one)") != std::string::npos;
+        empty += w.find(": no images found") != std::string::npos;
+    }
+    CHECK(dup == 2);
+    CHECK(empty == 2);
+    REQUIRE(ds.images.size() == 5);  // a twice (subsets 1 and 6), b once; no reg
+    int from[7] = {};
+    for (const data::ImageEntry& im : ds.images) from[im.subset]++;
+    CHECK(from[1] == 2);
+    CHECK(from[2] == 1);
+    CHECK(from[3] == 0);
+    CHECK(from[4] == 0);
+    CHECK(from[6] == 2);
+    CHECK(ds.num_train_images == 2 * 2 + 1 + 2);
+    CHECK(ds.num_reg_images == 0);
+}

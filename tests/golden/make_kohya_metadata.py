@@ -317,6 +317,30 @@ CASES = [
         },
     },
     {
+        # A subset whose image_dir an earlier subset of the dataset already registered: kohya's
+        # DreamBoothDataset ignores it ("ignore duplicated subset"), a reg subset of the same folder
+        # too, with whatever repeats or tokens it has.
+        "name": "dataset_config_duplicate_dir",
+        "argv": COMMON + [
+            "--dataset_config", "{root}/dataset.toml", "--max_train_steps", "20", "--seed", "17",
+            "--network_dim", "4", "--network_alpha", "4.0",
+        ],
+        "files": {
+            "images": images("a/pics", SIZES[:5]) + images("b/pics", SIZES[5:8], first=5),
+            "texts": {"dataset.toml": (
+                "[general]\ncaption_extension = \".txt\"\n\n"
+                "[[datasets]]\nresolution = 256\nbatch_size = 2\nenable_bucket = true\n"
+                "min_bucket_reso = 128\nmax_bucket_reso = 512\n\n"
+                "  [[datasets.subsets]]\n  image_dir = \"{root}/a/pics\"\n  num_repeats = 2\n"
+                "  class_tokens = \"sks thing\"\n\n"
+                "  [[datasets.subsets]]\n  image_dir = \"{root}/b/pics\"\n  num_repeats = 3\n\n"
+                "  [[datasets.subsets]]\n  image_dir = \"{root}/a/pics\"\n  num_repeats = 5\n"
+                "  class_tokens = \"other\"\n\n"
+                "  [[datasets.subsets]]\n  image_dir = \"{root}/a/pics\"\n  is_reg = true\n"
+                "  class_tokens = \"thing\"\n")},
+        },
+    },
+    {
         # Several datasets (kohya's multi-resolution configs): each its own resolution, buckets and
         # batch size, one folder in both (tag frequency counts it once, dataset dirs twice), the
         # caption keys wildcards and token warm-up.
