@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Flags register-A wgmma operands that the compiler gave away: reads the SASS of a cubin or
-binary (`cuobjdump -sass`, from the CUDA toolkit), and for every HGMMA whose A operand is a
+binary (`cuobjdump -sass`: the CUDA toolkit, or the nvidia-cuda-cuobjdump wheel where the toolkit
+lacks it), and for every HGMMA whose A operand is a
 register quad loaded by LDSM (ldmatrix) reports any other instruction that writes one of those
 registers. Such a write between two uses of fragments held across a loop means the later HGMMA
 reads something else (ptxas of CUDA 13.0 did this to attention_sm90.cuh's forward at d = 64,
