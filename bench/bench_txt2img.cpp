@@ -5,6 +5,8 @@
 //       seconds per image (text encoder + every UNet call + VAE decode, median of the runs after two
 //       warm-up generations) and UNet iterations per second (model calls after the first over the
 //       time between them; with CFG each is a batch of 2 per image), one JSON line per configuration.
+//       --profile N: then N more generations with every node timed (eagerly), and where the
+//       time went in each graph (text encoder, UNet, VAE decode).
 //   bench_txt2img MODEL --check REF.safetensors
 //       the request txt2img_torch.py reference made, from its noise, in bf16: the image against
 //       diffusers' fp32 image; passes (exit 0) within 3x diffusers' own bf16 spread (at least 4e-3;
@@ -37,7 +39,7 @@ struct Options {
     std::string model, check;
     bool v2 = false;  // an SD2.x model (the family opens it)
     std::vector<int> sizes = {512}, batches = {1};
-    int steps = 20, runs = 5;
+    int steps = 20, runs = 5, profile = 0;
     double cfg = 7.5, vae_budget_mib = 2048;
     std::string sampler = "euler", dtype = "bf16";
     gl::Backend backend = gl::Backend::cuda;
@@ -55,6 +57,7 @@ Options parse(int argc, char** argv) {
     p.add_int_list("--batch", o.batches, 1, 64, "images per request");
     p.add_int("--steps", o.steps, 1, 1000, "sampling steps");
     p.add_int("--runs", o.runs, 1, 1000, "timed generations after two warm-up ones (the median is printed)");
+    p.add_int("--profile", o.profile, 1, 1000, "N more generations timed node by node, then where the time went");
     p.add_real("--cfg", o.cfg, 0.0, 1000.0, "CFG scale");
     app.add_option("--sampler", o.sampler, "sampler (kohya's names)")->capture_default_str();
     p.add_backend(o.backend);
@@ -196,6 +199,13 @@ int bench(const Options& o) {
                     "\"vae_decode_ms\": %.1f}\n",
                     o.dtype.c_str(), p.width, p.steps, p.cfg_scale, o.sampler.c_str(), p.batch, o.loras.size(),
                     o.merge ? "true" : "false", per_image[m], rates[m], decode_ms[m]);
+        if (o.profile > 0) {
+            pipe.reset_profile();
+            pipe.set_profiling(true);
+            for (int r = 0; r < o.profile; r++) pipe.generate(p);
+            pipe.set_profiling(false);
+            std::printf("%s", pipe.profile_report(p, 30).c_str());
+        }
     }
     return 0;
 }

@@ -1,7 +1,8 @@
 // Standalone correctness and speed check of the conv family CUDA kernels (cuda/conv_*.cuh)
 // against a direct-convolution reference kernel (double accumulation). No core library needed:
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I. bench/conv_check.cu -o conv_check
-//   ./conv_check [--sweep]     (--sweep also times every tile configuration and split count)
+//   ./conv_check [--sweep] [--batch N]   (--sweep also times every tile configuration and split
+//   count; --batch sets the SD1.5 shapes' batch, default 8: txt2img's CFG batch is 2)
 // Measured on one H200 (bf16, batch 8, 3x3 pad 1, TFLOP/s; configuration the planner picks,
 // from the --sweep table): fwd / input grad / weight grad. Configurations 8-11 are the sm_90a
 // wgmma tiles (conv_sm90.cuh); the weight gradient stays on mma.sync.
@@ -238,7 +239,14 @@ static void check_upsample() {
 }
 
 int main(int argc, char** argv) {
-    bool sweep = argc > 1 && !strcmp(argv[1], "--sweep");
+    bool sweep = false;
+    int nb = 8;  // batch of the SD1.5 shapes
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--sweep")) sweep = true;
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) nb = atoi(argv[++i]);
+        else { printf("usage: conv_check [--sweep] [--batch N]\n"); return 2; }
+    }
+    if (nb < 1 || nb > 64) { printf("--batch must be 1..64\n"); return 2; }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
@@ -287,20 +295,20 @@ int main(int argc, char** argv) {
     printf("== upsample ==\n");
     check_upsample();
 
-    printf("== SD1.5 shapes, batch 8, bf16: check + time (auto plan) ==\n");
+    printf("== SD1.5 shapes, batch %d, bf16: check + time (auto plan) ==\n", nb);
     std::vector<G> sd = {
-        {"64x64 320->320 k3", make_geom(8, 64, 64, 320, 320, 3, 1, 1)},
-        {"32x32 640->640 k3", make_geom(8, 32, 32, 640, 640, 3, 1, 1)},
-        {"16x16 1280->1280 k3", make_geom(8, 16, 16, 1280, 1280, 3, 1, 1)},
-        {"8x8 1280->1280 k3", make_geom(8, 8, 8, 1280, 1280, 3, 1, 1)},
-        {"64x64 320 k3 s2 (down)", make_geom(8, 64, 64, 320, 320, 3, 2, 1)},
-        {"32x32 640 k3 s2 (down)", make_geom(8, 32, 32, 640, 640, 3, 2, 1)},
-        {"16x16 1280 k3 s2 (down)", make_geom(8, 16, 16, 1280, 1280, 3, 2, 1)},
-        {"32x32 320->640 k1", make_geom(8, 32, 32, 320, 640, 1, 1, 0)},
-        {"16x16 640->1280 k1", make_geom(8, 16, 16, 640, 1280, 1, 1, 0)},
-        {"64x64 640->320 k1", make_geom(8, 64, 64, 640, 320, 1, 1, 0)},
-        {"64x64 4->320 k3 (conv_in)", make_geom(8, 64, 64, 4, 320, 3, 1, 1)},
-        {"64x64 320->4 k3 (conv_out)", make_geom(8, 64, 64, 320, 4, 3, 1, 1)},
+        {"64x64 320->320 k3", make_geom(nb, 64, 64, 320, 320, 3, 1, 1)},
+        {"32x32 640->640 k3", make_geom(nb, 32, 32, 640, 640, 3, 1, 1)},
+        {"16x16 1280->1280 k3", make_geom(nb, 16, 16, 1280, 1280, 3, 1, 1)},
+        {"8x8 1280->1280 k3", make_geom(nb, 8, 8, 1280, 1280, 3, 1, 1)},
+        {"64x64 320 k3 s2 (down)", make_geom(nb, 64, 64, 320, 320, 3, 2, 1)},
+        {"32x32 640 k3 s2 (down)", make_geom(nb, 32, 32, 640, 640, 3, 2, 1)},
+        {"16x16 1280 k3 s2 (down)", make_geom(nb, 16, 16, 1280, 1280, 3, 2, 1)},
+        {"32x32 320->640 k1", make_geom(nb, 32, 32, 320, 640, 1, 1, 0)},
+        {"16x16 640->1280 k1", make_geom(nb, 16, 16, 640, 1280, 1, 1, 0)},
+        {"64x64 640->320 k1", make_geom(nb, 64, 64, 640, 320, 1, 1, 0)},
+        {"64x64 4->320 k3 (conv_in)", make_geom(nb, 64, 64, 4, 320, 3, 1, 1)},
+        {"64x64 320->4 k3 (conv_out)", make_geom(nb, 64, 64, 320, 4, 3, 1, 1)},
     };
     for (auto& s : sd) {
         setup<__nv_bfloat16>(s.g);

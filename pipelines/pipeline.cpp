@@ -172,6 +172,7 @@ Pipeline::Impl::Instance& Pipeline::Impl::runtime(const std::string& key) {
     if (it != runtimes.end()) return it->second;
     const Planned& p = plans.at(key);
     Instance inst{backend == "cuda" ? gl::make_cuda_runtime(p.plan, mem) : gl::make_cpu_runtime(p.plan, mem), p.io};
+    if (profiling) inst.rt->set_profiling(true);
     return runtimes.emplace(key, std::move(inst)).first->second;
 }
 
@@ -471,6 +472,26 @@ std::vector<float> Pipeline::generate_pixels(const GenerationParams& p, const st
     if (latents_out) *latents_out = latents;
     const int64_t ds = model_.vae_config().downscale();
     return decode(latents, p.batch, int(p.height / ds), int(p.width / ds));
+}
+
+void Pipeline::set_profiling(bool on) {
+    impl_->profiling = on;
+    for (auto& [key, inst] : impl_->runtimes) inst.rt->set_profiling(on);
+}
+
+void Pipeline::reset_profile() {
+    for (auto& [key, inst] : impl_->runtimes) inst.rt->reset_profile();
+}
+
+std::string Pipeline::profile_report(const GenerationParams& p, size_t top) {
+    std::string out;
+    for (const std::string& key : graphs_for(p)) {
+        const auto it = impl_->runtimes.find(key);
+        if (it == impl_->runtimes.end() || it->second.rt->profiled_runs() == 0) continue;
+        out += gl::cat("\n== ", key, ": ", it->second.rt->profiled_runs(), " profiled runs ==\n");
+        out += it->second.rt->profile_report(top);
+    }
+    return out.empty() ? std::string("no graph of this request ran profiled\n") : out;
 }
 
 std::string Pipeline::plan_report(const GenerationParams& p) {

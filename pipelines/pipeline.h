@@ -164,6 +164,15 @@ public:
     // text encoder, UNet and VAE graphs it needs, the VAE decode mode, and the memory available.
     std::string plan_report(const GenerationParams& p);
 
+    // Per-node timing (gl::Runtime::set_profiling) of every graph the pipeline runs, for tools:
+    // while on, each graph runs eagerly with each node timed (slower than the captured replay).
+    // profile_report() gives, for each of the request's graphs that ran profiled, its runtime's
+    // report (by op, by phase, the `top` slowest nodes), the per-run figures averaged over the
+    // profiled runs; reset_profile() forgets them.
+    void set_profiling(bool on);
+    void reset_profile();
+    std::string profile_report(const GenerationParams& p, size_t top = 20);
+
     // Memory budget. The pipeline lays out its own memory only within its budget (memory_budget():
     // PipelineOptions::memory_limit or what is free, whichever is less): reserve() and generate()
     // refuse requests over it before allocating, naming the sizes of largest_fitting().

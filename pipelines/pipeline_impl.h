@@ -78,6 +78,7 @@ struct Pipeline::Impl {
     bool external_memory = false;  // use_memory(): the caller's, never laid out again
     std::optional<lora::LoraConfig> trained;  // PipelineOptions::trained_lora, dropouts off
     bool trained_unet = false, trained_text_encoder = false;
+    bool profiling = false;  // Pipeline::set_profiling: every runtime made profiles too
 
     // Builds a graph of m's model with `build` (LoRA networks attached when they run as branches)
     // and plans it; plan() also keeps it under `key` (so the memory's layout includes it).

@@ -177,6 +177,20 @@ std::vector<float> Pipeline::decode(const std::vector<float>& latents, int batch
     return out;
 }
 
+namespace {
+
+// round(255 v) for v in [0, 1], ties to even (NumPy's round, as std::nearbyint gives), without
+// nearbyint's library call: adding and taking away 1.5 * 2^23 rounds any float below 2^22 to an
+// integer in the default rounding mode (the same results for every float in [0, 1]; ~5x faster,
+// which is milliseconds a 512² image).
+inline uint8_t to_u8(float v) {
+    constexpr float kRound = 12582912.0f;
+    const float x = std::clamp(v, 0.0f, 1.0f) * 255.0f;
+    return uint8_t(int((x + kRound) - kRound));
+}
+
+}  // namespace
+
 std::vector<data::Bitmap> to_images(const std::vector<float>& pixels, int batch, int height, int width) {
     const size_t per = size_t(height) * size_t(width) * 3;
     GL_CHECK(batch >= 1 && height >= 1 && width >= 1 && pixels.size() == per * size_t(batch), "to_images: ",
@@ -185,7 +199,7 @@ std::vector<data::Bitmap> to_images(const std::vector<float>& pixels, int batch,
     for (int b = 0; b < batch; b++) {
         data::Bitmap im{width, height, 3, std::vector<uint8_t>(per)};
         for (size_t i = 0; i < per; i++)
-            im.pixels[i] = uint8_t(std::nearbyint(std::clamp(pixels[size_t(b) * per + i], 0.0f, 1.0f) * 255.0f));
+            im.pixels[i] = to_u8(pixels[size_t(b) * per + i]);
         out.push_back(std::move(im));
     }
     return out;

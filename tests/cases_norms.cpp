@@ -67,6 +67,31 @@ Register r(tight({
          group_norm(g, g.input("x", DType::f32, {1, 2, 2, 320}), g.input("g", DType::f32, {320}),
                     g.input("b", DType::f32, {321}), 32, 1e-5f, true);
      }},
+    {"group_norm", "[2,6,5,256], 8 groups of 32, fused SiLU (CUDA: one block per group, 8-channel accesses)",
+     [](CaseBuilder& b) { b.out(gn(b, {2, 6, 5, 256}, 8, true)); },
+     [](Graph& g) {  // groups that do not divide the channels
+         group_norm(g, g.input("x", DType::f32, {1, 2, 2, 256}), g.input("g", DType::f32, {256}),
+                    g.input("b", DType::f32, {256}), 7, 1e-5f, true);
+     }},
+    {"group_norm", "[1,7,9,128], 32 groups of 4, values far from 0 (CUDA: 4-channel accesses, shifted sums)",
+     [](CaseBuilder& b) {
+         ValueId x = b.x("x", {1, 7, 9, 128}, 7.0f, 9.0f);
+         b.out(group_norm(b.g, x, b.x("gamma", {128}, 0.5f, 1.5f), b.x("beta", {128}), 32, 1e-5f, false));
+     },
+     [](Graph& g) {  // zero groups
+         group_norm(g, g.input("x", DType::f32, {1, 2, 2, 128}), g.input("g", DType::f32, {128}),
+                    g.input("b", DType::f32, {128}), 0, 1e-5f, false);
+     }},
+    {"group_norm", "frozen affine, 96 channels in 16 groups, fused SiLU, plus the skip: dx with the residual",
+     [](CaseBuilder& b) {
+         ValueId x = b.x("x", {2, 5, 4, 96});
+         ValueId y = group_norm(b.g, x, b.c("gamma", {96}, 0.5f, 1.5f), b.c("beta", {96}), 16, 1e-5f, true);
+         b.out(add(b.g, y, x));
+     },
+     [](Graph& g) {  // gamma of the wrong length
+         group_norm(g, g.input("x", DType::f32, {1, 2, 2, 96}), g.input("g", DType::f32, {95}),
+                    g.input("b", DType::f32, {96}), 16, 1e-5f, true);
+     }},
     {"layer_norm", "[2,3,8]", [](CaseBuilder& b) {
          ValueId x = b.x("x", {2, 3, 8});
          b.out(layer_norm(b.g, x, b.x("gamma", {8}, 0.5f, 1.5f), b.x("beta", {8}), 1e-5f));

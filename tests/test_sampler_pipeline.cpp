@@ -174,6 +174,60 @@ TEST_CASE("pipeline: images do not depend on the batch they are made in, seeds c
     CHECK(two.at(0).pixels != two.at(1).pixels);
 }
 
+TEST_CASE("pipeline: to_images rounds 255 v half to even, as NumPy's round, clamping to [0, 1]") {
+    // Every tie k + 0.5 (and its neighbouring floats), the ends, values out of range, and a sweep.
+    std::vector<float> px;
+    for (int k = 0; k < 255; k++) {
+        const float tie = (float(k) + 0.5f) / 255.0f;
+        px.insert(px.end(), {tie, std::nextafter(tie, 0.0f), std::nextafter(tie, 1.0f), float(k) / 255.0f});
+    }
+    px.insert(px.end(), {0.0f, 1.0f, -0.0f, -1e-7f, -3.0f, 1.0000001f, 7.0f, 1e-30f});
+    for (int i = 0; i <= 100000; i++) px.push_back(float(i) / 100000.0f);
+    while (px.size() % 3) px.push_back(0.5f);
+    const int w = int(px.size() / 3);
+    const auto im = sd::to_images(px, 1, 1, w);
+    REQUIRE(im.size() == 1);
+    size_t bad = 0;
+    for (size_t i = 0; i < px.size(); i++) {
+        const double want = std::nearbyint(double(std::clamp(px[i], 0.0f, 1.0f) * 255.0f));
+        if (im[0].pixels[i] != uint8_t(want)) bad++;
+    }
+    CHECK(bad == 0);
+}
+
+TEST_CASE("pipeline: profiling times every graph of a request and leaves the images unchanged") {
+    GenerationParams p;
+    p.prompt = "a lighthouse";
+    p.width = p.height = 16;
+    p.steps = 3;
+    p.seed = 5;
+    Pipeline pipe(tiny_model(), f32_options());
+    CHECK(has(pipe.profile_report(p), "no graph of this request ran profiled"));
+    const auto want = pipe.generate(p);
+    pipe.set_profiling(true);
+    const auto got = pipe.generate(p);
+    pipe.generate(p);
+    pipe.set_profiling(false);
+    CHECK(got.at(0).pixels == want.at(0).pixels);
+    const std::string r = pipe.profile_report(p, 5);
+    // The text encoder runs once per generation, the UNet once per step (Euler: one call a step).
+    INFO(r);
+    auto runs_of = [](const std::string& report, const std::string& graph) {
+        const size_t at = report.find("== " + graph);
+        if (at == std::string::npos) return -1;
+        const size_t colon = report.find(": ", at);
+        return std::stoi(report.substr(colon + 2));
+    };
+    CHECK(runs_of(r, "text n2 ") == 2);
+    CHECK(runs_of(r, "unet b2 ") == 6);
+    CHECK(runs_of(r, "vae b1 ") == 2);
+    CHECK(has(r, "conv2d"));
+    pipe.generate(p);  // profiling off: the counts stay
+    CHECK(runs_of(pipe.profile_report(p), "unet b2 ") == 6);
+    pipe.reset_profile();
+    CHECK(has(pipe.profile_report(p), "no graph of this request ran profiled"));
+}
+
 TEST_CASE("pipeline: a larger request lays the memory out again, reserve() plans ahead") {
     GenerationParams small, big;
     small.prompt = big.prompt = "a lighthouse";
