@@ -1,7 +1,8 @@
 // Correctness and speed of gl::gemm (ggml-lite/cuda/gemm.cuh) against cuBLAS.
 // Build (from the repo root):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I. bench/gemm_check.cu -lcublas -o gemm_check
-// Run: ./gemm_check [--no-perf] [--no-sweep] [--probe: only checks that it starts]
+// Run: ./gemm_check [--no-perf] [--no-sweep] [--txt2img: only txt2img's batch-2 shapes, timed]
+//      [--probe: only checks that it starts]
 // Correctness: random inputs in [-1, 1]; output poisoned with NaN first; relative L2 error and
 // max |diff| / max |ref| against cuBLAS (bf16/f16 tolerance 1e-2, f32 1e-5). Every tile config is
 // run on a ragged shape in all four layouts; the unaligned (scalar-load) path, batching (shared
@@ -302,10 +303,19 @@ static void correctness() {
             }
 }
 
-static void perf(bool sweep) {
+static void perf(bool sweep, bool txt2img) {
     std::printf("== speed, bf16, TFLOP/s (median of 11 x 10 launches) ==\n");
-    struct Shape { int64_t M, N, K; bool ta, tb; const char* what; bool res = false; };
+    struct Shape { int64_t M, N, K; bool ta, tb; const char* what; bool res = false; bool b2 = false; };
     const Shape shapes[] = {
+        // txt2img's UNet call: CFG's batch of 2 at 512² (64x64 latents)
+        {8192, 320, 320, false, true, "b2 64x64 linear 320->320", false, true},
+        {8192, 2560, 320, false, true, "b2 64x64 GEGLU proj", false, true},
+        {2048, 640, 640, false, true, "b2 32x32 linear 640->640", false, true},
+        {512, 1280, 1280, false, true, "b2 16x16 linear 1280->1280", false, true},
+        {512, 10240, 1280, false, true, "b2 16x16 GEGLU proj", false, true},
+        {512, 1280, 5120, false, true, "b2 16x16 ff out 5120->1280", false, true},
+        {154, 1280, 768, false, true, "b2 K/V of the context", false, true},
+        {2, 1280, 1280, false, true, "b2 time embedding proj", false, true},
         {32768, 320, 320, false, true, "linear 320->320 (fwd)"},
         {32768, 2560, 320, false, true, "linear 320->2560 GEGLU proj (fwd)"},
         {32768, 320, 1280, false, true, "linear 1280->320 (fwd)"},
@@ -332,6 +342,7 @@ static void perf(bool sweep) {
     };
     Buf ws(size_t(256) << 20);
     for (const Shape& s : shapes) {
+        if (txt2img && !s.b2) continue;
         Problem p(DType::bf16, s.M, s.N, s.K, s.ta, s.tb, 1, false, false, s.res);
         const double fl = p.flops();
         GemmArgs ref = p.a;
@@ -417,20 +428,23 @@ static void pair_check(bool perf) {
 }
 
 int main(int argc, char** argv) {
-    bool do_perf = true, sweep = true;
+    bool do_perf = true, sweep = true, txt2img = false;
     for (int i = 1; i < argc; i++) {
         if (!std::strcmp(argv[i], "--probe")) return cudaFree(nullptr) == cudaSuccess ? 0 : 3;
         if (!std::strcmp(argv[i], "--no-perf")) do_perf = false;
         if (!std::strcmp(argv[i], "--no-sweep")) sweep = false;
+        if (!std::strcmp(argv[i], "--txt2img")) txt2img = true;
     }
     try {
         cudaDeviceProp prop;
         GL_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
         std::printf("device: %s, %d SMs, cc %d.%d, wgmma path %s\n", prop.name, prop.multiProcessorCount, prop.major,
                     prop.minor, wgmma_usable() ? "usable" : "NOT usable");
-        correctness();
-        pair_check(do_perf);
-        if (do_perf) perf(sweep);
+        if (!txt2img) {
+            correctness();
+            pair_check(do_perf);
+        }
+        if (do_perf) perf(sweep, txt2img);
     } catch (const std::exception& e) {
         std::printf("ERROR: %s\n", e.what());
         return 2;
