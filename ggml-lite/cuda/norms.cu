@@ -6,9 +6,6 @@
 // residual added before the rounding (ops/norm_params.h, ops/residual.h). Layer norm and softmax are in
 // norms_rows.cu; the one-block-per-group kernels in norms_group.cuh. All reductions use fixed orders: deterministic.
 #include <algorithm>
-#include <cstdlib>
-#include <initializer_list>
-#include <type_traits>
 
 #include "ggml-lite/cuda/device.cuh"
 #include "ggml-lite/cuda/kernel.cuh"
@@ -362,7 +359,7 @@ static void group_norm_run(CudaCtx& c) {
     dispatch_float(c.in_dtype(0), "group_norm", [&](auto tag) {
         using T = decltype(tag);
         if (const int vw = gn_group_vw<T>(d, {c.in_ptr(0), c.out_ptr(0)})) {
-            with_vw<T>(vw, [&](auto w) {
+            with_vw(vw, [&](auto w) {
                 constexpr int VW = decltype(w)::value;
                 const int threads = gn_group_threads<VW>(d);
                 gn_group_fwd<T, VW><<<unsigned(d.N * d.G), unsigned(threads), 0, c.stream>>>(
@@ -404,7 +401,7 @@ static void group_norm_grad_run(CudaCtx& c) {
         const T* res = has_residual(c.p()) ? c.in_ptr<T>(residual_index(c.p(), int(c.in.size()))) : nullptr;
         if (norm_dx_only(c.p()))
             if (const int vw = gn_group_vw<T>(d, {c.in_ptr(0), c.in_ptr(1), c.out_ptr(0), res})) {
-                with_vw<T>(vw, [&](auto w) {
+                with_vw(vw, [&](auto w) {
                     constexpr int VW = decltype(w)::value;
                     const int threads = gn_group_threads<VW>(d);
                     gn_group_bwd<T, VW><<<unsigned(d.N * d.G), unsigned(threads), 0, c.stream>>>(

@@ -88,6 +88,30 @@ __device__ __forceinline__ void gn_group_sweep(int64_t r0, int64_t P, int rows, 
     }
 }
 
+// Where thread threadIdx.x of block (sample, group) works: its channel vector j, first position r0
+// (on: it has positions), the element offset of its first access in any [N, P, C] tensor of the
+// problem (base: the group's first element), and the affine terms of its VW channels.
+template <int VW>
+struct GnThread {
+    int64_t base, off;
+    int r0;
+    bool on;
+    float ga[VW], be[VW];
+    __device__ GnThread(const Gn& d, const GnGroup& gs, const void* gm, DType tg, const void* bt, DType tb) {
+        const int64_t n = blockIdx.x / d.G, g = blockIdx.x % d.G;
+        const int j = int(threadIdx.x) % gs.lanes;
+        r0 = int(threadIdx.x) / gs.lanes;
+        on = r0 < gs.rows;
+        base = n * d.P * d.C + g * d.Cg;
+        off = base + j * VW;
+#pragma unroll
+        for (int e = 0; e < VW; e++) {
+            ga[e] = load_any(gm, tg, g * d.Cg + j * VW + e);
+            be[e] = load_any(bt, tb, g * d.Cg + j * VW + e);
+        }
+    }
+};
+
 template <class T, int VW>
 __global__ void __launch_bounds__(1024) gn_group_fwd(const T* x, const void* gm, DType tg, const void* bt, DType tb,
                                                      float* mean, float* rstd, T* y, Gn d, GnGroup gs) {
@@ -95,23 +119,21 @@ __global__ void __launch_bounds__(1024) gn_group_fwd(const T* x, const void* gm,
     constexpr int U = 16 / VW;
     using V = Pack<T, VW>;
     __shared__ double sh[32];
-    const int64_t n = blockIdx.x / d.G, g = blockIdx.x % d.G;
-    const int j = int(threadIdx.x) % gs.lanes, r0 = int(threadIdx.x) / gs.lanes;
-    const bool on = r0 < gs.rows;
-    const T* xp = x + n * d.P * d.C + g * d.Cg + j * VW;
-    T* yp = y + n * d.P * d.C + g * d.Cg + j * VW;
-    const float K = to_f32(x[n * d.P * d.C + g * d.Cg]);
+    const GnThread<VW> t(d, gs, gm, tg, bt, tb);
+    const T* xp = x + t.off;
+    T* yp = y + t.off;
+    const float K = to_f32(x[t.base]);
     float s = 0.0f, ss = 0.0f;
     V v[U];
-    if (on)
+    if (t.on)
         gn_group_sweep<U>(
-            r0, d.P, gs.rows, [&](int u, int64_t p) { v[u] = *reinterpret_cast<const V*>(xp + p * d.C); },
+            t.r0, d.P, gs.rows, [&](int u, int64_t p) { v[u] = *reinterpret_cast<const V*>(xp + p * d.C); },
             [&](int u, int64_t) {
 #pragma unroll
                 for (int e = 0; e < VW; e++) {
-                    const float t = to_f32(v[u].v[e]) - K;
-                    s += t;
-                    ss += t * t;
+                    const float w = to_f32(v[u].v[e]) - K;
+                    s += w;
+                    ss += w * w;
                 }
             });
     const double S = block_sum(double(s), sh), SS = block_sum(double(ss), sh);
@@ -121,21 +143,17 @@ __global__ void __launch_bounds__(1024) gn_group_fwd(const T* x, const void* gm,
         mean[blockIdx.x] = mu;
         rstd[blockIdx.x] = rs;
     }
-    if (!on) return;
-    float ga[VW], be[VW];
+    if (!t.on) return;
+    float gr[VW];  // gamma rstd
 #pragma unroll
-    for (int e = 0; e < VW; e++) {
-        const int64_t c = g * d.Cg + j * VW + e;
-        ga[e] = load_any(gm, tg, c) * rs;
-        be[e] = load_any(bt, tb, c);
-    }
+    for (int e = 0; e < VW; e++) gr[e] = t.ga[e] * rs;
     gn_group_sweep<U>(
-        r0, d.P, gs.rows, [&](int u, int64_t p) { v[u] = *reinterpret_cast<const V*>(xp + p * d.C); },
+        t.r0, d.P, gs.rows, [&](int u, int64_t p) { v[u] = *reinterpret_cast<const V*>(xp + p * d.C); },
         [&](int u, int64_t p) {
             V o;
 #pragma unroll
             for (int e = 0; e < VW; e++) {
-                const float h = (to_f32(v[u].v[e]) - mu) * ga[e] + be[e];
+                const float h = (to_f32(v[u].v[e]) - mu) * gr[e] + t.be[e];
                 o.v[e] = from_f32<T>(d.act ? h * sigmoidf_(h) : h);
             }
             *reinterpret_cast<V*>(yp + p * d.C) = o;
@@ -152,18 +170,11 @@ __global__ void __launch_bounds__(1024) gn_group_bwd(const T* gy, const T* x, co
     constexpr int U = 8 / VW;
     using V = Pack<T, VW>;
     __shared__ double sh[32];
-    const int64_t n = blockIdx.x / d.G, g = blockIdx.x % d.G;
-    const int j = int(threadIdx.x) % gs.lanes, r0 = int(threadIdx.x) / gs.lanes;
-    const bool on = r0 < gs.rows;
-    const int64_t off = n * d.P * d.C + g * d.Cg + j * VW;
+    const GnThread<VW> t(d, gs, gm, tg, bt, tb);
+    const int64_t off = t.off;
     const float mu = mean[blockIdx.x], rs = rstd[blockIdx.x];
-    float ga[VW], be[VW];
-#pragma unroll
-    for (int e = 0; e < VW; e++) {
-        const int64_t c = g * d.Cg + j * VW + e;
-        ga[e] = load_any(gm, tg, c);
-        be[e] = load_any(bt, tb, c);
-    }
+    const float(&ga)[VW] = t.ga;
+    const float(&be)[VW] = t.be;
     // gh gamma and xhat of one access.
     auto terms = [&](const V& gv, const V& xv, float (&gg)[VW], float (&xh)[VW]) {
 #pragma unroll
@@ -183,8 +194,8 @@ __global__ void __launch_bounds__(1024) gn_group_bwd(const T* gy, const T* x, co
         xv[u] = *reinterpret_cast<const V*>(x + off + p * d.C);
     };
     float s1 = 0.0f, s2 = 0.0f;
-    if (on)
-        gn_group_sweep<U>(r0, d.P, gs.rows, load, [&](int u, int64_t) {
+    if (t.on)
+        gn_group_sweep<U>(t.r0, d.P, gs.rows, load, [&](int u, int64_t) {
             float gg[VW], xh[VW];
             terms(gv[u], xv[u], gg, xh);
 #pragma unroll
@@ -195,8 +206,8 @@ __global__ void __launch_bounds__(1024) gn_group_bwd(const T* gy, const T* x, co
         });
     const double M = double(d.P * d.Cg);
     const float k0 = float(block_sum(double(s1), sh) / M), k1 = float(block_sum(double(s2), sh) / M);
-    if (!on) return;
-    gn_group_sweep<U>(r0, d.P, gs.rows, load, [&](int u, int64_t p) {
+    if (!t.on) return;
+    gn_group_sweep<U>(t.r0, d.P, gs.rows, load, [&](int u, int64_t p) {
         float gg[VW], xh[VW];
         terms(gv[u], xv[u], gg, xh);
         V rv;
@@ -230,7 +241,7 @@ int gn_group_vw(const Gn& d, std::initializer_list<const void*> ptrs) {
     return 0;
 }
 
-template <class T, class F>
+template <class F>
 void with_vw(int vw, F&& f) {
     if (vw == 8) f(std::integral_constant<int, 8>{});
     else if (vw == 4) f(std::integral_constant<int, 4>{});
