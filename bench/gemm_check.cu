@@ -182,6 +182,7 @@ static const char* kname(GemmKernel k) {
         case GemmKernel::tma160: return "tma160";
         case GemmKernel::tma64: return "tma64";
         case GemmKernel::skinny: return "skinny";
+        case GemmKernel::rows: return "rows";
         case GemmKernel::ffma_f32: return "ffma";
         default: return "cublas";
     }
@@ -282,6 +283,17 @@ static void correctness() {
         run_auto(z, "K = 0 (bias only)");
         Problem y(DType::bf16, 616, 320, 768, false, true, 1, false, true);
         run_auto(y, "77-token K/V projection +bias");
+        // the few-row kernel: every row-count instance, K past and short of a lane sweep, batches
+        for (int64_t M : {1, 2, 3, 5, 8, 11, 16}) {
+            Problem r1(DType::bf16, M, 1288, 1000, false, true, 1, false, true);
+            run_auto(r1, ("few rows M=" + std::to_string(M) + " +bias").c_str());
+            Problem r2(DType::f16, M, 320, 5128, false, true, 2, M % 2 == 1, true, true);
+            run_auto(r2, ("few rows f16 M=" + std::to_string(M) + " batched +bias +res").c_str());
+        }
+        Problem r3(DType::bf16, 4, 40, 24, false, true, 3, false, false, true);
+        run_auto(r3, "few rows, K = 24, 40 columns +res");
+        Problem r4(DType::bf16, 2, 64, 0, false, true, 1, false, true);
+        run_auto(r4, "few rows, K = 0 (bias only)");
     }
     // short K (a LoRA rank: one padded k-tile): both B layouts, ragged M, bias and residual, f16 too
     for (DType t : {DType::bf16, DType::f16})
@@ -316,6 +328,8 @@ static void perf(bool sweep, bool txt2img) {
         {512, 1280, 5120, false, true, "b2 16x16 ff out 5120->1280", false, true},
         {154, 1280, 768, false, true, "b2 K/V of the context", false, true},
         {2, 1280, 1280, false, true, "b2 time embedding proj", false, true},
+        {2, 320, 1280, false, true, "b2 res-block time proj 320", false, true},
+        {8, 1280, 1280, false, true, "b8 time embedding proj", false, true},
         {32768, 320, 320, false, true, "linear 320->320 (fwd)"},
         {32768, 2560, 320, false, true, "linear 320->2560 GEGLU proj (fwd)"},
         {32768, 320, 1280, false, true, "linear 1280->320 (fwd)"},

@@ -179,6 +179,15 @@ Register r({
          b.out(linear(b.g, b.x("x4", {2, 2, 3, 4}), w, bias));
      },
      [](Graph& g) { linear(g, g.input("x", DType::f32, {2, 5}), g.input("w", DType::f32, {2, 2, 5})); }},
+    {"linear", "few rows with bias, K past a warp's sweep (the GPU's few-row kernel)", [](CaseBuilder& b) {
+         b.out(linear(b.g, b.x("x", {5, 1040}), b.x("w", {24, 1040}), b.x("bias", {24})));
+         b.out(linear(b.g, b.x("x2", {2, 136}), b.c("w2", {40, 136})));
+     },
+     [](Graph& g) { linear(g, g.input("x", DType::f32, {2, 8}), g.input("w", DType::f32, {16, 9})); }},
+    {"matmul", "batched trans_b with few rows [2,3,64] x [2,24,64]^T", [](CaseBuilder& b) {
+         b.out(matmul(b.g, b.x("a", {2, 3, 64}), b.x("b", {2, 24, 64}), false, true));
+     },
+     [](Graph& g) { matmul(g, g.input("a", DType::f32, {2, 3, 64}), g.input("b", DType::f32, {2, 64, 24}), false, true); }},
     {"linear", "frozen weight, gradient to x only", [](CaseBuilder& b) {
          b.out(linear(b.g, b.x("x", {5, 9}), b.c("w", {6, 9}), b.c("bias", {6})));
      },

@@ -20,6 +20,8 @@
 // Few output tiles and a long K: split-K with fp32 partials in the caller's workspace, summed in
 //   a fixed order (deterministic: no atomics anywhere). A^T B with a side of at most 16 and a long K
 //   (LoRA's weight gradients): the tall-skinny kernel (gemm_skinny.cuh), partials in the workspace too.
+// A B^T with at most 16 rows of A (a linear layer on a few rows: the time-embedding projections):
+//   the few-row kernel (gemm_rows.cuh), which streams B once with 16-byte loads and FMAs.
 // GL_GEMM=cublas routes everything to cuBLAS (comparison; f32 uses CUBLAS_COMPUTE_32F).
 #pragma once
 #include <cublas_v2.h>
@@ -27,6 +29,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -37,6 +40,7 @@
 #include "ggml-lite/cuda/device.cuh"
 #include "ggml-lite/cuda/gemm_args.cuh"
 #include "ggml-lite/cuda/gemm_kernels.cuh"
+#include "ggml-lite/cuda/gemm_rows.cuh"
 #include "ggml-lite/cuda/gemm_sm90.cuh"
 #include "ggml-lite/cuda/gemm_skinny.cuh"
 #include "ggml-lite/cuda/gemm_tma.cuh"
@@ -57,7 +61,7 @@ constexpr int kWg64Stages = 4, kWg128Stages = 3, kWg160Stages = 3;
 // The TMA kernel's rings (one block per SM; each fills most of the 227 KB with its epilogue rows).
 constexpr int kTma64Stages = 6, kTma128Stages = 4, kTma160Stages = 3;
 
-enum class GemmKernel { mma_wide, mma_k64, mma_w4, mma_small, wg128, wg160, wg64, tma128, tma160, tma64, skinny, ffma_f32, cublas };
+enum class GemmKernel { mma_wide, mma_k64, mma_w4, mma_small, wg128, wg160, wg64, tma128, tma160, tma64, skinny, rows, ffma_f32, cublas };
 
 inline bool is_tma(GemmKernel k) { return k == GemmKernel::tma128 || k == GemmKernel::tma160 || k == GemmKernel::tma64; }
 
@@ -98,6 +102,7 @@ inline GemmPlan plan_gemm(const GemmArgs& a, bool vec, bool skinny = true) {
     const int64_t M = a.M, N = a.N, K = a.K, batch = a.batch;
     const DeviceInfo dev = device_info();
     if (const int sp = skinny ? skinny_splits(a, vec, dev.sms) : 0; sp > 0) return {GemmKernel::skinny, sp};
+    if (rows_ok(a, vec)) return {GemmKernel::rows, 1};
     struct Cand {
         GemmKernel k;
         int bm, bn, per_sm;
@@ -123,7 +128,12 @@ inline GemmPlan plan_gemm(const GemmArgs& a, bool vec, bool skinny = true) {
         {GemmKernel::mma_small, 64, 64, 4, 0.60, !wg},
     };
     // Too few tiles for one per SM and a long K: split K (which the TMA kernel does not).
-    auto splits_k = [&](const Cand& c) { return tiles_of(M, N, batch, c.bm, c.bn) < dev.sms && K + a.K2 >= 1024; };
+    // GL_GEMM_SPLIT_MIN_K moves "long" (default 1024), for a comparison in one binary.
+    static const int64_t split_min_k = [] {
+        const char* e = std::getenv("GL_GEMM_SPLIT_MIN_K");
+        return e ? std::max<int64_t>(1, std::atoll(e)) : int64_t(1024);
+    }();
+    auto splits_k = [&](const Cand& c) { return tiles_of(M, N, batch, c.bm, c.bn) < dev.sms && K + a.K2 >= split_min_k; };
     const Cand* best = nullptr;
     double best_t = 0;
     for (const Cand& c : cands) {
@@ -244,6 +254,7 @@ void launch_tc(GemmKernel k, bool vec, const GemmArgs& a, int splits, float* par
         case GemmKernel::tma160: return launch_tma_layout<T, 160, kTma160Stages>(a, s);
         case GemmKernel::tma64: return launch_tma_layout<T, 64, kTma64Stages>(a, s);
         case GemmKernel::skinny: return launch_skinny<T>(a, splits, partial, s);
+        case GemmKernel::rows: return launch_rows<T>(a, s);
         case GemmKernel::mma_wide: return launch_mma_layout<T, CfgWide, true>(a, splits, partial, s);
         case GemmKernel::mma_k64: return launch_mma_layout<T, CfgK64, true>(a, splits, partial, s);
         case GemmKernel::mma_w4: return launch_mma_layout<T, CfgW4, true>(a, splits, partial, s);
