@@ -165,6 +165,27 @@ Register r(tight({
          p.i[kNormDxOnly] = 1;
          g.apply(Op::group_norm_grad, {x, x, gm, gm, f[1], f[2], x}, p);
      }},
+    {"group_norm",
+     "frozen affine [2,23,25,40], 4 groups of 10, fused SiLU, plus the skip (CUDA: a set of 4 groups over a cluster "
+     "of 8 blocks, the last one short)",
+     [](CaseBuilder& b) {
+         ValueId x = b.x("x", {2, 23, 25, 40}, -1.0f, 3.0f);
+         ValueId y = group_norm(b.g, x, b.c("gamma", {40}, 0.5f, 1.5f), b.c("beta", {40}), 4, 1e-5f, true);
+         b.out(add(b.g, y, x));
+     },
+     [](Graph& g) {  // a 1-D x
+         group_norm(g, g.input("x", DType::f32, {40}), g.input("g", DType::f32, {40}), g.input("b", DType::f32, {40}), 4,
+                    1e-5f, true);
+     }},
+    {"group_norm", "[3,9,40,64], 16 groups of 4, values far from 0 (CUDA: sets of 8 groups, 4-channel accesses, clusters)",
+     [](CaseBuilder& b) {
+         ValueId x = b.x("x", {3, 9, 40, 64}, 5.0f, 6.0f);
+         b.out(group_norm(b.g, x, b.x("gamma", {64}, 0.5f, 1.5f), b.x("beta", {64}), 16, 1e-5f, false));
+     },
+     [](Graph& g) {  // eps below zero
+         group_norm(g, g.input("x", DType::f32, {1, 2, 2, 64}), g.input("g", DType::f32, {64}),
+                    g.input("b", DType::f32, {64}), 16, -1.0f, false);
+     }},
     {"softmax", "[3,7]", [](CaseBuilder& b) { b.out(softmax(b.g, b.x("x", {3, 7}, -2.0f, 2.0f))); },
      [](Graph& g) { softmax(g, g.input("x", DType::i32, {3, 7})); }},
     {"softmax", "[2,3,5] with scale 0.35", [](CaseBuilder& b) {

@@ -127,13 +127,17 @@ inline GemmPlan plan_gemm(const GemmArgs& a, bool vec, bool skinny = true) {
          vec && !wg && !quant && mma_smem<CfgWide>(ta, tb) <= dev.smem_optin},
         {GemmKernel::mma_small, 64, 64, 4, 0.60, !wg},
     };
-    // Too few tiles for one per SM and a long K: split K (which the TMA kernel does not).
-    // GL_GEMM_SPLIT_MIN_K moves "long" (default 1024), for a comparison in one binary.
+    // Too few tiles for one per SM and a long K (8192 and more where the TMA kernel runs: a weight
+    // gradient over the batch's tokens): split K, which the TMA kernel does not. Below that the unsplit TMA kernel measured
+    // faster: 512 x 1280 x 1280 at 191 TFLOP/s against 85 for wg64 split 2, x 5120 at 310 against 213,
+    // and the batch-1 step 19.0 against 19.9 ms with no split at all (bench/RESULTS.md).
+    // GL_GEMM_SPLIT_MIN_K moves the bound, for a comparison in one binary.
     static const int64_t split_min_k = [] {
         const char* e = std::getenv("GL_GEMM_SPLIT_MIN_K");
-        return e ? std::max<int64_t>(1, std::atoll(e)) : int64_t(1024);
+        return e ? std::max<int64_t>(1, std::atoll(e)) : int64_t(8192);
     }();
-    auto splits_k = [&](const Cand& c) { return tiles_of(M, N, batch, c.bm, c.bn) < dev.sms && K + a.K2 >= split_min_k; };
+    const int64_t min_k = tma ? split_min_k : 1024;  // without the TMA kernel (sm_80, quantized B) splits pay from 1024
+    auto splits_k = [&](const Cand& c) { return tiles_of(M, N, batch, c.bm, c.bn) < dev.sms && K + a.K2 >= min_k; };
     const Cand* best = nullptr;
     double best_t = 0;
     for (const Cand& c : cands) {

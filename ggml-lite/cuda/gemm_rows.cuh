@@ -4,12 +4,12 @@
 // batch, 8 in a batch-8 step). The tiled kernels give such a product one 128-row tile per 64 to 160
 // columns (at most 1/8 of its MMA useful) on a few dozen SMs and split K, which measured 14 us for a
 // 1280 x 1280 weight; the product is bound by reading B once (3.3 MB: ~1 us at the H200's bandwidth).
-//   Grid (ceil(N / (kWarps kCols)), batch). Warp w of a block owns the kCols columns from
-//   n0 = (blockIdx.x kWarps + w) kCols; lane l takes K's 8-element chunks l, l + 32, ... of those
+//   Grid (ceil(N / (kWarps NC)), batch). Warp w of a block owns the NC (kColsOf<M>) columns from
+//   n0 = (blockIdx.x kWarps + w) NC; lane l takes K's 8-element chunks l, l + 32, ... of those
 //   rows of B (16-byte loads, kUnroll chunks of each row in flight) against the same chunks of
 //   A's M rows (read through the read-only cache: every warp of the GPU reads them), with fp32
 //   FMAs, then the warp sums its lanes in a fixed butterfly (every lane ends with the same,
-//   deterministic sum) and lane m kCols + c writes C[m][n0 + c] through the epilogue.
+//   deterministic sum) and lane m NC + c writes C[m][n0 + c] through the epilogue.
 // Needs the 16-byte path (vec_ok: K a multiple of 8, aligned rows), bf16 / f16, B not quantized and
 // no second pair; any batch (sB = 0 shares B).
 #pragma once
@@ -19,8 +19,10 @@
 namespace gl::gemm {
 
 struct RowsCfg {
-    static constexpr int kWarps = 4, kThreads = kWarps * 32, kCols = 2, kMaxM = 16, kUnroll = 4;
+    static constexpr int kWarps = 4, kThreads = kWarps * 32, kMaxM = 16, kUnroll = 8;
     static constexpr int kChunk = 8;  // elements per 16-byte load
+    // columns a warp owns: two share each A load for a few rows; from 8 rows one, for twice the warps
+    template <int MM> static constexpr int kColsOf = MM >= 8 ? 1 : 2;
 };
 
 inline bool rows_ok(const GemmArgs& a, bool vec) {
@@ -39,7 +41,7 @@ template <class T, int MM>
 __global__ void __launch_bounds__(RowsCfg::kThreads) rows_kernel(GemmArgs a) {
     kernel_entry();
     using R = RowsCfg;
-    constexpr int NC = R::kCols, U = R::kUnroll, STEP = 32 * R::kChunk;
+    constexpr int NC = R::template kColsOf<MM>, U = R::kUnroll, STEP = 32 * R::kChunk;
     static_assert(MM * NC <= 32, "one lane writes each of a warp's sums");
     const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
     const int64_t n0 = (int64_t(blockIdx.x) * R::kWarps + warp) * NC, bz = blockIdx.y;
@@ -91,19 +93,23 @@ __global__ void __launch_bounds__(RowsCfg::kThreads) rows_kernel(GemmArgs a) {
         }
 }
 
-template <class T>
-void launch_rows(const GemmArgs& a, cudaStream_t s) {
+template <class T, int MM>
+void launch_rows_mm(const GemmArgs& a, cudaStream_t s) {
     using R = RowsCfg;
-    const int64_t cols_per_block = int64_t(R::kWarps) * R::kCols;
+    const int64_t cols_per_block = int64_t(R::kWarps) * R::template kColsOf<MM>;
     GL_CHECK(a.batch <= 65535, "gemm: few-row batch ", a.batch, " over the grid's limit");
     const dim3 grid(unsigned(ceil_div(a.N, cols_per_block)), unsigned(a.batch));
-    auto go = [&](auto kern) { kern<<<grid, R::kThreads, 0, s>>>(a); };
-    if (a.M <= 1) go(rows_kernel<T, 1>);
-    else if (a.M <= 2) go(rows_kernel<T, 2>);
-    else if (a.M <= 4) go(rows_kernel<T, 4>);
-    else if (a.M <= 8) go(rows_kernel<T, 8>);
-    else go(rows_kernel<T, 16>);
+    rows_kernel<T, MM><<<grid, R::kThreads, 0, s>>>(a);
     GL_CUDA_LAUNCHED();
+}
+
+template <class T>
+void launch_rows(const GemmArgs& a, cudaStream_t s) {
+    if (a.M <= 1) launch_rows_mm<T, 1>(a, s);
+    else if (a.M <= 2) launch_rows_mm<T, 2>(a, s);
+    else if (a.M <= 4) launch_rows_mm<T, 4>(a, s);
+    else if (a.M <= 8) launch_rows_mm<T, 8>(a, s);
+    else launch_rows_mm<T, 16>(a, s);
 }
 
 }  // namespace gl::gemm

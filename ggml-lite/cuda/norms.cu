@@ -358,13 +358,12 @@ static void group_norm_run(CudaCtx& c) {
     float* rstd = c.out_ptr<float>(2);
     dispatch_float(c.in_dtype(0), "group_norm", [&](auto tag) {
         using T = decltype(tag);
-        if (const int vw = gn_group_vw<T>(d, {c.in_ptr(0), c.out_ptr(0)})) {
-            with_vw(vw, [&](auto w) {
+        const bool cl = gn_clusters_usable(reinterpret_cast<const void*>(gn_group_fwd<T, 2>));
+        if (const GnSetPlan pl = gn_set_plan<T>(d, {c.in_ptr(0), c.out_ptr(0)}, cl, device_info().sms); pl.vw) {
+            with_vw(pl.vw, [&](auto w) {
                 constexpr int VW = decltype(w)::value;
-                const int threads = gn_group_threads<VW>(d);
-                gn_group_fwd<T, VW><<<unsigned(d.N * d.G), unsigned(threads), 0, c.stream>>>(
-                    c.in_ptr<T>(0), c.in_ptr(1), c.in_dtype(1), c.in_ptr(2), c.in_dtype(2), mean, rstd,
-                    c.out_ptr<T>(0), d, gn_group_shape<VW>(d, threads));
+                gn_set_launch(gn_group_fwd<T, VW>, d, pl, c.stream, c.in_ptr<T>(0), c.in_ptr(1), c.in_dtype(1),
+                              c.in_ptr(2), c.in_dtype(2), mean, rstd, c.out_ptr<T>(0));
             });
             return;
         }
@@ -400,14 +399,15 @@ static void group_norm_grad_run(CudaCtx& c) {
         using T = decltype(tag);
         const T* res = has_residual(c.p()) ? c.in_ptr<T>(residual_index(c.p(), int(c.in.size()))) : nullptr;
         if (norm_dx_only(c.p()))
-            if (const int vw = gn_group_vw<T>(d, {c.in_ptr(0), c.in_ptr(1), c.out_ptr(0), res})) {
-                with_vw(vw, [&](auto w) {
+            if (const GnSetPlan pl = gn_set_plan<T>(
+                    d, {c.in_ptr(0), c.in_ptr(1), c.out_ptr(0), res},
+                    gn_clusters_usable(reinterpret_cast<const void*>(gn_group_bwd<T, 2>)), device_info().sms);
+                pl.vw) {
+                with_vw(pl.vw, [&](auto w) {
                     constexpr int VW = decltype(w)::value;
-                    const int threads = gn_group_threads<VW>(d);
-                    gn_group_bwd<T, VW><<<unsigned(d.N * d.G), unsigned(threads), 0, c.stream>>>(
-                        c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr(2), c.in_dtype(2), c.in_ptr(3), c.in_dtype(3),
-                        c.in_ptr<float>(4), c.in_ptr<float>(5), res, c.out_ptr<T>(0), d,
-                        gn_group_shape<VW>(d, threads));
+                    gn_set_launch(gn_group_bwd<T, VW>, d, pl, c.stream, c.in_ptr<T>(0), c.in_ptr<T>(1), c.in_ptr(2),
+                                  c.in_dtype(2), c.in_ptr(3), c.in_dtype(3), c.in_ptr<float>(4), c.in_ptr<float>(5),
+                                  res, c.out_ptr<T>(0));
                 });
                 return;
             }

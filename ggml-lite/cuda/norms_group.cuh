@@ -1,10 +1,13 @@
 // Group normalisation, shared by cuda/norms.cu: the problem's shape (Gn) and the kernels that take
-// one block per (sample, group) for groups small enough that a block streams them fast.
+// a set of adjacent groups of one sample per cluster of blocks, for groups small enough to stream
+// twice from L2.
 #pragma once
 #include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
 #include <type_traits>
+
+#include <cooperative_groups.h>
 
 #include "ggml-lite/cuda/device.cuh"
 #include "ggml-lite/cuda/kernel.cuh"
@@ -36,119 +39,163 @@ inline Gn gn_of(const Shape& x, const Params& p) {
     return d;
 }
 
-// ---- one block per (sample, group) ----
+// ---- a set of groups per cluster ----
 // For groups of up to kGroupMaxElems elements (every group norm of SD1.5's UNet, the smaller ones
-// of its VAE) a block of its own streams the group twice from L2: the statistics, then the
-// affine map (forward) or dx (the frozen-affine backward), in one kernel instead of three or four.
-// Thread (r, j) of a block owns the VW channels [j VW, j VW + VW) of the group at positions r,
-// r + rows, ...: one VW-element access per position, no index division, several positions' loads
-// in flight at once. Sums are per thread in
-// float and across the block in double, in a fixed order (deterministic); the forward's are of
-// x - x[first] (a shift from inside the group, so E[x^2] - E[x]^2 does not cancel), and its
-// variance is that of the shifted values.
+// of its VAE) one kernel makes the statistics and the affine map (forward) or dx (the frozen-affine
+// backward), streaming the groups twice (the second time from L2) instead of three or four kernels.
+// Work unit: a set of S adjacent groups of one sample (S Cg channels, at least 64 bytes a position,
+// so a position's accesses are whole sectors: one group of 10 channels alone is 20 bytes of a 640-byte
+// row, which left the L2 two-thirds busy for a third of the bytes), split over the Q blocks of a
+// cluster (positions [q span, q span + span) each), so that a batch of 2 still fills the GPU.
+// Thread (r, j) of a block owns the VW channels [j VW, j VW + VW) of the set (all in group
+// j VW / Cg) at positions p0 + r, p0 + r + rows, ...: one VW-element access per position, several in
+// flight. Sums are per thread in float, across the block in double by a fixed tree over the rows
+// then the group's lanes in order, across the cluster in block-rank order through distributed shared
+// memory (every block gets the same totals: deterministic). The forward sums x - x[group's first
+// element] (a shift from inside the group, so E[x^2] - E[x]^2 does not cancel).
 constexpr int64_t kGroupMaxElems = 131072;
+constexpr int kSetThreads = 512, kSetMaxGroups = 64, kSetMaxBlocks = 8;
 
 template <class T, int VW>
 struct alignas(VW * sizeof(T)) Pack {
     T v[VW];
 };
 
-struct GnGroup {
-    int lanes, rows;  // threads per position (Cg / VW), positions per sweep (blockDim / lanes)
+struct GnSet {
+    int S, Q;        // groups per set, blocks per set (a cluster)
+    int lanes, rows; // threads per position (S Cg / VW), positions per sweep (blockDim = rows lanes)
+    int h0;          // the largest power of two below rows (the row tree's first stride; 0: one row)
+    int64_t span;    // positions per block (the last block of a set may have fewer)
 };
 
-template <int VW>
-inline GnGroup gn_group_shape(const Gn& d, int threads) {
-    const int lanes = int(d.Cg / VW);
-    return {lanes, threads / lanes};
-}
-
-// The block size: about 8 accesses a thread, 128 to 1024 threads, a whole number of positions.
-template <int VW>
-inline int gn_group_threads(const Gn& d) {
-    const int64_t vecs = d.P * d.Cg / VW;
-    const int lanes = int(d.Cg / VW);
-    int t = int(std::min<int64_t>(1024, std::max<int64_t>(128, ceil_div(vecs, int64_t(8)))));
-    t = std::max(lanes, t / lanes * lanes);
-    return t;
-}
-
-// Positions r0, r0 + rows, ... in batches of U: load(u, p) for each position of a batch first,
-// then use(u, p), so the loads of a batch overlap. The forward takes U = 16 / VW (32 bytes a
-// thread in flight), the backward 8 / VW of each of its two tensors (more spills at 64 registers).
+// Positions r0, r0 + rows, ... below p1 in batches of U: load(u, p) for each position of a batch
+// first, then use(u, p), so the loads of a batch overlap. The forward takes U = 16 / VW (32 bytes a
+// thread in flight), the backward 8 / VW of each of its two tensors.
 template <int U, class Load, class Use>
-__device__ __forceinline__ void gn_group_sweep(int64_t r0, int64_t P, int rows, Load&& load, Use&& use) {
-    for (int64_t p0 = r0; p0 < P; p0 += int64_t(U) * rows) {
+__device__ __forceinline__ void gn_group_sweep(int64_t r0, int64_t p1, int rows, Load&& load, Use&& use) {
+    for (int64_t p = r0; p < p1; p += int64_t(U) * rows) {
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (p0 + int64_t(u) * rows < P) load(u, p0 + int64_t(u) * rows);
+            if (p + int64_t(u) * rows < p1) load(u, p + int64_t(u) * rows);
 #pragma unroll
         for (int u = 0; u < U; u++)
-            if (p0 + int64_t(u) * rows < P) use(u, p0 + int64_t(u) * rows);
+            if (p + int64_t(u) * rows < p1) use(u, p + int64_t(u) * rows);
     }
 }
 
-// Where thread threadIdx.x of block (sample, group) works: its channel vector j, first position r0
-// (on: it has positions), the element offset of its first access in any [N, P, C] tensor of the
-// problem (base: the group's first element), and the affine terms of its VW channels.
+// Where thread threadIdx.x of block blockIdx.x works: sample n, set, rank q in the cluster; its row
+// r, lane j and group (gi in the set, g in the sample); positions [p0, p1); the element offset of
+// the set's first channel at position 0 (base) and of its own first access (off), and the affine
+// terms of its VW channels.
 template <int VW>
 struct GnThread {
-    int64_t base, off;
-    int r0;
-    bool on;
+    int64_t base, off, p0, p1, g;
+    int q, r, j, gi;
     float ga[VW], be[VW];
-    __device__ GnThread(const Gn& d, const GnGroup& gs, const void* gm, DType tg, const void* bt, DType tb) {
-        const int64_t n = blockIdx.x / d.G, g = blockIdx.x % d.G;
-        const int j = int(threadIdx.x) % gs.lanes;
-        r0 = int(threadIdx.x) / gs.lanes;
-        on = r0 < gs.rows;
-        base = n * d.P * d.C + g * d.Cg;
+    __device__ GnThread(const Gn& d, const GnSet& gs, const void* gm, DType tg, const void* bt, DType tb) {
+        const int64_t sets = d.G / gs.S, pair = blockIdx.x / gs.Q;
+        const int64_t n = pair / sets, set = pair % sets;
+        q = int(blockIdx.x % gs.Q);
+        j = int(threadIdx.x) % gs.lanes;
+        r = int(threadIdx.x) / gs.lanes;
+        gi = int(j * VW / d.Cg);
+        g = set * gs.S + gi;
+        p0 = q * gs.span;
+        p1 = p0 + gs.span < d.P ? p0 + gs.span : d.P;
+        base = n * d.P * d.C + set * gs.S * d.Cg;
         off = base + j * VW;
 #pragma unroll
         for (int e = 0; e < VW; e++) {
-            ga[e] = load_any(gm, tg, g * d.Cg + j * VW + e);
-            be[e] = load_any(bt, tb, g * d.Cg + j * VW + e);
+            ga[e] = load_any(gm, tg, set * gs.S * d.Cg + j * VW + e);
+            be[e] = load_any(bt, tb, set * gs.S * d.Cg + j * VW + e);
         }
     }
 };
 
+// The sums of a and of b over each group of the set (over the whole cluster): tot[gi] and
+// tot[S + gi] for every thread once it returns. red: 2 blockDim doubles; tot: 4 S.
+template <int VW>
+__device__ void gn_set_sums(float a, float b, const Gn& d, const GnSet& gs, const GnThread<VW>& t, double* red,
+                            double* tot) {
+    const int T = int(blockDim.x), tid = int(threadIdx.x);
+    red[tid] = a;
+    red[T + tid] = b;
+    __syncthreads();
+    for (int h = gs.h0; h > 0; h >>= 1) {
+        if (t.r < h && t.r + h < gs.rows) {
+            red[tid] += red[tid + h * gs.lanes];
+            red[T + tid] += red[T + tid + h * gs.lanes];
+        }
+        __syncthreads();
+    }
+    double* part = tot + 2 * gs.S;  // this block's sums, read by the cluster
+    if (tid < gs.S) {
+        const int per = int(d.Cg / VW);
+        double x = 0.0, y = 0.0;
+        for (int k = 0; k < per; k++) {
+            x += red[tid * per + k];
+            y += red[T + tid * per + k];
+        }
+        part[tid] = x;
+        part[gs.S + tid] = y;
+    }
+    if (gs.Q == 1) {
+        __syncthreads();
+        if (tid < 2 * gs.S) tot[tid] = part[tid];
+        __syncthreads();
+        return;
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();  // every block's part is written
+    if (tid < 2 * gs.S) {
+        double x = 0.0;
+        for (int k = 0; k < gs.Q; k++) x += cl.map_shared_rank(part, k)[tid];
+        tot[tid] = x;
+    }
+    cl.sync();  // the peers are done reading part; tot is visible to the block
+#else
+    __trap();  // clusters are launched only for images built for sm_90 or later (gn_set_plan)
+#endif
+}
+
 template <class T, int VW>
-__global__ void __launch_bounds__(1024) gn_group_fwd(const T* x, const void* gm, DType tg, const void* bt, DType tb,
-                                                     float* mean, float* rstd, T* y, Gn d, GnGroup gs) {
+__global__ void __launch_bounds__(kSetThreads, 2) gn_group_fwd(const T* x, const void* gm, DType tg, const void* bt,
+                                                               DType tb, float* mean, float* rstd, T* y, Gn d, GnSet gs) {
     kernel_entry();
     constexpr int U = 16 / VW;
     using V = Pack<T, VW>;
-    __shared__ double sh[32];
+    __shared__ double red[2 * kSetThreads], tot[4 * kSetMaxGroups];
     const GnThread<VW> t(d, gs, gm, tg, bt, tb);
     const T* xp = x + t.off;
     T* yp = y + t.off;
-    const float K = to_f32(x[t.base]);
+    const float K = to_f32(x[t.base + t.gi * d.Cg]);
     float s = 0.0f, ss = 0.0f;
     V v[U];
-    if (t.on)
-        gn_group_sweep<U>(
-            t.r0, d.P, gs.rows, [&](int u, int64_t p) { v[u] = *reinterpret_cast<const V*>(xp + p * d.C); },
-            [&](int u, int64_t) {
+    gn_group_sweep<U>(
+        t.p0 + t.r, t.p1, gs.rows, [&](int u, int64_t p) { v[u] = *reinterpret_cast<const V*>(xp + p * d.C); },
+        [&](int u, int64_t) {
 #pragma unroll
-                for (int e = 0; e < VW; e++) {
-                    const float w = to_f32(v[u].v[e]) - K;
-                    s += w;
-                    ss += w * w;
-                }
-            });
-    const double S = block_sum(double(s), sh), SS = block_sum(double(ss), sh);
-    const double M = double(d.P * d.Cg), m1 = S / M, var = fmax(SS / M - m1 * m1, 0.0);
+            for (int e = 0; e < VW; e++) {
+                const float w = to_f32(v[u].v[e]) - K;
+                s += w;
+                ss += w * w;
+            }
+        });
+    gn_set_sums(s, ss, d, gs, t, red, tot);
+    const double M = double(d.P * d.Cg), m1 = tot[t.gi] / M, var = fmax(tot[gs.S + t.gi] / M - m1 * m1, 0.0);
     const float mu = float(double(K) + m1), rs = float(1.0 / sqrt(var + double(d.eps)));
-    if (threadIdx.x == 0) {
-        mean[blockIdx.x] = mu;
-        rstd[blockIdx.x] = rs;
+    if (t.q == 0 && t.r == 0 && t.j * VW == t.gi * d.Cg) {  // the group's first lane of the cluster's first block
+        const int64_t at = (t.base / (d.P * d.C)) * d.G + t.g;
+        mean[at] = mu;
+        rstd[at] = rs;
     }
-    if (!t.on) return;
     float gr[VW];  // gamma rstd
 #pragma unroll
     for (int e = 0; e < VW; e++) gr[e] = t.ga[e] * rs;
     gn_group_sweep<U>(
-        t.r0, d.P, gs.rows, [&](int u, int64_t p) { v[u] = *reinterpret_cast<const V*>(xp + p * d.C); },
+        t.p0 + t.r, t.p1, gs.rows, [&](int u, int64_t p) { v[u] = *reinterpret_cast<const V*>(xp + p * d.C); },
         [&](int u, int64_t p) {
             V o;
 #pragma unroll
@@ -163,16 +210,16 @@ __global__ void __launch_bounds__(1024) gn_group_fwd(const T* x, const void* gm,
 // dx of a frozen affine: k0 = sum gh gamma / M, k1 = sum gh gamma xhat / M over the group, then
 // dx = rstd (gh gamma - k0 - xhat k1) (+ the residual, read before dx is written: dx may be its bytes).
 template <class T, int VW>
-__global__ void __launch_bounds__(1024) gn_group_bwd(const T* gy, const T* x, const void* gm, DType tg, const void* bt,
-                                                     DType tb, const float* mean, const float* rstd, const T* res,
-                                                     T* dx, Gn d, GnGroup gs) {
+__global__ void __launch_bounds__(kSetThreads, 2) gn_group_bwd(const T* gy, const T* x, const void* gm, DType tg,
+                                                               const void* bt, DType tb, const float* mean,
+                                                               const float* rstd, const T* res, T* dx, Gn d, GnSet gs) {
     kernel_entry();
     constexpr int U = 8 / VW;
     using V = Pack<T, VW>;
-    __shared__ double sh[32];
+    __shared__ double red[2 * kSetThreads], tot[4 * kSetMaxGroups];
     const GnThread<VW> t(d, gs, gm, tg, bt, tb);
-    const int64_t off = t.off;
-    const float mu = mean[blockIdx.x], rs = rstd[blockIdx.x];
+    const int64_t off = t.off, at = (t.base / (d.P * d.C)) * d.G + t.g;
+    const float mu = mean[at], rs = rstd[at];
     const float(&ga)[VW] = t.ga;
     const float(&be)[VW] = t.be;
     // gh gamma and xhat of one access.
@@ -194,20 +241,19 @@ __global__ void __launch_bounds__(1024) gn_group_bwd(const T* gy, const T* x, co
         xv[u] = *reinterpret_cast<const V*>(x + off + p * d.C);
     };
     float s1 = 0.0f, s2 = 0.0f;
-    if (t.on)
-        gn_group_sweep<U>(t.r0, d.P, gs.rows, load, [&](int u, int64_t) {
-            float gg[VW], xh[VW];
-            terms(gv[u], xv[u], gg, xh);
+    gn_group_sweep<U>(t.p0 + t.r, t.p1, gs.rows, load, [&](int u, int64_t) {
+        float gg[VW], xh[VW];
+        terms(gv[u], xv[u], gg, xh);
 #pragma unroll
-            for (int e = 0; e < VW; e++) {
-                s1 += gg[e];
-                s2 += gg[e] * xh[e];
-            }
-        });
+        for (int e = 0; e < VW; e++) {
+            s1 += gg[e];
+            s2 += gg[e] * xh[e];
+        }
+    });
+    gn_set_sums(s1, s2, d, gs, t, red, tot);
     const double M = double(d.P * d.Cg);
-    const float k0 = float(block_sum(double(s1), sh) / M), k1 = float(block_sum(double(s2), sh) / M);
-    if (!t.on) return;
-    gn_group_sweep<U>(t.r0, d.P, gs.rows, load, [&](int u, int64_t p) {
+    const float k0 = float(tot[t.gi] / M), k1 = float(tot[gs.S + t.gi] / M);
+    gn_group_sweep<U>(t.p0 + t.r, t.p1, gs.rows, load, [&](int u, int64_t p) {
         float gg[VW], xh[VW];
         terms(gv[u], xv[u], gg, xh);
         V rv;
@@ -222,23 +268,94 @@ __global__ void __launch_bounds__(1024) gn_group_bwd(const T* gy, const T* x, co
     });
 }
 
-// The vector width the one-block-per-group kernels take for d and these pointers (0: not taken).
-// GL_GN_GROUP=0 turns them off (a comparison in one binary), =1 takes them at any group size.
+// How the set kernels take d with these pointers: vw = 0 when they do not.
+struct GnSetPlan {
+    int vw = 0, threads = 0;
+    GnSet set{};
+};
+
+// Whether the kernels' image may use clusters (built for sm_90 or later: gn_set_sums).
+inline bool gn_clusters_usable(const void* kernel) {
+    static thread_local int cached_dev = -1;
+    static thread_local bool ok = false;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (dev != cached_dev) {
+        int major = 0;
+        cudaFuncAttributes fa{};
+        ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 &&
+             cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.ptxVersion >= 90 && fa.binaryVersion >= 90;
+        cudaGetLastError();
+        cached_dev = dev;
+    }
+    return ok;
+}
+
+// GL_GN_GROUP=0 turns the set kernels off (a comparison in one binary), =1 takes them at any group
+// size; GL_GN_CLUSTER=0 keeps one block per set.
+inline int gn_env(const char* name) {
+    const char* e = std::getenv(name);
+    return e ? std::atoi(e) : -1;
+}
+
+// The vector width (the widest of 8, 4, 2 that divides Cg and the pointers' alignment), the set (the
+// fewest groups giving 64 bytes a position), the cluster (blocks per set doubling up to 8 while the
+// grid has fewer than two blocks per SM) and the block (about 8 accesses a thread, whole positions).
 template <class T>
-int gn_group_vw(const Gn& d, std::initializer_list<const void*> ptrs) {
-    static const int mode = [] {
-        const char* e = std::getenv("GL_GN_GROUP");
-        return e ? std::atoi(e) : -1;
-    }();
-    if (sizeof(T) != 2 || mode == 0 || d.Cg % 2 != 0) return 0;
-    if (mode != 1 && d.P * d.Cg > kGroupMaxElems) return 0;
+GnSetPlan gn_set_plan(const Gn& d, std::initializer_list<const void*> ptrs, bool clusters, int sms) {
+    static const int mode = gn_env("GL_GN_GROUP"), cluster_mode = gn_env("GL_GN_CLUSTER");
+    GnSetPlan pl;
+    if (sizeof(T) != 2 || mode == 0 || d.Cg % 2 != 0 || d.P < 1) return pl;
+    if (mode != 1 && d.P * d.Cg > kGroupMaxElems) return pl;
     for (int vw : {8, 4, 2}) {
-        if (d.Cg % vw != 0 || d.Cg / vw > 1024) continue;
+        if (d.Cg % vw != 0) continue;
         bool ok = true;
         for (const void* q : ptrs) ok = ok && (q == nullptr || reinterpret_cast<uintptr_t>(q) % (vw * sizeof(T)) == 0);
-        if (ok) return vw;
+        if (!ok) continue;
+        int S = 1;
+        while (S < d.G && (S * d.Cg * int64_t(sizeof(T)) < 64 || d.G % S != 0)) S++;
+        if (S > kSetMaxGroups || d.G % S != 0 || S * d.Cg / vw > kSetThreads) return pl;
+        GnSet& gs = pl.set;
+        gs.S = S;
+        gs.lanes = int(S * d.Cg / vw);
+        const int64_t pairs = d.N * (d.G / S);
+        gs.Q = 1;
+        if (clusters && cluster_mode != 0)
+            while (gs.Q < kSetMaxBlocks && pairs * gs.Q < 2 * int64_t(sms) && d.P >= 16 * int64_t(gs.Q)) gs.Q *= 2;
+        gs.span = ceil_div(d.P, int64_t(gs.Q));
+        const int64_t accesses = gs.span * gs.lanes;
+        int64_t t = std::min<int64_t>(kSetThreads, std::max<int64_t>(128, ceil_div(accesses, int64_t(8))));
+        gs.rows = int(std::max<int64_t>(1, std::min<int64_t>(t / gs.lanes, gs.span)));
+        gs.h0 = 0;
+        while (2 * gs.h0 < gs.rows) gs.h0 = gs.h0 ? 2 * gs.h0 : 1;
+        if (gs.h0 >= gs.rows) gs.h0 /= 2;
+        pl.threads = gs.rows * gs.lanes;
+        pl.vw = vw;
+        return pl;
     }
-    return 0;
+    return pl;
+}
+
+// Launches kern on d's sets (a cluster of set.Q blocks per set when Q > 1).
+template <class Kern, class... Args>
+void gn_set_launch(Kern kern, const Gn& d, const GnSetPlan& pl, cudaStream_t st, Args... args) {
+    const unsigned blocks = unsigned(d.N * (d.G / pl.set.S) * pl.set.Q);
+    if (pl.set.Q == 1) {
+        kern<<<blocks, unsigned(pl.threads), 0, st>>>(args..., d, pl.set);
+        return;
+    }
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(unsigned(pl.threads));
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(pl.set.Q);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    GL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, args..., d, pl.set));
 }
 
 template <class F>
