@@ -30,6 +30,36 @@ inline DeviceInfo device_info() {
 }
 inline int sm_count() { return device_info().sms; }
 
+// Whether `kernel`'s loaded image on the current device has a compute capability major of at least
+// `major` (device) and was built from PTX and for SASS of at least `version` (ptx, binary: 90 =
+// sm_90). exact: the major and the binary version must equal them instead (an sm_90a build).
+// Every kernel of a binary answers the same, so callers cache the answer per device.
+inline bool kernel_image_is(const void* kernel, int major, int version, bool exact) {
+    int dev = 0, m = 0;
+    cudaFuncAttributes fa{};
+    const bool ok = cudaGetDevice(&dev) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                    cudaFuncGetAttributes(&fa, kernel) == cudaSuccess &&
+                    (exact ? m == major && fa.binaryVersion == version
+                           : m >= major && fa.binaryVersion >= version && fa.ptxVersion >= version);
+    cudaGetLastError();
+    return ok;
+}
+
+// f()'s answer, computed once per device of this thread (f: a fact of the device and binary).
+template <class F>
+bool per_device(F&& f) {
+    static thread_local int cached_dev = -1;
+    static thread_local bool ok = false;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (dev != cached_dev) {
+        ok = f();
+        cached_dev = dev;
+    }
+    return ok;
+}
+
 // Blocks of `threads` for n items of a grid-stride kernel: one item per thread, at least one
 // block, at most max_blocks.
 inline unsigned grid_for(int64_t n, int threads, int64_t max_blocks = 65535LL * 32) {

@@ -276,19 +276,7 @@ struct GnSetPlan {
 
 // Whether the kernels' image may use clusters (built for sm_90 or later: gn_set_sums).
 inline bool gn_clusters_usable(const void* kernel) {
-    static thread_local int cached_dev = -1;
-    static thread_local bool ok = false;
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    if (dev != cached_dev) {
-        int major = 0;
-        cudaFuncAttributes fa{};
-        ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 &&
-             cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.ptxVersion >= 90 && fa.binaryVersion >= 90;
-        cudaGetLastError();
-        cached_dev = dev;
-    }
-    return ok;
+    return per_device([&] { return kernel_image_is(kernel, 9, 90, false); });
 }
 
 // GL_GN_GROUP=0 turns the set kernels off (a comparison in one binary), =1 takes them at any group

@@ -5,6 +5,7 @@
 // without the core library. The asm bodies assemble only for sm_90a: callers guard them with
 // __CUDA_ARCH_FEAT_SM90_ALL.
 #pragma once
+#include "ggml-lite/cuda/device.cuh"
 #include "ggml-lite/cuda/primitives.cuh"
 
 namespace gl::gemm {
@@ -122,19 +123,7 @@ __device__ __forceinline__ uint64_t mn_desc(uint32_t addr, uint32_t atom_stride)
 // same, so one answer is cached per thread and device. The GEMM, the convolution and attention's
 // usable() checks call it with one of their own kernels.
 inline bool sm90a_image(const void* kernel) {
-    static thread_local int cached_dev = -1;
-    static thread_local bool ok = false;
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    if (dev != cached_dev) {
-        int major = 0;
-        cudaFuncAttributes fa{};
-        ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major == 9 &&
-             cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.binaryVersion == 90;
-        cudaGetLastError();
-        cached_dev = dev;
-    }
-    return ok;
+    return per_device([&] { return kernel_image_is(kernel, 9, 90, true); });
 }
 
 }  // namespace gl::gemm
