@@ -360,6 +360,19 @@ struct Bench {
                     nerr(download(dk, DType::bf16, nk), k0), nerr(download(dv, DType::bf16, nk), v0));
         const float tq5 = time_ms([&] { CK(sm90::launch_dq<__nv_bfloat16, DN, false, 2, true>(aq, 0)); }, 10);
         std::printf("   wgmma d%d: dq f16x2 exp2 %.3f ms (err %.1e)\n", DN, tq5, nerr(download(dq, DType::bf16, nq), q0));
+        // Deeper prefetch: blocks j + 1 .. j + PF in flight while block j is worked on (PF + 2 stages).
+        auto prefetch = [&](auto pf) {
+            constexpr int PF = decltype(pf)::value;
+            const float f = time_ms([&] { CK(sm90::launch_fwd<__nv_bfloat16, DN, (DN <= 48), 2, false, PF>(a, 0)); }, 10);
+            const float eo = nerr(download(o, DType::bf16, nq), o0);
+            const float k_ = time_ms([&] { CK(sm90::launch_dkdv<__nv_bfloat16, DN, (DN <= 64), 2, false, PF>(a, 0)); }, 10);
+            const float ek = nerr(download(dk, DType::bf16, nk), k0), ev = nerr(download(dv, DType::bf16, nk), v0);
+            const float q_ = time_ms([&] { CK(sm90::launch_dq<__nv_bfloat16, DN, false, 2, false, PF>(aq, 0)); }, 10);
+            std::printf("   wgmma d%d: prefetch %d: fwd %.3f ms dkdv %.3f ms dq %.3f ms (err o %.1e dk %.1e dv %.1e dq %.1e)\n", DN, PF, f,
+                        k_, q_, eo, ek, ev, nerr(download(dq, DType::bf16, nq), q0));
+        };
+        prefetch(std::integral_constant<int, 2>{});
+        prefetch(std::integral_constant<int, 3>{});
         CK(sm90::launch_fwd<__nv_bfloat16, DN>(a, 0));
         CK(sm90::launch_dkdv<__nv_bfloat16, DN>(a, 0));
         CK(sm90::launch_dq<__nv_bfloat16, DN>(aq, 0));

@@ -132,29 +132,30 @@ __device__ __forceinline__ void store_acc(T* g, const float (&acc)[DN / 2], floa
     }
 }
 
-// Shared-memory bytes of the three kernels for NWG warpgroups per CTA (tw: a tile of the CTA's
+// Shared-memory bytes of the three kernels for NWG warpgroups per CTA and NS stages (tw: a tile of the CTA's
 // own 64 * NWG rows, t64: a tile of the 64 rows of one step).
-template <int DN, int NWG> struct Smem {
+template <int DN, int NWG, int NS = 3> struct Smem {
     static constexpr int P = Dim<DN>::P;
     static constexpr int t64 = 64 * 16 * P, tw = NWG * t64;
-    static constexpr int dkdv = 2 * tw + 6 * t64 + 6 * 64 * 4;  // K, V; [3] x (Q, dO); [3] x (lse, delta)
-    static constexpr int dq = 2 * tw + 6 * t64;                 // Q, dO; [3] x (K, V)
-    static constexpr int fwd = tw + 6 * t64;                    // Q; [3] x (K, V)
+    static constexpr int dkdv = 2 * tw + 2 * NS * t64 + 2 * NS * 64 * 4;  // K, V; [NS] x (Q, dO); [NS] x (lse, delta)
+    static constexpr int dq = 2 * tw + 2 * NS * t64;                     // Q, dO; [NS] x (K, V)
+    static constexpr int fwd = tw + 2 * NS * t64;                        // Q; [NS] x (K, V)
 };
 
 // ---------------- backward: dK, dV ----------------
 
-template <class T, int DN, bool RS = (DN <= 64), int NWG = 2, bool H2 = false>
+template <class T, int DN, bool RS = (DN <= 64), int NWG = 2, bool H2 = false, int PF = 1>
 __global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 2 : 1) dkdv_kernel(MmaArgs a) {
     kernel_entry();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using G = Dim<DN>;
-    using S = Smem<DN, NWG>;
+    constexpr int NS = PF + 2;  // stages: the current block, PF loading, one under the last output products
+    using S = Smem<DN, NWG, NS>;
     constexpr int NT = 128 * NWG, BN = 64 * NWG, BM = 64, NK = G::D / 16;
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sK = smem_u32(smem), sV = sK + S::tw, sQ0 = sV + S::tw;  // stage s: Q at sQ0 + 2s t64, dO after it
-    float* sL = reinterpret_cast<float*>(smem + 2 * S::tw + 6 * S::t64);       // [3][BM]
-    float* sDl = sL + 3 * BM;                                                     // [3][BM]
+    float* sL = reinterpret_cast<float*>(smem + 2 * S::tw + 2 * NS * S::t64);  // [NS][BM]
+    float* sDl = sL + NS * BM;                                                   // [NS][BM]
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w4 = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
     const int h = blockIdx.y, b = blockIdx.z, n0 = blockIdx.x * BN, ld = a.H * a.d;
     const int64_t head = int64_t(b) * a.H + h;
@@ -166,7 +167,7 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 2 : 1) dkdv_kernel(MmaAr
         zero_pad<BN, G::LP, G::P, NT>(smem, tid);
         zero_pad<BN, G::LP, G::P, NT>(smem + S::tw, tid);
 #pragma unroll
-        for (int x = 0; x < 6; ++x) zero_pad<BM, G::LP, G::P, NT>(smem + 2 * S::tw + x * S::t64, tid);
+        for (int x = 0; x < 2 * NS; ++x) zero_pad<BM, G::LP, G::P, NT>(smem + 2 * S::tw + x * S::t64, tid);
     }
     auto load_stage = [&](int st, int qb) {
         load_planes<T, BM, G::LP, NT>(sQ0 + 2 * st * S::t64, q, qb * BM, a.L, ld, tid);
@@ -179,9 +180,13 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 2 : 1) dkdv_kernel(MmaAr
     cp_async_commit();
     load_stage(0, 0);
     cp_async_commit();
+    for (int st = 1; st < PF; ++st) {
+        if (st < ceil_div(a.L, BM)) load_stage(st, st);
+        cp_async_commit();
+    }
     uint32_t kf[RS ? NK : 1][4], vf[RS ? NK : 1][4];  // this warp's K and V rows as A fragments
     if constexpr (RS) {
-        cp_async_wait<1>();
+        cp_async_wait<PF>();
         __syncthreads();
         load_afrags<BN, NK>(kf, sK, wg * 64 + w4 * 16, lane);
         load_afrags<BN, NK>(vf, sV, wg * 64 + w4 * 16, lane);
@@ -192,11 +197,11 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 2 : 1) dkdv_kernel(MmaAr
     const int nqb = ceil_div(a.L, BM);
 
     for (int qb = 0; qb < nqb; ++qb) {
-        const int cur = qb % 3;
-        cp_async_wait<0>();
+        const int cur = qb % NS;
+        cp_async_wait<PF - 1>();
         gemm::fence_proxy_async();
         __syncthreads();  // stage cur is in smem for all; both warpgroups retired the products of block qb - 2
-        if (qb + 1 < nqb) load_stage((qb + 1) % 3, qb + 1);
+        if (qb + PF < nqb) load_stage((qb + PF) % NS, qb + PF);
         cp_async_commit();
         const uint32_t cQ = sQ0 + 2 * cur * S::t64, cG = cQ + S::t64;
         const float* cL = sL + cur * BM;
@@ -258,12 +263,13 @@ __global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 2 : 1) dkdv_kernel(MmaAr
 
 // ---------------- backward: dQ ----------------
 
-template <class T, int DN, bool RS = false, int NWG = 2, bool H2 = false>
+template <class T, int DN, bool RS = false, int NWG = 2, bool H2 = false, int PF = 1>
 __global__ void __launch_bounds__(128 * NWG, (DN <= 48 && !RS ? 2 : 1) * (NWG == 1 ? 2 : 1)) dq_kernel(MmaArgs a) {
     kernel_entry();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using G = Dim<DN>;
-    using S = Smem<DN, NWG>;
+    constexpr int NS = PF + 2;  // stages: the current block, PF loading, one under the last output products
+    using S = Smem<DN, NWG, NS>;
     constexpr int NT = 128 * NWG, BM = 64 * NWG, BN = 64, NK = G::D / 16;
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sQ = smem_u32(smem), sG = sQ + S::tw, sK0 = sG + S::tw;  // stage s: K at sK0 + 2s t64, V after it
@@ -276,7 +282,7 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 48 && !RS ? 2 : 1) * (NWG ==
         zero_pad<BM, G::LP, G::P, NT>(smem, tid);
         zero_pad<BM, G::LP, G::P, NT>(smem + S::tw, tid);
 #pragma unroll
-        for (int x = 0; x < 6; ++x) zero_pad<BN, G::LP, G::P, NT>(smem + 2 * S::tw + x * S::t64, tid);
+        for (int x = 0; x < 2 * NS; ++x) zero_pad<BN, G::LP, G::P, NT>(smem + 2 * S::tw + x * S::t64, tid);
     }
     auto load_stage = [&](int st, int kb) {
         load_planes<T, BN, G::LP, NT>(sK0 + 2 * st * S::t64, k, kb * BN, a.S, ld, tid);
@@ -287,9 +293,13 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 48 && !RS ? 2 : 1) * (NWG ==
     cp_async_commit();
     load_stage(0, 0);
     cp_async_commit();
+    for (int st = 1; st < PF; ++st) {
+        if (st < ceil_div(a.S, BN)) load_stage(st, st);
+        cp_async_commit();
+    }
     uint32_t qf[RS ? NK : 1][4], gf[RS ? NK : 1][4];  // this warp's Q and dO rows as A fragments
     if constexpr (RS) {
-        cp_async_wait<1>();
+        cp_async_wait<PF>();
         __syncthreads();
         load_afrags<BM, NK>(qf, sQ, wg * 64 + w4 * 16, lane);
         load_afrags<BM, NK>(gf, sG, wg * 64 + w4 * 16, lane);
@@ -308,11 +318,11 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 48 && !RS ? 2 : 1) * (NWG ==
     const float sl2 = a.scale_log2;
     const int nkb = ceil_div(a.S, BN);
     for (int kb = 0; kb < nkb; ++kb) {
-        const int cur = kb % 3;
-        cp_async_wait<0>();
+        const int cur = kb % NS;
+        cp_async_wait<PF - 1>();
         gemm::fence_proxy_async();
         __syncthreads();  // stage cur is in smem for all; both warpgroups retired the products of block kb - 2
-        if (kb + 1 < nkb) load_stage((kb + 1) % 3, kb + 1);
+        if (kb + PF < nkb) load_stage((kb + PF) % NS, kb + PF);
         cp_async_commit();
         const uint32_t cK = sK0 + 2 * cur * S::t64, cV = cK + S::t64;
 
@@ -353,12 +363,13 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 48 && !RS ? 2 : 1) * (NWG ==
 
 // ---------------- forward ----------------
 
-template <class T, int DN, bool RS = (DN <= 48), int NWG = 2, bool H2 = false>
+template <class T, int DN, bool RS = (DN <= 48), int NWG = 2, bool H2 = false, int PF = 1>
 __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 : 1)) fwd_kernel(MmaArgs a) {
     kernel_entry();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using G = Dim<DN>;
-    using S = Smem<DN, NWG>;
+    constexpr int NS = PF + 2;  // stages: the current block, PF loading, one under the last output products
+    using S = Smem<DN, NWG, NS>;
     constexpr int NT = 128 * NWG, BM = 64 * NWG, BN = 64, NK = G::D / 16;
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sQ = smem_u32(smem), sK0 = sQ + S::tw;  // stage s: K at sK0 + 2s t64, V after it
@@ -369,7 +380,7 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 
     if constexpr (G::LP < G::P) {
         zero_pad<BM, G::LP, G::P, NT>(smem, tid);
 #pragma unroll
-        for (int x = 0; x < 6; ++x) zero_pad<BN, G::LP, G::P, NT>(smem + S::tw + x * S::t64, tid);
+        for (int x = 0; x < 2 * NS; ++x) zero_pad<BN, G::LP, G::P, NT>(smem + S::tw + x * S::t64, tid);
     }
     auto load_stage = [&](int st, int kb) {
         load_planes<T, BN, G::LP, NT>(sK0 + 2 * st * S::t64, k, kb * BN, a.S, ld, tid);
@@ -379,6 +390,10 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 
     cp_async_commit();
     load_stage(0, 0);
     cp_async_commit();
+    for (int st = 1; st < PF; ++st) {
+        if (st < ceil_div(a.S, BN)) load_stage(st, st);
+        cp_async_commit();
+    }
     // This warp's Q rows as A fragments. Held across the loop at d = 64, ptxas (CUDA 13.0) gave
     // their registers to the softmax's temporaries and P's fragments inside the loop (the SASS
     // wrote R88-R103 between two blocks' score HGMMAs, which then took P for Q: attention_check's
@@ -388,7 +403,7 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 
     constexpr bool kReloadQ = RS && DN > 48;
     uint32_t qf[RS ? NK : 1][4];
     if constexpr (RS) {
-        cp_async_wait<1>();
+        cp_async_wait<PF>();
         __syncthreads();
         load_afrags<BM, NK>(qf, sQ, wg * 64 + w4 * 16, lane);
     }
@@ -398,11 +413,11 @@ __global__ void __launch_bounds__(128 * NWG, (DN <= 64 ? 2 : 1) * (NWG == 1 ? 2 
     const float sl2 = a.scale_log2;
     const int nkb = ceil_div(a.S, BN);
     for (int kb = 0; kb < nkb; ++kb) {
-        const int cur = kb % 3, n0 = kb * BN;
-        cp_async_wait<0>();
+        const int cur = kb % NS, n0 = kb * BN;
+        cp_async_wait<PF - 1>();
         gemm::fence_proxy_async();
         __syncthreads();
-        if (kb + 1 < nkb) load_stage((kb + 1) % 3, kb + 1);
+        if (kb + PF < nkb) load_stage((kb + PF) % NS, kb + PF);
         cp_async_commit();
         const uint32_t cK = sK0 + 2 * cur * S::t64, cV = cK + S::t64;
 
@@ -505,25 +520,28 @@ inline bool usable() {
 inline bool covers(const MmaArgs& a) { return !a.causal && a.L > 0 && a.S >= 256 && (a.d == 40 || a.d == 80) && usable(); }
 inline bool covers_fwd(const MmaArgs& a) { return a.d == 40 && covers(a); }
 
-template <class T, int DN, bool RS = (DN <= 48), int NWG = 2, bool H2 = false>
+template <class T, int DN, bool RS = (DN <= 48), int NWG = 2, bool H2 = false, int PF = 1>
 cudaError_t launch_fwd(const MmaArgs& a, cudaStream_t s) {
-    static const cudaError_t ready = allow_smem(fwd_kernel<T, DN, RS, NWG, H2>, Smem<DN, NWG>::fwd);
+    constexpr int smem = Smem<DN, NWG, PF + 2>::fwd;
+    static const cudaError_t ready = allow_smem(fwd_kernel<T, DN, RS, NWG, H2, PF>, smem);
     if (ready != cudaSuccess) return ready;
-    fwd_kernel<T, DN, RS, NWG, H2><<<dim3(ceil_div(a.L, 64 * NWG), a.H, a.B), 128 * NWG, Smem<DN, NWG>::fwd, s>>>(a);
+    fwd_kernel<T, DN, RS, NWG, H2, PF><<<dim3(ceil_div(a.L, 64 * NWG), a.H, a.B), 128 * NWG, smem, s>>>(a);
     return cudaGetLastError();
 }
-template <class T, int DN, bool RS = (DN <= 64), int NWG = 2, bool H2 = false>
+template <class T, int DN, bool RS = (DN <= 64), int NWG = 2, bool H2 = false, int PF = 1>
 cudaError_t launch_dkdv(const MmaArgs& a, cudaStream_t s) {
-    static const cudaError_t ready = allow_smem(dkdv_kernel<T, DN, RS, NWG, H2>, Smem<DN, NWG>::dkdv);
+    constexpr int smem = Smem<DN, NWG, PF + 2>::dkdv;
+    static const cudaError_t ready = allow_smem(dkdv_kernel<T, DN, RS, NWG, H2, PF>, smem);
     if (ready != cudaSuccess) return ready;
-    dkdv_kernel<T, DN, RS, NWG, H2><<<dim3(ceil_div(a.S, 64 * NWG), a.H, a.B), 128 * NWG, Smem<DN, NWG>::dkdv, s>>>(a);
+    dkdv_kernel<T, DN, RS, NWG, H2, PF><<<dim3(ceil_div(a.S, 64 * NWG), a.H, a.B), 128 * NWG, smem, s>>>(a);
     return cudaGetLastError();
 }
-template <class T, int DN, bool RS = false, int NWG = 2, bool H2 = false>
+template <class T, int DN, bool RS = false, int NWG = 2, bool H2 = false, int PF = 1>
 cudaError_t launch_dq(const MmaArgs& a, cudaStream_t s) {
-    static const cudaError_t ready = allow_smem(dq_kernel<T, DN, RS, NWG, H2>, Smem<DN, NWG>::dq);
+    constexpr int smem = Smem<DN, NWG, PF + 2>::dq;
+    static const cudaError_t ready = allow_smem(dq_kernel<T, DN, RS, NWG, H2, PF>, smem);
     if (ready != cudaSuccess) return ready;
-    dq_kernel<T, DN, RS, NWG, H2><<<dim3(ceil_div(a.L, 64 * NWG), a.H, a.B), 128 * NWG, Smem<DN, NWG>::dq, s>>>(a);
+    dq_kernel<T, DN, RS, NWG, H2, PF><<<dim3(ceil_div(a.L, 64 * NWG), a.H, a.B), 128 * NWG, smem, s>>>(a);
     return cudaGetLastError();
 }
 

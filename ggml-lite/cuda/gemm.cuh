@@ -293,9 +293,11 @@ inline void launch_cublas(const GemmArgs& a, cudaStream_t s) {
         GL_CUDA_LAUNCHED();
     }
     const float alpha = a.epi.alpha, beta = a.epi.residual ? 1.0f : 0.0f;
+    // K = 0 stores A or B with a leading dim of 0, which cuBLAS refuses (it wants at least 1).
     cublasStatus_t st = cublasGemmStridedBatchedEx(
         h, a.tb ? CUBLAS_OP_T : CUBLAS_OP_N, a.ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(a.N), int(a.M), int(a.K), &alpha,
-        a.B, ty, int(a.ldb), a.sB, a.A, ty, int(a.lda), a.sA, &beta, a.C, ty, int(a.ldc), a.sC, int(a.batch),
+        a.B, ty, int(std::max<int64_t>(1, a.ldb)), a.sB, a.A, ty, int(std::max<int64_t>(1, a.lda)), a.sA, &beta, a.C, ty,
+        int(a.ldc), a.sC, int(a.batch),
         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     GL_CHECK(st == CUBLAS_STATUS_SUCCESS, "gemm: cublasGemmStridedBatchedEx failed (status ", int(st), ")");
     if (a.epi.bias) {

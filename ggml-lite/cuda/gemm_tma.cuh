@@ -12,7 +12,11 @@
 //   consumer stages its 64 fp32 rows in smem of its own (not the ring, which the producer is
 //   already filling with the next tile) and stores them with 16-byte accesses through the
 //   epilogue (alpha, bias, residual: store_rows64, whose residual loads are all in flight at
-//   once; without a residual store_staged), so a tile's epilogue overlaps the next tile's loads.
+//   once), so a tile's epilogue overlaps the next tile's loads. Without a residual (store_tma)
+//   the consumer rounds alpha * acc + bias to T in registers, writes its 64 rows into 64-byte-
+//   swizzled boxes of 32 columns (conflict-free) and one thread hands them to TMA stores that
+//   run while the warpgroup goes on to the next tile's products; the buffer is rewritten only
+//   after the stores read it (bulk wait_group.read). GL_GEMM_TMA_STORE=0 keeps the staged path.
 //   Tried and withdrawn: ping-pong consumers (a 64-row tile each, a ring per consumer), slower
 //   on every SD shape (bench/RESULTS.md).
 //   A second pair of operands (GemmArgs::A2, B2, K2: out = A B + A2 B2, one rounding) is read as
@@ -39,11 +43,13 @@ struct TmaCfg {
     static_assert(STAGE_BYTES % 1024 == 0, "ring slots stay 1024-B aligned (the swizzle's atom)");
     static_assert(BN % 16 == 0 && BN <= 256, "wgmma tile");
     static_assert(smem_bytes <= 227 * 1024, "tile and ring do not fit in shared memory");
+    static_assert(BN % 32 == 0 && 64 * BN * 2 <= EPI_BYTES && EPI_BYTES % 1024 == 0, "store_tma's boxes in the epilogue rows");
 };
 
 struct TmaParams {
     MmaParams p;  // shapes, C and the epilogue (A and B come through the tensor maps)
     int tiles_m, tiles_n, tiles;
+    int store_tma;               // C through map_c's TMA stores (no residual), else staged fp32 rows
     int a_batched, b_batched;    // whether A / B have a batch coordinate (a stride of 0 shares one)
     int ktiles2;                 // k-tiles of the second pair (A2, B2: GemmArgs::K2), 0 without one
     int a2_batched, b2_batched;
@@ -76,6 +82,20 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
             dst),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
         : "memory");
+}
+// TMA store of the box at smem `src` to coordinates (c0, c1, c2) of `map`, in this thread's bulk group.
+__device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until this thread's bulk stores have read their shared memory (READ) or completed.
+template <bool READ>
+__device__ __forceinline__ void bulk_wait_all() {
+    if constexpr (READ) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    else asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 __device__ __forceinline__ void named_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -121,10 +141,34 @@ __device__ __forceinline__ void store_rows64(const float* stage, int lds, int gm
     }
 }
 
+// One consumer's m64nBN accumulators (alpha, bias applied, rounded to T) into BN / 32 boxes of
+// 64 rows x 32 columns at `box` (4 KB apart), each in the TMA's 64-byte swizzle: 16-byte chunk c of
+// row r at r * 64 + (c ^ (r / 2 % 4)) * 16, so a warp's 8 rows of one chunk hit 8 bank groups.
+template <class T, int BN>
+__device__ __forceinline__ void stage_boxes(const float (&acc)[BN / 2], unsigned char* box, int n0, const MmaParams& p,
+                                            int w4, int g, int t) {
+    const T* bias = static_cast<const T*>(p.epi.bias);
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        const int gn = n0 + 8 * j + 2 * t;
+        float b0 = 0.0f, b1 = 0.0f;
+        if (bias && gn < p.N) b0 = to_f32(bias[gn]), b1 = to_f32(bias[gn + 1]);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = w4 * 16 + g + 8 * h;
+            float x0 = acc[4 * j + 2 * h] * p.epi.alpha, x1 = acc[4 * j + 2 * h + 1] * p.epi.alpha;  // apply_epilogue's order
+            if (bias) x0 += b0, x1 += b1;
+            *reinterpret_cast<uint32_t*>(box + (j / 4) * 4096 + r * 64 + (((j % 4) ^ ((r >> 1) & 3)) << 4) + 4 * t) =
+                pack2<T>(x0, x1);
+        }
+    }
+}
+
 template <class T, int BN, int STAGES, bool A_MN, bool B_MN>
 __global__ void __launch_bounds__(384, 1)
     tma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                    const __grid_constant__ CUtensorMap map_a2, const __grid_constant__ CUtensorMap map_b2, TmaParams tp) {
+                    const __grid_constant__ CUtensorMap map_a2, const __grid_constant__ CUtensorMap map_b2,
+                    const __grid_constant__ CUtensorMap map_c, TmaParams tp) {
     kernel_entry();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Cfg = TmaCfg<BN, STAGES>;
@@ -222,6 +266,20 @@ __global__ void __launch_bounds__(384, 1)
         for (int i = 0; i < BN / 2; i++) pin(acc[i]);
         if (held >= 0) mbar_arrive(empty0 + 8 * held);
 
+        if (tp.store_tma) {
+            if (ctid == 0) bulk_wait_all<true>();  // the previous tile's stores have read the boxes
+            named_sync(1 + cw, 128);
+            stage_boxes<T, BN>(acc, reinterpret_cast<unsigned char*>(epi), n0, p, w4, g, t);
+            fence_proxy_async();
+            named_sync(1 + cw, 128);
+            if (ctid == 0) {
+                const uint32_t box = smem_u32(epi);
+#pragma unroll
+                for (int b = 0; b < BN / 32; b++) tma_store_3d(&map_c, box + b * 4096, n0 + 32 * b, m0 + row0, bz);
+                bulk_commit();
+            }
+            continue;
+        }
 #pragma unroll
         for (int j = 0; j < BN / 8; j++) {
             const int r = w4 * 16 + g, c = j * 8 + 2 * t;
@@ -235,6 +293,7 @@ __global__ void __launch_bounds__(384, 1)
         else store_staged<T, BN, 128, true>(epi, Cfg::kLds, 64, m0 + row0, n0, p, bz, ctid);
         named_sync(1 + cw, 128);  // the rows are out before the next tile stages its own
     }
+    if (tp.store_tma && ctid == 0) bulk_wait_all<false>();
 #else
     __trap();  // not built for sm_90a; wgmma_usable() keeps the dispatcher away
 #endif
@@ -259,9 +318,10 @@ inline bool tma_usable() { return wgmma_usable() && tensor_map_encoder() != null
 
 // A 3-D map of a bf16 / f16 matrix stored rows x cols (cols contiguous, rows ld elements apart),
 // `batch` of them `sb` elements apart (sb = 0: one), read in boxes of box_cols x box_rows with
-// the 128-byte swizzle; outside the matrix the box reads zeros.
+// the 128-byte swizzle (or `swizzle`); outside the matrix the box reads zeros (a store there is dropped).
 inline CUtensorMap make_tensor_map(const void* base, DType t, int64_t cols, int64_t rows, int64_t ld, int64_t batch,
-                                   int64_t sb, int box_cols, int box_rows) {
+                                   int64_t sb, int box_cols, int box_rows,
+                                   CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
     CUtensorMap m;
     const cuuint64_t dims[3] = {cuuint64_t(cols), cuuint64_t(rows), cuuint64_t(sb ? batch : 1)};
     const cuuint64_t strides[2] = {cuuint64_t(ld) * 2, cuuint64_t(sb ? sb : ld * rows) * 2};
@@ -269,7 +329,7 @@ inline CUtensorMap make_tensor_map(const void* base, DType t, int64_t cols, int6
     const cuuint32_t elem[3] = {1, 1, 1};
     const CUresult r = tensor_map_encoder()(
         &m, t == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
-        const_cast<void*>(base), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        const_cast<void*>(base), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     GL_CHECK(r == CUDA_SUCCESS, "gemm: cuTensorMapEncodeTiled failed (", int(r), ") for a ", rows, " x ", cols,
              " matrix, leading dim ", ld);
@@ -310,8 +370,17 @@ void launch_tma(const GemmArgs& a, cudaStream_t s) {
         mb2 = B_MN ? make_tensor_map(a.B2, a.dtype, a.N, a.K2, a.ldb2, a.batch, tp.b2_batched ? a.sB2 : 0, 64, 64)
                    : make_tensor_map(a.B2, a.dtype, a.K2, a.N, a.ldb2, a.batch, tp.b2_batched ? a.sB2 : 0, 64, BN);
     }
+    // C through TMA stores unless a residual is added (vec_ok made C, ldc and sC 16-byte aligned).
+    static const bool tma_store = [] {
+        const char* e = std::getenv("GL_GEMM_TMA_STORE");
+        return !(e && e[0] == '0');
+    }();
+    tp.store_tma = tma_store && !a.epi.residual && (a.batch == 1 || a.sC != 0);
+    const CUtensorMap mc = tp.store_tma ? make_tensor_map(a.C, a.dtype, a.N, a.M, a.ldc, a.batch, a.batch > 1 ? a.sC : 0, 32, 64,
+                                                          CU_TENSOR_MAP_SWIZZLE_64B)
+                                        : ma;
     const int grid = int(std::min<int64_t>(tiles, device_info().sms));
-    kern<<<grid, Cfg::kThreads, Cfg::smem_bytes, s>>>(ma, mb, ma2, mb2, tp);
+    kern<<<grid, Cfg::kThreads, Cfg::smem_bytes, s>>>(ma, mb, ma2, mb2, mc, tp);
     GL_CUDA_LAUNCHED();
 }
 
