@@ -181,6 +181,7 @@ static const char* kname(GemmKernel k) {
         case GemmKernel::tma128: return "tma128";
         case GemmKernel::tma160: return "tma160";
         case GemmKernel::tma64: return "tma64";
+        case GemmKernel::tma256: return "tma256";
         case GemmKernel::skinny: return "skinny";
         case GemmKernel::rows: return "rows";
         case GemmKernel::ffma_f32: return "ffma";
@@ -231,6 +232,7 @@ static std::vector<CfgEntry> all_cfgs(bool with_wgmma) {
             v.push_back(tentry<128, kTma128Stages>("tma128"));
             v.push_back(tentry<160, kTma160Stages>("tma160"));
             v.push_back(tentry<64, kTma64Stages>("tma64"));
+            v.push_back(tentry<256, kTma256Stages>("tma256"));
         }
     }
     return v;
@@ -256,6 +258,28 @@ static void correctness() {
             run_auto(p, "batched +bias +residual");
             Problem q(DType::bf16, 200, 136, 72, ta, tb, 3, true);
             run_auto(q, "batched, shared B");
+            // the 256-wide TMA tile forced: ragged M and N, bias and residual, then the residual in place
+            if (tma_usable()) {
+                Problem t1(DType::bf16, 1000, 600, 328, ta, tb, 2, false, true, true);
+                t1.poison();
+                launch_tma_layout<__nv_bfloat16, 256, kTma256Stages>(t1.a, 0);
+                t1.check("tma256 batched +bias +residual");
+                Problem t2(DType::bf16, 1000, 520, 328, ta, tb, 1, false, true, true);
+                GL_CUDA_CHECK(cudaMemcpy(t2.C->p, t2.res->p, size_t(t2.a.sC) * esize(t2.a.dtype), cudaMemcpyDeviceToDevice));
+                t2.a.epi.residual = t2.C->p;
+                launch_tma_layout<__nv_bfloat16, 256, kTma256Stages>(t2.a, 0);
+                t2.check("tma256 in place +bias");
+                Problem t3(DType::f16, 704, 1280, 1000, ta, tb);  // M a multiple of 8: the 16-byte path
+                t3.poison();
+                launch_tma_layout<__half, 256, kTma256Stages>(t3.a, 0);
+                t3.check("tma256 f16");
+            }
+            // the residual is C itself (gradient accumulation in place), batched, ragged tiles
+            Problem ip(DType::bf16, 1000, 520, 328, ta, tb, 2, false, true, true);
+            GL_CUDA_CHECK(cudaMemcpy(ip.C->p, ip.res->p, size_t(ip.a.sC * 2) * esize(ip.a.dtype), cudaMemcpyDeviceToDevice));
+            ip.a.epi.residual = ip.C->p;
+            gl::gemm::gemm(ip.a, ws.p, ws.bytes, 0);
+            ip.check("in place: the residual is C, batched +bias");
             Problem u(DType::bf16, 333, 257, 131, ta, tb, 2, false, true);
             run_auto(u, "unaligned (scalar loads) +bias");
             Problem v(DType::bf16, 96, 64, 40, ta, tb, 1, false, false, false, 3);

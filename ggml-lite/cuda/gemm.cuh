@@ -59,11 +59,13 @@ using CfgSmall = TileCfg<64, 64, 32, 2, 2, 4, 4>;   // few tiles; the unaligned 
 // sm_90a wgmma tiles 128 x BN with their pipeline depth (2 blocks per SM for all three).
 constexpr int kWg64Stages = 4, kWg128Stages = 3, kWg160Stages = 3;
 // The TMA kernel's rings (one block per SM; each fills most of the 227 KB with its epilogue rows).
-constexpr int kTma64Stages = 6, kTma128Stages = 4, kTma160Stages = 3;
+constexpr int kTma64Stages = 6, kTma128Stages = 4, kTma160Stages = 3, kTma256Stages = 3;
 
-enum class GemmKernel { mma_wide, mma_k64, mma_w4, mma_small, wg128, wg160, wg64, tma128, tma160, tma64, skinny, rows, ffma_f32, cublas };
+enum class GemmKernel { mma_wide, mma_k64, mma_w4, mma_small, wg128, wg160, wg64, tma128, tma160, tma64, tma256, skinny, rows, ffma_f32, cublas };
 
-inline bool is_tma(GemmKernel k) { return k == GemmKernel::tma128 || k == GemmKernel::tma160 || k == GemmKernel::tma64; }
+inline bool is_tma(GemmKernel k) {
+    return k == GemmKernel::tma128 || k == GemmKernel::tma160 || k == GemmKernel::tma64 || k == GemmKernel::tma256;
+}
 
 inline bool use_cublas() {
     static const bool on = [] {
@@ -114,7 +116,14 @@ inline GemmPlan plan_gemm(const GemmArgs& a, bool vec, bool skinny = true) {
     const bool wg = vec && !quant && wgmma_usable();
     const bool tma = wg && K > 0 && tma_usable();
     const bool ta = a.ta, tb = a.tb;
+    // The 256-wide TMA tile (half the L2 and smem operand traffic a product of the 128-wide one);
+    // GL_GEMM_TMA256_EFF moves its rating for comparisons.
+    static const double TMA256_EFF = [] {
+        const char* e = std::getenv("GL_GEMM_TMA256_EFF");
+        return e ? std::atof(e) : 3.0;
+    }();
     const Cand cands[] = {
+        {GemmKernel::tma256, 128, 256, 1, TMA256_EFF, tma && tma_store_mode(a) != 0},  // needs TMA stores
         {GemmKernel::tma128, 128, 128, 1, 2.65, tma},
         {GemmKernel::tma160, 128, 160, 1, 2.62, tma && tb},
         {GemmKernel::tma64, 128, 64, 1, 2.15, tma},
@@ -257,6 +266,7 @@ void launch_tc(GemmKernel k, bool vec, const GemmArgs& a, int splits, float* par
         case GemmKernel::tma128: return launch_tma_layout<T, 128, kTma128Stages>(a, s);
         case GemmKernel::tma160: return launch_tma_layout<T, 160, kTma160Stages>(a, s);
         case GemmKernel::tma64: return launch_tma_layout<T, 64, kTma64Stages>(a, s);
+        case GemmKernel::tma256: return launch_tma_layout<T, 256, kTma256Stages>(a, s);
         case GemmKernel::skinny: return launch_skinny<T>(a, splits, partial, s);
         case GemmKernel::rows: return launch_rows<T>(a, s);
         case GemmKernel::mma_wide: return launch_mma_layout<T, CfgWide, true>(a, splits, partial, s);

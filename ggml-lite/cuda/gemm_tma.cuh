@@ -12,11 +12,13 @@
 //   consumer stages its 64 fp32 rows in smem of its own (not the ring, which the producer is
 //   already filling with the next tile) and stores them with 16-byte accesses through the
 //   epilogue (alpha, bias, residual: store_rows64, whose residual loads are all in flight at
-//   once), so a tile's epilogue overlaps the next tile's loads. Without a residual (store_tma)
-//   the consumer rounds alpha * acc + bias to T in registers, writes its 64 rows into 64-byte-
-//   swizzled boxes of 32 columns (conflict-free) and one thread hands them to TMA stores that
-//   run while the warpgroup goes on to the next tile's products; the buffer is rewritten only
-//   after the stores read it (bulk wait_group.read). GL_GEMM_TMA_STORE=0 keeps the staged path.
+//   once), so a tile's epilogue overlaps the next tile's loads. With TMA stores (store_tma, the
+//   default) the consumer rounds alpha * acc + bias (+ residual) to T in registers, writes its 64
+//   rows into 64-byte-swizzled boxes of 32 columns (conflict-free) and one thread hands them to
+//   TMA stores that run while the warpgroup goes on to the next tile's products; the buffer is
+//   rewritten only after the stores read it (bulk wait_group.read). A residual comes in the same
+//   boxes by a TMA load that one consumer thread issues when the tile starts (its own mbarrier),
+//   so it lands during the tile's products. GL_GEMM_TMA_STORE=0 keeps the staged path (1: for residuals).
 //   Tried and withdrawn: ping-pong consumers (a 64-row tile each, a ring per consumer), slower
 //   on every SD shape (bench/RESULTS.md).
 //   A second pair of operands (GemmArgs::A2, B2, K2: out = A B + A2 B2, one rounding) is read as
@@ -37,19 +39,26 @@ struct TmaCfg {
     static constexpr int BM = 128, BK = 64, kThreads = 384;
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
     static constexpr int kLds = BN + 8;                   // floats: conflict-free float2 staging
-    static constexpr int EPI_BYTES = 64 * kLds * 4;       // one consumer's fp32 rows
+    static constexpr int BOX_BYTES = 64 * BN * 2;         // one consumer's rows in T (store_tma's boxes)
+    // Up to BN = 160 a consumer's epilogue area holds its fp32 rows (the staged path) or the output
+    // boxes then the residual's; at BN = 256 only the boxes (TMA stores only, the residual in place).
+    static constexpr bool kStaged = BN <= 160;
+    static constexpr int EPI_BYTES = kStaged ? 64 * kLds * 4 : BOX_BYTES;
+    static constexpr int RES_OFF = kStaged ? BOX_BYTES : 0;  // the residual's boxes in the area
     static constexpr int RING = STAGES * STAGE_BYTES;
-    static constexpr int smem_bytes = RING + 2 * EPI_BYTES + 2 * STAGES * 8 + 1024;  // + barriers, alignment
+    static constexpr int smem_bytes = RING + 2 * EPI_BYTES + 2 * STAGES * 8 + 16 + 1024;  // + barriers, alignment
     static_assert(STAGE_BYTES % 1024 == 0, "ring slots stay 1024-B aligned (the swizzle's atom)");
     static_assert(BN % 16 == 0 && BN <= 256, "wgmma tile");
     static_assert(smem_bytes <= 227 * 1024, "tile and ring do not fit in shared memory");
-    static_assert(BN % 32 == 0 && 64 * BN * 2 <= EPI_BYTES && EPI_BYTES % 1024 == 0, "store_tma's boxes in the epilogue rows");
+    static_assert(BN % 32 == 0 && RES_OFF + BOX_BYTES <= EPI_BYTES && EPI_BYTES % 1024 == 0 && BOX_BYTES % 1024 == 0,
+                  "store_tma's boxes in the epilogue rows");
 };
 
 struct TmaParams {
     MmaParams p;  // shapes, C and the epilogue (A and B come through the tensor maps)
     int tiles_m, tiles_n, tiles;
-    int store_tma;               // C through map_c's TMA stores (no residual), else staged fp32 rows
+    int store_tma;               // 1: C through map_c's TMA stores, 2: and the residual through map_r; 0: staged fp32 rows
+    int r_batched;               // whether the residual has a batch coordinate
     int a_batched, b_batched;    // whether A / B have a batch coordinate (a stride of 0 shares one)
     int ktiles2;                 // k-tiles of the second pair (A2, B2: GemmArgs::K2), 0 without one
     int a2_batched, b2_batched;
@@ -141,12 +150,13 @@ __device__ __forceinline__ void store_rows64(const float* stage, int lds, int gm
     }
 }
 
-// One consumer's m64nBN accumulators (alpha, bias applied, rounded to T) into BN / 32 boxes of
-// 64 rows x 32 columns at `box` (4 KB apart), each in the TMA's 64-byte swizzle: 16-byte chunk c of
-// row r at r * 64 + (c ^ (r / 2 % 4)) * 16, so a warp's 8 rows of one chunk hit 8 bank groups.
+// One consumer's m64nBN accumulators (alpha, bias, the residual's boxes `res` unless null, rounded
+// to T) into BN / 32 boxes of 64 rows x 32 columns at `box` (4 KB apart), each in the TMA's 64-byte
+// swizzle: 16-byte chunk c of row r at r * 64 + (c ^ (r / 2 % 4)) * 16, so a warp's 8 rows of one
+// chunk hit 8 bank groups.
 template <class T, int BN>
-__device__ __forceinline__ void stage_boxes(const float (&acc)[BN / 2], unsigned char* box, int n0, const MmaParams& p,
-                                            int w4, int g, int t) {
+__device__ __forceinline__ void stage_boxes(const float (&acc)[BN / 2], unsigned char* box, const unsigned char* res,
+                                            int n0, const MmaParams& p, int w4, int g, int t) {
     const T* bias = static_cast<const T*>(p.epi.bias);
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) {
@@ -156,10 +166,15 @@ __device__ __forceinline__ void stage_boxes(const float (&acc)[BN / 2], unsigned
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int r = w4 * 16 + g + 8 * h;
+            const int off = (j / 4) * 4096 + r * 64 + (((j % 4) ^ ((r >> 1) & 3)) << 4) + 4 * t;
             float x0 = acc[4 * j + 2 * h] * p.epi.alpha, x1 = acc[4 * j + 2 * h + 1] * p.epi.alpha;  // apply_epilogue's order
             if (bias) x0 += b0, x1 += b1;
-            *reinterpret_cast<uint32_t*>(box + (j / 4) * 4096 + r * 64 + (((j % 4) ^ ((r >> 1) & 3)) << 4) + 4 * t) =
-                pack2<T>(x0, x1);
+            if (res) {
+                const uint32_t rw = *reinterpret_cast<const uint32_t*>(res + off);
+                const T* rv = reinterpret_cast<const T*>(&rw);
+                x0 += to_f32(rv[0]), x1 += to_f32(rv[1]);
+            }
+            *reinterpret_cast<uint32_t*>(box + off) = pack2<T>(x0, x1);
         }
     }
 }
@@ -168,7 +183,7 @@ template <class T, int BN, int STAGES, bool A_MN, bool B_MN>
 __global__ void __launch_bounds__(384, 1)
     tma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                     const __grid_constant__ CUtensorMap map_a2, const __grid_constant__ CUtensorMap map_b2,
-                    const __grid_constant__ CUtensorMap map_c, TmaParams tp) {
+                    const __grid_constant__ CUtensorMap map_c, const __grid_constant__ CUtensorMap map_r, TmaParams tp) {
     kernel_entry();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Cfg = TmaCfg<BN, STAGES>;
@@ -178,6 +193,7 @@ __global__ void __launch_bounds__(384, 1)
     unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_dyn) + 1023) & ~uintptr_t(1023));
     const uint32_t sbase = smem_u32(smem);
     const uint32_t full0 = sbase + Cfg::RING + 2 * Cfg::EPI_BYTES, empty0 = full0 + STAGES * 8;
+    const uint32_t resb0 = empty0 + STAGES * 8;  // [2]: a consumer's residual boxes landed
     const MmaParams& p = tp.p;
     const int tid = threadIdx.x, wg = tid >> 7;
     const int ktiles1 = (p.K + BK - 1) / BK, ktiles = ktiles1 + tp.ktiles2;  // the pairs' k-tiles, one run
@@ -187,10 +203,18 @@ __global__ void __launch_bounds__(384, 1)
             mbar_init(full0 + 8 * s, 1);
             mbar_init(empty0 + 8 * s, 256);  // every consumer thread releases
         }
+        mbar_init(resb0, 1);
+        mbar_init(resb0 + 8, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 
+    // At BN = 256 a consumer holds 128 accumulators: registers move from the producer's warpgroup
+    // to the consumers' (40 + 2 x 232 per thread of each, within the SM's 64 K).
+    if constexpr (BN > 160) {
+        if (wg == 0) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        else asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    }
     if (wg == 0) {  // producer
         if (tid != 0) return;
         int slot = 0;
@@ -231,12 +255,21 @@ __global__ void __launch_bounds__(384, 1)
     float* epi = reinterpret_cast<float*>(smem + Cfg::RING + cw * Cfg::EPI_BYTES);
     const int lane = ctid & 31, w4 = ctid >> 5, g = lane >> 2, t = lane & 3;
     const int row0 = 64 * cw;  // this warpgroup's first row in the tile
+    unsigned char* const box = reinterpret_cast<unsigned char*>(epi);  // store_tma: output boxes, then the residual's
+    const uint32_t resb = resb0 + 8 * cw;
     float acc[BN / 2];
     int slot = 0;
-    uint32_t phase = 0;
+    uint32_t phase = 0, rphase = 0;
     for (int tile = blockIdx.x; tile < tp.tiles; tile += gridDim.x) {
         const int bz = tile / per_batch, rem = tile % per_batch;
         const int m0 = (rem / tp.tiles_n) * BM, n0 = (rem % tp.tiles_n) * BN;
+        if (tp.store_tma == 2 && ctid == 0) {  // the residual's boxes (the last tile's epilogue read them all)
+            if constexpr (!Cfg::kStaged) bulk_wait_all<true>();  // in place: the last tile's stores read the boxes
+            mbar_expect_tx(resb, Cfg::BOX_BYTES);
+            const uint32_t rb = smem_u32(box + Cfg::RES_OFF);
+#pragma unroll
+            for (int b = 0; b < BN / 32; b++) tma_load_3d(rb + b * 4096, &map_r, resb, n0 + 32 * b, m0 + row0, tp.r_batched ? bz : 0);
+        }
 #pragma unroll
         for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
         int held = -1;  // the slot whose wgmma group may still be reading it
@@ -269,17 +302,23 @@ __global__ void __launch_bounds__(384, 1)
         if (tp.store_tma) {
             if (ctid == 0) bulk_wait_all<true>();  // the previous tile's stores have read the boxes
             named_sync(1 + cw, 128);
-            stage_boxes<T, BN>(acc, reinterpret_cast<unsigned char*>(epi), n0, p, w4, g, t);
+            if (tp.store_tma == 2) {
+                mbar_wait(resb, rphase);
+                rphase ^= 1;
+            }
+            stage_boxes<T, BN>(acc, box, tp.store_tma == 2 ? box + Cfg::RES_OFF : nullptr, n0, p, w4, g, t);
             fence_proxy_async();
             named_sync(1 + cw, 128);
             if (ctid == 0) {
-                const uint32_t box = smem_u32(epi);
 #pragma unroll
-                for (int b = 0; b < BN / 32; b++) tma_store_3d(&map_c, box + b * 4096, n0 + 32 * b, m0 + row0, bz);
+                for (int b = 0; b < BN / 32; b++) tma_store_3d(&map_c, smem_u32(box) + b * 4096, n0 + 32 * b, m0 + row0, bz);
                 bulk_commit();
             }
             continue;
         }
+        if constexpr (!Cfg::kStaged) {
+            __trap();  // launch_tma refuses BN = 256 without TMA stores
+        } else {
 #pragma unroll
         for (int j = 0; j < BN / 8; j++) {
             const int r = w4 * 16 + g, c = j * 8 + 2 * t;
@@ -292,6 +331,7 @@ __global__ void __launch_bounds__(384, 1)
         if (p.epi.residual) store_rows64<T, BN>(epi, Cfg::kLds, m0 + row0, n0, p, bz, ctid);
         else store_staged<T, BN, 128, true>(epi, Cfg::kLds, 64, m0 + row0, n0, p, bz, ctid);
         named_sync(1 + cw, 128);  // the rows are out before the next tile stages its own
+        }
     }
     if (tp.store_tma && ctid == 0) bulk_wait_all<false>();
 #else
@@ -315,6 +355,18 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 
 inline bool tma_usable() { return wgmma_usable() && tensor_map_encoder() != nullptr; }
+
+// How the TMA kernel stores C: 1 through TMA stores, 2 also loading the residual by TMA, 0 the staged
+// fp32 rows (a batch sharing one C, or GL_GEMM_TMA_STORE for comparisons: 0 the staged path, 1 TMA
+// stores without a residual only, 2 the default).
+inline int tma_store_mode(const GemmArgs& a) {
+    static const int level = [] {
+        const char* e = std::getenv("GL_GEMM_TMA_STORE");
+        return e ? std::atoi(e) : 2;
+    }();
+    if (a.batch > 1 && a.sC == 0) return 0;
+    return a.epi.residual ? (level >= 2 ? 2 : 0) : (level >= 1 ? 1 : 0);
+}
 
 // A 3-D map of a bf16 / f16 matrix stored rows x cols (cols contiguous, rows ld elements apart),
 // `batch` of them `sb` elements apart (sb = 0: one), read in boxes of box_cols x box_rows with
@@ -371,16 +423,18 @@ void launch_tma(const GemmArgs& a, cudaStream_t s) {
                    : make_tensor_map(a.B2, a.dtype, a.K2, a.N, a.ldb2, a.batch, tp.b2_batched ? a.sB2 : 0, 64, BN);
     }
     // C through TMA stores unless a residual is added (vec_ok made C, ldc and sC 16-byte aligned).
-    static const bool tma_store = [] {
-        const char* e = std::getenv("GL_GEMM_TMA_STORE");
-        return !(e && e[0] == '0');
-    }();
-    tp.store_tma = tma_store && !a.epi.residual && (a.batch == 1 || a.sC != 0);
+    // A residual may be C itself: each tile's residual boxes are read before its own stores.
+    tp.store_tma = tma_store_mode(a);
+    GL_CHECK(Cfg::kStaged || tp.store_tma, "gemm: the TMA tile N = ", BN, " needs TMA stores");
+    tp.r_batched = a.epi.residual && a.batch > 1 && a.epi.sr != 0;
     const CUtensorMap mc = tp.store_tma ? make_tensor_map(a.C, a.dtype, a.N, a.M, a.ldc, a.batch, a.batch > 1 ? a.sC : 0, 32, 64,
                                                           CU_TENSOR_MAP_SWIZZLE_64B)
                                         : ma;
+    const CUtensorMap mr = tp.store_tma == 2 ? make_tensor_map(a.epi.residual, a.dtype, a.N, a.M, a.epi.ldr, a.batch,
+                                                               tp.r_batched ? a.epi.sr : 0, 32, 64, CU_TENSOR_MAP_SWIZZLE_64B)
+                                             : ma;
     const int grid = int(std::min<int64_t>(tiles, device_info().sms));
-    kern<<<grid, Cfg::kThreads, Cfg::smem_bytes, s>>>(ma, mb, ma2, mb2, mc, tp);
+    kern<<<grid, Cfg::kThreads, Cfg::smem_bytes, s>>>(ma, mb, ma2, mb2, mc, mr, tp);
     GL_CUDA_LAUNCHED();
 }
 
