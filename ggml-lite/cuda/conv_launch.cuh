@@ -4,6 +4,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "ggml-lite/cuda/conv_simt.cuh"
 #include "ggml-lite/cuda/conv_sm90.cuh"
@@ -27,6 +28,7 @@ constexpr int kMaxSplits = 8;
 struct MmaEntry {
     int bm, bn, bk, threads, smem;
     double eff;  // fitted relative per-SM throughput (see est_seconds)
+    bool wgmma = false;  // a conv_sm90.cuh tile (its own utilisation curve in est_seconds)
     void (*launch)(const Args&, dim3, cudaStream_t);  // nullptr: the entry does not exist for this mode
     int (*occupancy)();  // resident blocks per SM
 };
@@ -53,7 +55,7 @@ struct TableKernel {
         return occ;
     }
     static MmaEntry entry(double eff) {
-        return {Cfg::kBM, Cfg::kBN, Cfg::kBK, Cfg::kThreads, Cfg::kSmem, eff, &launch, &occupancy};
+        return {Cfg::kBM, Cfg::kBN, Cfg::kBK, Cfg::kThreads, Cfg::kSmem, eff, false, &launch, &occupancy};
     }
 };
 template <class T, int MODE, class Cfg, bool QB = false>
@@ -70,10 +72,31 @@ constexpr int kNumWg = 4, kMaxCfg = kNumCfg + kNumWg;
 template <class T, int MODE, class Cfg>
 MmaEntry wg_entry(double eff) {
     if constexpr (MODE == kWgrad || (MODE == kDgrad && Cfg::kBN % 64 != 0)) {
-        return {Cfg::kBM, Cfg::kBN, Cfg::kBK, Cfg::kThreads, Cfg::kSmem, eff, nullptr, nullptr};
+        return {Cfg::kBM, Cfg::kBN, Cfg::kBK, Cfg::kThreads, Cfg::kSmem, eff, false, nullptr, nullptr};
     } else {
-        return TableKernel<conv_wgmma_kernel<T, MODE, Cfg>, Cfg>::entry(eff);
+        MmaEntry e = TableKernel<conv_wgmma_kernel<T, MODE, Cfg>, Cfg>::entry(eff);
+        e.wgmma = true;
+        return e;
     }
+}
+
+// The wgmma tiles' ratings: fitted (bench/RESULTS.md, eighteenth session) to conv_check's sweep of
+// the SD1.5 shapes at batches 8 and 2 on an H200, per mode (forward, input gradient), with the
+// utilisation of one resident block an SM at kWgOneBlock of two. GL_CONV_MODEL=0 restores the
+// earlier ratings (one rating for both modes, no such penalty) for comparisons.
+inline bool conv_model_v0() {
+    static const bool v0 = [] {
+        const char* e = std::getenv("GL_CONV_MODEL");
+        return e && e[0] == '0';
+    }();
+    return v0;
+}
+constexpr double kWgEff[2][kNumWg] = {{1.52, 1.36, 1.81, 2.01}, {1.03, 1.41, 1.0, 1.62}};
+constexpr double kWgEffV0[kNumWg] = {1.30, 1.45, 1.50, 1.45};
+constexpr double kWgOneBlock = 0.775;
+template <int MODE>
+double wg_eff(int i) {
+    return conv_model_v0() || MODE == kWgrad ? kWgEffV0[i] : kWgEff[MODE == kFwd ? 0 : 1][i];
 }
 
 // The mma.sync entries (every GPU) followed by the wgmma ones (taken where conv_wgmma_usable()).
@@ -84,8 +107,8 @@ const MmaEntry* mma_table() {
         MmaKernel<T, MODE, Cfg2>::entry(1.135), MmaKernel<T, MODE, Cfg3>::entry(0.877),
         MmaKernel<T, MODE, Cfg4>::entry(0.591), MmaKernel<T, MODE, Cfg5>::entry(0.859),
         MmaKernel<T, MODE, Cfg6>::entry(0.773), MmaKernel<T, MODE, Cfg7>::entry(1.030),
-        wg_entry<T, MODE, WgCfgA>(1.30), wg_entry<T, MODE, WgCfgB>(1.45),
-        wg_entry<T, MODE, WgCfgC>(1.50), wg_entry<T, MODE, WgCfgD>(1.45),
+        wg_entry<T, MODE, WgCfgA>(wg_eff<MODE>(0)), wg_entry<T, MODE, WgCfgB>(wg_eff<MODE>(1)),
+        wg_entry<T, MODE, WgCfgC>(wg_eff<MODE>(2)), wg_entry<T, MODE, WgCfgD>(wg_eff<MODE>(3)),
     };
     return t;
 }
@@ -165,8 +188,10 @@ inline double est_seconds(int mode, const Geom& g, const MmaEntry& e, int occ, i
     }
     if (blocks == 0) return 0;
     const double sm_rate = ModelConst::rate * e.eff * ModelConst::mode_scale[mode];
+    const bool one_block_penalty = e.wgmma && !conv_model_v0();
     auto wave = [&](int j) {
-        double util = std::min(1.0, ModelConst::util0 + (1.0 - ModelConst::util0) * j * warps / 8.0);
+        double util = one_block_penalty ? (j >= 2 ? 1.0 : kWgOneBlock)
+                                        : std::min(1.0, ModelConst::util0 + (1.0 - ModelConst::util0) * j * warps / 8.0);
         return j * flops_block_max / (sm_rate * util);
     };
     const int64_t slots = int64_t(occ) * sms, full = blocks / slots, rem = blocks % slots;
