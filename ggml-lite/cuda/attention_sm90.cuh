@@ -6,7 +6,8 @@
 // (bench/attention_check.cu, kept as template parameters): RS (the scores' A operand from
 // registers: faster in dK/dV and the forward, slower in dQ, whose two CTAs per SM it would cost),
 // NWG = 1 (one warpgroup per CTA, more CTAs per SM: slower in all three), H2 (exp2 through one
-// f16x2 MUFU op per two scores: slower in all three, so MUFU throughput is not the bound).
+// f16x2 MUFU op per two scores: slower in all three, so MUFU throughput is not the bound), PF (blocks
+// j + 1 .. j + PF loading while block j is worked on, PF + 2 stages: 2 and 3 within noise of 1).
 //
 // Every smem tile is R rows x D columns (D = the head dim padded to 16) stored as 8-column planes:
 // element (r, c) at byte (c / 8) * R * 16 + r * 16 + (c % 8) * 2. Each 8 x 8 block is one 128-byte
@@ -20,7 +21,7 @@
 // Warpgroup w of a 256-thread CTA owns 64 rows (keys in dK/dV, queries in dQ and the forward). The
 // scores are m64n64k16 products from smem (SS); the outputs are m64nDNk16 products whose A operand is
 // the just-computed P or dS in registers (an m64n64 accumulator's n8 blocks 2kk, 2kk+1 are k-step
-// kk's A fragment). fp32 accumulators; tiles in three cp.async stages, so that a block's output
+// kk's A fragment). fp32 accumulators; tiles in PF + 2 (three) cp.async stages, so that a block's output
 // products (O, dV, dK or dQ) stay in flight while the next block's score products are issued
 // (they are waited for with those). The dK/dV kernel runs one CTA per SM (~190 registers at
 // DN = 40; two CTAs spill), dQ two up to DN = 48 and the forward two up to DN = 64.
