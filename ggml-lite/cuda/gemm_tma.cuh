@@ -320,17 +320,17 @@ __global__ void __launch_bounds__(384, 1)
             __trap();  // launch_tma refuses BN = 256 without TMA stores
         } else {
 #pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-            const int r = w4 * 16 + g, c = j * 8 + 2 * t;
-            *reinterpret_cast<float2*>(epi + r * Cfg::kLds + c) = make_float2(acc[4 * j], acc[4 * j + 1]);
-            *reinterpret_cast<float2*>(epi + (r + 8) * Cfg::kLds + c) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
-        }
-        named_sync(1 + cw, 128);
-        // With a residual (its loads are what the rows wait for) all of a thread's chunks are
-        // loaded first; without, the plain loop (the unrolled one measured slower there).
-        if (p.epi.residual) store_rows64<T, BN>(epi, Cfg::kLds, m0 + row0, n0, p, bz, ctid);
-        else store_staged<T, BN, 128, true>(epi, Cfg::kLds, 64, m0 + row0, n0, p, bz, ctid);
-        named_sync(1 + cw, 128);  // the rows are out before the next tile stages its own
+            for (int j = 0; j < BN / 8; j++) {
+                const int r = w4 * 16 + g, c = j * 8 + 2 * t;
+                *reinterpret_cast<float2*>(epi + r * Cfg::kLds + c) = make_float2(acc[4 * j], acc[4 * j + 1]);
+                *reinterpret_cast<float2*>(epi + (r + 8) * Cfg::kLds + c) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+            }
+            named_sync(1 + cw, 128);
+            // With a residual (its loads are what the rows wait for) all of a thread's chunks are
+            // loaded first; without, the plain loop (the unrolled one measured slower there).
+            if (p.epi.residual) store_rows64<T, BN>(epi, Cfg::kLds, m0 + row0, n0, p, bz, ctid);
+            else store_staged<T, BN, 128, true>(epi, Cfg::kLds, 64, m0 + row0, n0, p, bz, ctid);
+            named_sync(1 + cw, 128);  // the rows are out before the next tile stages its own
         }
     }
     if (tp.store_tma && ctid == 0) bulk_wait_all<false>();
@@ -422,8 +422,8 @@ void launch_tma(const GemmArgs& a, cudaStream_t s) {
         mb2 = B_MN ? make_tensor_map(a.B2, a.dtype, a.N, a.K2, a.ldb2, a.batch, tp.b2_batched ? a.sB2 : 0, 64, 64)
                    : make_tensor_map(a.B2, a.dtype, a.K2, a.N, a.ldb2, a.batch, tp.b2_batched ? a.sB2 : 0, 64, BN);
     }
-    // C through TMA stores unless a residual is added (vec_ok made C, ldc and sC 16-byte aligned).
-    // A residual may be C itself: each tile's residual boxes are read before its own stores.
+    // C through TMA stores, the residual through TMA loads (vec_ok made C, the residual and their
+    // strides 16-byte aligned). A residual may be C itself: each tile's boxes are read before its stores.
     tp.store_tma = tma_store_mode(a);
     GL_CHECK(Cfg::kStaged || tp.store_tma, "gemm: the TMA tile N = ", BN, " needs TMA stores");
     tp.r_batched = a.epi.residual && a.batch > 1 && a.epi.sr != 0;
