@@ -32,7 +32,6 @@
 //                into the scale), O += P V; lse = max * scale + log(sum).
 // Deterministic: every output element is summed by one thread in a fixed order.
 #pragma once
-#include <cstdlib>
 
 #include "ggml-lite/cuda/attention_mma.cuh"
 #include "ggml-lite/cuda/wgmma_rs.cuh"
@@ -503,10 +502,7 @@ bool with_dn(int d, F&& f) {
 // Whether the loaded binary has the sm_90a bodies and the current device runs them. The
 // environment variable GL_ATTENTION_MMA_SYNC=1 turns these kernels off (for comparisons).
 inline bool usable() {
-    static const bool off = [] {
-        const char* e = std::getenv("GL_ATTENTION_MMA_SYNC");
-        return e && e[0] == '1';
-    }();
+    static const bool off = env_number("GL_ATTENTION_MMA_SYNC", 0) == 1;
     return !off && gemm::sm90a_image(reinterpret_cast<const void*>(dkdv_kernel<__nv_bfloat16, 40>));
 }
 // The shapes where they beat the mma.sync kernels on the H200 (bench/attention_check.cu, B8 H8):

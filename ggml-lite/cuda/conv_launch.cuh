@@ -4,7 +4,6 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "ggml-lite/cuda/conv_simt.cuh"
 #include "ggml-lite/cuda/conv_sm90.cuh"
@@ -85,10 +84,7 @@ MmaEntry wg_entry(double eff) {
 // utilisation of one resident block an SM at kWgOneBlock of two. GL_CONV_MODEL=0 restores the
 // earlier ratings (one rating for both modes, no such penalty) for comparisons.
 inline bool conv_model_v0() {
-    static const bool v0 = [] {
-        const char* e = std::getenv("GL_CONV_MODEL");
-        return e && e[0] == '0';
-    }();
+    static const bool v0 = env_number("GL_CONV_MODEL", 1) == 0;
     return v0;
 }
 constexpr double kWgEff[2][kNumWg] = {{1.52, 1.36, 1.81, 2.01}, {1.03, 1.41, 1.0, 1.62}};

@@ -6,8 +6,16 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 namespace gl {
+
+// A numeric comparison switch from the environment (GL_GEMM_TMA_STORE, GL_CONV_MODEL, ...), or
+// `fallback` when unset. Callers read it once into a static.
+inline double env_number(const char* name, double fallback) {
+    const char* e = std::getenv(name);
+    return e && *e ? std::strtod(e, nullptr) : fallback;
+}
 
 struct DeviceInfo {
     int sms = 132;                 // streaming multiprocessors

@@ -118,10 +118,7 @@ inline GemmPlan plan_gemm(const GemmArgs& a, bool vec, bool skinny = true) {
     const bool ta = a.ta, tb = a.tb;
     // The 256-wide TMA tile (half the L2 and smem operand traffic a product of the 128-wide one);
     // GL_GEMM_TMA256_EFF moves its rating for comparisons.
-    static const double TMA256_EFF = [] {
-        const char* e = std::getenv("GL_GEMM_TMA256_EFF");
-        return e ? std::atof(e) : 3.0;
-    }();
+    static const double TMA256_EFF = env_number("GL_GEMM_TMA256_EFF", 3.0);
     const Cand cands[] = {
         {GemmKernel::tma256, 128, 256, 1, TMA256_EFF, tma && tma_store_mode(a) != 0},  // needs TMA stores
         {GemmKernel::tma128, 128, 128, 1, 2.65, tma},
@@ -141,10 +138,7 @@ inline GemmPlan plan_gemm(const GemmArgs& a, bool vec, bool skinny = true) {
     // faster: 512 x 1280 x 1280 at 191 TFLOP/s against 85 for wg64 split 2, x 5120 at 310 against 213,
     // and the batch-1 step 19.0 against 19.9 ms with no split at all (bench/RESULTS.md).
     // GL_GEMM_SPLIT_MIN_K moves the bound, for a comparison in one binary.
-    static const int64_t split_min_k = [] {
-        const char* e = std::getenv("GL_GEMM_SPLIT_MIN_K");
-        return e ? std::max<int64_t>(1, std::atoll(e)) : int64_t(8192);
-    }();
+    static const int64_t split_min_k = std::max<int64_t>(1, int64_t(env_number("GL_GEMM_SPLIT_MIN_K", 8192)));
     const int64_t min_k = tma ? split_min_k : 1024;  // without the TMA kernel (sm_80, quantized B) splits pay from 1024
     auto splits_k = [&](const Cand& c) { return tiles_of(M, N, batch, c.bm, c.bn) < dev.sms && K + a.K2 >= min_k; };
     const Cand* best = nullptr;

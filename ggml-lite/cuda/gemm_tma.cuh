@@ -360,10 +360,7 @@ inline bool tma_usable() { return wgmma_usable() && tensor_map_encoder() != null
 // fp32 rows (a batch sharing one C, or GL_GEMM_TMA_STORE for comparisons: 0 the staged path, 1 TMA
 // stores without a residual only, 2 the default).
 inline int tma_store_mode(const GemmArgs& a) {
-    static const int level = [] {
-        const char* e = std::getenv("GL_GEMM_TMA_STORE");
-        return e ? std::atoi(e) : 2;
-    }();
+    static const int level = int(env_number("GL_GEMM_TMA_STORE", 2));
     if (a.batch > 1 && a.sC == 0) return 0;
     return a.epi.residual ? (level >= 2 ? 2 : 0) : (level >= 1 ? 1 : 0);
 }

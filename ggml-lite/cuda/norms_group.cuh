@@ -3,7 +3,6 @@
 // twice from L2.
 #pragma once
 #include <algorithm>
-#include <cstdlib>
 #include <initializer_list>
 #include <type_traits>
 
@@ -281,17 +280,13 @@ inline bool gn_clusters_usable(const void* kernel) {
 
 // GL_GN_GROUP=0 turns the set kernels off (a comparison in one binary), =1 takes them at any group
 // size; GL_GN_CLUSTER=0 keeps one block per set.
-inline int gn_env(const char* name) {
-    const char* e = std::getenv(name);
-    return e ? std::atoi(e) : -1;
-}
 
 // The vector width (the widest of 8, 4, 2 that divides Cg and the pointers' alignment), the set (the
 // fewest groups giving 64 bytes a position), the cluster (blocks per set doubling up to 8 while the
 // grid has fewer than two blocks per SM) and the block (about 8 accesses a thread, whole positions).
 template <class T>
 GnSetPlan gn_set_plan(const Gn& d, std::initializer_list<const void*> ptrs, bool clusters, int sms) {
-    static const int mode = gn_env("GL_GN_GROUP"), cluster_mode = gn_env("GL_GN_CLUSTER");
+    static const int mode = int(env_number("GL_GN_GROUP", -1)), cluster_mode = int(env_number("GL_GN_CLUSTER", -1));
     GnSetPlan pl;
     if (sizeof(T) != 2 || mode == 0 || d.Cg % 2 != 0 || d.P < 1) return pl;
     if (mode != 1 && d.P * d.Cg > kGroupMaxElems) return pl;
