@@ -403,6 +403,13 @@ static void perf(bool sweep, bool txt2img) {
             std::snprintf(buf, sizeof buf, " %s %.0f", c.name, fl / t * 1e-9);
             line += buf;
         }
+        if (pl.kernel == GemmKernel::skinny)  // the tall-skinny kernel at other split counts
+            for (int sp : {16, 24, 32, 43, 64, 86, 128, 172}) {
+                const double t = time_ms([&] { launch_skinny<__nv_bfloat16>(p.a, sp, static_cast<float*>(ws.p), 0); });
+                char buf[64];
+                std::snprintf(buf, sizeof buf, " skinny/%d %.1f", sp, fl / t * 1e-9);
+                line += buf;
+            }
         std::printf("%s\n", line.c_str());
     }
 }

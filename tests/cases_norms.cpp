@@ -177,6 +177,29 @@ Register r(tight({
          group_norm(g, g.input("x", DType::f32, {40}), g.input("g", DType::f32, {40}), g.input("b", DType::f32, {40}), 4,
                     1e-5f, true);
      }},
+    {"group_norm",
+     "frozen affine [2,16,16,120], 4 groups of 30, fused SiLU, plus the skip (CUDA: sets of 2 groups, 2-channel "
+     "accesses)",
+     [](CaseBuilder& b) {
+         ValueId x = b.x("x", {2, 16, 16, 120}, -2.0f, 2.0f);
+         ValueId y = group_norm(b.g, x, b.c("gamma", {120}, 0.5f, 1.5f), b.c("beta", {120}), 4, 1e-5f, true);
+         b.out(add(b.g, y, x));
+     },
+     [](Graph& g) {  // more groups than channels
+         group_norm(g, g.input("x", DType::f32, {1, 2, 2, 8}), g.input("g", DType::f32, {8}),
+                    g.input("b", DType::f32, {8}), 16, 1e-5f, false);
+     }},
+    {"group_norm",
+     "frozen affine [3,8,9,160], 8 groups of 20, values far from 0 (CUDA: sets of 2 groups, 4-channel accesses, "
+     "each group's own shift)",
+     [](CaseBuilder& b) {
+         ValueId x = b.x("x", {3, 8, 9, 160}, 4.0f, 5.0f);
+         b.out(group_norm(b.g, x, b.c("gamma", {160}, 0.5f, 1.5f), b.c("beta", {160}, -1.0f, 1.0f), 8, 1e-5f, false));
+     },
+     [](Graph& g) {  // groups that do not divide the channels
+         group_norm(g, g.input("x", DType::f32, {1, 2, 2, 12}), g.input("g", DType::f32, {12}),
+                    g.input("b", DType::f32, {12}), 5, 1e-5f, false);
+     }},
     {"group_norm", "[3,9,40,64], 16 groups of 4, values far from 0 (CUDA: sets of 8 groups, 4-channel accesses, clusters)",
      [](CaseBuilder& b) {
          ValueId x = b.x("x", {3, 9, 40, 64}, 5.0f, 6.0f);

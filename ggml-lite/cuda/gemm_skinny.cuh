@@ -9,7 +9,7 @@
 //   warp i owns the column block's columns 16 i .. 16 i + 15 (two n8 tiles), its A fragment is S^T
 //   (ldmatrix .trans of the [k][s] tile), its B fragments the [k][w] tile (.trans).
 //   The CTA writes its f32 partial P (s x w, P = S^T W) to the workspace [splits][s][w];
-//   skinny_reduce sums the splits in order (deterministic), applies the epilogue and writes C = P,
+//   skinny_reduce sums the splits in a fixed order (deterministic), applies the epilogue and writes C = P,
 //   or C = P^T when S is B.
 // Needs the 16-byte path (vec_ok), batch 1, bf16 / f16, and a workspace for the partials
 // (skinny_plan's splits x M x N floats, as gemm_workspace_bytes counts split-K).
@@ -107,20 +107,33 @@ __global__ void __launch_bounds__(SkinnyCfg::kThreads) skinny_kernel(SkinnyParam
         }
 }
 
-// C[i][j] = epilogue(sum over splits of P[i][j]) (S is A), or of P[j][i] (S is B).
+// C[i][j] = epilogue(sum over splits of P[i][j]) (S is A), or of P[j][i] (S is B). A block takes 32
+// adjacent partial elements (coalesced reads) with 8 rows of threads: row y sums the splits y, y + 8,
+// ... in order, then the 8 row sums are added in row order (deterministic, and 8 times the loads in
+// flight of one thread per element: a split count near 90 made that a chain of L2 latencies).
+constexpr int kSkinnyReduceRows = 8;
 template <class T>
-__global__ void skinny_reduce(const float* __restrict__ part, int splits, int M, int N, int w, bool s_is_a, T* C,
-                              int64_t ldc, Epilogue epi) {
+__global__ void __launch_bounds__(32 * kSkinnyReduceRows) skinny_reduce(const float* __restrict__ part, int splits,
+                                                                       int M, int N, int w, bool s_is_a, T* C,
+                                                                       int64_t ldc, Epilogue epi) {
     kernel_entry();
-    const int64_t n = int64_t(M) * N, plane = n;  // s x w == M x N
-    for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
-        const int i = int(e / N), j = int(e % N);
-        const int64_t at = s_is_a ? int64_t(i) * w + j : int64_t(j) * w + i;
-        float v = 0.f;
-#pragma unroll 8
-        for (int z = 0; z < splits; z++) v += part[z * plane + at];  // split order; the loads run ahead
-        C[int64_t(i) * ldc + j] = from_f32<T>(apply_epilogue<T>(epi, v, 0, i, j));
+    __shared__ float rows[kSkinnyReduceRows][32];
+    const int64_t n = int64_t(M) * N;  // s x w == M x N
+    const int64_t at = int64_t(blockIdx.x) * 32 + threadIdx.x;
+    float v = 0.f;
+    if (at < n) {
+#pragma unroll 4
+        for (int z = int(threadIdx.y); z < splits; z += kSkinnyReduceRows) v += part[z * n + at];
     }
+    rows[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.y != 0 || at >= n) return;
+    float t = 0.f;
+#pragma unroll
+    for (int y = 0; y < kSkinnyReduceRows; y++) t += rows[y][threadIdx.x];
+    const int si = int(at / w), wi = int(at % w);
+    const int i = s_is_a ? si : wi, j = s_is_a ? wi : si;
+    C[int64_t(i) * ldc + j] = from_f32<T>(apply_epilogue<T>(epi, t, 0, i, j));
 }
 
 // Whether the skinny kernel takes the problem and with how many splits (0: it does not).
@@ -155,8 +168,8 @@ void launch_skinny(const GemmArgs& a, int splits, float* part, cudaStream_t st) 
     skinny_kernel<T><<<dim3(unsigned(ceil_div(int64_t(p.w), int64_t(SkinnyCfg::kCols))), unsigned(used)), SkinnyCfg::kThreads,
                        SkinnyCfg::kSmemBytes, st>>>(p);
     GL_CUDA_LAUNCHED();
-    skinny_reduce<T><<<grid_for(a.M * a.N, 256), 256, 0, st>>>(part, used, int(a.M), int(a.N), p.w, s_is_a,
-                                                               static_cast<T*>(a.C), a.ldc, a.epi);
+    skinny_reduce<T><<<unsigned(ceil_div(a.M * a.N, int64_t(32))), dim3(32, kSkinnyReduceRows), 0, st>>>(
+        part, used, int(a.M), int(a.N), p.w, s_is_a, static_cast<T*>(a.C), a.ldc, a.epi);
     GL_CUDA_LAUNCHED();
 }
 
