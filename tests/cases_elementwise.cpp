@@ -29,6 +29,22 @@ Register r({
          b.out(mul(b.g, b.x("x", {2, 2, 3, 4}), b.x("s", {2, 1, 1, 1})));
      },
      [](Graph& g) { mul(g, g.input("a", DType::f32, {2, 3}), g.input("b", DType::f32, {2})); }},
+    {"add", "same shape [4,24] (CUDA: 8-element accesses)", [](CaseBuilder& b) {
+         b.out(add(b.g, b.x("a", {4, 24}), b.x("b", {4, 24})));
+     },
+     [](Graph& g) { add(g, g.input("a", DType::f32, {4, 24}), g.input("b", DType::f32, {4, 16})); }},
+    {"add", "per-sample channels [2,3,5,16] + [2,1,1,16] (CUDA: 8-element accesses, one broadcast run)",
+     [](CaseBuilder& b) { b.out(add(b.g, b.x("h", {2, 3, 5, 16}), b.x("te", {2, 1, 1, 16}))); },
+     [](Graph& g) { add(g, g.input("a", DType::f32, {2, 3, 5, 16}), g.input("b", DType::f32, {3, 1, 1, 16})); }},
+    {"mul", "broadcast first [1,3,8] * [2,3,8] (CUDA: the operands swapped onto the vector path)",
+     [](CaseBuilder& b) { b.out(mul(b.g, b.x("a", {1, 3, 8}), b.x("b", {2, 3, 8}))); },
+     [](Graph& g) { mul(g, g.input("a", DType::f32, {2, 3, 8}), g.input("b", DType::f32, {2, 4, 8})); }},
+    {"sub", "bias [2,4,8] - [8], and a broadcast first operand [8] - [2,4,8] (CUDA: vector, then general path)",
+     [](CaseBuilder& b) {
+         ValueId x = b.x("x", {2, 4, 8}), c = b.x("c", {8});
+         b.out(add(b.g, sub(b.g, x, c), sub(b.g, c, x)));
+     },
+     [](Graph& g) { sub(g, g.input("a", DType::f32, {2, 4, 8}), g.input("b", DType::f32, {4, 4})); }},
     {"mul", "square (same input twice sums both gradients)", [](CaseBuilder& b) {
          ValueId x = b.x("x", {5, 3});
          b.out(mul(b.g, x, x));

@@ -2,7 +2,8 @@
 // last), scale, and seeded dropout (mask from ops/rng.h, identical to the CPU backend; the seed
 // optionally mixed with a per-step i32 seed input read on the device), and the in-place
 // accumulate (ctl read on the device).
-// Index-aligned, so safe when the planner places the output over input 0.
+// Index-aligned, so safe when the planner places the output over input 0 (the vector path reads
+// each access of a and b before it writes y's).
 #include "ggml-lite/cuda/kernel.cuh"
 #include "ggml-lite/ops/rng.h"
 
@@ -54,6 +55,46 @@ __global__ void binary_bcast_kernel(const T* __restrict__ a, const T* __restrict
     }
 }
 
+// The vector path: 8 elements an access (16 bytes in bf16 / f16). a and y have out's shape; b has it
+// too (inner = 0) or is out with one run of dims collapsed to 1: out viewed as [outer, mid, inner],
+// b as [outer, 1, inner] (a bias: outer 1; SD's per-sample time embedding [B, 1, 1, C]: inner C).
+// inner % 8 == 0, so an access of b never crosses its rows; I: the index type (32-bit below 2^31
+// elements: the broadcast's division is per access).
+template <class T, BinOp OP, class I>
+__global__ void binary_vec_kernel(const T* a, const T* b, T* y, I nv, I mid_inner, I inner) {
+    kernel_entry();
+    for (I i = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); i < nv; i += I(gridDim.x) * I(blockDim.x)) {
+        const I e = i * 8, eb = inner == 0 ? e : (e / mid_inner) * inner + e % inner;
+        const Vec8<T> va = *reinterpret_cast<const Vec8<T>*>(a + e), vb = *reinterpret_cast<const Vec8<T>*>(b + eb);
+        Vec8<T> vo;
+#pragma unroll
+        for (int k = 0; k < 8; k++) vo.v[k] = bin<T, OP>(va.v[k], vb.v[k]);
+        *reinterpret_cast<Vec8<T>*>(y + e) = vo;
+    }
+}
+
+// Whether b (aligned right against out) is out with one run of dims collapsed to 1; then out is
+// [outer, mid, inner] and b [outer, 1, inner].
+static bool one_run_broadcast(const Shape& b, const Shape& out, int64_t& mid, int64_t& inner) {
+    if (b.nd > out.nd) return false;
+    auto bd = [&](int i) { return i - (out.nd - b.nd) >= 0 ? b.d[size_t(i - (out.nd - b.nd))] : int64_t(1); };
+    int k0 = -1, k1 = -1;
+    for (int i = 0; i < out.nd; i++)
+        if (bd(i) != out.d[size_t(i)]) {
+            if (k0 < 0) k0 = i;
+            k1 = i;
+        }
+    if (k0 < 0) return false;
+    mid = 1;
+    inner = 1;
+    for (int i = k0; i <= k1; i++) {
+        if (bd(i) != 1) return false;
+        mid *= out.d[size_t(i)];
+    }
+    for (int i = k1 + 1; i < out.nd; i++) inner *= out.d[size_t(i)];
+    return true;
+}
+
 template <BinOp OP>
 static void binary_run(CudaCtx& c) {
     const Shape& out = c.out_shape(0);
@@ -61,7 +102,28 @@ static void binary_run(CudaCtx& c) {
     if (n == 0) return;
     dispatch_float(c.out_dtype(0), op_name(c.node.op), [&](auto tag) {
         using T = decltype(tag);
-        if (c.in_shape(0) == out && c.in_shape(1) == out) {
+        // The vector path: a full operand first (add and mul commute), b full or one run broadcast.
+        // GL_BINARY_VEC=0 keeps the scalar kernels (a comparison in one binary).
+        static const bool vec_on = env_number("GL_BINARY_VEC", 1) != 0;
+        int ia = 0, ib = 1;
+        if (OP != BinOp::sub && c.in_shape(0) != out && c.in_shape(1) == out) std::swap(ia, ib);
+        int64_t mid = 0, inner = 0;
+        const bool same = c.in_shape(ib) == out;
+        const bool vec = vec_on && c.in_shape(ia) == out && (same || (one_run_broadcast(c.in_shape(ib), out, mid, inner) &&
+                                                           inner % 8 == 0 && mid > 1)) &&
+                         n % 8 == 0 && vec8_aligned<T>(c.in_ptr(ia)) && vec8_aligned<T>(c.in_ptr(ib)) &&
+                         vec8_aligned<T>(c.out_ptr(0));
+        if (vec) {
+            if (same) inner = 0;
+            const int64_t nv = n / 8;
+            const unsigned grid = grid_for(nv, 256);
+            if (n < (int64_t(1) << 31))
+                binary_vec_kernel<T, OP, int32_t><<<grid, 256, 0, c.stream>>>(
+                    c.in_ptr<T>(ia), c.in_ptr<T>(ib), c.out_ptr<T>(0), int32_t(nv), int32_t(mid * inner), int32_t(inner));
+            else
+                binary_vec_kernel<T, OP, int64_t><<<grid, 256, 0, c.stream>>>(c.in_ptr<T>(ia), c.in_ptr<T>(ib),
+                                                                           c.out_ptr<T>(0), nv, mid * inner, inner);
+        } else if (c.in_shape(0) == out && c.in_shape(1) == out) {
             binary_same_kernel<T, OP><<<grid_for(n, 256), 256, 0, c.stream>>>(c.in_ptr<T>(0), c.in_ptr<T>(1), c.out_ptr<T>(0), n);
         } else {
             Bcast d{};
