@@ -141,6 +141,7 @@ inline int skinny_splits(const GemmArgs& a, bool vec, int sms) {
     if (!vec || a.b_quant || a.batch != 1 || !a.ta || a.tb || a.K2 > 0 || a.dtype == DType::f32) return 0;
     const int64_t s = a.M <= 16 ? a.M : a.N, w = a.M <= 16 ? a.N : a.M;
     if (s > 16 || a.K < 2048 || s % 8 != 0 || w % 8 != 0) return 0;
+    if (s * w > int64_t(INT32_MAX) * 32) return 0;  // skinny_reduce's grid: 32 outputs a block
     const int64_t cols = ceil_div(w, int64_t(SkinnyCfg::kCols));
     int64_t splits = ceil_div(int64_t(2) * sms, cols);  // about two CTAs per SM
     int64_t chunk = ceil_div(ceil_div(a.K, splits), int64_t(SkinnyCfg::kRows)) * SkinnyCfg::kRows;
